@@ -1,0 +1,53 @@
+// Package flows turns the steering intent of the configuration into the
+// OpenFlow 1.3 flow set each switch must carry, and diffs flow sets. It is
+// pure: no I/O, no logging.
+package flows
+
+import (
+	"net"
+	"net/netip"
+)
+
+// Side says which end of a whitelisted connection a steering rule serves.
+type Side string
+
+const (
+	// ClientSide steers client -> server packets to the client site's agent.
+	ClientSide Side = "client"
+	// ServerSide steers server -> client replies to the server site's agent.
+	ServerSide Side = "server"
+)
+
+// Agent is an agent attached to a switch port.
+type Agent struct {
+	Name string
+	MAC  net.HardwareAddr
+	Port uint32 // switch port number
+}
+
+// Steer is one steering intent on one switch: TCP matching the whitelist in
+// the direction given by Side is rewritten to the agent's MAC and output to
+// its port.
+type Steer struct {
+	Whitelist string
+	Side      Side
+	Clients   []netip.Prefix
+	Server    netip.Addr
+	Port      uint16
+	Agent     Agent
+	// DependsOn names every agent whose failure must withdraw this rule
+	// (fail-open): the agents at both ends of the whitelist.
+	DependsOn []string
+}
+
+// Switch is everything one switch must carry.
+type Switch struct {
+	Name       string
+	DatapathID uint64
+	// Forwarding is the action for everything else: "normal".
+	Forwarding string
+	// Agents are bypassed: packets arriving from their ports go to normal
+	// forwarding at the highest priority so agents are never looped.
+	Agents []Agent
+	Steers []Steer
+}
