@@ -1,0 +1,700 @@
+package config
+
+import (
+	"fmt"
+	"math/big"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+)
+
+// Defaults applied where the file is silent.
+const (
+	DefaultListen          = "0.0.0.0:6653"
+	DefaultStatePath       = "/var/lib/sosappliance/state.db"
+	DefaultControlSocket   = "/run/sosappliance/control.sock"
+	DefaultMetricsListen   = "127.0.0.1:9465"
+	DefaultDataPort        = 9877
+	DefaultRelayPort       = 9876
+	DefaultHealthPort      = 9878
+	DefaultStreams         = 64
+	DefaultChunkSize       = 60000
+	DefaultQueueLength     = 5
+	MaxChunkSize           = 16 << 20
+	DefaultSessionMemory   = 1 << 30
+	DefaultMaxStreams      = 8192
+	DefaultMaxSessions     = 256
+	DefaultPreauthConns    = 1024
+	DefaultPreauthTimeout  = "5s"
+	DefaultStallTimeout    = "30s"
+	DefaultIdleTimeout     = "5m"
+	DefaultKeepalive       = "5s"
+	DefaultHealthInterval  = "2s"
+	DefaultDriftInterval   = "30s"
+	DefaultShutdownTimeout = "30s"
+)
+
+var rootSchema = &hcl.BodySchema{
+	Blocks: []hcl.BlockHeaderSchema{
+		{Type: "controller"},
+		{Type: "security"},
+		{Type: "daemon"},
+		{Type: "limits"},
+		{Type: "site", LabelNames: []string{"name"}},
+		{Type: "whitelist", LabelNames: []string{"name"}},
+		{Type: "tuning", LabelNames: []string{"name"}},
+		{Type: "node", LabelNames: []string{"name"}},
+	},
+}
+
+// attrs reads the attributes of one block, collecting every problem in diags
+// so that one run reports them all.
+type attrs struct {
+	m     hcl.Attributes
+	diags *hcl.Diagnostics
+}
+
+func newAttrs(body hcl.Body, schema *hcl.BodySchema, diags *hcl.Diagnostics) (*attrs, hcl.Blocks) {
+	content, d := body.Content(schema)
+	*diags = append(*diags, d...)
+	if content == nil {
+		return &attrs{m: hcl.Attributes{}, diags: diags}, nil
+	}
+	return &attrs{m: content.Attributes, diags: diags}, content.Blocks
+}
+
+func (a *attrs) has(name string) bool { _, ok := a.m[name]; return ok }
+
+func (a *attrs) rng(name string) hcl.Range {
+	if at, ok := a.m[name]; ok {
+		return at.Expr.Range()
+	}
+	return hcl.Range{}
+}
+
+func (a *attrs) errorf(name, summary, hint string, args ...any) {
+	*a.diags = append(*a.diags, &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  fmt.Sprintf(summary, args...),
+		Detail:   hint,
+		Subject:  a.rng(name).Ptr(),
+	})
+}
+
+func (a *attrs) value(name string, want cty.Type, wantName string) (cty.Value, bool) {
+	at, ok := a.m[name]
+	if !ok {
+		return cty.NilVal, false
+	}
+	v, d := at.Expr.Value(nil)
+	if d.HasErrors() {
+		*a.diags = append(*a.diags, d...)
+		return cty.NilVal, false
+	}
+	if v.IsNull() {
+		a.errorf(name, "%s must not be null", "Remove the argument or give it a value.", name)
+		return cty.NilVal, false
+	}
+	cv, err := convert.Convert(v, want)
+	if err != nil || !cv.IsWhollyKnown() {
+		a.errorf(name, "%s must be %s", fmt.Sprintf("Write it as %s.", exampleOf(wantName)), name, wantName)
+		return cty.NilVal, false
+	}
+	return cv, true
+}
+
+func exampleOf(wantName string) string {
+	switch wantName {
+	case "a string":
+		return `a quoted string, e.g. "value"`
+	case "a whole number":
+		return "a number without quotes, e.g. 64"
+	case "a list of strings":
+		return `a list, e.g. ["10.10.1.0/24"]`
+	case "a map of strings":
+		return `a map, e.g. { "net.core.rmem_max" = "134217728" }`
+	case "true or false":
+		return "true or false"
+	}
+	return wantName
+}
+
+func (a *attrs) str(name, def string) string {
+	v, ok := a.value(name, cty.String, "a string")
+	if !ok {
+		return def
+	}
+	return v.AsString()
+}
+
+func (a *attrs) boolean(name string, def bool) bool {
+	v, ok := a.value(name, cty.Bool, "true or false")
+	if !ok {
+		return def
+	}
+	return v.True()
+}
+
+// integer reads a whole number in [lo, hi]; def is returned when absent or
+// wrong, so later checks do not pile up on one mistake.
+func (a *attrs) integer(name string, def, lo, hi int64) int64 {
+	v, ok := a.value(name, cty.Number, "a whole number")
+	if !ok {
+		return def
+	}
+	bf := v.AsBigFloat()
+	if !bf.IsInt() {
+		a.errorf(name, "%s must be a whole number", "Drop the fraction.", name)
+		return def
+	}
+	n, acc := bf.Int64()
+	if acc != big.Exact || n < lo || n > hi {
+		a.errorf(name, "%s must be between %d and %d", "Pick a value inside the range.", name, lo, hi)
+		return def
+	}
+	return n
+}
+
+// byteSize reads a plain integer or a string such as "60KB" in [lo, hi].
+func (a *attrs) byteSize(name string, def, lo, hi int64) int64 {
+	at, ok := a.m[name]
+	if !ok {
+		return def
+	}
+	v, d := at.Expr.Value(nil)
+	if d.HasErrors() {
+		*a.diags = append(*a.diags, d...)
+		return def
+	}
+	var n int64
+	switch {
+	case v.Type() == cty.Number:
+		return a.integer(name, def, lo, hi)
+	case v.Type() == cty.String && v.IsKnown() && !v.IsNull():
+		var err error
+		if n, err = ParseByteSize(v.AsString()); err != nil {
+			a.errorf(name, "%s: %v", `Write bytes as 60000 or with a unit: "60KB" (1000), "64KiB" (1024), "1GiB".`, name, err)
+			return def
+		}
+	default:
+		a.errorf(name, "%s must be a byte size", `Write bytes as 60000 or with a unit: "60KB", "64KiB".`, name)
+		return def
+	}
+	if n < lo || n > hi {
+		a.errorf(name, "%s must be between %d and %d bytes", "Pick a size inside the range.", name, lo, hi)
+		return def
+	}
+	return n
+}
+
+func (a *attrs) strList(name string) []string {
+	v, ok := a.value(name, cty.List(cty.String), "a list of strings")
+	if !ok {
+		return nil
+	}
+	out := make([]string, 0, v.LengthInt())
+	for _, e := range v.AsValueSlice() {
+		if e.IsNull() {
+			a.errorf(name, "%s must not contain null", "Remove the null element.", name)
+			continue
+		}
+		out = append(out, e.AsString())
+	}
+	return out
+}
+
+func (a *attrs) strMap(name string) map[string]string {
+	v, ok := a.value(name, cty.Map(cty.String), "a map of strings")
+	if !ok {
+		return nil
+	}
+	out := map[string]string{}
+	for k, e := range v.AsValueMap() {
+		if e.IsNull() {
+			a.errorf(name, "%s[%q] must not be null", "Give it a value.", name, k)
+			continue
+		}
+		out[k] = e.AsString()
+	}
+	return out
+}
+
+func (a *attrs) duration(name, def string) time.Duration {
+	s := a.str(name, def)
+	v, err := ParseDuration(s)
+	if err != nil {
+		if a.has(name) {
+			a.errorf(name, "%s: %v", `Use a duration such as "500ms", "30s" or "5m".`, name, err)
+		}
+		v, _ = ParseDuration(def)
+	}
+	return v
+}
+
+func diagAt(rng hcl.Range, summary, hint string) *hcl.Diagnostic {
+	r := rng
+	return &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: hint, Subject: &r}
+}
+
+func decodeRoot(body hcl.Body, cfg *Config) hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	_, blocks := newAttrs(body, rootSchema, &diags)
+
+	once := map[string]*hcl.Block{}
+	for _, b := range blocks {
+		switch b.Type {
+		case "controller", "security", "daemon", "limits":
+			if prev, dup := once[b.Type]; dup {
+				diags = append(diags, diagAt(b.DefRange, fmt.Sprintf("Duplicate %s block", b.Type),
+					fmt.Sprintf("Only one %s block is allowed; the first is at %s.", b.Type, prev.DefRange)))
+				continue
+			}
+			once[b.Type] = b
+		}
+		switch b.Type {
+		case "controller":
+			cfg.Controller = decodeController(b, &diags)
+		case "security":
+			cfg.Security = decodeSecurity(b, &diags)
+		case "daemon":
+			cfg.Daemon = decodeDaemon(b.Body, &diags)
+		case "limits":
+			cfg.Limits = decodeLimits(b, &diags)
+		case "site":
+			cfg.Sites = append(cfg.Sites, decodeSite(b, &diags))
+		case "whitelist":
+			cfg.Whitelists = append(cfg.Whitelists, decodeWhitelist(b, &diags))
+		case "tuning":
+			cfg.Tunings = append(cfg.Tunings, decodeTuning(b, &diags))
+		case "node":
+			cfg.Nodes = append(cfg.Nodes, decodeNode(b, &diags))
+		}
+	}
+	if once["daemon"] == nil {
+		cfg.Daemon = decodeDaemon(hcl.EmptyBody(), &diags)
+	}
+	if once["limits"] == nil {
+		cfg.Limits = decodeLimits(&hcl.Block{Body: hcl.EmptyBody()}, &diags)
+	}
+	if once["security"] == nil {
+		diags = append(diags, diagAt(fileStart(body), "Missing security block",
+			`Add security { psk_file = "/etc/sosappliance/psk" }: agents authenticate each other with it.`))
+	}
+	return diags
+}
+
+func fileStart(body hcl.Body) hcl.Range {
+	r := body.MissingItemRange()
+	r.Start = hcl.Pos{Line: 1, Column: 1, Byte: 0}
+	r.End = r.Start
+	return r
+}
+
+var controllerSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
+	{Name: "node", Required: true}, {Name: "listen"}, {Name: "keepalive"},
+	{Name: "health_interval"}, {Name: "remove_flows_on_stop"},
+}}
+
+func decodeController(b *hcl.Block, diags *hcl.Diagnostics) *Controller {
+	a, _ := newAttrs(b.Body, controllerSchema, diags)
+	c := &Controller{
+		Node:              a.str("node", ""),
+		Listen:            a.str("listen", DefaultListen),
+		Keepalive:         a.duration("keepalive", DefaultKeepalive),
+		HealthInterval:    a.duration("health_interval", DefaultHealthInterval),
+		RemoveFlowsOnStop: a.boolean("remove_flows_on_stop", false),
+		Range:             b.DefRange,
+	}
+	if a.has("node") && strings.TrimSpace(c.Node) == "" {
+		a.errorf("node", "controller node must not be empty", "Name the node (its hostname) that runs the OpenFlow controller.")
+	}
+	if err := ValidHostPort(c.Listen); err != nil {
+		a.errorf("listen", "controller listen: %v", `Use "IP:PORT", e.g. "0.0.0.0:6653".`, err)
+	}
+	return c
+}
+
+var securitySchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
+	{Name: "psk_file", Required: true}, {Name: "encryption"},
+}}
+
+func decodeSecurity(b *hcl.Block, diags *hcl.Diagnostics) Security {
+	a, _ := newAttrs(b.Body, securitySchema, diags)
+	s := Security{
+		PSKFile:    a.str("psk_file", ""),
+		Encryption: a.str("encryption", EncryptionAESGCM),
+		Range:      b.DefRange,
+	}
+	if a.has("psk_file") && !strings.HasPrefix(s.PSKFile, "/") {
+		a.errorf("psk_file", "psk_file must be an absolute path", `Write the full path, e.g. "/etc/sosappliance/psk".`)
+	}
+	if s.Encryption != EncryptionAESGCM && s.Encryption != EncryptionNone {
+		a.errorf("encryption", "encryption must be %q or %q", `"none" turns off stripe sealing; use it only on trusted links, explicitly.`, EncryptionAESGCM, EncryptionNone)
+	}
+	return s
+}
+
+var daemonSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
+	{Name: "state_path"}, {Name: "control_socket"}, {Name: "metrics_listen"},
+	{Name: "drift_interval"}, {Name: "shutdown_timeout"}, {Name: "log_format"},
+}}
+
+func decodeDaemon(body hcl.Body, diags *hcl.Diagnostics) Daemon {
+	a, _ := newAttrs(body, daemonSchema, diags)
+	d := Daemon{
+		StatePath:       a.str("state_path", DefaultStatePath),
+		ControlSocket:   a.str("control_socket", DefaultControlSocket),
+		MetricsListen:   a.str("metrics_listen", DefaultMetricsListen),
+		DriftInterval:   a.duration("drift_interval", DefaultDriftInterval),
+		ShutdownTimeout: a.duration("shutdown_timeout", DefaultShutdownTimeout),
+		LogFormat:       a.str("log_format", "text"),
+	}
+	for _, name := range []string{"state_path", "control_socket"} {
+		if v := a.str(name, "/"); !strings.HasPrefix(v, "/") {
+			a.errorf(name, "%s must be an absolute path", "Write the full path.", name)
+		}
+	}
+	if d.MetricsListen != "" {
+		if err := ValidHostPort(d.MetricsListen); err != nil {
+			a.errorf("metrics_listen", "metrics_listen: %v", `Use "127.0.0.1:9465", or "" to turn metrics off.`, err)
+		}
+	}
+	if d.LogFormat != "text" && d.LogFormat != "json" {
+		a.errorf("log_format", `log_format must be "text" or "json"`, "Text reads best in a terminal, JSON in a log pipeline.")
+	}
+	return d
+}
+
+var limitsSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
+	{Name: "max_sessions"}, {Name: "max_streams"}, {Name: "session_memory"},
+	{Name: "preauth_connections"}, {Name: "preauth_timeout"},
+	{Name: "stall_timeout"}, {Name: "idle_timeout"},
+}}
+
+func decodeLimits(b *hcl.Block, diags *hcl.Diagnostics) Limits {
+	a, _ := newAttrs(b.Body, limitsSchema, diags)
+	return Limits{
+		MaxSessions:        int(a.integer("max_sessions", DefaultMaxSessions, 1, 1<<20)),
+		MaxStreams:         int(a.integer("max_streams", DefaultMaxStreams, 1, 1<<16)),
+		SessionMemory:      a.byteSize("session_memory", DefaultSessionMemory, 64<<10, 1<<40),
+		PreauthConnections: int(a.integer("preauth_connections", DefaultPreauthConns, 1, 1<<20)),
+		PreauthTimeout:     a.duration("preauth_timeout", DefaultPreauthTimeout),
+		StallTimeout:       a.duration("stall_timeout", DefaultStallTimeout),
+		IdleTimeout:        a.duration("idle_timeout", DefaultIdleTimeout),
+		Range:              b.DefRange,
+		SessionMemoryRange: a.rng("session_memory"),
+		MaxStreamsRange:    a.rng("max_streams"),
+	}
+}
+
+var siteSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: "prefixes", Required: true}},
+	Blocks: []hcl.BlockHeaderSchema{
+		{Type: "switch", LabelNames: []string{"name"}},
+		{Type: "agent", LabelNames: []string{"name"}},
+	},
+}
+
+func decodeSite(b *hcl.Block, diags *hcl.Diagnostics) *Site {
+	a, blocks := newAttrs(b.Body, siteSchema, diags)
+	s := &Site{Name: b.Labels[0], Range: b.DefRange, PrefixesRange: a.rng("prefixes")}
+	for _, p := range a.strList("prefixes") {
+		pfx, err := ParsePrefix(p)
+		if err != nil {
+			a.errorf("prefixes", "site %q prefixes: %v", "List the site's IPv4 networks in CIDR form, e.g. \"10.10.1.0/24\".", s.Name, err)
+			continue
+		}
+		s.Prefixes = append(s.Prefixes, pfx)
+	}
+	if a.has("prefixes") && len(s.Prefixes) == 0 && !diags.HasErrors() {
+		a.errorf("prefixes", "site %q has no prefixes", "List at least one network of the site.", s.Name)
+	}
+	for _, blk := range blocks {
+		switch blk.Type {
+		case "switch":
+			sw := decodeSwitch(blk, diags)
+			sw.Site = s.Name
+			s.Switches = append(s.Switches, sw)
+		case "agent":
+			ag := decodeAgent(blk, diags)
+			ag.Site = s.Name
+			s.Agents = append(s.Agents, ag)
+		}
+	}
+	return s
+}
+
+var switchSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
+	{Name: "datapath_id", Required: true}, {Name: "forwarding"}, {Name: "connect"},
+}}
+
+func decodeSwitch(b *hcl.Block, diags *hcl.Diagnostics) *Switch {
+	a, _ := newAttrs(b.Body, switchSchema, diags)
+	sw := &Switch{Name: b.Labels[0], Forwarding: a.str("forwarding", "normal"), Connect: a.str("connect", ""), Range: b.DefRange}
+	if a.has("datapath_id") {
+		v := a.str("datapath_id", "")
+		dpid, err := ParseDatapathID(v)
+		if err != nil {
+			a.errorf("datapath_id", "switch %q: %v", `Write the 64-bit datapath id as "00:00:00:00:00:00:00:01" (ovs-ofctl show prints it).`, sw.Name, err)
+		}
+		sw.DatapathID = dpid
+	}
+	if sw.Forwarding != "normal" {
+		a.errorf("forwarding", `switch %q: forwarding must be "normal"`, "sosappliance runs switches in hybrid mode: everything it does not steer goes to OFPP_NORMAL.", sw.Name)
+	}
+	if sw.Connect != "" {
+		addr, ok := strings.CutPrefix(sw.Connect, "tcp:")
+		if !ok || ValidHostPort(addr) != nil {
+			a.errorf("connect", "switch %q: connect must be \"tcp:IP:PORT\"", `Point at a switch listening with ptcp:, e.g. "tcp:192.0.2.10:6653".`, sw.Name)
+		}
+	}
+	return sw
+}
+
+var agentSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
+	{Name: "node", Required: true}, {Name: "switch", Required: true},
+	{Name: "switch_port", Required: true}, {Name: "mac", Required: true},
+	{Name: "address", Required: true}, {Name: "interface", Required: true},
+	{Name: "data_port"}, {Name: "relay_port"}, {Name: "health_listen"}, {Name: "tuning"},
+}}
+
+func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
+	a, _ := newAttrs(b.Body, agentSchema, diags)
+	ag := &Agent{
+		Name:            b.Labels[0],
+		Node:            a.str("node", ""),
+		Switch:          a.str("switch", ""),
+		SwitchPort:      uint32(a.integer("switch_port", 0, 1, 0xffffff00-1)),
+		Interface:       a.str("interface", ""),
+		DataPort:        uint16(a.integer("data_port", DefaultDataPort, 1, 65535)),
+		RelayPort:       uint16(a.integer("relay_port", DefaultRelayPort, 1, 65535)),
+		Tuning:          a.strList("tuning"),
+		Range:           b.DefRange,
+		SwitchRange:     a.rng("switch"),
+		SwitchPortRange: a.rng("switch_port"),
+		TuningRange:     a.rng("tuning"),
+	}
+	if a.has("mac") {
+		mac, err := ParseMAC(a.str("mac", ""))
+		if err != nil {
+			a.errorf("mac", "agent %q mac: %v", `Write the agent interface's MAC as "02:00:00:00:01:02" (ip link show prints it).`, ag.Name, err)
+		}
+		ag.MAC = mac
+	}
+	if a.has("address") {
+		addr, err := ParseAddr(a.str("address", ""))
+		if err != nil {
+			a.errorf("address", "agent %q address: %v", `Write the agent's IPv4 address, e.g. "10.10.1.2".`, ag.Name, err)
+		}
+		ag.Address = addr
+	}
+	if a.has("interface") && !validInterfaceName(ag.Interface) {
+		a.errorf("interface", "agent %q: %q is not a network interface name", "Interface names are 1-15 characters without spaces, '/' or ':'.", ag.Name, ag.Interface)
+	}
+	if a.has("node") && strings.TrimSpace(ag.Node) == "" {
+		a.errorf("node", "agent %q: node must not be empty", "Name the node (hostname) that runs this agent.", ag.Name)
+	}
+	if ag.DataPort == ag.RelayPort {
+		a.errorf("data_port", "agent %q: data_port and relay_port are both %d", "The stripe listener and the transparent listener need different ports.", ag.Name, ag.DataPort)
+	}
+	ag.HealthListen = a.str("health_listen", "")
+	if ag.HealthListen == "" && ag.Address.IsValid() {
+		ag.HealthListen = fmt.Sprintf("%s:%d", ag.Address, DefaultHealthPort)
+	} else if ag.HealthListen != "" {
+		if err := ValidHostPort(ag.HealthListen); err != nil {
+			a.errorf("health_listen", "agent %q health_listen: %v", `Use "IP:PORT"; the controller probes GET /healthz there.`, ag.Name, err)
+		}
+	}
+	return ag
+}
+
+var whitelistSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
+	{Name: "clients", Required: true}, {Name: "server", Required: true},
+	{Name: "server_port", Required: true}, {Name: "streams"}, {Name: "chunk_size"},
+	{Name: "queue_length"}, {Name: "client_agent"}, {Name: "server_agent"},
+}}
+
+func decodeWhitelist(b *hcl.Block, diags *hcl.Diagnostics) *Whitelist {
+	a, _ := newAttrs(b.Body, whitelistSchema, diags)
+	w := &Whitelist{
+		Name:         b.Labels[0],
+		ServerPort:   uint16(a.integer("server_port", 0, 1, 65535)),
+		Streams:      int(a.integer("streams", DefaultStreams, 1, 1<<16)),
+		ChunkSize:    int(a.byteSize("chunk_size", DefaultChunkSize, 512, MaxChunkSize)),
+		QueueLength:  int(a.integer("queue_length", DefaultQueueLength, 1, 1024)),
+		ClientAgent:  a.str("client_agent", ""),
+		ServerAgent:  a.str("server_agent", ""),
+		Range:        b.DefRange,
+		ClientsRange: a.rng("clients"),
+		ServerRange:  a.rng("server"),
+		StreamsRange: a.rng("streams"),
+	}
+	for _, c := range a.strList("clients") {
+		p, err := ParsePrefix(c)
+		if err != nil {
+			a.errorf("clients", "whitelist %q clients: %v", `List client networks in CIDR form, e.g. "10.10.1.0/24".`, w.Name, err)
+			continue
+		}
+		w.Clients = append(w.Clients, p)
+	}
+	if a.has("server") {
+		addr, err := ParseAddr(a.str("server", ""))
+		if err != nil {
+			a.errorf("server", "whitelist %q server: %v", `Write the server's IPv4 address, e.g. "10.10.2.1".`, w.Name, err)
+		}
+		w.Server = addr
+	}
+	return w
+}
+
+var tuningSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "sysctl"}, {Name: "relay_cpus"}, {Name: "congestion_control"}, {Name: "socket_buffer"},
+	},
+	Blocks: []hcl.BlockHeaderSchema{{Type: "interface", LabelNames: []string{"name"}}},
+}
+
+func decodeTuning(b *hcl.Block, diags *hcl.Diagnostics) *Tuning {
+	a, blocks := newAttrs(b.Body, tuningSchema, diags)
+	t := &Tuning{
+		Name:              b.Labels[0],
+		Sysctl:            map[string]string{},
+		SysctlRanges:      map[string]hcl.Range{},
+		CongestionControl: a.str("congestion_control", ""),
+		SocketBuffer:      a.byteSize("socket_buffer", 0, 4096, 1<<31-1),
+		Range:             b.DefRange,
+	}
+	if a.has("sysctl") {
+		decodeSysctl(a.m["sysctl"], t, diags)
+	}
+	if a.has("relay_cpus") {
+		cpus, err := ParseCPUList(a.str("relay_cpus", ""))
+		if err != nil {
+			a.errorf("relay_cpus", "tuning %q relay_cpus: %v", `Write CPUs as a list such as "13" or "0-3,8".`, t.Name, err)
+		}
+		t.RelayCPUs = cpus
+	}
+	if t.CongestionControl != "" && !validCongestionName(t.CongestionControl) {
+		a.errorf("congestion_control", "tuning %q: %q is not a congestion control name", `Use a kernel name such as "htcp", "cubic" or "bbr".`, t.Name, t.CongestionControl)
+	}
+	seen := map[string]hcl.Range{}
+	for _, blk := range blocks {
+		it := decodeInterfaceTuning(blk, diags)
+		if prev, dup := seen[it.Name]; dup {
+			*diags = append(*diags, diagAt(blk.DefRange, fmt.Sprintf("Duplicate interface %q in tuning %q", it.Name, t.Name),
+				fmt.Sprintf("Merge it with the block at %s.", prev)))
+			continue
+		}
+		seen[it.Name] = blk.DefRange
+		t.Interfaces = append(t.Interfaces, it)
+	}
+	return t
+}
+
+func validCongestionName(s string) bool {
+	if s == "" || len(s) > 15 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeSysctl walks the map expression item by item so that each bad key
+// or value is reported on its own line.
+func decodeSysctl(at *hcl.Attribute, t *Tuning, diags *hcl.Diagnostics) {
+	pairs, d := hcl.ExprMap(at.Expr)
+	if d.HasErrors() {
+		*diags = append(*diags, diagAt(at.Expr.Range(), "sysctl must be a map",
+			`Write sysctl = { "net.core.rmem_max" = "134217728" }.`))
+		return
+	}
+	for _, kv := range pairs {
+		kval, kd := kv.Key.Value(nil)
+		if kd.HasErrors() {
+			// A bare identifier key such as net.core.rmem_max (unquoted dots)
+			// fails to evaluate; say what to write instead.
+			*diags = append(*diags, diagAt(kv.Key.Range(), "sysctl keys must be quoted strings",
+				`Quote the key: "net.core.rmem_max" = "134217728".`))
+			continue
+		}
+		if kval.Type() != cty.String || kval.IsNull() {
+			*diags = append(*diags, diagAt(kv.Key.Range(), "sysctl keys must be quoted strings", `Quote the key.`))
+			continue
+		}
+		key := kval.AsString()
+		if !validSysctlName(key) {
+			*diags = append(*diags, diagAt(kv.Key.Range(), fmt.Sprintf("%q is not a sysctl name", key),
+				"Use the dotted name from `sysctl -a`, e.g. \"net.ipv4.tcp_rmem\"."))
+			continue
+		}
+		if _, dup := t.Sysctl[key]; dup {
+			*diags = append(*diags, diagAt(kv.Key.Range(), fmt.Sprintf("Duplicate sysctl %q in tuning %q", key, t.Name),
+				"Keep one value per key."))
+			continue
+		}
+		vval, vd := kv.Value.Value(nil)
+		if vd.HasErrors() {
+			*diags = append(*diags, vd...)
+			continue
+		}
+		sv, err := convert.Convert(vval, cty.String)
+		if err != nil || sv.IsNull() || !sv.IsKnown() {
+			*diags = append(*diags, diagAt(kv.Value.Range(), fmt.Sprintf("sysctl %q must be a string or number", key),
+				`Write the value as sysctl prints it, e.g. "4096 87380 67108864".`))
+			continue
+		}
+		t.Sysctl[key] = strings.Join(strings.Fields(sv.AsString()), " ")
+		t.SysctlRanges[key] = kv.Key.Range()
+	}
+}
+
+var interfaceSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
+	{Name: "mtu"}, {Name: "txqueuelen"}, {Name: "irq_cpus"},
+}}
+
+func decodeInterfaceTuning(b *hcl.Block, diags *hcl.Diagnostics) *InterfaceTuning {
+	a, _ := newAttrs(b.Body, interfaceSchema, diags)
+	it := &InterfaceTuning{
+		Name:       b.Labels[0],
+		MTU:        int(a.integer("mtu", 0, 68, 65535)),
+		TxQueueLen: int(a.integer("txqueuelen", -1, 0, 1<<20)),
+		Range:      b.DefRange,
+	}
+	if !validInterfaceName(it.Name) {
+		*diags = append(*diags, diagAt(b.LabelRanges[0], fmt.Sprintf("%q is not a network interface name", it.Name),
+			"Interface names are 1-15 characters without spaces, '/' or ':'."))
+	}
+	if a.has("irq_cpus") {
+		cpus, err := ParseCPUList(a.str("irq_cpus", ""))
+		if err != nil {
+			a.errorf("irq_cpus", "interface %q irq_cpus: %v", `Write CPUs as a list such as "0-12" or "0-3,8".`, it.Name, err)
+		}
+		it.IRQCPUs = cpus
+	}
+	return it
+}
+
+var nodeSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "tuning", Required: true}}}
+
+func decodeNode(b *hcl.Block, diags *hcl.Diagnostics) *Node {
+	a, _ := newAttrs(b.Body, nodeSchema, diags)
+	return &Node{Name: b.Labels[0], Tuning: a.strList("tuning"), Range: b.DefRange}
+}
+
+// sortedKeys returns map keys in order, so diagnostics come out stable.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,128 @@
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"sort"
+	"unicode/utf8"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+)
+
+// MaxFileSize bounds what LoadFile reads: a real sos.hcl is a few kilobytes,
+// so anything near this is a mistake (a log or an image given by accident).
+const MaxFileSize = 4 << 20
+
+// Source is a config file as read from disk, kept so diagnostics can quote it
+// and the daemon can compare content hashes.
+type Source struct {
+	Filename string
+	Bytes    []byte
+}
+
+// Hash is the hex SHA-256 of the file content.
+func (s Source) Hash() string {
+	sum := sha256.Sum256(s.Bytes)
+	return hex.EncodeToString(sum[:])
+}
+
+// ReadFile reads a config file with the checks an operator would want before
+// any parsing: it exists, is a regular file, is readable, and is not huge.
+func ReadFile(path string) (Source, hcl.Diagnostics) {
+	fail := func(summary, detail string) (Source, hcl.Diagnostics) {
+		return Source{Filename: path}, hcl.Diagnostics{{
+			Severity: hcl.DiagError, Summary: summary, Detail: detail,
+			Subject: &hcl.Range{Filename: path, Start: hcl.InitialPos, End: hcl.InitialPos},
+		}}
+	}
+	f, err := os.Open(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fail("Config file not found", fmt.Sprintf("There is no file at %s; pass the right one with -c.", path))
+	case errors.Is(err, fs.ErrPermission):
+		return fail("Config file is not readable", fmt.Sprintf("Permission denied reading %s; run as root or fix its mode.", path))
+	case err != nil:
+		return fail("Cannot open config file", err.Error())
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fail("Cannot open config file", err.Error())
+	}
+	if st.IsDir() {
+		return fail("Config path is a directory", fmt.Sprintf("%s is a directory; pass the sos.hcl file inside it.", path))
+	}
+	if !st.Mode().IsRegular() && st.Mode()&fs.ModeNamedPipe == 0 {
+		return fail("Config path is not a regular file", fmt.Sprintf("%s is a %s.", path, st.Mode().Type()))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return fail("Config file is not readable", err.Error())
+		}
+		return fail("Cannot read config file", err.Error())
+	}
+	if len(data) > MaxFileSize {
+		return fail("Config file is too large",
+			fmt.Sprintf("%s is larger than %d MiB; a sos.hcl is a few kilobytes, so this is probably the wrong file.", path, MaxFileSize>>20))
+	}
+	return Source{Filename: path, Bytes: data}, nil
+}
+
+// LoadFile reads, decodes and validates a config file.
+func LoadFile(path string) (*Config, Source, hcl.Diagnostics) {
+	src, diags := ReadFile(path)
+	if diags.HasErrors() {
+		return nil, src, diags
+	}
+	cfg, diags := Parse(src)
+	return cfg, src, diags
+}
+
+// Parse decodes and validates config source. It returns a Config only when
+// there are no errors.
+func Parse(src Source) (*Config, hcl.Diagnostics) {
+	start := &hcl.Range{Filename: src.Filename, Start: hcl.InitialPos, End: hcl.InitialPos}
+	if len(bytes.TrimSpace(src.Bytes)) == 0 {
+		return nil, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Config file is empty",
+			Detail: "Start from sos.hcl.example: it needs a security block and at least one site.", Subject: start}}
+	}
+	if bytes.IndexByte(src.Bytes, 0) >= 0 || !utf8.Valid(src.Bytes) {
+		return nil, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Config file is not text",
+			Detail: "It holds NUL bytes or invalid UTF-8; this is not an HCL file.", Subject: start}}
+	}
+	file, diags := hclsyntax.ParseConfig(src.Bytes, src.Filename, hcl.InitialPos)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	cfg := &Config{Filename: src.Filename}
+	diags = append(diags, decodeRoot(file.Body, cfg)...)
+	diags = append(diags, validate(cfg, file.Body)...)
+	sortDiagnostics(diags)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	return cfg, diags
+}
+
+// sortDiagnostics orders diagnostics by position so the report reads top to
+// bottom like the file.
+func sortDiagnostics(diags hcl.Diagnostics) {
+	sort.SliceStable(diags, func(i, j int) bool {
+		a, b := diags[i].Subject, diags[j].Subject
+		if a == nil || b == nil {
+			return a != nil && b == nil
+		}
+		if a.Start.Line != b.Start.Line {
+			return a.Start.Line < b.Start.Line
+		}
+		return a.Start.Column < b.Start.Column
+	})
+}

@@ -1,0 +1,234 @@
+// Package config decodes and validates sos.hcl, the one file that describes a
+// whole sosappliance deployment. Every mistake it finds is an HCL diagnostic
+// that points at the file, line and column to fix; all of them are reported
+// in one pass.
+package config
+
+import (
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// Config is a decoded and validated sos.hcl. Slices keep the order of the
+// file; names are unique within their kind.
+type Config struct {
+	Filename   string
+	Controller *Controller
+	Security   Security
+	Daemon     Daemon
+	Limits     Limits
+	Sites      []*Site
+	Whitelists []*Whitelist
+	Tunings    []*Tuning
+	Nodes      []*Node
+}
+
+// Controller says which node runs the OpenFlow controller and how switches
+// reach it.
+type Controller struct {
+	Node              string
+	Listen            string
+	Keepalive         time.Duration
+	HealthInterval    time.Duration
+	RemoveFlowsOnStop bool
+	Range             hcl.Range
+}
+
+// Security holds the pre-shared key location and the stripe encryption.
+type Security struct {
+	PSKFile    string
+	Encryption string // EncryptionAESGCM or EncryptionNone
+	Range      hcl.Range
+}
+
+// Stripe encryption modes.
+const (
+	EncryptionAESGCM = "aes-256-gcm"
+	EncryptionNone   = "none"
+)
+
+// Daemon holds the settings of `sosappliance run` itself.
+type Daemon struct {
+	StatePath       string
+	ControlSocket   string
+	MetricsListen   string
+	DriftInterval   time.Duration
+	ShutdownTimeout time.Duration
+	LogFormat       string // "text" or "json"
+}
+
+// Limits bound what one agent will accept.
+type Limits struct {
+	MaxSessions        int
+	MaxStreams         int // per session
+	SessionMemory      int64
+	PreauthConnections int
+	PreauthTimeout     time.Duration
+	StallTimeout       time.Duration
+	IdleTimeout        time.Duration
+	Range              hcl.Range
+	SessionMemoryRange hcl.Range
+	MaxStreamsRange    hcl.Range
+}
+
+// Site is one location with its address space, switches and agents.
+type Site struct {
+	Name          string
+	Prefixes      []netip.Prefix
+	Switches      []*Switch
+	Agents        []*Agent
+	Range         hcl.Range
+	PrefixesRange hcl.Range
+}
+
+// Switch is an OpenFlow switch at a site.
+type Switch struct {
+	Name       string
+	Site       string
+	DatapathID uint64
+	Forwarding string
+	// Connect is empty when the switch dials the controller, or "tcp:IP:PORT"
+	// when the controller dials a switch that listens with ptcp:.
+	Connect string
+	Range   hcl.Range
+}
+
+// Agent is a relay host attached to a switch port.
+type Agent struct {
+	Name         string
+	Site         string
+	Node         string
+	Switch       string
+	SwitchPort   uint32
+	MAC          net.HardwareAddr
+	Address      netip.Addr
+	Interface    string
+	DataPort     uint16
+	RelayPort    uint16 // the transparent (TPROXY) listener
+	HealthListen string
+	Tuning       []string
+
+	Range           hcl.Range
+	SwitchRange     hcl.Range
+	SwitchPortRange hcl.Range
+	TuningRange     hcl.Range
+}
+
+// DataAddr is where the agent's peers open stripe streams.
+func (a *Agent) DataAddr() netip.AddrPort { return netip.AddrPortFrom(a.Address, a.DataPort) }
+
+// Whitelist is one class of TCP connections to accelerate.
+type Whitelist struct {
+	Name        string
+	Clients     []netip.Prefix
+	Server      netip.Addr
+	ServerPort  uint16
+	Streams     int
+	ChunkSize   int
+	QueueLength int
+	// ClientAgent and ServerAgent are the agents that carry the session; when
+	// the file leaves them out they resolve to the only agent of the site.
+	ClientAgent string
+	ServerAgent string
+	ClientSite  string
+	ServerSite  string
+
+	Range        hcl.Range
+	ClientsRange hcl.Range
+	ServerRange  hcl.Range
+	StreamsRange hcl.Range
+}
+
+// SessionMemory is the most reorder memory one session of this whitelist can
+// hold per direction: the window of queue_length chunks on every stream.
+func (w *Whitelist) SessionMemory() int64 {
+	return int64(w.Streams) * int64(w.ChunkSize) * int64(w.QueueLength)
+}
+
+// Tuning is a named host tuning profile.
+type Tuning struct {
+	Name              string
+	Sysctl            map[string]string
+	Interfaces        []*InterfaceTuning
+	RelayCPUs         []int
+	CongestionControl string // per stream socket; empty keeps the host default
+	SocketBuffer      int64  // per stream socket; 0 sizes it from the whitelist
+	Range             hcl.Range
+	SysctlRanges      map[string]hcl.Range
+}
+
+// InterfaceTuning holds NIC settings of one interface.
+type InterfaceTuning struct {
+	Name       string
+	MTU        int // 0: leave alone
+	TxQueueLen int // -1: leave alone
+	IRQCPUs    []int
+	Range      hcl.Range
+}
+
+// Node declares extra tuning for a node that runs no agent, such as the
+// controller host.
+type Node struct {
+	Name   string
+	Tuning []string
+	Range  hcl.Range
+}
+
+// Site returns the site of that name, or nil.
+func (c *Config) Site(name string) *Site {
+	for _, s := range c.Sites {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// Agent returns the agent of that name, or nil.
+func (c *Config) Agent(name string) *Agent {
+	for _, s := range c.Sites {
+		for _, a := range s.Agents {
+			if a.Name == name {
+				return a
+			}
+		}
+	}
+	return nil
+}
+
+// Switch returns the switch of that name, or nil.
+func (c *Config) Switch(name string) *Switch {
+	for _, s := range c.Sites {
+		for _, sw := range s.Switches {
+			if sw.Name == name {
+				return sw
+			}
+		}
+	}
+	return nil
+}
+
+// Tuning returns the tuning profile of that name, or nil.
+func (c *Config) Tuning(name string) *Tuning {
+	for _, t := range c.Tunings {
+		if t.Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// SiteOf returns the site whose prefixes contain addr, or nil.
+func (c *Config) SiteOf(addr netip.Addr) *Site {
+	for _, s := range c.Sites {
+		for _, p := range s.Prefixes {
+			if p.Contains(addr) {
+				return s
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,312 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// validate runs the checks that need the whole file: names, references and
+// the relations between sites, agents and whitelists.
+func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	add := func(rng hcl.Range, hint, format string, args ...any) {
+		diags = append(diags, diagAt(rng, fmt.Sprintf(format, args...), hint))
+	}
+
+	names := func(kind string, items []named) {
+		seen := map[string]hcl.Range{}
+		for _, it := range items {
+			if prev, dup := seen[it.name]; dup {
+				add(it.rng, fmt.Sprintf("Rename one; the first %s %q is at %s.", kind, it.name, prev), "Duplicate %s name %q", kind, it.name)
+				continue
+			}
+			seen[it.name] = it.rng
+		}
+	}
+	var sites, switches, agents, whitelists, tunings, nodes []named
+	for _, s := range cfg.Sites {
+		sites = append(sites, named{s.Name, s.Range})
+		for _, sw := range s.Switches {
+			switches = append(switches, named{sw.Name, sw.Range})
+		}
+		for _, a := range s.Agents {
+			agents = append(agents, named{a.Name, a.Range})
+		}
+	}
+	for _, w := range cfg.Whitelists {
+		whitelists = append(whitelists, named{w.Name, w.Range})
+	}
+	for _, t := range cfg.Tunings {
+		tunings = append(tunings, named{t.Name, t.Range})
+	}
+	for _, n := range cfg.Nodes {
+		nodes = append(nodes, named{n.Name, n.Range})
+	}
+	names("site", sites)
+	names("switch", switches)
+	names("agent", agents)
+	names("whitelist", whitelists)
+	names("tuning", tunings)
+	names("node", nodes)
+
+	if len(cfg.Sites) == 0 {
+		add(fileStart(body), "Declare each location with site \"name\" { prefixes = [...] }.", "No site declared")
+	}
+
+	// Site prefixes must not overlap, or an address would belong to two sites.
+	for i, s := range cfg.Sites {
+		for _, t := range cfg.Sites[:i] {
+			for _, p := range s.Prefixes {
+				for _, q := range t.Prefixes {
+					if p.Overlaps(q) {
+						add(s.PrefixesRange, "Each address must belong to exactly one site.",
+							"Site %q prefix %s overlaps site %q prefix %s", s.Name, p, t.Name, q)
+					}
+				}
+			}
+		}
+	}
+
+	// Switches: unique datapath ids.
+	dpids := map[uint64]*Switch{}
+	anySwitch := false
+	for _, s := range cfg.Sites {
+		for _, sw := range s.Switches {
+			anySwitch = true
+			if prev, dup := dpids[sw.DatapathID]; dup && sw.DatapathID != 0 {
+				add(sw.Range, fmt.Sprintf("Each switch has its own datapath id; %q uses it too.", prev.Name),
+					"Switch %q repeats datapath id %s", sw.Name, FormatDatapathID(sw.DatapathID))
+				continue
+			}
+			dpids[sw.DatapathID] = sw
+		}
+	}
+	if anySwitch && cfg.Controller == nil {
+		add(fileStart(body), `Add controller { node = "<hostname>" } to say which node runs the OpenFlow controller.`,
+			"Switches are declared but there is no controller block")
+	}
+
+	// Agents: switch reference, one agent per switch port, tuning references.
+	type portKey struct {
+		sw   string
+		port uint32
+	}
+	ports := map[portKey]*Agent{}
+	for _, s := range cfg.Sites {
+		for _, a := range s.Agents {
+			sw := cfg.Switch(a.Switch)
+			switch {
+			case a.Switch == "":
+			case sw == nil:
+				add(a.SwitchRange, fmt.Sprintf("Declare switch %q in site %q, or fix the name.%s", a.Switch, s.Name, didYouMean(a.Switch, switchNames(s))),
+					"Agent %q refers to unknown switch %q", a.Name, a.Switch)
+			case sw.Site != s.Name:
+				add(a.SwitchRange, fmt.Sprintf("An agent attaches to a switch of its own site; %q is in site %q.", a.Switch, sw.Site),
+					"Agent %q in site %q uses switch %q of another site", a.Name, s.Name, a.Switch)
+			}
+			if a.SwitchPort != 0 {
+				k := portKey{a.Switch, a.SwitchPort}
+				if prev, dup := ports[k]; dup {
+					add(a.SwitchPortRange, fmt.Sprintf("Agent %q already uses port %d of %q; each agent needs its own port.", prev.Name, a.SwitchPort, a.Switch),
+						"Two agents on switch %q port %d", a.Switch, a.SwitchPort)
+				} else {
+					ports[k] = a
+				}
+			}
+			diags = append(diags, checkTuningRefs(cfg, a.Tuning, a.TuningRange, fmt.Sprintf("agent %q", a.Name))...)
+		}
+	}
+	for _, n := range cfg.Nodes {
+		diags = append(diags, checkTuningRefs(cfg, n.Tuning, n.Range, fmt.Sprintf("node %q", n.Name))...)
+	}
+
+	// Whitelists: sites, agents, overlaps and memory.
+	for i, w := range cfg.Whitelists {
+		diags = append(diags, resolveWhitelist(cfg, w)...)
+		for _, v := range cfg.Whitelists[:i] {
+			if v.Server != w.Server || v.ServerPort != w.ServerPort || !w.Server.IsValid() {
+				continue
+			}
+			for _, p := range w.Clients {
+				for _, q := range v.Clients {
+					if p.Overlaps(q) {
+						add(w.ClientsRange, fmt.Sprintf("A connection must match one whitelist only; narrow the clients or merge with %q.", v.Name),
+							"Whitelist %q overlaps whitelist %q: clients %s and %s to %s:%d", w.Name, v.Name, p, q, w.Server, w.ServerPort)
+					}
+				}
+			}
+		}
+		if w.Streams > cfg.Limits.MaxStreams {
+			add(w.StreamsRange, fmt.Sprintf("Lower streams or raise limits.max_streams (now %d).", cfg.Limits.MaxStreams),
+				"Whitelist %q asks for %d streams, more than max_streams %d", w.Name, w.Streams, cfg.Limits.MaxStreams)
+		}
+		if mem := w.SessionMemory(); mem > cfg.Limits.SessionMemory {
+			rng := w.StreamsRange
+			if rng.Filename == "" {
+				rng = w.Range
+			}
+			add(rng, fmt.Sprintf("streams x chunk_size x queue_length = %d bytes; lower one of them or raise limits.session_memory (now %d).", mem, cfg.Limits.SessionMemory),
+				"Whitelist %q needs more memory per session than the cap allows", w.Name)
+		}
+	}
+	return diags
+}
+
+type named struct {
+	name string
+	rng  hcl.Range
+}
+
+func checkTuningRefs(cfg *Config, refs []string, rng hcl.Range, owner string) hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	var known []string
+	for _, t := range cfg.Tunings {
+		known = append(known, t.Name)
+	}
+	for _, ref := range refs {
+		if cfg.Tuning(ref) == nil {
+			diags = append(diags, diagAt(rng, fmt.Sprintf("%s refers to unknown tuning %q", capitalize(owner), ref),
+				fmt.Sprintf("Declare tuning %q { ... }, or fix the name.%s", ref, didYouMean(ref, known))))
+		}
+	}
+	return diags
+}
+
+func resolveWhitelist(cfg *Config, w *Whitelist) hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	add := func(rng hcl.Range, hint, format string, args ...any) {
+		diags = append(diags, diagAt(rng, fmt.Sprintf(format, args...), hint))
+	}
+	if len(w.Clients) == 0 && w.ClientsRange.Filename != "" {
+		add(w.ClientsRange, "List at least one client network.", "Whitelist %q has no clients", w.Name)
+	}
+	var clientSite *Site
+	for _, p := range w.Clients {
+		s := siteContaining(cfg, p)
+		if s == nil {
+			add(w.ClientsRange, "Clients must lie inside one site's prefixes so sosappliance knows which agent serves them.",
+				"Whitelist %q clients %s are in no site", w.Name, p)
+			continue
+		}
+		if clientSite != nil && s != clientSite {
+			add(w.ClientsRange, "Split the whitelist: one per client site.",
+				"Whitelist %q has clients in two sites, %q and %q", w.Name, clientSite.Name, s.Name)
+			continue
+		}
+		clientSite = s
+	}
+	var serverSite *Site
+	if w.Server.IsValid() {
+		if serverSite = cfg.SiteOf(w.Server); serverSite == nil {
+			add(w.ServerRange, "The server must lie inside a site's prefixes so sosappliance knows which agent serves it.",
+				"Whitelist %q server %s is in no site", w.Name, w.Server)
+		}
+	}
+	if clientSite != nil && clientSite == serverSite {
+		add(w.ServerRange, "Acceleration is for traffic between sites; this pair never crosses the WAN.",
+			"Whitelist %q has clients and server in the same site %q", w.Name, clientSite.Name)
+		return diags
+	}
+	if clientSite != nil {
+		w.ClientSite = clientSite.Name
+		w.ClientAgent = pickAgent(cfg, w, clientSite, w.ClientAgent, "client_agent", &diags)
+	}
+	if serverSite != nil {
+		w.ServerSite = serverSite.Name
+		w.ServerAgent = pickAgent(cfg, w, serverSite, w.ServerAgent, "server_agent", &diags)
+	}
+	return diags
+}
+
+func siteContaining(cfg *Config, p netip.Prefix) *Site {
+	for _, s := range cfg.Sites {
+		for _, q := range s.Prefixes {
+			if q.Bits() <= p.Bits() && q.Contains(p.Addr()) {
+				return s
+			}
+		}
+	}
+	return nil
+}
+
+func pickAgent(cfg *Config, w *Whitelist, site *Site, chosen, attr string, diags *hcl.Diagnostics) string {
+	if chosen != "" {
+		a := cfg.Agent(chosen)
+		if a == nil || a.Site != site.Name {
+			*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Whitelist %q %s %q is not an agent of site %q", w.Name, attr, chosen, site.Name),
+				fmt.Sprintf("Name one of: %s.", strings.Join(agentNames(site), ", "))))
+			return ""
+		}
+		return chosen
+	}
+	switch len(site.Agents) {
+	case 0:
+		*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Site %q has no agent to carry whitelist %q", site.Name, w.Name),
+			fmt.Sprintf("Declare an agent in site %q.", site.Name)))
+		return ""
+	case 1:
+		return site.Agents[0].Name
+	}
+	*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Site %q has several agents; whitelist %q must choose one", site.Name, w.Name),
+		fmt.Sprintf("Set %s to one of: %s.", attr, strings.Join(agentNames(site), ", "))))
+	return ""
+}
+
+func agentNames(s *Site) []string {
+	var out []string
+	for _, a := range s.Agents {
+		out = append(out, a.Name)
+	}
+	return out
+}
+
+func switchNames(s *Site) []string {
+	var out []string
+	for _, sw := range s.Switches {
+		out = append(out, sw.Name)
+	}
+	return out
+}
+
+func didYouMean(name string, known []string) string {
+	best, bestDist := "", 3
+	for _, k := range known {
+		if d := levenshtein(name, k); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" Did you mean %q?", best)
+}
+
+func levenshtein(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}

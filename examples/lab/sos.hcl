@@ -1,0 +1,83 @@
+# The one-machine lab (examples/lab): two sites joined by an emulated WAN.
+# All hosts share 10.10.0.0/16 at layer 2, as the original SOS trial did over
+# a VLAN-stitched path; each site owns a /24 of it. Node names are the lab's
+# network namespaces.
+
+controller {
+  node      = "lab-ctl"
+  listen    = "127.0.0.1:6653"
+  keepalive = "1s"
+}
+
+security {
+  psk_file   = "/tmp/sosappliance-lab/psk"
+  encryption = "aes-256-gcm"
+}
+
+daemon {
+  state_path     = "/tmp/sosappliance-lab/state.db"
+  control_socket = "/tmp/sosappliance-lab/control.sock"
+  metrics_listen = ""
+  drift_interval = "5s"
+}
+
+site "a" {
+  prefixes = ["10.10.1.0/24"]
+  switch "br-a" {
+    datapath_id = "00:00:00:00:00:00:0a:01"
+  }
+  agent "agent-a" {
+    node        = "lab-agent-a"
+    switch      = "br-a"
+    switch_port = 2
+    mac         = "02:5a:00:00:01:02"
+    address     = "10.10.1.2"
+    interface   = "eth0"
+    tuning      = ["lab-agent"]
+  }
+}
+
+site "b" {
+  prefixes = ["10.10.2.0/24"]
+  switch "br-b" {
+    datapath_id = "00:00:00:00:00:00:0b:01"
+  }
+  agent "agent-b" {
+    node        = "lab-agent-b"
+    switch      = "br-b"
+    switch_port = 2
+    mac         = "02:5a:00:00:02:02"
+    address     = "10.10.2.2"
+    interface   = "eth0"
+    tuning      = ["lab-agent"]
+  }
+}
+
+whitelist "iperf" {
+  clients      = ["10.10.1.0/24"]
+  server       = "10.10.2.10"
+  server_port  = 5201
+  streams      = 64
+  chunk_size   = 60000
+  queue_length = 5
+}
+
+whitelist "http" {
+  clients      = ["10.10.1.0/24"]
+  server       = "10.10.2.10"
+  server_port  = 8080
+  streams      = 16
+  chunk_size   = 60000
+  queue_length = 5
+}
+
+# Agents get WAN-sized buffers; client and server stay untuned.
+tuning "lab-agent" {
+  sysctl = {
+    "net.core.rmem_max"       = "67108864"
+    "net.core.wmem_max"       = "67108864"
+    "net.ipv4.tcp_rmem"       = "4096 87380 33554432"
+    "net.ipv4.tcp_wmem"       = "4096 65536 33554432"
+    "net.ipv4.tcp_mtu_probing" = "1"
+  }
+}
