@@ -1,0 +1,410 @@
+// Package store keeps the appliance's own state in a bbolt database: the
+// state serial, every item the appliance owns with its desired value and the
+// value it had before the appliance first touched it, and the history of
+// applies. It is the only package that uses bbolt.
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// DefaultPath is where the state database lives on a node.
+const DefaultPath = "/var/lib/sosappliance/state.db"
+
+// DefaultLockTimeout bounds how long Open waits for another process that has
+// the database open. It stays well under two seconds so that a second
+// sosappliance invocation fails fast with a clear message instead of hanging.
+const DefaultLockTimeout = time.Second
+
+// Results of a history entry.
+const (
+	// ResultIncomplete is written when an apply starts. An entry still
+	// saying so after its process is gone records an apply that was killed
+	// or crashed; the items bucket then says exactly which items it applied.
+	ResultIncomplete = "incomplete"
+	ResultOK         = "ok"
+	ResultFailed     = "failed"
+)
+
+// Options tune Open.
+type Options struct {
+	// LockTimeout is how long to wait for a database held by another
+	// process; zero means DefaultLockTimeout.
+	LockTimeout time.Duration
+}
+
+// Store is an open state database. Its methods are safe for concurrent use;
+// each one is its own bbolt transaction, so every recorded step is durable
+// once the method returns.
+type Store struct {
+	db   *bolt.DB
+	path string
+}
+
+// Record is one item the appliance owns.
+type Record struct {
+	Kind string `json:"kind"`
+	Key  string `json:"key"`
+	// Previous is the value the item had before the appliance first touched
+	// it; PreviousPresent is false when the object did not exist then.
+	// Neither is ever overwritten while the record lives.
+	Previous        string `json:"previous"`
+	PreviousPresent bool   `json:"previous_present"`
+	// Desired is the value the latest apply set or was setting.
+	Desired string `json:"desired"`
+	// Applied is true once Desired is known to be on the host; false while
+	// an apply is between recording the item and finishing it.
+	Applied bool `json:"applied"`
+	// FirstSerial is the apply that recorded Previous; Serial the apply that
+	// last wrote Desired.
+	FirstSerial uint64    `json:"first_serial"`
+	Serial      uint64    `json:"serial"`
+	Updated     time.Time `json:"updated"`
+}
+
+// ID matches tuning.Item.ID.
+func (r Record) ID() string { return r.Kind + "/" + r.Key }
+
+// HistoryChange is one change as recorded in history.
+type HistoryChange struct {
+	Action        string `json:"action"`
+	Kind          string `json:"kind"`
+	Key           string `json:"key"`
+	Before        string `json:"before,omitempty"`
+	BeforePresent bool   `json:"before_present"`
+	After         string `json:"after,omitempty"`
+	AfterPresent  bool   `json:"after_present"`
+}
+
+// HistoryEntry is one apply or rollback.
+type HistoryEntry struct {
+	Serial     uint64          `json:"serial"`
+	Operation  string          `json:"operation"`
+	Node       string          `json:"node"`
+	ConfigHash string          `json:"config_hash,omitempty"`
+	PID        int             `json:"pid"`
+	Started    time.Time       `json:"started"`
+	Finished   time.Time       `json:"finished,omitzero"`
+	Changes    []HistoryChange `json:"changes"`
+	Result     string          `json:"result"`
+	Error      string          `json:"error,omitempty"`
+}
+
+// InUseError reports that another process holds the database open.
+type InUseError struct {
+	Path string
+	// PID of the holder, 0 when it could not be found.
+	PID int
+}
+
+func (e *InUseError) Error() string {
+	if e.PID > 0 {
+		return fmt.Sprintf("state database is in use by pid %d (%s)", e.PID, e.Path)
+	}
+	return fmt.Sprintf("state database is in use by another process (%s)", e.Path)
+}
+
+// StaleError reports that the state moved on since a plan was made.
+type StaleError struct {
+	PlanSerial, StateSerial uint64
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("plan is stale: it was made at state serial %d but the state is now at serial %d; run plan again",
+		e.PlanSerial, e.StateSerial)
+}
+
+// Open opens or creates the database at path (DefaultPath when empty),
+// creating its directory. When another process has it open, Open gives up
+// after the lock timeout with an *InUseError naming that process.
+func Open(path string, opts Options) (*Store, error) {
+	if path == "" {
+		path = DefaultPath
+	}
+	timeout := opts.LockTimeout
+	if timeout <= 0 {
+		timeout = DefaultLockTimeout
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("state database directory: %w", err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, &InUseError{Path: path, PID: lockHolder(path)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open state database %s: %w", path, err)
+	}
+	s := &Store{db: db, path: path}
+	if err := s.initSchema(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) initSchema() error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		for _, b := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return fmt.Errorf("create bucket %s: %w", b, err)
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		v := meta.Get(keySchemaVersion)
+		if v == nil {
+			return meta.Put(keySchemaVersion, u64(SchemaVersion))
+		}
+		if len(v) != 8 {
+			return fmt.Errorf("state database %s: corrupt schema version", s.path)
+		}
+		if got := binary.BigEndian.Uint64(v); got > SchemaVersion {
+			return fmt.Errorf("state database %s has schema version %d; this sosappliance understands up to %d",
+				s.path, got, SchemaVersion)
+		}
+		return nil
+	})
+}
+
+// Close releases the database and its lock.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Path is the database file.
+func (s *Store) Path() string { return s.path }
+
+// Serial is the current state serial; 0 for a database never applied to.
+func (s *Store) Serial() (uint64, error) {
+	var serial uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		serial, err = readSerial(tx)
+		return err
+	})
+	return serial, err
+}
+
+func readSerial(tx *bolt.Tx) (uint64, error) {
+	v := tx.Bucket(bucketMeta).Get(keySerial)
+	if v == nil {
+		return 0, nil
+	}
+	if len(v) != 8 {
+		return 0, errors.New("state database: corrupt serial")
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// Records lists every owned item, sorted by kind and key.
+func (s *Store) Records() ([]Record, error) {
+	var out []Record
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketItems).ForEach(func(k, v []byte) error {
+			var r Record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("state database item %s: %w", k, err)
+			}
+			out = append(out, r)
+			return nil
+		})
+	})
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Kind != out[j].Kind {
+			return out[i].Kind < out[j].Kind
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out, err
+}
+
+// Record returns one owned item.
+func (s *Store) Record(kind, key string) (Record, bool, error) {
+	var r Record
+	var found bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		r, found, err = getRecord(tx, kind, key)
+		return err
+	})
+	return r, found, err
+}
+
+func getRecord(tx *bolt.Tx, kind, key string) (Record, bool, error) {
+	var r Record
+	v := tx.Bucket(bucketItems).Get(itemKey(kind, key))
+	if v == nil {
+		return r, false, nil
+	}
+	if err := json.Unmarshal(v, &r); err != nil {
+		return r, false, fmt.Errorf("state database item %s/%s: %w", kind, key, err)
+	}
+	return r, true, nil
+}
+
+func putRecord(tx *bolt.Tx, r Record) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucketItems).Put(itemKey(r.Kind, r.Key), v)
+}
+
+// BeginApply starts an apply or rollback: it checks that the state is still
+// at planSerial, increases the serial and writes entry as the new history
+// entry with ResultIncomplete. It returns the new serial. A *StaleError means
+// the state moved on since the plan was made.
+func (s *Store) BeginApply(planSerial uint64, entry HistoryEntry) (uint64, error) {
+	var serial uint64
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		cur, err := readSerial(tx)
+		if err != nil {
+			return err
+		}
+		if cur != planSerial {
+			return &StaleError{PlanSerial: planSerial, StateSerial: cur}
+		}
+		serial = cur + 1
+		if err := tx.Bucket(bucketMeta).Put(keySerial, u64(serial)); err != nil {
+			return err
+		}
+		entry.Serial = serial
+		entry.Result = ResultIncomplete
+		if entry.Started.IsZero() {
+			entry.Started = time.Now().UTC()
+		}
+		if entry.PID == 0 {
+			entry.PID = os.Getpid()
+		}
+		return putHistory(tx, entry)
+	})
+	return serial, err
+}
+
+// FinishApply records the outcome of the apply at serial.
+func (s *Store) FinishApply(serial uint64, result, errText string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		e, err := getHistory(tx, serial)
+		if err != nil {
+			return err
+		}
+		e.Result = result
+		e.Error = errText
+		e.Finished = time.Now().UTC()
+		return putHistory(tx, e)
+	})
+}
+
+// Touch records that the apply at serial is about to set kind/key to
+// desired. The first touch of an item records previous; later touches keep
+// the recorded value, so what the host had before the appliance ever changed
+// the item survives any number of applies and crashes.
+func (s *Store) Touch(kind, key, previous string, previousPresent bool, desired string, serial uint64) (Record, error) {
+	var r Record
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		var found bool
+		var err error
+		r, found, err = getRecord(tx, kind, key)
+		if err != nil {
+			return err
+		}
+		if !found {
+			r = Record{Kind: kind, Key: key, Previous: previous, PreviousPresent: previousPresent, FirstSerial: serial}
+		}
+		r.Desired = desired
+		r.Applied = false
+		r.Serial = serial
+		r.Updated = time.Now().UTC()
+		return putRecord(tx, r)
+	})
+	return r, err
+}
+
+// MarkApplied records that kind/key now holds its desired value.
+func (s *Store) MarkApplied(kind, key string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		r, found, err := getRecord(tx, kind, key)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("state database: mark %s/%s applied: not recorded", kind, key)
+		}
+		r.Applied = true
+		r.Updated = time.Now().UTC()
+		return putRecord(tx, r)
+	})
+}
+
+// Forget drops the record of kind/key once its previous value is back on the
+// host (or there is nothing left to put back).
+func (s *Store) Forget(kind, key string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketItems).Delete(itemKey(kind, key))
+	})
+}
+
+// History lists all applies and rollbacks, oldest first.
+func (s *Store) History() ([]HistoryEntry, error) {
+	var out []HistoryEntry
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketHistory).ForEach(func(k, v []byte) error {
+			var e HistoryEntry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("state database history %x: %w", k, err)
+			}
+			out = append(out, e)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// LastHistory returns the newest history entry.
+func (s *Store) LastHistory() (HistoryEntry, bool, error) {
+	var e HistoryEntry
+	var found bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		k, v := tx.Bucket(bucketHistory).Cursor().Last()
+		if k == nil {
+			return nil
+		}
+		found = true
+		return json.Unmarshal(v, &e)
+	})
+	return e, found, err
+}
+
+func getHistory(tx *bolt.Tx, serial uint64) (HistoryEntry, error) {
+	var e HistoryEntry
+	v := tx.Bucket(bucketHistory).Get(u64(serial))
+	if v == nil {
+		return e, fmt.Errorf("state database: no history entry for serial %d", serial)
+	}
+	if err := json.Unmarshal(v, &e); err != nil {
+		return e, fmt.Errorf("state database history %d: %w", serial, err)
+	}
+	return e, nil
+}
+
+func putHistory(tx *bolt.Tx, e HistoryEntry) error {
+	v, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucketHistory).Put(u64(e.Serial), v)
+}
+
+func u64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
