@@ -1,0 +1,166 @@
+package wanem
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// frame is one Ethernet frame crossing a link.
+type frame struct {
+	data []byte
+	// buf is the pooled buffer behind data, handed back once the frame is
+	// sent or dropped; the link never looks at it.
+	buf *[]byte
+	// due is when the frame leaves the delay line.
+	due time.Time
+}
+
+// verdict is what a link did with an arriving frame.
+type verdict int
+
+const (
+	accepted verdict = iota
+	lostOnArrival
+	queueFull
+)
+
+// link is one direction of the WAN as pure bookkeeping: a frame arrives, may
+// be lost, waits in a drop-tail queue for the token bucket, then spends the
+// one-way delay in a delay line before it is handed out. The caller supplies
+// the time, so tests drive it with a simulated clock.
+type link struct {
+	delay      time.Duration
+	queueLimit int
+	loss       float64
+	rng        *rand.Rand
+	bucket     *tokenBucket
+
+	queue      ring[frame]
+	queueBytes int
+	// delayLine is ordered by due because frames leave the queue in order
+	// and all wait the same delay.
+	delayLine      ring[frame]
+	delayLineBytes int
+
+	stats LinkStats
+}
+
+// newLink builds a link for s. stream separates the loss generators of links
+// that share a seed, so the two directions of a WAN lose independently.
+func newLink(s Shape, stream uint64, now time.Time) *link {
+	return &link{
+		delay:      s.Delay,
+		queueLimit: s.EffectiveQueueBytes(),
+		loss:       s.Loss,
+		rng:        rand.New(rand.NewPCG(uint64(s.Seed), stream)),
+		bucket:     newTokenBucket(s.Rate, s.EffectiveBurst(), now),
+	}
+}
+
+// offer takes an arriving frame. Loss is drawn before the queue is checked so
+// that the same seed loses the same arrivals whatever the queue does.
+func (l *link) offer(now time.Time, f frame) verdict {
+	size := len(f.data)
+	l.stats.ReceivedPackets++
+	l.stats.ReceivedBytes += uint64(size)
+	if l.loss > 0 && l.rng.Float64() < l.loss {
+		l.stats.LossDropPackets++
+		l.stats.LossDropBytes += uint64(size)
+		return lostOnArrival
+	}
+	if l.queueBytes+size > l.queueLimit {
+		l.stats.QueueDropPackets++
+		l.stats.QueueDropBytes += uint64(size)
+		return queueFull
+	}
+	l.queue.push(f)
+	l.queueBytes += size
+	l.stats.MaxQueueBytes = max(l.stats.MaxQueueBytes, l.queueBytes)
+	return accepted
+}
+
+// release moves every frame the token bucket pays for at now from the queue
+// into the delay line.
+func (l *link) release(now time.Time) {
+	for l.queue.len() > 0 {
+		head := l.queue.front()
+		if !l.bucket.take(now, len(head.data)) {
+			return
+		}
+		f := l.queue.pop()
+		l.queueBytes -= len(f.data)
+		f.due = now.Add(l.delay)
+		l.delayLine.push(f)
+		l.delayLineBytes += len(f.data)
+	}
+}
+
+// popReady appends to dst every frame whose delay has passed at now and
+// counts them as forwarded.
+func (l *link) popReady(now time.Time, dst []frame) []frame {
+	for l.delayLine.len() > 0 && !l.delayLine.front().due.After(now) {
+		f := l.delayLine.pop()
+		l.delayLineBytes -= len(f.data)
+		l.stats.ForwardedPackets++
+		l.stats.ForwardedBytes += uint64(len(f.data))
+		dst = append(dst, f)
+	}
+	return dst
+}
+
+// nextWake is the earliest time after now at which release or popReady can
+// make progress; ok is false when the link holds no frames.
+func (l *link) nextWake(now time.Time) (wake time.Time, ok bool) {
+	if l.delayLine.len() > 0 {
+		wake, ok = l.delayLine.front().due, true
+	}
+	if l.queue.len() > 0 {
+		payable := now.Add(l.bucket.wait(now, len(l.queue.front().data)))
+		if !ok || payable.Before(wake) {
+			wake, ok = payable, true
+		}
+	}
+	return wake, ok
+}
+
+// snapshot returns the counters with the current queue and delay-line
+// occupancy filled in.
+func (l *link) snapshot() LinkStats {
+	s := l.stats
+	s.QueueBytes = l.queueBytes
+	s.DelayLineBytes = l.delayLineBytes
+	return s
+}
+
+// ring is a FIFO that reuses its backing array, so a busy link does not
+// allocate per frame.
+type ring[T any] struct {
+	items []T
+	head  int
+	n     int
+}
+
+func (r *ring[T]) len() int { return r.n }
+
+func (r *ring[T]) front() *T { return &r.items[r.head] }
+
+func (r *ring[T]) push(v T) {
+	if r.n == len(r.items) {
+		grown := make([]T, max(16, 2*len(r.items)))
+		for i := range r.n {
+			grown[i] = r.items[(r.head+i)%len(r.items)]
+		}
+		r.items, r.head = grown, 0
+	}
+	r.items[(r.head+r.n)%len(r.items)] = v
+	r.n++
+}
+
+func (r *ring[T]) pop() T {
+	var zero T
+	v := r.items[r.head]
+	r.items[r.head] = zero
+	r.head = (r.head + 1) % len(r.items)
+	r.n--
+	return v
+}
