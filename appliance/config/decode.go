@@ -329,7 +329,7 @@ func decodeSecurity(b *hcl.Block, diags *hcl.Diagnostics) Security {
 		Encryption: a.str("encryption", EncryptionAESGCM),
 		Range:      b.DefRange,
 	}
-	if a.has("psk_file") && !strings.HasPrefix(s.PSKFile, "/") {
+	if s.PSKFile != "" && !strings.HasPrefix(s.PSKFile, "/") {
 		a.errorf("psk_file", "psk_file must be an absolute path", `Write the full path, e.g. "/etc/sosappliance/psk".`)
 	}
 	if s.Encryption != EncryptionAESGCM && s.Encryption != EncryptionNone {
@@ -402,6 +402,7 @@ var siteSchema = &hcl.BodySchema{
 func decodeSite(b *hcl.Block, diags *hcl.Diagnostics) *Site {
 	a, blocks := newAttrs(b.Body, siteSchema, diags)
 	s := &Site{Name: b.Labels[0], Range: b.DefRange, PrefixesRange: a.rng("prefixes")}
+	before := len(diags.Errs())
 	for _, p := range a.strList("prefixes") {
 		pfx, err := ParsePrefix(p)
 		if err != nil {
@@ -410,7 +411,8 @@ func decodeSite(b *hcl.Block, diags *hcl.Diagnostics) *Site {
 		}
 		s.Prefixes = append(s.Prefixes, pfx)
 	}
-	if a.has("prefixes") && len(s.Prefixes) == 0 && !diags.HasErrors() {
+	s.incomplete = len(diags.Errs()) > before || !a.has("prefixes")
+	if !s.incomplete && len(s.Prefixes) == 0 {
 		a.errorf("prefixes", "site %q has no prefixes", "List at least one network of the site.", s.Name)
 	}
 	for _, blk := range blocks {
@@ -686,7 +688,7 @@ var nodeSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "tunin
 
 func decodeNode(b *hcl.Block, diags *hcl.Diagnostics) *Node {
 	a, _ := newAttrs(b.Body, nodeSchema, diags)
-	return &Node{Name: b.Labels[0], Tuning: a.strList("tuning"), Range: b.DefRange}
+	return &Node{Name: b.Labels[0], Tuning: a.strList("tuning"), Range: b.DefRange, TuningRange: a.rng("tuning")}
 }
 
 // sortedKeys returns map keys in order, so diagnostics come out stable.

@@ -82,6 +82,9 @@ type Site struct {
 	Agents        []*Agent
 	Range         hcl.Range
 	PrefixesRange hcl.Range
+	// incomplete is set when the prefixes could not be decoded, so that
+	// whitelist checks do not pile "in no site" errors on that one mistake.
+	incomplete bool
 }
 
 // Switch is an OpenFlow switch at a site.
@@ -172,9 +175,10 @@ type InterfaceTuning struct {
 // Node declares extra tuning for a node that runs no agent, such as the
 // controller host.
 type Node struct {
-	Name   string
-	Tuning []string
-	Range  hcl.Range
+	Name        string
+	Tuning      []string
+	Range       hcl.Range
+	TuningRange hcl.Range
 }
 
 // Site returns the site of that name, or nil.

@@ -120,7 +120,7 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 		}
 	}
 	for _, n := range cfg.Nodes {
-		diags = append(diags, checkTuningRefs(cfg, n.Tuning, n.Range, fmt.Sprintf("node %q", n.Name))...)
+		diags = append(diags, checkTuningRefs(cfg, n.Tuning, n.TuningRange, fmt.Sprintf("node %q", n.Name))...)
 	}
 
 	// Whitelists: sites, agents, overlaps and memory.
@@ -182,6 +182,12 @@ func resolveWhitelist(cfg *Config, w *Whitelist) hcl.Diagnostics {
 	}
 	if len(w.Clients) == 0 && w.ClientsRange.Filename != "" {
 		add(w.ClientsRange, "List at least one client network.", "Whitelist %q has no clients", w.Name)
+	}
+	for _, s := range cfg.Sites {
+		if s.incomplete {
+			// The site's own diagnostic says what to fix first.
+			return diags
+		}
 	}
 	var clientSite *Site
 	for _, p := range w.Clients {

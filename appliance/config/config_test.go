@@ -1,0 +1,386 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+var errorMarker = regexp.MustCompile(`# ERROR: `)
+
+// TestErrorCorpus checks that every diagnostic of each bad file lands on a
+// line marked "# ERROR: <summary>", and every marker is matched by one.
+func TestErrorCorpus(t *testing.T) {
+	files, err := filepath.Glob("testdata/errors/*.hcl")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no error corpus: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			src, diags := ReadFile(f)
+			if diags.HasErrors() {
+				t.Fatalf("read: %v", diags)
+			}
+			want := markers(t, src.Bytes)
+			cfg, diags := Parse(src)
+			if cfg != nil || !diags.HasErrors() {
+				t.Fatalf("bad file decoded without errors")
+			}
+			matched := map[string]bool{}
+			for _, d := range diags {
+				if d.Subject == nil {
+					t.Errorf("diagnostic without position: %s", d.Summary)
+					continue
+				}
+				if d.Subject.Filename != f {
+					t.Errorf("diagnostic %q names file %q, want %q", d.Summary, d.Subject.Filename, f)
+				}
+				line := d.Subject.Start.Line
+				found := false
+				for i, m := range want[line] {
+					if strings.Contains(d.Summary, m) || strings.Contains(d.Detail, m) {
+						matched[fmt.Sprintf("%d/%d", line, i)] = true
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("unexpected diagnostic at line %d: %s (%s)", line, d.Summary, d.Detail)
+				}
+				if d.Detail == "" {
+					t.Errorf("line %d: diagnostic %q has no fix hint", line, d.Summary)
+				}
+			}
+			for line, ms := range want {
+				for i, m := range ms {
+					if !matched[fmt.Sprintf("%d/%d", line, i)] {
+						t.Errorf("line %d: expected diagnostic %q, got none", line, m)
+					}
+				}
+			}
+		})
+	}
+}
+
+func markers(t *testing.T, src []byte) map[int][]string {
+	t.Helper()
+	out := map[int][]string{}
+	for i, line := range strings.Split(string(src), "\n") {
+		parts := errorMarker.Split(line, -1)
+		for _, p := range parts[1:] {
+			out[i+1] = append(out[i+1], strings.TrimSpace(p))
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("file has no # ERROR: markers")
+	}
+	return out
+}
+
+func parseString(t *testing.T, src string) (*Config, hcl.Diagnostics) {
+	t.Helper()
+	return Parse(Source{Filename: "test.hcl", Bytes: []byte(src)})
+}
+
+func mustParse(t *testing.T, src string) *Config {
+	t.Helper()
+	cfg, diags := parseString(t, src)
+	if diags.HasErrors() {
+		var b bytes.Buffer
+		WriteDiagnostics(&b, diags, []byte(src))
+		t.Fatalf("unexpected diagnostics:\n%s", b.String())
+	}
+	return cfg
+}
+
+func TestExampleFiles(t *testing.T) {
+	files := []string{"../../sos.hcl.example"}
+	err := filepath.WalkDir("../../examples", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".hcl") {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 3 {
+		t.Fatalf("expected the example, minimal and lab configs, found %v", files)
+	}
+	for _, f := range files {
+		t.Run(f, func(t *testing.T) {
+			cfg, src, diags := LoadFile(f)
+			if diags.HasErrors() {
+				var b bytes.Buffer
+				WriteDiagnostics(&b, diags, src.Bytes)
+				t.Fatalf("%s", b.String())
+			}
+			if len(cfg.Sites) < 2 || len(cfg.Whitelists) == 0 {
+				t.Fatalf("%s: want at least two sites and a whitelist", f)
+			}
+			for _, w := range cfg.Whitelists {
+				if w.ClientAgent == "" || w.ServerAgent == "" {
+					t.Errorf("%s: whitelist %q did not resolve its agents", f, w.Name)
+				}
+			}
+		})
+	}
+}
+
+func TestValidConfigs(t *testing.T) {
+	base := func(extra string) string {
+		return `
+security { psk_file = "/etc/psk" }
+controller { node = "ctl" }
+site "a" {
+  prefixes = ["10.1.0.0/24", "10.3.0.0/24"]
+  switch "sw-a" { datapath_id = "0x1" }
+  agent "ag-a" {
+    node = "na"
+    switch = "sw-a"
+    switch_port = 3
+    mac = "02:00:00:00:00:01"
+    address = "10.1.0.2"
+    interface = "eth1"
+  }
+}
+site "b" {
+  prefixes = ["10.2.0.0/24"]
+  switch "sw-b" { datapath_id = "00:00:00:00:00:00:00:02" }
+  agent "ag-b" {
+    node = "nb"
+    switch = "sw-b"
+    switch_port = 7
+    mac = "02:00:00:00:00:02"
+    address = "10.2.0.2"
+    interface = "eth1"
+  }
+}
+` + extra
+	}
+	tests := []struct {
+		name  string
+		extra string
+		check func(t *testing.T, c *Config)
+	}{
+		{"defaults", `whitelist "w" {
+  clients = ["10.1.0.0/24"]
+  server = "10.2.0.10"
+  server_port = 5201
+}`, func(t *testing.T, c *Config) {
+			w := c.Whitelists[0]
+			if w.Streams != DefaultStreams || w.ChunkSize != DefaultChunkSize || w.QueueLength != DefaultQueueLength {
+				t.Errorf("defaults not applied: %+v", w)
+			}
+			if w.ClientSite != "a" || w.ServerSite != "b" || w.ClientAgent != "ag-a" || w.ServerAgent != "ag-b" {
+				t.Errorf("resolution: %+v", w)
+			}
+			if c.Security.Encryption != EncryptionAESGCM {
+				t.Errorf("encryption default %q", c.Security.Encryption)
+			}
+			if c.Controller.Listen != DefaultListen || c.Daemon.StatePath != DefaultStatePath {
+				t.Errorf("controller/daemon defaults: %+v %+v", c.Controller, c.Daemon)
+			}
+			a := c.Agent("ag-a")
+			if a.DataPort != DefaultDataPort || a.HealthListen != "10.1.0.2:9878" {
+				t.Errorf("agent defaults: %+v", a)
+			}
+			if c.Switch("sw-a").DatapathID != 1 || c.Switch("sw-b").DatapathID != 2 {
+				t.Errorf("datapath ids")
+			}
+		}},
+		{"byte sizes and clients in two prefixes of one site", `whitelist "w" {
+  clients = ["10.1.0.0/25", "10.3.0.0/24"]
+  server = "10.2.0.10"
+  server_port = 5201
+  chunk_size = "64KiB"
+  streams = 8
+}
+limits { session_memory = "10MB" }`, func(t *testing.T, c *Config) {
+			if c.Whitelists[0].ChunkSize != 65536 || c.Limits.SessionMemory != 10_000_000 {
+				t.Errorf("sizes: %d %d", c.Whitelists[0].ChunkSize, c.Limits.SessionMemory)
+			}
+		}},
+		{"same server different ports do not overlap", `whitelist "w1" {
+  clients = ["10.1.0.0/24"]
+  server = "10.2.0.10"
+  server_port = 5201
+}
+whitelist "w2" {
+  clients = ["10.1.0.0/24"]
+  server = "10.2.0.10"
+  server_port = 5202
+}`, func(t *testing.T, c *Config) {
+			if len(c.Whitelists) != 2 {
+				t.Errorf("got %d whitelists", len(c.Whitelists))
+			}
+		}},
+		{"tuning profile", `tuning "t" {
+  sysctl = {
+    "net.ipv4.tcp_rmem" = "4096   87380 67108864"
+    "net.ipv4.tcp_mtu_probing" = 1
+  }
+  interface "eth1" {
+    mtu = 9000
+    irq_cpus = "0-3,8"
+  }
+  relay_cpus = "13"
+  congestion_control = "htcp"
+  socket_buffer = "32MiB"
+}
+node "ctl" { tuning = ["t"] }`, func(t *testing.T, c *Config) {
+			tu := c.Tuning("t")
+			if tu.Sysctl["net.ipv4.tcp_rmem"] != "4096 87380 67108864" || tu.Sysctl["net.ipv4.tcp_mtu_probing"] != "1" {
+				t.Errorf("sysctl: %v", tu.Sysctl)
+			}
+			if got := FormatCPUList(tu.Interfaces[0].IRQCPUs); got != "0-3,8" {
+				t.Errorf("irq cpus %q", got)
+			}
+			if tu.Interfaces[0].TxQueueLen != -1 || tu.Interfaces[0].MTU != 9000 {
+				t.Errorf("interface: %+v", tu.Interfaces[0])
+			}
+			if tu.SocketBuffer != 32<<20 || tu.CongestionControl != "htcp" {
+				t.Errorf("socket tuning: %+v", tu)
+			}
+		}},
+		{"explicit agent choice", `whitelist "w" {
+  clients = ["10.1.0.0/24"]
+  server = "10.2.0.10"
+  server_port = 5201
+  client_agent = "ag-a"
+  server_agent = "ag-b"
+}`, func(t *testing.T, c *Config) {
+			if c.Whitelists[0].ServerAgent != "ag-b" {
+				t.Errorf("server agent %q", c.Whitelists[0].ServerAgent)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.check(t, mustParse(t, base(tt.extra)))
+		})
+	}
+}
+
+func TestFileProblems(t *testing.T) {
+	dir := t.TempDir()
+	huge := filepath.Join(dir, "huge.hcl")
+	f, err := os.Create(huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := []byte("# padding padding padding padding padding padding padding padding\n")
+	for written := 0; written < 50<<20; written += len(line) {
+		if _, err := f.Write(line); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	garbage := filepath.Join(dir, "garbage.hcl")
+	junk := make([]byte, 4096)
+	for i := range junk {
+		junk[i] = byte(i*7919 + i>>3)
+	}
+	os.WriteFile(garbage, junk, 0o644)
+	empty := filepath.Join(dir, "empty.hcl")
+	os.WriteFile(empty, []byte("  \n\n"), 0o644)
+	unreadable := filepath.Join(dir, "unreadable.hcl")
+	os.WriteFile(unreadable, []byte("security {}"), 0o000)
+
+	tests := []struct {
+		path, want string
+	}{
+		{filepath.Join(dir, "missing.hcl"), "Config file not found"},
+		{dir, "Config path is a directory"},
+		{huge, "Config file is too large"},
+		{garbage, "Config file is not text"},
+		{empty, "Config file is empty"},
+	}
+	if os.Geteuid() != 0 {
+		// root reads files regardless of mode, so this case is only
+		// meaningful for other users.
+		tests = append(tests, struct{ path, want string }{unreadable, "Config file is not readable"})
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			cfg, _, diags := LoadFile(tt.path)
+			if cfg != nil || len(diags) != 1 || diags[0].Summary != tt.want {
+				t.Fatalf("got %v, want one %q", diags, tt.want)
+			}
+			if diags[0].Subject == nil || diags[0].Subject.Filename != tt.path {
+				t.Fatalf("diagnostic does not name the file: %+v", diags[0].Subject)
+			}
+		})
+	}
+}
+
+func TestValueParsers(t *testing.T) {
+	cpus, err := ParseCPUList("8,0-3, 2")
+	if err != nil || FormatCPUList(cpus) != "0-3,8" {
+		t.Errorf("cpu list: %v %v", cpus, err)
+	}
+	for _, bad := range []string{"", "-1", "3-1", "x", "0-99999"} {
+		if _, err := ParseCPUList(bad); err == nil {
+			t.Errorf("ParseCPUList(%q) accepted", bad)
+		}
+	}
+	sizes := map[string]int64{"60000": 60000, "60KB": 60000, "64KiB": 65536, "1GiB": 1 << 30, "1.5MB": 1500000, "2 mib": 2 << 20}
+	for in, want := range sizes {
+		if got, err := ParseByteSize(in); err != nil || got != want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "KB", "-1", "1.5B", "1e400", "NaN"} {
+		if _, err := ParseByteSize(bad); err == nil {
+			t.Errorf("ParseByteSize(%q) accepted", bad)
+		}
+	}
+	dpids := map[string]uint64{"00:00:00:00:00:00:00:01": 1, "0x10": 16, "12": 12, "ff:00:00:00:00:00:00:00": 0xff00000000000000}
+	for in, want := range dpids {
+		if got, err := ParseDatapathID(in); err != nil || got != want {
+			t.Errorf("ParseDatapathID(%q) = %x, %v", in, got, err)
+		}
+	}
+	if FormatDatapathID(0xa01) != "0000000000000a01" {
+		t.Errorf("FormatDatapathID")
+	}
+	if _, err := ParseMAC("01:00:5e:00:00:01"); err == nil {
+		t.Errorf("multicast MAC accepted")
+	}
+	if p, err := ParsePrefix("10.0.0.1"); err != nil || p != netip.MustParsePrefix("10.0.0.1/32") {
+		t.Errorf("bare address as prefix: %v %v", p, err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	seeds, _ := filepath.Glob("testdata/errors/*.hcl")
+	seeds = append(seeds, "../../sos.hcl.example", "../../examples/minimal.hcl")
+	for _, s := range seeds {
+		if b, err := os.ReadFile(s); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte("site \"a\" { prefixes = [\"10.0.0.0/8\"] }"))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		cfg, diags := Parse(Source{Filename: "fuzz.hcl", Bytes: src})
+		if cfg == nil && !diags.HasErrors() {
+			t.Fatalf("no config and no error")
+		}
+		for _, d := range diags {
+			if d.Subject == nil {
+				t.Fatalf("diagnostic without position: %s", d.Summary)
+			}
+		}
+		var b bytes.Buffer
+		WriteDiagnostics(&b, diags, src)
+	})
+}
