@@ -1,0 +1,123 @@
+package appliance
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// ConfigWatcher reports when the content of a config file changes, however
+// the change was made: editors that save by writing a temp file and renaming
+// it over the original, editors that truncate and rewrite in place, and
+// config management that swaps a symlink (or the directory a symlink points
+// into). It watches directories, not the file, because renames replace the
+// inode a file watch would hold.
+type ConfigWatcher struct {
+	path   string
+	settle time.Duration
+	w      *fsnotify.Watcher
+	dirs   map[string]bool
+	last   [sha256.Size]byte
+	// C receives one value per settled change of content.
+	C chan struct{}
+}
+
+// NewConfigWatcher starts watching path. settle is how long writes must pause
+// before the file is read again, so a half-written file is never loaded.
+func NewConfigWatcher(path string, settle time.Duration) (*ConfigWatcher, error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", path, err)
+	}
+	cw := &ConfigWatcher{path: path, settle: settle, w: w, dirs: map[string]bool{}, C: make(chan struct{}, 1)}
+	cw.last, _ = hashFile(path)
+	if err := cw.watchDirs(); err != nil {
+		w.Close()
+		return nil, err
+	}
+	return cw, nil
+}
+
+// watchDirs watches the directory of the path and of every link target on
+// the way, each resolved to the real directory, so a swapped symlink anywhere
+// in the chain (of the file or of a directory above it) is seen.
+func (cw *ConfigWatcher) watchDirs() error {
+	p := cw.path
+	for range 16 {
+		dir := filepath.Dir(p)
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			dir = real
+		}
+		if !cw.dirs[dir] {
+			if err := cw.w.Add(dir); err != nil {
+				return fmt.Errorf("watch %s: %w", dir, err)
+			}
+			cw.dirs[dir] = true
+		}
+		target, err := os.Readlink(p)
+		if err != nil {
+			return nil
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(p), target)
+		}
+		p = target
+	}
+	return nil
+}
+
+// Run delivers changes on C until ctx ends.
+func (cw *ConfigWatcher) Run(ctx context.Context) error {
+	defer cw.w.Close()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-cw.w.Events:
+			if !ok {
+				return errors.New("config watcher closed")
+			}
+			// Any event in a watched directory may concern us (a rename
+			// of a sibling temp file, a symlink swap); the content hash
+			// decides.
+			timer.Reset(cw.settle)
+		case err, ok := <-cw.w.Errors:
+			if !ok {
+				return errors.New("config watcher closed")
+			}
+			// An overflow loses events; treat it as a possible change.
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				timer.Reset(cw.settle)
+			}
+		case <-timer.C:
+			// A symlink chain may point somewhere new now.
+			_ = cw.watchDirs()
+			sum, err := hashFile(cw.path)
+			if err != nil || sum == cw.last {
+				// A missing file mid-rename settles on the next event.
+				continue
+			}
+			cw.last = sum
+			select {
+			case cw.C <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func hashFile(path string) ([sha256.Size]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	return sha256.Sum256(b), nil
+}

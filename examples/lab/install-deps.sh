@@ -1,0 +1,14 @@
+#!/bin/sh
+# Installs the Debian packages that the tests and the lab need, if missing.
+set -eu
+need=""
+for pkg in openvswitch-switch iperf3 ethtool nftables curl iproute2 rpm lintian; do
+	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need="$need $pkg"
+done
+if [ -n "$need" ]; then
+	echo "installing:$need"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	# shellcheck disable=SC2086
+	apt-get install -y -qq --no-install-recommends $need >/dev/null
+fi
