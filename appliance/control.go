@@ -1,0 +1,92 @@
+package appliance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// ControlServer serves the daemon's JSON API on a unix socket that only root
+// can open (mode 0600 on the socket, 0700 on a directory we create).
+type ControlServer struct {
+	path string
+	ln   net.Listener
+	srv  *http.Server
+}
+
+// ListenControl creates the socket, replacing a stale one left by a daemon
+// that died, but refusing to take over one that still answers.
+func ListenControl(path string, status func() Status) (*ControlServer, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("control socket directory: %w", err)
+	}
+	if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("control socket %s is in use by another running daemon", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale control socket: %w", err)
+	}
+	// The umask keeps the socket private from the moment it exists, not
+	// only after a chmod.
+	ln, err := listenUnixPrivate(path)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(status())
+	})
+	cs := &ControlServer{path: path, ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	go func() { _ = cs.srv.Serve(ln) }()
+	return cs, nil
+}
+
+// Close stops serving and removes the socket.
+func (cs *ControlServer) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := cs.srv.Shutdown(ctx)
+	os.Remove(cs.path)
+	return err
+}
+
+// FetchStatus asks a running daemon for its status.
+func FetchStatus(ctx context.Context, socket string) (*Status, error) {
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+	}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://sosappliance/v1/status", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			return nil, fmt.Errorf("no daemon answers on %s (is `sosappliance run` running, and are you root?): %w", socket, err)
+		}
+		return nil, fmt.Errorf("control socket %s: %w", socket, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("control socket %s: %s", socket, resp.Status)
+	}
+	var st Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return nil, fmt.Errorf("control socket %s: bad status: %w", socket, err)
+	}
+	return &st, nil
+}

@@ -1,0 +1,131 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// liveStats is read from the relays and the controller at scrape time, so
+// the metrics never disagree with `status`.
+type liveStats struct {
+	Sessions     int
+	BytesUp      uint64
+	BytesDown    uint64
+	Throughput   float64
+	ReorderDepth int
+	Stalls       uint64
+	Aborts       uint64
+	FlowMods     uint64
+	Switches     int
+	Connected    int
+	AgentsDown   int
+}
+
+type metrics struct {
+	reg        *prometheus.Registry
+	reloads    *prometheus.CounterVec
+	applies    *prometheus.CounterVec
+	drift      *prometheus.CounterVec
+	configInfo *prometheus.GaugeVec
+	serial     prometheus.Gauge
+}
+
+func newMetrics(live func() liveStats) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sosappliance_reloads_total", Help: "Config reloads by result (ok, failed).",
+		}, []string{"result"}),
+		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sosappliance_applies_total", Help: "Convergence runs by result.",
+		}, []string{"result"}),
+		drift: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sosappliance_drift_corrections_total", Help: "Owned items found changed behind our back and put back, by kind.",
+		}, []string{"kind"}),
+		configInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sosappliance_config_info", Help: "The running config; value 1, hash in the label.",
+		}, []string{"sha256"}),
+		serial: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sosappliance_state_serial", Help: "State serial of the last apply.",
+		}),
+	}
+	m.reg.MustRegister(m.reloads, m.applies, m.drift, m.configInfo, m.serial,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&liveCollector{live: live})
+	m.reloads.WithLabelValues("ok")
+	m.reloads.WithLabelValues("failed")
+	return m
+}
+
+func (m *metrics) setConfig(hash string) {
+	m.configInfo.Reset()
+	m.configInfo.WithLabelValues(hash).Set(1)
+}
+
+var (
+	descSessions   = prometheus.NewDesc("sosappliance_sessions", "Live accelerated sessions.", nil, nil)
+	descBytes      = prometheus.NewDesc("sosappliance_session_bytes_total", "Bytes relayed by live and finished sessions, by direction.", []string{"direction"}, nil)
+	descThroughput = prometheus.NewDesc("sosappliance_throughput_bits_per_second", "Sum of the live sessions' recent throughput.", nil, nil)
+	descReorder    = prometheus.NewDesc("sosappliance_reorder_depth_chunks", "Largest reorder window occupancy among live sessions.", nil, nil)
+	descStalls     = prometheus.NewDesc("sosappliance_stream_stalls_total", "Stripe streams that stalled past their timeout.", nil, nil)
+	descAborts     = prometheus.NewDesc("sosappliance_session_aborts_total", "Sessions aborted.", nil, nil)
+	descFlowMods   = prometheus.NewDesc("sosappliance_flow_mods_total", "OpenFlow flow mods sent to switches.", nil, nil)
+	descSwitches   = prometheus.NewDesc("sosappliance_switches", "Declared switches, by connection state.", []string{"state"}, nil)
+	descAgentsDown = prometheus.NewDesc("sosappliance_agents_down", "Agents the controller sees as unhealthy (their steering is withdrawn).", nil, nil)
+)
+
+type liveCollector struct{ live func() liveStats }
+
+func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descSessions, descBytes, descThroughput, descReorder, descStalls, descAborts, descFlowMods, descSwitches, descAgentsDown} {
+		ch <- d
+	}
+}
+
+func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.live()
+	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(s.Sessions))
+	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(s.BytesUp), "up")
+	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(s.BytesDown), "down")
+	ch <- prometheus.MustNewConstMetric(descThroughput, prometheus.GaugeValue, s.Throughput)
+	ch <- prometheus.MustNewConstMetric(descReorder, prometheus.GaugeValue, float64(s.ReorderDepth))
+	ch <- prometheus.MustNewConstMetric(descStalls, prometheus.CounterValue, float64(s.Stalls))
+	ch <- prometheus.MustNewConstMetric(descAborts, prometheus.CounterValue, float64(s.Aborts))
+	ch <- prometheus.MustNewConstMetric(descFlowMods, prometheus.CounterValue, float64(s.FlowMods))
+	ch <- prometheus.MustNewConstMetric(descSwitches, prometheus.GaugeValue, float64(s.Connected), "connected")
+	ch <- prometheus.MustNewConstMetric(descSwitches, prometheus.GaugeValue, float64(s.Switches-s.Connected), "disconnected")
+	ch <- prometheus.MustNewConstMetric(descAgentsDown, prometheus.GaugeValue, float64(s.AgentsDown))
+}
+
+// serveMetrics serves /metrics on addr until ctx ends. An empty addr turns
+// metrics off.
+func (m *metrics) serve(ctx context.Context, addr string) (func(), error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = err
+		}
+	}()
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
+}

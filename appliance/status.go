@@ -1,0 +1,160 @@
+package appliance
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Status is what `sosappliance status` shows and the control socket serves.
+type Status struct {
+	Node        string          `json:"node"`
+	Roles       []string        `json:"roles"`
+	ConfigPath  string          `json:"config_path"`
+	ConfigHash  string          `json:"config_hash"`
+	Serial      uint64          `json:"serial"`
+	StartedAt   time.Time       `json:"started_at"`
+	LastApply   *ApplyInfo      `json:"last_apply,omitempty"`
+	LastReload  *ReloadInfo     `json:"last_reload,omitempty"`
+	Reloads     uint64          `json:"reloads"`
+	ReloadFails uint64          `json:"reload_failures"`
+	Drift       DriftInfo       `json:"drift"`
+	Warnings    []string        `json:"warnings,omitempty"`
+	Switches    []SwitchStatus  `json:"switches,omitempty"`
+	Agents      []AgentStatus   `json:"agents,omitempty"`
+	Sessions    []SessionStatus `json:"sessions,omitempty"`
+}
+
+// ApplyInfo describes the last convergence.
+type ApplyInfo struct {
+	At      time.Time `json:"at"`
+	Changes int       `json:"changes"`
+	Result  string    `json:"result"` // "ok" or the error
+}
+
+// ReloadInfo describes the last reload attempt.
+type ReloadInfo struct {
+	At     time.Time `json:"at"`
+	Hash   string    `json:"hash"`
+	Result string    `json:"result"`
+}
+
+// DriftInfo counts drift checks and corrections.
+type DriftInfo struct {
+	Interval    string            `json:"interval"`
+	LastCheck   time.Time         `json:"last_check"`
+	Corrections uint64            `json:"corrections"`
+	ByKind      map[string]uint64 `json:"by_kind,omitempty"`
+}
+
+// SwitchStatus is one switch as the controller sees it.
+type SwitchStatus struct {
+	Name       string `json:"name"`
+	DatapathID string `json:"datapath_id"`
+	Connected  bool   `json:"connected"`
+	Flows      int    `json:"flows"`
+	FlowMods   uint64 `json:"flow_mods"`
+	LastError  string `json:"last_error,omitempty"`
+}
+
+// AgentStatus is one agent: its health as the controller probes it, or,
+// on an agent node, its own relay.
+type AgentStatus struct {
+	Name    string `json:"name"`
+	Healthy bool   `json:"healthy"`
+	Local   bool   `json:"local"`
+	Detail  string `json:"detail,omitempty"`
+}
+
+// SessionStatus is one live accelerated connection.
+type SessionStatus struct {
+	Agent      string  `json:"agent"`
+	Whitelist  string  `json:"whitelist"`
+	Client     string  `json:"client"`
+	Server     string  `json:"server"`
+	Streams    int     `json:"streams"`
+	BytesUp    uint64  `json:"bytes_up"`
+	BytesDown  uint64  `json:"bytes_down"`
+	Throughput float64 `json:"throughput_bps"`
+	AgeSeconds float64 `json:"age_seconds"`
+}
+
+// WriteText renders the status for a terminal.
+func (s *Status) WriteText(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "node:\t%s (%s)\n", s.Node, strings.Join(s.Roles, ", "))
+	fmt.Fprintf(tw, "config:\t%s sha256:%.12s\n", s.ConfigPath, s.ConfigHash)
+	fmt.Fprintf(tw, "state serial:\t%d\n", s.Serial)
+	fmt.Fprintf(tw, "up since:\t%s\n", s.StartedAt.Format(time.RFC3339))
+	if a := s.LastApply; a != nil {
+		fmt.Fprintf(tw, "last apply:\t%s, %d change(s), %s\n", a.At.Format(time.RFC3339), a.Changes, a.Result)
+	}
+	if r := s.LastReload; r != nil {
+		fmt.Fprintf(tw, "last reload:\t%s, %s\n", r.At.Format(time.RFC3339), r.Result)
+	}
+	fmt.Fprintf(tw, "reloads:\t%d (%d failed)\n", s.Reloads, s.ReloadFails)
+	fmt.Fprintf(tw, "drift:\tevery %s, %d correction(s)%s\n", s.Drift.Interval, s.Drift.Corrections, byKind(s.Drift.ByKind))
+	tw.Flush()
+	for _, warn := range s.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
+	if len(s.Switches) > 0 {
+		fmt.Fprintln(w, "\nswitches:")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  NAME\tDATAPATH\tCONNECTED\tFLOWS\tFLOW MODS\tLAST ERROR")
+		for _, sw := range s.Switches {
+			fmt.Fprintf(tw, "  %s\t%s\t%v\t%d\t%d\t%s\n", sw.Name, sw.DatapathID, sw.Connected, sw.Flows, sw.FlowMods, sw.LastError)
+		}
+		tw.Flush()
+	}
+	if len(s.Agents) > 0 {
+		fmt.Fprintln(w, "\nagents:")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  NAME\tHEALTHY\tLOCAL\tDETAIL")
+		for _, a := range s.Agents {
+			fmt.Fprintf(tw, "  %s\t%v\t%v\t%s\n", a.Name, a.Healthy, a.Local, a.Detail)
+		}
+		tw.Flush()
+	}
+	fmt.Fprintf(w, "\nsessions: %d\n", len(s.Sessions))
+	if len(s.Sessions) > 0 {
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  AGENT\tWHITELIST\tCLIENT\tSERVER\tSTREAMS\tTHROUGHPUT\tAGE")
+		for _, x := range s.Sessions {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\t%s\n", x.Agent, x.Whitelist, x.Client, x.Server, x.Streams,
+				formatRate(x.Throughput), (time.Duration(x.AgeSeconds) * time.Second).String())
+		}
+		tw.Flush()
+	}
+}
+
+func byKind(m map[string]uint64) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func formatRate(bps float64) string {
+	switch {
+	case bps >= 1e9:
+		return fmt.Sprintf("%.2f Gbit/s", bps/1e9)
+	case bps >= 1e6:
+		return fmt.Sprintf("%.1f Mbit/s", bps/1e6)
+	case bps >= 1e3:
+		return fmt.Sprintf("%.1f kbit/s", bps/1e3)
+	}
+	return fmt.Sprintf("%.0f bit/s", bps)
+}
