@@ -95,8 +95,15 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 		port uint32
 	}
 	ports := map[portKey]*Agent{}
+	byNode := map[string]*Agent{}
 	for _, s := range cfg.Sites {
 		for _, a := range s.Agents {
+			if prev, dup := byNode[a.Node]; dup && a.Node != "" {
+				add(a.Range, fmt.Sprintf("Agent %q already runs on node %q; a node owns one agent's steering table and listeners.", prev.Name, a.Node),
+					"Node %q runs two agents", a.Node)
+			} else {
+				byNode[a.Node] = a
+			}
 			sw := cfg.Switch(a.Switch)
 			switch {
 			case a.Switch == "":

@@ -28,7 +28,7 @@ site "a" {
   }
   agent "ag-3" {
     node        = "n3"
-    switch      = "sw-b" # ERROR: refers to unknown switch "sw-b"
+    switch      = "sw-c" # ERROR: refers to unknown switch "sw-c"
     switch_port = 4
     mac         = "02:00:00:00:00:03"
     address     = "10.1.0.4"
@@ -40,4 +40,18 @@ tuning "wan-10g" {
 }
 node "ctl" {
   tuning = ["missing"] # ERROR: refers to unknown tuning "missing"
+}
+site "b" {
+  prefixes = ["10.2.0.0/24"]
+  switch "sw-b" {
+    datapath_id = "00:00:00:00:00:00:00:02"
+  }
+  agent "ag-4" { # ERROR: Node "n1" runs two agents
+    node        = "n1"
+    switch      = "sw-a" # ERROR: uses switch "sw-a" of another site
+    switch_port = 1
+    mac         = "02:00:00:00:00:04"
+    address     = "10.2.0.4"
+    interface   = "eth1"
+  }
 }

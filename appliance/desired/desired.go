@@ -1,0 +1,358 @@
+// Package desired computes, without any I/O, what one node must look like
+// under a configuration: which host items it owns, which agents it runs with
+// which whitelist routes, and, on the controller node, which flows each
+// switch must carry.
+package desired
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sosappliance/sosappliance/appliance/config"
+	"github.com/sosappliance/sosappliance/sdn/flows"
+	"github.com/sosappliance/sosappliance/tuning"
+)
+
+// Desired is the state one node converges to.
+type Desired struct {
+	Node string
+	// Roles names what the node does, for logs and status: "controller",
+	// "agent:NAME", "tuning".
+	Roles      []string
+	Controller *Controller // nil unless the node runs the controller
+	Agents     []*Agent    // agents the node runs, by name
+	// Items are the host items the node owns, sorted by kind and key:
+	// sysctl, interface, irq, relay and steering.
+	Items []tuning.Item
+}
+
+// Controller is the OpenFlow controller role.
+type Controller struct {
+	Listen            string
+	Keepalive         time.Duration
+	HealthInterval    time.Duration
+	RemoveFlowsOnStop bool
+	Switches          []flows.Switch
+	// Connect maps a switch name to "tcp:IP:PORT" for switches the
+	// controller dials instead of waiting for them.
+	Connect map[string]string
+	// Health maps every agent name to where its health is probed.
+	Health map[string]HealthTarget
+}
+
+// HealthTarget is where the controller checks an agent: the HTTP health
+// endpoint, with the stripe data port as the fallback.
+type HealthTarget struct {
+	HTTP string
+	Data netip.AddrPort
+}
+
+// Agent is one relay the node runs.
+type Agent struct {
+	Name         string
+	Interface    string
+	Address      netip.Addr
+	DataListen   netip.AddrPort // stripe streams from peers
+	RelayPort    uint16         // transparent listener
+	HealthListen string
+	// Client lists whitelists for which this agent accepts steered client
+	// connections and opens streams to Peer; Server lists those for which it
+	// accepts streams and connects to the server.
+	Client            []Route
+	Server            []Route
+	RelayCPUs         []int
+	CongestionControl string
+	SocketBuffer      int64
+}
+
+// Route is one whitelist as an agent sees it.
+type Route struct {
+	Whitelist   string
+	Clients     []netip.Prefix
+	Server      netip.Addr
+	Port        uint16
+	Streams     int
+	ChunkSize   int
+	QueueLength int
+	// Peer is the far agent's stripe address (client side) or the near
+	// agent's own (server side).
+	Peer     netip.AddrPort
+	PeerName string
+}
+
+// UnknownNodeError says that a node has no role at all in the file, which is
+// almost always a typo in --node or a host renamed.
+type UnknownNodeError struct {
+	Node  string
+	Known []string
+}
+
+func (e *UnknownNodeError) Error() string {
+	return fmt.Sprintf("node %q has no role in the configuration (known nodes: %s); pass --node", e.Node, strings.Join(e.Known, ", "))
+}
+
+// Compile computes the desired state of node under cfg.
+func Compile(cfg *config.Config, node string) (*Desired, error) {
+	d := &Desired{Node: node}
+	var profiles []profileUse
+
+	if c := cfg.Controller; c != nil && c.Node == node {
+		d.Roles = append(d.Roles, "controller")
+		d.Controller = compileController(cfg)
+	}
+	for _, s := range cfg.Sites {
+		for _, a := range s.Agents {
+			if a.Node != node {
+				continue
+			}
+			d.Roles = append(d.Roles, "agent:"+a.Name)
+			d.Agents = append(d.Agents, compileAgent(cfg, a))
+			for _, t := range a.Tuning {
+				profiles = append(profiles, profileUse{cfg.Tuning(t), "agent " + a.Name})
+			}
+		}
+	}
+	for _, n := range cfg.Nodes {
+		if n.Name != node {
+			continue
+		}
+		d.Roles = append(d.Roles, "tuning")
+		for _, t := range n.Tuning {
+			profiles = append(profiles, profileUse{cfg.Tuning(t), "node " + n.Name})
+		}
+	}
+	if len(d.Roles) == 0 {
+		return nil, &UnknownNodeError{Node: node, Known: Nodes(cfg)}
+	}
+
+	items, err := compileTuning(profiles)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range d.Agents {
+		for _, p := range profiles {
+			if len(p.t.RelayCPUs) > 0 && a.RelayCPUs == nil {
+				a.RelayCPUs = p.t.RelayCPUs
+			}
+			if p.t.CongestionControl != "" && a.CongestionControl == "" {
+				a.CongestionControl = p.t.CongestionControl
+			}
+			if p.t.SocketBuffer > 0 && a.SocketBuffer == 0 {
+				a.SocketBuffer = p.t.SocketBuffer
+			}
+		}
+		steer, err := steeringItems(a)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, steer...)
+	}
+	sortItems(items)
+	d.Items = items
+	return d, nil
+}
+
+// Nodes lists every node the configuration gives a role, sorted.
+func Nodes(cfg *config.Config) []string {
+	seen := map[string]bool{}
+	if cfg.Controller != nil {
+		seen[cfg.Controller.Node] = true
+	}
+	for _, s := range cfg.Sites {
+		for _, a := range s.Agents {
+			seen[a.Node] = true
+		}
+	}
+	for _, n := range cfg.Nodes {
+		seen[n.Name] = true
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func compileController(cfg *config.Config) *Controller {
+	c := cfg.Controller
+	ctl := &Controller{
+		Listen:            c.Listen,
+		Keepalive:         c.Keepalive,
+		HealthInterval:    c.HealthInterval,
+		RemoveFlowsOnStop: c.RemoveFlowsOnStop,
+		Connect:           map[string]string{},
+		Health:            map[string]HealthTarget{},
+	}
+	for _, s := range cfg.Sites {
+		for _, a := range s.Agents {
+			ctl.Health[a.Name] = HealthTarget{HTTP: a.HealthListen, Data: a.DataAddr()}
+		}
+		for _, sw := range s.Switches {
+			if sw.Connect != "" {
+				ctl.Connect[sw.Name] = sw.Connect
+			}
+			ctl.Switches = append(ctl.Switches, compileSwitch(cfg, sw))
+		}
+	}
+	sort.Slice(ctl.Switches, func(i, j int) bool { return ctl.Switches[i].Name < ctl.Switches[j].Name })
+	return ctl
+}
+
+func flowAgent(a *config.Agent) flows.Agent {
+	return flows.Agent{Name: a.Name, MAC: a.MAC, Port: a.SwitchPort}
+}
+
+func compileSwitch(cfg *config.Config, sw *config.Switch) flows.Switch {
+	out := flows.Switch{Name: sw.Name, DatapathID: sw.DatapathID, Forwarding: sw.Forwarding}
+	for _, s := range cfg.Sites {
+		for _, a := range s.Agents {
+			if a.Switch == sw.Name {
+				out.Agents = append(out.Agents, flowAgent(a))
+			}
+		}
+	}
+	for _, w := range cfg.Whitelists {
+		deps := []string{w.ClientAgent, w.ServerAgent}
+		sort.Strings(deps)
+		for _, side := range []struct {
+			side  flows.Side
+			agent string
+		}{{flows.ClientSide, w.ClientAgent}, {flows.ServerSide, w.ServerAgent}} {
+			a := cfg.Agent(side.agent)
+			if a == nil || a.Switch != sw.Name {
+				continue
+			}
+			out.Steers = append(out.Steers, flows.Steer{
+				Whitelist: w.Name,
+				Side:      side.side,
+				Clients:   append([]netip.Prefix(nil), w.Clients...),
+				Server:    w.Server,
+				Port:      w.ServerPort,
+				Agent:     flowAgent(a),
+				DependsOn: deps,
+			})
+		}
+	}
+	sort.Slice(out.Agents, func(i, j int) bool { return out.Agents[i].Port < out.Agents[j].Port })
+	sort.SliceStable(out.Steers, func(i, j int) bool {
+		if out.Steers[i].Whitelist != out.Steers[j].Whitelist {
+			return out.Steers[i].Whitelist < out.Steers[j].Whitelist
+		}
+		return out.Steers[i].Side < out.Steers[j].Side
+	})
+	return out
+}
+
+func compileAgent(cfg *config.Config, a *config.Agent) *Agent {
+	ag := &Agent{
+		Name:         a.Name,
+		Interface:    a.Interface,
+		Address:      a.Address,
+		DataListen:   a.DataAddr(),
+		RelayPort:    a.RelayPort,
+		HealthListen: a.HealthListen,
+	}
+	for _, w := range cfg.Whitelists {
+		r := Route{
+			Whitelist:   w.Name,
+			Clients:     append([]netip.Prefix(nil), w.Clients...),
+			Server:      w.Server,
+			Port:        w.ServerPort,
+			Streams:     w.Streams,
+			ChunkSize:   w.ChunkSize,
+			QueueLength: w.QueueLength,
+		}
+		if w.ClientAgent == a.Name {
+			peer := cfg.Agent(w.ServerAgent)
+			r.Peer, r.PeerName = peer.DataAddr(), peer.Name
+			ag.Client = append(ag.Client, r)
+		}
+		if w.ServerAgent == a.Name {
+			r.Peer, r.PeerName = a.DataAddr(), a.Name
+			ag.Server = append(ag.Server, r)
+		}
+	}
+	return ag
+}
+
+type profileUse struct {
+	t   *config.Tuning
+	who string
+}
+
+// compileTuning merges the profiles a node uses into items; two profiles that
+// set one item to different values are an error, since either choice would
+// surprise someone.
+func compileTuning(profiles []profileUse) ([]tuning.Item, error) {
+	type origin struct {
+		value, who string
+	}
+	set := map[string]origin{}
+	var items []tuning.Item
+	put := func(kind, key, value, who string) error {
+		id := kind + "/" + key
+		if prev, ok := set[id]; ok {
+			if prev.value != value {
+				return fmt.Errorf("%s %s is %q in tuning %s but %q in tuning %s", kind, key, prev.value, prev.who, value, who)
+			}
+			return nil
+		}
+		set[id] = origin{value, who}
+		items = append(items, tuning.Item{Kind: kind, Key: key, Value: value})
+		return nil
+	}
+	for _, p := range profiles {
+		who := fmt.Sprintf("%q (%s)", p.t.Name, p.who)
+		for _, k := range sortedKeys(p.t.Sysctl) {
+			if err := put(tuning.KindSysctl, k, p.t.Sysctl[k], who); err != nil {
+				return nil, err
+			}
+		}
+		for _, it := range p.t.Interfaces {
+			if it.MTU > 0 {
+				if err := put(tuning.KindInterface, it.Name+"/mtu", strconv.Itoa(it.MTU), who); err != nil {
+					return nil, err
+				}
+			}
+			if it.TxQueueLen >= 0 {
+				if err := put(tuning.KindInterface, it.Name+"/txqueuelen", strconv.Itoa(it.TxQueueLen), who); err != nil {
+					return nil, err
+				}
+			}
+			if len(it.IRQCPUs) > 0 {
+				if err := put(tuning.KindIRQ, it.Name, config.FormatCPUList(it.IRQCPUs), who); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if len(p.t.RelayCPUs) > 0 {
+			if err := put(tuning.KindRelay, "cpus", config.FormatCPUList(p.t.RelayCPUs), who); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return items, nil
+}
+
+func sortItems(items []tuning.Item) {
+	sort.Slice(items, func(i, j int) bool {
+		if items[i].Kind != items[j].Kind {
+			return items[i].Kind < items[j].Kind
+		}
+		return items[i].Key < items[j].Key
+	})
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,172 @@
+package desired
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/sosappliance/sosappliance/appliance/config"
+	"github.com/sosappliance/sosappliance/sdn/flows"
+	"github.com/sosappliance/sosappliance/tuning"
+)
+
+func loadExample(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, _, diags := config.LoadFile("../../sos.hcl.example")
+	if diags.HasErrors() {
+		t.Fatalf("example: %v", diags)
+	}
+	return cfg
+}
+
+func itemValue(d *Desired, kind, key string) (string, bool) {
+	for _, it := range d.Items {
+		if it.Kind == kind && it.Key == key {
+			return it.Value, true
+		}
+	}
+	return "", false
+}
+
+func TestCompileRoles(t *testing.T) {
+	cfg := loadExample(t)
+	tests := []struct {
+		node  string
+		roles []string
+	}{
+		{"ctl-clemson", []string{"controller", "tuning"}},
+		{"agent-clemson", []string{"agent:agent-clemson"}},
+		{"agent-utah", []string{"agent:agent-utah"}},
+	}
+	for _, tt := range tests {
+		d, err := Compile(cfg, tt.node)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.node, err)
+		}
+		if !reflect.DeepEqual(d.Roles, tt.roles) {
+			t.Errorf("%s roles = %v, want %v", tt.node, d.Roles, tt.roles)
+		}
+	}
+	_, err := Compile(cfg, "agent-clemsen")
+	var unknown *UnknownNodeError
+	if !errors.As(err, &unknown) || len(unknown.Known) != 3 {
+		t.Fatalf("unknown node: %v", err)
+	}
+}
+
+func TestCompileAgent(t *testing.T) {
+	cfg := loadExample(t)
+	d, err := Compile(cfg, "agent-clemson")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Controller != nil || len(d.Agents) != 1 {
+		t.Fatalf("agent node got controller=%v agents=%d", d.Controller != nil, len(d.Agents))
+	}
+	a := d.Agents[0]
+	if len(a.Client) != 1 || a.Client[0].Whitelist != "iperf-to-utah" || a.Client[0].PeerName != "agent-utah" ||
+		a.Client[0].Peer.String() != "10.10.2.2:9877" || a.Client[0].Streams != 64 {
+		t.Errorf("client routes: %+v", a.Client)
+	}
+	if len(a.Server) != 1 || a.Server[0].Whitelist != "gridftp-from-utah" || a.Server[0].ChunkSize != 60000 {
+		t.Errorf("server routes: %+v", a.Server)
+	}
+	if config.FormatCPUList(a.RelayCPUs) != "13" {
+		t.Errorf("relay cpus %v", a.RelayCPUs)
+	}
+	for _, want := range []struct{ kind, key, value string }{
+		{tuning.KindSysctl, "net.ipv4.tcp_rmem", "4096 87380 33554432"},
+		{tuning.KindSysctl, "net.ipv4.tcp_congestion_control", "htcp"},
+		{tuning.KindSysctl, "net.ipv4.conf.eth1.rp_filter", "2"},
+		{tuning.KindInterface, "eth1/mtu", "9000"},
+		{tuning.KindInterface, "eth1/txqueuelen", "10000"},
+		{tuning.KindIRQ, "eth1", "0-12"},
+		{tuning.KindRelay, "cpus", "13"},
+	} {
+		if got, ok := itemValue(d, want.kind, want.key); !ok || got != want.value {
+			t.Errorf("%s/%s = %q (present %v), want %q", want.kind, want.key, got, ok, want.value)
+		}
+	}
+	nft, ok := itemValue(d, tuning.KindSteering, tuning.SteeringKeyNftables)
+	rules, err := tuning.ParseTproxyRules(nft)
+	if !ok || err != nil || rules.ListenPort != 9876 || rules.Interface != "eth1" || len(rules.Divert) != 1 ||
+		rules.Divert[0].Server.String() != "10.10.2.1" || rules.Divert[0].Port != 5201 {
+		t.Errorf("steering table = %q (%v)", nft, err)
+	}
+	for _, key := range []string{tuning.SteeringKeyRule, tuning.SteeringKeyRoute} {
+		if _, ok := itemValue(d, tuning.KindSteering, key); !ok {
+			t.Errorf("steering %s missing", key)
+		}
+	}
+	for i := 1; i < len(d.Items); i++ {
+		p, q := d.Items[i-1], d.Items[i]
+		if p.Kind > q.Kind || p.Kind == q.Kind && p.Key >= q.Key {
+			t.Errorf("items not sorted and unique: %v before %v", p, q)
+		}
+	}
+}
+
+func TestCompileController(t *testing.T) {
+	cfg := loadExample(t)
+	d, err := Compile(cfg, "ctl-clemson")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Controller == nil || len(d.Controller.Switches) != 2 {
+		t.Fatalf("controller: %+v", d.Controller)
+	}
+	if v, _ := itemValue(d, tuning.KindSysctl, "net.core.somaxconn"); v != "4096" {
+		t.Errorf("node tuning not applied: %v", d.Items)
+	}
+	cl := d.Controller.Switches[0]
+	if cl.Name != "s4810-clemson" || cl.DatapathID != 1 || len(cl.Agents) != 1 || cl.Agents[0].Port != 3 {
+		t.Fatalf("clemson switch: %+v", cl)
+	}
+	want := []struct {
+		wl   string
+		side flows.Side
+	}{{"gridftp-from-utah", flows.ServerSide}, {"iperf-to-utah", flows.ClientSide}}
+	if len(cl.Steers) != len(want) {
+		t.Fatalf("clemson steers: %+v", cl.Steers)
+	}
+	for i, w := range want {
+		s := cl.Steers[i]
+		if s.Whitelist != w.wl || s.Side != w.side || s.Agent.Name != "agent-clemson" ||
+			!reflect.DeepEqual(s.DependsOn, []string{"agent-clemson", "agent-utah"}) {
+			t.Errorf("steer %d = %+v", i, s)
+		}
+	}
+	if h := d.Controller.Health["agent-utah"]; h.HTTP != "10.10.2.2:9878" || h.Data.String() != "10.10.2.2:9877" {
+		t.Errorf("health target %+v", h)
+	}
+}
+
+func TestCompileIsDeterministic(t *testing.T) {
+	cfg := loadExample(t)
+	for _, node := range Nodes(cfg) {
+		a, err1 := Compile(cfg, node)
+		b, err2 := Compile(cfg, node)
+		if err1 != nil || err2 != nil || !reflect.DeepEqual(a, b) {
+			t.Fatalf("%s: compile differs between runs", node)
+		}
+	}
+}
+
+func TestConflictingProfiles(t *testing.T) {
+	src := `
+security { psk_file = "/etc/psk" }
+site "a" {
+  prefixes = ["10.1.0.0/24"]
+}
+tuning "x" { sysctl = { "net.core.rmem_max" = "1" } }
+tuning "y" { sysctl = { "net.core.rmem_max" = "2" } }
+node "n" { tuning = ["x", "y"] }
+`
+	cfg, diags := config.Parse(config.Source{Filename: "t.hcl", Bytes: []byte(src)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if _, err := Compile(cfg, "n"); err == nil {
+		t.Fatal("conflicting profiles compiled")
+	}
+}

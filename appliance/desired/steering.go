@@ -1,0 +1,23 @@
+package desired
+
+import (
+	"fmt"
+
+	"github.com/sosappliance/sosappliance/tuning"
+)
+
+// steeringItems is the agent's TPROXY host state: divert new connections of
+// its client-side whitelists to the transparent listener, mark packets of its
+// transparent sockets, route marked packets locally, and loosen rp_filter on
+// the agent interface.
+func steeringItems(a *Agent) ([]tuning.Item, error) {
+	spec := tuning.SteeringSpec{Interface: a.Interface, ListenPort: a.RelayPort}
+	for _, r := range a.Client {
+		spec.Divert = append(spec.Divert, tuning.Divert{Clients: r.Clients, Server: r.Server, Port: r.Port})
+	}
+	items, err := spec.Items()
+	if err != nil {
+		return nil, fmt.Errorf("agent %s steering: %w", a.Name, err)
+	}
+	return items, nil
+}
