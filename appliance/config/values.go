@@ -1,84 +1,23 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"net"
 	"net/netip"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sosappliance/sosappliance/tuning"
 )
 
-// ParseCPUList reads a Linux CPU list such as "0-3,8" into sorted, unique CPU
-// numbers.
-func ParseCPUList(s string) ([]int, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return nil, errors.New("empty CPU list")
-	}
-	seen := map[int]bool{}
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		lo, hi, isRange := strings.Cut(part, "-")
-		first, err := parseCPU(lo)
-		if err != nil {
-			return nil, err
-		}
-		last := first
-		if isRange {
-			if last, err = parseCPU(hi); err != nil {
-				return nil, err
-			}
-			if last < first {
-				return nil, fmt.Errorf("CPU range %q runs backwards", part)
-			}
-		}
-		if last-first > 4095 {
-			return nil, fmt.Errorf("CPU range %q is larger than 4096 CPUs", part)
-		}
-		for c := first; c <= last; c++ {
-			seen[c] = true
-		}
-	}
-	cpus := make([]int, 0, len(seen))
-	for c := range seen {
-		cpus = append(cpus, c)
-	}
-	sort.Ints(cpus)
-	return cpus, nil
-}
-
-func parseCPU(s string) (int, error) {
-	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil || n < 0 || n > 8191 {
-		return 0, fmt.Errorf("%q is not a CPU number", s)
-	}
-	return n, nil
-}
+// ParseCPUList reads a Linux CPU list such as "0-3,8"; the executors and
+// the config share one parser so they agree on every spelling.
+func ParseCPUList(s string) ([]int, error) { return tuning.ParseCPUList(s) }
 
 // FormatCPUList writes CPUs in the kernel's compact list form, "0-3,8".
-func FormatCPUList(cpus []int) string {
-	var b strings.Builder
-	for i := 0; i < len(cpus); {
-		j := i
-		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		if j == i {
-			fmt.Fprintf(&b, "%d", cpus[i])
-		} else {
-			fmt.Fprintf(&b, "%d-%d", cpus[i], cpus[j])
-		}
-		i = j + 1
-	}
-	return b.String()
-}
+func FormatCPUList(cpus []int) string { return tuning.FormatCPUList(cpus) }
 
 var byteUnits = []struct {
 	suffix string
