@@ -89,7 +89,8 @@ func (e *Emulator) Run(ctx context.Context) error {
 	return closeErr
 }
 
-// Close closes the sockets; Run calls it on its way out.
+// Close closes the sockets. Run calls it on its way out; call it directly
+// only for an Emulator that is never run.
 func (e *Emulator) Close() error {
 	e.closeOnce.Do(func() {
 		e.collectKernelDrops()

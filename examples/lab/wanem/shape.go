@@ -7,7 +7,9 @@
 // (and their veth peers) must have tso, gso, gro and tx checksumming turned
 // off: segmentation offloads hand the socket frames larger than the MTU,
 // which it drops and counts as oversize, and tx checksum offload leaves
-// checksums unfinished, which the far end then rejects.
+// checksums unfinished, which the far end then rejects. Frames that carry
+// VLAN tags also need rxvlan and txvlan off, or the kernel moves the tag out
+// of the frame before the socket sees it and the tag is lost.
 package wanem
 
 import (

@@ -2,11 +2,16 @@ package wanem
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
+	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // listenIn opens a listener on addrB inside namespace B.
@@ -260,4 +265,61 @@ func BenchmarkWANThroughput(b *testing.B) {
 	b.ReportMetric(baseline/1e9, "baseline-Gbit/s")
 	b.ReportMetric(through/rate, "ratio-to-rate")
 	b.ReportMetric(through/baseline, "ratio-to-baseline")
+}
+
+func TestRunStopsEveryGoroutineAndClosesSockets(t *testing.T) {
+	requireLab(t, "ip", "ethtool")
+	w := newWire(t)
+	before := goleak.IgnoreCurrent()
+
+	var em *Emulator
+	if err := inNamespace(w.nsWAN, func() error {
+		var err error
+		em, err = New("wan0", "wan1", Symmetric(Shape{Rate: 1e6, Delay: time.Second}))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if open := w.packetSockets(t); open != 2 {
+		t.Errorf("%d packet sockets open in the WAN namespace, want the emulator's 2", open)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- em.Run(ctx) }()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after cancel: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of cancel")
+	}
+	goleak.VerifyNone(t, before)
+
+	if err := em.Run(context.Background()); err == nil {
+		t.Error("a second Run succeeded on closed sockets")
+	}
+	if open := w.packetSockets(t); open != 0 {
+		t.Errorf("%d packet sockets still open in the WAN namespace after Run", open)
+	}
+}
+
+// packetSockets counts the AF_PACKET sockets open in the WAN namespace.
+func (w *wire) packetSockets(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := inNamespace(w.nsWAN, func() error {
+		data, err := os.ReadFile("/proc/thread-self/net/packet")
+		if err != nil {
+			return err
+		}
+		// One header line, then one line per socket.
+		n = len(strings.Split(strings.TrimSpace(string(data)), "\n")) - 1
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
