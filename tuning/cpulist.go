@@ -1,0 +1,90 @@
+package tuning
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// ParseCPUList reads a Linux CPU list such as "0-3,8,10-11" (the format of
+// smp_affinity_list and /sys/devices/system/cpu/online) into sorted,
+// distinct CPU numbers.
+func ParseCPUList(s string) ([]int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, fmt.Errorf("empty CPU list")
+	}
+	var cpus []int
+	for part := range strings.SplitSeq(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		first, err := parseCPU(lo)
+		if err != nil {
+			return nil, fmt.Errorf("CPU list %q: %w", s, err)
+		}
+		last := first
+		if isRange {
+			if last, err = parseCPU(hi); err != nil {
+				return nil, fmt.Errorf("CPU list %q: %w", s, err)
+			}
+			if last < first {
+				return nil, fmt.Errorf("CPU list %q: range %d-%d runs backwards", s, first, last)
+			}
+		}
+		for c := first; c <= last; c++ {
+			cpus = append(cpus, c)
+		}
+	}
+	slices.Sort(cpus)
+	return slices.Compact(cpus), nil
+}
+
+// maxCPU bounds CPU numbers so a typo like "0-99999999" cannot allocate
+// gigabytes; Linux supports at most 8192 CPUs.
+const maxCPU = 8191
+
+func parseCPU(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a CPU number", s)
+	}
+	if n > maxCPU {
+		return 0, fmt.Errorf("CPU %d is beyond the largest Linux supports (%d)", n, maxCPU)
+	}
+	return n, nil
+}
+
+// FormatCPUList writes CPU numbers in the kernel's own list form: ascending,
+// runs of two or more as "a-b", so that the text compares equal to what
+// smp_affinity_list prints for the same set.
+func FormatCPUList(cpus []int) string {
+	sorted := slices.Clone(cpus)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	var b strings.Builder
+	for i := 0; i < len(sorted); {
+		j := i
+		for j+1 < len(sorted) && sorted[j+1] == sorted[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(sorted[i]))
+		if j > i {
+			b.WriteByte('-')
+			b.WriteString(strconv.Itoa(sorted[j]))
+		}
+		i = j + 1
+	}
+	return b.String()
+}
+
+// CanonicalCPUList rewrites a CPU list in FormatCPUList's form.
+func CanonicalCPUList(s string) (string, error) {
+	cpus, err := ParseCPUList(s)
+	if err != nil {
+		return "", err
+	}
+	return FormatCPUList(cpus), nil
+}

@@ -1,0 +1,145 @@
+package tuning
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+)
+
+// Interface converges link settings through netlink in the network namespace
+// of the calling thread. Keys are "IF/mtu" and "IF/txqueuelen"; values are
+// decimal.
+type Interface struct{}
+
+// NewInterface returns the interface settings executor.
+func NewInterface() *Interface { return &Interface{} }
+
+// Kind implements Executor.
+func (x *Interface) Kind() string { return KindInterface }
+
+// Interface setting names.
+const (
+	SettingMTU        = "mtu"
+	SettingTxQueueLen = "txqueuelen"
+)
+
+// minIPv4MTU is the smallest MTU an IPv4 interface may have (RFC 791).
+const minIPv4MTU = 68
+
+// InterfaceKey is the item key of one setting of an interface.
+func InterfaceKey(ifname, setting string) string { return ifname + "/" + setting }
+
+func splitInterfaceKey(key string) (ifname, setting string, err error) {
+	ifname, setting, ok := strings.Cut(key, "/")
+	if !ok || ifname == "" || (setting != SettingMTU && setting != SettingTxQueueLen) {
+		return "", "", fmt.Errorf("interface key %q: want IF/%s or IF/%s", key, SettingMTU, SettingTxQueueLen)
+	}
+	return ifname, setting, nil
+}
+
+// CanonicalInterfaceValue rewrites a setting as plain decimal.
+func CanonicalInterfaceValue(v string) (string, error) {
+	n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 31)
+	if err != nil {
+		return "", fmt.Errorf("interface setting %q is not a decimal number", v)
+	}
+	return strconv.FormatUint(n, 10), nil
+}
+
+func readSetting(link netlink.Link, setting string) int {
+	if setting == SettingMTU {
+		return link.Attrs().MTU
+	}
+	return link.Attrs().TxQLen
+}
+
+// Observe reads each setting; a missing interface is reported not present.
+func (x *Interface) Observe(ctx context.Context, items []Item) ([]Observation, error) {
+	var errs []error
+	obs := make([]Observation, 0, len(items))
+	for _, it := range items {
+		o := Observation{Item: Item{Kind: it.Kind, Key: it.Key}}
+		ifname, setting, err := splitInterfaceKey(it.Key)
+		if err != nil {
+			errs = append(errs, err)
+			obs = append(obs, o)
+			continue
+		}
+		link, err := netlink.LinkByName(ifname)
+		var notFound netlink.LinkNotFoundError
+		switch {
+		case errors.As(err, &notFound):
+		case err != nil:
+			errs = append(errs, fmt.Errorf("interface %s: %w", ifname, err))
+		default:
+			o.Present, o.Value = true, strconv.Itoa(readSetting(link, setting))
+		}
+		obs = append(obs, o)
+	}
+	return obs, errors.Join(errs...)
+}
+
+// Validate checks keys, values and that each interface exists.
+func (x *Interface) Validate(ctx context.Context, items []Item) error {
+	var errs []error
+	for _, it := range items {
+		ifname, setting, err := splitInterfaceKey(it.Key)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		v, err := CanonicalInterfaceValue(it.Value)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("interface %s %s: %w", ifname, setting, err))
+			continue
+		}
+		if n, _ := strconv.Atoi(v); setting == SettingMTU && n < minIPv4MTU {
+			errs = append(errs, fmt.Errorf("interface %s: mtu %s is below the IPv4 minimum of %d", ifname, v, minIPv4MTU))
+		}
+		if _, err := netlink.LinkByName(ifname); err != nil {
+			errs = append(errs, fmt.Errorf("interface %s: %w", ifname, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Apply sets the value and reads it back.
+func (x *Interface) Apply(ctx context.Context, it Item) error {
+	ifname, setting, err := splitInterfaceKey(it.Key)
+	if err != nil {
+		return err
+	}
+	v, err := CanonicalInterfaceValue(it.Value)
+	if err != nil {
+		return err
+	}
+	n, _ := strconv.Atoi(v)
+	link, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return fmt.Errorf("interface %s: %w", ifname, err)
+	}
+	if setting == SettingMTU {
+		err = netlink.LinkSetMTU(link, n)
+	} else {
+		err = netlink.LinkSetTxQLen(link, n)
+	}
+	if err != nil {
+		return fmt.Errorf("interface %s: set %s %d: %w", ifname, setting, n, err)
+	}
+	if link, err = netlink.LinkByName(ifname); err != nil {
+		return fmt.Errorf("interface %s: %w", ifname, err)
+	}
+	if got := readSetting(link, setting); got != n {
+		return fmt.Errorf("interface %s: set %s %d but the kernel reports %d", ifname, setting, n, got)
+	}
+	return nil
+}
+
+// Remove is refused: interface settings always have a value.
+func (x *Interface) Remove(ctx context.Context, it Item) error {
+	return fmt.Errorf("interface %s cannot be removed, only set", it.Key)
+}

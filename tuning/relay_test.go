@@ -1,0 +1,80 @@
+package tuning
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestRelayStoresCPUList(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{"sys/devices/system/cpu/online": "0-3\n"})
+	ex := NewRelay(root)
+	it := Item{Kind: KindRelay, Key: RelayKeyCPUs, Value: "3,2"}
+	if o := observeOne(t, ex, it); o.Present {
+		t.Fatalf("observed before apply: %+v", o)
+	}
+	if err := ex.Validate(ctx, []Item{it}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ex.Apply(ctx, it); err != nil {
+		t.Fatal(err)
+	}
+	if o := observeOne(t, ex, it); !o.Present || o.Value != "2-3" {
+		t.Fatalf("observed after apply: %+v", o)
+	}
+	cpus, ok, err := LoadRelayCPUs(root)
+	if err != nil || !ok || !slices.Equal(cpus, []int{2, 3}) {
+		t.Fatalf("LoadRelayCPUs = %v %v %v", cpus, ok, err)
+	}
+	if err := ex.Remove(ctx, it); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := LoadRelayCPUs(root); ok {
+		t.Fatal("relay CPUs still stored after Remove")
+	}
+	if err := ex.Remove(ctx, it); err != nil {
+		t.Fatalf("second Remove: %v", err)
+	}
+	err = ex.Validate(ctx, []Item{{Kind: KindRelay, Key: RelayKeyCPUs, Value: "4"}, {Kind: KindRelay, Key: "threads", Value: "1"}})
+	if err == nil || !strings.Contains(err.Error(), "CPUs 4 are not online") || !strings.Contains(err.Error(), `relay key "threads"`) {
+		t.Fatalf("Validate = %v", err)
+	}
+}
+
+func TestPinProcessPinsEveryThread(t *testing.T) {
+	orig, err := ProcessAffinity(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := PinProcess(orig); err != nil {
+			t.Errorf("restore affinity: %v", err)
+		}
+	})
+	target := orig[len(orig)-1:]
+	if err := PinProcess(target); err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		tid, _ := strconv.Atoi(task.Name())
+		got, err := ProcessAffinity(tid)
+		if err != nil {
+			continue // thread exited
+		}
+		if !slices.Equal(got, target) {
+			t.Errorf("thread %d affinity %v, want %v", tid, got, target)
+		}
+	}
+	if err := PinProcess(nil); err == nil {
+		t.Error("PinProcess(nil) succeeded")
+	}
+}

@@ -1,0 +1,299 @@
+package tuning
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Steering keys.
+const (
+	SteeringKeyNftables = "nftables"
+	SteeringKeyRule     = "rule"
+	SteeringKeyRoute    = "route"
+)
+
+// Defaults for the steering numbers an operator rarely sets. They spell
+// "SO" (0x534f) so they are recognisable in `ip rule` and `nft` output and
+// unlikely to collide with marks and tables of other software.
+const (
+	DefaultSteeringMark         uint32 = 0x534f
+	DefaultSteeringRouteTable   uint32 = 0x534f
+	DefaultSteeringRulePriority uint32 = 0x534f
+)
+
+// SteeringTable is the nftables table the appliance owns (family ip). It is
+// the only table steering ever creates, changes or deletes.
+const SteeringTable = "sosappliance"
+
+// SteeringProtocol marks the policy rule and route the appliance creates
+// (the "proto" of `ip rule` and `ip route`), so they are found and removed
+// without touching rules and routes of anyone else.
+const SteeringProtocol uint8 = 0x53
+
+// SteeringSpec is the agent steering host state of one node (DESIGN.md
+// section 3): TCP from whitelisted clients to a whitelisted server is
+// diverted with TPROXY to the relay's transparent listener and marked; the
+// replies for the relay's transparent sockets are marked too; a policy rule
+// sends marked packets to a route table whose default route is local.
+type SteeringSpec struct {
+	// Interface is the agent interface. When set, diversion only applies
+	// to packets arriving on it, and its rp_filter is made loose.
+	Interface string
+	// Mark, RouteTable and RulePriority default to the Default* values.
+	Mark         uint32
+	RouteTable   uint32
+	RulePriority uint32
+	// ListenPort is the relay's transparent listener.
+	ListenPort uint16
+	// Divert lists the client-side whitelists this agent serves. An agent
+	// that is only ever server-side needs none: its replies are caught by
+	// the transparent-socket rule.
+	Divert []Divert
+}
+
+// TproxyRules is the content of the sosappliance nftables table; its
+// canonical JSON is the value of the steering/nftables item. With no
+// diverts, Interface and ListenPort do not appear in the table and are left
+// out of the canonical value.
+type TproxyRules struct {
+	Interface  string   `json:"interface,omitempty"`
+	Mark       uint32   `json:"mark"`
+	ListenPort uint16   `json:"listen_port,omitempty"`
+	Divert     []Divert `json:"divert"`
+}
+
+// Divert sends new TCP from Clients to Server:Port to the relay.
+type Divert struct {
+	Clients []netip.Prefix `json:"clients"`
+	Server  netip.Addr     `json:"server"`
+	Port    uint16         `json:"port"`
+}
+
+// SteeringRule is the policy rule: marked packets look up RouteTable.
+type SteeringRule struct {
+	Mark, Table, Priority uint32
+}
+
+// SteeringRoute is the local default route in the steering route table.
+type SteeringRoute struct {
+	Table uint32
+}
+
+func (s SteeringSpec) withDefaults() SteeringSpec {
+	if s.Mark == 0 {
+		s.Mark = DefaultSteeringMark
+	}
+	if s.RouteTable == 0 {
+		s.RouteTable = DefaultSteeringRouteTable
+	}
+	if s.RulePriority == 0 {
+		s.RulePriority = DefaultSteeringRulePriority
+	}
+	return s
+}
+
+// Items turns the spec into the items that converge it: the rp_filter
+// sysctl of the interface and the steering table, rule and route.
+func (s SteeringSpec) Items() ([]Item, error) {
+	s = s.withDefaults()
+	tp := TproxyRules{Interface: s.Interface, Mark: s.Mark, ListenPort: s.ListenPort, Divert: s.Divert}
+	value, err := tp.Canonical()
+	if err != nil {
+		return nil, err
+	}
+	rule := SteeringRule{Mark: s.Mark, Table: s.RouteTable, Priority: s.RulePriority}
+	if err := rule.validate(); err != nil {
+		return nil, err
+	}
+	route := SteeringRoute{Table: s.RouteTable}
+	var items []Item
+	if s.Interface != "" {
+		// Loose mode (2): steered packets carry addresses that are not
+		// this host's, and strict reverse-path checks would drop them.
+		items = append(items, Item{Kind: KindSysctl, Key: RPFilterKey(s.Interface), Value: "2"})
+	}
+	return append(items,
+		Item{Kind: KindSteering, Key: SteeringKeyNftables, Value: value},
+		Item{Kind: KindSteering, Key: SteeringKeyRule, Value: rule.String()},
+		Item{Kind: KindSteering, Key: SteeringKeyRoute, Value: route.String()},
+	), nil
+}
+
+// RPFilterKey is the rp_filter sysctl of an interface; dots in the name
+// become "/" as sysctl(8) spells them.
+func RPFilterKey(ifname string) string {
+	return "net.ipv4.conf." + strings.ReplaceAll(ifname, ".", "/") + ".rp_filter"
+}
+
+// normalize merges diverts to the same server and port, masks and sorts
+// client prefixes, and sorts diverts, so equal rule sets have equal text.
+func (t TproxyRules) normalize() (TproxyRules, error) {
+	var errs []error
+	if t.Mark == 0 {
+		errs = append(errs, errors.New("steering mark must not be 0"))
+	}
+	if t.ListenPort == 0 && len(t.Divert) > 0 {
+		errs = append(errs, errors.New("steering listen port must not be 0"))
+	}
+	if len(t.Interface) > 15 || strings.ContainsAny(t.Interface, "/ \x00") {
+		errs = append(errs, fmt.Errorf("steering interface %q is not a valid interface name", t.Interface))
+	}
+	type target struct {
+		server netip.Addr
+		port   uint16
+	}
+	merged := map[target][]netip.Prefix{}
+	for _, d := range t.Divert {
+		server := d.Server.Unmap()
+		if !server.Is4() {
+			errs = append(errs, fmt.Errorf("steering server %v: only IPv4 is supported", d.Server))
+			continue
+		}
+		if d.Port == 0 {
+			errs = append(errs, fmt.Errorf("steering server %v: port must not be 0", server))
+			continue
+		}
+		if len(d.Clients) == 0 {
+			errs = append(errs, fmt.Errorf("steering server %v:%d: no client prefixes", server, d.Port))
+			continue
+		}
+		k := target{server, d.Port}
+		for _, c := range d.Clients {
+			if !c.IsValid() || !c.Addr().Unmap().Is4() {
+				errs = append(errs, fmt.Errorf("steering client %v: only IPv4 prefixes are supported", c))
+				continue
+			}
+			merged[k] = append(merged[k], netip.PrefixFrom(c.Addr().Unmap(), c.Bits()).Masked())
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return TproxyRules{}, err
+	}
+	out := TproxyRules{Mark: t.Mark, Divert: []Divert{}}
+	// Without diverts the table holds only the transparent-socket rule,
+	// which names neither listener nor interface; leaving them out keeps
+	// the value equal to what can be read back from the table.
+	if len(merged) > 0 {
+		out.Interface, out.ListenPort = t.Interface, t.ListenPort
+	}
+	for k, clients := range merged {
+		slices.SortFunc(clients, comparePrefix)
+		out.Divert = append(out.Divert, Divert{Clients: slices.Compact(clients), Server: k.server, Port: k.port})
+	}
+	slices.SortFunc(out.Divert, func(a, b Divert) int {
+		return cmp.Or(a.Server.Compare(b.Server), cmp.Compare(a.Port, b.Port))
+	})
+	return out, nil
+}
+
+func comparePrefix(a, b netip.Prefix) int {
+	return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
+}
+
+// Canonical is the item value of the rule set: normalized, compact JSON.
+func (t TproxyRules) Canonical() (string, error) {
+	n, err := t.normalize()
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(n)
+	if err != nil {
+		return "", fmt.Errorf("encode steering rules: %w", err)
+	}
+	return string(b), nil
+}
+
+// ParseTproxyRules reads an item value; unknown fields are refused so a
+// typo cannot silently drop part of the rule set.
+func ParseTproxyRules(value string) (TproxyRules, error) {
+	var t TproxyRules
+	dec := json.NewDecoder(bytes.NewReader([]byte(value)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&t); err != nil {
+		return TproxyRules{}, fmt.Errorf("steering rules %q: %w", value, err)
+	}
+	if dec.More() {
+		return TproxyRules{}, fmt.Errorf("steering rules %q: trailing data", value)
+	}
+	return t.normalize()
+}
+
+func (r SteeringRule) validate() error {
+	if r.Mark == 0 || r.Table == 0 || r.Priority == 0 {
+		return fmt.Errorf("steering rule %q: mark, table and priority must not be 0", r)
+	}
+	if r.Table == 253 || r.Table == 254 || r.Table == 255 {
+		return fmt.Errorf("steering rule %q: table %d is a system table (default, main, local)", r, r.Table)
+	}
+	if r.Priority >= 32766 {
+		return fmt.Errorf("steering rule %q: priority must be below the main table's 32766", r)
+	}
+	return nil
+}
+
+// String is the canonical value, in `ip rule` words:
+// "fwmark 0x534f lookup 21327 priority 21327".
+func (r SteeringRule) String() string {
+	return fmt.Sprintf("fwmark %#x lookup %d priority %d", r.Mark, r.Table, r.Priority)
+}
+
+// ParseSteeringRule reads the canonical rule value.
+func ParseSteeringRule(value string) (SteeringRule, error) {
+	f := strings.Fields(value)
+	if len(f) != 6 || f[0] != "fwmark" || f[2] != "lookup" || f[4] != "priority" {
+		return SteeringRule{}, fmt.Errorf("steering rule %q: want \"fwmark MARK lookup TABLE priority PRIO\"", value)
+	}
+	mark, err1 := strconv.ParseUint(f[1], 0, 32)
+	table, err2 := strconv.ParseUint(f[3], 10, 32)
+	prio, err3 := strconv.ParseUint(f[5], 10, 32)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return SteeringRule{}, fmt.Errorf("steering rule %q: %w", value, err)
+	}
+	r := SteeringRule{Mark: uint32(mark), Table: uint32(table), Priority: uint32(prio)}
+	return r, r.validate()
+}
+
+// String is the canonical value, in `ip route` words:
+// "local 0.0.0.0/0 dev lo table 21327".
+func (r SteeringRoute) String() string {
+	return fmt.Sprintf("local 0.0.0.0/0 dev lo table %d", r.Table)
+}
+
+// ParseSteeringRoute reads the canonical route value.
+func ParseSteeringRoute(value string) (SteeringRoute, error) {
+	f := strings.Fields(value)
+	if len(f) != 6 || f[0] != "local" || f[1] != "0.0.0.0/0" || f[2] != "dev" || f[3] != "lo" || f[4] != "table" {
+		return SteeringRoute{}, fmt.Errorf("steering route %q: want \"local 0.0.0.0/0 dev lo table TABLE\"", value)
+	}
+	table, err := strconv.ParseUint(f[5], 10, 32)
+	if err != nil || table == 0 || table >= 253 && table <= 255 {
+		return SteeringRoute{}, fmt.Errorf("steering route %q: bad table", value)
+	}
+	return SteeringRoute{Table: uint32(table)}, nil
+}
+
+// CanonicalSteeringValue rewrites a steering item value canonically.
+func CanonicalSteeringValue(key, value string) (string, error) {
+	switch key {
+	case SteeringKeyNftables:
+		t, err := ParseTproxyRules(value)
+		if err != nil {
+			return "", err
+		}
+		return t.Canonical()
+	case SteeringKeyRule:
+		r, err := ParseSteeringRule(value)
+		return r.String(), err
+	case SteeringKeyRoute:
+		r, err := ParseSteeringRoute(value)
+		return r.String(), err
+	}
+	return "", fmt.Errorf("steering key %q: want %s, %s or %s", key, SteeringKeyNftables, SteeringKeyRule, SteeringKeyRoute)
+}

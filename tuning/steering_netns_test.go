@@ -1,0 +1,223 @@
+package tuning
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func testSteeringSpec() SteeringSpec {
+	return SteeringSpec{
+		Interface:  "sosa0",
+		ListenPort: 9876,
+		Divert: []Divert{
+			{Clients: []netip.Prefix{netip.MustParsePrefix("10.9.1.0/24")}, Server: netip.MustParseAddr("10.9.2.1"), Port: 5201},
+			{Clients: []netip.Prefix{netip.MustParsePrefix("10.9.3.0/24"), netip.MustParsePrefix("10.9.4.7/32")}, Server: netip.MustParseAddr("10.9.2.2"), Port: 80},
+		},
+	}
+}
+
+// steeringItems returns the steering/* items of a spec (without the
+// rp_filter sysctl).
+func steeringItems(t *testing.T, spec SteeringSpec) []Item {
+	t.Helper()
+	items, err := spec.Items()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []Item
+	for _, it := range items {
+		if it.Kind == KindSteering {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+func observeOne(t *testing.T, ex Executor, it Item) Observation {
+	t.Helper()
+	obs, err := ex.Observe(context.Background(), []Item{it})
+	if err != nil {
+		t.Fatalf("observe %s: %v", it.ID(), err)
+	}
+	return obs[0]
+}
+
+func TestSteeringAppliesOwnedObjectsOnlyInNetns(t *testing.T) {
+	if !inFreshNetns(t, "nft", "ip") {
+		return
+	}
+	ctx := context.Background()
+	// Someone else's table and policy rule, which must survive everything.
+	run(t, "nft", "add table ip foreign; add chain ip foreign pre { type filter hook prerouting priority mangle; }; add rule ip foreign pre meta mark set 0x7 counter")
+	run(t, "ip", "rule", "add", "fwmark", "0x7", "lookup", "77", "priority", "700")
+	foreignTable := run(t, "nft", "list", "table", "ip", "foreign")
+
+	ex := NewSteering()
+	items := steeringItems(t, testSteeringSpec())
+	for _, it := range items {
+		if o := observeOne(t, ex, it); o.Present {
+			t.Fatalf("%s present before apply: %+v", it.ID(), o)
+		}
+	}
+	for _, it := range items {
+		if err := ex.Apply(ctx, it); err != nil {
+			t.Fatalf("apply %s: %v", it.ID(), err)
+		}
+		if o := observeOne(t, ex, it); !o.Present || o.Value != it.Value {
+			t.Fatalf("%s after apply = %+v, want %q", it.ID(), o, it.Value)
+		}
+		// Applying again changes nothing.
+		if err := ex.Apply(ctx, it); err != nil {
+			t.Fatalf("re-apply %s: %v", it.ID(), err)
+		}
+	}
+
+	ruleset := run(t, "nft", "list", "table", "ip", SteeringTable)
+	for _, want := range []string{
+		"type filter hook prerouting priority mangle; policy accept;",
+		"meta l4proto tcp socket transparent 1 meta mark set 0x0000534f accept",
+		`iifname "sosa0" ip saddr 10.9.1.0/24 ip daddr 10.9.2.1 tcp dport 5201 meta mark set 0x0000534f tproxy to :9876 accept`,
+		`iifname "sosa0" ip saddr 10.9.4.7 ip daddr 10.9.2.2 tcp dport 80 meta mark set 0x0000534f tproxy to :9876 accept`,
+	} {
+		if !strings.Contains(ruleset, want) {
+			t.Errorf("nft ruleset lacks %q:\n%s", want, ruleset)
+		}
+	}
+	if rules := run(t, "ip", "rule", "show"); !strings.Contains(rules, "21327:\tfrom all fwmark 0x534f lookup 21327 proto 83") {
+		t.Errorf("ip rule show:\n%s", rules)
+	}
+	if routes := run(t, "ip", "route", "show", "table", "21327"); !strings.Contains(routes, "local default dev lo proto 83 scope host") {
+		t.Errorf("ip route show table 21327:\n%s", routes)
+	}
+
+	// A changed spec converges in place.
+	spec := testSteeringSpec()
+	spec.Divert = spec.Divert[:1]
+	spec.Mark, spec.RouteTable, spec.RulePriority = 0x99, 99, 990
+	for _, it := range steeringItems(t, spec) {
+		if err := ex.Apply(ctx, it); err != nil {
+			t.Fatalf("apply changed %s: %v", it.ID(), err)
+		}
+		if o := observeOne(t, ex, it); o.Value != it.Value {
+			t.Fatalf("%s after change = %q, want %q", it.ID(), o.Value, it.Value)
+		}
+	}
+	if rules := run(t, "ip", "rule", "show"); strings.Contains(rules, "0x534f") || !strings.Contains(rules, "fwmark 0x99 lookup 99 proto 83") {
+		t.Errorf("after change, ip rule show:\n%s", rules)
+	}
+	if routes := run(t, "ip", "route", "show", "table", "21327"); strings.TrimSpace(routes) != "" {
+		t.Errorf("old route table still has routes:\n%s", routes)
+	}
+
+	// Content added by hand makes the table unrecognised; apply replaces it.
+	run(t, "nft", "add rule ip sosappliance prerouting counter")
+	nft := steeringItems(t, spec)[0]
+	if o := observeOne(t, ex, nft); o.Value == nft.Value || !strings.Contains(o.Value, "not as sosappliance writes it") {
+		t.Fatalf("tampered table observed as %q", o.Value)
+	}
+	if err := ex.Apply(ctx, nft); err != nil {
+		t.Fatal(err)
+	}
+	if o := observeOne(t, ex, nft); o.Value != nft.Value {
+		t.Fatalf("after repair: %q", o.Value)
+	}
+
+	for _, it := range items {
+		if err := ex.Remove(ctx, it); err != nil {
+			t.Fatalf("remove %s: %v", it.ID(), err)
+		}
+		if o := observeOne(t, ex, it); o.Present {
+			t.Fatalf("%s present after remove: %+v", it.ID(), o)
+		}
+		if err := ex.Remove(ctx, it); err != nil {
+			t.Fatalf("second remove %s: %v", it.ID(), err)
+		}
+	}
+	if got := run(t, "nft", "list", "table", "ip", "foreign"); got != foreignTable {
+		t.Errorf("foreign table changed:\n%s\nwas:\n%s", got, foreignTable)
+	}
+	if rules := run(t, "ip", "rule", "show"); !strings.Contains(rules, "700:\tfrom all fwmark 0x7 lookup 77") {
+		t.Errorf("foreign rule gone:\n%s", rules)
+	}
+}
+
+// The steering state must really divert: a client in another namespace
+// connects to a server address that exists nowhere, through the agent, and
+// the agent's transparent listener accepts it with that server address as
+// its local address.
+func TestSteeringDivertsToTransparentListenerInNetns(t *testing.T) {
+	if !inFreshNetns(t, "nft", "ip", "curl") {
+		return
+	}
+	client := fmt.Sprintf("sosc%d", os.Getpid())
+	run(t, "ip", "netns", "add", client)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", client).Run() })
+	run(t, "ip", "link", "add", "sosa0", "type", "veth", "peer", "name", "sosc0", "netns", client)
+	run(t, "ip", "addr", "add", "10.9.1.1/24", "dev", "sosa0")
+	run(t, "ip", "link", "set", "sosa0", "up")
+	run(t, "ip", "link", "set", "lo", "up")
+	run(t, "ip", "-n", client, "addr", "add", "10.9.1.10/24", "dev", "sosc0")
+	run(t, "ip", "-n", client, "link", "set", "sosc0", "up")
+	run(t, "ip", "-n", client, "route", "add", "default", "via", "10.9.1.1")
+
+	spec := testSteeringSpec()
+	items, err := spec.Items()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exs := Executors("/")
+	for _, it := range items {
+		if err := exs[it.Kind].Apply(context.Background(), it); err != nil {
+			t.Fatalf("apply %s: %v", it.ID(), err)
+		}
+	}
+	if got := strings.TrimSpace(run(t, "sysctl", "-n", "net.ipv4.conf.sosa0.rp_filter")); got != "2" {
+		t.Fatalf("rp_filter = %q", got)
+	}
+
+	lc := net.ListenConfig{Control: func(network, address string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_IP, syscall.IP_TRANSPARENT, 1)
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	ln, err := lc.Listen(context.Background(), "tcp4", "0.0.0.0:9876")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			accepted <- "accept: " + err.Error()
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		buf := make([]byte, 4096)
+		c.Read(buf)
+		fmt.Fprintf(c, "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		accepted <- c.LocalAddr().String() + " " + c.RemoteAddr().String()
+	}()
+
+	out := run(t, "ip", "netns", "exec", client, "curl", "-sS", "--max-time", "10", "http://10.9.2.1:5201/")
+	if out != "ok" {
+		t.Fatalf("curl through the agent got %q", out)
+	}
+	if got := <-accepted; !strings.HasPrefix(got, "10.9.2.1:5201 10.9.1.10:") {
+		t.Fatalf("listener saw %q, want local 10.9.2.1:5201 from 10.9.1.10", got)
+	}
+}

@@ -1,0 +1,264 @@
+package tuning
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// keyCongestionControl is checked against the available algorithms before it
+// is planned, because the kernel rejects an unknown name only at write time.
+const keyCongestionControl = "net.ipv4.tcp_congestion_control"
+
+// Sysctl converges kernel parameters under Root/proc/sys. Keys use sysctl(8)
+// spelling: dots separate levels and a "/" stands for a dot inside one level
+// ("net.ipv4.conf.eth1/100.rp_filter").
+type Sysctl struct {
+	Root string
+	// Modprobe is the command run, with "tcp_<name>" appended, when a
+	// congestion control is not yet available.
+	Modprobe []string
+
+	mu    sync.Mutex
+	tried map[string]error // module name -> outcome of the one modprobe attempt
+}
+
+// NewSysctl returns the sysctl executor for the host tree at root ("/" in
+// production).
+func NewSysctl(root string) *Sysctl {
+	return &Sysctl{Root: root, Modprobe: []string{"modprobe"}}
+}
+
+// Kind implements Executor.
+func (s *Sysctl) Kind() string { return KindSysctl }
+
+// CanonicalSysctlValue collapses runs of spaces and tabs: the kernel prints
+// vectors like tcp_rmem with tabs, operators write spaces.
+func CanonicalSysctlValue(v string) string { return strings.Join(strings.Fields(v), " ") }
+
+func (s *Sysctl) path(key string) (string, error) {
+	if key == "" {
+		return "", errors.New("empty sysctl key")
+	}
+	parts := strings.Split(key, ".")
+	for i, p := range parts {
+		p = strings.ReplaceAll(p, "/", ".")
+		if p == "" || p == "." || p == ".." {
+			return "", fmt.Errorf("sysctl key %q is malformed", key)
+		}
+		parts[i] = p
+	}
+	return filepath.Join(s.Root, "proc", "sys", filepath.Join(parts...)), nil
+}
+
+// Observe reads each key; a key that does not exist is reported not present.
+func (s *Sysctl) Observe(ctx context.Context, items []Item) ([]Observation, error) {
+	var errs []error
+	obs := make([]Observation, 0, len(items))
+	for _, it := range items {
+		o := Observation{Item: Item{Kind: it.Kind, Key: it.Key}}
+		value, err := s.read(it.Key)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			errs = append(errs, err)
+		default:
+			o.Present, o.Value = true, value
+		}
+		obs = append(obs, o)
+	}
+	return obs, errors.Join(errs...)
+}
+
+func (s *Sysctl) read(key string) (string, error) {
+	p, err := s.path(key)
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", fmt.Errorf("read sysctl %s: %w", key, err)
+	}
+	return CanonicalSysctlValue(string(b)), nil
+}
+
+// Validate rejects keys that do not exist on this node and congestion
+// controls the kernel cannot provide, naming every bad item at once.
+func (s *Sysctl) Validate(ctx context.Context, items []Item) error {
+	var errs []error
+	for _, it := range items {
+		p, err := s.path(it.Key)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		st, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("sysctl %s does not exist on this node (no %s)", it.Key, p))
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sysctl %s: %w", it.Key, err))
+			continue
+		}
+		if st.IsDir() {
+			errs = append(errs, fmt.Errorf("sysctl %s is a directory of parameters, not a parameter", it.Key))
+			continue
+		}
+		if CanonicalSysctlValue(it.Value) == "" {
+			errs = append(errs, fmt.Errorf("sysctl %s: empty value", it.Key))
+			continue
+		}
+		if it.Key == keyCongestionControl {
+			if err := s.ensureCongestionControl(ctx, CanonicalSysctlValue(it.Value)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ensureCongestionControl checks name against tcp_available_congestion_control
+// and, when it is missing, runs modprobe tcp_<name> once per executor before
+// checking again. Loading the module is the one host change planning may
+// cause: without it an algorithm that is merely unloaded would look invalid.
+func (s *Sysctl) ensureCongestionControl(ctx context.Context, name string) error {
+	available, err := s.availableCongestionControls()
+	if err != nil {
+		return err
+	}
+	if slices.Contains(available, name) {
+		return s.checkAllowedInNetns(name)
+	}
+	module := "tcp_" + name
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tried == nil {
+		s.tried = map[string]error{}
+	}
+	loadErr, done := s.tried[module]
+	if !done {
+		loadErr = s.modprobe(ctx, module)
+		s.tried[module] = loadErr
+	}
+	if available, err = s.availableCongestionControls(); err != nil {
+		return err
+	}
+	if slices.Contains(available, name) {
+		return s.checkAllowedInNetns(name)
+	}
+	why := "it loaded but did not register the algorithm"
+	if loadErr != nil {
+		why = loadErr.Error()
+	}
+	return fmt.Errorf("%s = %q: congestion control not available (have: %s) and modprobe %s failed: %s",
+		keyCongestionControl, name, strings.Join(available, " "), module, why)
+}
+
+// checkAllowedInNetns catches the kernel's EPERM early: outside the host's
+// network namespace only algorithms listed in the global
+// tcp_allowed_congestion_control may become a namespace's default.
+func (s *Sysctl) checkAllowedInNetns(name string) error {
+	if s.inInitNetns() {
+		return nil
+	}
+	v, err := s.read("net.ipv4.tcp_allowed_congestion_control")
+	if err != nil {
+		return err
+	}
+	allowed := strings.Fields(v)
+	if slices.Contains(allowed, name) {
+		return nil
+	}
+	return fmt.Errorf("%s = %q: this network namespace may only use allowed congestion controls (%s); add it to net.ipv4.tcp_allowed_congestion_control in the host namespace",
+		keyCongestionControl, name, strings.Join(allowed, " "))
+}
+
+// initNetnsInode is the fixed inode number recent kernels give the initial
+// network namespace (PROC_NET_INIT_INO).
+const initNetnsInode = 0xEFFFFFF9
+
+// inInitNetns reports whether the calling thread is in the host's (initial)
+// network namespace. It compares with the fixed inode of recent kernels,
+// then with pid 1 and kthreadd (pid 2), which live there; when none of that
+// can be read (a test tree, a locked-down container) it says yes, leaving
+// the kernel to refuse at apply time.
+func (s *Sysctl) inInitNetns() bool {
+	self, err := os.Stat(filepath.Join(s.Root, "proc", "thread-self", "ns", "net"))
+	if err != nil {
+		return true
+	}
+	if st, ok := self.Sys().(*syscall.Stat_t); ok && st.Ino == initNetnsInode {
+		return true
+	}
+	if init, err := os.Stat(filepath.Join(s.Root, "proc", "1", "ns", "net")); err == nil {
+		return os.SameFile(self, init)
+	}
+	comm, err := os.ReadFile(filepath.Join(s.Root, "proc", "2", "comm"))
+	if err == nil && strings.TrimSpace(string(comm)) == "kthreadd" {
+		if kthreadd, err := os.Stat(filepath.Join(s.Root, "proc", "2", "ns", "net")); err == nil {
+			return os.SameFile(self, kthreadd)
+		}
+	}
+	return true
+}
+
+func (s *Sysctl) availableCongestionControls() ([]string, error) {
+	v, err := s.read("net.ipv4.tcp_available_congestion_control")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(v), nil
+}
+
+func (s *Sysctl) modprobe(ctx context.Context, module string) error {
+	if len(s.Modprobe) == 0 {
+		return errors.New("no modprobe command configured")
+	}
+	args := append(slices.Clone(s.Modprobe[1:]), module)
+	out, err := exec.CommandContext(ctx, s.Modprobe[0], args...).CombinedOutput()
+	if err != nil {
+		if msg := strings.TrimSpace(string(out)); msg != "" {
+			return fmt.Errorf("%w: %s", err, msg)
+		}
+		return err
+	}
+	return nil
+}
+
+// Apply writes the value and reads it back, so a value the kernel silently
+// clamps or rejects is reported now rather than as endless drift.
+func (s *Sysctl) Apply(ctx context.Context, it Item) error {
+	p, err := s.path(it.Key)
+	if err != nil {
+		return err
+	}
+	want := CanonicalSysctlValue(it.Value)
+	// writeExisting never creates: a key that does not exist must fail,
+	// not appear in a test tree.
+	if err := writeExisting(p, want); err != nil {
+		return fmt.Errorf("sysctl %s = %q: %w", it.Key, want, err)
+	}
+	got, err := s.read(it.Key)
+	if err != nil {
+		return err
+	}
+	if got != want {
+		return fmt.Errorf("sysctl %s: wrote %q but the kernel reports %q", it.Key, want, got)
+	}
+	return nil
+}
+
+// Remove is refused: a kernel parameter always exists, and rollback puts
+// back its previous value with Apply.
+func (s *Sysctl) Remove(ctx context.Context, it Item) error {
+	return fmt.Errorf("sysctl %s cannot be removed, only set", it.Key)
+}
