@@ -1,0 +1,222 @@
+// Package plan compares the desired state of a node with what its executors
+// observe and what the appliance applied before, and renders the difference
+// as text or JSON. It is pure: same input, same output, no I/O.
+package plan
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/sosappliance/sosappliance/appliance/store"
+	"github.com/sosappliance/sosappliance/tuning"
+)
+
+// FormatVersion is the version of the JSON plan file.
+const FormatVersion = 1
+
+// Action is what a change does to an item.
+type Action string
+
+const (
+	// Add creates an object that is not there.
+	Add Action = "+"
+	// Update sets an existing object to a new value.
+	Update Action = "~"
+	// Restore gives back an item the appliance owns but no longer wants:
+	// its recorded previous value is put back, or the object is removed
+	// when it did not exist before the appliance made it.
+	Restore Action = "-"
+)
+
+// Operations a plan is made for.
+const (
+	OperationApply    = "apply"
+	OperationRollback = "rollback"
+)
+
+// Change is one item to change. Before is what is on the host now, After
+// what it will be; an absent object has Present false and empty text. For
+// Restore: After present means "apply After", After absent and Before
+// present means "remove the object", both absent means "only forget the
+// record".
+type Change struct {
+	Action        Action `json:"action"`
+	Kind          string `json:"kind"`
+	Key           string `json:"key"`
+	Before        string `json:"before,omitempty"`
+	BeforePresent bool   `json:"before_present"`
+	After         string `json:"after,omitempty"`
+	AfterPresent  bool   `json:"after_present"`
+	Why           string `json:"why"`
+}
+
+// ID matches tuning.Item.ID.
+func (c Change) ID() string { return c.Kind + "/" + c.Key }
+
+// Warning is something an executor wants the operator to know.
+type Warning struct {
+	Kind    string `json:"kind"`
+	Key     string `json:"key"`
+	Message string `json:"message"`
+}
+
+// Plan is the list of changes that brings one node to its desired state, and
+// where it was made: the state serial (a saved plan is refused once the
+// serial moved on), the node and the hash of the configuration.
+type Plan struct {
+	FormatVersion int       `json:"format_version"`
+	Operation     string    `json:"operation"`
+	Node          string    `json:"node"`
+	Serial        uint64    `json:"serial"`
+	ConfigHash    string    `json:"config_hash,omitempty"`
+	Changes       []Change  `json:"changes"`
+	Warnings      []Warning `json:"warnings,omitempty"`
+}
+
+// Empty reports whether the plan changes nothing.
+func (p Plan) Empty() bool { return len(p.Changes) == 0 }
+
+// Counts returns how many changes add, update and restore.
+func (p Plan) Counts() (add, update, restore int) {
+	for _, c := range p.Changes {
+		switch c.Action {
+		case Add:
+			add++
+		case Update:
+			update++
+		case Restore:
+			restore++
+		}
+	}
+	return add, update, restore
+}
+
+// Diff computes the changes that take the host from observed to desired.
+// applied lists the items the appliance owns from earlier applies: one no
+// longer desired is restored, and a desired one left unfinished by an
+// interrupted apply is redone even when the host already shows its value.
+// desired must not hold two items with one ID. Node, Serial and ConfigHash
+// are left for the caller to fill in.
+func Diff(desired []tuning.Item, observed []tuning.Observation, applied []store.Record) Plan {
+	obs := make(map[string]tuning.Observation, len(observed))
+	for _, o := range observed {
+		obs[o.ID()] = o
+	}
+	owned := make(map[string]store.Record, len(applied))
+	for _, r := range applied {
+		owned[r.ID()] = r
+	}
+	p := Plan{FormatVersion: FormatVersion, Operation: OperationApply, Changes: []Change{}}
+	wanted := make(map[string]bool, len(desired))
+	for _, d := range desired {
+		wanted[d.ID()] = true
+		o := obs[d.ID()]
+		rec, isOwned := owned[d.ID()]
+		c := Change{Kind: d.Kind, Key: d.Key, Before: o.Value, BeforePresent: o.Present, After: d.Value, AfterPresent: true}
+		if !o.Present {
+			c.Before = ""
+		}
+		switch {
+		case isOwned && !rec.Applied:
+			c.Why = fmt.Sprintf("finish the apply interrupted at serial %d", rec.Serial)
+		case o.Present && o.Value == d.Value:
+			continue
+		case !o.Present && isOwned:
+			c.Why = fmt.Sprintf("applied at serial %d, missing now", rec.Serial)
+		case !o.Present:
+			c.Why = "declared, not present"
+		case isOwned && rec.Desired == d.Value:
+			c.Why = fmt.Sprintf("drifted from the value applied at serial %d", rec.Serial)
+		case isOwned:
+			c.Why = fmt.Sprintf("configuration changed since serial %d", rec.Serial)
+		default:
+			c.Why = "differs from the configuration"
+		}
+		c.Action = Update
+		if !o.Present {
+			c.Action = Add
+		}
+		p.Changes = append(p.Changes, c)
+	}
+	for _, r := range applied {
+		if wanted[r.ID()] {
+			continue
+		}
+		o := obs[r.ID()]
+		c := Change{Action: Restore, Kind: r.Kind, Key: r.Key, Before: o.Value, BeforePresent: o.Present}
+		switch {
+		case !o.Present:
+			c.Before = ""
+			c.Why = "gone from the host; forget its record"
+		case r.PreviousPresent && o.Value == r.Previous:
+			c.After, c.AfterPresent = r.Previous, true
+			c.Why = fmt.Sprintf("already at its value from before serial %d; forget its record", r.FirstSerial)
+		case r.PreviousPresent:
+			c.After, c.AfterPresent = r.Previous, true
+			c.Why = fmt.Sprintf("put back the value from before serial %d", r.FirstSerial)
+		default:
+			c.Why = fmt.Sprintf("remove; it did not exist before serial %d", r.FirstSerial)
+		}
+		p.Changes = append(p.Changes, c)
+	}
+	slices.SortFunc(p.Changes, compareChanges)
+
+	for _, o := range observed {
+		for _, w := range o.Warnings {
+			p.Warnings = append(p.Warnings, Warning{Kind: o.Kind, Key: o.Key, Message: w})
+		}
+	}
+	slices.SortFunc(p.Warnings, func(a, b Warning) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Message, b.Message))
+	})
+	p.Warnings = slices.Compact(p.Warnings)
+	return p
+}
+
+// kindOrder is the order executors run in: host parameters first, steering
+// last, so that traffic is only diverted onto a host already tuned for it.
+// Kinds not listed (such as switch flows) follow, by name.
+var kindOrder = []string{tuning.KindSysctl, tuning.KindInterface, tuning.KindIRQ, tuning.KindRelay, tuning.KindSteering}
+
+// steeringOrder makes the local route and the policy rule exist before the
+// table starts marking packets for them; restores run the other way.
+var steeringOrder = []string{tuning.SteeringKeyRoute, tuning.SteeringKeyRule, tuning.SteeringKeyNftables}
+
+func rank(list []string, s string) int {
+	if i := slices.Index(list, s); i >= 0 {
+		return i
+	}
+	return len(list)
+}
+
+func phase(c Change) int {
+	if c.Action == Restore {
+		return 0
+	}
+	return 1
+}
+
+func compareChanges(a, b Change) int {
+	if c := cmp.Compare(rank(kindOrder, a.Kind), rank(kindOrder, b.Kind)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Kind, b.Kind); c != 0 {
+		return c
+	}
+	// Within a kind, restores come before adds and updates, so an object
+	// being replaced under a new key never coexists with the old one.
+	if c := cmp.Compare(phase(a), phase(b)); c != 0 {
+		return c
+	}
+	if a.Kind == tuning.KindSteering {
+		ra, rb := rank(steeringOrder, a.Key), rank(steeringOrder, b.Key)
+		if a.Action == Restore {
+			ra, rb = -ra, -rb
+		}
+		if c := cmp.Compare(ra, rb); c != 0 {
+			return c
+		}
+	}
+	return cmp.Compare(a.Key, b.Key)
+}

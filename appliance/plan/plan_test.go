@@ -1,0 +1,266 @@
+package plan
+
+import (
+	"bytes"
+	"flag"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sosappliance/sosappliance/appliance/store"
+	"github.com/sosappliance/sosappliance/tuning"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata golden files")
+
+func item(kind, key, value string) tuning.Item {
+	return tuning.Item{Kind: kind, Key: key, Value: value}
+}
+
+func present(kind, key, value string, warnings ...string) tuning.Observation {
+	return tuning.Observation{Item: item(kind, key, value), Present: true, Warnings: warnings}
+}
+
+func absent(kind, key string) tuning.Observation {
+	return tuning.Observation{Item: item(kind, key, "")}
+}
+
+// scenario covers every branch of Diff.
+func scenario() ([]tuning.Item, []tuning.Observation, []store.Record) {
+	desired := []tuning.Item{
+		item("sysctl", "net.core.rmem_max", "134217728"),             // unowned, differs
+		item("sysctl", "net.ipv4.tcp_mtu_probing", "1"),              // unowned, equal: no change
+		item("sysctl", "net.ipv4.tcp_congestion_control", "bbr"),     // owned, drifted
+		item("sysctl", "net.ipv4.tcp_rmem", "4096 87380 67108864"),   // owned, config changed
+		item("interface", "eth1/mtu", "9000"),                        // owned, interrupted, host has it
+		item("irq", "eth1", "0-3"),                                   // owned, applied, equal: no change
+		item("steering", "nftables", `{"mark":1,"divert":[]}`),       // unowned, absent
+		item("steering", "route", "local 0.0.0.0/0 dev lo table 7"),  // owned, applied, missing
+		item("steering", "rule", "fwmark 0x1 lookup 7 priority 100"), // owned, interrupted, absent
+	}
+	observed := []tuning.Observation{
+		present("sysctl", "net.core.rmem_max", "212992"),
+		present("sysctl", "net.ipv4.tcp_mtu_probing", "1"),
+		present("sysctl", "net.ipv4.tcp_congestion_control", "cubic"),
+		present("sysctl", "net.ipv4.tcp_rmem", "4096 87380 33554432"),
+		present("interface", "eth1/mtu", "9000"),
+		present("irq", "eth1", "0-3", "irqbalance is running (pid 7) and will undo the IRQ affinity of eth1"),
+		absent("steering", "nftables"),
+		absent("steering", "route"),
+		absent("steering", "rule"),
+		// owned, no longer desired:
+		present("sysctl", "net.core.wmem_max", "134217728"), // put back previous
+		present("relay", "cpus", "13"),                      // remove (absent before)
+		absent("sysctl", "net.ipv4.conf.eth9.rp_filter"),    // gone: forget
+		present("interface", "eth1/txqueuelen", "1000"),     // already at previous
+	}
+	rec := func(kind, key, prev string, prevPresent bool, desired string, applied bool, first, serial uint64) store.Record {
+		return store.Record{Kind: kind, Key: key, Previous: prev, PreviousPresent: prevPresent, Desired: desired, Applied: applied, FirstSerial: first, Serial: serial}
+	}
+	applied := []store.Record{
+		rec("sysctl", "net.ipv4.tcp_congestion_control", "cubic", true, "bbr", true, 1, 2),
+		rec("sysctl", "net.ipv4.tcp_rmem", "4096 131072 6291456", true, "4096 87380 33554432", true, 1, 2),
+		rec("interface", "eth1/mtu", "1500", true, "9000", false, 3, 3),
+		rec("irq", "eth1", "45:0-3", true, "0-3", true, 1, 1),
+		rec("steering", "route", "", false, "local 0.0.0.0/0 dev lo table 7", true, 1, 1),
+		rec("steering", "rule", "", false, "fwmark 0x1 lookup 7 priority 100", false, 3, 3),
+		rec("sysctl", "net.core.wmem_max", "212992", true, "134217728", true, 1, 1),
+		rec("relay", "cpus", "", false, "13", true, 2, 2),
+		rec("sysctl", "net.ipv4.conf.eth9.rp_filter", "1", true, "2", true, 1, 1),
+		rec("interface", "eth1/txqueuelen", "1000", true, "10000", true, 1, 2),
+	}
+	return desired, observed, applied
+}
+
+func scenarioPlan() Plan {
+	p := Diff(scenario())
+	p.Node, p.Serial, p.ConfigHash = "agent-clemson", 3, "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+	return p
+}
+
+func TestDiff(t *testing.T) {
+	p := Diff(scenario())
+	c := func(action Action, kind, key, before string, beforePresent bool, after string, afterPresent bool, why string) Change {
+		return Change{action, kind, key, before, beforePresent, after, afterPresent, why}
+	}
+	want := []Change{
+		c(Restore, "sysctl", "net.core.wmem_max", "134217728", true, "212992", true, "put back the value from before serial 1"),
+		c(Restore, "sysctl", "net.ipv4.conf.eth9.rp_filter", "", false, "", false, "gone from the host; forget its record"),
+		c(Update, "sysctl", "net.core.rmem_max", "212992", true, "134217728", true, "differs from the configuration"),
+		c(Update, "sysctl", "net.ipv4.tcp_congestion_control", "cubic", true, "bbr", true, "drifted from the value applied at serial 2"),
+		c(Update, "sysctl", "net.ipv4.tcp_rmem", "4096 87380 33554432", true, "4096 87380 67108864", true, "configuration changed since serial 2"),
+		c(Restore, "interface", "eth1/txqueuelen", "1000", true, "1000", true, "already at its value from before serial 1; forget its record"),
+		c(Update, "interface", "eth1/mtu", "9000", true, "9000", true, "finish the apply interrupted at serial 3"),
+		c(Restore, "relay", "cpus", "13", true, "", false, "remove; it did not exist before serial 2"),
+		c(Add, "steering", "route", "", false, "local 0.0.0.0/0 dev lo table 7", true, "applied at serial 1, missing now"),
+		c(Add, "steering", "rule", "", false, "fwmark 0x1 lookup 7 priority 100", true, "finish the apply interrupted at serial 3"),
+		c(Add, "steering", "nftables", "", false, `{"mark":1,"divert":[]}`, true, "declared, not present"),
+	}
+	if !reflect.DeepEqual(p.Changes, want) {
+		t.Errorf("changes:\n%s", diffChanges(p.Changes, want))
+	}
+	if len(p.Warnings) != 1 || p.Warnings[0].Kind != "irq" || p.Warnings[0].Key != "eth1" {
+		t.Errorf("warnings = %+v", p.Warnings)
+	}
+	if add, upd, res := p.Counts(); add != 3 || upd != 4 || res != 4 {
+		t.Errorf("Counts = %d %d %d", add, upd, res)
+	}
+	if p.Operation != OperationApply || p.FormatVersion != FormatVersion {
+		t.Errorf("header = %+v", p)
+	}
+}
+
+func diffChanges(got, want []Change) string {
+	var b strings.Builder
+	for i := 0; i < max(len(got), len(want)); i++ {
+		var g, w Change
+		if i < len(got) {
+			g = got[i]
+		}
+		if i < len(want) {
+			w = want[i]
+		}
+		mark := "  "
+		if g != w {
+			mark = "!!"
+		}
+		b.WriteString(mark + " got  " + strings.TrimSpace(strings.ReplaceAll(string(mustJSON(g)), "\n", " ")) + "\n")
+		if g != w {
+			b.WriteString(mark + " want " + strings.TrimSpace(strings.ReplaceAll(string(mustJSON(w)), "\n", " ")) + "\n")
+		}
+	}
+	return b.String()
+}
+
+func mustJSON(c Change) []byte {
+	b, _ := Encode(Plan{Changes: []Change{c}})
+	return b
+}
+
+// Diff is pure: the order of its inputs does not matter.
+func TestDiffIgnoresInputOrder(t *testing.T) {
+	want := Diff(scenario())
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 20 {
+		d, o, a := scenario()
+		r.Shuffle(len(d), func(i, j int) { d[i], d[j] = d[j], d[i] })
+		r.Shuffle(len(o), func(i, j int) { o[i], o[j] = o[j], o[i] })
+		r.Shuffle(len(a), func(i, j int) { a[i], a[j] = a[j], a[i] })
+		if got := Diff(d, o, a); !reflect.DeepEqual(got, want) {
+			t.Fatalf("shuffled inputs changed the plan:\n%s", diffChanges(got.Changes, want.Changes))
+		}
+	}
+}
+
+func TestDiffOfMatchingHostIsEmpty(t *testing.T) {
+	desired := []tuning.Item{item("sysctl", "a", "1"), item("steering", "rule", "x")}
+	observed := []tuning.Observation{present("sysctl", "a", "1"), present("steering", "rule", "x")}
+	applied := []store.Record{{Kind: "steering", Key: "rule", Desired: "x", Applied: true, Serial: 1, FirstSerial: 1}}
+	p := Diff(desired, observed, applied)
+	if !p.Empty() {
+		t.Fatalf("plan for a converged host: %+v", p.Changes)
+	}
+	if !strings.Contains(p.Text(), "No changes. The host matches the configuration.") {
+		t.Errorf("text:\n%s", p.Text())
+	}
+	// A rollback plan is Diff with nothing desired.
+	rb := Diff(nil, observed, applied)
+	if len(rb.Changes) != 1 || rb.Changes[0].Action != Restore || rb.Changes[0].AfterPresent {
+		t.Fatalf("rollback plan: %+v", rb.Changes)
+	}
+	rb.Operation = OperationRollback
+	rb.Changes = nil
+	if !strings.Contains(rb.Text(), "Nothing is recorded to roll back.") {
+		t.Errorf("empty rollback text:\n%s", rb.Text())
+	}
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from golden file:\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+func TestTextGolden(t *testing.T) {
+	golden(t, "plan.txt", []byte(scenarioPlan().Text()))
+}
+
+func TestJSONGoldenAndRoundTrip(t *testing.T) {
+	p := scenarioPlan()
+	b, err := Encode(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "plan.json", b)
+	back, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, p) {
+		t.Fatalf("round trip changed the plan:\n%+v\n%+v", back, p)
+	}
+	empty, err := Decode([]byte(`{"format_version":1,"operation":"rollback","node":"n","serial":0,"changes":null}`))
+	if err != nil || empty.Changes == nil || !empty.Empty() {
+		t.Fatalf("empty plan: %+v %v", empty, err)
+	}
+}
+
+func TestDecodeRejectsBadPlans(t *testing.T) {
+	const ok = `{"action":"+","kind":"sysctl","key":"k","before_present":false,"after":"1","after_present":true,"why":"w"}`
+	head := `{"format_version":1,"operation":"apply","node":"n","serial":1,"changes":[`
+	tests := map[string]string{
+		"not json":        `plan`,
+		"unknown field":   `{"format_version":1,"operation":"apply","changes":[],"extra":true}`,
+		"newer format":    `{"format_version":2,"operation":"apply","changes":[]}`,
+		"operation":       `{"format_version":1,"operation":"destroy","changes":[]}`,
+		"action":          head + strings.Replace(ok, `"+"`, `"!"`, 1) + `]}`,
+		"duplicate":       head + ok + `,` + ok + `]}`,
+		"add from value":  head + strings.Replace(ok, `"before_present":false`, `"before_present":true`, 1) + `]}`,
+		"absent value":    head + strings.Replace(ok, `"after_present":true`, `"after_present":false`, 1) + `]}`,
+		"no key":          head + strings.Replace(ok, `"key":"k"`, `"key":""`, 1) + `]}`,
+		"slash in kind":   head + strings.Replace(ok, `"kind":"sysctl"`, `"kind":"a/b"`, 1) + `]}`,
+		"update from nil": head + `{"action":"~","kind":"a","key":"b","after":"1","after_present":true,"why":""}]}`,
+		"trailing":        `{"format_version":1,"operation":"apply","changes":[]}{}`,
+	}
+	for name, in := range tests {
+		if p, err := Decode([]byte(in)); err == nil {
+			t.Errorf("%s: Decode succeeded: %+v", name, p)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	b, _ := Encode(scenarioPlan())
+	f.Add(b)
+	f.Add([]byte(`{"format_version":1,"operation":"apply","changes":[]}`))
+	f.Add([]byte(`{"format_version":1,"operation":"rollback","changes":[{"action":"-","kind":"a","key":"b","before":"x","before_present":true,"why":""}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := Decode(data)
+		if err != nil {
+			return
+		}
+		out, err := Encode(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := Decode(out)
+		if err != nil || !reflect.DeepEqual(again, p) {
+			t.Fatalf("round trip: %v\n%+v\n%+v", err, again, p)
+		}
+		_ = p.Text()
+	})
+}

@@ -1,0 +1,155 @@
+package plan
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// Text renders the plan for a terminal, Terraform style: one group per
+// executor kind, each change as "+", "~" or "-" with before -> after and why,
+// then warnings and a summary line.
+func (p Plan) Text() string {
+	var b strings.Builder
+	p.WriteText(&b)
+	return b.String()
+}
+
+// WriteText writes Text to w.
+func (p Plan) WriteText(w io.Writer) error {
+	var b bytes.Buffer
+	title := "Plan"
+	if p.Operation == OperationRollback {
+		title = "Rollback plan"
+	}
+	fmt.Fprintf(&b, "%s for node %s at state serial %d", title, orNone(p.Node), p.Serial)
+	if p.ConfigHash != "" {
+		fmt.Fprintf(&b, " (config %s)", shortHash(p.ConfigHash))
+	}
+	b.WriteString("\n")
+	kind := ""
+	for _, c := range p.Changes {
+		if c.Kind != kind {
+			kind = c.Kind
+			fmt.Fprintf(&b, "\n  %s\n", kind)
+		}
+		fmt.Fprintf(&b, "    %s %s: %s -> %s\n", c.Action, c.Key, value(c.Before, c.BeforePresent), value(c.After, c.AfterPresent))
+		fmt.Fprintf(&b, "        # %s\n", c.Why)
+	}
+	if len(p.Warnings) > 0 {
+		b.WriteString("\nWarnings:\n")
+		for _, w := range p.Warnings {
+			fmt.Fprintf(&b, "  ! %s %s: %s\n", w.Kind, w.Key, w.Message)
+		}
+	}
+	switch {
+	case p.Empty() && p.Operation == OperationRollback:
+		b.WriteString("\nNo changes. Nothing is recorded to roll back.\n")
+	case p.Empty():
+		b.WriteString("\nNo changes. The host matches the configuration.\n")
+	default:
+		add, update, restore := p.Counts()
+		fmt.Fprintf(&b, "\nPlan: %d to add, %d to change, %d to restore.\n", add, update, restore)
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// value quotes text so blanks show, but prints JSON values (the steering
+// table) as they are: escaped JSON is unreadable.
+func value(v string, present bool) string {
+	if !present {
+		return "(absent)"
+	}
+	if strings.HasPrefix(v, "{") && json.Valid([]byte(v)) {
+		return v
+	}
+	return strconv.Quote(v)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(unnamed)"
+	}
+	return s
+}
+
+func shortHash(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+// Encode writes the plan as indented JSON: the -json output and the plan
+// file of -out.
+func Encode(p Plan) ([]byte, error) {
+	if p.Changes == nil {
+		p.Changes = []Change{}
+	}
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode plan: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// Decode reads a plan file and checks that it is one this binary can apply.
+func Decode(data []byte) (Plan, error) {
+	var p Plan
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return Plan{}, fmt.Errorf("plan file: %w", err)
+	}
+	if dec.More() {
+		return Plan{}, errors.New("plan file: trailing data after the plan")
+	}
+	if p.FormatVersion != FormatVersion {
+		return Plan{}, fmt.Errorf("plan file: format version %d, this sosappliance reads %d", p.FormatVersion, FormatVersion)
+	}
+	if p.Operation != OperationApply && p.Operation != OperationRollback {
+		return Plan{}, fmt.Errorf("plan file: unknown operation %q", p.Operation)
+	}
+	seen := map[string]bool{}
+	for i, c := range p.Changes {
+		if err := c.check(); err != nil {
+			return Plan{}, fmt.Errorf("plan file: change %d: %w", i+1, err)
+		}
+		if seen[c.ID()] {
+			return Plan{}, fmt.Errorf("plan file: change %d: %s twice", i+1, c.ID())
+		}
+		seen[c.ID()] = true
+	}
+	if p.Changes == nil {
+		p.Changes = []Change{}
+	}
+	return p, nil
+}
+
+func (c Change) check() error {
+	if c.Kind == "" || c.Key == "" || strings.Contains(c.Kind, "/") {
+		return fmt.Errorf("bad item %q/%q", c.Kind, c.Key)
+	}
+	if !c.BeforePresent && c.Before != "" || !c.AfterPresent && c.After != "" {
+		return fmt.Errorf("%s: a value for an absent object", c.ID())
+	}
+	switch c.Action {
+	case Add:
+		if c.BeforePresent || !c.AfterPresent {
+			return fmt.Errorf("%s: + must go from absent to present", c.ID())
+		}
+	case Update:
+		if !c.BeforePresent || !c.AfterPresent {
+			return fmt.Errorf("%s: ~ must go from present to present", c.ID())
+		}
+	case Restore:
+	default:
+		return fmt.Errorf("%s: unknown action %q", c.ID(), c.Action)
+	}
+	return nil
+}
