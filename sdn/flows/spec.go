@@ -46,6 +46,10 @@ type Switch struct {
 	DatapathID uint64
 	// Forwarding is the action for everything else: "normal".
 	Forwarding string
+	// Connect is empty when the switch dials the controller, or
+	// "tcp:IP:PORT" when the controller dials a switch that listens with
+	// ptcp:. It is not part of the flow set; the controller reads it.
+	Connect string
 	// Agents are bypassed: packets arriving from their ports go to normal
 	// forwarding at the highest priority so agents are never looped.
 	Agents []Agent

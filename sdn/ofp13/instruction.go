@@ -152,3 +152,9 @@ func decodeInstruction(typ uint16, d *decoder) Instruction {
 	d.end()
 	return in
 }
+
+// AppendInstructions encodes an instruction list; two lists do the same
+// thing when their encodings are equal.
+func AppendInstructions(b []byte, instructions []Instruction) ([]byte, error) {
+	return appendInstructions(b, instructions)
+}

@@ -365,3 +365,7 @@ func (m Match) Equal(o Match) bool {
 			bytes.Equal(a.Value, b.Value) && bytes.Equal(a.Mask, b.Mask) && (a.Mask == nil) == (b.Mask == nil)
 	})
 }
+
+// MarshalBinary encodes the match as an ofp_match, padding included; flow
+// tables key entries by these bytes of the canonical form.
+func (m Match) MarshalBinary() ([]byte, error) { return m.appendTo(nil) }
