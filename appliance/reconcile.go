@@ -1,0 +1,323 @@
+package appliance
+
+// The apply/rollback engine: plan a node's desired items against what the
+// executors observe and what the store says the appliance owns, then apply a
+// plan item by item, recording each step so that a crash at any point leaves
+// the store saying exactly which items were applied and a re-run finishes
+// the job.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/sosappliance/sosappliance/appliance/plan"
+	"github.com/sosappliance/sosappliance/appliance/store"
+	"github.com/sosappliance/sosappliance/tuning"
+)
+
+// Result is what an apply or rollback did.
+type Result struct {
+	// Serial is the state serial the apply ran as; 0 when the plan was
+	// empty and nothing was recorded.
+	Serial uint64
+	// Done lists the changes completed, in order. When Apply fails it ends
+	// just before the change that failed.
+	Done []plan.Change
+}
+
+// Plan computes the changes that bring this node to desired. Desired items
+// are made canonical and validated by their executors (unknown sysctl keys,
+// unavailable congestion controls, offline CPUs all fail here, together);
+// items the appliance owns from earlier applies but no longer desires are
+// planned for restore. Plan changes nothing on the host or in the store.
+func Plan(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []tuning.Item, node, configHash string) (plan.Plan, error) {
+	// Report every bad item at once: those that are not even well formed
+	// and those their executor rejects.
+	canon, err := canonicalItems(desired)
+	if err := errors.Join(err, validateItems(ctx, exs, canon)); err != nil {
+		return plan.Plan{}, err
+	}
+	return planAgainstStore(ctx, st, exs, canon, node, configHash, plan.OperationApply)
+}
+
+// PlanRollback computes the changes that put back every recorded previous
+// value: a plan that desires nothing.
+func PlanRollback(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, node string) (plan.Plan, error) {
+	return planAgainstStore(ctx, st, exs, nil, node, "", plan.OperationRollback)
+}
+
+func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []tuning.Item, node, configHash, operation string) (plan.Plan, error) {
+	serial, err := st.Serial()
+	if err != nil {
+		return plan.Plan{}, err
+	}
+	records, err := st.Records()
+	if err != nil {
+		return plan.Plan{}, err
+	}
+	// Owned items are observed too: a restore shows what it replaces. The
+	// value they are observed with is the one last applied, which is the
+	// form an executor such as irq should report in.
+	toObserve := slices.Clone(desired)
+	wanted := make(map[string]bool, len(desired))
+	for _, it := range desired {
+		wanted[it.ID()] = true
+	}
+	for _, r := range records {
+		if !wanted[r.ID()] {
+			toObserve = append(toObserve, tuning.Item{Kind: r.Kind, Key: r.Key, Value: r.Desired})
+		}
+	}
+	observed, err := observeItems(ctx, exs, toObserve)
+	if err != nil {
+		return plan.Plan{}, err
+	}
+	p := plan.Diff(desired, observed, records)
+	p.Operation, p.Node, p.Serial, p.ConfigHash = operation, node, serial, configHash
+	return p, nil
+}
+
+// Apply carries out a plan. It refuses a plan made at another state serial
+// (*store.StaleError). For each change it first records the item (with the
+// value the host has before the appliance first touches it), then changes
+// the host, then records the item as applied; restores put back the
+// recorded value and then drop the record. The serial goes up by one and the
+// apply is written to history with its outcome. On failure the changes
+// before the failing one stay applied and recorded; planning and applying
+// again finishes the job.
+func Apply(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, p plan.Plan) (Result, error) {
+	current, err := st.Serial()
+	if err != nil {
+		return Result{}, err
+	}
+	if current != p.Serial {
+		return Result{}, &store.StaleError{PlanSerial: p.Serial, StateSerial: current}
+	}
+	if p.Empty() {
+		return Result{}, nil
+	}
+	for _, c := range p.Changes {
+		if exs[c.Kind] == nil {
+			return Result{}, fmt.Errorf("plan changes %s but there is no %s executor", c.ID(), c.Kind)
+		}
+	}
+	operation := p.Operation
+	if operation == "" {
+		operation = plan.OperationApply
+	}
+	serial, err := st.BeginApply(p.Serial, store.HistoryEntry{
+		Operation: operation, Node: p.Node, ConfigHash: p.ConfigHash, Changes: historyChanges(p.Changes),
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Serial: serial}
+	if err := applyChanges(ctx, st, exs, p.Changes, serial, &res); err != nil {
+		if ferr := st.FinishApply(serial, store.ResultFailed, err.Error()); ferr != nil {
+			err = errors.Join(err, fmt.Errorf("record failure: %w", ferr))
+		}
+		return res, fmt.Errorf("%s at serial %d: %w", operation, serial, err)
+	}
+	if err := st.FinishApply(serial, store.ResultOK, ""); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+func applyChanges(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, changes []plan.Change, serial uint64, res *Result) error {
+	previous, err := firstTouchValues(ctx, st, exs, changes)
+	if err != nil {
+		return err
+	}
+	for _, c := range changes {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("stopped before %s: %w", c.ID(), err)
+		}
+		ex := exs[c.Kind]
+		if c.Action == plan.Restore {
+			if err := restoreItem(ctx, st, ex, c); err != nil {
+				return err
+			}
+			res.Done = append(res.Done, c)
+			continue
+		}
+		prev := previous[c.ID()]
+		if _, err := st.Touch(c.Kind, c.Key, prev.Value, prev.Present, c.After, serial); err != nil {
+			return err
+		}
+		if err := ex.Apply(ctx, tuning.Item{Kind: c.Kind, Key: c.Key, Value: c.After}); err != nil {
+			return fmt.Errorf("%s %s: %w", c.Action, c.ID(), err)
+		}
+		if err := st.MarkApplied(c.Kind, c.Key); err != nil {
+			return err
+		}
+		res.Done = append(res.Done, c)
+	}
+	return nil
+}
+
+// firstTouchValues observes, right before applying, the items the appliance
+// is about to touch for the first time: what the host has now is what a
+// rollback must put back, whatever it had when the plan was made.
+func firstTouchValues(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, changes []plan.Change) (map[string]tuning.Observation, error) {
+	var items []tuning.Item
+	for _, c := range changes {
+		if c.Action == plan.Restore {
+			continue
+		}
+		_, owned, err := st.Record(c.Kind, c.Key)
+		if err != nil {
+			return nil, err
+		}
+		if !owned {
+			items = append(items, tuning.Item{Kind: c.Kind, Key: c.Key, Value: c.After})
+		}
+	}
+	obs, err := observeItems(ctx, exs, items)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]tuning.Observation, len(obs))
+	for _, o := range obs {
+		if !o.Present {
+			o.Value = ""
+		}
+		out[o.ID()] = o
+	}
+	return out, nil
+}
+
+// restoreItem gives back one owned item: its recorded previous value, or
+// removal when it did not exist before. An object already gone from the
+// host is not recreated just to hold an old value; its record is dropped.
+func restoreItem(ctx context.Context, st *store.Store, ex tuning.Executor, c plan.Change) error {
+	rec, owned, err := st.Record(c.Kind, c.Key)
+	if err != nil {
+		return err
+	}
+	if owned && c.BeforePresent {
+		if rec.PreviousPresent {
+			err = ex.Apply(ctx, tuning.Item{Kind: c.Kind, Key: c.Key, Value: rec.Previous})
+		} else {
+			err = ex.Remove(ctx, tuning.Item{Kind: c.Kind, Key: c.Key, Value: rec.Desired})
+		}
+		if err != nil {
+			return fmt.Errorf("- %s: %w", c.ID(), err)
+		}
+	}
+	return st.Forget(c.Kind, c.Key)
+}
+
+// Rollback puts back every recorded previous value (removing objects that
+// did not exist before the appliance made them) and records that in history
+// as a rollback. With nothing recorded it does nothing.
+func Rollback(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, node string) (plan.Plan, Result, error) {
+	p, err := PlanRollback(ctx, st, exs, node)
+	if err != nil {
+		return p, Result{}, err
+	}
+	res, err := Apply(ctx, st, exs, p)
+	return p, res, err
+}
+
+// Converge plans and applies in one step, as the daemon does on start,
+// reload and drift check.
+func Converge(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []tuning.Item, node, configHash string) (plan.Plan, Result, error) {
+	p, err := Plan(ctx, st, exs, desired, node, configHash)
+	if err != nil {
+		return p, Result{}, err
+	}
+	res, err := Apply(ctx, st, exs, p)
+	return p, res, err
+}
+
+// canonicalItems rewrites values canonically and rejects an ID desired with
+// two values. It returns the good items even when some are bad.
+func canonicalItems(items []tuning.Item) ([]tuning.Item, error) {
+	out := make([]tuning.Item, 0, len(items))
+	seen := make(map[string]string, len(items))
+	var errs []error
+	for _, it := range items {
+		c, err := tuning.Canonical(it)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if prev, dup := seen[c.ID()]; dup {
+			if prev != c.Value {
+				errs = append(errs, fmt.Errorf("%s is desired twice: %q and %q", c.ID(), prev, c.Value))
+			}
+			continue
+		}
+		seen[c.ID()] = c.Value
+		out = append(out, c)
+	}
+	return out, errors.Join(errs...)
+}
+
+// groupByKind groups items per kind, kinds in sorted order for a stable call
+// sequence.
+func groupByKind(items []tuning.Item) ([]string, map[string][]tuning.Item) {
+	groups := map[string][]tuning.Item{}
+	for _, it := range items {
+		groups[it.Kind] = append(groups[it.Kind], it)
+	}
+	kinds := make([]string, 0, len(groups))
+	for k := range groups {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	return kinds, groups
+}
+
+func validateItems(ctx context.Context, exs map[string]tuning.Executor, items []tuning.Item) error {
+	kinds, groups := groupByKind(items)
+	var errs []error
+	for _, kind := range kinds {
+		ex := exs[kind]
+		if ex == nil {
+			errs = append(errs, fmt.Errorf("no executor for %s items (%s)", kind, groups[kind][0].ID()))
+			continue
+		}
+		if v, ok := ex.(tuning.Validator); ok {
+			if err := v.Validate(ctx, groups[kind]); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func observeItems(ctx context.Context, exs map[string]tuning.Executor, items []tuning.Item) ([]tuning.Observation, error) {
+	kinds, groups := groupByKind(items)
+	var out []tuning.Observation
+	var errs []error
+	for _, kind := range kinds {
+		ex := exs[kind]
+		if ex == nil {
+			errs = append(errs, fmt.Errorf("no executor for %s items (%s)", kind, groups[kind][0].ID()))
+			continue
+		}
+		obs, err := ex.Observe(ctx, groups[kind])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("observe %s: %w", kind, err))
+			continue
+		}
+		out = append(out, obs...)
+	}
+	return out, errors.Join(errs...)
+}
+
+func historyChanges(changes []plan.Change) []store.HistoryChange {
+	out := make([]store.HistoryChange, len(changes))
+	for i, c := range changes {
+		out[i] = store.HistoryChange{
+			Action: string(c.Action), Kind: c.Kind, Key: c.Key,
+			Before: c.Before, BeforePresent: c.BeforePresent,
+			After: c.After, AfterPresent: c.AfterPresent,
+		}
+	}
+	return out
+}
