@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netns"
 )
 
 func testSteeringSpec() SteeringSpec {
@@ -219,5 +221,61 @@ func TestSteeringDivertsToTransparentListenerInNetns(t *testing.T) {
 	}
 	if got := <-accepted; !strings.HasPrefix(got, "10.9.2.1:5201 10.9.1.10:") {
 		t.Fatalf("listener saw %q, want local 10.9.2.1:5201 from 10.9.1.10", got)
+	}
+}
+
+// The pattern other packages use in their namespace tests: a named
+// namespace, the executors run through RunInNetns, the host untouched.
+func TestRunInNetnsConfinesSteeringToTheNamespace(t *testing.T) {
+	requireRootAndTools(t, "ip", "nft")
+	name := fmt.Sprintf("sostun%d", os.Getpid())
+	run(t, "ip", "netns", "add", name)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	hostTables := run(t, "nft", "list", "tables")
+	hostRules := run(t, "ip", "rule", "show")
+
+	spec := testSteeringSpec()
+	spec.Interface = ""
+	items := steeringItems(t, spec)
+	ex := NewSteering()
+	err = RunInNetns(ns, func() error {
+		for _, it := range items {
+			if err := ex.Apply(context.Background(), it); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(t, "ip", "netns", "exec", name, "nft", "list", "table", "ip", SteeringTable); !strings.Contains(out, "tproxy to :9876") {
+		t.Errorf("namespace table:\n%s", out)
+	}
+	if out := run(t, "ip", "-n", name, "rule", "show"); !strings.Contains(out, "lookup 21327 proto 83") {
+		t.Errorf("namespace rules:\n%s", out)
+	}
+	if got := run(t, "nft", "list", "tables"); got != hostTables {
+		t.Errorf("host tables changed:\n%s\nwas\n%s", got, hostTables)
+	}
+	if got := run(t, "ip", "rule", "show"); got != hostRules {
+		t.Errorf("host rules changed:\n%s\nwas\n%s", got, hostRules)
+	}
+	err = RunInNetns(ns, func() error {
+		obs, err := ex.Observe(context.Background(), items)
+		for i, o := range obs {
+			if !o.Present || o.Value != items[i].Value {
+				return fmt.Errorf("observed %+v, want %q", o, items[i].Value)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
