@@ -36,7 +36,8 @@
 //
 // Executors that touch files take a root path ("/" in production, a temp
 // tree in tests). Executors that use netlink (interface, steering) act in the
-// network namespace of the calling thread.
+// network namespace of the calling thread, as does sysctl under /proc/sys/net;
+// RunInNetns runs them in another namespace.
 package tuning
 
 import "context"
