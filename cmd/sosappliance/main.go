@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/spf13/cobra"
 )
 
 func main() {
@@ -16,8 +18,11 @@ func main() {
 // run executes the CLI and turns errors into exit codes, so tests can drive
 // it in-process.
 func run(args []string) int {
-	root := newRootCommand()
-	root.SetArgs(args)
+	return runCommand(newRootCommand(), args)
+}
+
+func runCommand(root *cobra.Command, args []string) int {
+	root.SetArgs(normalizeArgs(args))
 	err := root.Execute()
 	var ex exitError
 	switch {
@@ -25,11 +30,11 @@ func run(args []string) int {
 		return 0
 	case errors.As(err, &ex):
 		if ex.msg != "" {
-			fmt.Fprintln(os.Stderr, "sosappliance:", ex.msg)
+			fmt.Fprintln(root.ErrOrStderr(), "sosappliance:", ex.msg)
 		}
 		return ex.code
 	default:
-		fmt.Fprintln(os.Stderr, "sosappliance:", err)
+		fmt.Fprintln(root.ErrOrStderr(), "sosappliance:", err)
 		return 1
 	}
 }

@@ -12,10 +12,5 @@ func stub(use, short string) *cobra.Command {
 	}
 }
 
-func newPlanCommand() *cobra.Command  { return stub("plan", "Show what would change on this node") }
-func newApplyCommand() *cobra.Command { return stub("apply", "Make the changes of a plan") }
-func newRollbackCommand() *cobra.Command {
-	return stub("rollback", "Restore the values recorded before the last apply")
-}
 func newRunCommand() *cobra.Command    { return stub("run", "Run the daemon: converge, watch and reload") }
 func newStatusCommand() *cobra.Command { return stub("status", "Show the daemon's state") }

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runCLI runs the command in-process and captures what it prints.
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	oldOut, oldErr := os.Stdout, os.Stderr
+	rOut, wOut, _ := os.Pipe()
+	rErr, wErr, _ := os.Pipe()
+	os.Stdout, os.Stderr = wOut, wErr
+	outc, errc := make(chan string), make(chan string)
+	go func() { b, _ := io.ReadAll(rOut); outc <- string(b) }()
+	go func() { b, _ := io.ReadAll(rErr); errc <- string(b) }()
+	root := newRootCommand()
+	root.SetOut(wOut)
+	root.SetErr(wErr)
+	root.SetIn(strings.NewReader(""))
+	code = runCommand(root, args)
+	wOut.Close()
+	wErr.Close()
+	os.Stdout, os.Stderr = oldOut, oldErr
+	return code, <-outc, <-errc
+}
+
+func TestValidateCommand(t *testing.T) {
+	code, out, _ := runCLI(t, "validate", "-c", "../../sos.hcl.example")
+	if code != 0 || !strings.Contains(out, "is valid") {
+		t.Fatalf("example: exit %d, %q", code, out)
+	}
+	code, _, errOut := runCLI(t, "validate", "-c", "../../appliance/config/testdata/errors/bad_values.hcl")
+	if code != 1 {
+		t.Fatalf("bad file: exit %d", code)
+	}
+	lines := 0
+	for _, l := range strings.Split(errOut, "\n") {
+		if strings.Contains(l, "bad_values.hcl:") && strings.Contains(l, ": error: ") {
+			lines++
+		}
+	}
+	if lines < 10 {
+		t.Fatalf("want every diagnostic with file:line:col, got %d:\n%s", lines, errOut)
+	}
+	if code, _, _ := runCLI(t, "validate", "-c", "/nonexistent/sos.hcl"); code != 1 {
+		t.Fatalf("missing file: exit %d", code)
+	}
+}
+
+func TestVersionCommand(t *testing.T) {
+	code, out, _ := runCLI(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "sosappliance ") {
+		t.Fatalf("version: %d %q", code, out)
+	}
+}
+
+// TestPlanApplyRollback drives the host commands against a temp tree shaped
+// like /proc/sys, for a node whose only role is sysctl tuning.
+func TestPlanApplyRollback(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	sys := filepath.Join(root, "proc", "sys", "net", "core")
+	if err := os.MkdirAll(sys, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(sys, "somaxconn"), []byte("128\n"), 0o644)
+	os.WriteFile(filepath.Join(sys, "rmem_max"), []byte("212992\n"), 0o644)
+	cfgPath := filepath.Join(dir, "sos.hcl")
+	writeCfg := func(somaxconn string) {
+		src := `
+security { psk_file = "/etc/psk" }
+site "a" { prefixes = ["10.1.0.0/24"] }
+tuning "t" {
+  sysctl = {
+    "net.core.somaxconn" = "` + somaxconn + `"
+    "net.core.rmem_max"  = "67108864"
+  }
+}
+node "host1" { tuning = ["t"] }
+`
+		if err := os.WriteFile(cfgPath, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeCfg("4096")
+	common := []string{"-c", cfgPath, "--node", "host1", "--state", filepath.Join(dir, "state.db"), "--root", root}
+	cli := func(args ...string) (int, string, string) {
+		return runCLI(t, append(args, common...)...)
+	}
+	read := func(name string) string {
+		b, _ := os.ReadFile(filepath.Join(sys, name))
+		return strings.TrimSpace(string(b))
+	}
+
+	code, out, errOut := cli("plan", "-detailed-exitcode")
+	if code != 2 || !strings.Contains(out, `~ net.core.somaxconn: "128" -> "4096"`) {
+		t.Fatalf("first plan: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, _, _ := cli("apply"); code != 1 {
+		t.Fatalf("apply without a terminal or --auto-approve must refuse, exit %d", code)
+	}
+	if read("somaxconn") != "128" {
+		t.Fatal("refused apply changed the host")
+	}
+	planFile := filepath.Join(dir, "saved.plan")
+	if code, _, errOut := cli("plan", "-out", planFile); code != 0 {
+		t.Fatalf("plan -out: %d %s", code, errOut)
+	}
+	if code, out, errOut := cli("apply", "-auto-approve"); code != 0 || !strings.Contains(out, "Apply complete: 2 change(s)") {
+		t.Fatalf("apply: exit %d\n%s%s", code, out, errOut)
+	}
+	if read("somaxconn") != "4096" || read("rmem_max") != "67108864" {
+		t.Fatalf("host not converged: %s %s", read("somaxconn"), read("rmem_max"))
+	}
+	if code, out, _ := cli("plan", "-detailed-exitcode"); code != 0 || !strings.Contains(out, "No changes") {
+		t.Fatalf("second plan not empty: exit %d\n%s", code, out)
+	}
+	code, _, errOut = runCLI(t, "apply", planFile, "--state", filepath.Join(dir, "state.db"), "--root", root)
+	if code != 1 || !strings.Contains(errOut, "stale") {
+		t.Fatalf("stale saved plan: exit %d %s", code, errOut)
+	}
+	// A plan saved now applies.
+	writeCfg("8192")
+	if code, _, errOut := cli("plan", "-json", "-out", planFile); code != 0 {
+		t.Fatalf("plan -json: %s", errOut)
+	}
+	code, out, errOut = runCLI(t, "apply", planFile, "--state", filepath.Join(dir, "state.db"), "--root", root)
+	if code != 0 || read("somaxconn") != "8192" {
+		t.Fatalf("apply saved plan: exit %d %s %s", code, out, errOut)
+	}
+	if code, out, errOut := cli("rollback", "--auto-approve"); code != 0 || !strings.Contains(out, "Rollback complete") {
+		t.Fatalf("rollback: exit %d\n%s%s", code, out, errOut)
+	}
+	if read("somaxconn") != "128" || read("rmem_max") != "212992" {
+		t.Fatalf("rollback did not restore: %s %s", read("somaxconn"), read("rmem_max"))
+	}
+	os.WriteFile(cfgPath, []byte(`
+security { psk_file = "/etc/psk" }
+site "a" { prefixes = ["10.1.0.0/24"] }
+tuning "t" { sysctl = { "net.core.nonexistent" = "1" } }
+node "host1" { tuning = ["t"] }
+`), 0o644)
+	if code, _, errOut := cli("plan"); code != 1 || !strings.Contains(errOut, "net.core.nonexistent") {
+		t.Fatalf("unknown sysctl at plan time: exit %d %s", code, errOut)
+	}
+}
+
+func TestNormalizeArgs(t *testing.T) {
+	got := normalizeArgs([]string{"plan", "-json", "-out=x", "-c", "f", "-detailed-exitcode", "--", "-json"})
+	want := []string{"plan", "--json", "--out=x", "-c", "f", "--detailed-exitcode", "--", "-json"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("got %v", got)
+	}
+}
