@@ -131,6 +131,10 @@ func (b *Bridge) AttachHost(t testing.TB, ofport uint32, mac net.HardwareAddr, a
 		{"ip", "netns", "add", h.Namespace},
 		{"ip", "link", "add", h.BridgePort, "netns", b.inst.Namespace, "type", "veth", "peer", "name", h.Interface, "netns", h.Namespace},
 		{"ip", "-n", h.Namespace, "link", "set", "lo", "up"},
+		// No IPv6: its router solicitations and MLD reports would flood
+		// every port and blur packet counts.
+		{"ip", "netns", "exec", h.Namespace, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"},
+		{"ip", "netns", "exec", h.Namespace, "sysctl", "-qw", "net.ipv6.conf." + h.Interface + ".disable_ipv6=1"},
 		{"ip", "-n", h.Namespace, "link", "set", h.Interface, "address", mac.String()},
 		{"ip", "-n", h.Namespace, "addr", "add", addr.String(), "dev", h.Interface},
 		{"ip", "-n", h.Namespace, "link", "set", h.Interface, "up"},

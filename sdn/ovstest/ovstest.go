@@ -144,6 +144,7 @@ func (i *Instance) stop(t testing.TB) {
 		if c == nil || c.Process == nil {
 			continue
 		}
+		_ = c.Process.Signal(unix.SIGCONT) // a paused switch cannot exit
 		_ = c.Process.Signal(unix.SIGTERM)
 		done := make(chan struct{})
 		go func() { _ = c.Wait(); close(done) }()
@@ -304,3 +305,10 @@ func tail(s string, lines int) string {
 	}
 	return strings.Join(parts, "\n")
 }
+
+// PauseSwitch stops ovs-vswitchd (SIGSTOP) without closing its sockets:
+// to its controllers the link goes silent, as when a cable is cut.
+func (i *Instance) PauseSwitch() error { return i.vswitchd.Process.Signal(unix.SIGSTOP) }
+
+// ResumeSwitch continues a paused ovs-vswitchd.
+func (i *Instance) ResumeSwitch() error { return i.vswitchd.Process.Signal(unix.SIGCONT) }

@@ -1,0 +1,634 @@
+package sdn
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sosappliance/sosappliance/sdn/flows"
+	"github.com/sosappliance/sosappliance/sdn/ofp13"
+)
+
+// ErrClosed is returned by requests on a connection that has ended.
+var ErrClosed = errors.New("openflow connection closed")
+
+// ErrDeadLink is why a connection ends when the switch stayed silent for
+// twice the keepalive interval.
+var ErrDeadLink = errors.New("no message from switch within twice the keepalive interval")
+
+// ConnOptions tune one OpenFlow connection.
+type ConnOptions struct {
+	// Keepalive is the echo interval; a switch silent for twice as long is
+	// declared dead. Default 5 s.
+	Keepalive time.Duration
+	// HandshakeTimeout bounds hello and features. Default 10 s.
+	HandshakeTimeout time.Duration
+	// Dial opens the TCP connection for Dial; default net.Dialer.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// Logger receives connection events; default discards.
+	Logger *slog.Logger
+	// OnMessage, when set, receives asynchronous messages from the switch
+	// (PORT_STATUS, PACKET_IN, FLOW_REMOVED, ...), from the reader
+	// goroutine.
+	OnMessage func(ofp13.Message)
+	// OnFlowMods, when set, counts flow mods as they are written.
+	OnFlowMods func(n int)
+}
+
+func (o ConnOptions) withDefaults() ConnOptions {
+	if o.Keepalive <= 0 {
+		o.Keepalive = 5 * time.Second
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = 10 * time.Second
+	}
+	if o.Dial == nil {
+		var d net.Dialer
+		o.Dial = d.DialContext
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// SwitchConn is an OpenFlow 1.3 connection to one switch after version
+// negotiation and features exchange. It answers echo requests, sends its
+// own keepalives, tracks transaction ids and matches replies and errors to
+// the requests that caused them. Its methods are safe for concurrent use.
+type SwitchConn struct {
+	conn     net.Conn
+	features ofp13.FeaturesReply
+	opts     ConnOptions
+	log      *slog.Logger
+
+	wmu sync.Mutex // one writer at a time, whole messages
+
+	mu      sync.Mutex
+	nextXID uint32
+	pending map[uint32]*pending
+	err     error // why the connection ended
+
+	done     chan struct{}
+	lastRecv atomic.Int64 // unix nanoseconds
+}
+
+// pending is a request waiting for its reply, or a flow mod waiting to
+// learn whether the switch refused it.
+type pending struct {
+	replies []ofp13.Message
+	err     error
+	// quiet entries (flow mods) never complete by themselves; a later
+	// barrier reply proves they were processed.
+	quiet bool
+	done  chan struct{}
+}
+
+// Dial connects to a switch that listens for controllers (OVS: ptcp:),
+// target being "tcp:IP:PORT" or "IP:PORT".
+func Dial(ctx context.Context, target string, opts ConnOptions) (*SwitchConn, error) {
+	opts = opts.withDefaults()
+	addr, err := parseTarget(target)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := opts.Dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial switch %s: %w", target, err)
+	}
+	sc, err := Handshake(ctx, conn, opts)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return sc, nil
+}
+
+// AcceptSwitch waits on ln for the switch with the given datapath id and
+// refuses (closes) any other that connects meanwhile.
+func AcceptSwitch(ctx context.Context, ln net.Listener, datapathID uint64, opts ConnOptions) (*SwitchConn, error) {
+	opts = opts.withDefaults()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("accept switch: %w", err)
+		}
+		sc, err := Handshake(ctx, conn, opts)
+		if err != nil {
+			opts.Logger.Warn("switch handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
+			conn.Close()
+			continue
+		}
+		if sc.DatapathID() == datapathID {
+			return sc, nil
+		}
+		opts.Logger.Warn("refusing switch: not the one awaited", "remote", conn.RemoteAddr().String(),
+			"datapath_id", DatapathIDString(sc.DatapathID()), "want", DatapathIDString(datapathID))
+		sc.Close()
+	}
+}
+
+func parseTarget(target string) (string, error) {
+	ap, err := netip.ParseAddrPort(strings.TrimPrefix(target, "tcp:"))
+	if err != nil || ap.Port() == 0 {
+		return "", fmt.Errorf("switch target %q is not tcp:IP:PORT", target)
+	}
+	return ap.String(), nil
+}
+
+// DatapathIDString prints a datapath id the way configs and OVS write it.
+func DatapathIDString(id uint64) string {
+	b := make([]string, 8)
+	for i := range b {
+		b[i] = fmt.Sprintf("%02x", byte(id>>(56-8*i)))
+	}
+	return strings.Join(b, ":")
+}
+
+// Handshake negotiates OpenFlow 1.3 on an open connection and reads the
+// switch's features. On success the connection is owned by the returned
+// SwitchConn.
+func Handshake(ctx context.Context, conn net.Conn, opts ConnOptions) (*SwitchConn, error) {
+	opts = opts.withDefaults()
+	deadline := time.Now().Add(opts.HandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := conn.SetDeadline(deadline); err != nil {
+		return nil, err
+	}
+	remote := conn.RemoteAddr().String()
+	br := bufio.NewReaderSize(conn, 64<<10)
+	hello := ofp13.NewHello(ofp13.Version)
+	hello.XID = 1
+	if err := writeMessage(conn, hello); err != nil {
+		return nil, fmt.Errorf("switch %s: send hello: %w", remote, err)
+	}
+	first, err := readMessage(br)
+	if err != nil {
+		return nil, fmt.Errorf("switch %s: read hello: %w", remote, err)
+	}
+	peer, ok := first.(*ofp13.Hello)
+	if !ok {
+		return nil, fmt.Errorf("switch %s: first message is %s, not a hello", remote, first.MessageType())
+	}
+	// Versions() reads the bitmap, or without one every version up to the
+	// header's, so this covers both negotiation styles.
+	if !peer.Supports(ofp13.Version) {
+		// Tell the switch why before hanging up, as the spec asks.
+		_ = writeMessage(conn, &ofp13.Error{XID: peer.XID, Type: ofp13.ErrorTypeHelloFailed,
+			Code: ofp13.HelloFailedIncompatible, Data: []byte("sosappliance speaks OpenFlow 1.3 only")})
+		return nil, fmt.Errorf("switch %s offers OpenFlow versions %v, not 1.3 (0x04)", remote, peer.Versions())
+	}
+	if err := writeMessage(conn, &ofp13.FeaturesRequest{XID: 2}); err != nil {
+		return nil, fmt.Errorf("switch %s: send features request: %w", remote, err)
+	}
+	var features *ofp13.FeaturesReply
+	for features == nil {
+		m, err := readMessage(br)
+		if err != nil {
+			return nil, fmt.Errorf("switch %s: read features: %w", remote, err)
+		}
+		switch m := m.(type) {
+		case *ofp13.FeaturesReply:
+			features = m
+		case *ofp13.EchoRequest:
+			if err := writeMessage(conn, &ofp13.EchoReply{XID: m.XID, Data: m.Data}); err != nil {
+				return nil, err
+			}
+		case *ofp13.Error:
+			return nil, fmt.Errorf("switch %s refused the handshake: %w", remote, m)
+		}
+	}
+	if err := conn.SetDeadline(time.Time{}); err != nil {
+		return nil, err
+	}
+	sc := &SwitchConn{
+		conn: conn, features: *features, opts: opts,
+		log:     opts.Logger.With("remote", remote, "datapath_id", DatapathIDString(features.DatapathID)),
+		nextXID: 16, pending: map[uint32]*pending{}, done: make(chan struct{}),
+	}
+	sc.lastRecv.Store(time.Now().UnixNano())
+	go sc.readLoop(br)
+	go sc.keepalive()
+	return sc, nil
+}
+
+// DatapathID is the switch's datapath id from its features reply.
+func (c *SwitchConn) DatapathID() uint64 { return c.features.DatapathID }
+
+// Features is the switch's features reply.
+func (c *SwitchConn) Features() ofp13.FeaturesReply { return c.features }
+
+// RemoteAddr is the switch's address.
+func (c *SwitchConn) RemoteAddr() string { return c.conn.RemoteAddr().String() }
+
+// Done is closed when the connection has ended; Err then says why.
+func (c *SwitchConn) Done() <-chan struct{} { return c.done }
+
+// Err is why the connection ended, nil while it is up.
+func (c *SwitchConn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close ends the connection.
+func (c *SwitchConn) Close() error {
+	c.fail(ErrClosed)
+	return nil
+}
+
+func (c *SwitchConn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	waiting := c.pending
+	c.pending = map[uint32]*pending{}
+	c.mu.Unlock()
+	c.conn.Close()
+	for _, p := range waiting {
+		if !p.quiet {
+			p.err = err
+			close(p.done)
+		}
+	}
+	close(c.done)
+}
+
+func (c *SwitchConn) keepalive() {
+	t := time.NewTicker(c.opts.Keepalive)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+			if err := c.send(&ofp13.EchoRequest{Data: []byte("sosappliance")}); err != nil {
+				c.fail(fmt.Errorf("send echo: %w", err))
+				return
+			}
+		}
+	}
+}
+
+func (c *SwitchConn) readLoop(br *bufio.Reader) {
+	for {
+		// Any message proves the link is alive; silence for twice the
+		// keepalive interval, which spans at least one echo, proves it dead.
+		if err := c.conn.SetReadDeadline(time.Now().Add(2 * c.opts.Keepalive)); err != nil {
+			c.fail(err)
+			return
+		}
+		m, err := readMessage(br)
+		var de *ofp13.DecodeError
+		switch {
+		case errors.As(err, &de) && !errors.Is(err, errFraming):
+			// The frame was whole, only its content is malformed: report
+			// it and carry on with the next message.
+			c.log.Warn("malformed message from switch", "err", err)
+			continue
+		case err != nil:
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				err = ErrDeadLink
+			}
+			c.fail(err)
+			return
+		}
+		c.lastRecv.Store(time.Now().UnixNano())
+		c.dispatch(m)
+	}
+}
+
+func (c *SwitchConn) dispatch(m ofp13.Message) {
+	switch m := m.(type) {
+	case *ofp13.EchoRequest:
+		// The reader must never wait for the writer: a switch stops
+		// reading once too many of its replies are unread, and a writer
+		// blocked on that switch would then wait for this reader forever.
+		go func() {
+			if err := c.send(&ofp13.EchoReply{XID: m.XID, Data: m.Data}); err != nil {
+				c.fail(fmt.Errorf("answer echo: %w", err))
+			}
+		}()
+		return
+	case *ofp13.EchoReply:
+		return
+	case *ofp13.Error:
+		c.mu.Lock()
+		p := c.pending[m.XID]
+		if p != nil {
+			p.err = m
+			if !p.quiet {
+				delete(c.pending, m.XID)
+				close(p.done)
+			}
+		}
+		c.mu.Unlock()
+		if p == nil {
+			c.log.Warn("switch error for no pending request", "xid", m.XID, "err", m)
+		}
+		return
+	}
+	xid := m.TransactionID()
+	c.mu.Lock()
+	p := c.pending[xid]
+	if p != nil && !p.quiet {
+		p.replies = append(p.replies, m)
+		if mp, ok := m.(ofp13.Multipart); !ok || mp.MultipartFlags()&ofp13.MultipartMore == 0 {
+			delete(c.pending, xid)
+			close(p.done)
+		}
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	if c.opts.OnMessage != nil {
+		c.opts.OnMessage(m)
+	} else {
+		c.log.Debug("message from switch", "type", m.MessageType().String())
+	}
+}
+
+// register reserves an xid for msg and tracks it.
+func (c *SwitchConn) register(msg ofp13.Message, quiet bool) (*pending, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrClosed, c.err)
+	}
+	c.nextXID++
+	if c.nextXID == 0 {
+		c.nextXID = 16
+	}
+	msg.SetTransactionID(c.nextXID)
+	p := &pending{quiet: quiet, done: make(chan struct{})}
+	c.pending[c.nextXID] = p
+	return p, nil
+}
+
+func (c *SwitchConn) forget(xid uint32) {
+	c.mu.Lock()
+	delete(c.pending, xid)
+	c.mu.Unlock()
+}
+
+// Request sends msg with a fresh xid and waits for its reply: one message,
+// or every part of a multipart reply. A switch ERROR for the request is
+// returned as an *ofp13.Error.
+func (c *SwitchConn) Request(ctx context.Context, msg ofp13.Message) ([]ofp13.Message, error) {
+	p, err := c.register(msg, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.send(msg); err != nil {
+		c.forget(msg.TransactionID())
+		return nil, err
+	}
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return p.replies, p.err
+		}
+		return p.replies, nil
+	case <-ctx.Done():
+		c.forget(msg.TransactionID())
+		return nil, ctx.Err()
+	}
+}
+
+// Barrier waits until the switch has processed every earlier message.
+func (c *SwitchConn) Barrier(ctx context.Context) error {
+	_, err := c.Request(ctx, &ofp13.BarrierRequest{})
+	return err
+}
+
+// Echo measures one echo round trip.
+func (c *SwitchConn) Echo(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	_, err := c.Request(ctx, &ofp13.EchoRequest{Data: []byte("rtt")})
+	return time.Since(start), err
+}
+
+func (c *SwitchConn) send(msg ofp13.Message) error {
+	if msg.TransactionID() == 0 {
+		c.mu.Lock()
+		c.nextXID++
+		msg.SetTransactionID(c.nextXID)
+		c.mu.Unlock()
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.writeLocked(func(b []byte) ([]byte, error) { return msg.AppendBinary(b) })
+}
+
+func (c *SwitchConn) writeLocked(fill func([]byte) ([]byte, error)) error {
+	buf, err := fill(make([]byte, 0, 256))
+	if err != nil {
+		return err
+	}
+	if err := c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout())); err != nil {
+		return err
+	}
+	if _, err := c.conn.Write(buf); err != nil {
+		c.fail(fmt.Errorf("write: %w", err))
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return nil
+}
+
+// writeTimeout bounds a blocked write the same way silence bounds reads.
+func (c *SwitchConn) writeTimeout() time.Duration {
+	return max(2*c.opts.Keepalive+time.Second, 10*time.Second)
+}
+
+// OwnedFlows returns every flow on the switch whose cookie carries the
+// appliance's prefix, in every table.
+func (c *SwitchConn) OwnedFlows(ctx context.Context) ([]flows.Flow, error) {
+	replies, err := c.Request(ctx, ofp13.NewFlowStatsRequest(flows.CookiePrefix, flows.CookieMask))
+	if err != nil {
+		return nil, fmt.Errorf("dump flows: %w", err)
+	}
+	var out []flows.Flow
+	for _, r := range replies {
+		fs, ok := r.(*ofp13.FlowStatsReply)
+		if !ok {
+			return nil, fmt.Errorf("dump flows: switch answered with %s", r.MessageType())
+		}
+		for _, s := range fs.Stats {
+			out = append(out, flows.FromStats(s))
+		}
+	}
+	return out, nil
+}
+
+// FlowError is a change the switch refused, with the offending flow.
+type FlowError struct {
+	Change flows.Change
+	Err    *ofp13.Error
+}
+
+func (e *FlowError) Error() string {
+	return fmt.Sprintf("switch refused %s: %s/%s", e.Change, e.Err.Type, e.Err.CodeName())
+}
+
+func (e *FlowError) Unwrap() error { return e.Err }
+
+// Result is what one convergence did.
+type Result struct {
+	// Changes are the differences found; Sent of them were sent as flow
+	// mods, and Failed were refused by the switch.
+	Changes flows.Changes
+	Sent    int
+	Failed  []*FlowError
+}
+
+// maxBatch is how many bytes of flow mods go into one write.
+const maxBatch = 64 << 10
+
+// Apply sends the flow mods that carry out changes, then a barrier, and
+// waits for it: when Apply returns, the switch has processed every change,
+// and every change it refused is in Result.Failed with the switch's error.
+// The error is non-nil when the connection failed or a change was refused.
+func (c *SwitchConn) Apply(ctx context.Context, changes flows.Changes) (Result, error) {
+	res := Result{Changes: changes}
+	if changes.Empty() {
+		return res, nil
+	}
+	mods := changes.FlowMods()
+	list := changes.List()
+	waits := make([]*pending, len(mods))
+	defer func() {
+		for _, m := range mods {
+			c.forget(m.TransactionID())
+		}
+	}()
+	for i, m := range mods {
+		p, err := c.register(m, true)
+		if err != nil {
+			return res, err
+		}
+		waits[i] = p
+	}
+	c.wmu.Lock()
+	for start := 0; start < len(mods); {
+		end := start
+		err := c.writeLocked(func(b []byte) ([]byte, error) {
+			for end < len(mods) && len(b) < maxBatch {
+				var err error
+				if b, err = mods[end].AppendBinary(b); err != nil {
+					return nil, fmt.Errorf("encode %s: %w", list[end], err)
+				}
+				end++
+			}
+			return b, nil
+		})
+		if err != nil {
+			c.wmu.Unlock()
+			return res, err
+		}
+		res.Sent += end - start
+		if c.opts.OnFlowMods != nil {
+			c.opts.OnFlowMods(end - start)
+		}
+		start = end
+	}
+	c.wmu.Unlock()
+	if err := c.Barrier(ctx); err != nil {
+		return res, fmt.Errorf("barrier after %d flow mods: %w", len(mods), err)
+	}
+	// The barrier reply came after every error the flow mods caused.
+	var errs []error
+	c.mu.Lock()
+	for i, p := range waits {
+		var swErr *ofp13.Error
+		if errors.As(p.err, &swErr) {
+			fe := &FlowError{Change: list[i], Err: swErr}
+			res.Failed = append(res.Failed, fe)
+			errs = append(errs, fe)
+		}
+	}
+	c.mu.Unlock()
+	return res, errors.Join(errs...)
+}
+
+// Plan reads the owned flows of the switch and diffs them against the
+// desired ones; it changes nothing.
+func Plan(ctx context.Context, c *SwitchConn, desired []flows.Flow) (flows.Changes, error) {
+	actual, err := c.OwnedFlows(ctx)
+	if err != nil {
+		return flows.Changes{}, err
+	}
+	return flows.Diff(desired, actual), nil
+}
+
+// ConvergeOnce brings the owned flows of the switch to the desired set:
+// dump, diff, send only the differences, barrier. An unchanged switch gets
+// no flow mod at all.
+func ConvergeOnce(ctx context.Context, c *SwitchConn, desired []flows.Flow) (Result, error) {
+	changes, err := Plan(ctx, c, desired)
+	if err != nil {
+		return Result{}, err
+	}
+	return c.Apply(ctx, changes)
+}
+
+// RemoveOwnedFlows deletes every flow with the appliance's cookie prefix
+// and waits for the barrier. Foreign flows stay.
+func (c *SwitchConn) RemoveOwnedFlows(ctx context.Context) error {
+	del := ofp13.NewFlowMod(ofp13.FlowDelete)
+	del.TableID = ofp13.TableAll
+	del.Cookie, del.CookieMask = flows.CookiePrefix, flows.CookieMask
+	if err := c.send(del); err != nil {
+		return err
+	}
+	return c.Barrier(ctx)
+}
+
+// errFraming marks decode errors that leave the stream unusable.
+var errFraming = errors.New("framing")
+
+func readMessage(br *bufio.Reader) (ofp13.Message, error) {
+	hdr, err := br.Peek(ofp13.HeaderLen)
+	if err != nil {
+		return nil, err
+	}
+	h, err := ofp13.ParseHeader(hdr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errFraming, err)
+	}
+	buf := make([]byte, h.Length)
+	if _, err := io.ReadFull(br, buf); err != nil {
+		return nil, err
+	}
+	return ofp13.Unmarshal(buf)
+}
+
+func writeMessage(w io.Writer, m ofp13.Message) error {
+	b, err := m.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}

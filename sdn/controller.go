@@ -1,0 +1,729 @@
+// Package sdn is the OpenFlow 1.3 controller of sosappliance: it accepts
+// (or dials) the declared switches, keeps each connection alive, and
+// converges every switch's owned flows to the set compiled from the
+// configuration, withdrawing the steering of whitelists whose agents fail
+// their health checks (fail-open).
+package sdn
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sosappliance/sosappliance/sdn/flows"
+	"github.com/sosappliance/sosappliance/sdn/ofp13"
+)
+
+// Config configures a Controller. Zero durations take the defaults.
+type Config struct {
+	// Listen is where switches connect ("0.0.0.0:6653"); empty for none.
+	Listen string
+	// Listener, when set, is used instead of Listen (tests, socket
+	// activation). Run closes it.
+	Listener net.Listener
+	// Dial opens connections to switches with a Connect address; default
+	// net.Dialer.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+
+	// Keepalive is the echo interval; a switch silent for twice as long is
+	// disconnected. Default 5 s.
+	Keepalive time.Duration
+	// HealthInterval is how often agents are checked. Default 2 s.
+	HealthInterval time.Duration
+	// HealthTimeout bounds one check. Default HealthInterval.
+	HealthTimeout time.Duration
+	// HealthFall and HealthRise are how many consecutive failed (passed)
+	// checks turn an up (down) agent down (up). Default 2 each.
+	HealthFall, HealthRise int
+	// ReconnectMin and ReconnectMax bound the backoff of dialed switches.
+	// Defaults 250 ms and 10 s.
+	ReconnectMin, ReconnectMax time.Duration
+	// ResyncInterval re-reads every switch's flows to repair drift.
+	// Default 60 s; negative disables.
+	ResyncInterval time.Duration
+	// RetryInterval is when a failed convergence is tried again. Default 5 s.
+	RetryInterval time.Duration
+	// ConvergeTimeout bounds one dump-diff-apply-barrier. Default 2 min.
+	ConvergeTimeout time.Duration
+	// RemoveFlowsOnStop deletes the owned flows of every connected switch
+	// when Run ends; by default they stay (fail_mode=secure keeps them).
+	RemoveFlowsOnStop bool
+
+	// Switches and Agents are the initial desired state; Update replaces
+	// them.
+	Switches []flows.Switch
+	Agents   map[string]AgentHealth
+}
+
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.Keepalive, 5*time.Second)
+	def(&c.HealthInterval, 2*time.Second)
+	def(&c.HealthTimeout, c.HealthInterval)
+	def(&c.ReconnectMin, 250*time.Millisecond)
+	def(&c.ReconnectMax, 10*time.Second)
+	def(&c.ResyncInterval, time.Minute)
+	def(&c.RetryInterval, 5*time.Second)
+	def(&c.ConvergeTimeout, 2*time.Minute)
+	if c.HealthFall <= 0 {
+		c.HealthFall = 2
+	}
+	if c.HealthRise <= 0 {
+		c.HealthRise = 2
+	}
+	if c.Dial == nil {
+		var d net.Dialer
+		c.Dial = d.DialContext
+	}
+	return c
+}
+
+// Counters are cumulative, for metrics.
+type Counters struct {
+	FlowModsSent     uint64
+	FlowModErrors    uint64
+	Converges        uint64
+	ConvergeFailures uint64
+	Connections      uint64
+	Disconnects      uint64
+	DeadLinks        uint64
+	Refused          uint64
+	HealthChecks     uint64
+	HealthFailures   uint64
+}
+
+type counters struct {
+	flowModsSent, flowModErrors, converges, convergeFailures, connections, disconnects,
+	deadLinks, refused, healthChecks, healthFailures atomic.Uint64
+}
+
+// SwitchStatus is the state of one declared switch.
+type SwitchStatus struct {
+	Name           string
+	DatapathID     uint64
+	Connected      bool
+	Remote         string
+	ConnectedSince time.Time
+	// DesiredFlows is the size of the flow set last compiled for it, after
+	// fail-open; InstalledFlows is how many owned flows it carries since
+	// the last convergence.
+	DesiredFlows   int
+	InstalledFlows int
+	// Converges counts completed convergences; LastChanges is how many flow
+	// mods the last one sent.
+	Converges    uint64
+	LastConverge time.Time
+	LastChanges  int
+	// Withdrawn are the whitelists whose steering fail-open took away.
+	Withdrawn []string
+	// LastError is the last failure (connection, compile, switch error);
+	// FlowErrors lists the changes the switch refused, offending flow
+	// included.
+	LastError  string
+	FlowErrors []string
+}
+
+// AgentStatus is the health of one agent.
+type AgentStatus struct {
+	Name      string
+	Method    string
+	Target    string
+	Checked   bool
+	Healthy   bool
+	Since     time.Time
+	LastCheck time.Time
+	LastError string
+}
+
+// Refusal is a switch the controller turned away.
+type Refusal struct {
+	At         time.Time
+	Remote     string
+	DatapathID uint64
+	Reason     string
+}
+
+// Status is a snapshot of the controller.
+type Status struct {
+	Switches []SwitchStatus
+	Agents   []AgentStatus
+	// Refused are the most recent refusals, oldest first.
+	Refused  []Refusal
+	Counters Counters
+}
+
+// Controller converges the flow tables of the declared switches.
+type Controller struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	switches map[string]flows.Switch // by name
+	byDPID   map[uint64]string
+	agents   map[string]*agentState
+	sessions map[string]*session
+	status   map[string]*SwitchStatus
+	refused  []Refusal
+
+	healthReady chan struct{}
+	healthNow   chan struct{}
+	updated     chan struct{}
+	counters    counters
+}
+
+type session struct {
+	conn *SwitchConn
+	kick chan struct{}
+}
+
+const maxRefusals = 16
+
+// New returns a controller for cfg; it does nothing until Run.
+func New(cfg Config, log *slog.Logger) (*Controller, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Controller{
+		cfg: cfg.withDefaults(), log: log,
+		agents: map[string]*agentState{}, sessions: map[string]*session{}, status: map[string]*SwitchStatus{},
+		healthReady: make(chan struct{}), healthNow: make(chan struct{}, 1), updated: make(chan struct{}, 1),
+	}
+	if err := c.Update(cfg.Switches, cfg.Agents); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Update replaces the desired switches and agent health targets, as on a
+// configuration reload. Connected switches converge to the new flow sets
+// at once; switches no longer declared are disconnected (their flows stay).
+// It refuses a set in which two switches share a name or a datapath id,
+// and then changes nothing.
+func (c *Controller) Update(switches []flows.Switch, agents map[string]AgentHealth) error {
+	byName := make(map[string]flows.Switch, len(switches))
+	byDPID := make(map[uint64]string, len(switches))
+	for _, sw := range switches {
+		if _, dup := byName[sw.Name]; dup {
+			return fmt.Errorf("switch %s is declared twice", sw.Name)
+		}
+		if other, dup := byDPID[sw.DatapathID]; dup {
+			return fmt.Errorf("switches %s and %s share datapath id %s", other, sw.Name, DatapathIDString(sw.DatapathID))
+		}
+		if sw.Connect != "" {
+			if _, err := parseTarget(sw.Connect); err != nil {
+				return fmt.Errorf("switch %s: %w", sw.Name, err)
+			}
+		}
+		byName[sw.Name], byDPID[sw.DatapathID] = sw, sw.Name
+	}
+	c.mu.Lock()
+	old := c.switches
+	c.switches, c.byDPID = byName, byDPID
+	for name, st := range c.agents {
+		if _, ok := agents[name]; !ok {
+			delete(c.agents, name)
+		} else {
+			st.target = agents[name]
+		}
+	}
+	for name, h := range agents {
+		if _, ok := c.agents[name]; !ok {
+			c.agents[name] = &agentState{target: h}
+		}
+	}
+	for name := range c.status {
+		if _, ok := byName[name]; !ok {
+			delete(c.status, name)
+		}
+	}
+	for name, sw := range byName {
+		if c.status[name] == nil {
+			c.status[name] = &SwitchStatus{Name: name}
+		}
+		c.status[name].DatapathID = sw.DatapathID
+	}
+	var drop []*session
+	for name, s := range c.sessions {
+		sw, ok := byName[name]
+		if !ok || sw.DatapathID != s.conn.DatapathID() || sw.Connect != old[name].Connect {
+			drop = append(drop, s)
+			delete(c.sessions, name)
+		}
+	}
+	c.kickLocked()
+	c.mu.Unlock()
+	for _, s := range drop {
+		s.conn.Close()
+	}
+	signal(c.updated)
+	signal(c.healthNow)
+	return nil
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Controller) kickLocked() {
+	for _, s := range c.sessions {
+		signal(s.kick)
+	}
+}
+
+// Run serves until ctx ends: it accepts switches on the listener, dials the
+// switches that have a Connect address, checks agent health and keeps every
+// connected switch converged. It returns nil when ctx ends, or an error if
+// the listener cannot be opened.
+func (c *Controller) Run(ctx context.Context) error {
+	ln := c.cfg.Listener
+	if ln == nil && c.cfg.Listen != "" {
+		var err error
+		if ln, err = net.Listen("tcp", c.cfg.Listen); err != nil {
+			return fmt.Errorf("openflow listen: %w", err)
+		}
+	}
+	// Sessions outlive ctx briefly so that RemoveFlowsOnStop can use them.
+	sessCtx, stopSessions := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSessions()
+	var wg sync.WaitGroup
+	if ln != nil {
+		c.log.Info("openflow controller listening", "addr", ln.Addr().String())
+		wg.Go(func() { c.acceptLoop(sessCtx, ln) })
+	}
+	wg.Go(func() { c.healthLoop(sessCtx) })
+
+	dialers := map[string]*dialer{}
+	reconcile := func() {
+		c.mu.Lock()
+		want := map[string]string{}
+		for name, sw := range c.switches {
+			if sw.Connect != "" {
+				want[name] = sw.Connect
+			}
+		}
+		c.mu.Unlock()
+		for name, d := range dialers {
+			if want[name] != d.target {
+				d.cancel()
+				delete(dialers, name)
+			}
+		}
+		for name, target := range want {
+			if dialers[name] == nil {
+				dctx, cancel := context.WithCancel(sessCtx)
+				dialers[name] = &dialer{target: target, cancel: cancel}
+				wg.Go(func() { c.dialLoop(dctx, name, target) })
+			}
+		}
+	}
+	reconcile()
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-c.updated:
+			reconcile()
+		}
+	}
+	if ln != nil {
+		ln.Close()
+	}
+	if c.cfg.RemoveFlowsOnStop {
+		c.removeAllOwnedFlows()
+	}
+	stopSessions()
+	wg.Wait()
+	return nil
+}
+
+type dialer struct {
+	target string
+	cancel context.CancelFunc
+}
+
+func (c *Controller) removeAllOwnedFlows() {
+	c.mu.Lock()
+	sessions := make(map[string]*session, len(c.sessions))
+	for k, v := range c.sessions {
+		sessions[k] = v
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for name, s := range sessions {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := s.conn.RemoveOwnedFlows(ctx); err != nil {
+				c.log.Warn("removing owned flows on stop failed", "switch", name, "err", err)
+			} else {
+				c.log.Info("removed owned flows on stop", "switch", name)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (c *Controller) connOptions() ConnOptions {
+	return ConnOptions{
+		Keepalive: c.cfg.Keepalive,
+		Dial:      c.cfg.Dial,
+		Logger:    c.log,
+		OnFlowMods: func(n int) {
+			c.counters.flowModsSent.Add(uint64(n))
+		},
+		OnMessage: func(m ofp13.Message) {
+			c.log.Debug("asynchronous message from switch", "type", m.MessageType().String())
+		},
+	}
+}
+
+func (c *Controller) acceptLoop(ctx context.Context, ln net.Listener) {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			c.log.Warn("openflow accept failed", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		wg.Go(func() {
+			sc, err := Handshake(ctx, conn, c.connOptions())
+			if err != nil {
+				c.refuse(conn.RemoteAddr().String(), 0, fmt.Sprintf("handshake failed: %v", err))
+				conn.Close()
+				return
+			}
+			c.mu.Lock()
+			name, ok := c.byDPID[sc.DatapathID()]
+			connect := c.switches[name].Connect
+			c.mu.Unlock()
+			if !ok {
+				c.refuse(sc.RemoteAddr(), sc.DatapathID(), fmt.Sprintf("datapath id %s is not declared in the configuration", DatapathIDString(sc.DatapathID())))
+				sc.Close()
+				return
+			}
+			if connect != "" {
+				// Two sessions for one switch would keep closing each other.
+				c.refuse(sc.RemoteAddr(), sc.DatapathID(), fmt.Sprintf("switch %s is dialed at %s; it must not also connect to the listener", name, connect))
+				sc.Close()
+				return
+			}
+			c.runSession(ctx, sc, name)
+		})
+	}
+}
+
+func (c *Controller) refuse(remote string, dpid uint64, reason string) {
+	c.counters.refused.Add(1)
+	c.log.Warn("refusing switch", "remote", remote, "datapath_id", DatapathIDString(dpid), "reason", reason)
+	c.mu.Lock()
+	c.refused = append(c.refused, Refusal{At: time.Now(), Remote: remote, DatapathID: dpid, Reason: reason})
+	if len(c.refused) > maxRefusals {
+		c.refused = c.refused[len(c.refused)-maxRefusals:]
+	}
+	c.mu.Unlock()
+}
+
+func (c *Controller) dialLoop(ctx context.Context, name, target string) {
+	backoff := c.cfg.ReconnectMin
+	for ctx.Err() == nil {
+		started := time.Now()
+		sc, err := Dial(ctx, target, c.connOptions())
+		if err == nil {
+			c.mu.Lock()
+			want := c.switches[name].DatapathID
+			c.mu.Unlock()
+			if sc.DatapathID() != want {
+				c.refuse(sc.RemoteAddr(), sc.DatapathID(), fmt.Sprintf("switch %s at %s reports datapath id %s, configuration says %s",
+					name, target, DatapathIDString(sc.DatapathID()), DatapathIDString(want)))
+				sc.Close()
+			} else {
+				c.runSession(ctx, sc, name)
+			}
+		} else if ctx.Err() == nil {
+			c.setError(name, err)
+			c.log.Warn("cannot reach switch", "switch", name, "target", target, "err", err, "retry_in", backoff)
+		}
+		// A session that lasted resets the backoff; a flapping one does not.
+		if time.Since(started) > 10*c.cfg.ReconnectMin+c.cfg.Keepalive {
+			backoff = c.cfg.ReconnectMin
+		}
+		jitter := time.Duration(rand.Int64N(int64(backoff)/4 + 1))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff + jitter):
+		}
+		backoff = min(2*backoff, c.cfg.ReconnectMax)
+	}
+}
+
+func (c *Controller) setError(name string, err error) {
+	c.mu.Lock()
+	if st := c.status[name]; st != nil {
+		st.LastError = err.Error()
+	}
+	c.mu.Unlock()
+}
+
+// runSession keeps one connected switch converged until the connection or
+// ctx ends.
+func (c *Controller) runSession(ctx context.Context, sc *SwitchConn, name string) {
+	s := &session{conn: sc, kick: make(chan struct{}, 1)}
+	log := c.log.With("switch", name, "remote", sc.RemoteAddr())
+	c.mu.Lock()
+	prev := c.sessions[name]
+	c.sessions[name] = s
+	if st := c.status[name]; st != nil {
+		st.Connected, st.Remote, st.ConnectedSince, st.LastError = true, sc.RemoteAddr(), time.Now(), ""
+	}
+	c.mu.Unlock()
+	if prev != nil {
+		log.Info("switch reconnected; closing its previous connection")
+		prev.conn.Close()
+	}
+	c.counters.connections.Add(1)
+	log.Info("switch connected", "datapath_id", DatapathIDString(sc.DatapathID()))
+	defer func() {
+		sc.Close()
+		c.counters.disconnects.Add(1)
+		reason := sc.Err()
+		if errors.Is(reason, ErrDeadLink) {
+			c.counters.deadLinks.Add(1)
+		}
+		c.mu.Lock()
+		if c.sessions[name] == s {
+			delete(c.sessions, name)
+			if st := c.status[name]; st != nil {
+				st.Connected = false
+				if reason != nil && !errors.Is(reason, ErrClosed) {
+					st.LastError = "disconnected: " + reason.Error()
+				}
+			}
+		}
+		c.mu.Unlock()
+		log.Info("switch disconnected", "reason", reason)
+	}()
+
+	// Converge only once agent health is known, so that a restart with
+	// healthy agents does not withdraw and re-add steering.
+	select {
+	case <-c.healthReady:
+	case <-ctx.Done():
+		return
+	case <-sc.Done():
+		return
+	}
+	signal(s.kick)
+	var resync <-chan time.Time
+	if c.cfg.ResyncInterval > 0 {
+		t := time.NewTicker(c.cfg.ResyncInterval)
+		defer t.Stop()
+		resync = t.C
+	}
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sc.Done():
+			return
+		case <-s.kick:
+		case <-resync:
+		case <-retry:
+		}
+		retry = nil
+		if err := c.converge(ctx, sc, name, log); err != nil && sc.Err() == nil {
+			retry = time.After(c.cfg.RetryInterval)
+		}
+	}
+}
+
+// desiredFor compiles the flow set of a switch with fail-open applied.
+func (c *Controller) desiredFor(name string) ([]flows.Flow, []string, error) {
+	c.mu.Lock()
+	sw, ok := c.switches[name]
+	isDown := func(agent string) bool {
+		st := c.agents[agent]
+		return st != nil && st.checked && !st.healthy
+	}
+	var withdrawn []string
+	if ok {
+		sw, withdrawn = flows.FailOpen(sw, isDown)
+	}
+	c.mu.Unlock()
+	if !ok {
+		return nil, nil, fmt.Errorf("switch %s is no longer declared", name)
+	}
+	desired, err := flows.Compile(sw)
+	return desired, withdrawn, err
+}
+
+func (c *Controller) converge(ctx context.Context, sc *SwitchConn, name string, log *slog.Logger) error {
+	desired, withdrawn, err := c.desiredFor(name)
+	if err != nil {
+		// Never converge to a set we could not compile: that would wipe.
+		c.counters.convergeFailures.Add(1)
+		c.setError(name, err)
+		log.Error("cannot compile flows; leaving the switch as it is", "err", err)
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ConvergeTimeout)
+	defer cancel()
+	res, err := ConvergeOnce(ctx, sc, desired)
+	c.counters.converges.Add(1)
+	c.counters.flowModErrors.Add(uint64(len(res.Failed)))
+	var flowErrs []string
+	for _, fe := range res.Failed {
+		flowErrs = append(flowErrs, fe.Error())
+		log.Warn("switch refused a flow change", "err", fe.Err.Error(), "change", fe.Change.String())
+	}
+	c.mu.Lock()
+	if st := c.status[name]; st != nil {
+		st.DesiredFlows = len(desired)
+		st.Withdrawn = withdrawn
+		st.LastChanges = res.Sent
+		st.FlowErrors = flowErrs
+		if err == nil {
+			st.InstalledFlows = len(desired)
+			st.LastError = ""
+		} else {
+			st.LastError = err.Error()
+		}
+		st.LastConverge = time.Now()
+		st.Converges++
+	}
+	c.mu.Unlock()
+	if err != nil {
+		c.counters.convergeFailures.Add(1)
+		if len(res.Failed) == 0 {
+			log.Warn("convergence failed", "err", err)
+		}
+		return err
+	}
+	if res.Sent > 0 {
+		log.Info("switch converged", "added", len(res.Changes.Add), "modified", len(res.Changes.Modify),
+			"deleted", len(res.Changes.Delete), "flows", len(desired), "withdrawn", withdrawn)
+		for i, ch := range res.Changes.List() {
+			if i == 50 {
+				log.Debug("further changes not logged", "count", res.Changes.Len()-i)
+				break
+			}
+			log.Debug("flow change", "change", ch.String())
+		}
+	}
+	return nil
+}
+
+func (c *Controller) healthLoop(ctx context.Context) {
+	c.healthRound(ctx)
+	close(c.healthReady)
+	t := time.NewTicker(c.cfg.HealthInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-c.healthNow:
+		}
+		if c.healthRound(ctx) {
+			c.mu.Lock()
+			c.kickLocked()
+			c.mu.Unlock()
+		}
+	}
+}
+
+// healthRound checks every agent at once and reports whether any agent
+// went up or down.
+func (c *Controller) healthRound(ctx context.Context) bool {
+	c.mu.Lock()
+	targets := make(map[string]AgentHealth, len(c.agents))
+	for name, st := range c.agents {
+		targets[name] = st.target
+	}
+	c.mu.Unlock()
+	type result struct {
+		name string
+		err  error
+	}
+	results := make(chan result, len(targets))
+	for name, h := range targets {
+		go func() { results <- result{name, checkAgent(ctx, h, c.cfg.HealthTimeout)} }()
+	}
+	changed := false
+	now := time.Now()
+	for range targets {
+		r := <-results
+		c.counters.healthChecks.Add(1)
+		if r.err != nil {
+			c.counters.healthFailures.Add(1)
+		}
+		c.mu.Lock()
+		st := c.agents[r.name]
+		flipped := st != nil && st.observe(r.err, now, c.cfg.HealthRise, c.cfg.HealthFall)
+		c.mu.Unlock()
+		if flipped {
+			changed = true
+			if r.err != nil {
+				c.log.Warn("agent down: withdrawing the steering of its whitelists", "agent", r.name, "err", r.err)
+			} else {
+				c.log.Info("agent up: restoring the steering of its whitelists", "agent", r.name)
+			}
+		}
+	}
+	return changed
+}
+
+// Status returns a snapshot, switches and agents sorted by name.
+func (c *Controller) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var s Status
+	for _, st := range c.status {
+		cp := *st
+		cp.Withdrawn = slices.Clone(st.Withdrawn)
+		cp.FlowErrors = slices.Clone(st.FlowErrors)
+		s.Switches = append(s.Switches, cp)
+	}
+	slices.SortFunc(s.Switches, func(a, b SwitchStatus) int { return cmp.Compare(a.Name, b.Name) })
+	for name, st := range c.agents {
+		s.Agents = append(s.Agents, AgentStatus{Name: name, Method: st.target.Method(), Target: st.target.Target(),
+			Checked: st.checked, Healthy: !st.checked || st.healthy, Since: st.since, LastCheck: st.lastCheck, LastError: st.lastErr})
+	}
+	slices.SortFunc(s.Agents, func(a, b AgentStatus) int { return cmp.Compare(a.Name, b.Name) })
+	s.Refused = slices.Clone(c.refused)
+	k := &c.counters
+	s.Counters = Counters{
+		FlowModsSent: k.flowModsSent.Load(), FlowModErrors: k.flowModErrors.Load(), Converges: k.converges.Load(),
+		ConvergeFailures: k.convergeFailures.Load(), Connections: k.connections.Load(), Disconnects: k.disconnects.Load(),
+		DeadLinks: k.deadLinks.Load(), Refused: k.refused.Load(), HealthChecks: k.healthChecks.Load(),
+		HealthFailures: k.healthFailures.Load(),
+	}
+	return s
+}

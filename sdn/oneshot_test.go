@@ -1,0 +1,143 @@
+package sdn_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/sdn"
+	"github.com/sosappliance/sosappliance/sdn/flows"
+	"github.com/sosappliance/sosappliance/sdn/ofp13"
+	"github.com/sosappliance/sosappliance/sdn/ovstest"
+)
+
+// TestConvergeOnce is the path `sosappliance apply` takes: dial a switch
+// that listens with ptcp:, plan, converge, and converge again.
+func TestConvergeOnce(t *testing.T) {
+	inst := ovstest.Start(t)
+	port, err := inst.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := inst.AddBridge(t, "br1", 0xa1, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
+	const foreign = "cookie=0x1234,priority=2000,tcp,nw_dst=10.10.1.20,tp_dst=5201,actions=drop"
+	if err := br.AddFlow(foreign); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var sc *sdn.SwitchConn
+	eventually(t, 20*time.Second, "the bridge to listen", func() bool {
+		sc, err = sdn.Dial(ctx, fmt.Sprintf("tcp:127.0.0.1:%d", port), sdn.ConnOptions{Dial: inst.DialContext})
+		return err == nil
+	})
+	defer sc.Close()
+	if sc.DatapathID() != 0xa1 {
+		t.Fatalf("datapath id %#x", sc.DatapathID())
+	}
+	sw := siteSwitch(0xa1)
+	desired, err := flows.Compile(sw)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	plan, err := sdn.Plan(ctx, sc, desired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Add) != len(desired) || len(plan.Modify)+len(plan.Delete) != 0 {
+		t.Fatalf("plan for an empty switch:\n%s", plan)
+	}
+	if owned, _ := ownedOnSwitch(t, br); len(owned) != 0 {
+		t.Fatalf("Plan changed the switch: %v", owned)
+	}
+
+	res, err := sdn.ConvergeOnce(ctx, sc, desired)
+	if err != nil || res.Sent != len(desired) {
+		t.Fatalf("first convergence: sent %d, %v", res.Sent, err)
+	}
+	all := requireSameFlows(t, br, desired)
+	if _, ok := all["table=0,priority=2000,tcp,nw_dst=10.10.1.20,tp_dst=5201"]; !ok {
+		t.Fatalf("the foreign flow is gone: %v", all)
+	}
+
+	res, err = sdn.ConvergeOnce(ctx, sc, desired)
+	if err != nil || res.Sent != 0 || !res.Changes.Empty() {
+		t.Fatalf("converging an unchanged switch sent %d flow mods: %v\n%s", res.Sent, err, res.Changes)
+	}
+
+	// Withdraw one whitelist: only its flows go.
+	sw.Steers = sw.Steers[:1]
+	fewer, _ := flows.Compile(sw)
+	res, err = sdn.ConvergeOnce(ctx, sc, fewer)
+	if err != nil || len(res.Changes.Delete) != 2 || res.Sent != 2 {
+		t.Fatalf("withdrawing ssh: %v\n%s", err, res.Changes)
+	}
+	requireSameFlows(t, br, fewer)
+
+	// A full table: the switch refuses, and the refusal names the flow.
+	if _, err := inst.Vsctl("--timeout=20", "--", "--id=@t", "create", "flow_table", "flow_limit="+fmt.Sprint(len(fewer)),
+		"--", "set", "bridge", "br1", "flow_tables:0=@t"); err != nil {
+		t.Fatal(err)
+	}
+	res, err = sdn.ConvergeOnce(ctx, sc, desired)
+	var fe *sdn.FlowError
+	if !errors.As(err, &fe) || len(res.Failed) != 2 {
+		t.Fatalf("over the flow limit: %v, failed %v", err, res.Failed)
+	}
+	if fe.Err.Type != ofp13.ErrorTypeFlowModFailed || fe.Err.Code != ofp13.FlowModFailedTableFull ||
+		fe.Change.Op != flows.OpAdd || !strings.Contains(err.Error(), "OFPFMFC_TABLE_FULL") ||
+		!strings.Contains(err.Error(), "priority=2000,tcp,") {
+		t.Fatalf("refusal %q does not name the error and the offending flow", err)
+	}
+	t.Logf("switch refusal as reported: %v", err)
+}
+
+// TestHandshakeRefusesOpenFlow10 checks version negotiation against a
+// switch that speaks OpenFlow 1.0 only.
+func TestHandshakeRefusesOpenFlow10(t *testing.T) {
+	inst := ovstest.Start(t)
+	port, err := inst.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.AddBridge(t, "br10", 0xa2, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
+	if _, err := inst.Vsctl("--timeout=20", "set", "bridge", "br10", "protocols=OpenFlow10"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var dialErr error
+	eventually(t, 20*time.Second, "a handshake answer", func() bool {
+		_, dialErr = sdn.Dial(ctx, fmt.Sprintf("tcp:127.0.0.1:%d", port), sdn.ConnOptions{Dial: inst.DialContext})
+		return dialErr != nil && strings.Contains(dialErr.Error(), "not 1.3")
+	})
+	t.Logf("refused as expected: %v", dialErr)
+}
+
+// TestRemoveFlowsOnStop: with the option set, stopping the controller
+// deletes the owned flows and only those.
+func TestRemoveFlowsOnStop(t *testing.T) {
+	inst := ovstest.Start(t)
+	ln, err := inst.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := inst.AddBridge(t, "brr", 0xf1, "tcp:"+ln.Addr().String())
+	if err := br.AddFlow("cookie=0x99,priority=7,arp,actions=NORMAL"); err != nil {
+		t.Fatal(err)
+	}
+	sw := siteSwitch(0xf1)
+	ctl := startController(t, sdn.Config{Listener: ln, Keepalive: time.Second, HealthInterval: time.Second,
+		RemoveFlowsOnStop: true, Switches: []flows.Switch{sw}})
+	waitConverged(t, ctl.Controller, sw.Name, 0)
+	requireSameFlows(t, br, compile(t, sw))
+	ctl.stop()
+	owned, all := ownedOnSwitch(t, br)
+	if len(owned) != 0 || len(all) != 1 || all["table=0,priority=7,arp"].Cookie != 0x99 {
+		t.Fatalf("after stop: owned %v, all %v", owned, all)
+	}
+}
