@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -31,8 +30,9 @@ const (
 	DefaultMaintainer = "sosappliance maintainers <maintainers@sosappliance.invalid>"
 	homepage          = "https://github.com/sosappliance/sosappliance"
 	summary           = "transparent TCP accelerator for long fat networks"
-	description       = `transparent TCP accelerator for long fat networks
-sosappliance steers whitelisted TCP connections through OpenFlow switches
+	// longDescription follows the Debian layout: a lone "." separates
+	// paragraphs (rpm gets a blank line instead).
+	longDescription = `sosappliance steers whitelisted TCP connections through OpenFlow switches
 to local agents, which carry each connection over many parallel TCP
 streams to the agent at the server's site. Clients and servers stay
 unmodified; the server sees the client's own address.
@@ -379,7 +379,7 @@ func packageInfo(format, arch, version, maintainer string, built time.Time, repo
 		Vendor:        "The sosappliance authors",
 		Homepage:      homepage,
 		License:       "Apache-2.0",
-		Description:   description,
+		Description:   summary + "\n" + longDescription,
 		MTime:         built,
 	}
 	switch format {
@@ -423,9 +423,7 @@ func packageInfo(format, arch, version, maintainer string, built time.Time, repo
 			PostRemove:  src("scripts/rpm/postun"),
 		}
 		info.RPM.Summary = summary
-		// rpm keeps the summary apart and has no " ." paragraph marker.
-		_, long, _ := strings.Cut(description, "\n")
-		info.Description = strings.ReplaceAll(long, "\n.\n", "\n\n")
+		info.Description = strings.ReplaceAll(longDescription, "\n.\n", "\n\n")
 		info.RPM.Group = "System Environment/Daemons"
 		info.RPM.Compression = "xz"
 		info.RPM.BuildHost = "sosappliance-mkpkg"
@@ -460,7 +458,7 @@ func writePackage(format string, info *nfpm.Info, outDir string) (string, error)
 		return "", err
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return "", errors.Join(fmt.Errorf("move package into place"), err)
+		return "", fmt.Errorf("move package into place: %w", err)
 	}
 	return path, nil
 }
