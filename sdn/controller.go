@@ -137,9 +137,13 @@ type SwitchStatus struct {
 
 // AgentStatus is the health of one agent.
 type AgentStatus struct {
-	Name      string
-	Method    string
-	Target    string
+	Name string
+	// Method is "http" (GET /healthz) or "tcp" (data port reachable);
+	// Target is the address checked.
+	Method string
+	Target string
+	// Checked is false until the first check completes; an unchecked
+	// agent counts as healthy.
 	Checked   bool
 	Healthy   bool
 	Since     time.Time

@@ -221,6 +221,11 @@ func TestControllerWithOVS(t *testing.T) {
 	serve(t, l.server, "10.10.1.20:5201")
 	serve(t, l.server, "10.10.1.20:5202")
 	syns := steeredSYNCounter(t, l.agent)
+	// The agent must not route what it receives back to the server, or a
+	// steered connection would still succeed and prove nothing.
+	if out, err := l.agent.Exec("sysctl", "-qw", "net.ipv4.ip_forward=0"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
 
 	healthA := newHealthServer(t)
 	dataB, err := net.Listen("tcp", "127.0.0.1:0")

@@ -67,6 +67,15 @@ func (b *Bridge) SetControllers(targets ...string) error {
 	return nil
 }
 
+// AddPort plugs an interface that already exists in the instance's
+// namespace (e.g. one end of a veth pair made with inst.Exec("ip", ...)
+// to link two bridges) into the bridge as OpenFlow port ofport.
+func (b *Bridge) AddPort(iface string, ofport uint32) error {
+	_, err := b.inst.Vsctl("--timeout=20", "add-port", b.Name, iface,
+		"--", "set", "interface", iface, fmt.Sprintf("ofport_request=%d", ofport))
+	return err
+}
+
 // Connected reports whether OVS considers the bridge connected to at least
 // one of its controllers.
 func (b *Bridge) Connected() (bool, error) {
