@@ -1,0 +1,329 @@
+package appliance
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/appliance/store"
+)
+
+// daemonConfig is a config in which host1 only has sysctl tuning, so the
+// daemon runs against a temp tree shaped like /proc/sys.
+func daemonConfig(rmemMax string) string {
+	return `
+security { psk_file = "/etc/sosappliance/psk" }
+site "a" { prefixes = ["10.1.0.0/24"] }
+tuning "t" {
+  sysctl = {
+    "net.core.rmem_max"        = "` + rmemMax + `"
+    "net.ipv4.tcp_mtu_probing" = "1"
+  }
+}
+node "host1" { tuning = ["t"] }
+`
+}
+
+type testDaemon struct {
+	t       *testing.T
+	root    string
+	dir     string
+	cfgPath string
+	socket  string
+	state   string
+	logs    *lockedWriter
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// startDaemon runs a daemon in-process over a temp host tree. cfgPath may be
+// a symlink the test swaps later.
+func startDaemon(t *testing.T, root, dir, cfgPath string, drift time.Duration) *testDaemon {
+	t.Helper()
+	td := &testDaemon{t: t, root: root, dir: dir, cfgPath: cfgPath,
+		socket: filepath.Join(dir, "control.sock"), state: filepath.Join(dir, "state.db"), logs: &lockedWriter{}}
+	off := ""
+	d, err := NewDaemon(Options{
+		ConfigPath: cfgPath, Node: "host1", StatePath: td.state, ControlSocket: td.socket,
+		MetricsListen: &off, Root: root, Executors: tempHostExecutors(root),
+		Settle: 50 * time.Millisecond, DriftInterval: drift,
+		Logger: slog.New(slog.NewTextHandler(td.logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	td.cancel, td.done = cancel, make(chan error, 1)
+	go func() { td.done <- d.Run(ctx) }()
+	t.Cleanup(td.stop)
+	return td
+}
+
+func (td *testDaemon) stop() {
+	if td.cancel == nil {
+		return
+	}
+	td.cancel()
+	if err := <-td.done; err != nil {
+		td.t.Errorf("daemon: %v", err)
+	}
+	td.cancel = nil
+	if td.t.Failed() {
+		td.t.Logf("daemon log:\n%s", td.logs.String())
+	}
+}
+
+func (td *testDaemon) sysctl(name string) string {
+	b, _ := os.ReadFile(filepath.Join(td.root, "proc/sys", strings.ReplaceAll(name, ".", "/")))
+	return strings.TrimSpace(string(b))
+}
+
+// waitFor polls cond; the bound only stops a broken daemon from hanging the
+// test, and the time taken is logged (the issue's bar is 2 s).
+func (td *testDaemon) waitFor(what string, cond func() bool) {
+	td.t.Helper()
+	start := time.Now()
+	for time.Since(start) < 15*time.Second {
+		if cond() {
+			td.t.Logf("%s after %v", what, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	td.t.Fatalf("%s: not seen within 15 s", what)
+}
+
+func (td *testDaemon) status() *Status {
+	td.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := FetchStatus(ctx, td.socket)
+	if err != nil {
+		td.t.Fatalf("status: %v", err)
+	}
+	return st
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDaemonReloadsOnEveryKindOfEdit(t *testing.T) {
+	root, dir := tempHost(t), t.TempDir()
+	rel1, rel2 := filepath.Join(dir, "rel1", "sos.hcl"), filepath.Join(dir, "rel2", "sos.hcl")
+	os.MkdirAll(filepath.Dir(rel1), 0o755)
+	os.MkdirAll(filepath.Dir(rel2), 0o755)
+	writeFile(t, rel1, daemonConfig("100000"))
+	writeFile(t, rel2, daemonConfig("400000"))
+	cfgPath := filepath.Join(dir, "sos.hcl")
+	if err := os.Symlink(rel1, cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	td := startDaemon(t, root, dir, cfgPath, time.Hour)
+	td.waitFor("initial convergence", func() bool { return td.sysctl("net.core.rmem_max") == "100000" })
+	first := td.status()
+	if first.Serial != 1 || first.Node != "host1" || first.LastApply == nil || first.LastApply.Changes != 2 {
+		t.Fatalf("status after start: %+v", first)
+	}
+
+	// Rename-save over the symlink's target.
+	tmp := rel1 + ".tmp"
+	writeFile(t, tmp, daemonConfig("200000"))
+	if err := os.Rename(tmp, rel1); err != nil {
+		t.Fatal(err)
+	}
+	td.waitFor("rename-save applied", func() bool { return td.sysctl("net.core.rmem_max") == "200000" })
+
+	// Truncate and write in place.
+	f, err := os.OpenFile(rel1, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(daemonConfig("300000"))
+	f.Close()
+	td.waitFor("in-place write applied", func() bool { return td.sysctl("net.core.rmem_max") == "300000" })
+
+	// Config management swaps the symlink.
+	next := filepath.Join(dir, "next.hcl")
+	os.Symlink(rel2, next)
+	if err := os.Rename(next, cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	td.waitFor("symlink swap applied", func() bool { return td.sysctl("net.core.rmem_max") == "400000" })
+
+	// An invalid edit is refused and reported; the old state stays.
+	writeFile(t, rel2, daemonConfig("400000")+"\nwhitelist \"w\" { server = \"nope\" }\n")
+	td.waitFor("invalid edit reported", func() bool { return td.status().ReloadFails == 1 })
+	st := td.status()
+	if !strings.Contains(st.LastReload.Result, "failed") || td.sysctl("net.core.rmem_max") != "400000" {
+		t.Fatalf("invalid edit: %+v, rmem_max %s", st.LastReload, td.sysctl("net.core.rmem_max"))
+	}
+	if !strings.Contains(td.logs.String(), "reload refused") {
+		t.Errorf("invalid edit not logged")
+	}
+
+	// A valid edit after it recovers.
+	writeFile(t, rel2, daemonConfig("500000"))
+	td.waitFor("valid edit after an invalid one applied", func() bool { return td.sysctl("net.core.rmem_max") == "500000" })
+	td.waitFor("reload reported ok", func() bool { return td.status().LastReload.Result == "ok" })
+
+	// SIGHUP converges at once, without waiting for the drift period.
+	writeFile(t, filepath.Join(root, "proc/sys/net/core/rmem_max"), "1\n")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	td.waitFor("SIGHUP put the value back", func() bool { return td.sysctl("net.core.rmem_max") == "500000" })
+
+	// Status agrees with the live state and the store.
+	st = td.status()
+	raw, _ := os.ReadFile(rel2)
+	sum := sha256.Sum256(raw)
+	if st.ConfigHash != hex.EncodeToString(sum[:]) {
+		t.Errorf("status config hash %s, file %x", st.ConfigHash, sum)
+	}
+	td.stop()
+	s, err := store.Open(td.state, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	serial, _ := s.Serial()
+	if st.Serial != serial || st.Reloads < 5 || st.ReloadFails != 1 {
+		t.Errorf("status serial %d (store %d), reloads %d, failures %d", st.Serial, serial, st.Reloads, st.ReloadFails)
+	}
+}
+
+func TestDaemonCorrectsDrift(t *testing.T) {
+	root, dir := tempHost(t), t.TempDir()
+	cfgPath := filepath.Join(dir, "sos.hcl")
+	writeFile(t, cfgPath, daemonConfig("100000"))
+	td := startDaemon(t, root, dir, cfgPath, 300*time.Millisecond)
+	td.waitFor("initial convergence", func() bool { return td.sysctl("net.core.rmem_max") == "100000" })
+
+	writeFile(t, filepath.Join(root, "proc/sys/net/core/rmem_max"), "212992\n")
+	td.waitFor("drift corrected", func() bool { return td.sysctl("net.core.rmem_max") == "100000" })
+	td.waitFor("correction counted", func() bool {
+		st := td.status()
+		return st.Drift.Corrections == 1 && st.Drift.ByKind["sysctl"] == 1
+	})
+	var b bytes.Buffer
+	td.status().WriteText(&b)
+	if !strings.Contains(b.String(), "1 correction(s) (sysctl 1)") {
+		t.Errorf("status text:\n%s", b.String())
+	}
+}
+
+// daemonChildEnv makes the test binary run a daemon instead of tests.
+const daemonChildEnv = "SOSAPPLIANCE_TEST_DAEMON"
+
+type daemonChild struct {
+	Root, Dir, Config string
+}
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(daemonChildEnv); spec != "" {
+		var c daemonChild
+		if err := json.Unmarshal([]byte(spec), &c); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(3)
+		}
+		off := ""
+		d, err := NewDaemon(Options{
+			ConfigPath: c.Config, Node: "host1", StatePath: filepath.Join(c.Dir, "state.db"),
+			ControlSocket: filepath.Join(c.Dir, "control.sock"), MetricsListen: &off,
+			Root: c.Root, Executors: tempHostExecutors(c.Root), DriftInterval: time.Hour,
+		})
+		if err == nil {
+			err = d.Run(context.Background())
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestDaemonKill9Restart kills the daemon with SIGKILL and restarts it: the
+// state is resumed, nothing unchanged is applied again, and the stale
+// control socket is taken over.
+func TestDaemonKill9Restart(t *testing.T) {
+	root, dir := tempHost(t), t.TempDir()
+	cfgPath := filepath.Join(dir, "sos.hcl")
+	writeFile(t, cfgPath, daemonConfig("100000"))
+	spec, _ := json.Marshal(daemonChild{Root: root, Dir: dir, Config: cfgPath})
+	td := &testDaemon{t: t, root: root, socket: filepath.Join(dir, "control.sock")}
+	start := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), daemonChildEnv+"="+string(spec))
+		var logs bytes.Buffer
+		cmd.Stderr = &logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+			if t.Failed() {
+				t.Logf("child log:\n%s", logs.String())
+			}
+		})
+		return cmd
+	}
+	child := start()
+	td.waitFor("first daemon ready", func() bool {
+		st, err := FetchStatus(context.Background(), td.socket)
+		return err == nil && st.Serial == 1
+	})
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	child.Wait()
+
+	start()
+	td.waitFor("restarted daemon ready", func() bool {
+		st, err := FetchStatus(context.Background(), td.socket)
+		return err == nil && st.LastApply != nil
+	})
+	st := td.status()
+	if st.Serial != 1 || st.LastApply.Changes != 0 {
+		t.Fatalf("restart applied again: serial %d, changes %d", st.Serial, st.LastApply.Changes)
+	}
+	if td.sysctl("net.core.rmem_max") != "100000" {
+		t.Fatalf("host state lost: %s", td.sysctl("net.core.rmem_max"))
+	}
+}
+
+// lockedWriter collects log output written by the daemon's goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
