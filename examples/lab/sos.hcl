@@ -1,7 +1,13 @@
 # The one-machine lab (examples/lab): two sites joined by an emulated WAN.
 # All hosts share 10.10.0.0/16 at layer 2, as the original SOS trial did over
-# a VLAN-stitched path; each site owns a /24 of it. Node names are the lab's
-# network namespaces.
+# a VLAN-stitched path; each site owns a /24 of it. Every node runs in its own
+# network namespace: the controller beside the two Open vSwitch bridges, each
+# agent on port 2 of its site's bridge. The client (10.10.1.10) and the
+# server (10.10.2.10) are untuned and run unmodified iperf3 and curl.
+#
+# Each lab run works on a copy of this file in its own directory
+# (/run/sosappliance-lab/ID/sos.hcl) with the paths below moved there, so
+# runs never share a key, a state database or a socket.
 
 controller {
   node      = "lab-ctl"
@@ -71,13 +77,13 @@ whitelist "http" {
   queue_length = 5
 }
 
-# Agents get WAN-sized buffers; client and server stay untuned.
+# Agents get WAN-sized TCP buffers; client and server stay untuned. The
+# net.core buffer maxima are left out: inside a network namespace they are
+# read-only mirrors of the machine's.
 tuning "lab-agent" {
   sysctl = {
-    "net.core.rmem_max"       = "67108864"
-    "net.core.wmem_max"       = "67108864"
-    "net.ipv4.tcp_rmem"       = "4096 87380 33554432"
-    "net.ipv4.tcp_wmem"       = "4096 65536 33554432"
+    "net.ipv4.tcp_rmem"        = "4096 87380 33554432"
+    "net.ipv4.tcp_wmem"        = "4096 65536 33554432"
     "net.ipv4.tcp_mtu_probing" = "1"
   }
 }

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sosappliance/sosappliance/appliance/config"
+	"github.com/sosappliance/sosappliance/examples/lab/labnet"
+	"github.com/sosappliance/sosappliance/examples/lab/measure"
+)
+
+// The acceptance bars of the demo: sosappliance against the link, the
+// end-host parallel transfer and the direct one.
+const (
+	barOfLink     = 0.80
+	barOfParallel = 0.90
+	barOfDirect   = 4.0
+)
+
+// transferFlags are the flags of commands that run iperf3 transfers.
+type transferFlags struct {
+	duration   time.Duration
+	omit       time.Duration
+	whitelist  string
+	directPort int
+}
+
+func (f *transferFlags) register(fs *flag.FlagSet, duration time.Duration) {
+	fs.DurationVar(&f.duration, "duration", duration, "measured time of each transfer")
+	fs.DurationVar(&f.omit, "omit", 3*time.Second, "slow start run before each transfer and left out of its result")
+	fs.StringVar(&f.whitelist, "whitelist", "iperf", "the config's whitelist that sosappliance carries the transfer under")
+	fs.IntVar(&f.directPort, "direct-port", 5301, "server port no whitelist names, for the direct and end-host parallel transfers")
+}
+
+func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var lf labFlags
+	var tf transferFlags
+	fs := flag.NewFlagSet("lab demo", flag.ContinueOnError)
+	lf.register(fs)
+	tf.register(fs, 20*time.Second)
+	streams := fs.Int("streams", 64, "iperf3 -P of the end-host parallel transfer, and the streams sosappliance stripes over")
+	check := fs.Bool("check", false, "exit 1 when sosappliance misses a target")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	opts, err := lf.options(stdout)
+	if err != nil {
+		return err
+	}
+	if err := refuseIfUp(opts.StateDir); err != nil {
+		return err
+	}
+	warnOtherLabs(opts.StateDir, stdout)
+	wl, err := demoWhitelist(opts.Config, tf, *streams)
+	if err != nil {
+		return err
+	}
+	if opts.Sosappliance != "" {
+		opts.EditConfig = func(c *labnet.ConfigFile) error {
+			c.SetWhitelist(wl)
+			return nil
+		}
+	}
+
+	fmt.Fprintf(stdout, "sosappliance demo: the same unmodified iperf3 transfer three ways over an emulated WAN\n")
+	fmt.Fprintf(stdout, "WAN: %s; each transfer %v after %v of slow start\n\n", opts.WAN, tf.duration, tf.omit)
+	lab, err := labnet.Up(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer tearDown(lab, stdout)
+	fmt.Fprintln(stdout)
+
+	ports := []int{tf.directPort}
+	if lab.Appliance() {
+		ports = append(ports, wl.ServerPort)
+	}
+	if _, err := measure.Server(ctx, lab, ports...); err != nil {
+		return err
+	}
+	runs := []measure.Transfer{
+		{Label: "direct, 1 TCP connection", Port: tf.directPort, Parallel: 1},
+		{Label: fmt.Sprintf("end-host parallel, iperf3 -P %d", *streams), Port: tf.directPort, Parallel: *streams},
+	}
+	if lab.Appliance() {
+		runs = append(runs, measure.Transfer{Label: fmt.Sprintf("sosappliance, 1 TCP connection, %d stripes", wl.Streams), Port: wl.ServerPort, Parallel: 1})
+	}
+	var results []measure.Result
+	for i := range runs {
+		runs[i].Duration, runs[i].Omit = tf.duration, tf.omit
+		bar := newProgressBar(stdout, runs[i].Label)
+		res, err := measure.Run(ctx, lab, runs[i], bar.update)
+		bar.finish(res, err)
+		if err != nil {
+			return err
+		}
+		results = append(results, res)
+	}
+	missed := printComparison(stdout, lab.WAN(), results)
+	if missed && *check {
+		return errors.New("sosappliance missed a target")
+	}
+	return nil
+}
+
+// demoWhitelist is the whitelist that carries the sosappliance transfer,
+// with the demo's stream count; the direct port must not be whitelisted.
+func demoWhitelist(path string, tf transferFlags, streams int) (labnet.Whitelist, error) {
+	cfg, src, diags := config.LoadFile(path)
+	if diags.HasErrors() {
+		var b strings.Builder
+		config.WriteDiagnostics(&b, diags, src.Bytes)
+		return labnet.Whitelist{}, fmt.Errorf("lab config:\n%s", b.String())
+	}
+	var found *config.Whitelist
+	for _, w := range cfg.Whitelists {
+		if w.Name == tf.whitelist {
+			found = w
+		}
+		if w.Server == labnet.ServerAddr && int(w.ServerPort) == tf.directPort {
+			return labnet.Whitelist{}, fmt.Errorf("--direct-port %d is whitelisted by %q; pick a port no whitelist names", tf.directPort, w.Name)
+		}
+	}
+	if found == nil {
+		return labnet.Whitelist{}, fmt.Errorf("%s has no whitelist %q", path, tf.whitelist)
+	}
+	if found.Server != labnet.ServerAddr {
+		return labnet.Whitelist{}, fmt.Errorf("whitelist %q names server %s; the lab's server is %s", found.Name, found.Server, labnet.ServerAddr)
+	}
+	clients := make([]string, len(found.Clients))
+	for i, p := range found.Clients {
+		clients[i] = p.String()
+	}
+	return labnet.Whitelist{
+		Name: found.Name, Clients: clients, Server: found.Server.String(), ServerPort: int(found.ServerPort),
+		Streams: streams, ChunkSize: found.ChunkSize, QueueLength: found.QueueLength,
+	}, nil
+}
+
+// printComparison prints the results side by side with their ratios and
+// reports whether sosappliance missed a target.
+func printComparison(w io.Writer, wan labnet.WAN, results []measure.Result) (missed bool) {
+	direct := results[0].ReceivedBps
+	fmt.Fprintf(w, "\n%-44s %14s %10s %8s\n", "transfer", "throughput", "× direct", "of link")
+	for _, r := range results {
+		ofLink := "-"
+		if wan.Rate > 0 {
+			ofLink = fmt.Sprintf("%.0f%%", 100*r.ReceivedBps/float64(wan.Rate))
+		}
+		fmt.Fprintf(w, "%-44s %14s %9.1f× %8s\n", r.Label, labnet.FormatRate(r.ReceivedBps), r.ReceivedBps/direct, ofLink)
+	}
+	if len(results) < 3 {
+		fmt.Fprintln(w, "\n(no sosappliance run: the lab was brought up without the appliance)")
+		return false
+	}
+	parallel, sos := results[1].ReceivedBps, results[2].ReceivedBps
+	fmt.Fprintf(w, "\nsosappliance / end-host parallel: %.2f\n", sos/parallel)
+	mark := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		missed = true
+		return "MISSED"
+	}
+	fmt.Fprintln(w, "targets:")
+	if wan.Rate > 0 {
+		fmt.Fprintf(w, "  sosappliance ≥ %.0f%% of the link rate       %5.0f%%  %s\n", 100*barOfLink, 100*sos/float64(wan.Rate), mark(sos >= barOfLink*float64(wan.Rate)))
+	}
+	fmt.Fprintf(w, "  sosappliance ≥ %.1f × end-host parallel      %5.2f×  %s\n", barOfParallel, sos/parallel, mark(sos >= barOfParallel*parallel))
+	fmt.Fprintf(w, "  sosappliance ≥ %.0f × direct                  %5.1f×  %s\n", barOfDirect, sos/direct, mark(sos >= barOfDirect*direct))
+	return missed
+}
+
+// tearDown removes the lab and says so; it runs on every way out,
+// Ctrl-C included.
+func tearDown(lab *labnet.Lab, w io.Writer) {
+	fmt.Fprintf(w, "\nlab %s: tearing down\n", lab.ID)
+	if err := lab.Down(); err != nil {
+		fmt.Fprintf(w, "lab %s: teardown: %v\n", lab.ID, err)
+		return
+	}
+	fmt.Fprintf(w, "lab %s: removed; nothing of it is left on this machine\n", lab.ID)
+}
+
+// warnOtherLabs mentions labs of other running processes (a test, another
+// demo): they share the CPU and lower every figure.
+func warnOtherLabs(stateDir string, w io.Writer) {
+	recs, err := labnet.List(stateDir)
+	if err != nil {
+		return
+	}
+	for _, r := range recs {
+		if r.Owner != nil && !r.Orphaned() {
+			fmt.Fprintf(w, "note: lab %s of pid %d is running too; both share the CPU\n", r.ID, r.Owner.PID)
+		}
+	}
+}
+
+// progressBar shows a running transfer: redrawn in place on a terminal,
+// a line every five seconds otherwise (make's output, CI logs).
+type progressBar struct {
+	w        io.Writer
+	label    string
+	terminal bool
+	lastLine time.Duration
+}
+
+func newProgressBar(w io.Writer, label string) *progressBar {
+	b := &progressBar{w: w, label: label}
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			b.terminal = true
+		}
+	}
+	if !b.terminal {
+		fmt.Fprintf(w, "%s: running\n", label)
+	}
+	return b
+}
+
+func (b *progressBar) update(s measure.Sample) {
+	const width = 24
+	var now string
+	filled := 0
+	if s.Flowing {
+		filled = min(max(int(float64(width)*s.Elapsed.Seconds()/s.Total.Seconds()), 0), width)
+		now = fmt.Sprintf("%3.0f/%.0f s  %s", min(s.Elapsed.Seconds(), s.Total.Seconds()), s.Total.Seconds(), labnet.FormatRate(s.Bps))
+		if s.Elapsed > s.Total {
+			now = fmt.Sprintf("%3.0f/%.0f s  draining, %s", s.Total.Seconds(), s.Total.Seconds(), labnet.FormatRate(s.Bps))
+		}
+	} else {
+		now = fmt.Sprintf("opening connections (%.0f s)", s.Waiting.Seconds())
+	}
+	if b.terminal {
+		fmt.Fprintf(b.w, "\r%-44s [%s%s] %s   ", b.label, strings.Repeat("#", filled), strings.Repeat(".", width-filled), now)
+		return
+	}
+	if s.Waiting-b.lastLine >= 5*time.Second {
+		b.lastLine = s.Waiting
+		fmt.Fprintf(b.w, "  %s\n", now)
+	}
+}
+
+func (b *progressBar) finish(res measure.Result, err error) {
+	if b.terminal {
+		fmt.Fprint(b.w, "\r\033[K")
+	}
+	if err != nil {
+		fmt.Fprintf(b.w, "%-44s failed\n", b.label)
+		return
+	}
+	fmt.Fprintf(b.w, "%-44s %s\n", b.label, labnet.FormatRate(res.ReceivedBps))
+}
+
+func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return errors.New("bench-wan: being written")
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sosappliance/sosappliance/examples/lab/labnet"
+	"github.com/sosappliance/sosappliance/examples/lab/wanem"
+)
+
+// labFlags are the flags every command that brings a lab up shares.
+type labFlags struct {
+	config       string
+	sosappliance string
+	wanem        string
+	stateDir     string
+	rate         string
+	queue        string
+	rtt          time.Duration
+	loss         float64
+	seed         int64
+	noAppliance  bool
+}
+
+func (f *labFlags) register(fs *flag.FlagSet) {
+	binDir := executableDir()
+	d := labnet.DefaultWAN
+	fs.StringVar(&f.config, "config", "examples/lab/sos.hcl", "the lab's sos.hcl")
+	fs.StringVar(&f.sosappliance, "sosappliance", filepath.Join(binDir, "sosappliance"), "sosappliance binary")
+	fs.StringVar(&f.wanem, "wanem", filepath.Join(binDir, "wanem"), "WAN emulator binary")
+	fs.StringVar(&f.stateDir, "state-dir", labnet.DefaultStateDir, "where labs keep their ledgers, logs and sockets")
+	fs.StringVar(&f.rate, "rate", fmt.Sprintf("%dmbit", d.Rate/1_000_000), "WAN rate of each direction, e.g. 500mbit or 1gbit")
+	fs.DurationVar(&f.rtt, "rtt", d.RTT, "WAN round-trip time")
+	fs.Float64Var(&f.loss, "loss", d.Loss, "WAN random loss probability per frame and direction")
+	fs.StringVar(&f.queue, "queue", "bdp", "WAN drop-tail queue, e.g. 4MB; bdp sizes it to one bandwidth-delay product")
+	fs.Int64Var(&f.seed, "seed", d.Seed, "seed of the WAN's loss")
+	fs.BoolVar(&f.noAppliance, "no-appliance", false, "bring up the network only: no controller, no agents, switches forward normally")
+}
+
+func (f *labFlags) options(progress io.Writer) (labnet.Options, error) {
+	rate, err := wanem.ParseRate(f.rate)
+	if err != nil {
+		return labnet.Options{}, err
+	}
+	w := labnet.WAN{Rate: rate, RTT: f.rtt, Loss: f.loss, Seed: f.seed}
+	if f.queue != "bdp" {
+		if w.QueueBytes, err = wanem.ParseSize(f.queue); err != nil {
+			return labnet.Options{}, err
+		}
+	}
+	shape := wanem.Shape{Delay: w.RTT / 2, Rate: w.Rate, QueueBytes: w.QueueBytes, Loss: w.Loss, Seed: w.Seed}
+	if err := shape.Validate(); err != nil {
+		return labnet.Options{}, fmt.Errorf("WAN: %w", err)
+	}
+	opts := labnet.Options{
+		Config:   f.config,
+		Wanem:    f.wanem,
+		WAN:      w,
+		StateDir: f.stateDir,
+		Progress: progress,
+	}
+	if !f.noAppliance {
+		opts.Sosappliance = f.sosappliance
+	}
+	return opts, nil
+}
+
+// executableDir is where make puts the lab's binaries side by side.
+func executableDir() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "bin"
+	}
+	return filepath.Dir(exe)
+}
+
+// parseFlags parses a command's flags; a mistake is reported on stderr.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return err
+		}
+		return errUsage
+	}
+	return nil
+}

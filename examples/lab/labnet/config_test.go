@@ -1,0 +1,107 @@
+package labnet
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestConfigEditsKeepTheFileValid(t *testing.T) {
+	cf, err := openConfig("../sos.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := "/run/sosappliance-lab/abcd"
+	cf.setPaths(dir)
+	cf.SetWhitelist(Whitelist{Name: "bench-4-10000", Clients: []string{"10.10.1.0/24"}, Server: "10.10.2.10",
+		ServerPort: 5400, Streams: 4, ChunkSize: 10000, QueueLength: 5})
+	cf.SetWhitelist(Whitelist{Name: "iperf", Clients: []string{"10.10.1.0/24"}, Server: "10.10.2.10",
+		ServerPort: 5201, Streams: 8, ChunkSize: 60000})
+	if !cf.RemoveWhitelist("http") {
+		t.Error("http whitelist not found")
+	}
+	if cf.RemoveWhitelist("http") {
+		t.Error("http whitelist removed twice")
+	}
+	cfg, err := cf.check("edited.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Security.PSKFile != filepath.Join(dir, "psk") || cfg.Daemon.StatePath != filepath.Join(dir, "state.db") ||
+		cfg.Daemon.ControlSocket != filepath.Join(dir, "control.sock") || cfg.Daemon.MetricsListen != "" {
+		t.Errorf("paths not moved: %+v %+v", cfg.Security, cfg.Daemon)
+	}
+	got := map[string]string{}
+	for _, w := range cfg.Whitelists {
+		got[w.Name] = strings.Join([]string{w.Server.String(), itoa(int(w.ServerPort)), itoa(w.Streams), itoa(w.ChunkSize), itoa(w.QueueLength)}, " ")
+	}
+	want := map[string]string{
+		"iperf":         "10.10.2.10 5201 8 60000 5",
+		"bench-4-10000": "10.10.2.10 5400 4 10000 5",
+	}
+	if len(got) != len(want) {
+		t.Errorf("whitelists %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("whitelist %s: %q, want %q", k, got[k], v)
+		}
+	}
+	// Comments of the original survive the edit.
+	if !strings.Contains(string(cf.file.Bytes()), "# The one-machine lab") {
+		t.Error("comments lost")
+	}
+	if _, err := labSites(cfg); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestConfigEditRejectsAnInvalidResult(t *testing.T) {
+	cf, err := openConfig("../sos.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same server and port as the iperf whitelist: overlapping.
+	cf.SetWhitelist(Whitelist{Name: "twin", Clients: []string{"10.10.1.0/24"}, Server: "10.10.2.10", ServerPort: 5201})
+	if _, err := cf.check("bad.hcl"); err == nil || !strings.Contains(err.Error(), "bad.hcl:") {
+		t.Errorf("want a positioned diagnostic, got %v", err)
+	}
+}
+
+func TestLabSitesRejectsConfigsTheLabCannotWire(t *testing.T) {
+	base, err := os.ReadFile("../sos.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, from, to, want string }{
+		{"agent on the WAN port", "switch_port = 2\n    mac         = \"02:5a:00:00:01:02\"", "switch_port = 3\n    mac         = \"02:5a:00:00:01:02\"", "taken by the lab's wiring"},
+		{"controller elsewhere", `listen    = "127.0.0.1:6653"`, `listen    = "10.0.0.1:6653"`, "must listen on 127.0.0.1"},
+		{"client outside site a", `10.10.1.`, `10.10.3.`, "not in site"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := strings.ReplaceAll(string(base), c.from, c.to)
+			if src == string(base) {
+				t.Fatalf("%q not found in sos.hcl", c.from)
+			}
+			path := filepath.Join(t.TempDir(), "sos.hcl")
+			if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cf, err := openConfig(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := cf.check(path)
+			if err != nil {
+				t.Fatalf("the config itself should be valid: %v", err)
+			}
+			if _, err := labSites(cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v, want %q", err, c.want)
+			}
+		})
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,367 @@
+package labnet
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// requireLab skips a test that cannot run here (not root, a program
+// missing), except under CI=true, where a missing prerequisite fails it:
+// CI must never pass by skipping the real thing.
+func requireLab(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("brings up network namespaces and Open vSwitch; not in -short")
+	}
+	err := CheckPrerequisites(Options{Wanem: "/bin/true"})
+	if err == nil {
+		_, err = exec.LookPath("go")
+	}
+	if err == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("under CI=true: %v", err)
+	}
+	t.Skip(err)
+}
+
+var (
+	wanemOnce sync.Once
+	wanemPath string
+	wanemErr  error
+)
+
+// wanemBinary builds the emulator once per test binary.
+func wanemBinary(t testing.TB) string {
+	t.Helper()
+	wanemOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "labnet-bin")
+		if err != nil {
+			wanemErr = err
+			return
+		}
+		wanemPath = filepath.Join(dir, "wanem")
+		out, err := exec.Command("go", "build", "-o", wanemPath, "github.com/sosappliance/sosappliance/examples/lab/cmd/wanem").CombinedOutput()
+		if err != nil {
+			wanemErr = fmt.Errorf("go build wanem: %v: %s", err, out)
+		}
+	})
+	if wanemErr != nil {
+		t.Fatal(wanemErr)
+	}
+	return wanemPath
+}
+
+// plainOptions is a lab without the appliance, with its own state
+// directory so that parallel test binaries never see each other's labs.
+func plainOptions(t testing.TB) Options {
+	t.Helper()
+	stateDir, err := os.MkdirTemp("", "labnet-state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(stateDir) })
+	return Options{
+		Config:   "../sos.hcl",
+		Wanem:    wanemBinary(t),
+		WAN:      WAN{Rate: 1_000_000_000, RTT: 2 * time.Millisecond, Seed: 1},
+		StateDir: stateDir,
+		Progress: testWriter{t},
+	}
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// labNamespaces lists the namespaces that carry a lab's prefix.
+func labNamespaces(t testing.TB, id string) []string {
+	t.Helper()
+	all, err := listNetns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine []string
+	for _, ns := range all {
+		if strings.HasPrefix(ns, NamespacePrefix+id+"-") {
+			mine = append(mine, ns)
+		}
+	}
+	return mine
+}
+
+// assertGone checks that nothing of a lab is left: no namespace, no
+// process, no directory.
+func assertGone(t *testing.T, rec Record) {
+	t.Helper()
+	if left := labNamespaces(t, rec.ID); len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+	for _, p := range rec.Processes {
+		if p.Alive() {
+			t.Errorf("process %s (pid %d) still runs", p.Name, p.PID)
+		}
+	}
+	if _, err := os.Stat(rec.Dir); !os.IsNotExist(err) {
+		t.Errorf("lab directory %s still exists (%v)", rec.Dir, err)
+	}
+}
+
+func TestUpBuildsTheTopologyAndDownRemovesIt(t *testing.T) {
+	requireLab(t)
+	ctx := context.Background()
+	lab, err := Up(ctx, plainOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lab.Down() })
+	rec := lab.ledger.snapshot()
+
+	if got := len(labNamespaces(t, lab.ID)); got != len(allHosts) {
+		t.Errorf("%d namespaces, want %d", got, len(allHosts))
+	}
+	// Interfaces: MTU 9000, offloads off, IPv6 off, the config's MAC on the
+	// agents.
+	for _, c := range []struct {
+		host Host
+		dev  string
+		mac  string
+	}{
+		{Client, "eth0", "02:5a:00:00:01:0a"}, {Server, "eth0", "02:5a:00:00:02:0a"},
+		{AgentA, "eth0", "02:5a:00:00:01:02"}, {AgentB, "eth0", "02:5a:00:00:02:02"},
+		{WANHost, "wan-a", ""}, {SwitchHost, "a-wan", ""}, {SwitchHost, "b-agent", ""},
+	} {
+		out, err := run(ctx, "ip", "-n", lab.Namespace(c.host), "-o", "link", "show", "dev", c.dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "mtu 9000") {
+			t.Errorf("%s/%s: %s", c.host, c.dev, out)
+		}
+		if c.mac != "" && !strings.Contains(out, "link/ether "+c.mac) {
+			t.Errorf("%s/%s: want MAC %s: %s", c.host, c.dev, c.mac, out)
+		}
+		feats, err := lab.Run(ctx, c.host, "ethtool", "-k", c.dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"tx-checksumming: off", "tcp-segmentation-offload: off", "generic-segmentation-offload: off", "generic-receive-offload: off"} {
+			if !strings.Contains(feats, f) {
+				t.Errorf("%s/%s: want %q", c.host, c.dev, f)
+			}
+		}
+	}
+	if out, _ := lab.Run(ctx, Client, "sysctl", "-n", "net.ipv6.conf.all.disable_ipv6"); strings.TrimSpace(out) != "1" {
+		t.Errorf("client IPv6 on: %q", out)
+	}
+	if out, _ := lab.Run(ctx, Server, "sysctl", "-n", "net.ipv4.tcp_wmem"); strings.Join(strings.Fields(out), " ") != UntunedSysctls["net.ipv4.tcp_wmem"] {
+		t.Errorf("server tcp_wmem %q, want the stock %q", out, UntunedSysctls["net.ipv4.tcp_wmem"])
+	}
+	// Bridges: userspace datapath, secure fail mode, the config's datapath
+	// ids, ports numbered as the config expects.
+	for _, c := range []struct {
+		bridge, dpid string
+		ports        map[string]string
+	}{
+		{"br-a", "0000000000000a01", map[string]string{"a-client": "1", "a-agent": "2", "a-wan": "3", "a-ctl": "4"}},
+		{"br-b", "0000000000000b01", map[string]string{"b-server": "1", "b-agent": "2", "b-wan": "3"}},
+	} {
+		out, err := lab.Vsctl(ctx, "get", "bridge", c.bridge, "datapath_type", "fail_mode", "other_config:datapath-id")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "netdev\nsecure\n\"" + c.dpid + "\"\n"; out != want {
+			t.Errorf("%s: got %q, want %q", c.bridge, out, want)
+		}
+		for port, ofport := range c.ports {
+			out, err := lab.Vsctl(ctx, "get", "interface", port, "ofport")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.TrimSpace(out) != ofport {
+				t.Errorf("%s ofport %s, want %s", port, out, ofport)
+			}
+		}
+	}
+	// The lab's OVS is private: its database lives in the lab directory.
+	if _, err := os.Stat(filepath.Join(lab.Dir, "ovs", "conf.db")); err != nil {
+		t.Error(err)
+	}
+
+	if err := lab.Down(); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, rec)
+	if err := lab.Down(); err != nil {
+		t.Errorf("second Down: %v", err)
+	}
+}
+
+func TestUpCancelledLeavesNothing(t *testing.T) {
+	requireLab(t)
+	opts := plainOptions(t)
+	idPattern := regexp.MustCompile(`^lab ([0-9a-f]{4}): `)
+	for _, after := range []time.Duration{100 * time.Millisecond, 700 * time.Millisecond} {
+		ctx, cancel := context.WithTimeout(context.Background(), after)
+		lab, err := Up(ctx, opts)
+		cancel()
+		if err == nil {
+			// The machine was quick enough: the lab is complete, and Down
+			// must remove it.
+			t.Logf("up within %v", after)
+			if err := lab.Down(); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			t.Logf("cancelled after %v: %v", after, err)
+			if m := idPattern.FindStringSubmatch(err.Error()); m != nil {
+				if left := labNamespaces(t, m[1]); len(left) > 0 {
+					t.Errorf("namespaces left: %v", left)
+				}
+			}
+		}
+		recs, err := List(opts.StateDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) != 0 {
+			t.Errorf("cancelled after %v: labs left: %+v", after, recs)
+		}
+	}
+}
+
+// crashEnv makes the test binary a lab owner that dies without teardown.
+const crashEnv = "LABNET_TEST_CRASH_STATE_DIR"
+
+func TestHelperCrashingOwner(t *testing.T) {
+	stateDir := os.Getenv(crashEnv)
+	if stateDir == "" {
+		t.Skip("helper process for TestReapRemovesALabWhoseOwnerDied")
+	}
+	opts := Options{Config: "../sos.hcl", Wanem: os.Getenv("LABNET_TEST_WANEM"),
+		WAN: WAN{Rate: 1_000_000_000, RTT: 2 * time.Millisecond, Seed: 1}, StateDir: stateDir}
+	if _, err := Up(context.Background(), opts); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(3)
+	}
+	// Die the hard way: no deferred function, no cleanup, no signal handler.
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+func TestReapRemovesALabWhoseOwnerDied(t *testing.T) {
+	requireLab(t)
+	opts := plainOptions(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperCrashingOwner$", "-test.count=1")
+	cmd.Env = append(os.Environ(), crashEnv+"="+opts.StateDir, "LABNET_TEST_WANEM="+opts.Wanem)
+	out, err := cmd.CombinedOutput()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("helper did not die by SIGKILL: %v: %s", err, out)
+	}
+	recs, err := List(opts.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || !recs[0].Orphaned() {
+		t.Fatalf("want one orphaned lab, got %+v", recs)
+	}
+	rec := recs[0]
+	t.Cleanup(func() { _ = Teardown(rec) })
+	if len(labNamespaces(t, rec.ID)) == 0 {
+		t.Fatal("the crashed lab's namespaces are already gone; nothing to reap")
+	}
+	// The kernel ended the lab's processes with their owner.
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range rec.Processes {
+		for p.Alive() && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if p.Alive() {
+			t.Errorf("%s (pid %d) outlived its lab's owner", p.Name, p.PID)
+		}
+	}
+	reaped, err := Reap(opts.StateDir, testWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reaped) != 1 || reaped[0] != rec.ID {
+		t.Errorf("reaped %v, want [%s]", reaped, rec.ID)
+	}
+	assertGone(t, rec)
+}
+
+func TestReapLeavesLiveAndPersistentLabsAlone(t *testing.T) {
+	dir := t.TempDir()
+	self, err := selfRef("owner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ProcessRef{Name: "owner", PID: self.PID, Start: self.Start + 1}
+	for _, rec := range []Record{
+		{ID: "live", Owner: &self, Created: time.Now()},
+		{ID: "kept", Created: time.Now()},
+		{ID: "dead", Owner: &dead, Created: time.Now()},
+	} {
+		sub := filepath.Join(dir, rec.ID)
+		if err := os.Mkdir(sub, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		rec.Dir = sub
+		if _, err := createLedger(sub, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "broken"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, ".new-123"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	reaped, err := Reap(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(reaped, ",") != "broken,dead" && strings.Join(reaped, ",") != "dead,broken" {
+		t.Errorf("reaped %v, want the dead owner's lab and the one without a ledger", reaped)
+	}
+	for _, id := range []string{"live", "kept", ".new-123"} {
+		if _, err := os.Stat(filepath.Join(dir, id)); err != nil {
+			t.Errorf("%s: %v", id, err)
+		}
+	}
+}
+
+func TestProcStatReadsThisProcess(t *testing.T) {
+	start, state, err := procStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if start == 0 || (state != 'R' && state != 'S') {
+		t.Errorf("start %d state %c", start, state)
+	}
+	self, _ := selfRef("me")
+	if !self.Alive() {
+		t.Error("this process is not alive")
+	}
+	recycled := self
+	recycled.Start++
+	if recycled.Alive() {
+		t.Error("a pid with another start time counts as alive")
+	}
+	if err := recycled.Signal(syscall.SIGKILL); err != nil {
+		t.Errorf("signal to a recycled pid: %v", err)
+	}
+}
