@@ -332,8 +332,6 @@ func (c *SwitchConn) dispatch(m ofp13.Message) {
 			}
 		}()
 		return
-	case *ofp13.EchoReply:
-		return
 	case *ofp13.Error:
 		c.mu.Lock()
 		p := c.pending[m.XID]
@@ -363,6 +361,9 @@ func (c *SwitchConn) dispatch(m ofp13.Message) {
 		return
 	}
 	c.mu.Unlock()
+	if _, keepalive := m.(*ofp13.EchoReply); keepalive {
+		return // answers our keepalive echoes; arriving was all it had to do
+	}
 	if c.opts.OnMessage != nil {
 		c.opts.OnMessage(m)
 	} else {

@@ -38,6 +38,11 @@ func TestConvergeOnce(t *testing.T) {
 	if sc.DatapathID() != 0xa1 {
 		t.Fatalf("datapath id %#x", sc.DatapathID())
 	}
+	if rtt, err := sc.Echo(ctx); err != nil {
+		t.Fatalf("echo: %v", err)
+	} else {
+		t.Logf("echo round trip %v", rtt)
+	}
 	sw := siteSwitch(0xa1)
 	desired, err := flows.Compile(sw)
 	if err != nil {
@@ -139,5 +144,31 @@ func TestRemoveFlowsOnStop(t *testing.T) {
 	owned, all := ownedOnSwitch(t, br)
 	if len(owned) != 0 || len(all) != 1 || all["table=0,priority=7,arp"].Cookie != 0x99 {
 		t.Fatalf("after stop: owned %v, all %v", owned, all)
+	}
+}
+
+// TestAcceptSwitch waits for one switch among several that dial in, the
+// way `apply` reaches a switch that connects to the controller address.
+func TestAcceptSwitch(t *testing.T) {
+	inst := ovstest.Start(t)
+	ln, err := inst.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	inst.AddBridge(t, "brx", 0x0e, "tcp:"+ln.Addr().String())
+	inst.AddBridge(t, "bry", 0x0f, "tcp:"+ln.Addr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sc, err := sdn.AcceptSwitch(ctx, ln, 0x0f, sdn.ConnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	if sc.DatapathID() != 0x0f || sc.Features().NTables == 0 {
+		t.Fatalf("accepted %+v", sc.Features())
+	}
+	if owned, err := sc.OwnedFlows(ctx); err != nil || len(owned) != 0 {
+		t.Fatalf("owned flows on a fresh bridge: %v, %v", owned, err)
 	}
 }
