@@ -59,22 +59,22 @@ func TestInstanceForwards(t *testing.T) {
 			c.Close()
 		}
 	}()
-	dial := func() error {
+	dial := func(timeout time.Duration) error {
 		return a.InNamespace(func() error {
-			c, err := net.DialTimeout("tcp", "10.99.0.2:7000", time.Second)
+			c, err := net.DialTimeout("tcp", "10.99.0.2:7000", timeout)
 			if err == nil {
 				c.Close()
 			}
 			return err
 		})
 	}
-	if err := dial(); err == nil {
+	if err := dial(time.Second); err == nil {
 		t.Fatal("TCP passed a secure-mode bridge without flows")
 	}
 	if err := br.AddFlow("priority=1,actions=NORMAL"); err != nil {
 		t.Fatal(err)
 	}
-	if err := dial(); err != nil {
+	if err := dial(10 * time.Second); err != nil {
 		t.Fatalf("TCP with a NORMAL flow: %v", err)
 	}
 	flows, err := br.DumpFlows()
