@@ -91,9 +91,11 @@
 // its stream and direction; the nonce is direction (4 bytes: 0 Up, 1 Down) ||
 // sequence number (8 bytes); the 16-byte header is the associated data; the
 // 16-byte tag follows the ciphertext and is counted in the body length.
-// Tampering, injection and splicing fail to open; a replay is refused by the
-// per-stream increasing sequence rule before it is opened. With mode none the
-// body is plaintext and only the handshake is authenticated.
+// Tampering, injection and splicing fail to open; a replayed frame opens but
+// is refused by the per-stream increasing sequence rule before it reaches
+// delivery. With mode none the body is plaintext and only the handshake is
+// authenticated: replays and duplicates are still refused by the sequence
+// rules, but altered or injected bodies are not detected.
 //
 // # Ordering and the reorder window
 //

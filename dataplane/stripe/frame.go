@@ -174,9 +174,9 @@ func (c *Codec) Overhead() int { return c.overhead }
 // header, a full chunk, and the tag.
 func (c *Codec) FrameBufferSize() int { return FrameBufferSize(c.chunkSize) }
 
-// FrameBufferSize is the buffer size that holds any frame for a chunk size
-// in either mode.
-func FrameBufferSize(chunkSize int) int { return HeaderSize + chunkSize + TagSize }
+// FrameBufferSize is the buffer size that holds any DATA or FIN frame for a
+// chunk size in either mode.
+func FrameBufferSize(chunkSize int) int { return HeaderSize + max(chunkSize, FinBodySize) + TagSize }
 
 func (h *half) nonceFor(seq uint64) []byte {
 	binary.BigEndian.PutUint32(h.nonce[0:4], uint32(h.dir))

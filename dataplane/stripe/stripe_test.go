@@ -425,6 +425,21 @@ func TestFrameRejects(t *testing.T) {
 	}
 }
 
+func TestFrameBufferHoldsFinForTinyChunks(t *testing.T) {
+	for _, mode := range []Mode{ModeAESGCM, ModeNone} {
+		ini, resp := codecPair(t, mode, 0, 1)
+		buf := make([]byte, ini.FrameBufferSize())
+		PutFinBody(buf[HeaderSize:], 5)
+		frame, err := ini.Seal(buf, FrameFin, 5, FinBodySize)
+		if err != nil {
+			t.Fatalf("%s: FIN does not fit a 1-byte-chunk buffer: %v", mode, err)
+		}
+		if _, _, err := receive(resp, append([]byte(nil), frame...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestAbortReasonTruncatesOnRuneBoundary(t *testing.T) {
 	reason := strings.Repeat("é", MaxAbortReason) // two bytes each
 	b := make([]byte, 2*MaxAbortReason)

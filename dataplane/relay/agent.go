@@ -1,0 +1,497 @@
+// Package relay is the sosappliance agent: it accepts steered client
+// connections on a transparent (TPROXY) listener and stripes each over N
+// authenticated TCP streams to the agent at the server's site, which
+// reassembles the byte stream and delivers it to the server from the
+// client's own address, in both directions. The wire protocol is in package
+// stripe; this package owns sockets, sessions, scheduling, limits, stats and
+// the health endpoint. Linux only.
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
+)
+
+// transparency is how the agent meets the kernel's transparent proxying:
+// the TPROXY listener, the original destination of an accepted connection,
+// and the connection to the server from the client's address. Loopback
+// tests substitute plain sockets, since TPROXY needs a network namespace of
+// its own.
+type transparency struct {
+	listen      func(ctx context.Context, addr netip.AddrPort) (*net.TCPListener, error)
+	destination func(c *net.TCPConn) netip.AddrPort
+	dial        func(ctx context.Context, client, server netip.AddrPort) (*net.TCPConn, error)
+}
+
+var kernelTransparency = transparency{
+	listen: listenTransparent,
+	destination: func(c *net.TCPConn) netip.AddrPort {
+		// A TPROXY'd socket's local address is the original destination.
+		return unmapAddrPort(c.LocalAddr().(*net.TCPAddr).AddrPort())
+	},
+	dial: dialTransparent,
+}
+
+// runtimeConfig is a validated Config with everything derived from it.
+type runtimeConfig struct {
+	Config
+	limits Limits
+	mode   stripe.Mode
+	key    *stripe.HandshakeKey
+	tuning streamTuning
+}
+
+func compile(cfg Config) (*runtimeConfig, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkCongestion(cfg.Congestion); err != nil {
+		return nil, err
+	}
+	mode, _ := cfg.mode()
+	key, err := stripe.NewHandshakeKey(cfg.PSK)
+	if err != nil {
+		return nil, err
+	}
+	cfg.PSK = nil // the key holds its own copy
+	cfg.Whitelist = slices.Clone(cfg.Whitelist)
+	cfg.RelayCPUs = slices.Clone(cfg.RelayCPUs)
+	lim := cfg.Limits.withDefaults()
+	return &runtimeConfig{
+		Config: cfg,
+		limits: lim,
+		mode:   mode,
+		key:    key,
+		tuning: streamTuning{congestion: cfg.Congestion, keepalive: lim.StallTimeout},
+	}, nil
+}
+
+// bufferFor is the stream socket buffer size for a session's shape.
+func (rc *runtimeConfig) bufferFor(chunkSize, queueLength int) int {
+	switch {
+	case rc.SocketBuffer > 0:
+		return rc.SocketBuffer
+	case rc.SocketBuffer < 0:
+		return 0
+	}
+	return max(chunkSize*queueLength, 256<<10)
+}
+
+// Agent is one running relay. Its methods are safe for concurrent use.
+type Agent struct {
+	log *slog.Logger
+	os  transparency
+	cfg atomic.Pointer[runtimeConfig]
+
+	mu        sync.Mutex
+	started   bool
+	draining  bool
+	tproxy    *listener
+	data      *listener
+	health    *healthServer
+	sessions  map[*session]struct{}
+	byID      map[stripe.SessionID]*session // server side
+	preauth   map[*net.TCPConn]struct{}
+	pinnedTo  []int
+	unpinCPUs func() error
+
+	stopping     atomic.Bool // draining, readable without mu
+	preauthCount atomic.Int64
+	counters     counters
+	recent       abortLog
+	limited      limitedLog
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+type listener struct {
+	addr netip.AddrPort
+	ln   *net.TCPListener
+}
+
+// New checks cfg and builds an agent; nothing listens until Start.
+func New(cfg Config, log *slog.Logger) (*Agent, error) {
+	rc, err := compile(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("relay config: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &Agent{
+		log:      log,
+		os:       kernelTransparency,
+		sessions: make(map[*session]struct{}),
+		byID:     make(map[stripe.SessionID]*session),
+		preauth:  make(map[*net.TCPConn]struct{}),
+		stop:     make(chan struct{}),
+	}
+	a.counters.init()
+	a.cfg.Store(rc)
+	return a, nil
+}
+
+// Start binds the listeners and the health endpoint, pins the CPUs and
+// starts serving. ctx bounds the start only; the agent runs until Shutdown.
+func (a *Agent) Start(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.started {
+		return errors.New("relay: already started")
+	}
+	rc := a.cfg.Load()
+	if err := a.reconcileListeners(ctx, rc); err != nil {
+		a.closeListenersLocked()
+		return err
+	}
+	if err := a.pinLocked(rc.RelayCPUs); err != nil {
+		a.closeListenersLocked()
+		return err
+	}
+	a.started = true
+	a.wg.Add(1)
+	go a.housekeeping()
+	a.log.Info("relay started", "transparent", rc.TransparentListen, "data", rc.DataListen,
+		"health", rc.HealthListen, "encryption", rc.mode, "whitelist", len(rc.Whitelist))
+	return nil
+}
+
+// Update applies a new configuration. Whitelist, PSK, encryption, limits
+// and socket tuning take effect for new connections; live sessions keep
+// what they started with. Listeners whose address is unchanged keep
+// running; a changed one is bound before the old one closes, and if that
+// fails the old configuration stays in force.
+func (a *Agent) Update(cfg Config) error {
+	rc, err := compile(cfg)
+	if err != nil {
+		return fmt.Errorf("relay config: %w", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.draining {
+		return errors.New("relay: shutting down")
+	}
+	if a.started {
+		if err := a.reconcileListeners(context.Background(), rc); err != nil {
+			return err
+		}
+		if err := a.pinLocked(rc.RelayCPUs); err != nil {
+			return err
+		}
+	}
+	a.cfg.Store(rc)
+	a.log.Info("relay configuration updated", "whitelist", len(rc.Whitelist), "encryption", rc.mode)
+	return nil
+}
+
+// reconcileListeners binds every listener whose address changed, and only
+// when all binds succeeded closes the ones they replace.
+func (a *Agent) reconcileListeners(ctx context.Context, rc *runtimeConfig) error {
+	type change struct {
+		slot *(*listener)
+		next *listener
+		kind string
+	}
+	var changes []change
+	var fresh []*listener
+	var freshHealth *healthServer
+	fail := func(err error) error {
+		for _, l := range fresh {
+			_ = l.ln.Close()
+		}
+		if freshHealth != nil {
+			freshHealth.close()
+		}
+		return err
+	}
+	plan := func(slot **listener, addr netip.AddrPort, kind string, listen func() (*net.TCPListener, error)) error {
+		cur := *slot
+		if cur != nil && cur.addr == addr {
+			return nil
+		}
+		var next *listener
+		if addr.IsValid() {
+			ln, err := listen()
+			if err != nil {
+				return fmt.Errorf("relay: listen %s on %s: %w", kind, addr, err)
+			}
+			next = &listener{addr: addr, ln: ln}
+			fresh = append(fresh, next)
+		}
+		changes = append(changes, change{slot, next, kind})
+		return nil
+	}
+	if err := plan(&a.tproxy, rc.TransparentListen, "transparent", func() (*net.TCPListener, error) {
+		return a.os.listen(ctx, rc.TransparentListen)
+	}); err != nil {
+		return fail(err)
+	}
+	if err := plan(&a.data, rc.DataListen, "data", func() (*net.TCPListener, error) {
+		return listenPlain(ctx, rc.DataListen, streamTuning{buffer: rc.SocketBuffer})
+	}); err != nil {
+		return fail(err)
+	}
+	healthChanged := (a.health == nil) != !rc.HealthListen.IsValid() ||
+		(a.health != nil && a.health.addr != rc.HealthListen)
+	if healthChanged && rc.HealthListen.IsValid() {
+		h, err := startHealth(rc.HealthListen, a)
+		if err != nil {
+			return fail(fmt.Errorf("relay: health endpoint on %s: %w", rc.HealthListen, err))
+		}
+		freshHealth = h
+	}
+	for _, c := range changes {
+		if old := *c.slot; old != nil {
+			_ = old.ln.Close()
+		}
+		*c.slot = c.next
+		if c.next != nil {
+			a.wg.Add(1)
+			if c.kind == "transparent" {
+				go a.acceptClients(c.next.ln)
+			} else {
+				go a.acceptStreams(c.next.ln)
+			}
+		}
+	}
+	if healthChanged {
+		if a.health != nil {
+			a.health.close()
+		}
+		a.health = freshHealth
+	}
+	return nil
+}
+
+func (a *Agent) closeListenersLocked() {
+	for _, l := range []*listener{a.tproxy, a.data} {
+		if l != nil {
+			_ = l.ln.Close()
+		}
+	}
+	a.tproxy, a.data = nil, nil
+	if a.health != nil {
+		a.health.close()
+		a.health = nil
+	}
+}
+
+func (a *Agent) pinLocked(cpus []int) error {
+	if slices.Equal(cpus, a.pinnedTo) {
+		return nil
+	}
+	if a.unpinCPUs != nil {
+		if err := a.unpinCPUs(); err != nil {
+			return fmt.Errorf("relay: restore CPU affinity: %w", err)
+		}
+		a.unpinCPUs, a.pinnedTo = nil, nil
+	}
+	if len(cpus) == 0 {
+		return nil
+	}
+	restore, err := pinProcess(cpus)
+	if err != nil {
+		return fmt.Errorf("relay: pin to CPUs %v: %w", cpus, err)
+	}
+	a.unpinCPUs, a.pinnedTo = restore, slices.Clone(cpus)
+	return nil
+}
+
+// Addrs are the addresses the agent's listeners are bound to; with port 0
+// in the configuration they carry the port the kernel chose.
+type Addrs struct {
+	Transparent, Data, Health netip.AddrPort
+}
+
+// Addrs reports the bound listener addresses.
+func (a *Agent) Addrs() Addrs {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out Addrs
+	if a.tproxy != nil {
+		out.Transparent = unmapAddrPort(a.tproxy.ln.Addr().(*net.TCPAddr).AddrPort())
+	}
+	if a.data != nil {
+		out.Data = unmapAddrPort(a.data.ln.Addr().(*net.TCPAddr).AddrPort())
+	}
+	if a.health != nil {
+		out.Health = a.health.bound
+	}
+	return out
+}
+
+// Shutdown stops accepting, lets live sessions finish until ctx is done,
+// then aborts (resets) the rest and waits for every goroutine. It returns
+// an error naming how many sessions had to be aborted.
+func (a *Agent) Shutdown(ctx context.Context) error {
+	a.mu.Lock()
+	if a.draining {
+		a.mu.Unlock()
+		return errors.New("relay: already shut down")
+	}
+	a.draining = true
+	a.stopping.Store(true)
+	a.closeListenersLocked()
+	for c := range a.preauth {
+		reset(c)
+	}
+	// Sessions still gathering streams cannot complete without the
+	// listener; sessions still dialing are not worth waiting for.
+	for s := range a.sessions {
+		if !s.established.Load() {
+			s.abortUnestablished(AbortShutdown, errors.New("agent shutting down"))
+		}
+	}
+	a.mu.Unlock()
+
+	aborted := 0
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+wait:
+	for {
+		a.mu.Lock()
+		n := len(a.sessions)
+		a.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		select {
+		case <-poll.C:
+		case <-ctx.Done():
+			a.mu.Lock()
+			for s := range a.sessions {
+				if s.abort(AbortShutdown, errors.New("agent shutting down: drain deadline passed")) {
+					aborted++
+				}
+			}
+			a.mu.Unlock()
+			break wait
+		}
+	}
+	close(a.stop)
+	a.wg.Wait()
+
+	a.mu.Lock()
+	var err error
+	if a.unpinCPUs != nil {
+		if uerr := a.unpinCPUs(); uerr != nil {
+			err = fmt.Errorf("relay: restore CPU affinity: %w", uerr)
+		}
+		a.unpinCPUs, a.pinnedTo = nil, nil
+	}
+	a.mu.Unlock()
+	if aborted > 0 {
+		err = errors.Join(fmt.Errorf("relay: aborted %d sessions at shutdown: %w", aborted, ctx.Err()), err)
+	}
+	a.log.Info("relay stopped", "aborted", aborted)
+	return err
+}
+
+// housekeeping enforces the timeouts and computes throughput.
+func (a *Agent) housekeeping() {
+	defer a.wg.Done()
+	const interval = 250 * time.Millisecond
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var list []*session
+	for {
+		select {
+		case <-a.stop:
+			return
+		case now := <-t.C:
+			a.mu.Lock()
+			list = list[:0]
+			for s := range a.sessions {
+				list = append(list, s)
+			}
+			a.mu.Unlock()
+			rc := a.cfg.Load()
+			for _, s := range list {
+				s.tick(now, rc.limits)
+			}
+		}
+	}
+}
+
+// acceptLoop runs accept until the listener closes. Temporary errors (out
+// of file descriptors) back off instead of spinning.
+func (a *Agent) acceptLoop(ln *net.TCPListener, kind string, handle func(*net.TCPConn)) {
+	defer a.wg.Done()
+	backoff := 5 * time.Millisecond
+	for {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			a.limited.log(a.log, "accept-"+kind, "relay: accept failed", "listener", kind, "err", err)
+			select {
+			case <-time.After(backoff):
+			case <-a.stop:
+				return
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 5 * time.Millisecond
+		handle(c)
+	}
+}
+
+func (a *Agent) acceptClients(ln *net.TCPListener) {
+	a.acceptLoop(ln, "transparent", func(c *net.TCPConn) {
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.serveClient(c)
+		}()
+	})
+}
+
+func (a *Agent) acceptStreams(ln *net.TCPListener) {
+	a.acceptLoop(ln, "data", a.admitPreAuth)
+}
+
+// register adds a session if the session limit allows.
+func (a *Agent) register(s *session, lim Limits) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.draining {
+		return errShuttingDown
+	}
+	if len(a.sessions) >= lim.MaxSessions {
+		return errSessionLimit
+	}
+	a.sessions[s] = struct{}{}
+	a.counters.sessionsStarted.Add(1)
+	return nil
+}
+
+func (a *Agent) unregister(s *session) {
+	a.mu.Lock()
+	delete(a.sessions, s)
+	if a.byID[s.id] == s {
+		delete(a.byID, s.id)
+	}
+	a.mu.Unlock()
+}
+
+var (
+	errShuttingDown = errors.New("agent shutting down")
+	errSessionLimit = errors.New("session limit reached")
+)
+
+func unmapAddrPort(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}

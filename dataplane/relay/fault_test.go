@@ -1,0 +1,624 @@
+package relay
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
+)
+
+func TestHalfCloseClientStillGetsFullReply(t *testing.T) {
+	const request, reply = 3 << 20, 40 << 20
+	var srvErr error
+	var gotRequest []byte
+	p := startPair(t, pairOptions{streams: 8, chunk: 16384, queue: 2}, func(c *net.TCPConn) {
+		defer c.Close()
+		// The server reads the whole request first: it sees EOF only if
+		// the client's half-close crossed both agents.
+		n, h, err := receiveAll(c, rand.New(rand.NewPCG(1, 1)), false)
+		if err != nil || n != request {
+			srvErr = errors.Join(err, errors.New("short request"))
+			return
+		}
+		gotRequest = h
+		if _, err := sendPattern(c, 7, reply, rand.New(rand.NewPCG(2, 2)), false); err != nil {
+			srvErr = err
+			return
+		}
+		_ = c.CloseWrite()
+	})
+	c := p.dial(t)
+	defer c.Close()
+	sent, err := sendPattern(c, 3, request, rand.New(rand.NewPCG(3, 3)), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	n, h, err := receiveAll(c, rand.New(rand.NewPCG(4, 4)), false)
+	if err != nil {
+		t.Fatalf("reading the reply after half-close: %v", err)
+	}
+	waitFor(t, "sessions to complete", func() bool {
+		return p.a.Stats().Totals.SessionsCompleted == 1 && p.b.Stats().Totals.SessionsCompleted == 1
+	})
+	if srvErr != nil {
+		t.Fatal(srvErr)
+	}
+	if !bytes.Equal(gotRequest, sent) {
+		t.Fatal("request differs at the server")
+	}
+	if n != reply || !bytes.Equal(h, prefixHash(7, reply)) {
+		t.Fatalf("reply: %d of %d bytes, hash mismatch %v", n, reply, !bytes.Equal(h, prefixHash(7, reply)))
+	}
+}
+
+// TestSlowReaderPausesWithoutLoss stops reading at the client for 10 s in
+// the middle of a download. Backpressure must reach the server through the
+// streams, no byte may be lost, the pause must not count as a stall (the
+// stall timeout is shorter than the pause) and the session's buffers and
+// the process heap must stay under the cap.
+func TestSlowReaderPausesWithoutLoss(t *testing.T) {
+	const size = 256 << 20
+	streams, chunk, queue := 16, 65536, 4
+	memCap := SessionMemory(streams, chunk, queue)
+	lim := Limits{SessionMemory: memCap, StallTimeout: 2 * time.Second, HalfClosedIdle: 2 * time.Second}
+	p := startPair(t, pairOptions{streams: streams, chunk: chunk, queue: queue, limitsA: lim, limitsB: lim}, func(c *net.TCPConn) {
+		defer c.Close()
+		_, _ = sendPattern(c, 11, size, rand.New(rand.NewPCG(5, 5)), false)
+		_ = c.CloseWrite()
+		_, _ = io.Copy(io.Discard, c)
+	})
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	heapBefore := ms.HeapInuse
+
+	c := p.dial(t)
+	defer c.Close()
+	hr := &hashingReader{r: c, h: sha256.New()}
+	if _, err := io.CopyN(io.Discard, hr, 8<<20); err != nil {
+		t.Fatal(err)
+	}
+	var maxMem, maxHeap uint64
+	var maxDepth int
+	pauseEnd := time.Now().Add(10 * time.Second)
+	for time.Now().Before(pauseEnd) {
+		for _, ag := range []*Agent{p.a, p.b} {
+			for _, s := range ag.Stats().Sessions {
+				if s.Memory > s.MemoryMax || s.Memory > memCap {
+					t.Errorf("%s side holds %d bytes, cap %d", s.Side, s.Memory, memCap)
+				}
+				maxMem = max(maxMem, uint64(s.Memory))
+				maxDepth = max(maxDepth, s.ReorderDepthMax)
+			}
+		}
+		runtime.ReadMemStats(&ms)
+		maxHeap = max(maxHeap, ms.HeapInuse)
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := io.Copy(io.Discard, hr); err != nil {
+		t.Fatalf("after the pause: %v", err)
+	}
+	if hr.n != size || !bytes.Equal(hr.h.Sum(nil), prefixHash(11, size)) {
+		t.Fatalf("got %d of %d bytes or wrong bytes", hr.n, size)
+	}
+	_ = c.Close()
+	waitFor(t, "sessions to end", func() bool {
+		return p.a.Stats().Totals.SessionsActive == 0 && p.b.Stats().Totals.SessionsActive == 0
+	})
+	for _, ag := range []*Agent{p.a, p.b} {
+		if tot := ag.Stats().Totals; tot.SessionsAborted != 0 {
+			t.Errorf("aborted sessions: %+v", ag.Stats().RecentAborts)
+		}
+	}
+	// Both agents and both end hosts live in this process; the heap may
+	// grow by the two sessions' caps plus the end hosts' buffers.
+	growth := int64(maxHeap) - int64(heapBefore)
+	t.Logf("cap %d per session; most held by a session %d; heap growth %d; max reorder depth %d", memCap, maxMem, growth, maxDepth)
+	if growth > 2*memCap+16<<20 {
+		t.Errorf("heap grew by %d bytes during the pause, more than two session caps (%d)", growth, 2*memCap)
+	}
+}
+
+// abortWatch collects both end hosts' view of an aborted transfer: the
+// server reads (and hashes) what it receives, the client uploads a pattern
+// and reads until the connection fails.
+type abortWatch struct {
+	srvN                          int64
+	srvHash                       []byte
+	srvErr                        error
+	clientReadErr, clientWriteErr error
+	done                          chan struct{}
+}
+
+// sawReset says whether an end host got an RST: after one, exactly one
+// socket call returns ECONNRESET, the read or the write, whichever comes
+// first; later calls see EOF or EPIPE.
+func sawReset(errs ...error) bool {
+	for _, err := range errs {
+		if isReset(err) {
+			return true
+		}
+	}
+	return false
+}
+
+const uploadSeed = 42
+
+func uploadUntilAbort(t *testing.T, p *pair) *abortWatch {
+	t.Helper()
+	w := &abortWatch{done: make(chan struct{})}
+	srvDone := make(chan struct{})
+	p.server.setHandler(func(c *net.TCPConn) {
+		defer close(srvDone)
+		defer c.Close()
+		hr := &hashingReader{r: c, h: sha256.New()}
+		_, err := io.Copy(io.Discard, hr)
+		w.srvN, w.srvHash, w.srvErr = hr.n, hr.h.Sum(nil), err
+	})
+	c := p.dial(t)
+	go func() {
+		defer close(w.done)
+		defer c.Close()
+		wrote := make(chan struct{})
+		go func() {
+			defer close(wrote)
+			_, w.clientWriteErr = sendPattern(c, uploadSeed, 1<<30, rand.New(rand.NewPCG(1, 1)), false)
+		}()
+		_, w.clientReadErr = io.Copy(io.Discard, c)
+		<-wrote
+		<-srvDone
+	}()
+	t.Cleanup(func() {
+		_ = c.Close()
+		<-w.done
+	})
+	return w
+}
+
+// checkAborted waits for both agents to abort and both end hosts to see a
+// reset, and checks the server got only genuine bytes, in order.
+func (w *abortWatch) checkAborted(t *testing.T, p *pair) (clientSide, serverSide AbortRecord) {
+	t.Helper()
+	waitFor(t, "both agents to abort", func() bool {
+		return len(p.a.Stats().RecentAborts) > 0 && len(p.b.Stats().RecentAborts) > 0
+	})
+	<-w.done
+	if !sawReset(w.clientReadErr, w.clientWriteErr) {
+		t.Errorf("client saw read %v, write %v; want a reset", w.clientReadErr, w.clientWriteErr)
+	}
+	if !isReset(w.srvErr) {
+		t.Errorf("server saw %v, want a reset", w.srvErr)
+	}
+	if !bytes.Equal(w.srvHash, prefixHash(uploadSeed, w.srvN)) {
+		t.Errorf("the %d bytes the server received are not the first %d bytes sent", w.srvN, w.srvN)
+	}
+	return p.a.Stats().RecentAborts[0], p.b.Stats().RecentAborts[0]
+}
+
+// TestStreamResetAbortsBothEnds resets one of 64 streams in the middle of
+// a transfer in both directions.
+func TestStreamResetAbortsBothEnds(t *testing.T) {
+	lim := Limits{StallTimeout: time.Minute, HalfClosedIdle: time.Minute}
+	p := startPair(t, pairOptions{streams: 64, chunk: 60000, queue: 5, viaMITM: true, limitsA: lim, limitsB: lim}, nil)
+	var clientErrs, srvErrs [2]error // read, write
+	srvDone := make(chan struct{})
+	var srvGot atomic.Int64
+	p.server.setHandler(func(c *net.TCPConn) {
+		defer close(srvDone)
+		defer c.Close()
+		wrote := make(chan struct{})
+		go func() {
+			defer close(wrote)
+			_, srvErrs[1] = sendPattern(c, 1, 1<<30, rand.New(rand.NewPCG(1, 1)), false)
+		}()
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Read(buf)
+			srvGot.Add(int64(n))
+			if err != nil {
+				srvErrs[0] = err
+				break
+			}
+		}
+		<-wrote
+	})
+	c := p.dial(t)
+	defer c.Close()
+	clientDone := make(chan struct{})
+	go func() {
+		defer close(clientDone)
+		wrote := make(chan struct{})
+		go func() {
+			defer close(wrote)
+			_, clientErrs[1] = sendPattern(c, 2, 1<<30, rand.New(rand.NewPCG(2, 2)), false)
+		}()
+		_, clientErrs[0] = io.Copy(io.Discard, c)
+		<-wrote
+	}()
+	waitFor(t, "transfer under way", func() bool { return srvGot.Load() > 16<<20 })
+
+	start := time.Now()
+	p.mitm.resetStream(t, 17)
+	var tookA, tookB time.Duration
+	waitFor(t, "both agents to abort", func() bool {
+		if tookA == 0 && len(p.a.Stats().RecentAborts) > 0 {
+			tookA = time.Since(start)
+		}
+		if tookB == 0 && len(p.b.Stats().RecentAborts) > 0 {
+			tookB = time.Since(start)
+		}
+		return tookA > 0 && tookB > 0
+	})
+	<-clientDone
+	<-srvDone
+	t.Logf("abort seen %v after the reset at the client side, %v at the server side", tookA, tookB)
+	for _, ag := range []*Agent{p.a, p.b} {
+		r := ag.Stats().RecentAborts[0]
+		if !strings.Contains(r.Error, "stream 17:") {
+			t.Errorf("%s side abort does not name stream 17: %s (%s)", r.Side, r.Error, r.Reason)
+		}
+		if r.Reason != AbortStream && r.Reason != AbortPeer {
+			t.Errorf("%s side aborted for %s: %s", r.Side, r.Reason, r.Error)
+		}
+	}
+	if !sawReset(clientErrs[:]...) || !sawReset(srvErrs[:]...) {
+		t.Errorf("end hosts saw client %v, server %v; want resets", clientErrs, srvErrs)
+	}
+}
+
+// dataFrames counts DATA frames per stream and direction in a mitm hook.
+type frameCounter struct {
+	mu sync.Mutex
+	n  map[[2]int]int
+}
+
+func (fc *frameCounter) next(ms *mitmStream, dir stripe.Direction, frame []byte) int {
+	if frame[0] != byte(stripe.FrameData) {
+		return -1
+	}
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	if fc.n == nil {
+		fc.n = map[[2]int]int{}
+	}
+	k := [2]int{ms.index, int(dir)}
+	fc.n[k]++
+	return fc.n[k]
+}
+
+// TestAttacksAbortWithoutDelivering alters the stream between the agents
+// the way an attacker on the path could. Every attack must abort the
+// session at both ends with resets, and the server must have received only
+// a prefix of what the client sent: zero attacker bytes.
+func TestAttacksAbortWithoutDelivering(t *testing.T) {
+	marker := []byte("ATTACKER-BYTES!!")
+	type attack struct {
+		name  string
+		modes []string
+		hook  func(fc *frameCounter) func(ms *mitmStream, dir stripe.Direction, frame []byte) [][]byte
+	}
+	attacks := []attack{{
+		name:  "tampered frame",
+		modes: []string{EncryptionAESGCM},
+		hook: func(fc *frameCounter) func(*mitmStream, stripe.Direction, []byte) [][]byte {
+			return func(ms *mitmStream, dir stripe.Direction, frame []byte) [][]byte {
+				if dir == stripe.Up && ms.index == 3 && fc.next(ms, dir, frame) == 20 {
+					copy(frame[stripe.HeaderSize:], marker)
+				}
+				return [][]byte{frame}
+			}
+		},
+	}, {
+		name:  "replayed frame",
+		modes: []string{EncryptionAESGCM, EncryptionNone},
+		hook: func(fc *frameCounter) func(*mitmStream, stripe.Direction, []byte) [][]byte {
+			var saved []byte
+			return func(ms *mitmStream, dir stripe.Direction, frame []byte) [][]byte {
+				if dir != stripe.Up || ms.index != 3 {
+					return [][]byte{frame}
+				}
+				switch fc.next(ms, dir, frame) {
+				case 10:
+					saved = append([]byte(nil), frame...)
+				case 20:
+					return [][]byte{frame, saved}
+				}
+				return [][]byte{frame}
+			}
+		},
+	}, {
+		name:  "cross-stream frame",
+		modes: []string{EncryptionAESGCM, EncryptionNone},
+		hook: func(fc *frameCounter) func(*mitmStream, stripe.Direction, []byte) [][]byte {
+			var mu sync.Mutex
+			var stolen []byte
+			return func(ms *mitmStream, dir stripe.Direction, frame []byte) [][]byte {
+				if dir != stripe.Up {
+					return [][]byte{frame}
+				}
+				n := fc.next(ms, dir, frame)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case ms.index == 2 && n == 20 && stolen == nil:
+					// Copy a frame of stream 2 and relabel it for stream 5.
+					stolen = append([]byte(nil), frame...)
+					binary.BigEndian.PutUint16(stolen[2:4], 5)
+				case ms.index == 5 && n > 0 && stolen != nil:
+					out := [][]byte{frame, stolen}
+					stolen = []byte{}
+					return out
+				}
+				return [][]byte{frame}
+			}
+		},
+	}, {
+		name:  "injected frame",
+		modes: []string{EncryptionAESGCM},
+		hook: func(fc *frameCounter) func(*mitmStream, stripe.Direction, []byte) [][]byte {
+			return func(ms *mitmStream, dir stripe.Direction, frame []byte) [][]byte {
+				if dir != stripe.Up || ms.index != 5 || fc.next(ms, dir, frame) != 20 {
+					return [][]byte{frame}
+				}
+				// A well-formed frame right after this one, with the next
+				// sequence number, carrying the attacker's bytes.
+				forged := make([]byte, stripe.HeaderSize+len(marker)+stripe.TagSize)
+				stripe.Header{Type: stripe.FrameData, Stream: 5, Length: uint32(len(marker) + stripe.TagSize),
+					Seq: binary.BigEndian.Uint64(frame[8:16]) + 1}.Put(forged)
+				copy(forged[stripe.HeaderSize:], marker)
+				return [][]byte{frame, forged}
+			}
+		},
+	}}
+	for _, at := range attacks {
+		for _, mode := range at.modes {
+			t.Run(at.name+"/"+mode, func(t *testing.T) {
+				lim := Limits{StallTimeout: time.Minute, HalfClosedIdle: time.Minute}
+				p := startPair(t, pairOptions{streams: 8, chunk: 16384, queue: 4, encryption: mode, viaMITM: true,
+					limitsA: lim, limitsB: lim}, nil)
+				p.mitm.onFrame = at.hook(&frameCounter{})
+				w := uploadUntilAbort(t, p)
+				ca, sa := w.checkAborted(t, p)
+				t.Logf("server side: %s: %s; client side: %s: %s", sa.Reason, sa.Error, ca.Reason, ca.Error)
+				if sa.Reason != AbortProtocol {
+					t.Errorf("server side aborted for %s, want %s", sa.Reason, AbortProtocol)
+				}
+			})
+		}
+	}
+}
+
+// TestForgedJoinsRejected replays captured handshakes and sends forged ones
+// to the server-side agent, during and after a session. None may join a
+// session, reach the server, or disturb the live session.
+func TestForgedJoinsRejected(t *testing.T) {
+	p := startPair(t, pairOptions{streams: 4, chunk: 8192, queue: 2, viaMITM: true}, echo)
+	c := p.dial(t)
+	defer c.Close()
+	if _, err := c.Write([]byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatal(err)
+	}
+	ms := p.mitm.stream(t, 0)
+	var confirm []byte
+	waitFor(t, "captured confirm", func() bool {
+		p.mitm.mu.Lock()
+		defer p.mitm.mu.Unlock()
+		confirm = ms.confirm
+		return confirm != nil
+	})
+	dataAddr := net.TCPAddrFromAddrPort(p.b.Addrs().Data)
+	forged := append([]byte(nil), ms.hello...)
+	forged[100] ^= 1 // inside the nonce: the MAC no longer fits
+
+	refusals := func() uint64 {
+		st := p.b.Stats().Totals
+		n := st.HandshakeFailures
+		for _, v := range st.Rejected {
+			n += v
+		}
+		return n
+	}
+	// attempt plays one forged join; the agent must end the connection
+	// (reset, or close after an authenticated refusal) and count it.
+	attempt := func(name string, hello []byte, withConfirm bool) {
+		t.Helper()
+		before := refusals()
+		conn, err := net.DialTCP("tcp4", nil, dataAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+		_, _ = conn.Write(hello)
+		if withConfirm {
+			// The recorded confirm answers the old reply, not the fresh
+			// nonce of this one.
+			reply := make([]byte, stripe.ReplySize)
+			if _, err := io.ReadFull(conn, reply); err != nil {
+				t.Fatalf("%s: no reply to a replayed hello: %v", name, err)
+			}
+			_, _ = conn.Write(confirm)
+		}
+		_, _ = conn.Write(bytes.Repeat([]byte("attacker"), 1000))
+		if _, err := io.Copy(io.Discard, conn); errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("%s: the agent kept the connection open", name)
+		}
+		waitFor(t, name+" counted", func() bool { return refusals() > before })
+	}
+	attempt("hello with a bad MAC", forged, false)
+	attempt("replayed hello and confirm during the session", ms.hello, true)
+
+	// The live session is untouched.
+	msg := bytes.Repeat([]byte("still fine "), 10000)
+	go func() { _, _ = c.Write(msg); _ = c.CloseWrite() }()
+	got, err := io.ReadAll(c)
+	if err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("session after forged joins: %d bytes, %v", len(got), err)
+	}
+	waitFor(t, "session to complete", func() bool { return p.b.Stats().Totals.SessionsCompleted == 1 })
+
+	before := p.server.accepted()
+	attempt("replayed hello and confirm after the session", ms.hello, true)
+	if got := p.server.accepted(); got != before {
+		t.Errorf("a replayed handshake made the agent connect to the server")
+	}
+	if st := p.b.Stats().Totals; st.SessionsAborted != 0 {
+		t.Errorf("aborted sessions: %+v", p.b.Stats().RecentAborts)
+	}
+}
+
+// TestPreAuthCapAndReap opens 1,000 connections to the data port and sends
+// nothing: at most the cap may wait for a handshake, the rest are reset at
+// once, and the waiting ones are reset after the pre-auth timeout. The agent
+// still serves afterwards.
+func TestPreAuthCapAndReap(t *testing.T) {
+	const conns, preauthCap = 1000, 64
+	lim := Limits{MaxPreAuth: preauthCap, PreAuthTimeout: 2 * time.Second}
+	p := startPair(t, pairOptions{streams: 4, limitsB: lim}, echo)
+	dataAddr := net.TCPAddrFromAddrPort(p.b.Addrs().Data)
+
+	var wg sync.WaitGroup
+	var closed atomic.Int64
+	var maxActive atomic.Int64
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stopSampling:
+				return
+			default:
+			}
+			if n := int64(p.b.Stats().Totals.PreAuthActive); n > maxActive.Load() {
+				maxActive.Store(n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	for range conns {
+		c, err := net.DialTCP("tcp4", nil, dataAddr)
+		if isReset(err) {
+			// Reset before connect() even returned: capped at accept.
+			closed.Add(1)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+				closed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stopSampling)
+	<-sampled
+	st := p.b.Stats().Totals
+	t.Logf("rejected at accept %d, reaped %d, most waiting at once %d", st.Rejected[rejectPreAuthLimit], st.PreAuthTimeouts, maxActive.Load())
+	if closed.Load() != conns {
+		t.Errorf("%d of %d idle connections were closed by the agent", closed.Load(), conns)
+	}
+	if maxActive.Load() > preauthCap {
+		t.Errorf("%d unauthenticated connections waited at once, cap %d", maxActive.Load(), preauthCap)
+	}
+	if st.Rejected[rejectPreAuthLimit]+st.PreAuthTimeouts != conns || st.PreAuthTimeouts > preauthCap || st.PreAuthTimeouts == 0 {
+		t.Errorf("rejected %d + reaped %d != %d", st.Rejected[rejectPreAuthLimit], st.PreAuthTimeouts, conns)
+	}
+	waitFor(t, "no connection waiting", func() bool { return p.b.Stats().Totals.PreAuthActive == 0 })
+
+	c := p.dial(t)
+	defer c.Close()
+	go func() { _, _ = c.Write([]byte("after the flood")); _ = c.CloseWrite() }()
+	if got, err := io.ReadAll(c); err != nil || string(got) != "after the flood" {
+		t.Fatalf("session after the flood: %q, %v", got, err)
+	}
+}
+
+// TestStallTimeoutAborts freezes one stream between the agents without
+// closing it. The receiver's window fills behind the missing frame and the
+// stall timeout must abort, naming the frozen stream among the suspects.
+func TestStallTimeoutAborts(t *testing.T) {
+	lim := Limits{StallTimeout: time.Second, HalfClosedIdle: time.Minute}
+	p := startPair(t, pairOptions{streams: 8, chunk: 16384, queue: 2, viaMITM: true, limitsA: lim, limitsB: lim}, nil)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	fc := &frameCounter{}
+	p.mitm.onFrame = func(ms *mitmStream, dir stripe.Direction, frame []byte) [][]byte {
+		if dir == stripe.Up && ms.index == 3 && fc.next(ms, dir, frame) == 5 {
+			<-release // hold this frame and everything after it on stream 3
+		}
+		return [][]byte{frame}
+	}
+	w := uploadUntilAbort(t, p)
+	_, sa := w.checkAborted(t, p)
+	if sa.Reason != AbortStall || !strings.Contains(sa.Error, "stalled") {
+		t.Fatalf("server side aborted for %s: %s", sa.Reason, sa.Error)
+	}
+	if i := strings.Index(sa.Error, "carry it: "); i < 0 || !strings.HasPrefix(sa.Error[i+10:], "3 (") {
+		t.Errorf("stall error does not name stream 3: %s", sa.Error)
+	}
+}
+
+// TestHalfClosedIdleTimeout: the client half-closes, the server neither
+// answers nor closes; the session must be aborted with resets.
+func TestHalfClosedIdleTimeout(t *testing.T) {
+	lim := Limits{HalfClosedIdle: time.Second}
+	release := make(chan struct{})
+	p := startPair(t, pairOptions{limitsA: lim, limitsB: lim}, func(c *net.TCPConn) {
+		defer c.Close()
+		_, _ = io.Copy(io.Discard, c)
+		<-release
+	})
+	t.Cleanup(func() { close(release) })
+	c := p.dial(t)
+	defer c.Close()
+	if _, err := c.Write([]byte("request")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.CloseWrite()
+	_, err := io.Copy(io.Discard, c)
+	if !isReset(err) {
+		t.Fatalf("client saw %v, want a reset", err)
+	}
+	waitFor(t, "aborts recorded", func() bool {
+		return len(p.a.Stats().RecentAborts) > 0 && len(p.b.Stats().RecentAborts) > 0
+	})
+	idle := 0
+	for _, ag := range []*Agent{p.a, p.b} {
+		r := ag.Stats().RecentAborts[0]
+		if r.Reason == AbortIdle {
+			idle++
+			if !strings.Contains(r.Error, "half-closed by the client") {
+				t.Errorf("idle abort: %s", r.Error)
+			}
+		}
+	}
+	if idle == 0 {
+		t.Errorf("no idle abort: %+v %+v", p.a.Stats().RecentAborts, p.b.Stats().RecentAborts)
+	}
+}

@@ -1,0 +1,346 @@
+package relay
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"hash"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// needRoot skips a test that needs root, unless CI=true, where a missing
+// prerequisite is a failure.
+func needRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		missing(t, "root")
+	}
+}
+
+// needBinary does the same for an external program.
+func needBinary(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		missing(t, name)
+	}
+	return p
+}
+
+func missing(t testing.TB, what string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is required (CI=true)", what)
+	}
+	t.Skipf("%s not available", what)
+}
+
+var testPSK = []byte("relay test pre-shared key, 32 b.")
+
+// testLogger logs to the test at warn level, or debug with RELAY_DEBUG=1.
+func testLogger(t testing.TB) *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("RELAY_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// loopbackTransparency stands in for TPROXY on loopback: a plain listener
+// whose connections all "went to" dst, and a server connection from the
+// agent's own address.
+func loopbackTransparency(dst netip.AddrPort) transparency {
+	return transparency{
+		listen: func(ctx context.Context, addr netip.AddrPort) (*net.TCPListener, error) {
+			return listenPlain(ctx, addr, streamTuning{})
+		},
+		destination: func(*net.TCPConn) netip.AddrPort { return dst },
+		dial:        dialPlain,
+	}
+}
+
+// endServer is the test's end server: it runs handle for every connection.
+type endServer struct {
+	ln     *net.TCPListener
+	addr   netip.AddrPort
+	mu     sync.Mutex
+	handle func(c *net.TCPConn)
+	conns  int
+	wg     sync.WaitGroup
+}
+
+func newEndServer(t testing.TB, handle func(c *net.TCPConn)) *endServer {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &endServer{ln: ln, addr: ln.Addr().(*net.TCPAddr).AddrPort(), handle: handle}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := ln.AcceptTCP()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.conns++
+			h := s.handle
+			s.mu.Unlock()
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				h(c)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		s.wg.Wait()
+	})
+	return s
+}
+
+func (s *endServer) setHandler(h func(c *net.TCPConn)) {
+	s.mu.Lock()
+	s.handle = h
+	s.mu.Unlock()
+}
+
+func (s *endServer) accepted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
+}
+
+type pairOptions struct {
+	streams, chunk, queue int
+	encryption            string
+	limitsA, limitsB      Limits
+	socketBuffer          int
+	congestion            string
+	// viaMITM puts a frame-aware man in the middle between the agents.
+	viaMITM bool
+	// serverWhitelist, if set, derives the server-side agent's whitelist
+	// from the client side's entry.
+	serverWhitelist func(entry Whitelist) []Whitelist
+}
+
+// pair is a client-side agent A and a server-side agent B on loopback, in
+// front of an end server.
+type pair struct {
+	a, b   *Agent
+	entry  netip.AddrPort // connect here as the client
+	server *endServer
+	mitm   *mitm
+}
+
+func startPair(t testing.TB, opt pairOptions, handle func(c *net.TCPConn)) *pair {
+	t.Helper()
+	if opt.streams == 0 {
+		opt.streams = 8
+	}
+	if opt.chunk == 0 {
+		opt.chunk = 60000
+	}
+	if opt.queue == 0 {
+		opt.queue = 5
+	}
+	srv := newEndServer(t, handle)
+	entry := Whitelist{
+		Name:        "test",
+		Clients:     []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Server:      srv.addr.Addr(),
+		Port:        srv.addr.Port(),
+		Streams:     opt.streams,
+		ChunkSize:   opt.chunk,
+		QueueLength: opt.queue,
+	}
+	wlB := []Whitelist{entry}
+	if opt.serverWhitelist != nil {
+		wlB = opt.serverWhitelist(entry)
+	}
+	b := startAgent(t, Config{
+		DataListen:   netip.MustParseAddrPort("127.0.0.1:0"),
+		PSK:          testPSK,
+		Encryption:   opt.encryption,
+		Whitelist:    wlB,
+		Limits:       opt.limitsB,
+		SocketBuffer: opt.socketBuffer,
+		Congestion:   opt.congestion,
+	}, srv.addr)
+	p := &pair{b: b, server: srv}
+	entry.Peer = b.Addrs().Data
+	if opt.viaMITM {
+		p.mitm = newMITM(t, entry.Peer)
+		entry.Peer = p.mitm.addr
+	}
+	p.a = startAgent(t, Config{
+		TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"),
+		PSK:               testPSK,
+		Encryption:        opt.encryption,
+		Whitelist:         []Whitelist{entry},
+		Limits:            opt.limitsA,
+		SocketBuffer:      opt.socketBuffer,
+		Congestion:        opt.congestion,
+	}, srv.addr)
+	p.entry = p.a.Addrs().Transparent
+	return p
+}
+
+func startAgent(t testing.TB, cfg Config, dst netip.AddrPort) *Agent {
+	t.Helper()
+	a, err := New(cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.os = loopbackTransparency(dst)
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := a.Shutdown(ctx); err != nil && !strings.Contains(err.Error(), "already shut down") {
+			t.Logf("shutdown: %v", err)
+		}
+	})
+	return a
+}
+
+func (p *pair) dial(t testing.TB) *net.TCPConn {
+	t.Helper()
+	c, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(p.entry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// waitFor polls cond until it holds or the (generous) limit passes. The
+// limit only keeps a broken test from hanging; no timing is asserted.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// pattern is a reproducible pseudo-random byte stream.
+type pattern struct{ *rand.ChaCha8 }
+
+func newPattern(seed uint64) pattern {
+	var s [32]byte
+	for i := range 8 {
+		s[i] = byte(seed >> (8 * i))
+	}
+	return pattern{rand.NewChaCha8(s)}
+}
+
+// sendPattern writes n bytes of the pattern in writes of random size with
+// occasional short pauses, hashing what it sends.
+func sendPattern(w io.Writer, seed uint64, n int64, rng *rand.Rand, pauses bool) ([]byte, error) {
+	p := newPattern(seed)
+	h := sha256.New()
+	buf := make([]byte, 256<<10)
+	for n > 0 {
+		size := min(int64(1+rng.IntN(len(buf))), n)
+		if rng.IntN(4) == 0 {
+			size = min(int64(1+rng.IntN(64)), n)
+		}
+		b := buf[:size]
+		_, _ = p.Read(b)
+		h.Write(b)
+		if _, err := w.Write(b); err != nil {
+			return nil, err
+		}
+		n -= size
+		if pauses && rng.IntN(500) == 0 {
+			time.Sleep(time.Duration(1+rng.IntN(3)) * time.Millisecond)
+		}
+	}
+	return h.Sum(nil), nil
+}
+
+// receiveAll reads to EOF in reads of random size with occasional pauses,
+// hashing what it gets.
+func receiveAll(r io.Reader, rng *rand.Rand, pauses bool) (int64, []byte, error) {
+	h := sha256.New()
+	buf := make([]byte, 256<<10)
+	var total int64
+	for {
+		size := 1 + rng.IntN(len(buf))
+		n, err := r.Read(buf[:size])
+		h.Write(buf[:n])
+		total += int64(n)
+		if errors.Is(err, io.EOF) {
+			return total, h.Sum(nil), nil
+		}
+		if err != nil {
+			return total, h.Sum(nil), err
+		}
+		if pauses && rng.IntN(500) == 0 {
+			time.Sleep(time.Duration(1+rng.IntN(3)) * time.Millisecond)
+		}
+	}
+}
+
+// prefixHash hashes the first n bytes of a pattern, to check a truncated
+// transfer delivered only genuine bytes.
+func prefixHash(seed uint64, n int64) []byte {
+	p := newPattern(seed)
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	for n > 0 {
+		b := buf[:min(n, int64(len(buf)))]
+		_, _ = p.Read(b)
+		h.Write(b)
+		n -= int64(len(b))
+	}
+	return h.Sum(nil)
+}
+
+// hashingReader records what passes through.
+type hashingReader struct {
+	r io.Reader
+	h hash.Hash
+	n int64
+}
+
+func (hr *hashingReader) Read(p []byte) (int, error) {
+	n, err := hr.r.Read(p)
+	hr.h.Write(p[:n])
+	hr.n += int64(n)
+	return n, err
+}
+
+func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }

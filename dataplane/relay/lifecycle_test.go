@@ -1,0 +1,454 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sosappliance/sosappliance/tuning"
+)
+
+// hold is an end server that reads what it gets and keeps the connection
+// open until released.
+func hold(release <-chan struct{}) func(c *net.TCPConn) {
+	return func(c *net.TCPConn) {
+		defer c.Close()
+		go func() { _, _ = io.Copy(io.Discard, c) }()
+		<-release
+	}
+}
+
+// expectReset reads from c until it fails and wants a reset.
+func expectReset(t *testing.T, c *net.TCPConn, why string) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, err := io.Copy(io.Discard, c)
+	if !isReset(err) {
+		t.Fatalf("%s: client saw %v, want a reset", why, err)
+	}
+}
+
+// dialExpectReset connects as a client and wants a reset; the agent may
+// reset so fast that connect() itself reports it.
+func dialExpectReset(t *testing.T, p *pair, why string) {
+	t.Helper()
+	c, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(p.entry))
+	if isReset(err) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	expectReset(t, c, why)
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := Config{
+		DataListen: netip.MustParseAddrPort("127.0.0.1:0"),
+		PSK:        testPSK,
+		Whitelist: []Whitelist{{Name: "w", Clients: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+			Server: netip.MustParseAddr("10.1.1.1"), Port: 80, Streams: 4, ChunkSize: 1000, QueueLength: 2}},
+	}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	bad := good
+	bad.DataListen = netip.AddrPort{}
+	bad.PSK = []byte("short")
+	bad.Encryption = "rot13"
+	bad.RelayCPUs = []int{-1}
+	bad.Whitelist = []Whitelist{{Name: "x", Server: netip.MustParseAddr("2001:db8::1"),
+		Clients: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Streams: 100000, ChunkSize: 0, QueueLength: 0}}
+	err := bad.Validate()
+	if err == nil {
+		t.Fatal("invalid config accepted")
+	}
+	for _, want := range []string{"listen address", "pre-shared key", "rot13", "relay CPU -1", "address family",
+		"no server port", "streams 100000", "chunk size 0", "queue length 0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
+	}
+	capped := good
+	capped.Limits.SessionMemory = SessionMemory(4, 1000, 2) - 1
+	if err := capped.Validate(); err == nil || !strings.Contains(err.Error(), "memory cap") {
+		t.Errorf("whitelist above the memory cap: %v", err)
+	}
+	if _, err := New(Config{DataListen: good.DataListen, PSK: testPSK, Congestion: "no-such-cc"}, nil); err == nil ||
+		!strings.Contains(err.Error(), "no-such-cc") {
+		t.Errorf("unknown congestion control accepted: %v", err)
+	}
+}
+
+func TestSessionMemoryFormula(t *testing.T) {
+	// 64 streams x 60000-byte chunks x queue 5, the DESIGN example:
+	// receive window 320 + 128 frames, send 129 frames, 64 read buffers.
+	frame := int64(16 + 60000 + 16)
+	want := frame*(320+128+129) + 64*readBufferSize
+	if got := SessionMemory(64, 60000, 5); got != want {
+		t.Fatalf("SessionMemory = %d, want %d", got, want)
+	}
+}
+
+func TestSessionLimit(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	p := startPair(t, pairOptions{limitsA: Limits{MaxSessions: 1}}, hold(release))
+	first := p.dial(t)
+	defer first.Close()
+	if _, err := first.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "first session established", func() bool {
+		s := p.a.Stats().Sessions
+		return len(s) == 1 && s[0].State == "established"
+	})
+	dialExpectReset(t, p, "second session over the limit")
+	if n := p.a.Stats().Totals.Rejected[rejectSessionLimit]; n != 1 {
+		t.Errorf("session_limit rejections = %d", n)
+	}
+}
+
+// TestServerSideRefusals: the server-side agent refuses streams with an
+// authenticated reason; the client-side agent gives up and resets the
+// client, naming the reason.
+func TestServerSideRefusals(t *testing.T) {
+	// The server side matches the flow (any loopback server) but imposes
+	// its own limits on what the client side asks for.
+	smallEntry := func(e Whitelist) []Whitelist {
+		e.Streams, e.ChunkSize, e.QueueLength = 1, 1, 1
+		return []Whitelist{e}
+	}
+	otherClients := func(e Whitelist) []Whitelist {
+		e.Clients = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
+		return []Whitelist{e}
+	}
+	cases := []struct {
+		name   string
+		opt    pairOptions
+		reason string
+		reject string
+	}{
+		{"not whitelisted", pairOptions{serverWhitelist: otherClients}, "not whitelisted", rejectNotWhitelisted},
+		{"stream limit", pairOptions{streams: 8, limitsB: Limits{MaxStreams: 4}, serverWhitelist: smallEntry}, "too many streams", rejectStreamLimit},
+		{"memory cap", pairOptions{streams: 8, limitsB: Limits{SessionMemory: 1 << 20}, serverWhitelist: smallEntry}, "memory cap", rejectMemoryLimit},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startPair(t, tc.opt, echo)
+			dialExpectReset(t, p, tc.name)
+			waitFor(t, "abort recorded", func() bool { return len(p.a.Stats().RecentAborts) == 1 })
+			r := p.a.Stats().RecentAborts[0]
+			if r.Reason != AbortSetup || !strings.Contains(r.Error, tc.reason) {
+				t.Errorf("client-side abort %s: %s", r.Reason, r.Error)
+			}
+			if n := p.b.Stats().Totals.Rejected[tc.reject]; n == 0 {
+				t.Errorf("server side counted no %s rejection: %v", tc.reject, p.b.Stats().Totals.Rejected)
+			}
+			if p.server.accepted() != 0 {
+				t.Error("the server was connected anyway")
+			}
+		})
+	}
+}
+
+func TestServerUnreachableResetsClient(t *testing.T) {
+	p := startPair(t, pairOptions{}, echo)
+	_ = p.server.ln.Close() // nothing listens at the server address now
+	dialExpectReset(t, p, "server refused")
+	waitFor(t, "aborts recorded", func() bool {
+		return len(p.a.Stats().RecentAborts) == 1 && len(p.b.Stats().RecentAborts) == 1
+	})
+	if r := p.b.Stats().RecentAborts[0]; r.Reason != AbortSetup || !strings.Contains(r.Error, "connect to server") {
+		t.Errorf("server side: %s: %s", r.Reason, r.Error)
+	}
+	if r := p.a.Stats().RecentAborts[0]; !strings.Contains(r.Error, "connect to server") {
+		t.Errorf("client side does not carry the server side's reason: %s: %s", r.Reason, r.Error)
+	}
+}
+
+func TestStatsAndHealth(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	p := startPair(t, pairOptions{streams: 6, chunk: 4096, queue: 3, congestion: "reno", socketBuffer: 1 << 20}, hold(release))
+	withHealth := p.b.cfg.Load().Config
+	withHealth.PSK = testPSK
+	withHealth.HealthListen = netip.MustParseAddrPort("127.0.0.1:0")
+	if err := p.b.Update(withHealth); err != nil {
+		t.Fatal(err)
+	}
+	health := p.b.Addrs().Health
+	resp, err := http.Get("http://" + health.String() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "ok" {
+		t.Fatalf("healthz: %d %q", resp.StatusCode, body)
+	}
+
+	c := p.dial(t)
+	defer c.Close()
+	payload := make([]byte, 1<<20)
+	if _, err := c.Write(payload); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bytes counted at the server side", func() bool {
+		s := p.b.Stats().Sessions
+		return len(s) == 1 && s[0].BytesUp == uint64(len(payload))
+	})
+	waitFor(t, "throughput computed", func() bool { return p.a.Stats().Sessions[0].ThroughputUp > 0 })
+	for _, ag := range []*Agent{p.a, p.b} {
+		st := ag.Stats()
+		s := st.Sessions[0]
+		if s.Streams != 6 || len(s.PerStream) != 6 || s.State != "established" || s.BytesUp != 1<<20 ||
+			s.Client.Addr() != netip.MustParseAddr("127.0.0.1") || s.Server != p.server.addr || s.Whitelist != "test" {
+			t.Errorf("%s side session stats: %+v", s.Side, s)
+		}
+		if s.Memory <= 0 || s.Memory > s.MemoryMax || s.ReorderWindow != 18 {
+			t.Errorf("%s side memory %d of %d, window %d", s.Side, s.Memory, s.MemoryMax, s.ReorderWindow)
+		}
+		var frames uint64
+		for _, ps := range s.PerStream {
+			frames += ps.FramesSent + ps.FramesReceived
+			if ps.RTT <= 0 || ps.CongestionWindow == 0 || !ps.Remote.IsValid() {
+				t.Errorf("%s side stream %d: %+v", s.Side, ps.Index, ps)
+			}
+		}
+		if frames == 0 {
+			t.Errorf("%s side: no frames counted", s.Side)
+		}
+		if st.Totals.SessionsActive != 1 || st.Totals.StreamsActive != 6 || st.Totals.SessionsStarted != 1 {
+			t.Errorf("%s side totals: %+v", s.Side, st.Totals)
+		}
+	}
+	// The stream sockets carry the configured tuning.
+	for _, ag := range []*Agent{p.a, p.b} {
+		for _, st := range liveStreams(ag) {
+			cc, rcv := sockopts(t, st.conn)
+			if cc != "reno" || rcv < 1<<20 {
+				t.Errorf("stream %d: congestion %q, SO_RCVBUF %d", st.index, cc, rcv)
+			}
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := p.b.Shutdown(ctx); err == nil || !strings.Contains(err.Error(), "aborted 1 sessions") {
+		t.Errorf("shutdown with a live session: %v", err)
+	}
+	if _, err := http.Get("http://" + health.String() + "/healthz"); err == nil {
+		t.Error("health endpoint still answers after shutdown")
+	}
+	expectReset(t, c, "agent shut down")
+	if n := p.b.Stats().Totals.Aborts[AbortShutdown]; n != 1 {
+		t.Errorf("shutdown aborts = %d", n)
+	}
+}
+
+func liveStreams(a *Agent) []*stream {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []*stream
+	for s := range a.sessions {
+		s.mu.Lock()
+		for _, st := range s.streams {
+			if st != nil {
+				out = append(out, st)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
+
+func sockopts(t *testing.T, c *net.TCPConn) (cc string, rcvbuf int) {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var err1, err2 error
+	_ = rc.Control(func(fd uintptr) {
+		cc, err1 = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+		rcvbuf, err2 = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+	})
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	return strings.TrimRight(cc, "\x00"), rcvbuf
+}
+
+// TestUpdateKeepsLiveSessions: a reload that drops the whitelist entry
+// refuses new connections but lets the live one finish; a reload that
+// cannot bind its new listener changes nothing.
+func TestUpdateKeepsLiveSessions(t *testing.T) {
+	p := startPair(t, pairOptions{}, echo)
+	live := p.dial(t)
+	defer live.Close()
+	if _, err := live.Write([]byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(live, buf); err != nil {
+		t.Fatal(err)
+	}
+	cfg := p.a.cfg.Load().Config
+	cfg.PSK = testPSK
+	withoutEntry := cfg
+	withoutEntry.Whitelist = nil
+	if err := p.a.Update(withoutEntry); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.a.Addrs().Transparent; got != p.entry {
+		t.Fatalf("unchanged listener moved from %s to %s", p.entry, got)
+	}
+	dialExpectReset(t, p, "connection after the entry was removed")
+
+	// A listener that cannot bind leaves the old configuration in force.
+	taken, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	broken := cfg
+	broken.TransparentListen = taken.Addr().(*net.TCPAddr).AddrPort()
+	if err := p.a.Update(broken); err == nil {
+		t.Fatal("update onto a taken port succeeded")
+	}
+	if got := p.a.Addrs().Transparent; got != p.entry {
+		t.Fatalf("failed update moved the listener to %s", got)
+	}
+	if len(p.a.cfg.Load().Whitelist) != 0 {
+		t.Fatal("failed update replaced the configuration")
+	}
+
+	// The live session still works end to end.
+	go func() { _, _ = live.Write([]byte("after")); _ = live.CloseWrite() }()
+	rest, err := io.ReadAll(live)
+	if err != nil || string(rest) != "after" {
+		t.Fatalf("live session after reloads: %q, %v", rest, err)
+	}
+
+	// Moving the listener works and the old address stops accepting.
+	moved := cfg
+	moved.TransparentListen = netip.MustParseAddrPort("127.0.0.2:0")
+	if err := p.a.Update(moved); err != nil {
+		t.Fatal(err)
+	}
+	if p.a.Addrs().Transparent == p.entry {
+		t.Fatal("listener did not move")
+	}
+	if c, err := net.DialTimeout("tcp4", p.entry.String(), time.Second); err == nil {
+		c.Close()
+		t.Error("old listener still accepts")
+	}
+}
+
+func TestShutdownDrainsFinishingSessions(t *testing.T) {
+	p := startPair(t, pairOptions{}, echo)
+	c := p.dial(t)
+	defer c.Close()
+	if _, err := c.Write([]byte("first ")); err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 6)
+	if _, err := io.ReadFull(c, first); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done <- p.a.Shutdown(ctx)
+	}()
+	// New connections are refused while the live one finishes.
+	waitFor(t, "listener closed", func() bool {
+		conn, err := net.DialTimeout("tcp4", p.entry.String(), time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		return err != nil
+	})
+	go func() { _, _ = c.Write([]byte("last words")); _ = c.CloseWrite() }()
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != "last words" {
+		t.Fatalf("draining session: %q, %v", got, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("shutdown after the session finished: %v", err)
+	}
+	if st := p.a.Stats().Totals; st.SessionsCompleted != 1 || st.SessionsAborted != 0 {
+		t.Errorf("totals after drain: %+v", st)
+	}
+}
+
+// TestRelayCPUsPinTheProcess pins to one CPU and checks every thread,
+// then that Shutdown restores the original affinity.
+func TestRelayCPUsPinTheProcess(t *testing.T) {
+	orig, err := tuning.ProcessAffinity(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(orig) < 2 {
+		t.Skip("needs two CPUs to pin to a subset")
+	}
+	target := []int{orig[len(orig)-1]}
+	a, err := New(Config{DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK, RelayCPUs: target}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = a.Shutdown(context.Background())
+		}
+	}()
+	for _, tid := range threads(t) {
+		got, err := tuning.ProcessAffinity(tid)
+		if err != nil && !errors.Is(err, unix.ESRCH) {
+			t.Fatal(err)
+		}
+		if err == nil && !slices.Equal(got, target) {
+			t.Errorf("thread %d on CPUs %v, want %v", tid, got, target)
+		}
+	}
+	if err := a.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stopped = true
+	if got, _ := tuning.ProcessAffinity(0); !slices.Equal(got, orig) {
+		t.Errorf("affinity after shutdown %v, want %v", got, orig)
+	}
+}
+
+func threads(t *testing.T) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int
+	for _, e := range ents {
+		if id, err := strconv.Atoi(e.Name()); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}

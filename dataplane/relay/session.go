@@ -1,0 +1,877 @@
+package relay
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
+)
+
+type side uint8
+
+const (
+	clientSide side = iota
+	serverSide
+)
+
+func (s side) String() string {
+	if s == clientSide {
+		return "client"
+	}
+	return "server"
+}
+
+const (
+	// abortGrace is how long a stream may take to get its ABORT frame out
+	// before it is reset anyway.
+	abortGrace = 200 * time.Millisecond
+	// Batching: a stream writer takes what is queued up to these bounds
+	// and writes it with one writev; delivery to the end host likewise.
+	maxWriteFrames   = 8
+	maxWriteBytes    = 512 << 10
+	maxDeliverFrames = 64
+)
+
+// chunk is one frame buffer: header, body, room for the tag.
+type chunk struct {
+	buf   []byte
+	n     int // plaintext body bytes
+	typ   stripe.FrameType
+	seq   uint64
+	total uint64 // FIN: the byte count it announces
+}
+
+func (c *chunk) payload() []byte { return c.buf[stripe.HeaderSize : stripe.HeaderSize+c.n] }
+
+type sessionParams struct {
+	id                              stripe.SessionID
+	side                            side
+	whitelist                       string
+	client, server                  netip.AddrPort
+	streams, chunkSize, queueLength int
+	mode                            stripe.Mode
+	stallTimeout                    time.Duration
+}
+
+// session is one accelerated connection at one agent: the end-host leg and
+// the N streams to the peer agent, in both directions. "send" is end host ->
+// streams, "recv" is streams -> end host.
+type session struct {
+	agent *Agent
+	sessionParams
+	n       int
+	started time.Time
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	host    *net.TCPConn
+	streams []*stream
+
+	sendPool *bufPool
+	recvPool *bufPool
+	sendq    chan *chunk
+
+	// mu guards the reassembler and the wait/wake state around it, the
+	// join state, and the abort flag.
+	mu          sync.Mutex
+	reasm       *stripe.Reassembler[*chunk]
+	hostWaiting bool
+	hostWake    chan struct{}
+	eofStreams  int
+	gapSince    time.Time
+	joined      int
+	aborted     bool
+	depthMax    int
+
+	established atomic.Bool
+	abortCh     chan struct{}
+	abortOnce   sync.Once
+	abortKind   string
+	abortErr    error
+
+	writersDone atomic.Int32
+	sendFin     atomic.Bool // end host finished sending: FIN queued
+	recvFin     atomic.Bool // peer's FIN delivered: end host half-closed
+
+	sentBytes      atomic.Uint64 // end host -> streams payload
+	deliveredBytes atomic.Uint64 // streams -> end host payload
+	stalls         atomic.Uint64
+
+	// Touched by housekeeping only.
+	lastProgress   time.Time
+	lastSent       uint64
+	lastDelivered  uint64
+	lastTick       time.Time
+	stallCounted   time.Time
+	rateSent       atomic.Uint64 // float64 bits, bit/s
+	rateDelivered  atomic.Uint64
+	wg             sync.WaitGroup
+	finishOnce     sync.Once
+	recvBudgetSize int64
+}
+
+func newSession(a *Agent, p sessionParams) (*session, error) {
+	window := p.queueLength * p.streams
+	reasm, err := stripe.NewReassembler[*chunk](p.streams, window)
+	if err != nil {
+		return nil, err
+	}
+	size := stripe.FrameBufferSize(p.chunkSize)
+	n := int64(p.streams)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &session{
+		agent:         a,
+		sessionParams: p,
+		n:             p.streams,
+		started:       time.Now(),
+		ctx:           ctx,
+		cancel:        cancel,
+		streams:       make([]*stream, p.streams),
+		sendPool:      newBufPool(size, sendBudget(n)),
+		recvPool:      newBufPool(size, recvBudget(n, int64(window))),
+		sendq:         make(chan *chunk, sendBudget(n)),
+		reasm:         reasm,
+		hostWake:      make(chan struct{}, 1),
+		abortCh:       make(chan struct{}),
+	}
+	s.lastProgress, s.lastTick = s.started, s.started
+	return s, nil
+}
+
+// joinable says whether a hello fits this (server-side) session.
+func (s *session) joinable(h *stripe.Hello) stripe.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if int(h.Streams) != s.n || int(h.ChunkSize) != s.chunkSize || int(h.QueueLength) != s.queueLength ||
+		h.Mode != s.mode || h.Client != s.client || h.Server != s.server {
+		return stripe.StatusSessionMismatch
+	}
+	if s.aborted || s.streams[h.Stream] != nil {
+		return stripe.StatusDuplicateStream
+	}
+	return stripe.StatusAccepted
+}
+
+// start runs the relay goroutines of a session whose streams and end-host
+// connection are all in place.
+func (s *session) start() {
+	s.mu.Lock()
+	if s.aborted {
+		s.mu.Unlock()
+		s.finishUnstarted()
+		return
+	}
+	s.established.Store(true)
+	s.mu.Unlock()
+	a := s.agent
+	a.log.Debug("relay: session established", s.logAttrs()...)
+	s.wg.Add(2 + 2*s.n)
+	go s.readHost()
+	go s.writeHost()
+	for _, st := range s.streams {
+		go st.writeLoop()
+		go st.readLoop()
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		s.wg.Wait()
+		s.finish()
+	}()
+}
+
+func (s *session) logAttrs() []any {
+	return []any{"session", s.id, "side", s.side, "whitelist", s.whitelist,
+		"client", s.client, "server", s.server, "streams", s.n}
+}
+
+// abort fails the session once: it records why, resets the end-host
+// connection, tells every goroutine to stop, and bounds how long the
+// streams may take to send ABORT. It reports whether this call aborted.
+func (s *session) abort(kind string, err error) bool {
+	did := false
+	s.abortOnce.Do(func() {
+		did = true
+		s.mu.Lock()
+		s.aborted = true
+		s.abortKind, s.abortErr = kind, err
+		host := s.host
+		streams := append([]*stream(nil), s.streams...)
+		s.mu.Unlock()
+		close(s.abortCh)
+		s.cancel()
+		reset(host)
+		now := time.Now()
+		for _, st := range streams {
+			if st != nil {
+				_ = st.conn.SetReadDeadline(now)
+				_ = st.conn.SetWriteDeadline(now.Add(abortGrace))
+			}
+		}
+	})
+	return did
+}
+
+func (s *session) isAborted() bool {
+	select {
+	case <-s.abortCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// finish closes a session whose goroutines have all returned: gracefully
+// if it completed, with resets if it aborted.
+func (s *session) finish() {
+	s.finishOnce.Do(func() {
+		if s.isAborted() {
+			for _, st := range s.streams {
+				if st != nil {
+					reset(st.conn)
+				}
+			}
+			reset(s.host)
+		} else {
+			for _, st := range s.streams {
+				_ = st.conn.Close()
+			}
+			_ = s.host.Close()
+		}
+		s.mu.Lock()
+		s.reasm.Drain(s.recvPool.put)
+		s.mu.Unlock()
+		s.cancel()
+		s.agent.sessionEnded(s)
+		s.sendPool.release()
+		s.recvPool.release()
+	})
+}
+
+// abortUnestablished aborts a session whose relay goroutines have not
+// started. A server-side session still gathering streams has no other
+// owner, so it is finished here; otherwise the goroutine setting the
+// session up (dialing streams or the server) sees the abort and finishes it.
+func (s *session) abortUnestablished(kind string, err error) {
+	s.mu.Lock()
+	gathering := s.side == serverSide && s.joined < s.n
+	s.mu.Unlock()
+	if s.abort(kind, err) && gathering {
+		s.agent.wg.Add(1)
+		go func() {
+			defer s.agent.wg.Done()
+			s.finishUnstarted()
+		}()
+	}
+}
+
+// finishUnstarted ends an aborted session that never ran its relay
+// goroutines: tell the peer why on every stream that is up, then reset.
+func (s *session) finishUnstarted() {
+	if s.established.Load() {
+		// start won the race with abort: the relay goroutines see the
+		// abort and their runner finishes the session.
+		return
+	}
+	s.mu.Lock()
+	streams := append([]*stream(nil), s.streams...)
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, st := range streams {
+		if st == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st.sendAbort()
+		}()
+	}
+	wg.Wait()
+	s.finish()
+}
+
+// readHost reads the end host and queues chunks for the stream writers;
+// end of input becomes the FIN.
+func (s *session) readHost() {
+	defer s.wg.Done()
+	var seq, total uint64
+	for {
+		c, ok := s.sendPool.get(s.abortCh)
+		if !ok {
+			return
+		}
+		n, err := s.host.Read(c.buf[stripe.HeaderSize : stripe.HeaderSize+s.chunkSize])
+		if n > 0 {
+			c.typ, c.n, c.seq = stripe.FrameData, n, seq
+			seq++
+			total += uint64(n)
+			s.sentBytes.Add(uint64(n))
+			s.agent.counters.addSent(s.side, uint64(n))
+			s.sendq <- c // capacity equals the pool budget: never blocks
+		} else {
+			s.sendPool.put(c)
+		}
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, io.EOF) {
+			fin, ok := s.sendPool.get(s.abortCh)
+			if !ok {
+				return
+			}
+			fin.typ, fin.n, fin.seq = stripe.FrameFin, stripe.FinBodySize, seq
+			stripe.PutFinBody(fin.buf[stripe.HeaderSize:], total)
+			s.sendq <- fin
+			close(s.sendq)
+			s.sendFin.Store(true)
+			return
+		}
+		if !s.isAborted() {
+			s.abort(AbortEndpoint, fmt.Errorf("%s read: %w", s.hostName(), err))
+		}
+		return
+	}
+}
+
+// writeHost delivers reassembled chunks to the end host in order, in
+// batches, and half-closes toward it after the FIN.
+func (s *session) writeHost() {
+	defer s.wg.Done()
+	batch := make([]*chunk, 0, maxDeliverFrames)
+	iov := make([][]byte, 0, maxDeliverFrames)
+	var bufs net.Buffers
+	var delivered uint64
+	for {
+		batch, iov = batch[:0], iov[:0]
+		fin := false
+		s.mu.Lock()
+		for i := 0; i < maxDeliverFrames && !fin; i++ {
+			c, isFin, ok := s.reasm.Ready(i)
+			if !ok {
+				break
+			}
+			batch = append(batch, c)
+			fin = isFin
+		}
+		if len(batch) == 0 {
+			s.hostWaiting = true
+			s.mu.Unlock()
+			select {
+			case <-s.hostWake:
+				continue
+			case <-s.abortCh:
+				return
+			}
+		}
+		s.mu.Unlock()
+
+		var bytes uint64
+		for _, c := range batch {
+			if c.typ == stripe.FrameData {
+				iov = append(iov, c.payload())
+				bytes += uint64(c.n)
+			}
+		}
+		var err error
+		switch len(iov) {
+		case 0:
+		case 1:
+			_, err = s.host.Write(iov[0])
+		default:
+			bufs = iov
+			_, err = bufs.WriteTo(s.host)
+		}
+		if err != nil {
+			if !s.isAborted() {
+				s.abort(AbortEndpoint, fmt.Errorf("%s write: %w", s.hostName(), err))
+			}
+			return
+		}
+		delivered += bytes
+		s.deliveredBytes.Add(bytes)
+		s.agent.counters.addDelivered(s.side, bytes)
+		if fin {
+			if want := batch[len(batch)-1].total; want != delivered {
+				s.abort(AbortProtocol, fmt.Errorf("peer's FIN announces %d bytes, %d were delivered", want, delivered))
+				return
+			}
+			if err := s.host.CloseWrite(); err != nil {
+				s.abort(AbortEndpoint, fmt.Errorf("%s half-close: %w", s.hostName(), err))
+				return
+			}
+		}
+		s.mu.Lock()
+		err = s.reasm.Advance(len(batch), s.wakeStream)
+		s.updateGapLocked()
+		s.mu.Unlock()
+		for _, c := range batch {
+			s.recvPool.put(c)
+		}
+		if err != nil {
+			s.abort(AbortProtocol, err)
+			return
+		}
+		if fin {
+			s.recvFin.Store(true)
+			return
+		}
+	}
+}
+
+func (s *session) hostName() string {
+	if s.side == clientSide {
+		return "client " + s.client.String()
+	}
+	return "server " + s.server.String()
+}
+
+// wakeStream is called under mu for a stream the window reopened.
+func (s *session) wakeStream(i int) {
+	st := s.streams[i]
+	if st.paused {
+		st.paused = false
+		select {
+		case st.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// updateGapLocked tracks since when delivery has waited for a missing frame
+// while later frames are held: the stall clock.
+func (s *session) updateGapLocked() {
+	depth := s.reasm.Depth()
+	if depth > s.depthMax {
+		s.depthMax = depth
+	}
+	if _, _, ready := s.reasm.Ready(0); !ready && depth > 0 {
+		if s.gapSince.IsZero() {
+			s.gapSince = time.Now()
+		}
+		return
+	}
+	s.gapSince = time.Time{}
+}
+
+// streamEOF records a stream's clean end in the receive direction. Once
+// all streams have ended, everything up to the FIN must have arrived;
+// otherwise the transfer was cut short.
+func (s *session) streamEOF(st *stream) {
+	s.mu.Lock()
+	s.eofStreams++
+	all := s.eofStreams == s.n
+	received := s.reasm.Received()
+	s.mu.Unlock()
+	if all && !received {
+		s.abort(AbortStream, &StreamError{Stream: st.index, Op: "read",
+			Err: errors.New("every stream closed before the peer's FIN: transfer truncated")})
+	}
+}
+
+// tick enforces the timeouts and updates throughput; called by the agent's
+// housekeeping goroutine only.
+func (s *session) tick(now time.Time, lim Limits) {
+	sent, delivered := s.sentBytes.Load(), s.deliveredBytes.Load()
+	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 {
+		s.rateSent.Store(f64bits(float64(sent-s.lastSent) * 8 / dt))
+		s.rateDelivered.Store(f64bits(float64(delivered-s.lastDelivered) * 8 / dt))
+	}
+	if sent != s.lastSent || delivered != s.lastDelivered {
+		s.lastProgress = now
+	}
+	s.lastSent, s.lastDelivered, s.lastTick = sent, delivered, now
+
+	if !s.established.Load() {
+		// A server-side session still gathering streams; once all have
+		// joined, connectServer owns it and bounds it with its own timeout.
+		s.mu.Lock()
+		joined, gathering := s.joined, s.side == serverSide && s.joined < s.n
+		s.mu.Unlock()
+		if gathering && now.Sub(s.started) > lim.PreAuthTimeout {
+			s.abortUnestablished(AbortSetup, fmt.Errorf("only %d of %d streams joined within %s", joined, s.n, lim.PreAuthTimeout))
+		}
+		return
+	}
+
+	s.mu.Lock()
+	gapSince := s.gapSince
+	next := s.reasm.Next()
+	depth := s.reasm.Depth()
+	var candidates []string
+	if !gapSince.IsZero() && now.Sub(gapSince) > s.stallTimeout {
+		for i, st := range s.streams {
+			if s.reasm.MayHoldNext(i) && !st.eof {
+				last := "never"
+				if t := st.lastRecv.Load(); t != 0 {
+					last = now.Sub(time.Unix(0, t)).Round(time.Millisecond).String() + " ago"
+				}
+				candidates = append(candidates, fmt.Sprintf("%d (last frame %s, paused %v)", i, last, st.paused))
+			}
+		}
+	}
+	s.mu.Unlock()
+	if !gapSince.IsZero() && gapSince != s.stallCounted && now.Sub(gapSince) > time.Second {
+		// A delivery wait longer than a second counts as one stall.
+		s.stallCounted = gapSince
+		s.stalls.Add(1)
+	}
+	if !gapSince.IsZero() && now.Sub(gapSince) > s.stallTimeout {
+		s.abort(AbortStall, fmt.Errorf("stalled: frame %d missing for %s while %d later frames are held; streams that can carry it: %s",
+			next, now.Sub(gapSince).Round(time.Millisecond), depth, strings.Join(candidates, ", ")))
+		return
+	}
+	if s.sendFin.Load() != s.recvFin.Load() && now.Sub(s.lastProgress) > lim.HalfClosedIdle {
+		dir := "client"
+		if s.sendFin.Load() == (s.side == serverSide) {
+			dir = "server"
+		}
+		s.abort(AbortIdle, fmt.Errorf("half-closed by the %s and idle for %s", dir, now.Sub(s.lastProgress).Round(time.Second)))
+	}
+}
+
+// StreamError is a failure of one stream; it aborts its session.
+type StreamError struct {
+	Stream int
+	Op     string
+	Err    error
+}
+
+func (e *StreamError) Error() string { return fmt.Sprintf("stream %d: %s: %v", e.Stream, e.Op, e.Err) }
+func (e *StreamError) Unwrap() error { return e.Err }
+
+// stream is one TCP connection of a session, full duplex.
+type stream struct {
+	s     *session
+	index int
+	conn  *net.TCPConn
+	codec *stripe.Codec
+	br    *bufio.Reader
+	hdr   [stripe.HeaderSize]byte
+	wake  chan struct{}
+
+	// Guarded by s.mu.
+	paused bool
+	eof    bool
+
+	bytesSent, bytesRecv   atomic.Uint64
+	framesSent, framesRecv atomic.Uint64
+	pauses                 atomic.Uint64
+	lastRecv               atomic.Int64 // unix nanoseconds of the last frame read
+}
+
+func newStream(s *session, index int, conn *net.TCPConn, codec *stripe.Codec) *stream {
+	return &stream{
+		s:     s,
+		index: index,
+		conn:  conn,
+		codec: codec,
+		br:    bufio.NewReaderSize(conn, readBufferSize),
+		wake:  make(chan struct{}, 1),
+	}
+}
+
+// writeLoop takes whatever chunk is queued whenever this stream can take
+// it, seals it and writes it; a slow stream simply takes fewer chunks.
+func (st *stream) writeLoop() {
+	s := st.s
+	defer s.wg.Done()
+	batch := make([]*chunk, 0, maxWriteFrames)
+	iov := make([][]byte, 0, maxWriteFrames)
+	var bufs net.Buffers
+	for {
+		if s.isAborted() {
+			st.sendAbort()
+			return
+		}
+		var c *chunk
+		var ok bool
+		select {
+		case c, ok = <-s.sendq:
+		case <-s.abortCh:
+			st.sendAbort()
+			return
+		}
+		closed := !ok
+		batch = batch[:0]
+		if ok {
+			batch = append(batch, c)
+			bytes := c.n
+		gather:
+			for len(batch) < maxWriteFrames && bytes < maxWriteBytes {
+				select {
+				case c, ok = <-s.sendq:
+					if !ok {
+						closed = true
+						break gather
+					}
+					batch = append(batch, c)
+					bytes += c.n
+				default:
+					break gather
+				}
+			}
+		}
+		if len(batch) > 0 {
+			iov = iov[:0]
+			var wire uint64
+			for _, c := range batch {
+				frame, err := st.codec.Seal(c.buf, c.typ, c.seq, c.n)
+				if err != nil {
+					s.abort(AbortProtocol, &StreamError{Stream: st.index, Op: "seal", Err: err})
+					st.release(batch)
+					return
+				}
+				iov = append(iov, frame)
+				wire += uint64(len(frame))
+			}
+			var err error
+			if len(iov) == 1 {
+				_, err = st.conn.Write(iov[0])
+			} else {
+				bufs = iov
+				_, err = bufs.WriteTo(st.conn)
+			}
+			st.release(batch)
+			if err != nil {
+				if !s.isAborted() {
+					s.abort(AbortStream, &StreamError{Stream: st.index, Op: "write", Err: err})
+				}
+				return
+			}
+			st.bytesSent.Add(wire)
+			st.framesSent.Add(uint64(len(batch)))
+		}
+		if closed {
+			// The FIN is out (on this or another stream): no more frames
+			// in this direction.
+			if err := st.conn.CloseWrite(); err != nil && !s.isAborted() {
+				s.abort(AbortStream, &StreamError{Stream: st.index, Op: "half-close", Err: err})
+				return
+			}
+			s.writersDone.Add(1)
+			return
+		}
+	}
+}
+
+func (st *stream) release(batch []*chunk) {
+	for _, c := range batch {
+		st.s.sendPool.put(c)
+	}
+}
+
+// sendAbort writes an ABORT frame with the session's reason, best effort
+// and bounded by abortGrace.
+func (st *stream) sendAbort() {
+	s := st.s
+	reason := "aborted"
+	if s.abortErr != nil {
+		reason = s.abortErr.Error()
+	}
+	buf := make([]byte, stripe.HeaderSize+stripe.MaxAbortReason+stripe.TagSize)
+	n := stripe.PutAbortBody(buf[stripe.HeaderSize:], reason)
+	frame, err := st.codec.Seal(buf, stripe.FrameAbort, stripe.AbortSeq, n)
+	if err != nil {
+		return
+	}
+	_ = st.conn.SetWriteDeadline(time.Now().Add(abortGrace))
+	_, _ = st.conn.Write(frame)
+}
+
+// readLoop reads frames while the reorder window lets this stream be read,
+// authenticates each and hands it to the reassembler.
+func (st *stream) readLoop() {
+	s := st.s
+	defer s.wg.Done()
+	fail := func(kind, op string, err error) {
+		if !s.isAborted() {
+			s.abort(kind, &StreamError{Stream: st.index, Op: op, Err: err})
+		}
+	}
+	for {
+		s.mu.Lock()
+		for !s.reasm.CanRead(st.index) {
+			st.paused = true
+			st.pauses.Add(1)
+			s.mu.Unlock()
+			select {
+			case <-st.wake:
+			case <-s.abortCh:
+				return
+			}
+			s.mu.Lock()
+		}
+		s.mu.Unlock()
+
+		if _, err := io.ReadFull(st.br, st.hdr[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				s.mu.Lock()
+				st.eof = true
+				s.mu.Unlock()
+				s.streamEOF(st)
+				return
+			}
+			fail(AbortStream, "read", err)
+			return
+		}
+		h, err := stripe.ParseHeader(st.hdr[:])
+		if err == nil {
+			err = st.codec.CheckHeader(h)
+		}
+		if err != nil {
+			fail(AbortProtocol, "read", err)
+			return
+		}
+		if h.Type == stripe.FrameAbort {
+			body := make([]byte, h.Length)
+			if _, err := io.ReadFull(st.br, body); err != nil {
+				fail(AbortStream, "read", err)
+				return
+			}
+			plain, err := st.codec.Open(h, st.hdr[:], body)
+			if err != nil {
+				fail(AbortProtocol, "read", err)
+				return
+			}
+			fail(AbortPeer, "peer aborted", errors.New(stripe.ParseAbortBody(plain)))
+			return
+		}
+		c, ok := s.recvPool.tryGet()
+		if !ok {
+			fail(AbortMemory, "read", fmt.Errorf("session memory cap of %d bytes reached", s.recvPool.budgetBytes()))
+			return
+		}
+		body := c.buf[stripe.HeaderSize : stripe.HeaderSize+int(h.Length)]
+		if _, err := io.ReadFull(st.br, body); err != nil {
+			s.recvPool.put(c)
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			fail(AbortStream, "read", err)
+			return
+		}
+		plain, err := st.codec.Open(h, st.hdr[:], body)
+		if err != nil {
+			s.recvPool.put(c)
+			fail(AbortProtocol, "read", err)
+			return
+		}
+		c.typ, c.n, c.seq = h.Type, len(plain), h.Seq
+		if h.Type == stripe.FrameFin {
+			c.total, _ = stripe.ParseFinBody(plain)
+		}
+		st.bytesRecv.Add(uint64(stripe.HeaderSize) + uint64(h.Length))
+		st.framesRecv.Add(1)
+		st.lastRecv.Store(time.Now().UnixNano())
+
+		s.mu.Lock()
+		err = s.reasm.Insert(st.index, h.Seq, h.Type == stripe.FrameFin, c)
+		if err == nil {
+			if s.hostWaiting && h.Seq == s.reasm.Next() {
+				s.hostWaiting = false
+				select {
+				case s.hostWake <- struct{}{}:
+				default:
+				}
+			}
+			s.updateGapLocked()
+		}
+		s.mu.Unlock()
+		if err != nil {
+			s.recvPool.put(c)
+			fail(AbortProtocol, "read", err)
+			return
+		}
+	}
+}
+
+// bufPool hands out a session's frame buffers up to a fixed budget; the
+// budget is what bounds a session's memory. Buffers are allocated on first
+// use and recycled across sessions through a process-wide pool.
+type bufPool struct {
+	size      int
+	budget    int64
+	allocated atomic.Int64
+	free      chan *chunk
+}
+
+func newBufPool(size int, budget int64) *bufPool {
+	return &bufPool{size: size, budget: budget, free: make(chan *chunk, budget)}
+}
+
+func (p *bufPool) budgetBytes() int64 { return p.budget * int64(p.size) }
+func (p *bufPool) bytes() int64       { return p.allocated.Load() * int64(p.size) }
+
+func (p *bufPool) tryGet() (*chunk, bool) {
+	select {
+	case c := <-p.free:
+		return c, true
+	default:
+	}
+	for {
+		n := p.allocated.Load()
+		if n >= p.budget {
+			return nil, false
+		}
+		if p.allocated.CompareAndSwap(n, n+1) {
+			return sharedChunks.get(p.size), true
+		}
+	}
+}
+
+// get blocks until a buffer is free or abort closes.
+func (p *bufPool) get(abort <-chan struct{}) (*chunk, bool) {
+	if c, ok := p.tryGet(); ok {
+		return c, true
+	}
+	select {
+	case c := <-p.free:
+		return c, true
+	case <-abort:
+		return nil, false
+	}
+}
+
+func (p *bufPool) put(c *chunk) {
+	c.n, c.total = 0, 0
+	p.free <- c
+}
+
+// release hands every returned buffer to the process-wide pool.
+func (p *bufPool) release() {
+	for {
+		select {
+		case c := <-p.free:
+			sharedChunks.put(c)
+		default:
+			return
+		}
+	}
+}
+
+// sizedPools recycles frame buffers between sessions of the same chunk size.
+type sizedPools struct{ m sync.Map }
+
+var sharedChunks sizedPools
+
+func (sp *sizedPools) pool(size int) *sync.Pool {
+	if p, ok := sp.m.Load(size); ok {
+		return p.(*sync.Pool)
+	}
+	p, _ := sp.m.LoadOrStore(size, &sync.Pool{New: func() any { return &chunk{buf: make([]byte, size)} }})
+	return p.(*sync.Pool)
+}
+
+func (sp *sizedPools) get(size int) *chunk { return sp.pool(size).Get().(*chunk) }
+func (sp *sizedPools) put(c *chunk)        { sp.pool(len(c.buf)).Put(c) }

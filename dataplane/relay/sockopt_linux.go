@@ -1,0 +1,225 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sosappliance/sosappliance/tuning"
+)
+
+// streamTuning is applied to every stream socket.
+type streamTuning struct {
+	buffer     int // bytes; <= 0 leaves the kernel's autotuning
+	congestion string
+	// keepalive is the idle time before TCP keepalive probes, so a dead
+	// peer is noticed on an idle session. Zero: no keepalive.
+	keepalive time.Duration
+}
+
+func (t streamTuning) control(_, _ string, rc syscall.RawConn) error {
+	var serr error
+	err := rc.Control(func(fd uintptr) { serr = t.apply(int(fd)) })
+	if err != nil {
+		return err
+	}
+	return serr
+}
+
+func (t streamTuning) apply(fd int) error {
+	if t.buffer > 0 {
+		// SO_*BUFFORCE lifts the net.core.[rw]mem_max cap when we hold
+		// CAP_NET_ADMIN; without it fall back to the capped option.
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, t.buffer); err != nil {
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, t.buffer); err != nil {
+				return fmt.Errorf("SO_SNDBUF %d: %w", t.buffer, err)
+			}
+		}
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, t.buffer); err != nil {
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, t.buffer); err != nil {
+				return fmt.Errorf("SO_RCVBUF %d: %w", t.buffer, err)
+			}
+		}
+	}
+	if t.congestion != "" {
+		if err := unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, t.congestion); err != nil {
+			return fmt.Errorf("TCP_CONGESTION %q: %w", t.congestion, err)
+		}
+	}
+	// Not TCP_USER_TIMEOUT: since Linux 5.11 it also ends a connection
+	// whose window stays closed, and a closed window is how a slow end
+	// host legitimately holds the streams back for as long as it likes.
+	if t.keepalive > 0 {
+		idle := max(int(t.keepalive/time.Second), 1)
+		for _, o := range []struct {
+			level, opt, v int
+			name          string
+		}{
+			{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1, "SO_KEEPALIVE"},
+			{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, idle, "TCP_KEEPIDLE"},
+			{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, max(idle/3, 1), "TCP_KEEPINTVL"},
+			{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 3, "TCP_KEEPCNT"},
+		} {
+			if err := unix.SetsockoptInt(fd, o.level, o.opt, o.v); err != nil {
+				return fmt.Errorf("%s %d: %w", o.name, o.v, err)
+			}
+		}
+	}
+	return nil
+}
+
+func tuneConn(c *net.TCPConn, t streamTuning) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return t.control("", "", rc)
+}
+
+// checkCongestion fails early, at configuration time, for a congestion
+// control the kernel does not offer.
+func checkCongestion(name string) error {
+	if name == "" {
+		return nil
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("congestion control check: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, name); err != nil {
+		return fmt.Errorf("congestion control %q: %w", name, err)
+	}
+	return nil
+}
+
+// transparentControl marks a socket IP_TRANSPARENT so it may accept
+// connections to, or bind to, addresses that are not local: the TPROXY
+// listener and the server-side connection from the client's address.
+func transparentControl(network, _ string, rc syscall.RawConn) error {
+	var serr error
+	err := rc.Control(func(fd uintptr) {
+		if network == "tcp6" {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_IPV6, unix.IPV6_TRANSPARENT, 1)
+		} else {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_TRANSPARENT, 1)
+		}
+		if serr != nil {
+			serr = fmt.Errorf("IP_TRANSPARENT (needs CAP_NET_ADMIN): %w", serr)
+			return
+		}
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}
+
+func network(a netip.Addr) string {
+	if a.Unmap().Is4() {
+		return "tcp4"
+	}
+	return "tcp6"
+}
+
+func listenTransparent(ctx context.Context, addr netip.AddrPort) (*net.TCPListener, error) {
+	lc := net.ListenConfig{Control: transparentControl}
+	ln, err := lc.Listen(ctx, network(addr.Addr()), addr.String())
+	if err != nil {
+		return nil, err
+	}
+	return ln.(*net.TCPListener), nil
+}
+
+func listenPlain(ctx context.Context, addr netip.AddrPort, t streamTuning) (*net.TCPListener, error) {
+	// Buffers set on the listener are inherited by accepted streams and
+	// are in place before the SYN-ACK, so the window scale fits them.
+	lc := net.ListenConfig{Control: func(nw, a string, rc syscall.RawConn) error {
+		return streamTuning{buffer: t.buffer}.control(nw, a, rc)
+	}}
+	ln, err := lc.Listen(ctx, network(addr.Addr()), addr.String())
+	if err != nil {
+		return nil, err
+	}
+	return ln.(*net.TCPListener), nil
+}
+
+// dialTransparent connects to server from the client's own address and
+// port, so the server sees the client.
+func dialTransparent(ctx context.Context, client, server netip.AddrPort) (*net.TCPConn, error) {
+	d := net.Dialer{
+		LocalAddr: net.TCPAddrFromAddrPort(client),
+		Control:   transparentControl,
+	}
+	c, err := d.DialContext(ctx, network(server.Addr()), server.String())
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
+}
+
+// dialPlain connects to server from an address of the agent.
+func dialPlain(ctx context.Context, _, server netip.AddrPort) (*net.TCPConn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network(server.Addr()), server.String())
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
+}
+
+// reset closes a connection with an RST instead of a FIN (SO_LINGER 0), so
+// the peer can never take a truncated transfer for a complete one.
+func reset(c *net.TCPConn) {
+	if c == nil {
+		return
+	}
+	_ = c.SetLinger(0)
+	_ = c.Close()
+}
+
+// tcpInfo is what stats read from TCP_INFO.
+type tcpInfo struct {
+	retransmits uint32
+	rtt         time.Duration
+	cwnd        uint32
+}
+
+func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return tcpInfo{}, false
+	}
+	var info *unix.TCPInfo
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil || ierr != nil {
+		return tcpInfo{}, false
+	}
+	return tcpInfo{
+		retransmits: info.Total_retrans,
+		rtt:         time.Duration(info.Rtt) * time.Microsecond,
+		cwnd:        info.Snd_cwnd,
+	}, true
+}
+
+// pinProcess pins every thread of the process to cpus and returns a
+// function that puts back the affinity the process had.
+func pinProcess(cpus []int) (restore func() error, err error) {
+	orig, err := tuning.ProcessAffinity(0)
+	if err != nil {
+		return nil, err
+	}
+	if err := tuning.PinProcess(cpus); err != nil {
+		_ = tuning.PinProcess(orig)
+		return nil, err
+	}
+	return func() error { return tuning.PinProcess(orig) }, nil
+}

@@ -1,0 +1,404 @@
+package relay
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"net"
+	"net/netip"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
+)
+
+// Why a session aborted; the keys of Totals.Aborts.
+const (
+	AbortStream   = "stream"   // a stream failed: reset, closed early, write error, TCP timeout
+	AbortProtocol = "protocol" // a frame failed authentication or broke the sequence rules
+	AbortPeer     = "peer"     // the peer agent sent ABORT
+	AbortStall    = "stall"    // delivery waited for a missing frame past the stall timeout
+	AbortIdle     = "idle"     // half-closed and idle past the timeout
+	AbortEndpoint = "endpoint" // the client or server connection failed
+	AbortMemory   = "memory"   // the session memory cap was reached
+	AbortSetup    = "setup"    // streams or the server connection could not be set up
+	AbortShutdown = "shutdown" // the agent stopped before the session finished
+)
+
+// Why a connection or stream was refused; the keys of Totals.Rejected.
+const (
+	rejectNotWhitelisted = "not_whitelisted"
+	rejectSessionLimit   = "session_limit"
+	rejectStreamLimit    = "stream_limit"
+	rejectMemoryLimit    = "memory_limit"
+	rejectPreAuthLimit   = "preauth_limit"
+	rejectShuttingDown   = "shutting_down"
+	rejectMismatch       = "session_mismatch"
+	rejectModeMismatch   = "mode_mismatch"
+)
+
+var abortKinds = []string{AbortStream, AbortProtocol, AbortPeer, AbortStall, AbortIdle, AbortEndpoint, AbortMemory, AbortSetup, AbortShutdown}
+var rejectKinds = []string{rejectNotWhitelisted, rejectSessionLimit, rejectStreamLimit, rejectMemoryLimit,
+	rejectPreAuthLimit, rejectShuttingDown, rejectMismatch, rejectModeMismatch}
+
+func rejectKindOf(st stripe.Status) string {
+	switch st {
+	case stripe.StatusSessionLimit:
+		return rejectSessionLimit
+	case stripe.StatusStreamLimit:
+		return rejectStreamLimit
+	case stripe.StatusMemoryLimit:
+		return rejectMemoryLimit
+	case stripe.StatusNotWhitelisted:
+		return rejectNotWhitelisted
+	case stripe.StatusModeMismatch:
+		return rejectModeMismatch
+	case stripe.StatusShuttingDown:
+		return rejectShuttingDown
+	}
+	return rejectMismatch
+}
+
+// Stats is a snapshot of an agent.
+type Stats struct {
+	Sessions []SessionStats
+	Totals   Totals
+	// RecentAborts are the last aborted sessions, newest last.
+	RecentAborts []AbortRecord
+}
+
+// SessionStats describes one live session.
+type SessionStats struct {
+	ID        string
+	Whitelist string
+	// Side is "client" at the client-side agent, "server" at the other.
+	Side   string
+	Client netip.AddrPort
+	Server netip.AddrPort
+	// State is "joining", "established", "half-closed" or "aborting".
+	State       string
+	Streams     int
+	ChunkSize   int
+	QueueLength int
+	Started     time.Time
+	Age         time.Duration
+	// BytesUp is client -> server payload, BytesDown server -> client,
+	// as relayed by this agent.
+	BytesUp, BytesDown uint64
+	// Throughput in bit/s over the last housekeeping interval.
+	ThroughputUp, ThroughputDown float64
+	// ReorderDepth is how many received frames wait for an earlier one;
+	// ReorderDepthMax its high-water mark; ReorderWindow its bound.
+	ReorderDepth, ReorderDepthMax, ReorderWindow int
+	// Stalls counts delivery waits of more than a second for a missing
+	// frame while later frames were held.
+	Stalls uint64
+	// Retransmits sums TCP_INFO total retransmits over the streams.
+	Retransmits uint64
+	// Memory is the frame-buffer memory the session holds; MemoryMax the
+	// most it may hold (SessionMemory of its shape).
+	Memory, MemoryMax int64
+	PerStream         []StreamStats
+}
+
+// StreamStats describes one stream of a session.
+type StreamStats struct {
+	Index                        int
+	Local, Remote                netip.AddrPort
+	BytesSent, BytesReceived     uint64 // frame bytes on the wire
+	FramesSent, FramesReceived   uint64
+	Pauses                       uint64 // times the reorder window paused reading
+	Retransmits                  uint32
+	RTT                          time.Duration
+	CongestionWindow             uint32 // segments
+	ReceivedEOF, WriteHalfClosed bool
+}
+
+// Totals are agent-wide counters for metrics.
+type Totals struct {
+	SessionsActive    int
+	StreamsActive     int
+	PreAuthActive     int
+	SessionsStarted   uint64
+	SessionsCompleted uint64
+	SessionsAborted   uint64
+	// BytesUp/BytesDown count payload relayed by this agent, client ->
+	// server and server -> client, over its lifetime.
+	BytesUp, BytesDown uint64
+	// Aborts counts aborted sessions by reason (Abort* constants).
+	Aborts map[string]uint64
+	// Rejected counts refused connections and streams by reason:
+	// not_whitelisted, session_limit, stream_limit, memory_limit,
+	// preauth_limit, shutting_down, session_mismatch, mode_mismatch.
+	Rejected          map[string]uint64
+	PreAuthTimeouts   uint64
+	HandshakeFailures uint64
+}
+
+// AbortRecord is one aborted session, kept for status output.
+type AbortRecord struct {
+	ID, Whitelist, Side string
+	Client, Server      netip.AddrPort
+	Reason              string // Abort* constant
+	Error               string
+	BytesUp, BytesDown  uint64
+	At                  time.Time
+}
+
+type counters struct {
+	sessionsStarted   atomic.Uint64
+	sessionsCompleted atomic.Uint64
+	sessionsAborted   atomic.Uint64
+	bytesUp           atomic.Uint64
+	bytesDown         atomic.Uint64
+	preauthTimeouts   atomic.Uint64
+	handshakeFailures atomic.Uint64
+	aborts            map[string]*atomic.Uint64
+	rejected          map[string]*atomic.Uint64
+}
+
+func (c *counters) init() {
+	c.aborts = make(map[string]*atomic.Uint64, len(abortKinds))
+	for _, k := range abortKinds {
+		c.aborts[k] = new(atomic.Uint64)
+	}
+	c.rejected = make(map[string]*atomic.Uint64, len(rejectKinds))
+	for _, k := range rejectKinds {
+		c.rejected[k] = new(atomic.Uint64)
+	}
+}
+
+func (c *counters) addSent(sd side, n uint64) {
+	if sd == clientSide {
+		c.bytesUp.Add(n)
+	} else {
+		c.bytesDown.Add(n)
+	}
+}
+
+func (c *counters) addDelivered(sd side, n uint64) {
+	if sd == clientSide {
+		c.bytesDown.Add(n)
+	} else {
+		c.bytesUp.Add(n)
+	}
+}
+
+// reject counts a refusal and logs it, rate-limited per reason.
+func (a *Agent) reject(kind, msg string, args ...any) {
+	a.counters.rejected[kind].Add(1)
+	a.limited.log(a.log, "reject-"+kind, msg, append(args, "reason", kind)...)
+}
+
+// sessionEnded unregisters a finished session and accounts for it.
+func (a *Agent) sessionEnded(s *session) {
+	a.unregister(s)
+	up, down := s.upDown()
+	attrs := append(s.logAttrs(), "bytes_up", up, "bytes_down", down,
+		"duration", time.Since(s.started).Round(time.Millisecond))
+	if !s.isAborted() {
+		a.counters.sessionsCompleted.Add(1)
+		a.log.Info("relay: session completed", attrs...)
+		return
+	}
+	a.counters.sessionsAborted.Add(1)
+	if c, ok := a.counters.aborts[s.abortKind]; ok {
+		c.Add(1)
+	}
+	msg := ""
+	if s.abortErr != nil {
+		msg = s.abortErr.Error()
+	}
+	a.recent.add(AbortRecord{
+		ID: s.id.String(), Whitelist: s.whitelist, Side: s.side.String(),
+		Client: s.client, Server: s.server, Reason: s.abortKind, Error: msg,
+		BytesUp: up, BytesDown: down, At: time.Now(),
+	})
+	level := slog.LevelWarn
+	if s.abortKind == AbortShutdown {
+		level = slog.LevelInfo
+	}
+	a.log.Log(context.Background(), level, "relay: session aborted", append(attrs, "reason", s.abortKind, "err", msg)...)
+}
+
+func (s *session) upDown() (up, down uint64) {
+	if s.side == clientSide {
+		return s.sentBytes.Load(), s.deliveredBytes.Load()
+	}
+	return s.deliveredBytes.Load(), s.sentBytes.Load()
+}
+
+// Stats returns a snapshot of the agent: live sessions with their streams
+// (TCP_INFO is read now), totals and recent aborts.
+func (a *Agent) Stats() Stats {
+	a.mu.Lock()
+	list := make([]*session, 0, len(a.sessions))
+	for s := range a.sessions {
+		list = append(list, s)
+	}
+	preauth := len(a.preauth)
+	a.mu.Unlock()
+
+	var st Stats
+	now := time.Now()
+	for _, s := range list {
+		ss := s.stats(now)
+		st.Totals.StreamsActive += len(ss.PerStream)
+		st.Sessions = append(st.Sessions, ss)
+	}
+	sort.Slice(st.Sessions, func(i, j int) bool {
+		if !st.Sessions[i].Started.Equal(st.Sessions[j].Started) {
+			return st.Sessions[i].Started.Before(st.Sessions[j].Started)
+		}
+		return st.Sessions[i].ID < st.Sessions[j].ID
+	})
+	c := &a.counters
+	st.Totals.SessionsActive = len(list)
+	st.Totals.PreAuthActive = preauth
+	st.Totals.SessionsStarted = c.sessionsStarted.Load()
+	st.Totals.SessionsCompleted = c.sessionsCompleted.Load()
+	st.Totals.SessionsAborted = c.sessionsAborted.Load()
+	st.Totals.BytesUp, st.Totals.BytesDown = c.bytesUp.Load(), c.bytesDown.Load()
+	st.Totals.PreAuthTimeouts = c.preauthTimeouts.Load()
+	st.Totals.HandshakeFailures = c.handshakeFailures.Load()
+	st.Totals.Aborts = make(map[string]uint64, len(c.aborts))
+	for k, v := range c.aborts {
+		st.Totals.Aborts[k] = v.Load()
+	}
+	st.Totals.Rejected = make(map[string]uint64, len(c.rejected))
+	for k, v := range c.rejected {
+		st.Totals.Rejected[k] = v.Load()
+	}
+	st.RecentAborts = a.recent.list()
+	return st
+}
+
+func (s *session) stats(now time.Time) SessionStats {
+	up, down := s.upDown()
+	rateSent := math.Float64frombits(s.rateSent.Load())
+	rateDelivered := math.Float64frombits(s.rateDelivered.Load())
+	ss := SessionStats{
+		ID: s.id.String(), Whitelist: s.whitelist, Side: s.side.String(),
+		Client: s.client, Server: s.server,
+		Streams: s.n, ChunkSize: s.chunkSize, QueueLength: s.queueLength,
+		Started: s.started, Age: now.Sub(s.started),
+		BytesUp: up, BytesDown: down,
+		Stalls:    s.stalls.Load(),
+		Memory:    s.sendPool.bytes() + s.recvPool.bytes(),
+		MemoryMax: SessionMemory(s.n, s.chunkSize, s.queueLength),
+	}
+	if s.side == clientSide {
+		ss.ThroughputUp, ss.ThroughputDown = rateSent, rateDelivered
+	} else {
+		ss.ThroughputUp, ss.ThroughputDown = rateDelivered, rateSent
+	}
+	s.mu.Lock()
+	ss.ReorderDepth, ss.ReorderDepthMax, ss.ReorderWindow = s.reasm.Depth(), s.depthMax, s.reasm.Window()
+	streams := make([]*stream, 0, len(s.streams))
+	eof := make([]bool, 0, len(s.streams))
+	for _, st := range s.streams {
+		if st != nil {
+			streams = append(streams, st)
+			eof = append(eof, st.eof)
+		}
+	}
+	s.mu.Unlock()
+	ss.Memory += int64(len(streams)) * readBufferSize
+	switch {
+	case s.isAborted():
+		ss.State = "aborting"
+	case !s.established.Load():
+		ss.State = "joining"
+	case s.sendFin.Load() || s.recvFin.Load():
+		ss.State = "half-closed"
+	default:
+		ss.State = "established"
+	}
+	writersDone := int(s.writersDone.Load()) == s.n
+	for i, st := range streams {
+		sst := StreamStats{
+			Index:           st.index,
+			Local:           addrPortOf(st.conn.LocalAddr()),
+			Remote:          addrPortOf(st.conn.RemoteAddr()),
+			BytesSent:       st.bytesSent.Load(),
+			BytesReceived:   st.bytesRecv.Load(),
+			FramesSent:      st.framesSent.Load(),
+			FramesReceived:  st.framesRecv.Load(),
+			Pauses:          st.pauses.Load(),
+			ReceivedEOF:     eof[i],
+			WriteHalfClosed: writersDone,
+		}
+		if info, ok := readTCPInfo(st.conn); ok {
+			sst.Retransmits, sst.RTT, sst.CongestionWindow = info.retransmits, info.rtt, info.cwnd
+			ss.Retransmits += uint64(info.retransmits)
+		}
+		ss.PerStream = append(ss.PerStream, sst)
+	}
+	return ss
+}
+
+func addrPortOf(a net.Addr) netip.AddrPort {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return unmapAddrPort(t.AddrPort())
+	}
+	return netip.AddrPort{}
+}
+
+func f64bits(f float64) uint64 { return math.Float64bits(f) }
+
+// abortLog keeps the last aborted sessions.
+type abortLog struct {
+	mu   sync.Mutex
+	ring []AbortRecord
+}
+
+const abortLogSize = 32
+
+func (l *abortLog) add(r AbortRecord) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.ring) == abortLogSize {
+		copy(l.ring, l.ring[1:])
+		l.ring = l.ring[:abortLogSize-1]
+	}
+	l.ring = append(l.ring, r)
+}
+
+func (l *abortLog) list() []AbortRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]AbortRecord(nil), l.ring...)
+}
+
+// limitedLog logs a recurring event at most once per interval per key, with
+// the number of events it suppressed, so a flood of rejected connections
+// cannot flood the log.
+type limitedLog struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+	hush map[string]int
+}
+
+const limitedLogInterval = 5 * time.Second
+
+func (l *limitedLog) log(log *slog.Logger, key, msg string, args ...any) {
+	l.mu.Lock()
+	if l.last == nil {
+		l.last, l.hush = make(map[string]time.Time), make(map[string]int)
+	}
+	now := time.Now()
+	if t, ok := l.last[key]; ok && now.Sub(t) < limitedLogInterval {
+		l.hush[key]++
+		l.mu.Unlock()
+		return
+	}
+	suppressed := l.hush[key]
+	l.last[key], l.hush[key] = now, 0
+	l.mu.Unlock()
+	if suppressed > 0 {
+		args = append(args, "suppressed", suppressed)
+	}
+	log.Warn(msg, args...)
+}
