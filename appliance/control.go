@@ -1,16 +1,20 @@
 package appliance
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/sosappliance/sosappliance/sdn/flows"
 )
 
 // ControlServer serves the daemon's JSON API on a unix socket that only root
@@ -23,7 +27,7 @@ type ControlServer struct {
 
 // ListenControl creates the socket, replacing a stale one left by a daemon
 // that died, but refusing to take over one that still answers.
-func ListenControl(path string, status func() Status) (*ControlServer, error) {
+func ListenControl(path string, status func() Status, opts ...ControlOption) (*ControlServer, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("control socket directory: %w", err)
 	}
@@ -47,9 +51,78 @@ func ListenControl(path string, status func() Status) (*ControlServer, error) {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(status())
 	})
+	for _, o := range opts {
+		o(mux)
+	}
 	cs := &ControlServer{path: path, ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
 	go func() { _ = cs.srv.Serve(ln) }()
 	return cs, nil
+}
+
+// ControlOption adds an endpoint to the control socket.
+type ControlOption func(*http.ServeMux)
+
+// WithFlowPlanner serves POST /v1/flows/plan: given the switches a config
+// declares, it answers how their connected flow tables differ, without
+// changing them. The controller node's `plan` uses it because the daemon
+// holds the switch connections.
+func WithFlowPlanner(planFlows func(ctx context.Context, switches []flows.Switch) []FlowPlan) ControlOption {
+	return func(mux *http.ServeMux) {
+		mux.HandleFunc("POST /v1/flows/plan", func(w http.ResponseWriter, r *http.Request) {
+			var switches []flows.Switch
+			if err := json.NewDecoder(io.LimitReader(r.Body, 64<<20)).Decode(&switches); err != nil {
+				http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
+			defer cancel()
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(planFlows(ctx, switches))
+		})
+	}
+}
+
+// FlowPlan is the flow changes one switch needs.
+type FlowPlan struct {
+	Switch    string   `json:"switch"`
+	Connected bool     `json:"connected"`
+	Changes   []string `json:"changes"`
+	Error     string   `json:"error,omitempty"`
+}
+
+// FetchFlowPlan asks a running daemon to diff switches against their live
+// flow tables.
+func FetchFlowPlan(ctx context.Context, socket string, switches []flows.Switch) ([]FlowPlan, error) {
+	body, err := json.Marshal(switches)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://sosappliance/v1/flows/plan", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := controlClient(socket).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("control socket %s: %w", socket, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("control socket %s: %s", socket, resp.Status)
+	}
+	var out []FlowPlan
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("control socket %s: bad flow plan: %w", socket, err)
+	}
+	return out, nil
+}
+
+func controlClient(socket string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+	}}
 }
 
 // Close stops serving and removes the socket.
@@ -63,12 +136,7 @@ func (cs *ControlServer) Close() error {
 
 // FetchStatus asks a running daemon for its status.
 func FetchStatus(ctx context.Context, socket string) (*Status, error) {
-	client := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
-		},
-	}}
+	client := controlClient(socket)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://sosappliance/v1/status", nil)
 	if err != nil {
 		return nil, err

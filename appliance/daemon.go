@@ -22,6 +22,7 @@ import (
 	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/dataplane/relay"
 	"github.com/sosappliance/sosappliance/sdn"
+	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
@@ -70,6 +71,8 @@ type Daemon struct {
 	ctlDone    chan error
 	status     Status
 	driftEvery time.Duration
+	// flowRepairs is the controller's drift repair count already counted.
+	flowRepairs uint64
 
 	// beat is the unix time the main loop last turned, for the watchdog.
 	beat atomic.Int64
@@ -184,7 +187,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.status.Drift.Interval = d.driftEvery.String()
 	d.log.Info("starting", "roles", c.want.Roles, "config", c.src.Filename, "sha256", c.src.Hash()[:12])
 
-	ctl, err := ListenControl(d.controlPath(c.cfg), d.Status)
+	ctl, err := ListenControl(d.controlPath(c.cfg), d.Status, WithFlowPlanner(d.planFlows))
 	if err != nil {
 		return err
 	}
@@ -446,6 +449,7 @@ func (d *Daemon) syncController(ctx context.Context, c *candidate) error {
 	case <-time.After(200 * time.Millisecond):
 	}
 	d.ctl, d.ctlStop, d.ctlDone = ctl, cancel, done
+	d.flowRepairs = 0
 	d.log.Info("controller started", "listen", want.Listen, "switches", len(want.Switches))
 	return nil
 }
@@ -574,6 +578,17 @@ func (d *Daemon) checkDriftLocked(ctx context.Context) {
 		d.status.Serial = res.Serial
 		d.met.serial.Set(float64(res.Serial))
 		d.status.LastApply = &ApplyInfo{At: time.Now(), Changes: len(res.Done), Result: "ok"}
+	}
+	if d.ctl != nil {
+		// The controller re-reads switch flows on the same period and
+		// counts what it had to repair.
+		if repairs := d.ctl.Status().Counters.DriftRepairs; repairs > d.flowRepairs {
+			n := repairs - d.flowRepairs
+			d.status.Drift.Corrections += n
+			d.status.Drift.ByKind["flows"] += n
+			d.met.drift.WithLabelValues("flows").Add(float64(n))
+			d.flowRepairs = repairs
+		}
 	}
 	if err != nil {
 		d.status.LastApply = &ApplyInfo{At: time.Now(), Changes: len(res.Done), Result: err.Error()}
@@ -717,4 +732,31 @@ func (d *Daemon) withStore(cfg *config.Config, fn func(storeHandle) (plan.Plan, 
 	}
 	defer st.Close()
 	return fn(st)
+}
+
+// planFlows diffs the given switches against the live flow tables of the
+// switches connected to this node's controller.
+func (d *Daemon) planFlows(ctx context.Context, switches []flows.Switch) []FlowPlan {
+	d.mu.Lock()
+	ctl := d.ctl
+	d.mu.Unlock()
+	out := make([]FlowPlan, 0, len(switches))
+	for _, sw := range switches {
+		fp := FlowPlan{Switch: sw.Name}
+		if ctl == nil {
+			fp.Error = "this daemon runs no controller"
+			out = append(out, fp)
+			continue
+		}
+		changes, connected, err := ctl.PlanSwitch(ctx, sw)
+		fp.Connected = connected
+		if err != nil {
+			fp.Error = err.Error()
+		}
+		for _, ch := range changes.List() {
+			fp.Changes = append(fp.Changes, ch.String())
+		}
+		out = append(out, fp)
+	}
+	return out
 }

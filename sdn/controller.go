@@ -102,11 +102,14 @@ type Counters struct {
 	Refused          uint64
 	HealthChecks     uint64
 	HealthFailures   uint64
+	// DriftRepairs counts flow mods sent by periodic resyncs, that is,
+	// repairs of flows changed on a switch behind the controller's back.
+	DriftRepairs uint64
 }
 
 type counters struct {
 	flowModsSent, flowModErrors, converges, convergeFailures, connections, disconnects,
-	deadLinks, refused, healthChecks, healthFailures atomic.Uint64
+	deadLinks, refused, healthChecks, healthFailures, driftRepairs atomic.Uint64
 }
 
 // SwitchStatus is the state of one declared switch.
@@ -551,6 +554,7 @@ func (c *Controller) runSession(ctx context.Context, sc *SwitchConn, name string
 	}
 	var retry <-chan time.Time
 	for {
+		fromResync := false
 		select {
 		case <-ctx.Done():
 			return
@@ -558,10 +562,16 @@ func (c *Controller) runSession(ctx context.Context, sc *SwitchConn, name string
 			return
 		case <-s.kick:
 		case <-resync:
+			fromResync = true
 		case <-retry:
 		}
 		retry = nil
-		if err := c.converge(ctx, sc, name, log); err != nil && sc.Err() == nil {
+		sent, err := c.converge(ctx, sc, name, log)
+		if fromResync && sent > 0 {
+			c.counters.driftRepairs.Add(uint64(sent))
+			log.Warn("repaired flows changed behind the controller's back", "flow_mods", sent)
+		}
+		if err != nil && sc.Err() == nil {
 			retry = time.After(c.cfg.RetryInterval)
 		}
 	}
@@ -587,14 +597,16 @@ func (c *Controller) desiredFor(name string) ([]flows.Flow, []string, error) {
 	return desired, withdrawn, err
 }
 
-func (c *Controller) converge(ctx context.Context, sc *SwitchConn, name string, log *slog.Logger) error {
+// converge brings one switch to its desired flows and returns how many flow
+// mods it sent.
+func (c *Controller) converge(ctx context.Context, sc *SwitchConn, name string, log *slog.Logger) (int, error) {
 	desired, withdrawn, err := c.desiredFor(name)
 	if err != nil {
 		// Never converge to a set we could not compile: that would wipe.
 		c.counters.convergeFailures.Add(1)
 		c.setError(name, err)
 		log.Error("cannot compile flows; leaving the switch as it is", "err", err)
-		return err
+		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ConvergeTimeout)
 	defer cancel()
@@ -627,7 +639,7 @@ func (c *Controller) converge(ctx context.Context, sc *SwitchConn, name string, 
 		if len(res.Failed) == 0 {
 			log.Warn("convergence failed", "err", err)
 		}
-		return err
+		return res.Sent, err
 	}
 	if res.Sent > 0 {
 		log.Info("switch converged", "added", len(res.Changes.Add), "modified", len(res.Changes.Modify),
@@ -640,7 +652,25 @@ func (c *Controller) converge(ctx context.Context, sc *SwitchConn, name string, 
 			log.Debug("flow change", "change", ch.String())
 		}
 	}
-	return nil
+	return res.Sent, nil
+}
+
+// PlanSwitch diffs the flows sw must carry against what the connected
+// switch of that name carries now, sending nothing. connected is false when
+// the switch is not connected to this controller.
+func (c *Controller) PlanSwitch(ctx context.Context, sw flows.Switch) (changes flows.Changes, connected bool, err error) {
+	c.mu.Lock()
+	s := c.sessions[sw.Name]
+	c.mu.Unlock()
+	if s == nil {
+		return flows.Changes{}, false, nil
+	}
+	desired, err := flows.Compile(sw)
+	if err != nil {
+		return flows.Changes{}, true, err
+	}
+	changes, err = Plan(ctx, s.conn, desired)
+	return changes, true, err
 }
 
 func (c *Controller) healthLoop(ctx context.Context) {
@@ -727,7 +757,7 @@ func (c *Controller) Status() Status {
 		FlowModsSent: k.flowModsSent.Load(), FlowModErrors: k.flowModErrors.Load(), Converges: k.converges.Load(),
 		ConvergeFailures: k.convergeFailures.Load(), Connections: k.connections.Load(), Disconnects: k.disconnects.Load(),
 		DeadLinks: k.deadLinks.Load(), Refused: k.refused.Load(), HealthChecks: k.healthChecks.Load(),
-		HealthFailures: k.healthFailures.Load(),
+		HealthFailures: k.healthFailures.Load(), DriftRepairs: k.driftRepairs.Load(),
 	}
 	return s
 }

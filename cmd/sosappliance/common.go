@@ -20,12 +20,14 @@ type nodeFlags struct {
 	node   string
 	state  string
 	root   string
+	socket string
 }
 
 func (f *nodeFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&f.config, "config", "c", defaultConfigPath, "configuration file")
 	cmd.Flags().StringVar(&f.node, "node", "", "node name (default: the hostname)")
 	cmd.Flags().StringVar(&f.state, "state", "", "state database (default: daemon.state_path of the config)")
+	cmd.Flags().StringVar(&f.socket, "control-socket", "", "control socket of a running daemon (default: daemon.control_socket)")
 	cmd.Flags().StringVar(&f.root, "root", "/", "root of the host tree the executors read and write")
 	_ = cmd.Flags().MarkHidden("root")
 }
@@ -77,6 +79,13 @@ func (f *nodeFlags) statePath(cfg *config.Config) string {
 		return cfg.Daemon.StatePath
 	}
 	return config.DefaultStatePath
+}
+
+func (f *nodeFlags) controlSocket(cfg *config.Config) string {
+	if f.socket != "" {
+		return f.socket
+	}
+	return cfg.Daemon.ControlSocket
 }
 
 func openStore(path string) (*store.Store, error) {

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sosappliance/sosappliance/appliance"
+	"github.com/sosappliance/sosappliance/appliance/config"
+	"github.com/sosappliance/sosappliance/appliance/desired"
 	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/tuning"
@@ -41,14 +45,29 @@ there is nothing to do, 2 when there are changes, and 1 on error.`,
 			if err != nil {
 				return fmt.Errorf("plan: %w", err)
 			}
+			var flowPlans []appliance.FlowPlan
+			flowChanges := 0
+			if d.Controller != nil {
+				flowPlans = planFlows(cmd.Context(), cfg, nf.controlSocket(cfg), d.Controller)
+				for _, fp := range flowPlans {
+					flowChanges += len(fp.Changes)
+				}
+			}
 			if asJSON {
-				b, err := plan.Encode(p)
+				b, err := json.MarshalIndent(struct {
+					Host  plan.Plan            `json:"host"`
+					Flows []appliance.FlowPlan `json:"flows,omitempty"`
+				}{p, flowPlans}, "", "  ")
 				if err != nil {
 					return err
 				}
 				cmd.OutOrStdout().Write(append(b, '\n'))
 			} else {
 				p.WriteText(cmd.OutOrStdout())
+				if len(flowPlans) > 0 {
+					writeFlowPlans(cmd.OutOrStdout(), flowPlans)
+					fmt.Fprintf(cmd.OutOrStdout(), "\nFlows: %d change(s).\n", flowChanges)
+				}
 			}
 			if out != "" {
 				b, err := plan.Encode(p)
@@ -62,7 +81,7 @@ there is nothing to do, 2 when there are changes, and 1 on error.`,
 					fmt.Fprintf(cmd.OutOrStdout(), "Saved the plan to %s; apply it with: sosappliance apply %s\n", out, out)
 				}
 			}
-			if detailed && !p.Empty() {
+			if detailed && (!p.Empty() || flowChanges > 0) {
 				return exitError{code: 2}
 			}
 			return nil
@@ -79,6 +98,7 @@ func newApplyCommand() *cobra.Command {
 	var (
 		nf          nodeFlags
 		autoApprove bool
+		switchWait  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "apply [PLANFILE]",
@@ -93,6 +113,8 @@ older state serial is refused: plan again.`,
 				st      *store.Store
 				execs   = tuning.Executors(nf.root)
 				planned bool
+				cfg     *config.Config
+				want    *desired.Desired
 			)
 			if len(args) == 1 {
 				data, err := os.ReadFile(args[0])
@@ -109,14 +131,15 @@ older state serial is refused: plan again.`,
 					return err
 				}
 			} else {
-				cfg, src, d, err := nf.compile(cmd)
-				if err != nil {
+				var src config.Source
+				var err error
+				if cfg, src, want, err = nf.compile(cmd); err != nil {
 					return err
 				}
 				if st, err = openStore(nf.statePath(cfg)); err != nil {
 					return err
 				}
-				if p, err = appliance.Plan(cmd.Context(), st, execs, d.Items, d.Node, src.Hash()); err != nil {
+				if p, err = appliance.Plan(cmd.Context(), st, execs, want.Items, want.Node, src.Hash()); err != nil {
 					st.Close()
 					return fmt.Errorf("plan: %w", err)
 				}
@@ -125,7 +148,8 @@ older state serial is refused: plan again.`,
 			if !planned {
 				p.WriteText(cmd.OutOrStdout())
 			}
-			if p.Empty() {
+			controller := want != nil && want.Controller != nil
+			if p.Empty() && !controller {
 				if planned {
 					fmt.Fprintln(cmd.OutOrStdout(), "The saved plan has no changes.")
 				}
@@ -134,12 +158,21 @@ older state serial is refused: plan again.`,
 			if err := confirm(cmd, autoApprove, "Apply these changes?"); err != nil {
 				return err
 			}
-			res, err := appliance.Apply(cmd.Context(), st, execs, p)
-			return reportResult(cmd, "Apply", p, res, err)
+			if !p.Empty() {
+				res, err := appliance.Apply(cmd.Context(), st, execs, p)
+				if err := reportResult(cmd, "Apply", p, res, err); err != nil {
+					return err
+				}
+			}
+			if controller {
+				return applyFlows(cmd.Context(), cmd.OutOrStdout(), cfg, nf.controlSocket(cfg), want.Controller, switchWait)
+			}
+			return nil
 		},
 	}
 	nf.register(cmd)
 	cmd.Flags().BoolVar(&autoApprove, "auto-approve", false, "do not ask for confirmation")
+	cmd.Flags().DurationVar(&switchWait, "switch-wait", 0, "on the controller node without a running daemon, wait this long for each switch that dials in")
 	return cmd
 }
 

@@ -17,7 +17,7 @@ import (
 func newRunCommand() *cobra.Command {
 	var (
 		nf                        nodeFlags
-		controlSocket, logFormat  string
+		logFormat                 string
 		metricsListen, logLevel   string
 		driftInterval, settleTime time.Duration
 	)
@@ -47,7 +47,7 @@ when started by systemd (Type=notify).`,
 				return err
 			}
 			opts := appliance.Options{
-				ConfigPath: nf.config, Node: node, StatePath: nf.state, ControlSocket: controlSocket,
+				ConfigPath: nf.config, Node: node, StatePath: nf.state, ControlSocket: nf.socket,
 				Root: nf.root, Logger: logger, DriftInterval: driftInterval, Settle: settleTime,
 			}
 			if cmd.Flags().Changed("metrics-listen") {
@@ -67,7 +67,6 @@ when started by systemd (Type=notify).`,
 		},
 	}
 	nf.register(cmd)
-	cmd.Flags().StringVar(&controlSocket, "control-socket", "", "control socket (default: daemon.control_socket of the config)")
 	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", `metrics address (default: daemon.metrics_listen; "" turns metrics off)`)
 	cmd.Flags().StringVar(&logFormat, "log-format", "", `"text" or "json" (default: daemon.log_format)`)
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", `"debug", "info", "warn" or "error"`)

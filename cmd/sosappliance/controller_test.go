@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/appliance"
+	"github.com/sosappliance/sosappliance/sdn/flows"
+	"github.com/sosappliance/sosappliance/sdn/ovstest"
+)
+
+// mainChildEnv makes the test binary run the CLI with the JSON-encoded
+// arguments instead of the tests, so a test can run `sosappliance run`
+// inside another network namespace and kill it with SIGKILL.
+const mainChildEnv = "SOSAPPLIANCE_TEST_MAIN"
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(mainChildEnv); spec != "" {
+		var args []string
+		if err := json.Unmarshal([]byte(spec), &args); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(3)
+		}
+		os.Exit(run(args))
+	}
+	os.Exit(m.Run())
+}
+
+func controllerConfig(port, healthPort int, whitelistPort int) string {
+	return fmt.Sprintf(`
+controller {
+  node      = "ctl"
+  listen    = "127.0.0.1:%d"
+  keepalive = "1s"
+  health_interval = "300ms"
+}
+security { psk_file = "/etc/sosappliance/psk" }
+daemon { drift_interval = "1s" }
+site "a" {
+  prefixes = ["10.20.1.0/24"]
+  switch "sw" { datapath_id = "00:00:00:00:00:00:5a:01" }
+  agent "agent-a" {
+    node = "na"
+    switch = "sw"
+    switch_port = 2
+    mac = "02:00:00:00:5a:02"
+    address = "10.20.1.2"
+    interface = "eth0"
+    health_listen = "127.0.0.1:%d"
+  }
+}
+site "b" {
+  prefixes = ["10.20.2.0/24"]
+  agent "agent-b" {
+    node = "nb"
+    switch = "swb"
+    switch_port = 2
+    mac = "02:00:00:00:5b:02"
+    address = "10.20.2.2"
+    interface = "eth0"
+    health_listen = "127.0.0.1:%d"
+  }
+  switch "swb" { datapath_id = "00:00:00:00:00:00:5b:01" }
+}
+whitelist "w" {
+  clients     = ["10.20.1.0/24"]
+  server      = "10.20.2.10"
+  server_port = %d
+}
+`, port, healthPort, healthPort, whitelistPort)
+}
+
+// ownedFlows dumps the flows carrying our cookie prefix.
+func ownedFlows(t *testing.T, br *ovstest.Bridge) map[string]ovstest.DumpedFlow {
+	t.Helper()
+	dumped, err := br.DumpFlows()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]ovstest.DumpedFlow{}
+	for _, f := range dumped {
+		if flows.Owned(f.Cookie) {
+			out[f.Key()] = f
+		}
+	}
+	return out
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < 30*time.Second {
+		if cond() {
+			t.Logf("%s after %v", what, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within 30 s", what)
+}
+
+// TestControllerNodeDaemon runs `sosappliance run` as the controller node of
+// a real Open vSwitch bridge: flows converge, `plan` reads them through the
+// daemon, a flow deleted behind its back is repaired within a drift period,
+// and kill -9 plus restart sends no flow mods (durations keep counting).
+func TestControllerNodeDaemon(t *testing.T) {
+	ovstest.Require(t, ovstest.Binaries...)
+	inst := ovstest.Start(t)
+	port, err := inst.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	health, err := inst.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })}
+	go healthSrv.Serve(health)
+	t.Cleanup(func() { healthSrv.Close() })
+	healthPort := health.Addr().(*net.TCPAddr).Port
+
+	br := inst.AddBridge(t, ovstest.UniqueName("sw"), 0x5a01, fmt.Sprintf("tcp:127.0.0.1:%d", port))
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "sos.hcl")
+	if err := os.WriteFile(cfgPath, []byte(controllerConfig(port, healthPort, 5201)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(dir, "control.sock")
+	common := []string{"-c", cfgPath, "--node", "ctl", "--state", filepath.Join(dir, "state.db"), "--control-socket", socket}
+	startDaemon := func() *exec.Cmd {
+		args, _ := json.Marshal(append([]string{"run", "--metrics-listen", ""}, common...))
+		cmd := exec.Command("ip", "netns", "exec", inst.Namespace, os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), mainChildEnv+"="+string(args))
+		var logs bytes.Buffer
+		cmd.Stderr = &logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+			if t.Failed() {
+				t.Logf("daemon log:\n%s", logs.String())
+			}
+		})
+		return cmd
+	}
+	daemon := startDaemon()
+	// Bypass for the agent port, the client-side steer, and NORMAL.
+	eventually(t, "flows installed", func() bool { return len(ownedFlows(t, br)) == 3 })
+	before := ownedFlows(t, br)
+
+	code, out, errOut := runCLI(t, append([]string{"plan", "-detailed-exitcode"}, common...)...)
+	if code != 0 || !strings.Contains(out, "flows on switch sw") || !strings.Contains(out, "(no changes)") {
+		t.Fatalf("plan with converged flows: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// A flow deleted on the switch comes back within a drift period.
+	var steer ovstest.DumpedFlow
+	for _, f := range before {
+		if flows.CookieKind(f.Cookie) == flows.KindSteerClient {
+			steer = f
+		}
+	}
+	if steer.Cookie == 0 {
+		t.Fatalf("no client steering flow among %v", before)
+	}
+	if _, err := br.Ofctl("del-flows", "--strict", fmt.Sprintf("table=%d,priority=%d,%s", steer.Table, steer.Priority, steer.Match)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "deleted flow repaired", func() bool { _, ok := ownedFlows(t, br)[steer.Key()]; return ok })
+	eventually(t, "repair counted as drift", func() bool {
+		st, err := appliance.FetchStatus(context.Background(), socket)
+		return err == nil && st.Drift.ByKind["flows"] >= 1
+	})
+
+	// kill -9 and restart: the flows stay and are not touched again.
+	before = ownedFlows(t, br)
+	daemon.Process.Signal(syscall.SIGKILL)
+	daemon.Wait()
+	time.Sleep(time.Second)
+	startDaemon()
+	eventually(t, "restarted controller connected", func() bool {
+		st, err := appliance.FetchStatus(context.Background(), socket)
+		return err == nil && len(st.Switches) > 0 && st.Switches[0].Connected && st.Switches[0].Flows == 3
+	})
+	after := ownedFlows(t, br)
+	if len(after) != len(before) {
+		t.Fatalf("flows changed across restart: %v -> %v", before, after)
+	}
+	for key, f := range after {
+		b, ok := before[key]
+		if !ok || b.Cookie != f.Cookie || f.Duration < b.Duration+time.Second {
+			t.Errorf("flow %s was replaced across the restart: before %v, after %v", key, b.Duration, f.Duration)
+		}
+	}
+
+	// Editing the whitelist port replaces only the steering flow.
+	if err := os.WriteFile(cfgPath, []byte(controllerConfig(port, healthPort, 5202)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "new whitelist port steered", func() bool {
+		for _, f := range ownedFlows(t, br) {
+			if strings.Contains(f.Match, "tp_dst=5202") {
+				return true
+			}
+		}
+		return false
+	})
+	edited := ownedFlows(t, br)
+	for key, f := range edited {
+		if flows.CookieKind(f.Cookie) == flows.KindSteerClient {
+			continue
+		}
+		if b, ok := before[key]; !ok || f.Duration < b.Duration {
+			t.Errorf("flow %s not kept across the edit", key)
+		}
+	}
+}
