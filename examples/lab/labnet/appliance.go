@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -282,9 +283,9 @@ func (l *Lab) KillNode(name string) error {
 	return p.Kill()
 }
 
-// WaitAppliance waits until every bridge is connected to the controller and
-// has flows, and every agent answers its health check from the
-// controller's side of the lab.
+// WaitAppliance waits until every bridge is connected to the controller,
+// every whitelist is steered on both switches, and every agent answers its
+// health check from the controller's side of the lab.
 func (l *Lab) WaitAppliance(ctx context.Context, limit time.Duration) error {
 	return poll(ctx, limit, "appliance", func() (bool, error) {
 		for _, n := range l.Nodes() {
@@ -296,13 +297,13 @@ func (l *Lab) WaitAppliance(ctx context.Context, limit time.Duration) error {
 		if ok, err := l.ovs.connected(ctx); !ok {
 			return false, errors.Join(errors.New("switches not connected to the controller"), err)
 		}
-		for _, br := range l.Bridges() {
-			out, err := l.ovs.ofctl(ctx, "dump-flows", br)
-			if err != nil {
-				return false, err
-			}
-			if !strings.Contains(out, "actions=") {
-				return false, fmt.Errorf("%s has no flows yet", br)
+		steered, err := l.Steered(ctx)
+		if err != nil {
+			return false, err
+		}
+		for name, ok := range steered {
+			if !ok {
+				return false, fmt.Errorf("whitelist %s is not steered yet", name)
 			}
 		}
 		for _, n := range l.Nodes() {
@@ -362,3 +363,52 @@ var errGaveUp = errors.New("gave up")
 
 // errNotEmpty is what renaming onto an existing lab directory returns.
 var errNotEmpty = syscall.ENOTEMPTY
+
+// Steered reports for each whitelist of the lab's config whether both
+// switches carry its steering flows (see PortSteered).
+func (l *Lab) Steered(ctx context.Context) (map[string]bool, error) {
+	l.mu.Lock()
+	cfg := l.cfg
+	l.mu.Unlock()
+	steered := map[string]bool{}
+	for _, w := range cfg.Whitelists {
+		ok, err := l.PortSteered(ctx, int(w.ServerPort))
+		if err != nil {
+			return nil, err
+		}
+		steered[w.Name] = ok
+	}
+	return steered, nil
+}
+
+// PortSteered reports whether both switches steer TCP to the server's port
+// to the agents: the client site's switch sends the requests to its agent,
+// the server site's switch the replies to its agent. The controller
+// withdraws these flows while an agent is down (fail-open) and when the
+// port's whitelist is removed.
+func (l *Lab) PortSteered(ctx context.Context, port int) (bool, error) {
+	l.mu.Lock()
+	sites := l.sites
+	l.mu.Unlock()
+	matches := [2]string{"tp_dst=" + strconv.Itoa(port), "tp_src=" + strconv.Itoa(port)}
+	for i, s := range sites {
+		dump, err := l.ovs.ofctl(ctx, "dump-flows", s.sw.Name)
+		if err != nil {
+			return false, err
+		}
+		if !hasSteering(dump, matches[i], s.agent) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func hasSteering(dump, match string, agent *config.Agent) bool {
+	action := "set_field:" + agent.MAC.String() + "->eth_dst"
+	for _, line := range strings.Split(dump, "\n") {
+		if strings.Contains(line, match+" ") && strings.Contains(line, action) {
+			return true
+		}
+	}
+	return false
+}

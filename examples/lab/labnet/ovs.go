@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -107,7 +108,7 @@ func (o *ovs) addBridge(ctx context.Context, b bridge) error {
 		// Reconnect within a second instead of OVS's default 8 s backoff,
 		// so a restarted controller takes over quickly.
 		id := "@ctl_" + strings.ReplaceAll(b.name, "-", "_")
-		args = append(args, "--", "--id="+id, "create", "controller", "target="+b.controller, "max_backoff=1000",
+		args = append(args, "--", "--id="+id, "create", "controller", "target="+strconv.Quote(b.controller), "max_backoff=1000",
 			"--", "set", "bridge", b.name, "controller="+id)
 	}
 	if _, err := o.vsctl(ctx, args...); err != nil {
