@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"hash"
 	"io"
 	"log/slog"
@@ -21,8 +22,40 @@ import (
 	"go.uber.org/goleak"
 )
 
+// helperEnv makes the test binary run as a helper process instead of
+// running tests: a benchmark's traffic source and sink, or, in the network
+// namespace test, an agent or an HTTP file server.
+const helperEnv = "SOSAPPLIANCE_RELAY_HELPER"
+
 func TestMain(m *testing.M) {
+	if role := os.Getenv(helperEnv); role != "" {
+		os.Exit(runHelper(role))
+	}
 	goleak.VerifyTestMain(m)
+}
+
+var helpers = map[string]func() error{}
+
+func runHelper(role string) int {
+	run, ok := helpers[role]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "unknown helper role %q\n", role)
+		return 2
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	return 0
+}
+
+// startHelper runs this test binary as a helper process.
+func startHelper(t testing.TB, role string, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$"}, args...)...)
+	cmd.Env = append(append(os.Environ(), helperEnv+"="+role), env...)
+	cmd.Stderr = testWriter{t}
+	return cmd
 }
 
 // needRoot skips a test that needs root, unless CI=true, where a missing

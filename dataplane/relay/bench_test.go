@@ -1,0 +1,313 @@
+package relay
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func init() { helpers["traffic"] = helperTraffic }
+
+// helperTraffic is the benchmarks' traffic source and sink, in a process of
+// its own so that the benchmark process's CPU time is the relay's alone.
+// It prints "sink ADDR", then for every stdin line "send ADDR BYTES" it
+// sends BYTES to ADDR, waits until the sink has received them all, and
+// prints "done".
+func helperTraffic() error {
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return err
+	}
+	received := make(chan int64, 1)
+	go func() {
+		buf := make([]byte, 1<<20)
+		for {
+			c, err := ln.AcceptTCP()
+			if err != nil {
+				return
+			}
+			var n int64
+			for {
+				k, err := c.Read(buf)
+				n += int64(k)
+				if err != nil {
+					break
+				}
+			}
+			_ = c.Close()
+			received <- n
+		}
+	}()
+	fmt.Println("sink", ln.Addr())
+	src := make([]byte, 1<<20)
+	_, _ = rand.Read(src)
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var addr string
+		var size int64
+		if _, err := fmt.Sscanf(in.Text(), "send %s %d", &addr, &size); err != nil {
+			return fmt.Errorf("command %q: %w", in.Text(), err)
+		}
+		c, err := net.Dial("tcp4", addr)
+		if err != nil {
+			return err
+		}
+		for left := size; left > 0; {
+			k, err := c.Write(src[:min(left, int64(len(src)))])
+			if err != nil {
+				return err
+			}
+			left -= int64(k)
+		}
+		_ = c.(*net.TCPConn).CloseWrite()
+		n := <-received
+		_ = c.Close()
+		if n != size {
+			return fmt.Errorf("sink got %d of %d bytes", n, size)
+		}
+		fmt.Println("done")
+	}
+	return in.Err()
+}
+
+type traffic struct {
+	in   io.WriteCloser
+	out  *bufio.Scanner
+	sink netip.AddrPort
+}
+
+func startTraffic(b *testing.B) *traffic {
+	b.Helper()
+	cmd := startHelper(b, "traffic", nil)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	tr := &traffic{in: in, out: bufio.NewScanner(outPipe)}
+	b.Cleanup(func() {
+		_ = in.Close()
+		if err := cmd.Wait(); err != nil {
+			b.Errorf("traffic helper: %v", err)
+		}
+	})
+	if !tr.out.Scan() {
+		b.Fatal("traffic helper did not start")
+	}
+	addr, ok := strings.CutPrefix(tr.out.Text(), "sink ")
+	if !ok {
+		b.Fatalf("traffic helper said %q", tr.out.Text())
+	}
+	tr.sink = netip.MustParseAddrPort(addr)
+	return tr
+}
+
+// send moves size bytes from the source through the chain entering at
+// entry to the sink and returns the wall time and this process's CPU time.
+func (tr *traffic) send(b *testing.B, entry netip.AddrPort, size int64) (wall, cpu time.Duration) {
+	b.Helper()
+	cpu0 := processCPU()
+	start := time.Now()
+	if _, err := fmt.Fprintf(tr.in, "send %s %d\n", entry, size); err != nil {
+		b.Fatal(err)
+	}
+	if !tr.out.Scan() || tr.out.Text() != "done" {
+		b.Fatalf("traffic helper: %q %v", tr.out.Text(), tr.out.Err())
+	}
+	return time.Since(start), processCPU() - cpu0
+}
+
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// proxyChain is the baseline: two plain TCP proxies in a row, each copying
+// with io.Copy. With splice, io.Copy between two *net.TCPConn moves bytes
+// in the kernel; without, it copies through a 64 KiB user-space buffer.
+type proxyChain struct {
+	entry netip.AddrPort
+	lns   []*net.TCPListener
+	wg    sync.WaitGroup
+}
+
+func startProxyChain(b *testing.B, target netip.AddrPort, splice bool) *proxyChain {
+	b.Helper()
+	pc := &proxyChain{}
+	next := target
+	for range 2 {
+		ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		pc.lns = append(pc.lns, ln)
+		to := next
+		pc.wg.Add(1)
+		go func() {
+			defer pc.wg.Done()
+			for {
+				c, err := ln.AcceptTCP()
+				if err != nil {
+					return
+				}
+				pc.wg.Add(1)
+				go func() {
+					defer pc.wg.Done()
+					proxyOne(c, to, splice)
+				}()
+			}
+		}()
+		next = ln.Addr().(*net.TCPAddr).AddrPort()
+	}
+	pc.entry = next
+	b.Cleanup(func() {
+		for _, ln := range pc.lns {
+			_ = ln.Close()
+		}
+		pc.wg.Wait()
+	})
+	return pc
+}
+
+func proxyOne(c *net.TCPConn, to netip.AddrPort, splice bool) {
+	defer c.Close()
+	up, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(to))
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	copyHalf := func(dst, src *net.TCPConn) {
+		if splice {
+			_, _ = io.Copy(dst, src)
+		} else {
+			// Hiding ReaderFrom and WriterTo forces the user-space copy.
+			_, _ = io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, make([]byte, 64<<10))
+		}
+		_ = dst.CloseWrite()
+	}
+	done := make(chan struct{})
+	go func() {
+		copyHalf(c, up)
+		close(done)
+	}()
+	copyHalf(up, c)
+	<-done
+}
+
+func benchInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkRelay compares the relay chain (client -> agent -> N streams ->
+// agent -> server, on loopback) with two-hop proxy chains measured in the
+// same run: (a) io.Copy between plain TCP connections, which splices, and
+// (b) the same copying through 64 KiB user-space buffers. Each iteration
+// moves RELAY_BENCH_MIB (default 256) MiB through every chain in turn. The
+// traffic source and sink run in a helper process, so cpu-s/GiB is the
+// chain's own CPU time. Shape: RELAY_BENCH_STREAMS (8), RELAY_BENCH_CHUNK
+// (131072), RELAY_BENCH_QUEUE (4).
+func BenchmarkRelay(b *testing.B) {
+	for _, enc := range []string{EncryptionNone, EncryptionAESGCM} {
+		b.Run(enc, func(b *testing.B) { benchmarkRelay(b, enc) })
+	}
+}
+
+func benchmarkRelay(b *testing.B, enc string) {
+	size := int64(benchInt("RELAY_BENCH_MIB", 256)) << 20
+	streams := benchInt("RELAY_BENCH_STREAMS", 8)
+	chunk := benchInt("RELAY_BENCH_CHUNK", 128<<10)
+	queue := benchInt("RELAY_BENCH_QUEUE", 4)
+	tr := startTraffic(b)
+
+	splice := startProxyChain(b, tr.sink, true)
+	userspace := startProxyChain(b, tr.sink, false)
+	entry := Whitelist{
+		Name: "bench", Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Server: tr.sink.Addr(), Port: tr.sink.Port(), Streams: streams, ChunkSize: chunk, QueueLength: queue,
+	}
+	srvAgent := benchAgent(b, Config{DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
+		Encryption: enc, Whitelist: []Whitelist{entry}}, tr.sink)
+	entry.Peer = srvAgent.Addrs().Data
+	cliAgent := benchAgent(b, Config{TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
+		Encryption: enc, Whitelist: []Whitelist{entry}}, tr.sink)
+
+	chains := []struct {
+		name  string
+		entry netip.AddrPort
+	}{
+		{"a_splice", splice.entry},
+		{"b_copy64k", userspace.entry},
+		{"relay", cliAgent.Addrs().Transparent},
+	}
+	// Warm up every chain once (buffer pools, TCP autotuning).
+	for _, ch := range chains {
+		tr.send(b, ch.entry, 32<<20)
+	}
+	wall := make([]time.Duration, len(chains))
+	cpu := make([]time.Duration, len(chains))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		// Rotate the order so drift on a shared machine hits all chains.
+		for k := range chains {
+			j := (i + k) % len(chains)
+			w, c := tr.send(b, chains[j].entry, size)
+			wall[j] += w
+			cpu[j] += c
+		}
+	}
+	b.StopTimer()
+	gib := float64(size) * float64(b.N) / (1 << 30)
+	gbps := make([]float64, len(chains))
+	for j, ch := range chains {
+		gbps[j] = float64(size) * float64(b.N) * 8 / wall[j].Seconds() / 1e9
+		b.ReportMetric(gbps[j], ch.name+"_Gbit/s")
+		b.ReportMetric(cpu[j].Seconds()/gib, ch.name+"_cpu-s/GiB")
+	}
+	b.ReportMetric(gbps[2]/gbps[1], "relay/b")
+	b.ReportMetric(gbps[2]/gbps[0], "relay/a")
+	if st := srvAgent.Stats().Totals; st.SessionsAborted != 0 {
+		b.Fatalf("aborted sessions during the benchmark: %+v", srvAgent.Stats().RecentAborts)
+	}
+}
+
+func benchAgent(b *testing.B, cfg Config, dst netip.AddrPort) *Agent {
+	b.Helper()
+	a, err := New(cfg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	a.os = loopbackTransparency(dst)
+	if err := a.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.Shutdown(ctx)
+	})
+	return a
+}
