@@ -37,5 +37,10 @@ bench:
 deps:
 	sh examples/lab/install-deps.sh
 
+# .deb and .rpm for amd64 and arm64 into dist/, version from git describe
+# (mkpkg turns it into a valid package version).
+packages:
+	$(GO) run ./packaging/cmd/mkpkg -out dist
+
 clean:
 	rm -rf bin dist

@@ -2,7 +2,7 @@
 # Installs the Debian packages that the tests and the lab need, if missing.
 set -eu
 need=""
-for pkg in openvswitch-switch iperf3 ethtool nftables curl iproute2 rpm lintian; do
+for pkg in openvswitch-switch iperf3 ethtool nftables curl iproute2 rpm lintian systemd; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need="$need $pkg"
 done
 if [ -n "$need" ]; then
