@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/sosappliance/sosappliance/dataplane/relay"
 )
 
 // Config is a decoded and validated sos.hcl. Slices keep the order of the
@@ -145,10 +147,12 @@ type Whitelist struct {
 	StreamsRange hcl.Range
 }
 
-// SessionMemory is the most reorder memory one session of this whitelist can
-// hold per direction: the window of queue_length chunks on every stream.
+// SessionMemory is the most buffer memory one session of this whitelist can
+// hold at an agent: the reorder window of queue_length chunks on every
+// stream, plus the send queue and read buffers. It is the relay's own
+// figure, so a config that validates is never refused at run time.
 func (w *Whitelist) SessionMemory() int64 {
-	return int64(w.Streams) * int64(w.ChunkSize) * int64(w.QueueLength)
+	return relay.SessionMemory(w.Streams, w.ChunkSize, w.QueueLength)
 }
 
 // Tuning is a named host tuning profile.

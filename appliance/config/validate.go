@@ -155,7 +155,7 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 			if rng.Filename == "" {
 				rng = w.Range
 			}
-			add(rng, fmt.Sprintf("streams x chunk_size x queue_length = %d bytes; lower one of them or raise limits.session_memory (now %d).", mem, cfg.Limits.SessionMemory),
+			add(rng, fmt.Sprintf("%d streams of %d-byte chunks with queue_length %d need %d bytes of buffers; lower one of them or raise limits.session_memory (now %d).", w.Streams, w.ChunkSize, w.QueueLength, mem, cfg.Limits.SessionMemory),
 				"Whitelist %q needs more memory per session than the cap allows", w.Name)
 		}
 	}
