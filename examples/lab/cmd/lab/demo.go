@@ -257,7 +257,3 @@ func (b *progressBar) finish(res measure.Result, err error) {
 	}
 	fmt.Fprintf(b.w, "%-44s %s\n", b.label, labnet.FormatRate(res.ReceivedBps))
 }
-
-func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("bench-wan: being written")
-}

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sosappliance/sosappliance/examples/lab/labnet"
+	"github.com/sosappliance/sosappliance/examples/lab/measure"
+	"github.com/sosappliance/sosappliance/examples/lab/plot"
+)
+
+// benchBasePort is the first server port of the benchmark's whitelists,
+// one per stream count and chunk size.
+const benchBasePort = 5400
+
+func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var lf labFlags
+	var tf transferFlags
+	fs := flag.NewFlagSet("lab bench-wan", flag.ContinueOnError)
+	lf.register(fs)
+	tf.register(fs, 15*time.Second)
+	streamsFlag := fs.String("streams", "1,2,4,8,16,32,64", "stream counts to sweep")
+	chunksFlag := fs.String("chunks", "10000,60000,65000", "sosappliance chunk sizes to sweep, in bytes")
+	queueLength := fs.Int("queue-length", 0, "queue_length of the benchmark whitelists; 0 takes the --whitelist's")
+	out := fs.String("out", "out", "directory for bench-wan.csv and bench-wan.png")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	streams, err := intList(*streamsFlag)
+	if err != nil {
+		return fmt.Errorf("--streams: %w", err)
+	}
+	chunks, err := intList(*chunksFlag)
+	if err != nil {
+		return fmt.Errorf("--chunks: %w", err)
+	}
+	opts, err := lf.options(stdout)
+	if err != nil {
+		return err
+	}
+	if err := refuseIfUp(opts.StateDir); err != nil {
+		return err
+	}
+	warnOtherLabs(opts.StateDir, stdout)
+	base, err := demoWhitelist(opts.Config, tf, 1)
+	if err != nil {
+		return err
+	}
+	if *queueLength > 0 {
+		base.QueueLength = *queueLength
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+
+	type cell struct {
+		streams, chunk int
+		wl             labnet.Whitelist
+	}
+	var cells []cell
+	if opts.Sosappliance != "" {
+		for _, n := range streams {
+			for _, c := range chunks {
+				wl := base
+				wl.Name = fmt.Sprintf("bench-s%d-c%d", n, c)
+				wl.ServerPort = benchBasePort + len(cells)
+				wl.Streams, wl.ChunkSize = n, c
+				cells = append(cells, cell{streams: n, chunk: c, wl: wl})
+			}
+		}
+		opts.EditConfig = func(cf *labnet.ConfigFile) error {
+			for _, c := range cells {
+				cf.SetWhitelist(c.wl)
+			}
+			return nil
+		}
+	}
+
+	fmt.Fprintf(stdout, "sosappliance WAN benchmark: streams %v, chunk sizes %v\n", streams, chunks)
+	fmt.Fprintf(stdout, "WAN: %s; each transfer %v after %v of slow start\n\n", opts.WAN, tf.duration, tf.omit)
+	lab, err := labnet.Up(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer tearDown(lab, stdout)
+	ports := []int{tf.directPort}
+	for _, c := range cells {
+		ports = append(ports, c.wl.ServerPort)
+	}
+	if _, err := measure.Server(ctx, lab, ports...); err != nil {
+		return err
+	}
+
+	// Stream counts are the outer loop so that slow drifts of a shared
+	// machine spread over every mode instead of hitting one.
+	type job struct {
+		point measure.Point
+		tr    measure.Transfer
+	}
+	jobs := []job{{measure.Point{Mode: measure.ModeDirect, Streams: 1},
+		measure.Transfer{Label: "direct, 1 TCP connection", Port: tf.directPort, Parallel: 1}}}
+	for _, n := range streams {
+		jobs = append(jobs, job{measure.Point{Mode: measure.ModeParallel, Streams: n},
+			measure.Transfer{Label: fmt.Sprintf("iperf3 -P %d", n), Port: tf.directPort, Parallel: n}})
+		for _, c := range cells {
+			if c.streams == n {
+				jobs = append(jobs, job{measure.Point{Mode: measure.ModeSosappliance, Streams: n, ChunkSize: c.chunk},
+					measure.Transfer{Label: fmt.Sprintf("sosappliance %d streams, chunk %d", n, c.chunk), Port: c.wl.ServerPort, Parallel: 1}})
+			}
+		}
+	}
+	var points []measure.Point
+	for i, j := range jobs {
+		j.tr.Duration, j.tr.Omit = tf.duration, tf.omit
+		label := fmt.Sprintf("[%2d/%d] %s", i+1, len(jobs), j.tr.Label)
+		bar := newProgressBar(stdout, label)
+		res, err := measure.Run(ctx, lab, j.tr, bar.update)
+		bar.finish(res, err)
+		if err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			// One failed run must not throw away the rest of a long sweep.
+			fmt.Fprintf(stdout, "  %v\n", err)
+			continue
+		}
+		j.point.Result = res
+		points = append(points, j.point)
+	}
+
+	csvPath := filepath.Join(*out, "bench-wan.csv")
+	pngPath := filepath.Join(*out, "bench-wan.png")
+	if err := writeFile(csvPath, func(w io.Writer) error { return measure.WriteCSV(w, points) }); err != nil {
+		return err
+	}
+	if err := writeFile(pngPath, benchChart(points, lab.WAN()).WritePNG); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nthroughput in Mbit/s over %s:\n\n", lab.WAN())
+	if err := measure.WriteTable(stdout, points); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nwrote %s and %s\n", csvPath, pngPath)
+	return nil
+}
+
+// benchChart plots throughput against streams: one line per sosappliance
+// chunk size, one for end-host parallel TCP, and levels for the direct
+// transfer and the link rate.
+func benchChart(points []measure.Point, wan labnet.WAN) plot.Chart {
+	c := plot.Chart{
+		Title:  "lab WAN " + wan.String() + ": throughput against streams",
+		XLabel: "streams (iperf3 -P N, or sosappliance stripes of one connection)",
+		YLabel: "Mbit/s",
+		XLog2:  true,
+	}
+	series := map[string]*plot.Series{}
+	var order []string
+	for _, p := range points {
+		mbps := p.Result.ReceivedBps / 1e6
+		var name string
+		switch p.Mode {
+		case measure.ModeDirect:
+			c.Levels = append(c.Levels, plot.Level{Name: fmt.Sprintf("direct %.0f Mbit/s", mbps), Color: plot.Palette[4], Y: mbps})
+			continue
+		case measure.ModeParallel:
+			name = "end-host parallel, iperf3 -P N"
+		default:
+			name = fmt.Sprintf("sosappliance, chunk %d", p.ChunkSize)
+		}
+		s, ok := series[name]
+		if !ok {
+			s = &plot.Series{Name: name, Color: plot.Palette[len(order)%4]}
+			series[name] = s
+			order = append(order, name)
+		}
+		s.Points = append(s.Points, plot.Point{X: float64(p.Streams), Y: mbps})
+	}
+	for _, name := range order {
+		c.Series = append(c.Series, *series[name])
+	}
+	if wan.Rate > 0 {
+		c.Levels = append(c.Levels, plot.Level{Name: "link " + labnet.FormatRate(float64(wan.Rate)), Color: plot.Palette[5], Y: float64(wan.Rate) / 1e6})
+	}
+	return c
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a list of positive numbers", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

@@ -1,0 +1,80 @@
+package measure
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestCSVRoundTripAndTable(t *testing.T) {
+	points := []Point{
+		{Mode: ModeDirect, Streams: 1, Result: Result{ReceivedBps: 92.4e6, SentBps: 93e6, Retransmits: 12, Bytes: 115500000, Seconds: 10.02}},
+		{Mode: ModeParallel, Streams: 1, Result: Result{ReceivedBps: 90e6, SentBps: 90e6, Bytes: 1, Seconds: 10}},
+		{Mode: ModeSosappliance, Streams: 1, ChunkSize: 60000, Result: Result{ReceivedBps: 80e6, SentBps: 81e6, Bytes: 2, Seconds: 10}},
+		{Mode: ModeParallel, Streams: 64, Result: Result{ReceivedBps: 435e6, SentBps: 440e6, Retransmits: 3000, Bytes: 3, Seconds: 10.2}},
+		{Mode: ModeSosappliance, Streams: 64, ChunkSize: 10000, Result: Result{ReceivedBps: 401e6, SentBps: 402e6, Bytes: 4, Seconds: 10.1}},
+		{Mode: ModeSosappliance, Streams: 64, ChunkSize: 60000, Result: Result{ReceivedBps: 451.26e6, SentBps: 452e6, Bytes: 5, Seconds: 10.1}},
+	}
+	var buf bytes.Buffer
+	if err := WriteCSV(&buf, points); err != nil {
+		t.Fatal(err)
+	}
+	wantCSV := `mode,streams,chunk_size,throughput_mbps,sent_mbps,retransmits,bytes,seconds
+direct,1,,92.4,93.0,12,115500000,10.02
+parallel,1,,90.0,90.0,0,1,10.00
+sosappliance,1,60000,80.0,81.0,0,2,10.00
+parallel,64,,435.0,440.0,3000,3,10.20
+sosappliance,64,10000,401.0,402.0,0,4,10.10
+sosappliance,64,60000,451.3,452.0,0,5,10.10
+`
+	if buf.String() != wantCSV {
+		t.Errorf("csv:\n%s\nwant:\n%s", buf.String(), wantCSV)
+	}
+	back, err := ReadCSV(strings.NewReader(buf.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != len(points) || back[5].ChunkSize != 60000 || back[3].Result.Retransmits != 3000 || back[0].Result.ReceivedBps != 92.4e6 {
+		t.Errorf("read back %+v", back)
+	}
+
+	var table bytes.Buffer
+	if err := WriteTable(&table, back); err != nil {
+		t.Fatal(err)
+	}
+	wantTable := `direct, 1 TCP connection: 92 Mbit/s
+
+  streams  iperf3 -P N  sos chunk 10000  sos chunk 60000
+        1           90                -               80
+       64          435              401              451
+`
+	if table.String() != wantTable {
+		t.Errorf("table:\n%s\nwant:\n%s", table.String(), wantTable)
+	}
+}
+
+func TestReadCSVRejectsOtherFiles(t *testing.T) {
+	for _, in := range []string{"", "a,b\n1,2\n", "mode,streams,chunk_size,throughput_mbps,sent_mbps,retransmits,bytes,seconds\ndirect,x,,1,1,0,0,1\n"} {
+		if _, err := ReadCSV(strings.NewReader(in)); err == nil {
+			t.Errorf("ReadCSV(%q) accepted it", in)
+		}
+	}
+}
+
+func TestParseReadsIperfJSON(t *testing.T) {
+	report := []byte(`{"start":{"connected":[{"socket":5,"local_host":"10.10.1.10","local_port":40000,"remote_host":"10.10.2.10","remote_port":5201}]},
+"end":{"sum_sent":{"start":0,"end":10,"seconds":10,"bytes":1250000000,"bits_per_second":1e9,"retransmits":7,"sender":true},
+"sum_received":{"start":0,"end":10.2,"seconds":10.2,"bytes":1224000000,"bits_per_second":9.6e8,"sender":true}}}`)
+	r, err := Parse(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ReceivedBps != 9.6e8 || r.SentBps != 1e9 || r.Retransmits != 7 || r.Bytes != 1224000000 || r.Seconds != 10.2 {
+		t.Errorf("%+v", r)
+	}
+	for _, bad := range []string{`{"error":"unable to connect to server: Connection refused"}`, `{}`, `not json`} {
+		if _, err := Parse([]byte(bad)); err == nil {
+			t.Errorf("Parse(%s) accepted it", bad)
+		}
+	}
+}
