@@ -411,13 +411,18 @@ func (s *session) writeHost() {
 				return
 			}
 		}
+		// Return the buffers before Advance frees their window slots:
+		// otherwise readers could refill the window while these are still
+		// out, and the receive budget (window + 2 x streams) would not
+		// hold. Nothing reads a delivered chunk again; Advance only clears
+		// the slots that still point at it.
+		for _, c := range batch {
+			s.recvPool.put(c)
+		}
 		s.mu.Lock()
 		err = s.reasm.Advance(len(batch), s.wakeStream)
 		s.updateGapLocked()
 		s.mu.Unlock()
-		for _, c := range batch {
-			s.recvPool.put(c)
-		}
 		if err != nil {
 			s.abort(AbortProtocol, err)
 			return
