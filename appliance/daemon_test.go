@@ -7,7 +7,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -326,4 +329,56 @@ func (w *lockedWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
+}
+
+func TestDaemonMetrics(t *testing.T) {
+	root, dir := tempHost(t), t.TempDir()
+	cfgPath := filepath.Join(dir, "sos.hcl")
+	writeFile(t, cfgPath, daemonConfig("100000"))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	td := &testDaemon{t: t, root: root, dir: dir, cfgPath: cfgPath,
+		socket: filepath.Join(dir, "control.sock"), state: filepath.Join(dir, "state.db"), logs: &lockedWriter{}}
+	d, err := NewDaemon(Options{
+		ConfigPath: cfgPath, Node: "host1", StatePath: td.state, ControlSocket: td.socket,
+		MetricsListen: &addr, Root: root, Executors: tempHostExecutors(root), Settle: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(td.logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	td.cancel, td.done = cancel, make(chan error, 1)
+	go func() { td.done <- d.Run(ctx) }()
+	t.Cleanup(td.stop)
+	td.waitFor("initial convergence", func() bool { return td.sysctl("net.core.rmem_max") == "100000" })
+	writeFile(t, cfgPath, "this is not HCL {")
+	td.waitFor("failed reload", func() bool { return td.status().ReloadFails == 1 })
+
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`sosappliance_reloads_total{result="failed"} 1`,
+		`sosappliance_applies_total{result="ok"} 1`,
+		`sosappliance_state_serial 1`,
+		`sosappliance_sessions 0`,
+		`sosappliance_config_info{sha256="`,
+		`sosappliance_drift_corrections_total`,
+		`sosappliance_flow_mods_total 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("metrics:\n%s", body)
+	}
 }

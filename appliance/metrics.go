@@ -60,8 +60,13 @@ func newMetrics(live func() liveStats) *metrics {
 	m.reg.MustRegister(m.reloads, m.applies, m.drift, m.configInfo, m.serial,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&liveCollector{live: live})
+	// Series exist from the start, so a dashboard shows zero rather than
+	// nothing.
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("failed")
+	for _, kind := range []string{"sysctl", "interface", "irq", "relay", "steering", "flows"} {
+		m.drift.WithLabelValues(kind)
+	}
 	return m
 }
 
