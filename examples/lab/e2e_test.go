@@ -95,11 +95,6 @@ func (w logWriter) Write(p []byte) (int, error) {
 func TestLab(t *testing.T) {
 	requireE2E(t)
 	sos, wanem := buildBinaries(t)
-	stateDir, err := os.MkdirTemp("", "lab-e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(stateDir) })
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 
@@ -108,7 +103,6 @@ func TestLab(t *testing.T) {
 		Sosappliance: sos,
 		Wanem:        wanem,
 		WAN:          labnet.DefaultWAN,
-		StateDir:     stateDir,
 		Progress:     logWriter{t},
 	})
 	if err != nil {

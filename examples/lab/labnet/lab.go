@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sosappliance/sosappliance/appliance/config"
@@ -360,9 +361,12 @@ const NamespacePrefix = "sosl-"
 
 func namespaceName(id string, h Host) string { return NamespacePrefix + id + "-" + string(h) }
 
-// Command prepares a program to run inside a host's namespace.
+// Command prepares a program to run inside a host's namespace. The kernel
+// kills it if the calling process dies first.
 func (l *Lab) Command(ctx context.Context, h Host, name string, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", l.Namespace(h), name}, args...)...)
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", l.Namespace(h), name}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
 }
 
 // Run runs a program inside a host's namespace and returns its output.
@@ -733,8 +737,10 @@ func tailLines(s string, n int) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
-// StrayNamespaces returns lab namespaces whose lab has no directory under
-// stateDir any more.
+// StrayNamespaces returns lab namespaces that belong to no lab: no lab
+// directory under stateDir has their id, and nothing runs inside them. A
+// namespace with processes in it may belong to a lab kept under another
+// state directory, so it is never called a stray.
 func StrayNamespaces(stateDir string) ([]string, error) {
 	all, err := listNetns()
 	if err != nil {
@@ -747,9 +753,13 @@ func StrayNamespaces(stateDir string) ([]string, error) {
 			continue
 		}
 		id, _, _ := strings.Cut(rest, "-")
-		if _, err := os.Stat(filepath.Join(stateDir, id)); os.IsNotExist(err) {
-			strays = append(strays, ns)
+		if _, err := os.Stat(filepath.Join(stateDir, id)); !os.IsNotExist(err) {
+			continue
 		}
+		if pids, err := netnsPids(ns); err != nil || len(pids) > 0 {
+			continue
+		}
+		strays = append(strays, ns)
 	}
 	return strays, nil
 }
