@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/examples/lab/labnet"
+	"github.com/sosappliance/sosappliance/examples/lab/measure"
+)
+
+func TestCommandLine(t *testing.T) {
+	empty := t.TempDir()
+	for _, c := range []struct {
+		args     []string
+		code     int
+		contains string
+	}{
+		{nil, 2, "usage: lab COMMAND"},
+		{[]string{"help"}, 0, "bench-wan"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"list", "--state-dir", empty}, 0, "no labs"},
+		{[]string{"demo", "--no-such-flag"}, 2, "flag provided but not defined"},
+		{[]string{"demo", "--rate", "fast"}, 1, `rate "fast"`},
+		{[]string{"demo", "--loss", "2", "--state-dir", empty}, 1, "loss 2 is outside [0, 1]"},
+		{[]string{"demo", "--state-dir", empty, "--config", "../../sos.hcl", "--direct-port", "5201"}, 1, "--direct-port 5201 is whitelisted"},
+		{[]string{"demo", "--state-dir", empty, "--config", "../../sos.hcl", "--whitelist", "nope"}, 1, `no whitelist "nope"`},
+		{[]string{"bench-wan", "--streams", "1,x"}, 1, "--streams"},
+		{[]string{"up", "-h"}, 0, "-rtt"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(c.args, &out, &errb)
+		all := out.String() + errb.String()
+		if code != c.code || !strings.Contains(all, c.contains) {
+			t.Errorf("lab %v: exit %d, want %d with %q; output:\n%s", c.args, code, c.code, c.contains, all)
+		}
+	}
+}
+
+func TestLabFlagsMakeOptions(t *testing.T) {
+	var f labFlags
+	fs := newFlagSet()
+	f.register(fs)
+	if err := fs.Parse([]string{"--rate", "1gbit", "--rtt", "100ms", "--loss", "0.0001", "--queue", "4MB", "--seed", "7", "--no-appliance"}); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := f.options(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := labnet.WAN{Rate: 1_000_000_000, RTT: 100 * time.Millisecond, Loss: 0.0001, QueueBytes: 4_000_000, Seed: 7}
+	if opts.WAN != want || opts.Sosappliance != "" {
+		t.Errorf("options %+v, want WAN %+v and no appliance", opts, want)
+	}
+}
+
+func TestComparisonShowsRatiosAndTargets(t *testing.T) {
+	wan := labnet.WAN{Rate: 500_000_000, RTT: 200 * time.Millisecond, Loss: 0.001}
+	results := []measure.Result{
+		{Transfer: measure.Transfer{Label: "direct, 1 TCP connection"}, ReceivedBps: 95e6},
+		{Transfer: measure.Transfer{Label: "end-host parallel, iperf3 -P 64"}, ReceivedBps: 435e6},
+		{Transfer: measure.Transfer{Label: "sosappliance, 1 TCP connection, 64 stripes"}, ReceivedBps: 410e6},
+	}
+	var b bytes.Buffer
+	if missed := printComparison(&b, wan, results); missed {
+		t.Errorf("410 of 500 Mbit/s against 435 and 95 meets every target:\n%s", b.String())
+	}
+	for _, want := range []string{"95 Mbit/s", "435 Mbit/s", "410 Mbit/s", "4.6×", "82%", "0.94", "met"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("missing %q in:\n%s", want, b.String())
+		}
+	}
+	results[2].ReceivedBps = 390e6
+	b.Reset()
+	if missed := printComparison(&b, wan, results); !missed || strings.Count(b.String(), "MISSED") != 2 {
+		t.Errorf("390 Mbit/s misses the link and parallel targets, not direct:\n%s", b.String())
+	}
+}
+
+func TestBenchChartFromPoints(t *testing.T) {
+	points := []measure.Point{
+		{Mode: measure.ModeDirect, Streams: 1, Result: measure.Result{ReceivedBps: 60e6}},
+		{Mode: measure.ModeParallel, Streams: 1, Result: measure.Result{ReceivedBps: 60e6}},
+		{Mode: measure.ModeParallel, Streams: 64, Result: measure.Result{ReceivedBps: 430e6}},
+		{Mode: measure.ModeSosappliance, Streams: 1, ChunkSize: 60000, Result: measure.Result{ReceivedBps: 50e6}},
+		{Mode: measure.ModeSosappliance, Streams: 64, ChunkSize: 60000, Result: measure.Result{ReceivedBps: 420e6}},
+		{Mode: measure.ModeSosappliance, Streams: 64, ChunkSize: 10000, Result: measure.Result{ReceivedBps: 380e6}},
+	}
+	c := benchChart(points, labnet.DefaultWAN)
+	if len(c.Series) != 3 || len(c.Levels) != 2 {
+		t.Fatalf("series %d levels %d: %+v", len(c.Series), len(c.Levels), c)
+	}
+	if c.Series[1].Name != "sosappliance, chunk 60000" || len(c.Series[1].Points) != 2 {
+		t.Errorf("series %+v", c.Series[1])
+	}
+	path := filepath.Join(t.TempDir(), "bench.png")
+	if err := writeFile(path, c.WritePNG); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Error(err)
+	}
+}
+
+func newFlagSet() *flag.FlagSet { return flag.NewFlagSet("test", flag.ContinueOnError) }
