@@ -491,6 +491,12 @@ func (s *session) tick(now time.Time, lim Limits) {
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 {
 		s.rateSent.Store(f64bits(float64(sent-s.lastSent) * 8 / dt))
 		s.rateDelivered.Store(f64bits(float64(delivered-s.lastDelivered) * 8 / dt))
+		for _, st := range s.establishedStreams() {
+			bs, br := st.bytesSent.Load(), st.bytesRecv.Load()
+			st.rateSent.Store(f64bits(float64(bs-st.prevSent) * 8 / dt))
+			st.rateRecv.Store(f64bits(float64(br-st.prevRecv) * 8 / dt))
+			st.prevSent, st.prevRecv = bs, br
+		}
 	}
 	if sent != s.lastSent || delivered != s.lastDelivered {
 		s.lastProgress = now
@@ -545,6 +551,14 @@ func (s *session) tick(now time.Time, lim Limits) {
 	}
 }
 
+// establishedStreams returns the streams once they are fixed: after start.
+func (s *session) establishedStreams() []*stream {
+	if !s.established.Load() {
+		return nil
+	}
+	return s.streams
+}
+
 // StreamError is a failure of one stream; it aborts its session.
 type StreamError struct {
 	Stream int
@@ -573,6 +587,11 @@ type stream struct {
 	framesSent, framesRecv atomic.Uint64
 	pauses                 atomic.Uint64
 	lastRecv               atomic.Int64 // unix nanoseconds of the last frame read
+
+	// Throughput, computed by housekeeping (which alone touches the
+	// previous counts).
+	prevSent, prevRecv uint64
+	rateSent, rateRecv atomic.Uint64 // float64 bits, bit/s
 }
 
 func newStream(s *session, index int, conn *net.TCPConn, codec *stripe.Codec) *stream {

@@ -107,7 +107,9 @@ type SessionStats struct {
 type StreamStats struct {
 	Index                        int
 	Local, Remote                netip.AddrPort
-	BytesSent, BytesReceived     uint64 // frame bytes on the wire
+	BytesSent, BytesReceived     uint64  // frame bytes on the wire
+	ThroughputSent               float64 // bit/s of frames, last interval
+	ThroughputReceived           float64
 	FramesSent, FramesReceived   uint64
 	Pauses                       uint64 // times the reorder window paused reading
 	Retransmits                  uint32
@@ -319,16 +321,18 @@ func (s *session) stats(now time.Time) SessionStats {
 	writersDone := int(s.writersDone.Load()) == s.n
 	for i, st := range streams {
 		sst := StreamStats{
-			Index:           st.index,
-			Local:           addrPortOf(st.conn.LocalAddr()),
-			Remote:          addrPortOf(st.conn.RemoteAddr()),
-			BytesSent:       st.bytesSent.Load(),
-			BytesReceived:   st.bytesRecv.Load(),
-			FramesSent:      st.framesSent.Load(),
-			FramesReceived:  st.framesRecv.Load(),
-			Pauses:          st.pauses.Load(),
-			ReceivedEOF:     eof[i],
-			WriteHalfClosed: writersDone,
+			Index:              st.index,
+			Local:              addrPortOf(st.conn.LocalAddr()),
+			Remote:             addrPortOf(st.conn.RemoteAddr()),
+			BytesSent:          st.bytesSent.Load(),
+			BytesReceived:      st.bytesRecv.Load(),
+			ThroughputSent:     math.Float64frombits(st.rateSent.Load()),
+			ThroughputReceived: math.Float64frombits(st.rateRecv.Load()),
+			FramesSent:         st.framesSent.Load(),
+			FramesReceived:     st.framesRecv.Load(),
+			Pauses:             st.pauses.Load(),
+			ReceivedEOF:        eof[i],
+			WriteHalfClosed:    writersDone,
 		}
 		if info, ok := readTCPInfo(st.conn); ok {
 			sst.Retransmits, sst.RTT, sst.CongestionWindow = info.retransmits, info.rtt, info.cwnd
