@@ -72,7 +72,7 @@ whitelist "http" {
   clients      = ["10.10.1.0/24"]
   server       = "10.10.2.10"
   server_port  = 8080
-  streams      = 16
+  streams      = 64
   chunk_size   = 60000
   queue_length = 5
 }
