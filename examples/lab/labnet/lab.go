@@ -185,7 +185,9 @@ func Up(ctx context.Context, opts Options) (lab *Lab, err error) {
 		return nil, err
 	}
 	if _, err := Reap(opts.StateDir, opts.Progress); err != nil {
-		return nil, err
+		// A lab that cannot be removed does not stop a new one: names never
+		// collide. `lab down` reports it again.
+		fmt.Fprintf(opts.Progress, "warning: %v\n", err)
 	}
 	l := &Lab{opts: opts, cfg: cfg, sites: sites, procs: map[string]*Process{}}
 	if err := l.createDir(); err != nil {
@@ -234,7 +236,7 @@ func CheckPrerequisites(opts Options) error {
 	if os.Geteuid() != 0 {
 		missing = append(missing, "root")
 	}
-	for _, b := range []string{"ip", "ethtool", "ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl"} {
+	for _, b := range []string{"ip", "ethtool", "sysctl", "ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl"} {
 		if _, err := exec.LookPath(b); err != nil {
 			missing = append(missing, b)
 		}
