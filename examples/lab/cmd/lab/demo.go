@@ -147,13 +147,13 @@ func demoWhitelist(path string, tf transferFlags, streams int) (labnet.Whitelist
 // reports whether sosappliance missed a target.
 func printComparison(w io.Writer, wan labnet.WAN, results []measure.Result) (missed bool) {
 	direct := results[0].ReceivedBps
-	fmt.Fprintf(w, "\n%-44s %14s %10s %8s\n", "transfer", "throughput", "× direct", "of link")
+	fmt.Fprintf(w, "\n%-44s %14s %10s %8s\n", "transfer", "throughput", "x direct", "of link")
 	for _, r := range results {
 		ofLink := "-"
 		if wan.Rate > 0 {
 			ofLink = fmt.Sprintf("%.0f%%", 100*r.ReceivedBps/float64(wan.Rate))
 		}
-		fmt.Fprintf(w, "%-44s %14s %9.1f× %8s\n", r.Label, labnet.FormatRate(r.ReceivedBps), r.ReceivedBps/direct, ofLink)
+		fmt.Fprintf(w, "%-44s %14s %9.1fx %8s\n", r.Label, labnet.FormatRate(r.ReceivedBps), r.ReceivedBps/direct, ofLink)
 	}
 	if len(results) < 3 {
 		fmt.Fprintln(w, "\n(no sosappliance run: the lab was brought up without the appliance)")
@@ -169,11 +169,14 @@ func printComparison(w io.Writer, wan labnet.WAN, results []measure.Result) (mis
 		return "MISSED"
 	}
 	fmt.Fprintln(w, "targets:")
-	if wan.Rate > 0 {
-		fmt.Fprintf(w, "  sosappliance ≥ %.0f%% of the link rate       %5.0f%%  %s\n", 100*barOfLink, 100*sos/float64(wan.Rate), mark(sos >= barOfLink*float64(wan.Rate)))
+	target := func(what, value string, ok bool) {
+		fmt.Fprintf(w, "  sosappliance >= %-28s %7s  %s\n", what, value, mark(ok))
 	}
-	fmt.Fprintf(w, "  sosappliance ≥ %.1f × end-host parallel      %5.2f×  %s\n", barOfParallel, sos/parallel, mark(sos >= barOfParallel*parallel))
-	fmt.Fprintf(w, "  sosappliance ≥ %.0f × direct                  %5.1f×  %s\n", barOfDirect, sos/direct, mark(sos >= barOfDirect*direct))
+	if wan.Rate > 0 {
+		target(fmt.Sprintf("%.0f%% of the link rate", 100*barOfLink), fmt.Sprintf("%.0f%%", 100*sos/float64(wan.Rate)), sos >= barOfLink*float64(wan.Rate))
+	}
+	target(fmt.Sprintf("%.1f x end-host parallel", barOfParallel), fmt.Sprintf("%.2fx", sos/parallel), sos >= barOfParallel*parallel)
+	target(fmt.Sprintf("%.0f x direct", barOfDirect), fmt.Sprintf("%.1fx", sos/direct), sos >= barOfDirect*direct)
 	return missed
 }
 

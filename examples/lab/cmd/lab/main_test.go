@@ -70,7 +70,7 @@ func TestComparisonShowsRatiosAndTargets(t *testing.T) {
 	if missed := printComparison(&b, wan, results); missed {
 		t.Errorf("410 of 500 Mbit/s against 435 and 95 meets every target:\n%s", b.String())
 	}
-	for _, want := range []string{"95 Mbit/s", "435 Mbit/s", "410 Mbit/s", "4.6×", "82%", "0.94", "met"} {
+	for _, want := range []string{"95 Mbit/s", "435 Mbit/s", "410 Mbit/s", "4.6x", "82%", "0.94", "met"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("missing %q in:\n%s", want, b.String())
 		}
