@@ -81,10 +81,13 @@ whitelist "http" {
   queue_length = 10
 }
 
-# Agents get WAN-sized TCP buffers; client and server stay untuned. The
-# net.core buffer maxima are left out: inside a network namespace they are
-# read-only mirrors of the machine's.
+# Agents get WAN-sized TCP buffers and BBR on their stripe streams, which
+# random loss does not throttle the way it throttles loss-based congestion
+# control; client and server stay untuned. The net.core buffer maxima are
+# left out: inside a network namespace they are read-only mirrors of the
+# machine's.
 tuning "lab-agent" {
+  congestion_control = "bbr"
   sysctl = {
     "net.ipv4.tcp_rmem"        = "4096 87380 33554432"
     "net.ipv4.tcp_wmem"        = "4096 65536 33554432"
