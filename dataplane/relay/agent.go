@@ -76,15 +76,16 @@ func compile(cfg Config) (*runtimeConfig, error) {
 	}, nil
 }
 
-// bufferFor is the stream socket buffer size for a session's shape.
-func (rc *runtimeConfig) bufferFor(chunkSize, queueLength int) int {
+// buffersFor are the stream socket buffer sizes for a session's shape (see
+// Config.SocketBuffer).
+func (rc *runtimeConfig) buffersFor(chunkSize, queueLength int) (sndbuf, rcvbuf int) {
 	switch {
 	case rc.SocketBuffer > 0:
-		return rc.SocketBuffer
+		return rc.SocketBuffer, rc.SocketBuffer
 	case rc.SocketBuffer < 0:
-		return 0
+		return 0, 0
 	}
-	return max(chunkSize*queueLength, 256<<10)
+	return max(chunkSize*queueLength, 256<<10), 0
 }
 
 // Agent is one running relay. Its methods are safe for concurrent use.
@@ -238,7 +239,7 @@ func (a *Agent) reconcileListeners(ctx context.Context, rc *runtimeConfig) error
 		return fail(err)
 	}
 	if err := plan(&a.data, rc.DataListen, "data", func() (*net.TCPListener, error) {
-		return listenPlain(ctx, rc.DataListen, streamTuning{buffer: rc.SocketBuffer})
+		return listenPlain(ctx, rc.DataListen, streamTuning{sndbuf: max(rc.SocketBuffer, 0), rcvbuf: max(rc.SocketBuffer, 0)})
 	}); err != nil {
 		return fail(err)
 	}

@@ -76,7 +76,7 @@ func (a *Agent) openStreams(s *session, rc *runtimeConfig, peer netip.AddrPort) 
 	ctx, cancel := context.WithTimeout(s.ctx, rc.limits.PreAuthTimeout)
 	defer cancel()
 	tuning := rc.tuning
-	tuning.buffer = rc.bufferFor(s.chunkSize, s.queueLength)
+	tuning.sndbuf, tuning.rcvbuf = rc.buffersFor(s.chunkSize, s.queueLength)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first error

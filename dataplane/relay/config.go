@@ -44,10 +44,15 @@ type Config struct {
 
 	Limits Limits
 
-	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF of every stream socket: >0
-	// is a byte count; 0 sizes each stream from its whitelist entry (chunk
-	// size x queue length, at least 256 KiB); <0 leaves the kernel's
-	// autotuning alone.
+	// SocketBuffer sizes the stream sockets: >0 sets SO_SNDBUF and
+	// SO_RCVBUF to that many bytes; 0 sizes SO_SNDBUF from the session's
+	// whitelist entry (chunk size x queue length, at least 256 KiB: each
+	// stream queues about queue length chunks) and leaves the receive side
+	// to the kernel's autotuning (up to net.ipv4.tcp_rmem); <0 leaves both
+	// to the kernel. A fixed SO_RCVBUF stops the kernel from growing the
+	// buffer when small segments overrun the window it advertised; it then
+	// drops data and the stream waits out a retransmission backoff of
+	// seconds after a long pause of a slow end host.
 	SocketBuffer int
 	// Congestion is the TCP congestion control of stream sockets
 	// (TCP_CONGESTION), e.g. "bbr", "htcp". Empty: the system default.

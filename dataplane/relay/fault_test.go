@@ -254,19 +254,13 @@ func TestStreamResetAbortsBothEnds(t *testing.T) {
 
 	start := time.Now()
 	p.mitm.resetStream(t, 17)
-	var tookA, tookB time.Duration
 	waitFor(t, "both agents to abort", func() bool {
-		if tookA == 0 && len(p.a.Stats().RecentAborts) > 0 {
-			tookA = time.Since(start)
-		}
-		if tookB == 0 && len(p.b.Stats().RecentAborts) > 0 {
-			tookB = time.Since(start)
-		}
-		return tookA > 0 && tookB > 0
+		return len(p.a.Stats().RecentAborts) > 0 && len(p.b.Stats().RecentAborts) > 0
 	})
 	<-clientDone
 	<-srvDone
-	t.Logf("abort seen %v after the reset at the client side, %v at the server side", tookA, tookB)
+	t.Logf("aborted %v after the reset at the client side, %v at the server side",
+		p.a.Stats().RecentAborts[0].At.Sub(start), p.b.Stats().RecentAborts[0].At.Sub(start))
 	for _, ag := range []*Agent{p.a, p.b} {
 		r := ag.Stats().RecentAborts[0]
 		if !strings.Contains(r.Error, "stream 17:") {

@@ -124,11 +124,9 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
-	if err := tuneConn(c, streamTuning{
-		buffer:     rc.bufferFor(int(hello.ChunkSize), int(hello.QueueLength)),
-		congestion: rc.tuning.congestion,
-		keepalive:  rc.tuning.keepalive,
-	}); err != nil {
+	opts := rc.tuning
+	opts.sndbuf, opts.rcvbuf = rc.buffersFor(int(hello.ChunkSize), int(hello.QueueLength))
+	if err := tuneConn(c, opts); err != nil {
 		fail("tuning stream socket", err)
 		return
 	}

@@ -32,8 +32,14 @@ func (s side) String() string {
 
 const (
 	// abortGrace is how long a stream may take to get its ABORT frame out
-	// before it is reset anyway.
+	// before it is reset anyway. Holding the resets back that long also
+	// lets the peer find the failed stream itself (or read the ABORT)
+	// before our resets hit its other streams, so both ends name the
+	// stream that failed.
 	abortGrace = 200 * time.Millisecond
+	// pausedProbe is how often a paused reader, which reads nothing,
+	// checks that its connection was not reset meanwhile.
+	pausedProbe = 50 * time.Millisecond
 	// Batching: a stream writer takes what is queued up to these bounds
 	// and writes it with one writev; delivery to the end host likewise.
 	maxWriteFrames   = 8
@@ -98,6 +104,7 @@ type session struct {
 	abortOnce   sync.Once
 	abortKind   string
 	abortErr    error
+	abortedAt   time.Time
 
 	writersDone atomic.Int32
 	sendFin     atomic.Bool // end host finished sending: FIN queued
@@ -204,7 +211,7 @@ func (s *session) abort(kind string, err error) bool {
 		did = true
 		s.mu.Lock()
 		s.aborted = true
-		s.abortKind, s.abortErr = kind, err
+		s.abortKind, s.abortErr, s.abortedAt = kind, err, time.Now()
 		host := s.host
 		streams := append([]*stream(nil), s.streams...)
 		s.mu.Unlock()
@@ -236,12 +243,15 @@ func (s *session) isAborted() bool {
 func (s *session) finish() {
 	s.finishOnce.Do(func() {
 		if s.isAborted() {
+			reset(s.host)
+			if wait := abortGrace - time.Since(s.abortedAt); wait > 0 {
+				time.Sleep(wait)
+			}
 			for _, st := range s.streams {
 				if st != nil {
 					reset(st.conn)
 				}
 			}
-			reset(s.host)
 		} else {
 			for _, st := range s.streams {
 				_ = st.conn.Close()
@@ -710,7 +720,9 @@ func (st *stream) sendAbort() {
 		return
 	}
 	_ = st.conn.SetWriteDeadline(time.Now().Add(abortGrace))
-	_, _ = st.conn.Write(frame)
+	if _, err := st.conn.Write(frame); err == nil {
+		_ = st.conn.CloseWrite()
+	}
 }
 
 // readLoop reads frames while the reorder window lets this stream be read,
@@ -723,16 +735,39 @@ func (st *stream) readLoop() {
 			s.abort(kind, &StreamError{Stream: st.index, Op: op, Err: err})
 		}
 	}
+	var probe *time.Timer
+	defer func() {
+		if probe != nil {
+			probe.Stop()
+		}
+	}()
 	for {
 		s.mu.Lock()
 		for !s.reasm.CanRead(st.index) {
 			st.paused = true
 			st.pauses.Add(1)
 			s.mu.Unlock()
-			select {
-			case <-st.wake:
-			case <-s.abortCh:
-				return
+			if probe == nil {
+				probe = time.NewTimer(pausedProbe)
+			} else {
+				probe.Reset(pausedProbe)
+			}
+		wait:
+			for {
+				select {
+				case <-st.wake:
+					break wait
+				case <-s.abortCh:
+					return
+				case <-probe.C:
+					// A paused stream reads nothing, so a reset would go
+					// unnoticed until the window moves; ask for its error.
+					if err := socketError(st.conn); err != nil {
+						fail(AbortStream, "read", err)
+						return
+					}
+					probe.Reset(pausedProbe)
+				}
 			}
 			s.mu.Lock()
 		}

@@ -15,8 +15,8 @@ import (
 
 // streamTuning is applied to every stream socket.
 type streamTuning struct {
-	buffer     int // bytes; <= 0 leaves the kernel's autotuning
-	congestion string
+	sndbuf, rcvbuf int // bytes; <= 0 leaves the kernel's autotuning
+	congestion     string
 	// keepalive is the idle time before TCP keepalive probes, so a dead
 	// peer is noticed on an idle session. Zero: no keepalive.
 	keepalive time.Duration
@@ -32,17 +32,22 @@ func (t streamTuning) control(_, _ string, rc syscall.RawConn) error {
 }
 
 func (t streamTuning) apply(fd int) error {
-	if t.buffer > 0 {
-		// SO_*BUFFORCE lifts the net.core.[rw]mem_max cap when we hold
-		// CAP_NET_ADMIN; without it fall back to the capped option.
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, t.buffer); err != nil {
-			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, t.buffer); err != nil {
-				return fmt.Errorf("SO_SNDBUF %d: %w", t.buffer, err)
-			}
+	// SO_*BUFFORCE lifts the net.core.[rw]mem_max cap when we hold
+	// CAP_NET_ADMIN; without it fall back to the capped option.
+	for _, b := range []struct {
+		size          int
+		force, capped int
+		name          string
+	}{
+		{t.sndbuf, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, "SO_SNDBUF"},
+		{t.rcvbuf, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, "SO_RCVBUF"},
+	} {
+		if b.size <= 0 {
+			continue
 		}
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, t.buffer); err != nil {
-			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, t.buffer); err != nil {
-				return fmt.Errorf("SO_RCVBUF %d: %w", t.buffer, err)
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, b.force, b.size); err != nil {
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, b.capped, b.size); err != nil {
+				return fmt.Errorf("%s %d: %w", b.name, b.size, err)
 			}
 		}
 	}
@@ -141,7 +146,7 @@ func listenPlain(ctx context.Context, addr netip.AddrPort, t streamTuning) (*net
 	// Buffers set on the listener are inherited by accepted streams and
 	// are in place before the SYN-ACK, so the window scale fits them.
 	lc := net.ListenConfig{Control: func(nw, a string, rc syscall.RawConn) error {
-		return streamTuning{buffer: t.buffer}.control(nw, a, rc)
+		return streamTuning{sndbuf: t.sndbuf, rcvbuf: t.rcvbuf}.control(nw, a, rc)
 	}}
 	ln, err := lc.Listen(ctx, network(addr.Addr()), addr.String())
 	if err != nil {
@@ -182,6 +187,30 @@ func reset(c *net.TCPConn) {
 	}
 	_ = c.SetLinger(0)
 	_ = c.Close()
+}
+
+// socketError returns a pending error of the connection (SO_ERROR), such
+// as ECONNRESET after a reset, without reading from it. It consumes the
+// error; callers abort on it. An orderly close leaves no error.
+func socketError(c *net.TCPConn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var soerr int
+	var gerr error
+	if err := rc.Control(func(fd uintptr) {
+		soerr, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+	}); err != nil {
+		return err
+	}
+	if gerr != nil {
+		return gerr
+	}
+	if soerr != 0 {
+		return syscall.Errno(soerr)
+	}
+	return nil
 }
 
 // tcpInfo is what stats read from TCP_INFO.

@@ -146,7 +146,7 @@ type AbortRecord struct {
 	Reason              string // Abort* constant
 	Error               string
 	BytesUp, BytesDown  uint64
-	At                  time.Time
+	At                  time.Time // when the session aborted (and reset its end host)
 }
 
 type counters struct {
@@ -216,7 +216,7 @@ func (a *Agent) sessionEnded(s *session) {
 	a.recent.add(AbortRecord{
 		ID: s.id.String(), Whitelist: s.whitelist, Side: s.side.String(),
 		Client: s.client, Server: s.server, Reason: s.abortKind, Error: msg,
-		BytesUp: up, BytesDown: down, At: time.Now(),
+		BytesUp: up, BytesDown: down, At: s.abortedAt,
 	})
 	level := slog.LevelWarn
 	if s.abortKind == AbortShutdown {

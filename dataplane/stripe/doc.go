@@ -117,6 +117,7 @@
 // before the FIN, checks the byte count, then half-closes toward its end
 // host. If every stream of a direction ends before the FIN is delivered the
 // transfer was truncated and the session aborts. ABORT is sent on the
-// surviving streams when a session fails; both agents then reset (RST) their
-// end-host connections so a truncated transfer never looks complete.
+// surviving streams when a session fails, each of them then half-closed and
+// reset a moment later; both agents reset (RST) their end-host connections
+// at once, so a truncated transfer never looks complete.
 package stripe
