@@ -362,6 +362,30 @@ func TestAttacksAbortWithoutDelivering(t *testing.T) {
 			}
 		},
 	}, {
+		// Both frames are genuine but leave the stream out of order; if the
+		// later one lands beyond the window the stream pauses with the
+		// earlier one behind it, which must abort at once, not stall.
+		name:  "swapped frames",
+		modes: []string{EncryptionAESGCM, EncryptionNone},
+		hook: func(fc *frameCounter) func(*mitmStream, stripe.Direction, []byte) [][]byte {
+			var held []byte
+			return func(ms *mitmStream, dir stripe.Direction, frame []byte) [][]byte {
+				if dir != stripe.Up || ms.index != 5 {
+					return [][]byte{frame}
+				}
+				switch n := fc.next(ms, dir, frame); {
+				case n == 20:
+					held = append([]byte(nil), frame...)
+					return nil
+				case n > 20 && held != nil:
+					out := [][]byte{frame, held}
+					held = nil
+					return out
+				}
+				return [][]byte{frame}
+			}
+		},
+	}, {
 		name:  "injected frame",
 		modes: []string{EncryptionAESGCM},
 		hook: func(fc *frameCounter) func(*mitmStream, stripe.Direction, []byte) [][]byte {

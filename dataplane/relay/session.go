@@ -431,7 +431,9 @@ func (s *session) writeHost() {
 		}
 		s.mu.Lock()
 		err = s.reasm.Advance(len(batch), s.wakeStream)
-		s.updateGapLocked()
+		if err == nil {
+			err = s.updateGapLocked()
+		}
 		s.mu.Unlock()
 		if err != nil {
 			s.abort(AbortProtocol, err)
@@ -464,19 +466,29 @@ func (s *session) wakeStream(i int) {
 }
 
 // updateGapLocked tracks since when delivery has waited for a missing frame
-// while later frames are held: the stall clock.
-func (s *session) updateGapLocked() {
+// while later frames are held: the stall clock. It also checks that the
+// missing frame can still arrive: frames increase along each stream, so it
+// must be on a stream that has not read past it and has not ended. If no
+// such stream is left, the peer broke the stream order (or the transfer was
+// cut short) and waiting would only end in a stall.
+func (s *session) updateGapLocked() error {
 	depth := s.reasm.Depth()
 	if depth > s.depthMax {
 		s.depthMax = depth
 	}
-	if _, _, ready := s.reasm.Ready(0); !ready && depth > 0 {
-		if s.gapSince.IsZero() {
-			s.gapSince = time.Now()
-		}
-		return
+	if _, _, ready := s.reasm.Ready(0); ready || depth == 0 {
+		s.gapSince = time.Time{}
+		return nil
 	}
-	s.gapSince = time.Time{}
+	if s.gapSince.IsZero() {
+		s.gapSince = time.Now()
+	}
+	for i, st := range s.streams {
+		if !st.eof && s.reasm.MayHoldNext(i) {
+			return nil
+		}
+	}
+	return fmt.Errorf("frame %d can arrive on no stream: every stream has ended or read past it", s.reasm.Next())
 }
 
 // streamEOF records a stream's clean end in the receive direction. Once
@@ -484,13 +496,19 @@ func (s *session) updateGapLocked() {
 // otherwise the transfer was cut short.
 func (s *session) streamEOF(st *stream) {
 	s.mu.Lock()
+	st.eof = true
 	s.eofStreams++
 	all := s.eofStreams == s.n
 	received := s.reasm.Received()
+	gapErr := s.updateGapLocked()
 	s.mu.Unlock()
-	if all && !received {
+	switch {
+	case all && !received:
 		s.abort(AbortStream, &StreamError{Stream: st.index, Op: "read",
 			Err: errors.New("every stream closed before the peer's FIN: transfer truncated")})
+	case gapErr != nil:
+		s.abort(AbortStream, &StreamError{Stream: st.index, Op: "read",
+			Err: fmt.Errorf("closed early: %w", gapErr)})
 	}
 }
 
@@ -775,9 +793,6 @@ func (st *stream) readLoop() {
 
 		if _, err := io.ReadFull(st.br, st.hdr[:]); err != nil {
 			if errors.Is(err, io.EOF) {
-				s.mu.Lock()
-				st.eof = true
-				s.mu.Unlock()
 				s.streamEOF(st)
 				return
 			}
@@ -836,19 +851,22 @@ func (st *stream) readLoop() {
 
 		s.mu.Lock()
 		err = s.reasm.Insert(st.index, h.Seq, h.Type == stripe.FrameFin, c)
-		if err == nil {
-			if s.hostWaiting && h.Seq == s.reasm.Next() {
-				s.hostWaiting = false
-				select {
-				case s.hostWake <- struct{}{}:
-				default:
-				}
-			}
-			s.updateGapLocked()
+		if err != nil {
+			s.mu.Unlock()
+			s.recvPool.put(c)
+			fail(AbortProtocol, "read", err)
+			return
 		}
+		if s.hostWaiting && h.Seq == s.reasm.Next() {
+			s.hostWaiting = false
+			select {
+			case s.hostWake <- struct{}{}:
+			default:
+			}
+		}
+		err = s.updateGapLocked()
 		s.mu.Unlock()
 		if err != nil {
-			s.recvPool.put(c)
 			fail(AbortProtocol, "read", err)
 			return
 		}

@@ -108,7 +108,8 @@
 // paused and the window cannot deadlock. At most window + streams frames are
 // ever held. A DATA frame is never dropped: anything that breaks the rules
 // (replay, duplicate, stale or post-FIN sequence, a stream index mismatch, a
-// frame that fails to open) aborts the session.
+// frame that fails to open, a missing frame that no stream can still carry
+// because every stream ended or read past it) aborts the session.
 //
 // # Half-close and abort
 //
