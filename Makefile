@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin/sosappliance
 
-.PHONY: all build test unit lint fuzz bench deps demo bench-wan packages clean
+.PHONY: all build test unit lint fuzz bench deps lab-bin demo bench-wan packages clean
 
 all: build
 
@@ -16,8 +16,11 @@ build:
 # The test command of the README and of CI: lint, then every test. Tests that
 # need root, Open vSwitch, namespaces or iperf3 run for real here; under
 # CI=true a missing dependency fails them instead of skipping.
+# The lab's end-to-end test runs alone, after the rest, so parallel packages
+# do not skew its transfers.
 test: lint
-	$(GO) test -count=1 -timeout 18m ./...
+	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/examples/lab$$')
+	$(GO) test -count=1 -timeout 10m ./examples/lab/
 
 # Unit tests only: no root, no network namespaces.
 unit:
@@ -33,6 +36,22 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+LAB_FLAGS ?=
+
+# The lab's programs, next to bin/sosappliance where `lab` looks for them.
+lab-bin: build
+	$(GO) build -trimpath -o bin/ ./examples/lab/cmd/lab ./examples/lab/cmd/wanem
+
+# The README's first command. Change the WAN or the run length, e.g.
+#   make demo LAB_FLAGS="--rate 1gbit --rtt 100ms --loss 0.0001 --duration 30s"
+demo: deps lab-bin
+	bin/lab demo $(LAB_FLAGS)
+
+# Streams 1..64 x chunks 10000/60000/65000 against direct and iperf3 -P N;
+# writes out/bench-wan.csv and out/bench-wan.png and prints the table.
+bench-wan: deps lab-bin
+	bin/lab bench-wan $(LAB_FLAGS)
+
 # Debian packages the lab and the tests use.
 deps:
 	sh examples/lab/install-deps.sh
@@ -43,4 +62,4 @@ packages:
 	$(GO) run ./packaging/cmd/mkpkg -out dist
 
 clean:
-	rm -rf bin dist
+	rm -rf bin dist out
