@@ -398,11 +398,22 @@ func (d *Daemon) stopRelay(name string, r *relay.Agent, grace time.Duration) {
 	d.log.Info("relay stopped", "agent", name)
 }
 
+// healthTimeout bounds one agent probe. Probes to the far site cross the
+// WAN, where a full drop-tail queue or a lost SYN (retried after 1 s, then
+// 3 s) can delay an answer well past a short check interval; withdrawing
+// steering over that would break every accelerated connection in flight.
+const healthTimeout = 5 * time.Second
+
+// healthFall is how many failed probes in a row mark an agent down.
+const healthFall = 3
+
 func controllerConfig(ctl *desired.Controller, drift time.Duration) sdn.Config {
 	return sdn.Config{
 		Listen:            ctl.Listen,
 		Keepalive:         ctl.Keepalive,
 		HealthInterval:    ctl.HealthInterval,
+		HealthTimeout:     max(ctl.HealthInterval, healthTimeout),
+		HealthFall:        healthFall,
 		ResyncInterval:    drift,
 		RemoveFlowsOnStop: ctl.RemoveFlowsOnStop,
 		Switches:          ctl.Switches,

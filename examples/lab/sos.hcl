@@ -13,6 +13,9 @@ controller {
   node      = "lab-ctl"
   listen    = "127.0.0.1:6653"
   keepalive = "1s"
+  # Probes to agent-b cross the emulated WAN and its full queue during a
+  # transfer; be patient before withdrawing steering.
+  health_interval = "3s"
 }
 
 security {
