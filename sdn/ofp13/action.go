@@ -128,22 +128,37 @@ func (a *ActionRaw) appendTo(b []byte) ([]byte, error) {
 }
 
 func appendActions(b []byte, actions []Action) ([]byte, error) {
+	return appendList(b, actions, "action")
+}
+
+// decodeActions decodes an action list that fills d.
+func decodeActions(d *decoder) []Action {
+	return decodeList(d, "action", decodeAction)
+}
+
+// appendList appends the encodings of items (actions or instructions),
+// leaving b as it was on error.
+func appendList[T interface {
+	appendTo([]byte) ([]byte, error)
+}](b []byte, items []T, what string) ([]byte, error) {
 	start := len(b)
-	for _, a := range actions {
-		if a == nil {
-			return b[:start], encodeErrorf("nil action")
+	for _, it := range items {
+		if any(it) == nil {
+			return b[:start], encodeErrorf("nil %s", what)
 		}
 		var err error
-		if b, err = a.appendTo(b); err != nil {
+		if b, err = it.appendTo(b); err != nil {
 			return b[:start], err
 		}
 	}
 	return b, nil
 }
 
-// decodeActions decodes an action list that fills d.
-func decodeActions(d *decoder) []Action {
-	var actions []Action
+// decodeList decodes a list of type-length-value items (actions or
+// instructions: 16-bit type, 16-bit length that counts the header and is a
+// multiple of 8) that fills d.
+func decodeList[T any](d *decoder, what string, decodeOne func(uint16, *decoder) T) []T {
+	var out []T
 	for d.remaining() > 0 && d.err == nil {
 		typ := d.u16()
 		n := int(d.u16())
@@ -152,14 +167,14 @@ func decodeActions(d *decoder) []Action {
 		}
 		if n < 8 || n%8 != 0 {
 			d.off -= 2
-			d.fail(ErrBadLength, "action type %d with length %d", typ, n)
+			d.fail(ErrBadLength, "%s type %d with length %d", what, typ, n)
 			break
 		}
-		body := d.sub(n-4, fmt.Sprintf("action %d", typ))
-		actions = append(actions, decodeAction(typ, body))
+		body := d.sub(n-4, fmt.Sprintf("%s %d", what, typ))
+		out = append(out, decodeOne(typ, body))
 		d.adopt(body)
 	}
-	return actions
+	return out
 }
 
 func decodeAction(typ uint16, d *decoder) Action {

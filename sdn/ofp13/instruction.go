@@ -1,7 +1,5 @@
 package ofp13
 
-import "fmt"
-
 // Instruction types this package models.
 const (
 	InstructionTypeGotoTable    uint16 = 1
@@ -91,38 +89,12 @@ func appendActionsInstruction(b []byte, typ uint16, actions []Action) ([]byte, e
 }
 
 func appendInstructions(b []byte, instructions []Instruction) ([]byte, error) {
-	start := len(b)
-	for _, in := range instructions {
-		if in == nil {
-			return b[:start], encodeErrorf("nil instruction")
-		}
-		var err error
-		if b, err = in.appendTo(b); err != nil {
-			return b[:start], err
-		}
-	}
-	return b, nil
+	return appendList(b, instructions, "instruction")
 }
 
 // decodeInstructions decodes an instruction list that fills d.
 func decodeInstructions(d *decoder) []Instruction {
-	var out []Instruction
-	for d.remaining() > 0 && d.err == nil {
-		typ := d.u16()
-		n := int(d.u16())
-		if d.err != nil {
-			break
-		}
-		if n < 8 || n%8 != 0 {
-			d.off -= 2
-			d.fail(ErrBadLength, "instruction type %d with length %d", typ, n)
-			break
-		}
-		body := d.sub(n-4, fmt.Sprintf("instruction %d", typ))
-		out = append(out, decodeInstruction(typ, body))
-		d.adopt(body)
-	}
-	return out
+	return decodeList(d, "instruction", decodeInstruction)
 }
 
 func decodeInstruction(typ uint16, d *decoder) Instruction {
