@@ -25,3 +25,17 @@ func RunInNetns(ns netns.NsHandle, fn func() error) error {
 	}()
 	return <-errc
 }
+
+// RunInNamedNetns runs fn as RunInNetns does, in the namespace that
+// `ip netns add NAME` created; sockets fn opens live there for good.
+func RunInNamedNetns(name string, fn func() error) error {
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		return fmt.Errorf("namespace %s: %w", name, err)
+	}
+	defer ns.Close()
+	if err := RunInNetns(ns, fn); err != nil {
+		return fmt.Errorf("namespace %s: %w", name, err)
+	}
+	return nil
+}

@@ -17,13 +17,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sosappliance/sosappliance/tuning"
 )
 
 // Binaries are the programs an Instance needs.
@@ -242,39 +243,7 @@ func (i *Instance) InNamespace(fn func() error) error {
 	return inNamespace(i.Namespace, fn)
 }
 
-func inNamespace(name string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(filepath.Join("/var/run/netns", name))
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter namespace %s: %w", name, err)
-			return
-		}
-		ferr := fn()
-		// A thread that cannot return to its namespace stays locked, so the
-		// runtime discards it instead of reusing it elsewhere.
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- ferr
-	}()
-	return <-errc
-}
+func inNamespace(name string, fn func() error) error { return tuning.RunInNamedNetns(name, fn) }
 
 // FreePort returns a TCP port on 127.0.0.1 inside the namespace of
 // ovs-vswitchd that was free a moment ago, for a bridge to listen on.

@@ -8,13 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/sosappliance/sosappliance/tuning"
 )
 
 // run runs a command and returns its stdout; a failure carries stderr.
@@ -107,39 +106,7 @@ func deleteNetns(ns string) error {
 
 // inNetns runs fn on an OS thread switched into the named namespace; the
 // sockets fn opens live there for good.
-func inNetns(ns string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(filepath.Join("/var/run/netns", ns))
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("namespace %s: %w", ns, err)
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter namespace %s: %w", ns, err)
-			return
-		}
-		ferr := fn()
-		// A thread that cannot go back stays locked, so the runtime retires
-		// it rather than run other goroutines in the wrong namespace.
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- ferr
-	}()
-	return <-errc
-}
+func inNetns(ns string, fn func() error) error { return tuning.RunInNamedNetns(ns, fn) }
 
 // poll calls ready every 50 ms until it reports true, gives up (an error
 // wrapping errGaveUp), or limit runs out; it returns at once when ctx ends.
