@@ -26,16 +26,41 @@ func RunInNetns(ns netns.NsHandle, fn func() error) error {
 	return <-errc
 }
 
-// RunInNamedNetns runs fn as RunInNetns does, in the namespace that
-// `ip netns add NAME` created; sockets fn opens live there for good.
+// RunInNamedNetns runs fn on an OS thread switched into the namespace that
+// `ip netns add NAME` created; sockets fn opens live there for good. Unlike
+// RunInNetns the thread goes back to its own namespace and to the scheduler
+// afterwards, because callers start processes from it with Pdeathsig, which
+// fires when the starting thread exits. A thread that cannot go back stays
+// locked, so the runtime retires it rather than run other goroutines in the
+// wrong namespace.
 func RunInNamedNetns(name string, fn func() error) error {
-	ns, err := netns.GetFromName(name)
-	if err != nil {
-		return fmt.Errorf("namespace %s: %w", name, err)
-	}
-	defer ns.Close()
-	if err := RunInNetns(ns, fn); err != nil {
-		return fmt.Errorf("namespace %s: %w", name, err)
-	}
-	return nil
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		target, err := netns.GetFromName(name)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("namespace %s: %w", name, err)
+			return
+		}
+		defer target.Close()
+		if err := netns.Set(target); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter namespace %s: %w", name, err)
+			return
+		}
+		ferr := fn()
+		if err := netns.Set(orig); err == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- ferr
+	}()
+	return <-errc
 }
