@@ -5,10 +5,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 func TestInterfaceMTUAndTxQueueLenOnVethInNetns(t *testing.T) {
-	if !inFreshNetns(t, "ip") {
+	if !testsupport.InFreshNetns(t, "ip") {
 		return
 	}
 	ctx := context.Background()
@@ -70,7 +72,7 @@ func TestInterfaceMTUAndTxQueueLenOnVethInNetns(t *testing.T) {
 }
 
 func TestPerNamespaceSysctlsInNetns(t *testing.T) {
-	if !inFreshNetns(t, "sysctl") {
+	if !testsupport.InFreshNetns(t, "sysctl") {
 		return
 	}
 	ctx := context.Background()
@@ -87,9 +89,7 @@ func TestPerNamespaceSysctlsInNetns(t *testing.T) {
 			other = cc
 		}
 	}
-	if other == "" {
-		skipOrFail(t, "only one congestion control available (%v)", available)
-	}
+	testsupport.Require(t, other != "", "only one congestion control available (%v)", available)
 	items := []Item{
 		{Kind: KindSysctl, Key: "net.ipv4.tcp_rmem", Value: "4096  87380\t67108864"},
 		{Kind: KindSysctl, Key: keyCongestionControl, Value: other},

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 func testSteeringSpec() SteeringSpec {
@@ -53,7 +55,7 @@ func observeOne(t *testing.T, ex Executor, it Item) Observation {
 }
 
 func TestSteeringAppliesOwnedObjectsOnlyInNetns(t *testing.T) {
-	if !inFreshNetns(t, "nft", "ip") {
+	if !testsupport.InFreshNetns(t, "nft", "ip") {
 		return
 	}
 	ctx := context.Background()
@@ -156,7 +158,7 @@ func TestSteeringAppliesOwnedObjectsOnlyInNetns(t *testing.T) {
 // the agent's transparent listener accepts it with that server address as
 // its local address.
 func TestSteeringDivertsToTransparentListenerInNetns(t *testing.T) {
-	if !inFreshNetns(t, "nft", "ip", "curl") {
+	if !testsupport.InFreshNetns(t, "nft", "ip", "curl") {
 		return
 	}
 	client := fmt.Sprintf("sosc%d", os.Getpid())
@@ -227,7 +229,7 @@ func TestSteeringDivertsToTransparentListenerInNetns(t *testing.T) {
 // The pattern other packages use in their namespace tests: a named
 // namespace, the executors run through RunInNetns, the host untouched.
 func TestRunInNetnsConfinesSteeringToTheNamespace(t *testing.T) {
-	requireRootAndTools(t, "ip", "nft")
+	testsupport.RequireRoot(t, "ip", "nft")
 	name := fmt.Sprintf("sostun%d", os.Getpid())
 	run(t, "ip", "netns", "add", name)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
