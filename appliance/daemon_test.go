@@ -12,15 +12,14 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sosappliance/sosappliance/appliance/store"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // daemonConfig is a config in which host1 only has sysctl tuning, so the
@@ -46,7 +45,7 @@ type testDaemon struct {
 	cfgPath string
 	socket  string
 	state   string
-	logs    *lockedWriter
+	logs    *testsupport.LockedBuffer
 	cancel  context.CancelFunc
 	done    chan error
 }
@@ -56,7 +55,7 @@ type testDaemon struct {
 func startDaemon(t *testing.T, root, dir, cfgPath string, drift time.Duration) *testDaemon {
 	t.Helper()
 	td := &testDaemon{t: t, root: root, dir: dir, cfgPath: cfgPath,
-		socket: filepath.Join(dir, "control.sock"), state: filepath.Join(dir, "state.db"), logs: &lockedWriter{}}
+		socket: filepath.Join(dir, "control.sock"), state: filepath.Join(dir, "state.db"), logs: &testsupport.LockedBuffer{}}
 	off := ""
 	d, err := NewDaemon(Options{
 		ConfigPath: cfgPath, Node: "host1", StatePath: td.state, ControlSocket: td.socket,
@@ -97,15 +96,7 @@ func (td *testDaemon) sysctl(name string) string {
 // test, and the time taken is logged (the bar is 2 s).
 func (td *testDaemon) waitFor(what string, cond func() bool) {
 	td.t.Helper()
-	start := time.Now()
-	for time.Since(start) < 15*time.Second {
-		if cond() {
-			td.t.Logf("%s after %v", what, time.Since(start).Round(time.Millisecond))
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	td.t.Fatalf("%s: not seen within 15 s", what)
+	testsupport.Eventually(td.t, 15*time.Second, what, cond)
 }
 
 func (td *testDaemon) status() *Status {
@@ -231,36 +222,34 @@ func TestDaemonCorrectsDrift(t *testing.T) {
 	}
 }
 
-// daemonChildEnv makes the test binary run a daemon instead of tests.
-const daemonChildEnv = "SOSAPPLIANCE_TEST_DAEMON"
+// daemonChildRole is the child that runs a daemon over a temp host tree.
+const daemonChildRole = "daemon"
 
 type daemonChild struct {
 	Root, Dir, Config string
 }
 
-func TestMain(m *testing.M) {
-	if spec := os.Getenv(daemonChildEnv); spec != "" {
-		var c daemonChild
-		if err := json.Unmarshal([]byte(spec), &c); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(3)
-		}
-		off := ""
-		d, err := NewDaemon(Options{
-			ConfigPath: c.Config, Node: "host1", StatePath: filepath.Join(c.Dir, "state.db"),
-			ControlSocket: filepath.Join(c.Dir, "control.sock"), MetricsListen: &off,
-			Root: c.Root, Executors: tempHostExecutors(c.Root), DriftInterval: time.Hour,
-		})
-		if err == nil {
-			err = d.Run(context.Background())
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+// runDaemonChild runs the daemon the JSON daemonChild in args[0] describes.
+func runDaemonChild(args []string) int {
+	var c daemonChild
+	if err := json.Unmarshal([]byte(args[0]), &c); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
 	}
-	os.Exit(m.Run())
+	off := ""
+	d, err := NewDaemon(Options{
+		ConfigPath: c.Config, Node: "host1", StatePath: filepath.Join(c.Dir, "state.db"),
+		ControlSocket: filepath.Join(c.Dir, "control.sock"), MetricsListen: &off,
+		Root: c.Root, Executors: tempHostExecutors(c.Root), DriftInterval: time.Hour,
+	})
+	if err == nil {
+		err = d.Run(context.Background())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }
 
 // TestDaemonKill9Restart kills the daemon with SIGKILL and restarts it: the
@@ -272,32 +261,18 @@ func TestDaemonKill9Restart(t *testing.T) {
 	writeFile(t, cfgPath, daemonConfig("100000"))
 	spec, _ := json.Marshal(daemonChild{Root: root, Dir: dir, Config: cfgPath})
 	td := &testDaemon{t: t, root: root, socket: filepath.Join(dir, "control.sock")}
-	start := func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), daemonChildEnv+"="+string(spec))
-		var logs bytes.Buffer
-		cmd.Stderr = &logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
-			if t.Failed() {
-				t.Logf("child log:\n%s", logs.String())
-			}
-		})
-		return cmd
+	start := func() *testsupport.Daemon {
+		return testsupport.StartDaemon(t, testsupport.Command(t, daemonChildRole, string(spec)))
 	}
 	child := start()
 	td.waitFor("first daemon ready", func() bool {
 		st, err := FetchStatus(context.Background(), td.socket)
 		return err == nil && st.Serial == 1
 	})
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := child.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	child.Wait()
+	<-child.Done()
 
 	start()
 	td.waitFor("restarted daemon ready", func() bool {
@@ -313,23 +288,9 @@ func TestDaemonKill9Restart(t *testing.T) {
 	}
 }
 
-// lockedWriter collects log output written by the daemon's goroutines.
-type lockedWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
+// lockedWriter keeps its name for TestDaemonMetrics, which changes with
+// metrics.go and is converted after it.
+type lockedWriter = testsupport.LockedBuffer
 
 func TestDaemonMetrics(t *testing.T) {
 	root, dir := tempHost(t), t.TempDir()

@@ -1,13 +1,11 @@
 package appliance
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sosappliance/sosappliance/appliance/store"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
@@ -63,18 +62,26 @@ func (p *pausing) Apply(ctx context.Context, it tuning.Item) error {
 	}
 }
 
-// runCrashChild applies crashItems and never returns: it is killed at the
-// pause point.
-func runCrashChild(spec crashChild) {
+// crashChildRole is the child that applies crashItems until it is killed.
+const crashChildRole = "apply-until-killed"
+
+// runCrashChild applies crashItems as the JSON crashChild in args[0] says,
+// and never returns: it is killed at the pause point.
+func runCrashChild(args []string) int {
+	var spec crashChild
+	if err := json.Unmarshal([]byte(args[0]), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
 	st, err := store.Open(spec.DB, store.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+		return 2
 	}
 	exs := map[string]tuning.Executor{tuning.KindSysctl: &pausing{Sysctl: tuning.NewSysctl(spec.Root), spec: spec}}
 	_, _, err = Converge(context.Background(), st, exs, crashItems, "node-a", "h")
 	fmt.Fprintf(os.Stderr, "apply finished instead of pausing: %v\n", err)
-	os.Exit(3)
+	return 3
 }
 
 // TestKillDuringApplyThenRerunConverges kills an apply with SIGKILL halfway
@@ -83,13 +90,6 @@ func runCrashChild(spec crashChild) {
 // lost, that a plan saved before is now stale, and that a re-run converges
 // and a rollback gives back the original host.
 func TestKillDuringApplyThenRerunConverges(t *testing.T) {
-	if spec, ok := strings.CutPrefix(os.Getenv(reconcileChildEnv), "crash:"); ok {
-		var c crashChild
-		if err := json.Unmarshal([]byte(spec), &c); err != nil {
-			t.Fatal(err)
-		}
-		runCrashChild(c)
-	}
 	for _, afterWrite := range []bool{false, true} {
 		t.Run(fmt.Sprintf("afterWrite=%v", afterWrite), func(t *testing.T) {
 			killDuringApply(t, afterWrite)
@@ -114,32 +114,23 @@ func killDuringApply(t *testing.T, afterWrite bool) {
 	st.Close()
 
 	specJSON, _ := json.Marshal(spec)
-	child := exec.Command(os.Args[0], "-test.run=^TestKillDuringApplyThenRerunConverges$", "-test.count=1")
-	child.Env = append(os.Environ(), reconcileChildEnv+"=crash:"+string(specJSON))
-	var out bytes.Buffer
-	child.Stdout, child.Stderr = &out, &out
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- child.Wait() }()
-	t.Cleanup(func() { child.Process.Kill() })
+	child := testsupport.StartDaemon(t, testsupport.Command(t, crashChildRole, string(specJSON)))
 	deadline := time.After(60 * time.Second)
 	for paused := false; !paused; {
 		select {
-		case err := <-exited:
-			t.Fatalf("child exited before pausing: %v\n%s", err, out.String())
+		case <-child.Done():
+			t.Fatalf("child exited before pausing: %v\n%s", child.Err(), child.Output)
 		case <-deadline:
-			t.Fatalf("child did not reach the pause point\n%s", out.String())
+			t.Fatalf("child did not reach the pause point\n%s", child.Output)
 		case <-time.After(10 * time.Millisecond):
 			_, err := os.Stat(spec.Marker)
 			paused = err == nil
 		}
 	}
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := child.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-exited
+	<-child.Done()
 
 	st = openTestStore(t, spec.DB)
 	if serial, _ := st.Serial(); serial != 1 {

@@ -3,63 +3,15 @@ package appliance
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/tuning"
 )
-
-// reconcileSkipOrFail skips a test whose environment is missing, except in
-// CI where a missing environment is a failure.
-func reconcileSkipOrFail(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
-}
-
-// reconcileChildEnv tells a re-executed test binary which test it is the
-// child of, and what that child should do.
-const reconcileChildEnv = "SOSAPPLIANCE_RECONCILE_CHILD"
-
-// reconcileInFreshNetns runs the calling test again in a child process in a
-// new, empty network namespace (every thread and tool of the child sees only
-// it, and it vanishes with the child). It returns true in the child and
-// false in the parent, which has reported the child's outcome.
-func reconcileInFreshNetns(t *testing.T, tools ...string) bool {
-	t.Helper()
-	if os.Getenv(reconcileChildEnv) == "netns:"+t.Name() {
-		return true
-	}
-	if os.Geteuid() != 0 {
-		reconcileSkipOrFail(t, "needs root")
-	}
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			reconcileSkipOrFail(t, "needs %s: %v", tool, err)
-		}
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^"+regexp.QuoteMeta(t.Name())+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), reconcileChildEnv+"=netns:"+t.Name())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
-	out, err := cmd.CombinedOutput()
-	t.Logf("child in a fresh network namespace:\n%s", out)
-	if err != nil {
-		t.Fatalf("child: %v", err)
-	}
-	if !regexp.MustCompile(`(?m)^--- PASS: ` + regexp.QuoteMeta(t.Name())).Match(out) {
-		t.Fatal("child did not run the test")
-	}
-	return false
-}
 
 func openTestStore(t *testing.T, path string) *store.Store {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
@@ -42,7 +43,7 @@ func hostState(t *testing.T) map[string]string {
 // steering state; it reads them back with sysctl, ip and nft, checks that a
 // second plan is empty, and that rollback restores every original.
 func TestApplyAndRollbackInNetns(t *testing.T) {
-	if !reconcileInFreshNetns(t, "sysctl", "ip", "nft") {
+	if !testsupport.InFreshNetns(t, "sysctl", "ip", "nft") {
 		return
 	}
 	ctx := context.Background()
@@ -56,9 +57,7 @@ func TestApplyAndRollbackInNetns(t *testing.T) {
 			cc = a
 		}
 	}
-	if cc == "" {
-		reconcileSkipOrFail(t, "no second allowed congestion control in %v", allowed)
-	}
+	testsupport.Require(t, cc != "", "no second allowed congestion control in %v", allowed)
 	steering, err := tuning.SteeringSpec{
 		Interface:  "sosr0",
 		ListenPort: 9876,

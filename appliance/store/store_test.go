@@ -5,27 +5,26 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
-// holdEnv makes the test binary a child that holds a database open until its
-// stdin closes, standing in for a second sosappliance process.
-const holdEnv = "SOSAPPLIANCE_STORE_TEST_HOLD"
+// holdChild is the child that holds a database open until its stdin
+// closes, standing in for a second sosappliance process.
+const holdChild = "hold-database"
 
 func TestMain(m *testing.M) {
-	if path := os.Getenv(holdEnv); path != "" {
-		os.Exit(holdDatabase(path))
-	}
-	os.Exit(m.Run())
+	testsupport.Main(m, testsupport.Children{holdChild: holdDatabase})
 }
 
-func holdDatabase(path string) int {
-	s, err := Open(path, Options{})
+// holdDatabase holds the database at args[0].
+func holdDatabase(args []string) int {
+	s, err := Open(args[0], Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -238,8 +237,7 @@ func TestStateSurvivesReopen(t *testing.T) {
 // timeout instead of hanging.
 func TestSecondProcessGetsInUseError(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), holdEnv+"="+path)
+	child := testsupport.Command(t, holdChild, path)
 	stdin, err := child.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
