@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 func TestParseChangelog(t *testing.T) {
@@ -125,7 +127,7 @@ func TestRepositoryChangelog(t *testing.T) {
 // the versions of its entries, newest first.
 func checkWithDpkg(t *testing.T, changelog string, versions []string) {
 	t.Helper()
-	requireTools(t, "dpkg-parsechangelog")
+	testsupport.RequireBinaries(t, "dpkg-parsechangelog")
 	path := filepath.Join(t.TempDir(), "changelog")
 	if err := os.WriteFile(path, []byte(changelog), 0o644); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 const (
@@ -33,17 +35,17 @@ var (
 // itself, and always purges it at the end.
 func TestDebInstallLifecycle(t *testing.T) {
 	version, pkgs := builtPackages(t)
-	require(t, os.Geteuid() == 0, "installing a .deb needs root")
-	requireTools(t, "dpkg", "dpkg-query", "systemd-analyze")
+	testsupport.Require(t, os.Geteuid() == 0, "installing a .deb needs root")
+	testsupport.RequireBinaries(t, "dpkg", "dpkg-query", "systemd-analyze")
 	for _, dep := range []string{"nftables", "iproute2"} {
-		require(t, dpkgStatus(t, dep) == "installed", dep+" (a dependency of the package) is not installed")
+		testsupport.Require(t, dpkgStatus(t, dep) == "installed", "%s (a dependency of the package) is not installed", dep)
 	}
 	if s := dpkgStatus(t, PackageName); s != "not-installed" {
-		require(t, false, "a sosappliance package is already on this machine (dpkg status "+s+"); this test installs and purges its own and leaves that one alone")
+		testsupport.Require(t, false, "a sosappliance package is already on this machine (dpkg status %s); this test installs and purges its own and leaves that one alone", s)
 	}
 	for _, dir := range []string{ConfigDir, StateDir} {
 		if _, err := os.Lstat(dir); err == nil {
-			require(t, false, dir+" exists without the package; purging would delete it, so this test does not run")
+			testsupport.Require(t, false, "%s exists without the package; purging would delete it, so this test does not run", dir)
 		}
 	}
 
@@ -53,7 +55,7 @@ func TestDebInstallLifecycle(t *testing.T) {
 			deb = p.path
 		}
 	}
-	require(t, deb != "", "no package is built for this machine's architecture "+runtime.GOARCH)
+	testsupport.Require(t, deb != "", "no package is built for this machine's architecture %s", runtime.GOARCH)
 
 	t.Cleanup(func() {
 		if s := dpkgStatus(t, PackageName); s != "not-installed" {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -174,7 +176,7 @@ func TestManPageGolden(t *testing.T) {
 // warnings, and the options come out as ASCII minus signs that can be
 // copied back into a shell.
 func TestManPageRenders(t *testing.T) {
-	requireTools(t, "man")
+	testsupport.RequireBinaries(t, "man")
 	rendered, warnings := renderMan(t, []byte(demoManPage(t).Roff()))
 	if warnings != "" {
 		t.Errorf("man --warnings complains:\n%s", warnings)

@@ -20,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // The packages are built once per test binary, into a directory removed
@@ -51,7 +53,7 @@ func builtPackages(t *testing.T) (version string, pkgs []builtPackage) {
 	if testing.Short() {
 		t.Skip("cross-compiling and packaging takes about a minute; left out of -short")
 	}
-	requireTools(t, "go", "git")
+	testsupport.RequireBinaries(t, "go", "git")
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "sosappliance-packages-")
 		if buildErr != nil {
@@ -114,7 +116,7 @@ var startsOrEnables = regexp.MustCompile(`(?m)^\s*(systemctl|deb-systemd-invoke|
 var elfMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
 
 func TestDebPackages(t *testing.T) {
-	requireTools(t, "dpkg-deb")
+	testsupport.RequireBinaries(t, "dpkg-deb")
 	version, pkgs := builtPackages(t)
 	for _, p := range pkgs {
 		if p.format != "deb" {
@@ -253,7 +255,7 @@ func checkExtractedDeb(t *testing.T, root, arch, version string) {
 	if got := run(t, bin, "version"); got != "sosappliance "+version+"\n" {
 		t.Errorf("version prints %q, want the package version %s", got, version)
 	}
-	requireTools(t, "man")
+	testsupport.RequireBinaries(t, "man")
 	page, warnings := renderMan(t, gunzip(t, filepath.Join(root, "usr/share/man/man1/sosappliance.1.gz")))
 	if warnings != "" {
 		t.Errorf("man --warnings complains about the man page:\n%s", warnings)
@@ -294,7 +296,7 @@ func gunzip(t *testing.T, path string) []byte {
 }
 
 func TestRPMPackages(t *testing.T) {
-	requireTools(t, "rpm")
+	testsupport.RequireBinaries(t, "rpm")
 	version, pkgs := builtPackages(t)
 	rpmArch := map[string]string{"amd64": "x86_64", "arm64": "aarch64"}
 	for _, p := range pkgs {
@@ -402,7 +404,7 @@ func TestRPMPackages(t *testing.T) {
 // TestLintian runs lintian on both .deb files: no errors allowed; what it
 // still warns about is logged.
 func TestLintian(t *testing.T) {
-	requireTools(t, "lintian")
+	testsupport.RequireBinaries(t, "lintian")
 	_, pkgs := builtPackages(t)
 	for _, p := range pkgs {
 		if p.format != "deb" {

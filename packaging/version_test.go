@@ -2,33 +2,13 @@ package packaging
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
-
-// require skips the test when something it needs is missing, except under
-// CI=true, where a missing dependency is a failure.
-func require(t *testing.T, ok bool, what string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true and %s", what)
-	}
-	t.Skip(what)
-}
-
-func requireTools(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		_, err := exec.LookPath(tool)
-		require(t, err == nil, tool+" is not installed")
-	}
-}
 
 func TestPackageVersion(t *testing.T) {
 	committed := time.Date(2025, 1, 2, 23, 30, 0, 0, time.FixedZone("UTC-5", -5*3600)) // 2025-01-03 in UTC
@@ -69,7 +49,7 @@ func TestPackageVersion(t *testing.T) {
 // sort the way releases and snapshots happen: snapshot before the first
 // tag, rc before release, commits after a tag after it.
 func TestPackageVersionOrder(t *testing.T) {
-	requireTools(t, "dpkg", "rpm")
+	testsupport.RequireBinaries(t, "dpkg", "rpm")
 	day := time.Date(2025, 1, 2, 12, 0, 0, 0, time.UTC)
 	ordered := []struct {
 		describe string
