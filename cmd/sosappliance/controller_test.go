@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -16,25 +13,18 @@ import (
 	"time"
 
 	"github.com/sosappliance/sosappliance/appliance"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ovstest"
 )
 
-// mainChildEnv makes the test binary run the CLI with the JSON-encoded
-// arguments instead of the tests, so a test can run `sosappliance run`
-// inside another network namespace and kill it with SIGKILL.
-const mainChildEnv = "SOSAPPLIANCE_TEST_MAIN"
+// mainChild is the child that runs the CLI with its arguments, so a test
+// can run `sosappliance run` inside another network namespace and kill it
+// with SIGKILL.
+const mainChild = "sosappliance"
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(mainChildEnv); spec != "" {
-		var args []string
-		if err := json.Unmarshal([]byte(spec), &args); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(3)
-		}
-		os.Exit(run(args))
-	}
-	os.Exit(m.Run())
+	testsupport.Main(m, testsupport.Children{mainChild: run})
 }
 
 func controllerConfig(port, healthPort int, whitelistPort int) string {
@@ -97,18 +87,9 @@ func ownedFlows(t *testing.T, br *ovstest.Bridge) map[string]ovstest.DumpedFlow 
 	return out
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	start := time.Now()
-	for time.Since(start) < 30*time.Second {
-		if cond() {
-			t.Logf("%s after %v", what, time.Since(start).Round(time.Millisecond))
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within 30 s", what)
-}
+// converges bounds the wait for the daemon to act; it only keeps a broken
+// test from hanging.
+const converges = 30 * time.Second
 
 // TestControllerNodeDaemon runs `sosappliance run` as the controller node of
 // a real Open vSwitch bridge: flows converge, `plan` reads them through the
@@ -138,27 +119,13 @@ func TestControllerNodeDaemon(t *testing.T) {
 	}
 	socket := filepath.Join(dir, "control.sock")
 	common := []string{"-c", cfgPath, "--node", "ctl", "--state", filepath.Join(dir, "state.db"), "--control-socket", socket}
-	startDaemon := func() *exec.Cmd {
-		args, _ := json.Marshal(append([]string{"run", "--metrics-listen", ""}, common...))
-		cmd := exec.Command("ip", "netns", "exec", inst.Namespace, os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), mainChildEnv+"="+string(args))
-		var logs bytes.Buffer
-		cmd.Stderr = &logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
-			if t.Failed() {
-				t.Logf("daemon log:\n%s", logs.String())
-			}
-		})
-		return cmd
+	startDaemon := func() *testsupport.Daemon {
+		args := append([]string{"run", "--metrics-listen", ""}, common...)
+		return testsupport.StartDaemon(t, testsupport.CommandInNetns(t, inst.Namespace, mainChild, args...))
 	}
 	daemon := startDaemon()
 	// Bypass for the agent port, the client-side steer, and NORMAL.
-	eventually(t, "flows installed", func() bool { return len(ownedFlows(t, br)) == 3 })
+	testsupport.Eventually(t, converges, "flows installed", func() bool { return len(ownedFlows(t, br)) == 3 })
 	before := ownedFlows(t, br)
 
 	code, out, errOut := runCLI(t, append([]string{"plan", "-detailed-exitcode"}, common...)...)
@@ -179,19 +146,19 @@ func TestControllerNodeDaemon(t *testing.T) {
 	if _, err := br.Ofctl("del-flows", "--strict", fmt.Sprintf("table=%d,priority=%d,%s", steer.Table, steer.Priority, steer.Match)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "deleted flow repaired", func() bool { _, ok := ownedFlows(t, br)[steer.Key()]; return ok })
-	eventually(t, "repair counted as drift", func() bool {
+	testsupport.Eventually(t, converges, "deleted flow repaired", func() bool { _, ok := ownedFlows(t, br)[steer.Key()]; return ok })
+	testsupport.Eventually(t, converges, "repair counted as drift", func() bool {
 		st, err := appliance.FetchStatus(context.Background(), socket)
 		return err == nil && st.Drift.ByKind["flows"] >= 1
 	})
 
 	// kill -9 and restart: the flows stay and are not touched again.
 	before = ownedFlows(t, br)
-	daemon.Process.Signal(syscall.SIGKILL)
-	daemon.Wait()
+	daemon.Cmd.Process.Signal(syscall.SIGKILL)
+	<-daemon.Done()
 	time.Sleep(time.Second)
 	startDaemon()
-	eventually(t, "restarted controller connected", func() bool {
+	testsupport.Eventually(t, converges, "restarted controller connected", func() bool {
 		st, err := appliance.FetchStatus(context.Background(), socket)
 		return err == nil && len(st.Switches) > 0 && st.Switches[0].Connected && st.Switches[0].Flows == 3
 	})
@@ -210,7 +177,7 @@ func TestControllerNodeDaemon(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(controllerConfig(port, healthPort, 5202)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "new whitelist port steered", func() bool {
+	testsupport.Eventually(t, converges, "new whitelist port steered", func() bool {
 		for _, f := range ownedFlows(t, br) {
 			if strings.Contains(f.Match, "tp_dst=5202") {
 				return true
