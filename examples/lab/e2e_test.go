@@ -26,6 +26,7 @@ import (
 
 	"github.com/sosappliance/sosappliance/examples/lab/labnet"
 	"github.com/sosappliance/sosappliance/examples/lab/measure"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // The acceptance bars for sosappliance in the lab.
@@ -56,18 +57,8 @@ func requireE2E(t *testing.T) {
 	if err != nil {
 		missing = append(missing, err.Error())
 	}
-	for _, b := range []string{"iperf3", "curl", "ss", "go"} {
-		if _, err := exec.LookPath(b); err != nil {
-			missing = append(missing, b)
-		}
-	}
-	if len(missing) == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("under CI=true: missing %s", strings.Join(missing, "; "))
-	}
-	t.Skipf("missing %s", strings.Join(missing, "; "))
+	missing = append(missing, testsupport.MissingBinaries("iperf3", "curl", "ss", "go")...)
+	testsupport.Require(t, len(missing) == 0, "missing %s", strings.Join(missing, "; "))
 }
 
 // buildBinaries builds the programs the lab runs as separate processes.
@@ -351,17 +342,14 @@ func testWhitelistReload(ctx context.Context, t *testing.T, lab *labnet.Lab, fil
 
 func waitSteered(ctx context.Context, t *testing.T, lab *labnet.Lab, port int, want bool, limit time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		ok, err := lab.PortSteered(ctx, port)
-		if err == nil && ok == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			flows, _ := lab.Ofctl(ctx, "dump-flows", lab.Bridges()[0])
-			t.Fatalf("port %d steered=%v after %v, want %v (%v); br-a:\n%s", port, ok, limit, want, err, flows)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var ok bool
+	var err error
+	if !testsupport.Poll(limit, func() bool {
+		ok, err = lab.PortSteered(ctx, port)
+		return err == nil && ok == want
+	}) {
+		flows, _ := lab.Ofctl(ctx, "dump-flows", lab.Bridges()[0])
+		t.Fatalf("port %d steered=%v after %v, want %v (%v); br-a:\n%s", port, ok, limit, want, err, flows)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // requireLab skips a test that cannot run here (not root, a program
@@ -27,13 +29,7 @@ func requireLab(t testing.TB) {
 	if err == nil {
 		_, err = exec.LookPath("go")
 	}
-	if err == nil {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("under CI=true: %v", err)
-	}
-	t.Skip(err)
+	testsupport.RequireNoError(t, err)
 }
 
 var (
@@ -240,18 +236,20 @@ func TestUpCancelledLeavesNothing(t *testing.T) {
 	}
 }
 
-// crashEnv makes the test binary a lab owner that dies without teardown.
-const crashEnv = "LABNET_TEST_CRASH_STATE_DIR"
+// crashingOwnerChild is the child that brings up a lab with the wanem
+// binary in args[0] and dies without teardown.
+const crashingOwnerChild = "crashing-lab-owner"
 
-func TestHelperCrashingOwner(t *testing.T) {
-	if os.Getenv(crashEnv) == "" {
-		t.Skip("helper process for TestReapRemovesALabWhoseOwnerDied")
-	}
-	opts := Options{Config: "../sos.hcl", Wanem: os.Getenv("LABNET_TEST_WANEM"),
+func TestMain(m *testing.M) {
+	testsupport.Main(m, testsupport.Children{crashingOwnerChild: crashingOwner})
+}
+
+func crashingOwner(args []string) int {
+	opts := Options{Config: "../sos.hcl", Wanem: args[0],
 		WAN: WAN{Rate: 1_000_000_000, RTT: 2 * time.Millisecond, Seed: 1}}
 	if _, err := Up(context.Background(), opts); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(3)
+		return 3
 	}
 	// Die the hard way: no deferred function, no cleanup, no signal handler.
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -261,8 +259,7 @@ func TestHelperCrashingOwner(t *testing.T) {
 func TestReapRemovesALabWhoseOwnerDied(t *testing.T) {
 	requireLab(t)
 	opts := plainOptions(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperCrashingOwner$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashEnv+"=1", "LABNET_TEST_WANEM="+opts.Wanem)
+	cmd := testsupport.Command(t, crashingOwnerChild, opts.Wanem)
 	out, err := cmd.CombinedOutput()
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("helper did not die by SIGKILL: %v: %s", err, out)

@@ -16,30 +16,6 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// requireLab skips a test that needs root and the given tools when they are
-// missing, and fails it instead under CI=true, where a skip would hide that
-// the lab was never tested.
-func requireLab(tb testing.TB, tools ...string) {
-	tb.Helper()
-	var missing []string
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root")
-	}
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			missing = append(missing, tool)
-		}
-	}
-	if len(missing) == 0 {
-		return
-	}
-	msg := "needs " + strings.Join(missing, ", ")
-	if os.Getenv("CI") == "true" {
-		tb.Fatal(msg)
-	}
-	tb.Skip(msg)
-}
-
 const (
 	addrA = "10.99.0.1"
 	addrB = "10.99.0.2"

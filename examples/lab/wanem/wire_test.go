@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // listenIn opens a listener on addrB inside namespace B.
@@ -73,7 +75,7 @@ func serveEcho(ln net.Listener) {
 }
 
 func TestWireCarriesTCPBothWays(t *testing.T) {
-	requireLab(t, "ip", "ethtool")
+	testsupport.RequireRoot(t, "ip", "ethtool")
 	w := newWire(t)
 	em := w.startEmulator(t, Symmetric(Shape{}))
 	ln, _ := w.listenIn(t, "tcp")
@@ -128,7 +130,7 @@ func TestWireCarriesTCPBothWays(t *testing.T) {
 }
 
 func TestDelayShowsInRoundTrip(t *testing.T) {
-	requireLab(t, "ip", "ethtool")
+	testsupport.RequireRoot(t, "ip", "ethtool")
 	const oneWay = 30 * time.Millisecond
 	w := newWire(t)
 	w.startEmulator(t, Symmetric(Shape{Delay: oneWay}))
@@ -162,7 +164,7 @@ func TestDelayShowsInRoundTrip(t *testing.T) {
 }
 
 func TestSeededLossDropsConfiguredFraction(t *testing.T) {
-	requireLab(t, "ip", "ethtool")
+	testsupport.RequireRoot(t, "ip", "ethtool")
 	const loss = 0.2
 	const datagrams = 2000
 	w := newWire(t)
@@ -244,7 +246,7 @@ func drain(pc net.PacketConn, buf []byte) int {
 // place as the baseline. The issue asks for at least 0.9 of the configured
 // rate at MTU 9000; the ratios are reported, not asserted.
 func BenchmarkWANThroughput(b *testing.B) {
-	requireLab(b, "ip", "ethtool", "iperf3")
+	testsupport.RequireRoot(b, "ip", "ethtool", "iperf3")
 	const rate = 1e9
 	const seconds = 5
 
@@ -268,7 +270,7 @@ func BenchmarkWANThroughput(b *testing.B) {
 }
 
 func TestRunStopsEveryGoroutineAndClosesSockets(t *testing.T) {
-	requireLab(t, "ip", "ethtool")
+	testsupport.RequireRoot(t, "ip", "ethtool")
 	w := newWire(t)
 	before := goleak.IgnoreCurrent()
 

@@ -8,23 +8,22 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sosappliance/sosappliance/examples/lab/wanem"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
-// runMainEnv makes the test binary act as the wanem command, so the signal
+// mainChild is the child that acts as the wanem command, so the signal
 // test runs the real main inside a namespace without building it apart.
-const runMainEnv = "WANEM_TEST_RUN_MAIN"
+const mainChild = "wanem"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(runMainEnv) == "1" {
-		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
+	testsupport.Main(m, testsupport.Children{
+		mainChild: func(args []string) int { return run(args, os.Stdout, os.Stderr) },
+	})
 }
 
 func TestParseFlagsForTheLabWAN(t *testing.T) {
@@ -88,57 +87,8 @@ func TestRunRefusesAMissingInterface(t *testing.T) {
 	}
 }
 
-func requireRootAndTools(t *testing.T, tools ...string) {
-	t.Helper()
-	var missing []string
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root")
-	}
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			missing = append(missing, tool)
-		}
-	}
-	if len(missing) == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("needs " + strings.Join(missing, ", "))
-	}
-	t.Skip("needs " + strings.Join(missing, ", "))
-}
-
-// lockedBuffer collects a child's output while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for range 200 {
-		if cond() {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 func TestCommandPrintsCountersOnSignalsAndExitsOnTERM(t *testing.T) {
-	requireRootAndTools(t, "ip")
+	testsupport.RequireRoot(t, "ip")
 	ns := fmt.Sprintf("wanem-cmd-%d", os.Getpid())
 	sh := func(args ...string) {
 		t.Helper()
@@ -158,28 +108,14 @@ func TestCommandPrintsCountersOnSignalsAndExitsOnTERM(t *testing.T) {
 		sh("ip", "-n", ns, "link", "set", "dev", dev, "up")
 	}
 
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("ip", "netns", "exec", ns, self,
+	cmd := testsupport.CommandInNetns(t, ns, mainChild,
 		"--a", "wan0", "--b", "wan1", "--delay", "5ms", "--rate", "100mbit", "--loss", "0.01")
-	cmd.Env = append(os.Environ(), runMainEnv+"=1")
-	var stdout, stderr lockedBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
+	var stdout testsupport.LockedBuffer
+	cmd.Stdout = &stdout
+	child := testsupport.StartDaemon(t, cmd)
+	stderr := child.Output
 
-	waitFor(t, "the startup line", func() bool { return strings.Contains(stderr.String(), "wanem: joining wan0 and wan1") })
+	testsupport.Eventually(t, 10*time.Second, "the startup line", func() bool { return strings.Contains(stderr.String(), "wanem: joining wan0 and wan1") })
 	if !strings.Contains(stderr.String(), "delay=5ms rate=100000000bit/s queue=1048576B loss=0.01 seed=1 burst=2ms") {
 		t.Errorf("startup line does not show the shape: %q", stderr.String())
 	}
@@ -187,14 +123,14 @@ func TestCommandPrintsCountersOnSignalsAndExitsOnTERM(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "counters after SIGUSR1", func() bool { return strings.Count(stdout.String(), "dir=") == 2 })
+	testsupport.Eventually(t, 10*time.Second, "counters after SIGUSR1", func() bool { return strings.Count(stdout.String(), "dir=") == 2 })
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-exited:
-		if err != nil {
+	case <-child.Done():
+		if err := child.Err(); err != nil {
 			t.Fatalf("wanem exited with %v; stderr:\n%s", err, stderr.String())
 		}
 	case <-time.After(10 * time.Second):
