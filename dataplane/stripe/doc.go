@@ -15,67 +15,107 @@
 // All integers are big-endian. Addresses are 16 bytes (IPv4 as IPv4-mapped
 // IPv6) followed by a 2-byte port.
 //
+// # Protocol version 2
+//
+// Version 2 changes the stream handshake of version 1 (a PSK-MAC'd hello,
+// reply and confirm with keys derived from the PSK and public nonces) in
+// three ways: the keys come from an ephemeral X25519 exchange, so a PSK
+// that leaks later decrypts nothing recorded before; the hello names its
+// initiator and the responder it is meant for, so a stream cannot be
+// reflected to its sender or redirected to another agent; and the responder
+// takes the session's shape from its own whitelist entry and refuses a
+// hello that announces another, so no peer chooses what it allocates. The
+// frame format and sealing are those of version 1. The handshake is modelled
+// on the Noise NNpsk0 pattern (a PSK-authenticated ee exchange) but is not
+// Noise: its transcript is the exact hello and reply bytes.
+//
+// Later steps of version 2 add frame types for byte credit, acknowledgement,
+// joins of replacement streams and pooled streams bound to a session; they
+// are listed under "Reserved" below, and an agent of this build aborts a
+// session that receives one.
+//
 // # Handshake (per stream)
 //
-// The handshake key is K_hs = HKDF-SHA256(secret=PSK, salt="",
-// info="sosappliance handshake v1", 32 bytes). MACs are HMAC-SHA256 with K_hs.
+// K_auth = HKDF-SHA256(secret=PSK, salt="", info="sosappliance v2 handshake
+// auth", 32 bytes). MACs are HMAC-SHA256. Every message starts with the
+// same 8-byte preamble: magic "SOSt", version (2), message kind (1 hello,
+// 2 reply), one kind-specific byte, then flags (0).
 //
-// Hello, initiator -> responder, 136 bytes:
+// Hello, initiator -> responder, 264 bytes:
 //
 //	off len field
 //	  0   4 magic "SOSt"
-//	  4   1 version (1)
-//	  5   1 mode: 0 none, 1 aes-256-gcm
-//	  6   2 stream index (< stream count)
-//	  8   2 stream count (>= 1)
-//	 10   2 flags (0)
-//	 12   4 chunk size (1 .. 16 MiB)
-//	 16   4 queue length (>= 1)
-//	 20  16 session id (random)
-//	 36  18 original client address and port
-//	 54  18 original server address and port
-//	 72  32 initiator nonce (random)
-//	104  32 MAC over "sos hello v1" || bytes 0..104
+//	  4   1 version (2)
+//	  5   1 kind (1 hello)
+//	  6   1 mode: 0 none, 1 aes-256-gcm
+//	  7   1 flags (0)
+//	  8  64 initiator name: length (1..63), UTF-8 bytes, zero padding
+//	 72  64 responder name, likewise: the agent this hello is meant for
+//	136  32 initiator ephemeral X25519 public key (fresh per stream)
+//	168  16 session id (random)
+//	184   2 stream index (< stream count)
+//	186   2 stream count (>= 1)
+//	188   4 chunk size (1 .. 16 MiB)
+//	192   4 queue length (>= 1)
+//	196  18 original client address and port
+//	214  18 original server address and port
+//	232  32 MAC(K_auth, "sos v2 hello" || bytes 0..232)
 //
 // Reply, responder -> initiator, 72 bytes:
 //
 //	off len field
 //	  0   4 magic "SOSt"
-//	  4   1 version (1)
-//	  5   1 status: 0 accepted, else the refusal reason (see Status)
-//	  6   2 flags (0)
-//	  8  32 responder nonce (random)
-//	 40  32 MAC over "sos reply v1" || hello (136) || bytes 0..40
+//	  4   1 version (2)
+//	  5   1 kind (2 reply)
+//	  6   1 status: 0 accepted, else the refusal reason (see Status)
+//	  7   1 flags (0)
+//	  8  32 responder ephemeral X25519 public key (zero in a refusal)
+//	 40  32 MAC(K_auth, "sos v2 reply" || hello (264) || bytes 0..40)
 //
-// Confirm, initiator -> responder, 32 bytes: MAC over "sos confirm v1" ||
-// hello || reply.
+// Keys: th = SHA-256(hello || reply); dh = X25519(own ephemeral, peer's);
+// okm = HKDF-SHA256(secret = dh || PSK, salt = th, info = "sosappliance v2
+// stream keys", 96 bytes): bytes 0..32 are the confirm key, 32..64 key the
+// Up direction, 64..96 the Down direction. Both ephemeral private keys are
+// dropped once the keys are derived.
 //
-// The reply proves the responder knows the PSK and saw this hello; the
-// confirm proves the initiator knows the PSK and saw the responder's fresh
-// nonce, so a replayed hello never completes. A responder that cannot verify
-// a hello closes the connection without answering; a refusal is answered
-// with a MAC'd reply so the initiator can trust the reason. Frames may follow
-// the confirm immediately. No byte of a stream reaches reassembly before its
+// Confirm, initiator -> responder, 32 bytes: MAC(confirm key, "sos v2
+// confirm" || th).
+//
+// The reply proves the responder holds the PSK and saw this hello; the
+// confirm proves the initiator holds the PSK and the private key of its
+// ephemeral, so a replayed hello never completes. Frames may follow the
+// confirm immediately, and no byte of a stream reaches reassembly before its
 // confirm is verified.
 //
-// # Keys
+// The responder checks, in this order, and answers a MAC'd refusal for
+// each: the responder name is its own (else StatusWrongResponder); the
+// initiator key is not one of its own handshakes in flight
+// (StatusReflected); the mode is its own; a server-side whitelist entry of
+// its own matches the client and server (StatusNotWhitelisted; an agent's
+// client-side routes never admit a session); the initiator is that entry's
+// client-side agent (StatusUnknownInitiator); streams, chunk size and
+// queue length equal the entry's (StatusShapeMismatch); then its limits. A
+// responder that cannot verify a hello closes the connection without
+// answering.
 //
-// Each stream has its own pair of keys, bound to the session:
+// Versions: a responder reads the 8-byte preamble first. A hello of another
+// version is answered with the version refusal (a reply of 72 bytes whose
+// status is StatusVersion and whose key and MAC are zero: it cannot be
+// authenticated, so an initiator only reports it) and the connection is
+// closed. A version 1 initiator reads those 72 bytes as a reply and fails
+// with "unsupported version: 2". A version 1 responder closes without an
+// answer on a version 2 hello; the version 2 initiator reports that the
+// peer closed the handshake (wrong PSK or version 1).
 //
-//	HKDF-SHA256(secret=PSK, salt=session id,
-//	            info="sosappliance stripe v1 keys" || stream index (2) ||
-//	            initiator nonce || responder nonce, 64 bytes)
-//
-// Bytes 0..32 key the Up direction, 32..64 the Down direction. Because the
-// keys differ per stream, a frame moved from one stream to another fails to
-// open.
+// Each stream has its own exchange and therefore its own keys: a frame
+// moved from one stream to another fails to open.
 //
 // # Frames
 //
 // Header, 16 bytes:
 //
 //	off len field
-//	  0   1 type: 1 DATA, 2 FIN, 3 ABORT
+//	  0   1 type: 1 DATA, 2 FIN, 3 ABORT (4..7 reserved, see below)
 //	  1   1 flags (0)
 //	  2   2 stream index (must be the index of the stream it arrives on)
 //	  4   4 body length
@@ -121,4 +161,23 @@
 // surviving streams when a session fails, each of them then half-closed and
 // reset a moment later; both agents reset (RST) their end-host connections
 // at once, so a truncated transfer never looks complete.
+//
+// # Reserved for the next steps of version 2
+//
+// These frame types are assigned and not yet sent; this build treats them
+// as a protocol violation.
+//
+//   - 4 CREDIT (receiver -> sender, on any stream): the cumulative count of
+//     payload bytes the sender may have sent in this direction, sized by
+//     the receiver from measured delivery rate x RTT within its memory
+//     caps. It replaces queue length x streams as the flow control.
+//   - 5 ACK: the highest sequence delivered to the end host, so the sender
+//     frees those chunks and resends unacknowledged ones on surviving
+//     streams when a stream dies; duplicates are dropped by sequence.
+//   - 6 JOIN (initiator, first frame on a new stream): attach a
+//     replacement stream to a running session.
+//   - 7 BIND (initiator, first frame on a pooled idle stream): bind the
+//     stream to a new session; the frame keys of the session on that
+//     stream are derived from the stream's secret and the bind's fresh
+//     nonce, so no key serves two sessions.
 package stripe

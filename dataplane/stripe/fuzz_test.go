@@ -36,9 +36,14 @@ func FuzzParseReply(f *testing.F) {
 	key := testKey(f)
 	h := fixedHello()
 	hello, _ := h.Marshal(key)
-	r := Reply{Status: StatusSessionLimit, Nonce: fixedReplyNonce()}
+	r := Reply{Status: StatusSessionLimit}
 	rb := r.Marshal(hello[:], key)
 	f.Add(rb[:])
+	ok := Reply{Status: StatusAccepted, Ephemeral: responderEphemeral.Public()}
+	okb := ok.Marshal(hello[:], key)
+	f.Add(okb[:])
+	refusal := VersionRefusal()
+	f.Add(refusal[:])
 	f.Add(rb[:10])
 	f.Add(make([]byte, ReplySize))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -49,24 +54,27 @@ func FuzzParseReply(f *testing.F) {
 		if again := got.Marshal(hello[:], key); !bytes.Equal(again[:], data) {
 			t.Fatalf("accepted reply re-encodes differently")
 		}
-		c := Confirm(hello[:], data, key)
-		if err := VerifyConfirm(hello[:], data, c[:], key); err != nil {
-			t.Fatal(err)
+		if got.Status != StatusAccepted {
+			return
+		}
+		// An accepted reply runs the key agreement without panicking; a
+		// key the curve refuses is an error, not a crash.
+		if s, err := Finish(key, initiatorEphemeral, got.Ephemeral, hello[:], data); err == nil {
+			c := s.Confirm()
+			if err := s.VerifyConfirm(c[:]); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }
 
 func FuzzVerifyConfirm(f *testing.F) {
-	key := testKey(f)
-	h := fixedHello()
-	hello, _ := h.Marshal(key)
-	r := Reply{Nonce: fixedReplyNonce()}
-	rb := r.Marshal(hello[:], key)
-	c := Confirm(hello[:], rb[:], key)
+	_, _, ini, resp := exchange(f, fixedHello())
+	c := ini.Confirm()
 	f.Add(c[:])
 	f.Add(c[:5])
 	f.Fuzz(func(t *testing.T, data []byte) {
-		err := VerifyConfirm(hello[:], rb[:], data, key)
+		err := resp.VerifyConfirm(data)
 		if (err == nil) != bytes.Equal(data, c[:]) {
 			t.Fatalf("confirm %x accepted=%v", data, err == nil)
 		}

@@ -1,6 +1,7 @@
 package stripe
 
 import (
+	"crypto/ecdh"
 	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -8,15 +9,24 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"net/netip"
+	"unicode/utf8"
 )
 
 // Sizes of the handshake messages on the wire.
 const (
-	HelloSize   = 136
+	HelloSize   = 264
 	ReplySize   = 72
 	ConfirmSize = 32
-	NonceSize   = 32
+	// PreambleSize is how much of a message names its protocol version:
+	// a responder reads this much before it knows how long the hello is.
+	PreambleSize = 8
+	// PublicKeySize is an X25519 public key.
+	PublicKeySize = 32
+	// MaxNameSize bounds an agent name in the handshake (UTF-8 bytes).
+	MaxNameSize = 63
+	nameField   = 1 + MaxNameSize
 	// MinPSKSize is the shortest pre-shared key accepted: 128 bits.
 	MinPSKSize = 16
 	// MaxChunkSize bounds the chunk size a hello may announce, so a peer can
@@ -25,16 +35,24 @@ const (
 )
 
 // Version is the protocol version carried in every handshake message.
-const Version = 1
+const Version = 2
 
 var magic = [4]byte{'S', 'O', 'S', 't'}
 
+// Message kinds, byte 5 of every handshake message. A hello is only ever
+// parsed by a responder and a reply only by an initiator; the kind and the
+// MAC labels differ, so neither can be reflected as the other.
 const (
-	helloLabel     = "sos hello v1"
-	replyLabel     = "sos reply v1"
-	confirmLabel   = "sos confirm v1"
-	handshakeInfo  = "sosappliance handshake v1"
-	streamKeysInfo = "sosappliance stripe v1 keys"
+	kindHello = 1
+	kindReply = 2
+)
+
+const (
+	helloLabel     = "sos v2 hello"
+	replyLabel     = "sos v2 reply"
+	confirmLabel   = "sos v2 confirm"
+	authInfo       = "sosappliance v2 handshake auth"
+	streamKeysInfo = "sosappliance v2 stream keys"
 )
 
 // Mode is the frame protection negotiated in the hello.
@@ -61,7 +79,8 @@ func (m Mode) String() string {
 // Status is the responder's answer to a hello.
 type Status uint8
 
-// Reply statuses. Anything but StatusAccepted refuses the stream.
+// Reply statuses. Anything but StatusAccepted refuses the stream. Values
+// are part of the wire format: append, never renumber.
 const (
 	StatusAccepted Status = iota
 	StatusSessionLimit
@@ -72,6 +91,11 @@ const (
 	StatusSessionMismatch
 	StatusDuplicateStream
 	StatusShuttingDown
+	StatusVersion
+	StatusWrongResponder
+	StatusUnknownInitiator
+	StatusShapeMismatch
+	StatusReflected
 	statusCount
 )
 
@@ -84,7 +108,7 @@ func (s Status) String() string {
 	case StatusStreamLimit:
 		return "too many streams"
 	case StatusMemoryLimit:
-		return "session memory cap exceeded"
+		return "memory cap exceeded"
 	case StatusNotWhitelisted:
 		return "not whitelisted at the server side"
 	case StatusModeMismatch:
@@ -95,6 +119,16 @@ func (s Status) String() string {
 		return "stream index already joined"
 	case StatusShuttingDown:
 		return "agent shutting down"
+	case StatusVersion:
+		return fmt.Sprintf("protocol version not spoken here (this agent speaks version %d)", Version)
+	case StatusWrongResponder:
+		return "hello names another agent as responder"
+	case StatusUnknownInitiator:
+		return "initiator is not a client-side agent of this whitelist"
+	case StatusShapeMismatch:
+		return "session shape (streams, chunk size, queue length) differs from the server side's whitelist"
+	case StatusReflected:
+		return "hello carries this agent's own key (reflected)"
 	}
 	return fmt.Sprintf("status(%d)", uint8(s))
 }
@@ -104,23 +138,23 @@ type SessionID [16]byte
 
 func (id SessionID) String() string { return fmt.Sprintf("%x", id[:]) }
 
-// Nonce is a handshake nonce; each side draws a fresh one per stream.
-type Nonce [NonceSize]byte
+// PublicKey is an ephemeral X25519 public key as it travels.
+type PublicKey [PublicKeySize]byte
 
 // Handshake errors. Parse functions wrap them with detail.
 var (
 	ErrShort       = errors.New("stripe: message too short")
 	ErrMagic       = errors.New("stripe: bad magic")
-	ErrVersion     = errors.New("stripe: unsupported version")
+	ErrVersion     = errors.New("stripe: unsupported protocol version")
 	ErrMAC         = errors.New("stripe: handshake authentication failed")
 	ErrInvalid     = errors.New("stripe: invalid field")
 	ErrPSKTooShort = fmt.Errorf("stripe: pre-shared key shorter than %d bytes", MinPSKSize)
 )
 
-// HandshakeKey is the MAC key of the handshake, derived once from the PSK.
+// HandshakeKey holds the pre-shared key and the MAC key derived from it.
 type HandshakeKey struct {
-	psk []byte
-	mac [32]byte
+	psk  []byte
+	auth [32]byte
 }
 
 // NewHandshakeKey derives the handshake key from the pre-shared key.
@@ -128,17 +162,17 @@ func NewHandshakeKey(psk []byte) (*HandshakeKey, error) {
 	if len(psk) < MinPSKSize {
 		return nil, ErrPSKTooShort
 	}
-	k, err := hkdf.Key(sha256.New, psk, nil, handshakeInfo, 32)
+	k, err := hkdf.Key(sha256.New, psk, nil, authInfo, 32)
 	if err != nil {
 		return nil, fmt.Errorf("stripe: derive handshake key: %w", err)
 	}
 	hk := &HandshakeKey{psk: append([]byte(nil), psk...)}
-	copy(hk.mac[:], k)
+	copy(hk.auth[:], k)
 	return hk, nil
 }
 
-func (k *HandshakeKey) sum(label string, parts ...[]byte) [32]byte {
-	var h hash.Hash = hmac.New(sha256.New, k.mac[:])
+func mac(key []byte, label string, parts ...[]byte) [32]byte {
+	var h hash.Hash = hmac.New(sha256.New, key)
 	h.Write([]byte(label))
 	for _, p := range parts {
 		h.Write(p)
@@ -150,21 +184,44 @@ func (k *HandshakeKey) sum(label string, parts ...[]byte) [32]byte {
 
 // Hello opens one stream of a session.
 type Hello struct {
-	Mode        Mode
+	Mode Mode
+	// Initiator and Responder name the two agents; the responder refuses
+	// a hello that names another agent, so a stream cannot be reflected or
+	// redirected to an agent it was not meant for.
+	Initiator, Responder string
+	// Ephemeral is the initiator's fresh X25519 public key for this stream.
+	Ephemeral   PublicKey
+	Session     SessionID
 	Stream      uint16
 	Streams     uint16
 	ChunkSize   uint32
 	QueueLength uint32
-	Session     SessionID
 	Client      netip.AddrPort
 	Server      netip.AddrPort
-	Nonce       Nonce
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > MaxNameSize || !utf8.ValidString(s) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 func (h *Hello) validate() error {
 	switch {
 	case h.Mode != ModeNone && h.Mode != ModeAESGCM:
 		return fmt.Errorf("%w: mode %d", ErrInvalid, h.Mode)
+	case !validName(h.Initiator):
+		return fmt.Errorf("%w: initiator name %q", ErrInvalid, h.Initiator)
+	case !validName(h.Responder):
+		return fmt.Errorf("%w: responder name %q", ErrInvalid, h.Responder)
+	case h.Ephemeral == PublicKey{}:
+		return fmt.Errorf("%w: no ephemeral key", ErrInvalid)
 	case h.Streams == 0:
 		return fmt.Errorf("%w: stream count 0", ErrInvalid)
 	case h.Stream >= h.Streams:
@@ -187,44 +244,51 @@ func (h *Hello) Marshal(key *HandshakeKey) ([HelloSize]byte, error) {
 	if err := h.validate(); err != nil {
 		return b, err
 	}
-	copy(b[0:4], magic[:])
-	b[4] = Version
-	b[5] = byte(h.Mode)
-	binary.BigEndian.PutUint16(b[6:], h.Stream)
-	binary.BigEndian.PutUint16(b[8:], h.Streams)
-	binary.BigEndian.PutUint32(b[12:], h.ChunkSize)
-	binary.BigEndian.PutUint32(b[16:], h.QueueLength)
-	copy(b[20:36], h.Session[:])
-	putAddrPort(b[36:54], h.Client)
-	putAddrPort(b[54:72], h.Server)
-	copy(b[72:104], h.Nonce[:])
-	mac := key.sum(helloLabel, b[:104])
-	copy(b[104:], mac[:])
+	putPreamble(b[:], kindHello, byte(h.Mode))
+	putName(b[8:72], h.Initiator)
+	putName(b[72:136], h.Responder)
+	copy(b[136:168], h.Ephemeral[:])
+	copy(b[168:184], h.Session[:])
+	binary.BigEndian.PutUint16(b[184:], h.Stream)
+	binary.BigEndian.PutUint16(b[186:], h.Streams)
+	binary.BigEndian.PutUint32(b[188:], h.ChunkSize)
+	binary.BigEndian.PutUint32(b[192:], h.QueueLength)
+	putAddrPort(b[196:214], h.Client)
+	putAddrPort(b[214:232], h.Server)
+	m := mac(key.auth[:], helloLabel, b[:232])
+	copy(b[232:], m[:])
 	return b, nil
 }
 
-// ParseHello checks a hello's magic, version and MAC, then its fields.
+// ParseHello checks a hello's preamble and MAC, then its fields.
 func ParseHello(b []byte, key *HandshakeKey) (Hello, error) {
 	var h Hello
-	if err := checkPreamble(b, HelloSize); err != nil {
+	if err := checkMessage(b, HelloSize, kindHello); err != nil {
 		return h, err
 	}
-	want := key.sum(helloLabel, b[:104])
-	if !hmac.Equal(want[:], b[104:HelloSize]) {
+	want := mac(key.auth[:], helloLabel, b[:232])
+	if !hmac.Equal(want[:], b[232:HelloSize]) {
 		return h, ErrMAC
 	}
-	if flags := binary.BigEndian.Uint16(b[10:]); flags != 0 {
-		return h, fmt.Errorf("%w: hello flags %#x", ErrInvalid, flags)
+	if b[7] != 0 {
+		return h, fmt.Errorf("%w: hello flags %#x", ErrInvalid, b[7])
 	}
-	h.Mode = Mode(b[5])
-	h.Stream = binary.BigEndian.Uint16(b[6:])
-	h.Streams = binary.BigEndian.Uint16(b[8:])
-	h.ChunkSize = binary.BigEndian.Uint32(b[12:])
-	h.QueueLength = binary.BigEndian.Uint32(b[16:])
-	copy(h.Session[:], b[20:36])
-	h.Client = getAddrPort(b[36:54])
-	h.Server = getAddrPort(b[54:72])
-	copy(h.Nonce[:], b[72:104])
+	var err error
+	h.Mode = Mode(b[6])
+	if h.Initiator, err = getName(b[8:72]); err != nil {
+		return Hello{}, err
+	}
+	if h.Responder, err = getName(b[72:136]); err != nil {
+		return Hello{}, err
+	}
+	copy(h.Ephemeral[:], b[136:168])
+	copy(h.Session[:], b[168:184])
+	h.Stream = binary.BigEndian.Uint16(b[184:])
+	h.Streams = binary.BigEndian.Uint16(b[186:])
+	h.ChunkSize = binary.BigEndian.Uint32(b[188:])
+	h.QueueLength = binary.BigEndian.Uint32(b[192:])
+	h.Client = getAddrPort(b[196:214])
+	h.Server = getAddrPort(b[214:232])
 	if err := h.validate(); err != nil {
 		return Hello{}, err
 	}
@@ -234,54 +298,107 @@ func ParseHello(b []byte, key *HandshakeKey) (Hello, error) {
 // Reply answers a hello.
 type Reply struct {
 	Status Status
-	Nonce  Nonce
+	// Ephemeral is the responder's fresh X25519 public key; zero in a
+	// refusal, which derives no keys.
+	Ephemeral PublicKey
 }
 
 // Marshal returns the reply's wire form, MAC'd over the hello it answers.
 func (r *Reply) Marshal(hello []byte, key *HandshakeKey) [ReplySize]byte {
 	var b [ReplySize]byte
-	copy(b[0:4], magic[:])
-	b[4] = Version
-	b[5] = byte(r.Status)
-	copy(b[8:40], r.Nonce[:])
-	mac := key.sum(replyLabel, hello, b[:40])
-	copy(b[40:], mac[:])
+	putPreamble(b[:], kindReply, byte(r.Status))
+	copy(b[8:40], r.Ephemeral[:])
+	m := mac(key.auth[:], replyLabel, hello, b[:40])
+	copy(b[40:], m[:])
 	return b
 }
 
 // ParseReply checks a reply against the hello it answers.
 func ParseReply(hello, b []byte, key *HandshakeKey) (Reply, error) {
 	var r Reply
-	if err := checkPreamble(b, ReplySize); err != nil {
+	if err := checkMessage(b, ReplySize, kindReply); err != nil {
 		return r, err
 	}
-	want := key.sum(replyLabel, hello, b[:40])
+	want := mac(key.auth[:], replyLabel, hello, b[:40])
 	if !hmac.Equal(want[:], b[40:ReplySize]) {
 		return r, ErrMAC
 	}
-	if flags := binary.BigEndian.Uint16(b[6:]); flags != 0 {
-		return r, fmt.Errorf("%w: reply flags %#x", ErrInvalid, flags)
+	if b[7] != 0 {
+		return r, fmt.Errorf("%w: reply flags %#x", ErrInvalid, b[7])
 	}
-	r.Status = Status(b[5])
-	if r.Status >= statusCount {
-		return Reply{}, fmt.Errorf("%w: reply status %d", ErrInvalid, b[5])
+	r.Status = Status(b[6])
+	copy(r.Ephemeral[:], b[8:40])
+	switch {
+	case r.Status >= statusCount:
+		return Reply{}, fmt.Errorf("%w: reply status %d", ErrInvalid, b[6])
+	case r.Status == StatusAccepted && r.Ephemeral == PublicKey{}:
+		return Reply{}, fmt.Errorf("%w: accepting reply without a key", ErrInvalid)
 	}
-	copy(r.Nonce[:], b[8:40])
 	return r, nil
 }
 
-// Confirm returns the initiator's final handshake message.
-func Confirm(hello, reply []byte, key *HandshakeKey) [ConfirmSize]byte {
-	return key.sum(confirmLabel, hello, reply)
+// VersionRefusal is what a responder answers to a hello of another
+// protocol version. It cannot be authenticated (the two versions share no
+// MAC), so it carries nothing but the version and StatusVersion; it is as
+// long as a version 1 reply, so a version 1 initiator reads all of it and
+// reports the version it found.
+func VersionRefusal() [ReplySize]byte {
+	var b [ReplySize]byte
+	putPreamble(b[:], kindReply, byte(StatusVersion))
+	return b
 }
 
-// VerifyConfirm checks the initiator's confirm.
-func VerifyConfirm(hello, reply, confirm []byte, key *HandshakeKey) error {
-	want := key.sum(confirmLabel, hello, reply)
-	if len(confirm) != ConfirmSize || !hmac.Equal(want[:], confirm) {
-		return ErrMAC
+// IsVersionRefusal says whether an unauthenticated reply is exactly
+// VersionRefusal. It can be forged by anyone on the path, like any TCP
+// reset, so it only explains a failure; it never makes one.
+func IsVersionRefusal(b []byte) bool {
+	want := VersionRefusal()
+	return len(b) == ReplySize && [ReplySize]byte(b) == want
+}
+
+// PeekVersion reads the protocol version from the first PreambleSize bytes
+// of a handshake message. It returns ErrVersion (wrapped, naming the
+// version) for a well-formed preamble of another version, so the caller
+// can answer with VersionRefusal instead of closing silently.
+func PeekVersion(b []byte) (uint8, error) {
+	if len(b) < 5 {
+		return 0, fmt.Errorf("%w: %d of %d bytes", ErrShort, len(b), PreambleSize)
 	}
-	return nil
+	if [4]byte(b[0:4]) != magic {
+		return 0, ErrMagic
+	}
+	if b[4] != Version {
+		return b[4], fmt.Errorf("%w: peer speaks version %d, this agent version %d", ErrVersion, b[4], Version)
+	}
+	return b[4], nil
+}
+
+// Ephemeral is one side's X25519 key pair for one stream. Generate a new
+// one per stream and drop it after Finish: that is what makes the stream
+// keys forward secret.
+type Ephemeral struct {
+	priv *ecdh.PrivateKey
+}
+
+// NewEphemeral draws a key pair from rand (crypto/rand.Reader in use; a
+// fixed reader gives the golden vectors).
+func NewEphemeral(rand io.Reader) (*Ephemeral, error) {
+	var seed [32]byte
+	if _, err := io.ReadFull(rand, seed[:]); err != nil {
+		return nil, fmt.Errorf("stripe: ephemeral key: %w", err)
+	}
+	priv, err := ecdh.X25519().NewPrivateKey(seed[:])
+	if err != nil {
+		return nil, fmt.Errorf("stripe: ephemeral key: %w", err)
+	}
+	return &Ephemeral{priv: priv}, nil
+}
+
+// Public is the key to put in a hello or a reply.
+func (e *Ephemeral) Public() PublicKey {
+	var p PublicKey
+	copy(p[:], e.priv.PublicKey().Bytes())
+	return p
 }
 
 // StreamKeys are the frame keys of one stream, one per direction.
@@ -290,38 +407,98 @@ type StreamKeys struct {
 	Down [32]byte
 }
 
-// DeriveStreamKeys computes a stream's keys from the PSK, the session id and
-// both nonces of its handshake.
-func DeriveStreamKeys(key *HandshakeKey, h *Hello, responder Nonce) (StreamKeys, error) {
-	var ks StreamKeys
-	info := make([]byte, 0, len(streamKeysInfo)+2+2*NonceSize)
-	info = append(info, streamKeysInfo...)
-	info = binary.BigEndian.AppendUint16(info, h.Stream)
-	info = append(info, h.Nonce[:]...)
-	info = append(info, responder[:]...)
-	k, err := hkdf.Key(sha256.New, key.psk, h.Session[:], string(info), 64)
-	if err != nil {
-		return ks, fmt.Errorf("stripe: derive stream keys: %w", err)
-	}
-	copy(ks.Up[:], k[:32])
-	copy(ks.Down[:], k[32:])
-	return ks, nil
+// Secrets are what a completed handshake yields: the frame keys and the
+// key that authenticates the confirm.
+type Secrets struct {
+	Keys    StreamKeys
+	confirm [32]byte
+	th      [32]byte
 }
 
-func checkPreamble(b []byte, size int) error {
+// Finish runs the key agreement of a stream: X25519 of our ephemeral key
+// with the peer's, mixed with the PSK and salted with the hash of the
+// exact hello and reply bytes. Either side calls it with its own key pair
+// and the other's public key; both get the same Secrets.
+func Finish(key *HandshakeKey, own *Ephemeral, peer PublicKey, hello, reply []byte) (*Secrets, error) {
+	pub, err := ecdh.X25519().NewPublicKey(peer[:])
+	if err != nil {
+		return nil, fmt.Errorf("%w: peer key: %v", ErrInvalid, err)
+	}
+	// ECDH refuses low-order points (an all-zero shared secret).
+	dh, err := own.priv.ECDH(pub)
+	if err != nil {
+		return nil, fmt.Errorf("%w: key agreement: %v", ErrInvalid, err)
+	}
+	th := sha256.New()
+	th.Write(hello)
+	th.Write(reply)
+	var s Secrets
+	th.Sum(s.th[:0])
+	ikm := append(append(make([]byte, 0, len(dh)+len(key.psk)), dh...), key.psk...)
+	okm, err := hkdf.Key(sha256.New, ikm, s.th[:], streamKeysInfo, 96)
+	if err != nil {
+		return nil, fmt.Errorf("stripe: derive stream keys: %w", err)
+	}
+	copy(s.confirm[:], okm[:32])
+	copy(s.Keys.Up[:], okm[32:64])
+	copy(s.Keys.Down[:], okm[64:])
+	return &s, nil
+}
+
+// Confirm returns the initiator's final handshake message: proof that it
+// holds the PSK and its ephemeral private key, bound to this transcript.
+func (s *Secrets) Confirm() [ConfirmSize]byte {
+	return mac(s.confirm[:], confirmLabel, s.th[:])
+}
+
+// VerifyConfirm checks the initiator's confirm.
+func (s *Secrets) VerifyConfirm(confirm []byte) error {
+	want := s.Confirm()
+	if len(confirm) != ConfirmSize || !hmac.Equal(want[:], confirm) {
+		return ErrMAC
+	}
+	return nil
+}
+
+func putPreamble(b []byte, kind, b6 byte) {
+	copy(b[0:4], magic[:])
+	b[4] = Version
+	b[5] = kind
+	b[6] = b6
+}
+
+func checkMessage(b []byte, size int, kind byte) error {
 	if len(b) < size {
 		return fmt.Errorf("%w: %d of %d bytes", ErrShort, len(b), size)
 	}
 	if len(b) > size {
 		return fmt.Errorf("%w: %d bytes, want %d", ErrInvalid, len(b), size)
 	}
-	if [4]byte(b[0:4]) != magic {
-		return ErrMagic
+	if _, err := PeekVersion(b); err != nil {
+		return err
 	}
-	if b[4] != Version {
-		return fmt.Errorf("%w: %d", ErrVersion, b[4])
+	if b[5] != kind {
+		return fmt.Errorf("%w: message kind %d, want %d", ErrInvalid, b[5], kind)
 	}
 	return nil
+}
+
+func putName(b []byte, s string) {
+	b[0] = byte(len(s))
+	copy(b[1:nameField], s)
+}
+
+func getName(b []byte) (string, error) {
+	n := int(b[0])
+	if n == 0 || n > MaxNameSize {
+		return "", fmt.Errorf("%w: name length %d", ErrInvalid, n)
+	}
+	for _, c := range b[1+n : nameField] {
+		if c != 0 {
+			return "", fmt.Errorf("%w: name padding not zero", ErrInvalid)
+		}
+	}
+	return string(b[1 : 1+n]), nil
 }
 
 func putAddrPort(b []byte, ap netip.AddrPort) {

@@ -25,9 +25,30 @@ func testKey(t testing.TB) *HandshakeKey {
 	return k
 }
 
+// seedReader is a deterministic source of "random" key material.
+type seedReader byte
+
+func (r seedReader) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(r) + byte(i)
+	}
+	return len(p), nil
+}
+
+func fixedEphemeral(t testing.TB, seed byte) *Ephemeral {
+	t.Helper()
+	e, err := NewEphemeral(seedReader(seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 func fixedHello() Hello {
 	h := Hello{
 		Mode:        ModeAESGCM,
+		Initiator:   "agent-clemson",
+		Responder:   "agent-utah",
 		Stream:      3,
 		Streams:     64,
 		ChunkSize:   60000,
@@ -38,18 +59,42 @@ func fixedHello() Hello {
 	for i := range h.Session {
 		h.Session[i] = byte(0xa0 + i)
 	}
-	for i := range h.Nonce {
-		h.Nonce[i] = byte(i)
-	}
+	h.Ephemeral = initiatorEphemeral.Public()
 	return h
 }
 
-func fixedReplyNonce() Nonce {
-	var n Nonce
-	for i := range n {
-		n[i] = byte(0xff - i)
+var (
+	initiatorEphemeral = mustEphemeral(0x10)
+	responderEphemeral = mustEphemeral(0x80)
+)
+
+func mustEphemeral(seed byte) *Ephemeral {
+	e, err := NewEphemeral(seedReader(seed))
+	if err != nil {
+		panic(err)
 	}
-	return n
+	return e
+}
+
+// exchange runs the fixed handshake and returns its messages and both
+// sides' secrets.
+func exchange(t testing.TB, h Hello) (hello [HelloSize]byte, reply [ReplySize]byte, ini, resp *Secrets) {
+	t.Helper()
+	key := testKey(t)
+	h.Ephemeral = initiatorEphemeral.Public()
+	hello, err := h.Marshal(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Reply{Status: StatusAccepted, Ephemeral: responderEphemeral.Public()}
+	reply = r.Marshal(hello[:], key)
+	if ini, err = Finish(key, initiatorEphemeral, r.Ephemeral, hello[:], reply[:]); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err = Finish(key, responderEphemeral, h.Ephemeral, hello[:], reply[:]); err != nil {
+		t.Fatal(err)
+	}
+	return hello, reply, ini, resp
 }
 
 // golden compares got with testdata/name (hex, 32 bytes a line) or rewrites
@@ -81,49 +126,50 @@ func golden(t *testing.T, name string, got []byte) {
 }
 
 func TestGoldenHandshake(t *testing.T) {
-	key := testKey(t)
 	h := fixedHello()
-	hello, err := h.Marshal(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hello, reply, ini, resp := exchange(t, h)
 	golden(t, "hello", hello[:])
 
 	// Field positions are part of the wire contract; check a few by hand
 	// so the golden file cannot silently drift with the code.
-	if string(hello[0:4]) != "SOSt" || hello[4] != 1 || hello[5] != 1 {
-		t.Errorf("preamble % x", hello[:6])
+	if string(hello[0:4]) != "SOSt" || hello[4] != 2 || hello[5] != 1 || hello[6] != 1 || hello[7] != 0 {
+		t.Errorf("preamble % x", hello[:8])
 	}
-	if !bytes.Equal(hello[6:10], []byte{0, 3, 0, 64}) {
-		t.Errorf("stream fields % x", hello[6:10])
+	if hello[8] != 13 || string(hello[9:22]) != "agent-clemson" || hello[22] != 0 {
+		t.Errorf("initiator name % x", hello[8:24])
 	}
-	if !bytes.Equal(hello[12:16], []byte{0, 0, 0xea, 0x60}) {
-		t.Errorf("chunk size % x", hello[12:16])
+	if hello[72] != 10 || string(hello[73:83]) != "agent-utah" {
+		t.Errorf("responder name % x", hello[72:84])
 	}
-	if !bytes.Equal(hello[36:54], append(bytes.Repeat([]byte{0}, 10), 0xff, 0xff, 10, 10, 1, 1, 0x9c, 0x40)) {
-		t.Errorf("client address % x", hello[36:54])
+	if !bytes.Equal(hello[184:188], []byte{0, 3, 0, 64}) {
+		t.Errorf("stream fields % x", hello[184:188])
 	}
-
-	r := Reply{Status: StatusAccepted, Nonce: fixedReplyNonce()}
-	reply := r.Marshal(hello[:], key)
+	if !bytes.Equal(hello[188:192], []byte{0, 0, 0xea, 0x60}) {
+		t.Errorf("chunk size % x", hello[188:192])
+	}
+	if !bytes.Equal(hello[196:214], append(bytes.Repeat([]byte{0}, 10), 0xff, 0xff, 10, 10, 1, 1, 0x9c, 0x40)) {
+		t.Errorf("client address % x", hello[196:214])
+	}
 	golden(t, "reply", reply[:])
-	confirm := Confirm(hello[:], reply[:], key)
-	golden(t, "confirm", confirm[:])
-
-	keys, err := DeriveStreamKeys(key, &h, r.Nonce)
-	if err != nil {
-		t.Fatal(err)
+	if reply[4] != 2 || reply[5] != 2 || reply[6] != 0 {
+		t.Errorf("reply preamble % x", reply[:8])
 	}
-	golden(t, "stream-keys", append(keys.Up[:], keys.Down[:]...))
+	confirm := ini.Confirm()
+	golden(t, "confirm", confirm[:])
+	if err := resp.VerifyConfirm(confirm[:]); err != nil {
+		t.Errorf("responder refuses the initiator's confirm: %v", err)
+	}
+	golden(t, "stream-keys", append(ini.Keys.Up[:], ini.Keys.Down[:]...))
+	if ini.Keys != resp.Keys {
+		t.Errorf("the two sides derived different keys")
+	}
+	refusal := VersionRefusal()
+	golden(t, "version-refusal", refusal[:])
 }
 
 func TestGoldenFrames(t *testing.T) {
-	key := testKey(t)
-	h := fixedHello()
-	keys, err := DeriveStreamKeys(key, &h, fixedReplyNonce())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, ini, _ := exchange(t, fixedHello())
+	keys := ini.Keys
 	for _, mode := range []Mode{ModeAESGCM, ModeNone} {
 		c, err := NewCodec(mode, &keys, true, 3, 64)
 		if err != nil {
@@ -155,14 +201,16 @@ func TestGoldenFrames(t *testing.T) {
 
 func TestHandshakeRoundTrip(t *testing.T) {
 	key := testKey(t)
+	long := strings.Repeat("n", MaxNameSize)
 	cases := []Hello{
 		fixedHello(),
-		{Mode: ModeNone, Stream: 0, Streams: 1, ChunkSize: 1, QueueLength: 1,
+		{Mode: ModeNone, Initiator: "a", Responder: "b", Stream: 0, Streams: 1, ChunkSize: 1, QueueLength: 1,
 			Client: netip.MustParseAddrPort("[2001:db8::1]:1"), Server: netip.MustParseAddrPort("[2001:db8::2]:65535")},
-		{Mode: ModeAESGCM, Stream: 65534, Streams: 65535, ChunkSize: MaxChunkSize, QueueLength: 1 << 31,
+		{Mode: ModeAESGCM, Initiator: long, Responder: "agent-ü", Stream: 65534, Streams: 65535, ChunkSize: MaxChunkSize, QueueLength: 1 << 31,
 			Client: netip.MustParseAddrPort("192.0.2.1:0"), Server: netip.MustParseAddrPort("192.0.2.2:80")},
 	}
 	for _, h := range cases {
+		h.Ephemeral = initiatorEphemeral.Public()
 		b, err := h.Marshal(key)
 		if err != nil {
 			t.Fatalf("marshal %+v: %v", h, err)
@@ -175,15 +223,11 @@ func TestHandshakeRoundTrip(t *testing.T) {
 			t.Errorf("round trip:\n got %+v\nwant %+v", got, h)
 		}
 		for st := StatusAccepted; st < statusCount; st++ {
-			r := Reply{Status: st, Nonce: fixedReplyNonce()}
+			r := Reply{Status: st, Ephemeral: responderEphemeral.Public()}
 			rb := r.Marshal(b[:], key)
 			gotR, err := ParseReply(b[:], rb[:], key)
 			if err != nil || gotR != r {
 				t.Errorf("reply %v: got %+v, %v", st, gotR, err)
-			}
-			c := Confirm(b[:], rb[:], key)
-			if err := VerifyConfirm(b[:], rb[:], c[:], key); err != nil {
-				t.Errorf("confirm: %v", err)
 			}
 		}
 	}
@@ -201,7 +245,7 @@ func TestHandshakeRejects(t *testing.T) {
 	if _, err := ParseHello(b[:], other); !errors.Is(err, ErrMAC) {
 		t.Errorf("wrong PSK: %v", err)
 	}
-	for i := 5; i < HelloSize; i += 7 {
+	for i := 8; i < HelloSize; i += 7 {
 		bad := b
 		bad[i] ^= 0x01
 		if _, err := ParseHello(bad[:], key); !errors.Is(err, ErrMAC) {
@@ -210,14 +254,19 @@ func TestHandshakeRejects(t *testing.T) {
 	}
 	bad := b
 	bad[0] = 'X'
-	if _, err := ParseHello(bad[:], key); !errors.Is(err, ErrMAC) && !errors.Is(err, ErrMagic) {
+	if _, err := ParseHello(bad[:], key); !errors.Is(err, ErrMagic) {
 		t.Errorf("bad magic: %v", err)
+	}
+	bad = b
+	bad[4] = 1
+	if _, err := ParseHello(bad[:], key); !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "version 1") {
+		t.Errorf("version 1: %v", err)
 	}
 	if _, err := ParseHello(b[:HelloSize-1], key); !errors.Is(err, ErrShort) {
 		t.Errorf("short: %v", err)
 	}
 
-	r := Reply{Nonce: fixedReplyNonce()}
+	r := Reply{Ephemeral: responderEphemeral.Public()}
 	rb := r.Marshal(b[:], key)
 	// A reply answers one hello only.
 	h2 := fixedHello()
@@ -226,12 +275,34 @@ func TestHandshakeRejects(t *testing.T) {
 	if _, err := ParseReply(b2[:], rb[:], key); !errors.Is(err, ErrMAC) {
 		t.Errorf("reply for another hello: %v", err)
 	}
-	// A confirm binds the responder's fresh nonce.
-	c := Confirm(b[:], rb[:], key)
-	r2 := Reply{Nonce: Nonce{1}}
+	// A hello is not a reply and a reply not a hello, whatever the MAC: the
+	// kinds differ, so a message cannot be reflected as the other.
+	if _, err := ParseReply(b[:], b[:ReplySize], key); !errors.Is(err, ErrInvalid) {
+		t.Errorf("hello bytes parsed as a reply: %v", err)
+	}
+	// An accepting reply must carry a key.
+	noKey := Reply{Status: StatusAccepted}
+	nk := noKey.Marshal(b[:], key)
+	if _, err := ParseReply(b[:], nk[:], key); !errors.Is(err, ErrInvalid) {
+		t.Errorf("accepting reply without a key: %v", err)
+	}
+	// A confirm binds the responder's fresh ephemeral: computed against one
+	// reply, it fails against another.
+	_, reply1, ini1, _ := exchange(t, h)
+	c := ini1.Confirm()
+	r2 := Reply{Ephemeral: mustEphemeral(0x33).Public()}
 	rb2 := r2.Marshal(b[:], key)
-	if err := VerifyConfirm(b[:], rb2[:], c[:], key); !errors.Is(err, ErrMAC) {
+	resp2, err := Finish(key, mustEphemeral(0x33), h.Ephemeral, b[:], rb2[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resp2.VerifyConfirm(c[:]); !errors.Is(err, ErrMAC) {
 		t.Errorf("confirm replayed against a fresh reply: %v", err)
+	}
+	_ = reply1
+	// Low-order points give no key.
+	if _, err := Finish(key, initiatorEphemeral, PublicKey{}, b[:], rb[:]); !errors.Is(err, ErrInvalid) {
+		t.Errorf("zero peer key: %v", err)
 	}
 
 	invalid := []func(*Hello){
@@ -243,6 +314,10 @@ func TestHandshakeRejects(t *testing.T) {
 		func(h *Hello) { h.Mode = 7 },
 		func(h *Hello) { h.Client = netip.AddrPort{} },
 		func(h *Hello) { h.Server = netip.MustParseAddrPort("[2001:db8::2]:80") },
+		func(h *Hello) { h.Initiator = "" },
+		func(h *Hello) { h.Responder = strings.Repeat("x", MaxNameSize+1) },
+		func(h *Hello) { h.Responder = "bad\x00name" },
+		func(h *Hello) { h.Ephemeral = PublicKey{} },
 	}
 	for i, mutate := range invalid {
 		h := fixedHello()
@@ -256,37 +331,65 @@ func TestHandshakeRejects(t *testing.T) {
 	}
 }
 
+func TestVersionRefusal(t *testing.T) {
+	r := VersionRefusal()
+	if !IsVersionRefusal(r[:]) {
+		t.Fatal("VersionRefusal is not recognised")
+	}
+	// A version 1 initiator reads a 72-byte reply and checks magic and
+	// version first: it must find version 2 there.
+	if len(r) != 72 || string(r[:4]) != "SOSt" || r[4] != 2 {
+		t.Errorf("refusal % x is not readable by a version 1 peer", r[:8])
+	}
+	if v, err := PeekVersion([]byte("SOSt\x01\x01\x01\x00")); v != 1 || !errors.Is(err, ErrVersion) {
+		t.Errorf("PeekVersion of a v1 hello: %d, %v", v, err)
+	}
+	if _, err := PeekVersion([]byte("GET / HT")); !errors.Is(err, ErrMagic) {
+		t.Errorf("PeekVersion of HTTP: %v", err)
+	}
+}
+
 func TestStreamKeysDiffer(t *testing.T) {
+	// Every stream has its own ephemeral exchange; even with every other
+	// input equal, fresh ephemerals give fresh keys, and the two
+	// directions never share one.
 	key := testKey(t)
 	h := fixedHello()
-	k1, _ := DeriveStreamKeys(key, &h, fixedReplyNonce())
-	h.Stream = 4
-	k2, _ := DeriveStreamKeys(key, &h, fixedReplyNonce())
-	h = fixedHello()
-	h.Session[0] ^= 1
-	k3, _ := DeriveStreamKeys(key, &h, fixedReplyNonce())
-	h = fixedHello()
-	k4, _ := DeriveStreamKeys(key, &h, Nonce{})
+	b, _ := h.Marshal(key)
 	seen := map[[32]byte]bool{}
-	for _, k := range []StreamKeys{k1, k2, k3, k4} {
-		for _, part := range [][32]byte{k.Up, k.Down} {
+	for seed := range byte(4) {
+		e := mustEphemeral(0x40 + seed)
+		r := Reply{Ephemeral: e.Public()}
+		rb := r.Marshal(b[:], key)
+		s, err := Finish(key, e, h.Ephemeral, b[:], rb[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, part := range [][32]byte{s.Keys.Up, s.Keys.Down} {
 			if seen[part] {
-				t.Fatalf("key repeated across stream, session, nonce or direction")
+				t.Fatalf("key repeated across streams or directions")
 			}
 			seen[part] = true
 		}
+	}
+	// The PSK is mixed in: the same exchange under another PSK differs.
+	other, _ := NewHandshakeKey([]byte("another pre-shared key, 32 bytes"))
+	r := Reply{Ephemeral: responderEphemeral.Public()}
+	rb := r.Marshal(b[:], key)
+	s1, _ := Finish(key, responderEphemeral, h.Ephemeral, b[:], rb[:])
+	s2, _ := Finish(other, responderEphemeral, h.Ephemeral, b[:], rb[:])
+	if s1.Keys == s2.Keys {
+		t.Fatal("stream keys do not depend on the PSK")
 	}
 }
 
 func codecPair(t testing.TB, mode Mode, stream uint16, chunk int) (initiator, responder *Codec) {
 	t.Helper()
-	key := testKey(t)
 	h := fixedHello()
 	h.Stream = stream
-	keys, err := DeriveStreamKeys(key, &h, fixedReplyNonce())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, ini, _ := exchange(t, h)
+	keys := ini.Keys
+	var err error
 	if initiator, err = NewCodec(mode, &keys, true, stream, chunk); err != nil {
 		t.Fatal(err)
 	}
