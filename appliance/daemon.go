@@ -315,6 +315,7 @@ func warningsOf(p plan.Plan) []string {
 // relayConfig translates one desired agent into the relay's own config.
 func relayConfig(cfg *config.Config, a *desired.Agent, psk []byte) (relay.Config, error) {
 	rc := relay.Config{
+		Name:              a.Name,
 		TransparentListen: netip.AddrPortFrom(netip.IPv4Unspecified(), a.RelayPort),
 		DataListen:        a.DataListen,
 		PSK:               psk,
@@ -327,6 +328,10 @@ func relayConfig(cfg *config.Config, a *desired.Agent, psk []byte) (relay.Config
 			PreAuthTimeout: cfg.Limits.PreauthTimeout,
 			StallTimeout:   cfg.Limits.StallTimeout,
 			HalfClosedIdle: cfg.Limits.IdleTimeout,
+
+			Memory:               cfg.Limits.Memory,
+			MaxPreAuthPerSource:  cfg.Limits.PreauthPerSource,
+			MaxHalfOpenPerSource: cfg.Limits.HalfOpenPerSource,
 		},
 		SocketBuffer: int(a.SocketBuffer),
 		Congestion:   a.CongestionControl,
@@ -339,13 +344,18 @@ func relayConfig(cfg *config.Config, a *desired.Agent, psk []byte) (relay.Config
 		}
 		rc.HealthListen = hp
 	}
-	for _, routes := range [][]desired.Route{a.Client, a.Server} {
-		for _, r := range routes {
-			rc.Whitelist = append(rc.Whitelist, relay.Whitelist{
-				Name: r.Whitelist, Clients: r.Clients, Server: r.Server, Port: r.Port,
-				Streams: r.Streams, ChunkSize: r.ChunkSize, QueueLength: r.QueueLength, Peer: r.Peer,
-			})
+	route := func(r desired.Route, peer netip.AddrPort) relay.Whitelist {
+		return relay.Whitelist{
+			Name: r.Whitelist, Clients: r.Clients, Server: r.Server, Port: r.Port,
+			Streams: r.Streams, ChunkSize: r.ChunkSize, QueueLength: r.QueueLength,
+			Peer: peer, PeerName: r.PeerName,
 		}
+	}
+	for _, r := range a.Client {
+		rc.Client = append(rc.Client, route(r, r.Peer))
+	}
+	for _, r := range a.Server {
+		rc.Server = append(rc.Server, route(r, netip.AddrPort{}))
 	}
 	return rc, rc.Validate()
 }

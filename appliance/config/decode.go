@@ -14,28 +14,33 @@ import (
 
 // Defaults applied where the file is silent.
 const (
-	DefaultListen          = "0.0.0.0:6653"
-	DefaultStatePath       = "/var/lib/sosappliance/state.db"
-	DefaultControlSocket   = "/run/sosappliance/control.sock"
-	DefaultMetricsListen   = "127.0.0.1:9465"
-	DefaultDataPort        = 9877
-	DefaultRelayPort       = 9876
-	DefaultHealthPort      = 9878
-	DefaultStreams         = 64
-	DefaultChunkSize       = 60000
-	DefaultQueueLength     = 5
-	MaxChunkSize           = 16 << 20
-	DefaultSessionMemory   = 1 << 30
-	DefaultMaxStreams      = 8192
-	DefaultMaxSessions     = 256
-	DefaultPreauthConns    = 1024
-	DefaultPreauthTimeout  = "5s"
-	DefaultStallTimeout    = "30s"
-	DefaultIdleTimeout     = "5m"
-	DefaultKeepalive       = "5s"
-	DefaultHealthInterval  = "2s"
-	DefaultDriftInterval   = "30s"
-	DefaultShutdownTimeout = "30s"
+	DefaultListen         = "0.0.0.0:6653"
+	DefaultStatePath      = "/var/lib/sosappliance/state.db"
+	DefaultControlSocket  = "/run/sosappliance/control.sock"
+	DefaultMetricsListen  = "127.0.0.1:9465"
+	DefaultDataPort       = 9877
+	DefaultRelayPort      = 9876
+	DefaultHealthPort     = 9878
+	DefaultStreams        = 64
+	DefaultChunkSize      = 60000
+	DefaultQueueLength    = 5
+	MaxChunkSize          = 16 << 20
+	DefaultSessionMemory  = 1 << 30
+	DefaultMaxStreams     = 8192
+	DefaultMaxSessions    = 256
+	DefaultPreauthConns   = 1024
+	DefaultPreauthTimeout = "5s"
+	// Per source address: unauthenticated data-port connections (more
+	// evict that source's oldest) and server-side sessions still
+	// gathering their streams.
+	DefaultPreauthPerSource  = 128
+	DefaultHalfOpenPerSource = 64
+	DefaultStallTimeout      = "30s"
+	DefaultIdleTimeout       = "5m"
+	DefaultKeepalive         = "5s"
+	DefaultHealthInterval    = "2s"
+	DefaultDriftInterval     = "30s"
+	DefaultShutdownTimeout   = "30s"
 )
 
 var rootSchema = &hcl.BodySchema{
@@ -373,6 +378,7 @@ var limitsSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "max_sessions"}, {Name: "max_streams"}, {Name: "session_memory"},
 	{Name: "preauth_connections"}, {Name: "preauth_timeout"},
 	{Name: "stall_timeout"}, {Name: "idle_timeout"},
+	{Name: "memory"}, {Name: "preauth_per_source"}, {Name: "half_open_per_source"},
 }}
 
 func decodeLimits(b *hcl.Block, diags *hcl.Diagnostics) Limits {
@@ -385,6 +391,9 @@ func decodeLimits(b *hcl.Block, diags *hcl.Diagnostics) Limits {
 		PreauthTimeout:     a.duration("preauth_timeout", DefaultPreauthTimeout),
 		StallTimeout:       a.duration("stall_timeout", DefaultStallTimeout),
 		IdleTimeout:        a.duration("idle_timeout", DefaultIdleTimeout),
+		Memory:             a.byteSize("memory", 0, 1<<20, 1<<50),
+		PreauthPerSource:   int(a.integer("preauth_per_source", DefaultPreauthPerSource, 1, 1<<20)),
+		HalfOpenPerSource:  int(a.integer("half_open_per_source", DefaultHalfOpenPerSource, 1, 1<<20)),
 		Range:              b.DefRange,
 		SessionMemoryRange: a.rng("session_memory"),
 		MaxStreamsRange:    a.rng("max_streams"),

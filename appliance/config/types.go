@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
-	"github.com/sosappliance/sosappliance/dataplane/relay"
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
 )
 
 // Config is a decoded and validated sos.hcl. Slices keep the order of the
@@ -71,6 +71,11 @@ type Limits struct {
 	PreauthTimeout     time.Duration
 	StallTimeout       time.Duration
 	IdleTimeout        time.Duration
+	// Memory caps the buffers of all sessions of an agent together; 0
+	// means a quarter of the node's RAM, decided by the agent.
+	Memory             int64
+	PreauthPerSource   int
+	HalfOpenPerSource  int
 	Range              hcl.Range
 	SessionMemoryRange hcl.Range
 	MaxStreamsRange    hcl.Range
@@ -152,7 +157,7 @@ type Whitelist struct {
 // stream, plus the send queue and read buffers. It is the relay's own
 // figure, so a config that validates is never refused at run time.
 func (w *Whitelist) SessionMemory() int64 {
-	return relay.SessionMemory(w.Streams, w.ChunkSize, w.QueueLength)
+	return stripe.SessionMemory(w.Streams, w.ChunkSize, w.QueueLength)
 }
 
 // Tuning is a named host tuning profile.

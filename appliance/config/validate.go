@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"unicode"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
 )
 
 // validate runs the checks that need the whole file: names, references and
@@ -34,6 +37,11 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 		}
 		for _, a := range s.Agents {
 			agents = append(agents, named{a.Name, a.Range})
+			// The name is the agent's identity in every stream handshake.
+			if len(a.Name) > stripe.MaxNameSize || strings.ContainsFunc(a.Name, unicode.IsControl) {
+				add(a.Range, fmt.Sprintf("Agents name themselves in every stream handshake, in at most %d bytes without control characters.", stripe.MaxNameSize),
+					"Agent name %q is not a valid handshake identity", a.Name)
+			}
 		}
 	}
 	for _, w := range cfg.Whitelists {
@@ -157,6 +165,9 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 			}
 			add(rng, fmt.Sprintf("%d streams of %d-byte chunks with queue_length %d need %d bytes of buffers; lower one of them or raise limits.session_memory (now %d).", w.Streams, w.ChunkSize, w.QueueLength, mem, cfg.Limits.SessionMemory),
 				"Whitelist %q needs more memory per session than the cap allows", w.Name)
+		} else if cfg.Limits.Memory > 0 && mem > cfg.Limits.Memory {
+			add(cfg.Limits.Range, fmt.Sprintf("One session of whitelist %q needs %d bytes; raise limits.memory (now %d) or shrink the whitelist.", w.Name, mem, cfg.Limits.Memory),
+				"limits.memory cannot hold one session of whitelist %q", w.Name)
 		}
 	}
 	return diags

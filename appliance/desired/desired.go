@@ -79,7 +79,9 @@ type Route struct {
 	ChunkSize   int
 	QueueLength int
 	// Peer is the far agent's stripe address (client side) or the near
-	// agent's own (server side).
+	// agent's own (server side). PeerName is the agent at the other end of
+	// the stripes: the server-side agent of a client route, the
+	// client-side agent allowed to open sessions of a server route.
 	Peer     netip.AddrPort
 	PeerName string
 }
@@ -273,7 +275,7 @@ func compileAgent(cfg *config.Config, a *config.Agent) *Agent {
 			ag.Client = append(ag.Client, r)
 		}
 		if w.ServerAgent == a.Name {
-			r.Peer, r.PeerName = a.DataAddr(), a.Name
+			r.Peer, r.PeerName = a.DataAddr(), w.ClientAgent
 			ag.Server = append(ag.Server, r)
 		}
 	}

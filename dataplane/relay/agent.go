@@ -8,6 +8,7 @@
 package relay
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -64,7 +65,8 @@ func compile(cfg Config) (*runtimeConfig, error) {
 		return nil, err
 	}
 	cfg.PSK = nil // the key holds its own copy
-	cfg.Whitelist = slices.Clone(cfg.Whitelist)
+	cfg.Client = slices.Clone(cfg.Client)
+	cfg.Server = slices.Clone(cfg.Server)
 	cfg.RelayCPUs = slices.Clone(cfg.RelayCPUs)
 	lim := cfg.Limits.withDefaults()
 	return &runtimeConfig{
@@ -102,15 +104,28 @@ type Agent struct {
 	health    *healthServer
 	sessions  map[*session]struct{}
 	byID      map[stripe.SessionID]*session // server side
-	preauth   map[*net.TCPConn]struct{}
 	pinnedTo  []int
 	unpinCPUs func() error
+	// Unauthenticated data-port connections, in accept order, and their
+	// count per source address.
+	preauth      map[*net.TCPConn]*preauthConn
+	preauthOrder *list.List
+	preauthBySrc map[netip.Addr]int
+	// halfOpen counts server-side sessions still gathering streams, per
+	// source address.
+	halfOpen map[netip.Addr]int
+	// direct holds the connections carried direct (client -> server
+	// connection, nil while dialing), so Shutdown can end them.
+	direct map[*net.TCPConn]*net.TCPConn
+	// handshakeSlots bounds the handshakes in flight toward each peer.
+	handshakeSlots map[netip.AddrPort]chan struct{}
 
-	stopping     atomic.Bool // draining, readable without mu
-	preauthCount atomic.Int64
-	counters     counters
-	recent       abortLog
-	limited      limitedLog
+	stopping    atomic.Bool  // draining, readable without mu
+	memReserved atomic.Int64 // of Limits.Memory, by live sessions
+	ownKeys     ownKeys
+	counters    counters
+	recent      abortLog
+	limited     limitedLog
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -135,8 +150,14 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		os:       kernelTransparency,
 		sessions: make(map[*session]struct{}),
 		byID:     make(map[stripe.SessionID]*session),
-		preauth:  make(map[*net.TCPConn]struct{}),
 		stop:     make(chan struct{}),
+
+		preauth:        make(map[*net.TCPConn]*preauthConn),
+		preauthOrder:   list.New(),
+		preauthBySrc:   make(map[netip.Addr]int),
+		halfOpen:       make(map[netip.Addr]int),
+		direct:         make(map[*net.TCPConn]*net.TCPConn),
+		handshakeSlots: make(map[netip.AddrPort]chan struct{}),
 	}
 	a.counters.init()
 	a.cfg.Store(rc)
@@ -164,7 +185,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.wg.Add(1)
 	go a.housekeeping()
 	a.log.Info("relay started", "transparent", rc.TransparentListen, "data", rc.DataListen,
-		"health", rc.HealthListen, "encryption", rc.mode, "whitelist", len(rc.Whitelist))
+		"health", rc.HealthListen, "encryption", rc.mode, "name", rc.Name, "client_routes", len(rc.Client), "server_routes", len(rc.Server))
 	return nil
 }
 
@@ -192,7 +213,7 @@ func (a *Agent) Update(cfg Config) error {
 		}
 	}
 	a.cfg.Store(rc)
-	a.log.Info("relay configuration updated", "whitelist", len(rc.Whitelist), "encryption", rc.mode)
+	a.log.Info("relay configuration updated", "client_routes", len(rc.Client), "server_routes", len(rc.Server), "encryption", rc.mode)
 	return nil
 }
 
@@ -362,7 +383,7 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 wait:
 	for {
 		a.mu.Lock()
-		n := len(a.sessions)
+		n := len(a.sessions) + len(a.direct)
 		a.mu.Unlock()
 		if n == 0 {
 			break
@@ -375,6 +396,11 @@ wait:
 				if s.abort(AbortShutdown, errors.New("agent shutting down: drain deadline passed")) {
 					aborted++
 				}
+			}
+			for host, far := range a.direct {
+				reset(host)
+				reset(far)
+				aborted++
 			}
 			a.mu.Unlock()
 			break wait
@@ -481,6 +507,11 @@ func (a *Agent) register(s *session, lim Limits) error {
 
 func (a *Agent) unregister(s *session) {
 	a.mu.Lock()
+	a.leaveHalfOpenLocked(s)
+	if s.reserved > 0 {
+		a.memReserved.Add(-s.reserved)
+		s.reserved = 0
+	}
 	delete(a.sessions, s)
 	if a.byID[s.id] == s {
 		delete(a.byID, s.id)

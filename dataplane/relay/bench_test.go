@@ -248,12 +248,13 @@ func benchmarkRelay(b *testing.B, enc string) {
 	entry := Whitelist{
 		Name: "bench", Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		Server: tr.sink.Addr(), Port: tr.sink.Port(), Streams: streams, ChunkSize: chunk, QueueLength: queue,
+		PeerName: "bench-client",
 	}
-	srvAgent := benchAgent(b, Config{DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
-		Encryption: enc, Whitelist: []Whitelist{entry}}, tr.sink)
-	entry.Peer = srvAgent.Addrs().Data
-	cliAgent := benchAgent(b, Config{TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
-		Encryption: enc, Whitelist: []Whitelist{entry}}, tr.sink)
+	srvAgent := benchAgent(b, Config{Name: "bench-server", DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
+		Encryption: enc, Server: []Whitelist{entry}}, tr.sink)
+	entry.Peer, entry.PeerName = srvAgent.Addrs().Data, "bench-server"
+	cliAgent := benchAgent(b, Config{Name: "bench-client", TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
+		Encryption: enc, Client: []Whitelist{entry}}, tr.sink)
 
 	chains := []struct {
 		name  string

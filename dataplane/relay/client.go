@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
@@ -16,67 +17,170 @@ import (
 
 // serveClient runs the client side of one steered connection: find its
 // whitelist entry, open and authenticate the streams to the peer agent,
-// then relay.
+// then relay. When the streams cannot be had (the peer refuses, is
+// unreachable, or a limit here is reached) the connection is carried
+// direct instead, unaccelerated: nothing has been read from the client
+// yet, so nothing is lost.
 func (a *Agent) serveClient(host *net.TCPConn) {
 	rc := a.cfg.Load()
 	client := unmapAddrPort(host.RemoteAddr().(*net.TCPAddr).AddrPort())
 	server := a.os.destination(host)
-	w, ok := lookup(rc.Whitelist, client.Addr(), server)
-	if !ok || !w.Peer.IsValid() {
-		a.reject(rejectNotWhitelisted, "relay: steered connection matches no whitelist entry with a peer; reset",
+	w, ok := lookup(rc.Client, client.Addr(), server)
+	if !ok {
+		a.reject(rejectNotWhitelisted, "relay: steered connection matches no client-side whitelist entry; reset",
 			"client", client, "server", server)
 		reset(host)
 		return
 	}
 	if w.Streams > rc.limits.MaxStreams {
-		a.reject(rejectStreamLimit, "relay: whitelist asks for more streams than the limit; reset",
+		a.reject(rejectStreamLimit, "relay: whitelist asks for more streams than the limit; carrying direct",
 			"whitelist", w.Name, "streams", w.Streams, "limit", rc.limits.MaxStreams)
-		reset(host)
+		a.carryDirect(rc, host, client, server, w.Name, errors.New("stream limit"))
 		return
 	}
-	if need := SessionMemory(w.Streams, w.ChunkSize, w.QueueLength); need > rc.limits.SessionMemory {
-		a.reject(rejectMemoryLimit, "relay: session would exceed the memory cap; reset",
+	if need := stripe.SessionMemory(w.Streams, w.ChunkSize, w.QueueLength); need > rc.limits.SessionMemory {
+		a.reject(rejectMemoryLimit, "relay: session would exceed the session memory cap; carrying direct",
 			"whitelist", w.Name, "need", need, "cap", rc.limits.SessionMemory)
-		reset(host)
+		a.carryDirect(rc, host, client, server, w.Name, errors.New("session memory cap"))
 		return
 	}
 	var id stripe.SessionID
 	_, _ = rand.Read(id[:])
-	s, err := newSession(a, sessionParams{
-		id: id, side: clientSide, whitelist: w.Name, client: client, server: server,
+	s, err := a.newReservedSession(rc, sessionParams{
+		id: id, side: clientSide, whitelist: w.Name, peer: w.PeerName, client: client, server: server,
 		streams: w.Streams, chunkSize: w.ChunkSize, queueLength: w.QueueLength, mode: rc.mode,
 		stallTimeout: rc.limits.StallTimeout,
 	})
 	if err != nil {
-		a.log.Error("relay: session setup", "err", err)
-		reset(host)
+		a.reject(rejectMemoryLimit, "relay: connection not accelerated; carrying direct", "client", client,
+			"server", server, "err", err)
+		a.carryDirect(rc, host, client, server, w.Name, err)
 		return
 	}
 	if err := a.register(s, rc.limits); err != nil {
-		kind := rejectSessionLimit
+		a.memReserved.Add(-s.reserved)
 		if errors.Is(err, errShuttingDown) {
-			kind = rejectShuttingDown
+			a.reject(rejectShuttingDown, "relay: connection refused; reset", "client", client, "server", server)
+			reset(host)
+			return
 		}
-		a.reject(kind, "relay: connection refused; reset", "client", client, "server", server, "err", err)
-		reset(host)
+		a.reject(rejectSessionLimit, "relay: connection not accelerated; carrying direct", "client", client,
+			"server", server, "err", err)
+		a.carryDirect(rc, host, client, server, w.Name, err)
 		return
 	}
-	s.host = host
 	if err := a.openStreams(s, rc, w.Peer); err != nil {
+		// s.host is still unset: the abort leaves the end-host
+		// connection alone and the direct path takes it over.
 		s.abort(AbortSetup, err)
 		s.finishUnstarted()
+		if a.stopping.Load() {
+			reset(host)
+			return
+		}
+		a.carryDirect(rc, host, client, server, w.Name, err)
 		return
 	}
+	s.mu.Lock()
+	s.host = host
+	s.mu.Unlock()
 	s.start()
 }
 
+// carryDirect relays a steered connection to its server over one plain
+// TCP connection from this agent's own address: slow, but the client's
+// connection works. It is counted and logged. The server sees the agent's
+// address, not the client's (it cannot reply to the client's address
+// without the far agent that would have answered for it).
+func (a *Agent) carryDirect(rc *runtimeConfig, host *net.TCPConn, client, server netip.AddrPort, whitelist string, why error) {
+	a.counters.fallbacks.Add(1)
+	a.limited.log(a.log, "fallback", "relay: carrying a connection direct, unaccelerated",
+		"whitelist", whitelist, "client", client, "server", server, "why", why)
+	if !a.trackDirect(host, rc.limits.MaxSessions) {
+		a.reject(rejectSessionLimit, "relay: too many direct connections; reset", "client", client, "server", server)
+		reset(host)
+		return
+	}
+	defer a.untrackDirect(host)
+	d := net.Dialer{Timeout: rc.limits.PreAuthTimeout}
+	c, err := d.Dial(network(server.Addr()), server.String())
+	if err != nil {
+		a.limited.log(a.log, "fallback-dial", "relay: direct connection to the server failed; reset",
+			"server", server, "err", err)
+		reset(host)
+		return
+	}
+	far := c.(*net.TCPConn)
+	a.setDirectPeer(host, far)
+	var wg sync.WaitGroup
+	var failed sync.Once
+	fail := func() { failed.Do(func() { reset(host); reset(far) }) }
+	pipe := func(dst, src *net.TCPConn) {
+		defer wg.Done()
+		if _, err := io.Copy(dst, src); err != nil {
+			fail()
+			return
+		}
+		_ = dst.CloseWrite()
+	}
+	wg.Add(2)
+	go pipe(far, host)
+	go pipe(host, far)
+	wg.Wait()
+	_ = host.Close()
+	_ = far.Close()
+}
+
+// trackDirect registers a direct connection so Shutdown can end it.
+func (a *Agent) trackDirect(host *net.TCPConn, limit int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.draining || len(a.direct) >= limit {
+		return false
+	}
+	a.direct[host] = nil
+	return true
+}
+
+func (a *Agent) setDirectPeer(host, far *net.TCPConn) {
+	a.mu.Lock()
+	if _, ok := a.direct[host]; ok {
+		a.direct[host] = far
+	}
+	draining := a.draining
+	a.mu.Unlock()
+	if draining {
+		reset(far)
+	}
+}
+
+func (a *Agent) untrackDirect(host *net.TCPConn) {
+	a.mu.Lock()
+	delete(a.direct, host)
+	a.mu.Unlock()
+}
+
+// slotsFor is the semaphore of handshakes in flight toward one peer.
+func (a *Agent) slotsFor(peer netip.AddrPort) chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ch, ok := a.handshakeSlots[peer]
+	if !ok {
+		ch = make(chan struct{}, HandshakesInFlight)
+		a.handshakeSlots[peer] = ch
+	}
+	return ch
+}
+
 // openStreams dials and authenticates every stream of a client-side session
-// in parallel; any failure fails them all.
+// in parallel, at most HandshakesInFlight at a time toward the peer; any
+// failure fails them all.
 func (a *Agent) openStreams(s *session, rc *runtimeConfig, peer netip.AddrPort) error {
 	ctx, cancel := context.WithTimeout(s.ctx, rc.limits.PreAuthTimeout)
 	defer cancel()
 	tuning := rc.tuning
 	tuning.sndbuf, tuning.rcvbuf = rc.buffersFor(s.chunkSize, s.queueLength)
+	slots := a.slotsFor(peer)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first error
@@ -84,7 +188,15 @@ func (a *Agent) openStreams(s *session, rc *runtimeConfig, peer netip.AddrPort) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, err := a.openStream(ctx, s, rc, peer, i, tuning)
+			var st *stream
+			var err error
+			select {
+			case slots <- struct{}{}:
+				st, err = a.openStream(ctx, s, rc, peer, i, tuning)
+				<-slots
+			case <-ctx.Done():
+				err = context.Cause(ctx)
+			}
 			if err != nil {
 				// The first failure is the cause; the others are mostly
 				// the cancellation it triggers.
@@ -118,56 +230,64 @@ func (a *Agent) openStream(ctx context.Context, s *session, rc *runtimeConfig, p
 	_ = conn.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
+	fail := func(err error) (*stream, error) {
+		_ = conn.Close()
+		return nil, err
+	}
 
-	var nonce stripe.Nonce
-	_, _ = rand.Read(nonce[:])
+	eph, err := stripe.NewEphemeral(rand.Reader)
+	if err != nil {
+		return fail(err)
+	}
+	pub := eph.Public()
+	a.ownKeys.add(pub)
+	defer a.ownKeys.remove(pub)
 	hello := stripe.Hello{
-		Mode: rc.mode, Stream: uint16(index), Streams: uint16(s.n),
+		Mode: rc.mode, Initiator: rc.Name, Responder: s.peer, Ephemeral: pub,
+		Stream: uint16(index), Streams: uint16(s.n),
 		ChunkSize: uint32(s.chunkSize), QueueLength: uint32(s.queueLength),
-		Session: s.id, Client: s.client, Server: s.server, Nonce: nonce,
+		Session: s.id, Client: s.client, Server: s.server,
 	}
 	hb, err := hello.Marshal(rc.key)
 	if err != nil {
-		_ = conn.Close()
-		return nil, err
+		return fail(err)
 	}
 	if _, err := conn.Write(hb[:]); err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("send hello: %w", err)
+		return fail(fmt.Errorf("send hello: %w", err))
 	}
 	var rb [stripe.ReplySize]byte
 	if _, err := io.ReadFull(conn, rb[:]); err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("read reply: %w", err)
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+			return fail(fmt.Errorf("read reply: peer %s closed the handshake without answering "+
+				"(wrong pre-shared key, or an agent of protocol version 1): %w", peer, err))
+		}
+		return fail(fmt.Errorf("read reply: %w", err))
 	}
 	reply, err := stripe.ParseReply(hb[:], rb[:], rc.key)
 	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("peer %s: %w", peer, err)
+		if stripe.IsVersionRefusal(rb[:]) {
+			return fail(fmt.Errorf("peer %s refused: %s", peer, stripe.StatusVersion))
+		}
+		return fail(fmt.Errorf("peer %s: %w", peer, err))
 	}
 	if reply.Status != stripe.StatusAccepted {
-		_ = conn.Close()
-		return nil, fmt.Errorf("peer %s refused: %s", peer, reply.Status)
+		return fail(fmt.Errorf("peer %s refused: %s", peer, reply.Status))
 	}
-	keys, err := stripe.DeriveStreamKeys(rc.key, &hello, reply.Nonce)
+	secrets, err := stripe.Finish(rc.key, eph, reply.Ephemeral, hb[:], rb[:])
 	if err != nil {
-		_ = conn.Close()
-		return nil, err
+		return fail(err)
 	}
-	codec, err := stripe.NewCodec(rc.mode, &keys, true, uint16(index), s.chunkSize)
+	codec, err := stripe.NewCodec(rc.mode, &secrets.Keys, true, uint16(index), s.chunkSize)
 	if err != nil {
-		_ = conn.Close()
-		return nil, err
+		return fail(err)
 	}
-	confirm := stripe.Confirm(hb[:], rb[:], rc.key)
+	confirm := secrets.Confirm()
 	if _, err := conn.Write(confirm[:]); err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("send confirm: %w", err)
+		return fail(fmt.Errorf("send confirm: %w", err))
 	}
 	// Once the cancel hook is disarmed nothing else touches the deadline.
 	if !stop() {
-		_ = conn.Close()
-		return nil, context.Cause(ctx)
+		return fail(context.Cause(ctx))
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return newStream(s, index, conn, codec), nil

@@ -3,9 +3,12 @@ package relay
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
+	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
 )
@@ -29,18 +32,28 @@ type Config struct {
 	// HealthListen serves GET /healthz for the controller. Zero: none.
 	HealthListen netip.AddrPort
 
+	// Name is this agent's identity in every handshake: the initiator's
+	// name in the hellos it sends, the responder name it requires in the
+	// hellos it accepts.
+	Name string
+
 	// PSK authenticates every stream; at least 16 bytes.
 	PSK []byte
 	// Encryption is EncryptionAESGCM (also when empty) or EncryptionNone.
 	Encryption string
 
-	// Whitelist lists the accelerated flows that involve this agent. A
-	// steered connection is accelerated by the first entry whose Clients
-	// hold the client address and whose Server and Port are its
-	// destination; Peer names the server-side agent to stripe to. The
-	// server side accepts a session only if some entry matches it too
-	// (Peer is not consulted there).
-	Whitelist []Whitelist
+	// Client lists the accelerated flows for which this agent is the
+	// client side: a steered connection is accelerated by the first entry
+	// whose Clients hold the client address and whose Server and Port are
+	// its destination, striped to the agent Peer named PeerName.
+	Client []Whitelist
+	// Server lists the flows for which this agent is the server side: the
+	// data port accepts a session only for an entry that matches its
+	// client and server, from the agent named PeerName, and with exactly
+	// the entry's shape (streams, chunk size, queue length). Peer is not
+	// consulted. Entries of Client never admit a session: an agent does
+	// not serve as the far end of its own client-side routes.
+	Server []Whitelist
 
 	Limits Limits
 
@@ -76,8 +89,12 @@ type Whitelist struct {
 	ChunkSize   int
 	QueueLength int
 	// Peer is the data address (address:data_port) of the server-side
-	// agent.
+	// agent; client side only.
 	Peer netip.AddrPort
+	// PeerName is the agent at the other end: the server-side agent
+	// (responder) of a client entry, the client-side agent (initiator)
+	// allowed to open sessions of a server entry.
+	PeerName string
 }
 
 // Limits protect an agent. Zero values pick the defaults below.
@@ -90,9 +107,26 @@ type Limits struct {
 	// session whose SessionMemory() need exceeds it is refused. Default
 	// 512 MiB.
 	SessionMemory int64
+	// Memory bounds the frame buffers and bookkeeping of all sessions of
+	// the agent together, in bytes: every session reserves its worst case
+	// (SessionFootprint) before it allocates anything, and a session that
+	// does not fit is refused. Default a quarter of the machine's RAM.
+	Memory int64
 	// MaxPreAuth bounds data-port connections that have not finished
-	// their handshake; more are reset on accept. Default 256.
+	// their handshake. At the cap a new connection evicts (resets) the
+	// oldest unauthenticated one, so idle connections cannot lock out a
+	// peer whose handshakes take one round trip. Default 256.
 	MaxPreAuth int
+	// MaxPreAuthPerSource bounds unauthenticated connections from one
+	// source address; at the cap a new one evicts that source's oldest.
+	// Client-side agents keep fewer handshakes than this in flight per
+	// peer (HandshakesInFlight), so a peer's own stripes never evict each
+	// other. Default 128.
+	MaxPreAuthPerSource int
+	// MaxHalfOpenPerSource bounds server-side sessions from one source
+	// address that are still gathering their streams; more are refused
+	// with a session limit. Default 64.
+	MaxHalfOpenPerSource int
 	// PreAuthTimeout bounds a stream's handshake, and the time a session
 	// waits for all its streams to join. Default 10 s.
 	PreAuthTimeout time.Duration
@@ -114,6 +148,8 @@ const (
 	DefaultMaxStreams     = 1024
 	DefaultSessionMemory  = 512 << 20
 	DefaultMaxPreAuth     = 256
+	DefaultPreAuthPerSrc  = 128
+	DefaultHalfOpenPerSrc = 64
 	DefaultPreAuthTimeout = 10 * time.Second
 	DefaultStallTimeout   = 30 * time.Second
 	DefaultHalfClosedIdle = 5 * time.Minute
@@ -128,6 +164,11 @@ func (l Limits) withDefaults() Limits {
 	def(&l.MaxSessions, DefaultMaxSessions)
 	def(&l.MaxStreams, DefaultMaxStreams)
 	def(&l.MaxPreAuth, DefaultMaxPreAuth)
+	def(&l.MaxPreAuthPerSource, DefaultPreAuthPerSrc)
+	def(&l.MaxHalfOpenPerSource, DefaultHalfOpenPerSrc)
+	if l.Memory <= 0 {
+		l.Memory = defaultMemory()
+	}
 	if l.SessionMemory <= 0 {
 		l.SessionMemory = DefaultSessionMemory
 	}
@@ -142,26 +183,52 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// readBufferSize is the per-stream read buffer; it lets one read syscall
-// pick up several small frames.
-const readBufferSize = 32 << 10
+// HandshakesInFlight is how many stream handshakes a client-side agent
+// runs at once toward one peer agent, across all its sessions: fewer than
+// the peer's per-source pre-auth cap, so a session of thousands of stripes
+// opens them in waves the peer admits instead of getting its own stripes
+// evicted.
+const HandshakesInFlight = 64
 
-// SessionMemory is the most frame-buffer memory one session can hold at
-// an agent, in bytes, for a whitelist's streams, chunk size and queue
-// length. Config validation can use it to check a cap; the agent refuses a
-// session whose need exceeds Limits.SessionMemory. Per session and agent:
-// the receive direction holds at most the window (queue length x streams)
-// plus one frame per stream beyond it and one being read per stream; the
-// send direction holds at most two frames per stream plus the one being
-// filled; and every stream has a read buffer.
-func SessionMemory(streams, chunkSize, queueLength int) int64 {
-	frame := int64(stripe.FrameBufferSize(chunkSize))
-	n, window := int64(streams), int64(queueLength)*int64(streams)
-	return frame*(recvBudget(n, window)+sendBudget(n)) + n*readBufferSize
+// SessionFootprint is what one session reserves from Limits.Memory: its
+// frame buffers (stripe.SessionMemory) plus the bookkeeping the agent
+// allocates for it up front: reorder slots, buffer queues and per-stream
+// state. It saturates instead of overflowing.
+func SessionFootprint(streams, chunkSize, queueLength int) int64 {
+	const perSlot, perBuffer, perStream = 48, 16, 1024
+	n := int64(max(streams, 0))
+	window := satMul(int64(max(queueLength, 0)), n)
+	book := satAdd(satMul(window, perSlot),
+		satAdd(satMul(satAdd(stripe.RecvBudget(n, window), stripe.SendBudget(n)), perBuffer), satMul(n, perStream)))
+	return satAdd(stripe.SessionMemory(streams, chunkSize, queueLength), book)
 }
 
-func recvBudget(streams, window int64) int64 { return window + 2*streams }
-func sendBudget(streams int64) int64         { return 2*streams + 1 }
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func satMul(a, b int64) int64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+// defaultMemory is a quarter of the machine's RAM, or 1 GiB if it cannot
+// be read.
+func defaultMemory() int64 {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil || si.Totalram == 0 {
+		return 1 << 30
+	}
+	return int64(min(uint64(si.Totalram)*uint64(si.Unit)/4, math.MaxInt64))
+}
 
 // mode returns the stripe mode of the encryption setting.
 func (c *Config) mode() (stripe.Mode, error) {
@@ -180,6 +247,9 @@ func (c *Config) Validate() error {
 	if !c.TransparentListen.IsValid() && !c.DataListen.IsValid() {
 		errs = append(errs, errors.New("neither a transparent nor a data listen address"))
 	}
+	if !validAgentName(c.Name) {
+		errs = append(errs, fmt.Errorf("agent name %q: want 1..%d printable bytes", c.Name, stripe.MaxNameSize))
+	}
 	if len(c.PSK) < stripe.MinPSKSize {
 		errs = append(errs, fmt.Errorf("pre-shared key is %d bytes, need at least %d", len(c.PSK), stripe.MinPSKSize))
 	}
@@ -187,13 +257,21 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	lim := c.Limits.withDefaults()
-	for i, w := range c.Whitelist {
+	entries := slices.Concat(c.Client, c.Server)
+	for i, w := range entries {
+		clientSide := i < len(c.Client)
 		name := w.Name
 		if name == "" {
 			name = fmt.Sprintf("#%d", i)
 		}
 		bad := func(format string, args ...any) {
 			errs = append(errs, fmt.Errorf("whitelist %s: "+format, append([]any{name}, args...)...))
+		}
+		if !validAgentName(w.PeerName) {
+			bad("peer agent name %q: want 1..%d printable bytes", w.PeerName, stripe.MaxNameSize)
+		}
+		if clientSide && !w.Peer.IsValid() {
+			bad("client-side entry without a peer address")
 		}
 		if len(w.Clients) == 0 {
 			bad("no client prefixes")
@@ -224,7 +302,7 @@ func (c *Config) Validate() error {
 			bad("queue length %d below 1", w.QueueLength)
 		}
 		if w.Streams >= 1 && w.ChunkSize >= 1 && w.QueueLength >= 1 {
-			if need := SessionMemory(w.Streams, w.ChunkSize, w.QueueLength); need > lim.SessionMemory {
+			if need := stripe.SessionMemory(w.Streams, w.ChunkSize, w.QueueLength); need > lim.SessionMemory {
 				bad("a session needs %d bytes of buffers, above the session memory cap of %d", need, lim.SessionMemory)
 			}
 		}
@@ -238,6 +316,18 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func validAgentName(s string) bool {
+	if s == "" || len(s) > stripe.MaxNameSize {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return false
+		}
+	}
+	return true
 }
 
 // lookup finds the whitelist entry of a connection from client to server.

@@ -74,7 +74,7 @@ func TestHalfCloseClientStillGetsFullReply(t *testing.T) {
 func TestSlowReaderPausesWithoutLoss(t *testing.T) {
 	const size = 256 << 20
 	streams, chunk, queue := 16, 65536, 4
-	memCap := SessionMemory(streams, chunk, queue)
+	memCap := stripe.SessionMemory(streams, chunk, queue)
 	lim := Limits{SessionMemory: memCap, StallTimeout: 2 * time.Second, HalfClosedIdle: 2 * time.Second}
 	p := startPair(t, pairOptions{streams: streams, chunk: chunk, queue: queue, limitsA: lim, limitsB: lim}, func(c *net.TCPConn) {
 		defer c.Close()
@@ -445,7 +445,7 @@ func TestForgedJoinsRejected(t *testing.T) {
 	})
 	dataAddr := net.TCPAddrFromAddrPort(p.b.Addrs().Data)
 	forged := append([]byte(nil), ms.hello...)
-	forged[100] ^= 1 // inside the nonce: the MAC no longer fits
+	forged[150] ^= 1 // inside the initiator's ephemeral key: the MAC no longer fits
 
 	refusals := func() uint64 {
 		st := p.b.Stats().Totals
@@ -469,7 +469,7 @@ func TestForgedJoinsRejected(t *testing.T) {
 		_, _ = conn.Write(hello)
 		if withConfirm {
 			// The recorded confirm answers the old reply, not the fresh
-			// nonce of this one.
+			// ephemeral key of this one.
 			reply := make([]byte, stripe.ReplySize)
 			if _, err := io.ReadFull(conn, reply); err != nil {
 				t.Fatalf("%s: no reply to a replayed hello: %v", name, err)
@@ -505,9 +505,9 @@ func TestForgedJoinsRejected(t *testing.T) {
 }
 
 // TestPreAuthCapAndReap opens 1,000 connections to the data port and sends
-// nothing: at most the cap may wait for a handshake, the rest are reset at
-// once, and the waiting ones are reset after the pre-auth timeout. The agent
-// still serves afterwards.
+// nothing: at most the cap may wait for a handshake, each new one beyond it
+// evicts (resets) the oldest, and the last ones waiting are reset after the
+// pre-auth timeout. The agent still serves afterwards.
 func TestPreAuthCapAndReap(t *testing.T) {
 	const conns, preauthCap = 1000, 64
 	lim := Limits{MaxPreAuth: preauthCap, PreAuthTimeout: 2 * time.Second}
@@ -557,15 +557,15 @@ func TestPreAuthCapAndReap(t *testing.T) {
 	close(stopSampling)
 	<-sampled
 	st := p.b.Stats().Totals
-	t.Logf("rejected at accept %d, reaped %d, most waiting at once %d", st.Rejected[rejectPreAuthLimit], st.PreAuthTimeouts, maxActive.Load())
+	t.Logf("evicted %d, reaped %d, most waiting at once %d", st.Rejected[rejectPreAuthEvicted], st.PreAuthTimeouts, maxActive.Load())
 	if closed.Load() != conns {
 		t.Errorf("%d of %d idle connections were closed by the agent", closed.Load(), conns)
 	}
 	if maxActive.Load() > preauthCap {
 		t.Errorf("%d unauthenticated connections waited at once, cap %d", maxActive.Load(), preauthCap)
 	}
-	if st.Rejected[rejectPreAuthLimit]+st.PreAuthTimeouts != conns || st.PreAuthTimeouts > preauthCap || st.PreAuthTimeouts == 0 {
-		t.Errorf("rejected %d + reaped %d != %d", st.Rejected[rejectPreAuthLimit], st.PreAuthTimeouts, conns)
+	if st.Rejected[rejectPreAuthEvicted]+st.PreAuthTimeouts != conns || st.PreAuthTimeouts > preauthCap || st.PreAuthTimeouts == 0 {
+		t.Errorf("evicted %d + reaped %d != %d", st.Rejected[rejectPreAuthEvicted], st.PreAuthTimeouts, conns)
 	}
 	waitFor(t, "no connection waiting", func() bool { return p.b.Stats().Totals.PreAuthActive == 0 })
 

@@ -179,6 +179,9 @@ type pairOptions struct {
 	congestion            string
 	// viaMITM puts a frame-aware man in the middle between the agents.
 	viaMITM bool
+	// quiet discards the agents' logs (a fuzz target may not log through
+	// its F).
+	quiet bool
 	// serverWhitelist, if set, derives the server-side agent's whitelist
 	// from the client side's entry.
 	serverWhitelist func(entry Whitelist) []Whitelist
@@ -213,42 +216,54 @@ func startPair(t testing.TB, opt pairOptions, handle func(c *net.TCPConn)) *pair
 		Streams:     opt.streams,
 		ChunkSize:   opt.chunk,
 		QueueLength: opt.queue,
+		PeerName:    "agent-a",
 	}
 	wlB := []Whitelist{entry}
 	if opt.serverWhitelist != nil {
 		wlB = opt.serverWhitelist(entry)
 	}
-	b := startAgent(t, Config{
+	log := testLogger(t)
+	if opt.quiet {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b := startAgentLogging(t, Config{
+		Name:         "agent-b",
 		DataListen:   netip.MustParseAddrPort("127.0.0.1:0"),
 		PSK:          testPSK,
 		Encryption:   opt.encryption,
-		Whitelist:    wlB,
+		Server:       wlB,
 		Limits:       opt.limitsB,
 		SocketBuffer: opt.socketBuffer,
 		Congestion:   opt.congestion,
-	}, srv.addr)
+	}, srv.addr, log)
 	p := &pair{b: b, server: srv}
-	entry.Peer = b.Addrs().Data
+	entry.Peer, entry.PeerName = b.Addrs().Data, "agent-b"
 	if opt.viaMITM {
 		p.mitm = newMITM(t, entry.Peer)
 		entry.Peer = p.mitm.addr
 	}
-	p.a = startAgent(t, Config{
+	p.a = startAgentLogging(t, Config{
+		Name:              "agent-a",
 		TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"),
 		PSK:               testPSK,
 		Encryption:        opt.encryption,
-		Whitelist:         []Whitelist{entry},
+		Client:            []Whitelist{entry},
 		Limits:            opt.limitsA,
 		SocketBuffer:      opt.socketBuffer,
 		Congestion:        opt.congestion,
-	}, srv.addr)
+	}, srv.addr, log)
 	p.entry = p.a.Addrs().Transparent
 	return p
 }
 
 func startAgent(t testing.TB, cfg Config, dst netip.AddrPort) *Agent {
 	t.Helper()
-	a, err := New(cfg, testLogger(t))
+	return startAgentLogging(t, cfg, dst, testLogger(t))
+}
+
+func startAgentLogging(t testing.TB, cfg Config, dst netip.AddrPort, log *slog.Logger) *Agent {
+	t.Helper()
+	a, err := New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
 	"io"
 	"net"
 	"net/http"
@@ -56,10 +57,11 @@ func dialExpectReset(t *testing.T, p *pair, why string) {
 
 func TestConfigValidate(t *testing.T) {
 	good := Config{
+		Name:       "agent-b",
 		DataListen: netip.MustParseAddrPort("127.0.0.1:0"),
 		PSK:        testPSK,
-		Whitelist: []Whitelist{{Name: "w", Clients: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
-			Server: netip.MustParseAddr("10.1.1.1"), Port: 80, Streams: 4, ChunkSize: 1000, QueueLength: 2}},
+		Server: []Whitelist{{Name: "w", Clients: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+			Server: netip.MustParseAddr("10.1.1.1"), Port: 80, Streams: 4, ChunkSize: 1000, QueueLength: 2, PeerName: "agent-a"}},
 	}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
@@ -69,36 +71,30 @@ func TestConfigValidate(t *testing.T) {
 	bad.PSK = []byte("short")
 	bad.Encryption = "rot13"
 	bad.RelayCPUs = []int{-1}
-	bad.Whitelist = []Whitelist{{Name: "x", Server: netip.MustParseAddr("2001:db8::1"),
+	bad.Name = ""
+	bad.Server = []Whitelist{{Name: "x", Server: netip.MustParseAddr("2001:db8::1"),
 		Clients: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Streams: 100000, ChunkSize: 0, QueueLength: 0}}
+	bad.Client = []Whitelist{{Name: "y", Server: netip.MustParseAddr("10.1.1.1"), Port: 80,
+		Clients: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Streams: 1, ChunkSize: 1, QueueLength: 1, PeerName: "agent-b"}}
 	err := bad.Validate()
 	if err == nil {
 		t.Fatal("invalid config accepted")
 	}
 	for _, want := range []string{"listen address", "pre-shared key", "rot13", "relay CPU -1", "address family",
-		"no server port", "streams 100000", "chunk size 0", "queue length 0"} {
+		"no server port", "streams 100000", "chunk size 0", "queue length 0", `agent name ""`,
+		`peer agent name ""`, "whitelist y: client-side entry without a peer address"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %q:\n%v", want, err)
 		}
 	}
 	capped := good
-	capped.Limits.SessionMemory = SessionMemory(4, 1000, 2) - 1
+	capped.Limits.SessionMemory = stripe.SessionMemory(4, 1000, 2) - 1
 	if err := capped.Validate(); err == nil || !strings.Contains(err.Error(), "memory cap") {
 		t.Errorf("whitelist above the memory cap: %v", err)
 	}
-	if _, err := New(Config{DataListen: good.DataListen, PSK: testPSK, Congestion: "no-such-cc"}, nil); err == nil ||
+	if _, err := New(Config{Name: "a", DataListen: good.DataListen, PSK: testPSK, Congestion: "no-such-cc"}, nil); err == nil ||
 		!strings.Contains(err.Error(), "no-such-cc") {
 		t.Errorf("unknown congestion control accepted: %v", err)
-	}
-}
-
-func TestSessionMemoryFormula(t *testing.T) {
-	// 64 streams x 60000-byte chunks x queue 5, the DESIGN example:
-	// receive window 320 + 128 frames, send 129 frames, 64 read buffers.
-	frame := int64(16 + 60000 + 16)
-	want := frame*(320+128+129) + 64*readBufferSize
-	if got := SessionMemory(64, 60000, 5); got != want {
-		t.Fatalf("SessionMemory = %d, want %d", got, want)
 	}
 }
 
@@ -115,18 +111,28 @@ func TestSessionLimit(t *testing.T) {
 		s := p.a.Stats().Sessions
 		return len(s) == 1 && s[0].State == "established"
 	})
-	dialExpectReset(t, p, "second session over the limit")
+	// Over the limit the connection is not accelerated: it is carried
+	// direct to the server, not reset.
+	second := p.dial(t)
+	defer second.Close()
+	if _, err := second.Write([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "second connection carried direct", func() bool { return p.server.accepted() == 2 })
 	if n := p.a.Stats().Totals.Rejected[rejectSessionLimit]; n != 1 {
 		t.Errorf("session_limit rejections = %d", n)
+	}
+	if n := p.a.Stats().Totals.Fallbacks; n != 1 {
+		t.Errorf("fallbacks = %d, want 1", n)
 	}
 }
 
 // TestServerSideRefusals: the server-side agent refuses streams with an
-// authenticated reason; the client-side agent gives up and resets the
-// client, naming the reason.
+// authenticated reason; the client-side agent records the reason and
+// carries the client's connection direct, unaccelerated.
 func TestServerSideRefusals(t *testing.T) {
 	// The server side matches the flow (any loopback server) but imposes
-	// its own limits on what the client side asks for.
+	// its own shape and limits on what the client side asks for.
 	smallEntry := func(e Whitelist) []Whitelist {
 		e.Streams, e.ChunkSize, e.QueueLength = 1, 1, 1
 		return []Whitelist{e}
@@ -142,13 +148,13 @@ func TestServerSideRefusals(t *testing.T) {
 		reject string
 	}{
 		{"not whitelisted", pairOptions{serverWhitelist: otherClients}, "not whitelisted", rejectNotWhitelisted},
-		{"stream limit", pairOptions{streams: 8, limitsB: Limits{MaxStreams: 4}, serverWhitelist: smallEntry}, "too many streams", rejectStreamLimit},
-		{"memory cap", pairOptions{streams: 8, limitsB: Limits{SessionMemory: 1 << 20}, serverWhitelist: smallEntry}, "memory cap", rejectMemoryLimit},
+		{"other shape", pairOptions{streams: 8, serverWhitelist: smallEntry}, "session shape", rejectShape},
+		{"memory cap", pairOptions{streams: 8, limitsB: Limits{Memory: 1 << 20}}, "memory cap", rejectMemoryLimit},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := startPair(t, tc.opt, echo)
-			dialExpectReset(t, p, tc.name)
+			roundTrip(t, p.entry, "carried direct: "+tc.name)
 			waitFor(t, "abort recorded", func() bool { return len(p.a.Stats().RecentAborts) == 1 })
 			r := p.a.Stats().RecentAborts[0]
 			if r.Reason != AbortSetup || !strings.Contains(r.Error, tc.reason) {
@@ -157,8 +163,14 @@ func TestServerSideRefusals(t *testing.T) {
 			if n := p.b.Stats().Totals.Rejected[tc.reject]; n == 0 {
 				t.Errorf("server side counted no %s rejection: %v", tc.reject, p.b.Stats().Totals.Rejected)
 			}
-			if p.server.accepted() != 0 {
-				t.Error("the server was connected anyway")
+			if n := p.a.Stats().Totals.Fallbacks; n != 1 {
+				t.Errorf("fallbacks = %d, want 1", n)
+			}
+			if p.server.accepted() != 1 {
+				t.Errorf("the server accepted %d connections, want the direct one", p.server.accepted())
+			}
+			if len(p.b.Stats().RecentAborts) != 0 {
+				t.Errorf("the server side ran a session: %+v", p.b.Stats().RecentAborts)
 			}
 		})
 	}
@@ -309,7 +321,7 @@ func TestUpdateKeepsLiveSessions(t *testing.T) {
 	cfg := p.a.cfg.Load().Config
 	cfg.PSK = testPSK
 	withoutEntry := cfg
-	withoutEntry.Whitelist = nil
+	withoutEntry.Client = nil
 	if err := p.a.Update(withoutEntry); err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +344,7 @@ func TestUpdateKeepsLiveSessions(t *testing.T) {
 	if got := p.a.Addrs().Transparent; got != p.entry {
 		t.Fatalf("failed update moved the listener to %s", got)
 	}
-	if len(p.a.cfg.Load().Whitelist) != 0 {
+	if len(p.a.cfg.Load().Client) != 0 {
 		t.Fatal("failed update replaced the configuration")
 	}
 
@@ -407,7 +419,7 @@ func TestRelayCPUsPinTheProcess(t *testing.T) {
 		t.Skip("needs two CPUs to pin to a subset")
 	}
 	target := []int{orig[len(orig)-1]}
-	a, err := New(Config{DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK, RelayCPUs: target}, testLogger(t))
+	a, err := New(Config{Name: "a", DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK, RelayCPUs: target}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,6 +78,14 @@ func (m *mitm) accept() {
 	}
 }
 
+var mitmKey = func() *stripe.HandshakeKey {
+	k, err := stripe.NewHandshakeKey(testPSK)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
 func (m *mitm) serve(a *net.TCPConn) {
 	defer m.wg.Done()
 	b, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(m.target))
@@ -91,7 +99,14 @@ func (m *mitm) serve(a *net.TCPConn) {
 		reset(b)
 		return
 	}
-	ms := &mitmStream{index: int(binary.BigEndian.Uint16(hello[6:8])), a: a, b: b, hello: hello}
+	// The man in the middle knows the PSK only to read the stream index.
+	h, err := stripe.ParseHello(hello, mitmKey)
+	if err != nil {
+		reset(a)
+		reset(b)
+		return
+	}
+	ms := &mitmStream{index: int(h.Stream), a: a, b: b, hello: hello}
 	m.mu.Lock()
 	m.streams = append(m.streams, ms)
 	m.mu.Unlock()

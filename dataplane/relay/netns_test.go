@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -334,17 +335,21 @@ func TestNetnsIperf3AndCurlThroughAgents(t *testing.T) {
 
 	peer := netip.AddrPortFrom(netip.MustParseAddr("192.168.77.2"), dataPort)
 	whitelist := []Whitelist{
-		{Name: "iperf", Clients: clients, Server: server, Port: 5201, Streams: 16, ChunkSize: 60000, QueueLength: 5, Peer: peer},
-		{Name: "http", Clients: clients, Server: server, Port: 80, Streams: 8, ChunkSize: 65536, QueueLength: 4, Peer: peer},
+		{Name: "iperf", Clients: clients, Server: server, Port: 5201, Streams: 16, ChunkSize: 60000, QueueLength: 5, Peer: peer, PeerName: "agent-b"},
+		{Name: "http", Clients: clients, Server: server, Port: 80, Streams: 8, ChunkSize: 65536, QueueLength: 4, Peer: peer, PeerName: "agent-b"},
+	}
+	accept := slices.Clone(whitelist)
+	for i := range accept {
+		accept[i].Peer, accept[i].PeerName = netip.AddrPort{}, "agent-a"
 	}
 	health := netip.MustParseAddrPort("127.0.0.1:9878")
 	agentA := startLabAgent(t, l.agA, Config{
 		TransparentListen: netip.AddrPortFrom(netip.IPv4Unspecified(), tproxyPort),
-		HealthListen:      health, PSK: testPSK, Whitelist: whitelist,
+		HealthListen:      health, PSK: testPSK, Name: "agent-a", Client: whitelist,
 	})
 	agentB := startLabAgent(t, l.agB, Config{
 		DataListen:   netip.AddrPortFrom(netip.IPv4Unspecified(), dataPort),
-		HealthListen: health, PSK: testPSK, Whitelist: whitelist,
+		HealthListen: health, PSK: testPSK, Name: "agent-b", Server: accept,
 	})
 	for _, ns := range []string{l.agA, l.agB} {
 		if out := sh(t, "ip", "netns", "exec", ns, "curl", "-sS", "--max-time", "5", "http://"+health.String()+"/healthz"); out != "ok" {

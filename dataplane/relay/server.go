@@ -1,38 +1,68 @@
 package relay
 
 import (
+	"container/list"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
 )
 
-// admitPreAuth applies the cap on unauthenticated connections at accept
-// time: beyond it a connection is reset before anything is read from it.
+// preauthConn is one data-port connection that has not finished its
+// handshake. The agent keeps them in accept order so that at a cap the
+// oldest is evicted: an idle connection waits out its timeout, a genuine
+// handshake takes one round trip, so eviction of the oldest lets genuine
+// peers in while a flood of idle connections only evicts itself.
+type preauthConn struct {
+	conn *net.TCPConn
+	src  netip.Addr
+	elem *list.Element
+}
+
+// admitPreAuth registers an accepted data-port connection, evicting the
+// oldest unauthenticated one from the same source, or from anywhere, when
+// a cap is reached, and starts its handshake.
 func (a *Agent) admitPreAuth(c *net.TCPConn) {
 	rc := a.cfg.Load()
-	if a.preauthCount.Add(1) > int64(rc.limits.MaxPreAuth) {
-		a.preauthCount.Add(-1)
-		a.reject(rejectPreAuthLimit, "relay: unauthenticated connection cap reached; reset",
-			"remote", c.RemoteAddr().String(), "cap", rc.limits.MaxPreAuth)
-		reset(c)
-		return
-	}
+	src := unmapAddrPort(c.RemoteAddr().(*net.TCPAddr).AddrPort()).Addr()
 	a.mu.Lock()
 	if a.draining {
 		a.mu.Unlock()
-		a.preauthCount.Add(-1)
 		reset(c)
 		return
 	}
-	a.preauth[c] = struct{}{}
+	var victim *preauthConn
+	if a.preauthBySrc[src] >= rc.limits.MaxPreAuthPerSource {
+		for e := a.preauthOrder.Front(); e != nil; e = e.Next() {
+			if p := e.Value.(*preauthConn); p.src == src {
+				victim = p
+				break
+			}
+		}
+	} else if len(a.preauth) >= rc.limits.MaxPreAuth {
+		victim = a.preauthOrder.Front().Value.(*preauthConn)
+	}
+	if victim != nil {
+		a.dropPreAuthLocked(victim)
+	}
+	p := &preauthConn{conn: c, src: src}
+	p.elem = a.preauthOrder.PushBack(p)
+	a.preauth[c] = p
+	a.preauthBySrc[src]++
 	a.mu.Unlock()
+	if victim != nil {
+		a.reject(rejectPreAuthEvicted, "relay: unauthenticated connection cap reached; oldest evicted",
+			"evicted", victim.conn.RemoteAddr().String(), "new", c.RemoteAddr().String())
+		reset(victim.conn)
+	}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -40,11 +70,22 @@ func (a *Agent) admitPreAuth(c *net.TCPConn) {
 	}()
 }
 
+func (a *Agent) dropPreAuthLocked(p *preauthConn) {
+	delete(a.preauth, p.conn)
+	a.preauthOrder.Remove(p.elem)
+	if a.preauthBySrc[p.src]--; a.preauthBySrc[p.src] <= 0 {
+		delete(a.preauthBySrc, p.src)
+	}
+}
+
+// leavePreAuth ends a connection's unauthenticated phase; it is a no-op for
+// one already evicted.
 func (a *Agent) leavePreAuth(c *net.TCPConn) {
 	a.mu.Lock()
-	delete(a.preauth, c)
+	if p, ok := a.preauth[c]; ok {
+		a.dropPreAuthLocked(p)
+	}
 	a.mu.Unlock()
-	a.preauthCount.Add(-1)
 }
 
 // serveStream runs the responder handshake of one incoming stream and, if
@@ -57,6 +98,7 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		}
 	}()
 	remote := c.RemoteAddr().String()
+	src := unmapAddrPort(c.RemoteAddr().(*net.TCPAddr).AddrPort()).Addr()
 	_ = c.SetDeadline(time.Now().Add(rc.limits.PreAuthTimeout))
 	fail := func(msg string, err error) {
 		if a.stopping.Load() {
@@ -73,7 +115,7 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		reset(c)
 	}
 	var hb [stripe.HelloSize]byte
-	if _, err := io.ReadFull(c, hb[:]); err != nil {
+	if _, err := io.ReadFull(c, hb[:stripe.PreambleSize]); err != nil {
 		if errors.Is(err, io.EOF) {
 			// Closed before saying anything: a client-side agent that
 			// gave up on its other streams, or a port scan.
@@ -83,25 +125,57 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		fail("reading hello", err)
 		return
 	}
+	if v, err := stripe.PeekVersion(hb[:stripe.PreambleSize]); errors.Is(err, stripe.ErrVersion) {
+		// An agent of another protocol version: say so, in a form it
+		// reads whole, instead of closing silently.
+		refusal := stripe.VersionRefusal()
+		_, _ = c.Write(refusal[:])
+		a.reject(rejectVersion, "relay: stream refused: peer speaks another protocol version",
+			"remote", remote, "version", v, "want", stripe.Version)
+		// Read what is left of its hello first: closing with unread data
+		// would reset the connection and discard the refusal at the peer.
+		_ = c.CloseWrite()
+		_, _ = io.CopyN(io.Discard, c, 4096)
+		_ = c.Close()
+		return
+	} else if err != nil {
+		fail("bad hello", err)
+		return
+	}
+	if _, err := io.ReadFull(c, hb[stripe.PreambleSize:]); err != nil {
+		fail("reading hello", err)
+		return
+	}
 	hello, err := stripe.ParseHello(hb[:], rc.key)
 	if err != nil {
 		fail("bad hello", err)
 		return
 	}
-	status := a.admit(rc, &hello)
-	var nonce stripe.Nonce
-	_, _ = rand.Read(nonce[:])
-	reply := stripe.Reply{Status: status, Nonce: nonce}
+	route, status := a.admit(rc, &hello, src)
+	reply := stripe.Reply{Status: status}
+	var eph *stripe.Ephemeral
+	if status == stripe.StatusAccepted {
+		if eph, err = stripe.NewEphemeral(rand.Reader); err != nil {
+			fail("ephemeral key", err)
+			return
+		}
+		reply.Ephemeral = eph.Public()
+	}
 	rb := reply.Marshal(hb[:], rc.key)
 	if _, err := c.Write(rb[:]); err != nil {
 		fail("writing reply", err)
 		return
 	}
 	if status != stripe.StatusAccepted {
-		a.reject(rejectKindOf(status), "relay: stream refused", "remote", remote,
+		a.reject(rejectKindOf(status), "relay: stream refused", "remote", remote, "initiator", hello.Initiator,
 			"session", hello.Session, "client", hello.Client, "server", hello.Server, "reason", status)
 		// The refusal is authenticated; close gracefully so it arrives.
 		_ = c.Close()
+		return
+	}
+	secrets, err := stripe.Finish(rc.key, eph, hello.Ephemeral, hb[:], rb[:])
+	if err != nil {
+		fail("key agreement", err)
 		return
 	}
 	var cb [stripe.ConfirmSize]byte
@@ -109,64 +183,86 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		fail("reading confirm", err)
 		return
 	}
-	if err := stripe.VerifyConfirm(hb[:], rb[:], cb[:], rc.key); err != nil {
+	if err := secrets.VerifyConfirm(cb[:]); err != nil {
 		fail("bad confirm", err)
 		return
 	}
-	keys, err := stripe.DeriveStreamKeys(rc.key, &hello, nonce)
-	if err != nil {
-		fail("deriving keys", err)
-		return
-	}
-	codec, err := stripe.NewCodec(hello.Mode, &keys, false, hello.Stream, int(hello.ChunkSize))
+	codec, err := stripe.NewCodec(hello.Mode, &secrets.Keys, false, hello.Stream, route.ChunkSize)
 	if err != nil {
 		fail("building codec", err)
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
 	opts := rc.tuning
-	opts.sndbuf, opts.rcvbuf = rc.buffersFor(int(hello.ChunkSize), int(hello.QueueLength))
+	opts.sndbuf, opts.rcvbuf = rc.buffersFor(route.ChunkSize, route.QueueLength)
 	if err := tuneConn(c, opts); err != nil {
 		fail("tuning stream socket", err)
 		return
 	}
 	authenticated = true
 	a.leavePreAuth(c)
-	a.join(rc, &hello, c, codec)
+	a.join(rc, route, &hello, src, c, codec)
 }
 
-// admit decides a hello: refusals are answered with a MAC'd status.
-func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello) stripe.Status {
+// lookupServer finds the server-side entry of a session.
+func lookupServer(rc *runtimeConfig, h *stripe.Hello) (Whitelist, bool) {
+	return lookup(rc.Server, h.Client.Addr(), h.Server)
+}
+
+// admit decides a hello: refusals are answered with a MAC'd status. The
+// session's shape is the server side's own whitelist entry; a hello that
+// announces another is refused, so a peer never chooses what this agent
+// allocates.
+func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr) (Whitelist, stripe.Status) {
+	if h.Responder != rc.Name {
+		return Whitelist{}, stripe.StatusWrongResponder
+	}
+	if a.ownKeys.contains(h.Ephemeral) {
+		return Whitelist{}, stripe.StatusReflected
+	}
 	if h.Mode != rc.mode {
-		return stripe.StatusModeMismatch
+		return Whitelist{}, stripe.StatusModeMismatch
 	}
-	if _, ok := lookup(rc.Whitelist, h.Client.Addr(), h.Server); !ok {
-		return stripe.StatusNotWhitelisted
+	w, ok := lookupServer(rc, h)
+	if !ok {
+		return Whitelist{}, stripe.StatusNotWhitelisted
 	}
-	if int(h.Streams) > rc.limits.MaxStreams {
-		return stripe.StatusStreamLimit
+	if h.Initiator != w.PeerName {
+		return Whitelist{}, stripe.StatusUnknownInitiator
 	}
-	if SessionMemory(int(h.Streams), int(h.ChunkSize), int(h.QueueLength)) > rc.limits.SessionMemory {
-		return stripe.StatusMemoryLimit
+	if int(h.Streams) != w.Streams || int(h.ChunkSize) != w.ChunkSize || int(h.QueueLength) != w.QueueLength {
+		return Whitelist{}, stripe.StatusShapeMismatch
+	}
+	if w.Streams > rc.limits.MaxStreams {
+		return Whitelist{}, stripe.StatusStreamLimit
+	}
+	need := SessionFootprint(w.Streams, w.ChunkSize, w.QueueLength)
+	if stripe.SessionMemory(w.Streams, w.ChunkSize, w.QueueLength) > rc.limits.SessionMemory {
+		return Whitelist{}, stripe.StatusMemoryLimit
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.draining {
-		return stripe.StatusShuttingDown
+		return Whitelist{}, stripe.StatusShuttingDown
 	}
 	if s, ok := a.byID[h.Session]; ok {
-		return s.joinable(h)
+		return w, s.joinable(h)
 	}
-	if len(a.sessions) >= rc.limits.MaxSessions {
-		return stripe.StatusSessionLimit
+	switch {
+	case len(a.sessions) >= rc.limits.MaxSessions:
+		return Whitelist{}, stripe.StatusSessionLimit
+	case a.halfOpen[src] >= rc.limits.MaxHalfOpenPerSource:
+		return Whitelist{}, stripe.StatusSessionLimit
+	case a.memReserved.Load() > rc.limits.Memory-need:
+		return Whitelist{}, stripe.StatusMemoryLimit
 	}
-	return stripe.StatusAccepted
+	return w, stripe.StatusAccepted
 }
 
 // join attaches an authenticated stream to its session, creating the
 // session on its first stream, and starts the session once all streams
 // are in.
-func (a *Agent) join(rc *runtimeConfig, h *stripe.Hello, c *net.TCPConn, codec *stripe.Codec) {
+func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.Addr, c *net.TCPConn, codec *stripe.Codec) {
 	a.mu.Lock()
 	s, ok := a.byID[h.Session]
 	if !ok {
@@ -174,30 +270,33 @@ func (a *Agent) join(rc *runtimeConfig, h *stripe.Hello, c *net.TCPConn, codec *
 		switch {
 		case a.draining:
 			err = errShuttingDown
-		case len(a.sessions) >= rc.limits.MaxSessions:
+		case len(a.sessions) >= rc.limits.MaxSessions || a.halfOpen[src] >= rc.limits.MaxHalfOpenPerSource:
 			err = errSessionLimit
 		}
 		if err == nil {
-			s, err = newSession(a, sessionParams{
-				id: h.Session, side: serverSide, client: h.Client, server: h.Server,
-				streams: int(h.Streams), chunkSize: int(h.ChunkSize), queueLength: int(h.QueueLength),
+			s, err = a.newReservedSession(rc, sessionParams{
+				id: h.Session, side: serverSide, whitelist: w.Name, peer: h.Initiator,
+				client: h.Client, server: h.Server,
+				streams: w.Streams, chunkSize: w.ChunkSize, queueLength: w.QueueLength,
 				mode: h.Mode, stallTimeout: rc.limits.StallTimeout,
 			})
 		}
 		if err != nil {
 			a.mu.Unlock()
 			kind := rejectSessionLimit
-			if errors.Is(err, errShuttingDown) {
+			switch {
+			case errors.Is(err, errShuttingDown):
 				kind = rejectShuttingDown
+			case errors.Is(err, errMemoryLimit):
+				kind = rejectMemoryLimit
 			}
 			a.reject(kind, "relay: stream's session refused after the handshake; reset",
 				"session", h.Session, "err", err)
 			reset(c)
 			return
 		}
-		if w, ok := lookup(rc.Whitelist, h.Client.Addr(), h.Server); ok {
-			s.whitelist = w.Name
-		}
+		s.halfOpenSrc = src
+		a.halfOpen[src]++
 		a.sessions[s] = struct{}{}
 		a.byID[s.id] = s
 		a.counters.sessionsStarted.Add(1)
@@ -215,6 +314,9 @@ func (a *Agent) join(rc *runtimeConfig, h *stripe.Hello, c *net.TCPConn, codec *
 	s.joined++
 	complete := s.joined == s.n
 	s.mu.Unlock()
+	if complete {
+		a.leaveHalfOpenLocked(s)
+	}
 	a.mu.Unlock()
 	if complete {
 		a.wg.Add(1)
@@ -222,6 +324,49 @@ func (a *Agent) join(rc *runtimeConfig, h *stripe.Hello, c *net.TCPConn, codec *
 			defer a.wg.Done()
 			a.connectServer(s, rc)
 		}()
+	}
+}
+
+// leaveHalfOpenLocked ends a server-side session's gathering phase in the
+// per-source count; idempotent.
+func (a *Agent) leaveHalfOpenLocked(s *session) {
+	if !s.halfOpenSrc.IsValid() {
+		return
+	}
+	if a.halfOpen[s.halfOpenSrc]--; a.halfOpen[s.halfOpenSrc] <= 0 {
+		delete(a.halfOpen, s.halfOpenSrc)
+	}
+	s.halfOpenSrc = netip.Addr{}
+}
+
+var errMemoryLimit = errors.New("agent memory cap reached")
+
+// newReservedSession reserves a session's footprint from the agent-wide
+// memory cap and builds it; the reservation is returned when it finishes.
+func (a *Agent) newReservedSession(rc *runtimeConfig, p sessionParams) (*session, error) {
+	need := SessionFootprint(p.streams, p.chunkSize, p.queueLength)
+	if !a.reserveMemory(need, rc.limits.Memory) {
+		return nil, fmt.Errorf("%w: a session of %d streams x %d bytes x queue %d needs %d bytes, %d of %d reserved",
+			errMemoryLimit, p.streams, p.chunkSize, p.queueLength, need, a.memReserved.Load(), rc.limits.Memory)
+	}
+	s, err := newSession(a, p)
+	if err != nil {
+		a.memReserved.Add(-need)
+		return nil, err
+	}
+	s.reserved = need
+	return s, nil
+}
+
+func (a *Agent) reserveMemory(n, limit int64) bool {
+	for {
+		cur := a.memReserved.Load()
+		if n > limit-cur {
+			return false
+		}
+		if a.memReserved.CompareAndSwap(cur, cur+n) {
+			return true
+		}
 	}
 }
 
@@ -248,4 +393,37 @@ func (a *Agent) connectServer(s *session, rc *runtimeConfig) {
 		return
 	}
 	s.start()
+}
+
+// ownKeys remembers the ephemeral keys of this agent's handshakes in
+// flight as initiator, so a hello of ours reflected back to our own data
+// port is refused even before the names are compared. Keys leave when
+// their handshake ends, so it holds at most the handshakes in flight.
+type ownKeys struct {
+	mu   sync.Mutex
+	keys map[stripe.PublicKey]int
+}
+
+func (k *ownKeys) add(p stripe.PublicKey) {
+	k.mu.Lock()
+	if k.keys == nil {
+		k.keys = make(map[stripe.PublicKey]int)
+	}
+	k.keys[p]++
+	k.mu.Unlock()
+}
+
+func (k *ownKeys) remove(p stripe.PublicKey) {
+	k.mu.Lock()
+	if k.keys[p]--; k.keys[p] <= 0 {
+		delete(k.keys, p)
+	}
+	k.mu.Unlock()
+}
+
+func (k *ownKeys) contains(p stripe.PublicKey) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.keys[p]
+	return ok
 }

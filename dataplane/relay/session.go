@@ -59,9 +59,11 @@ type chunk struct {
 func (c *chunk) payload() []byte { return c.buf[stripe.HeaderSize : stripe.HeaderSize+c.n] }
 
 type sessionParams struct {
-	id                              stripe.SessionID
-	side                            side
-	whitelist                       string
+	id        stripe.SessionID
+	side      side
+	whitelist string
+	// peer is the agent at the other end (its handshake name).
+	peer                            string
 	client, server                  netip.AddrPort
 	streams, chunkSize, queueLength int
 	mode                            stripe.Mode
@@ -125,6 +127,12 @@ type session struct {
 	wg             sync.WaitGroup
 	finishOnce     sync.Once
 	recvBudgetSize int64
+
+	// Guarded by agent.mu: the source counted in agent.halfOpen while a
+	// server-side session gathers streams, and the footprint reserved
+	// from Limits.Memory.
+	halfOpenSrc netip.Addr
+	reserved    int64
 }
 
 func newSession(a *Agent, p sessionParams) (*session, error) {
@@ -144,9 +152,9 @@ func newSession(a *Agent, p sessionParams) (*session, error) {
 		ctx:           ctx,
 		cancel:        cancel,
 		streams:       make([]*stream, p.streams),
-		sendPool:      newBufPool(size, sendBudget(n)),
-		recvPool:      newBufPool(size, recvBudget(n, int64(window))),
-		sendq:         make(chan *chunk, sendBudget(n)),
+		sendPool:      newBufPool(size, stripe.SendBudget(n)),
+		recvPool:      newBufPool(size, stripe.RecvBudget(n, int64(window))),
+		sendq:         make(chan *chunk, stripe.SendBudget(n)),
 		reasm:         reasm,
 		hostWake:      make(chan struct{}, 1),
 		abortCh:       make(chan struct{}),
@@ -160,7 +168,7 @@ func (s *session) joinable(h *stripe.Hello) stripe.Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if int(h.Streams) != s.n || int(h.ChunkSize) != s.chunkSize || int(h.QueueLength) != s.queueLength ||
-		h.Mode != s.mode || h.Client != s.client || h.Server != s.server {
+		h.Mode != s.mode || h.Client != s.client || h.Server != s.server || h.Initiator != s.peer {
 		return stripe.StatusSessionMismatch
 	}
 	if s.aborted || s.streams[h.Stream] != nil {
@@ -628,7 +636,7 @@ func newStream(s *session, index int, conn *net.TCPConn, codec *stripe.Codec) *s
 		index: index,
 		conn:  conn,
 		codec: codec,
-		br:    bufio.NewReaderSize(conn, readBufferSize),
+		br:    bufio.NewReaderSize(conn, stripe.StreamReadBuffer),
 		wake:  make(chan struct{}, 1),
 	}
 }

@@ -33,15 +33,19 @@ const (
 	rejectSessionLimit   = "session_limit"
 	rejectStreamLimit    = "stream_limit"
 	rejectMemoryLimit    = "memory_limit"
-	rejectPreAuthLimit   = "preauth_limit"
 	rejectShuttingDown   = "shutting_down"
 	rejectMismatch       = "session_mismatch"
 	rejectModeMismatch   = "mode_mismatch"
+	rejectVersion        = "version"
+	rejectIdentity       = "identity" // wrong responder, unknown initiator, or our own key reflected
+	rejectShape          = "shape"    // shape differs from the server side's whitelist
+	rejectPreAuthEvicted = "preauth_evicted"
 )
 
 var abortKinds = []string{AbortStream, AbortProtocol, AbortPeer, AbortStall, AbortIdle, AbortEndpoint, AbortMemory, AbortSetup, AbortShutdown}
 var rejectKinds = []string{rejectNotWhitelisted, rejectSessionLimit, rejectStreamLimit, rejectMemoryLimit,
-	rejectPreAuthLimit, rejectShuttingDown, rejectMismatch, rejectModeMismatch}
+	rejectShuttingDown, rejectMismatch, rejectModeMismatch, rejectVersion, rejectIdentity,
+	rejectShape, rejectPreAuthEvicted}
 
 func rejectKindOf(st stripe.Status) string {
 	switch st {
@@ -57,6 +61,12 @@ func rejectKindOf(st stripe.Status) string {
 		return rejectModeMismatch
 	case stripe.StatusShuttingDown:
 		return rejectShuttingDown
+	case stripe.StatusVersion:
+		return rejectVersion
+	case stripe.StatusWrongResponder, stripe.StatusUnknownInitiator, stripe.StatusReflected:
+		return rejectIdentity
+	case stripe.StatusShapeMismatch:
+		return rejectShape
 	}
 	return rejectMismatch
 }
@@ -133,10 +143,16 @@ type Totals struct {
 	Aborts map[string]uint64
 	// Rejected counts refused connections and streams by reason:
 	// not_whitelisted, session_limit, stream_limit, memory_limit,
-	// preauth_limit, shutting_down, session_mismatch, mode_mismatch.
+	// shutting_down, session_mismatch, mode_mismatch, version, identity,
+	// shape, preauth_evicted.
 	Rejected          map[string]uint64
 	PreAuthTimeouts   uint64
 	HandshakeFailures uint64
+	// Fallbacks counts steered connections carried direct, unaccelerated,
+	// because their streams could not be opened.
+	Fallbacks uint64
+	// MemoryReserved is what live sessions reserved of MemoryLimit.
+	MemoryReserved, MemoryLimit int64
 }
 
 // AbortRecord is one aborted session, kept for status output.
@@ -157,6 +173,7 @@ type counters struct {
 	bytesDown         atomic.Uint64
 	preauthTimeouts   atomic.Uint64
 	handshakeFailures atomic.Uint64
+	fallbacks         atomic.Uint64
 	aborts            map[string]*atomic.Uint64
 	rejected          map[string]*atomic.Uint64
 }
@@ -265,6 +282,9 @@ func (a *Agent) Stats() Stats {
 	st.Totals.BytesUp, st.Totals.BytesDown = c.bytesUp.Load(), c.bytesDown.Load()
 	st.Totals.PreAuthTimeouts = c.preauthTimeouts.Load()
 	st.Totals.HandshakeFailures = c.handshakeFailures.Load()
+	st.Totals.Fallbacks = c.fallbacks.Load()
+	st.Totals.MemoryReserved = a.memReserved.Load()
+	st.Totals.MemoryLimit = a.cfg.Load().limits.Memory
 	st.Totals.Aborts = make(map[string]uint64, len(c.aborts))
 	for k, v := range c.aborts {
 		st.Totals.Aborts[k] = v.Load()
@@ -289,7 +309,7 @@ func (s *session) stats(now time.Time) SessionStats {
 		BytesUp: up, BytesDown: down,
 		Stalls:    s.stalls.Load(),
 		Memory:    s.sendPool.bytes() + s.recvPool.bytes(),
-		MemoryMax: SessionMemory(s.n, s.chunkSize, s.queueLength),
+		MemoryMax: stripe.SessionMemory(s.n, s.chunkSize, s.queueLength),
 	}
 	if s.side == clientSide {
 		ss.ThroughputUp, ss.ThroughputDown = rateSent, rateDelivered
@@ -307,7 +327,7 @@ func (s *session) stats(now time.Time) SessionStats {
 		}
 	}
 	s.mu.Unlock()
-	ss.Memory += int64(len(streams)) * readBufferSize
+	ss.Memory += int64(len(streams)) * stripe.StreamReadBuffer
 	switch {
 	case s.isAborted():
 		ss.State = "aborting"
