@@ -3,6 +3,7 @@ package sdn
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -125,10 +126,15 @@ func Dial(ctx context.Context, target string, opts ConnOptions) (*SwitchConn, er
 	return sc, nil
 }
 
-// AcceptSwitch waits on ln for the switch with the given datapath id and
-// refuses (closes) any other that connects meanwhile.
-func AcceptSwitch(ctx context.Context, ln net.Listener, datapathID uint64, opts ConnOptions) (*SwitchConn, error) {
+// AcceptSwitch waits on ln for the switch sw and refuses (closes) any
+// other connection meanwhile: one from a source outside sw.Allow before
+// anything is sent, plain TCP when sw.TLS is set, a failed TLS handshake
+// (serverTLS verifies the switch's certificate), another datapath id.
+func AcceptSwitch(ctx context.Context, ln net.Listener, sw flows.Switch, serverTLS *tls.Config, opts ConnOptions) (*SwitchConn, error) {
 	opts = opts.withDefaults()
+	if sw.TLS && serverTLS == nil {
+		return nil, fmt.Errorf("switch %s requires TLS, and there is no TLS configuration", sw.Name)
+	}
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	for {
@@ -139,17 +145,32 @@ func AcceptSwitch(ctx context.Context, ln net.Listener, datapathID uint64, opts 
 			}
 			return nil, fmt.Errorf("accept switch: %w", err)
 		}
-		sc, err := Handshake(ctx, conn, opts)
-		if err != nil {
-			opts.Logger.Warn("switch handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
+		remote := conn.RemoteAddr().String()
+		if !allowedFrom(sw, addrOf(conn.RemoteAddr())) {
+			opts.Logger.Warn("refusing switch: source not on its allow list", "remote", remote, "switch", sw.Name)
 			conn.Close()
 			continue
 		}
-		if sc.DatapathID() == datapathID {
+		hctx, cancel := context.WithTimeout(ctx, opts.HandshakeTimeout)
+		conn, secured, err := secure(hctx, conn, serverTLS)
+		var sc *SwitchConn
+		if err == nil && sw.TLS && !secured {
+			err = errors.New("plain TCP; the switch must connect over TLS")
+		}
+		if err == nil {
+			sc, err = Handshake(hctx, conn, opts)
+		}
+		cancel()
+		if err != nil {
+			opts.Logger.Warn("switch handshake failed", "remote", remote, "err", err)
+			conn.Close()
+			continue
+		}
+		if sc.DatapathID() == sw.DatapathID {
 			return sc, nil
 		}
-		opts.Logger.Warn("refusing switch: not the one awaited", "remote", conn.RemoteAddr().String(),
-			"datapath_id", DatapathIDString(sc.DatapathID()), "want", DatapathIDString(datapathID))
+		opts.Logger.Warn("refusing switch: not the one awaited", "remote", remote,
+			"datapath_id", DatapathIDString(sc.DatapathID()), "want", DatapathIDString(sw.DatapathID))
 		sc.Close()
 	}
 }

@@ -561,7 +561,7 @@ func (c *Controller) serveConn(ctx context.Context, conn net.Conn, remote netip.
 		c.refuse(peer, dpid, fmt.Sprintf(format, args...))
 		conn.Close()
 	}
-	secure, err := c.secure(hctx, &conn)
+	conn, secure, err := secure(hctx, conn, c.cfg.TLS)
 	if err != nil {
 		refuse(0, "%v", err)
 		return
@@ -603,34 +603,32 @@ func (c *Controller) serveConn(ctx context.Context, conn net.Conn, remote netip.
 	c.runSession(ctx, sc, name, secure)
 }
 
-// secure looks at the first byte of *conn and, when it opens a TLS
-// record, replaces *conn by the TLS connection after the handshake, the
-// switch's certificate verified.
-func (c *Controller) secure(ctx context.Context, conn *net.Conn) (bool, error) {
-	raw := *conn
+// secure looks at the first byte of conn and, when it opens a TLS record,
+// returns the TLS connection after the handshake, the switch's certificate
+// verified against serverTLS; otherwise conn as it was. Either way the
+// connection returned reads from the first byte.
+func secure(ctx context.Context, conn net.Conn, serverTLS *tls.Config) (net.Conn, bool, error) {
 	if d, ok := ctx.Deadline(); ok {
-		if err := raw.SetReadDeadline(d); err != nil {
-			return false, err
+		if err := conn.SetReadDeadline(d); err != nil {
+			return conn, false, err
 		}
 	}
 	var first [1]byte
-	if _, err := io.ReadFull(raw, first[:]); err != nil {
-		return false, fmt.Errorf("read first byte: %w", err)
+	if _, err := io.ReadFull(conn, first[:]); err != nil {
+		return conn, false, fmt.Errorf("read first byte: %w", err)
 	}
-	peeked := &peekedConn{Conn: raw, first: first[:]}
-	*conn = peeked
+	peeked := &peekedConn{Conn: conn, first: first[:]}
 	if first[0] != tlsRecord {
-		return false, nil
+		return peeked, false, nil
 	}
-	if c.cfg.TLS == nil {
-		return false, errors.New("TLS, and this controller has no TLS configuration")
+	if serverTLS == nil {
+		return peeked, false, errors.New("TLS, and this controller has no TLS configuration")
 	}
-	tc := tls.Server(peeked, c.cfg.TLS)
+	tc := tls.Server(peeked, serverTLS)
 	if err := tc.HandshakeContext(ctx); err != nil {
-		return false, fmt.Errorf("TLS handshake: %w", err)
+		return peeked, false, fmt.Errorf("TLS handshake: %w", err)
 	}
-	*conn = tc
-	return true, nil
+	return tc, true, nil
 }
 
 // peekedConn gives back the bytes read to tell TLS from plain OpenFlow.
