@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -417,9 +418,17 @@ const healthTimeout = 5 * time.Second
 // healthFall is how many failed probes in a row mark an agent down.
 const healthFall = 3
 
-func controllerConfig(ctl *desired.Controller, drift time.Duration) sdn.Config {
+func controllerConfig(ctl *desired.Controller, drift time.Duration) (sdn.Config, error) {
+	var serverTLS *tls.Config
+	if f := ctl.TLS; f != nil {
+		var err error
+		if serverTLS, err = sdn.LoadTLS(f.CertFile, f.KeyFile, f.CAFile); err != nil {
+			return sdn.Config{}, fmt.Errorf("tls: %w", err)
+		}
+	}
 	return sdn.Config{
 		Listen:            ctl.Listen,
+		TLS:               serverTLS,
 		Keepalive:         ctl.Keepalive,
 		HealthInterval:    ctl.HealthInterval,
 		HealthTimeout:     max(ctl.HealthInterval, healthTimeout),
@@ -428,7 +437,7 @@ func controllerConfig(ctl *desired.Controller, drift time.Duration) sdn.Config {
 		RemoveFlowsOnStop: ctl.RemoveFlowsOnStop,
 		Switches:          ctl.Switches,
 		Agents:            agentHealth(ctl),
-	}
+	}, nil
 }
 
 func agentHealth(ctl *desired.Controller) map[string]sdn.AgentHealth {
@@ -454,8 +463,12 @@ func (d *Daemon) syncController(ctx context.Context, c *candidate) error {
 	if d.ctl != nil && d.cfg != nil && d.cfg.Controller != nil && sameControllerSettings(d.cfg.Controller, c.cfg.Controller) {
 		return d.ctl.Update(want.Switches, agentHealth(want))
 	}
+	cfg, err := controllerConfig(want, d.driftEvery)
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
 	d.stopController()
-	ctl, err := sdn.New(controllerConfig(want, d.driftEvery), d.log.With("role", "controller"))
+	ctl, err := sdn.New(cfg, d.log.With("role", "controller"))
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -476,8 +489,12 @@ func (d *Daemon) syncController(ctx context.Context, c *candidate) error {
 }
 
 func sameControllerSettings(a, b *config.Controller) bool {
+	sameTLS := (a.TLS == nil) == (b.TLS == nil)
+	if sameTLS && a.TLS != nil {
+		sameTLS = a.TLS.CertFile == b.TLS.CertFile && a.TLS.KeyFile == b.TLS.KeyFile && a.TLS.CAFile == b.TLS.CAFile
+	}
 	return a.Listen == b.Listen && a.Keepalive == b.Keepalive && a.HealthInterval == b.HealthInterval &&
-		a.RemoveFlowsOnStop == b.RemoveFlowsOnStop
+		a.RemoveFlowsOnStop == b.RemoveFlowsOnStop && sameTLS
 }
 
 func (d *Daemon) stopController() {

@@ -3,6 +3,7 @@ package sdn
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -80,12 +81,24 @@ type SwitchConn struct {
 
 	done     chan struct{}
 	lastRecv atomic.Int64 // unix nanoseconds
+
+	// echoes are the replies the reader queued for answerEchoes.
+	echoes        chan *ofp13.EchoReply
+	echoesDropped atomic.Uint64
 }
+
+// maxQueuedEchoes bounds the echo replies waiting for the writer. A switch
+// sends one echo per keepalive interval; one that sends more than this
+// while not reading our replies is flooding, and its extra echoes go
+// unanswered.
+const maxQueuedEchoes = 16
 
 // pending is a request waiting for its reply, or a flow mod waiting to
 // learn whether the switch refused it.
 type pending struct {
 	replies []ofp13.Message
+	bytes   int // of replies, headers included
+	limit   ReplyLimit
 	err     error
 	// quiet entries (flow mods) never complete by themselves; a later
 	// barrier reply proves they were processed.
@@ -113,10 +126,15 @@ func Dial(ctx context.Context, target string, opts ConnOptions) (*SwitchConn, er
 	return sc, nil
 }
 
-// AcceptSwitch waits on ln for the switch with the given datapath id and
-// refuses (closes) any other that connects meanwhile.
-func AcceptSwitch(ctx context.Context, ln net.Listener, datapathID uint64, opts ConnOptions) (*SwitchConn, error) {
+// AcceptSwitch waits on ln for the switch sw and refuses (closes) any
+// other connection meanwhile: one from a source outside sw.Allow before
+// anything is sent, plain TCP when sw.TLS is set, a failed TLS handshake
+// (serverTLS verifies the switch's certificate), another datapath id.
+func AcceptSwitch(ctx context.Context, ln net.Listener, sw flows.Switch, serverTLS *tls.Config, opts ConnOptions) (*SwitchConn, error) {
 	opts = opts.withDefaults()
+	if sw.TLS && serverTLS == nil {
+		return nil, fmt.Errorf("switch %s requires TLS, and there is no TLS configuration", sw.Name)
+	}
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	for {
@@ -127,17 +145,32 @@ func AcceptSwitch(ctx context.Context, ln net.Listener, datapathID uint64, opts 
 			}
 			return nil, fmt.Errorf("accept switch: %w", err)
 		}
-		sc, err := Handshake(ctx, conn, opts)
-		if err != nil {
-			opts.Logger.Warn("switch handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
+		remote := conn.RemoteAddr().String()
+		if !allowedFrom(sw, addrOf(conn.RemoteAddr())) {
+			opts.Logger.Warn("refusing switch: source not on its allow list", "remote", remote, "switch", sw.Name)
 			conn.Close()
 			continue
 		}
-		if sc.DatapathID() == datapathID {
+		hctx, cancel := context.WithTimeout(ctx, opts.HandshakeTimeout)
+		conn, secured, err := secure(hctx, conn, serverTLS)
+		var sc *SwitchConn
+		if err == nil && sw.TLS && !secured {
+			err = errors.New("plain TCP; the switch must connect over TLS")
+		}
+		if err == nil {
+			sc, err = Handshake(hctx, conn, opts)
+		}
+		cancel()
+		if err != nil {
+			opts.Logger.Warn("switch handshake failed", "remote", remote, "err", err)
+			conn.Close()
+			continue
+		}
+		if sc.DatapathID() == sw.DatapathID {
 			return sc, nil
 		}
-		opts.Logger.Warn("refusing switch: not the one awaited", "remote", conn.RemoteAddr().String(),
-			"datapath_id", DatapathIDString(sc.DatapathID()), "want", DatapathIDString(datapathID))
+		opts.Logger.Warn("refusing switch: not the one awaited", "remote", remote,
+			"datapath_id", DatapathIDString(sc.DatapathID()), "want", DatapathIDString(sw.DatapathID))
 		sc.Close()
 	}
 }
@@ -174,13 +207,12 @@ func Handshake(ctx context.Context, conn net.Conn, opts ConnOptions) (*SwitchCon
 		return nil, err
 	}
 	remote := conn.RemoteAddr().String()
-	br := bufio.NewReaderSize(conn, 64<<10)
 	hello := ofp13.NewHello(ofp13.Version)
 	hello.XID = 1
 	if err := writeMessage(conn, hello); err != nil {
 		return nil, fmt.Errorf("switch %s: send hello: %w", remote, err)
 	}
-	first, err := readMessage(br)
+	first, err := readHandshakeMessage(conn)
 	if err != nil {
 		return nil, fmt.Errorf("switch %s: read hello: %w", remote, err)
 	}
@@ -201,7 +233,7 @@ func Handshake(ctx context.Context, conn net.Conn, opts ConnOptions) (*SwitchCon
 	}
 	var features *ofp13.FeaturesReply
 	for features == nil {
-		m, err := readMessage(br)
+		m, err := readHandshakeMessage(conn)
 		if err != nil {
 			return nil, fmt.Errorf("switch %s: read features: %w", remote, err)
 		}
@@ -223,10 +255,13 @@ func Handshake(ctx context.Context, conn net.Conn, opts ConnOptions) (*SwitchCon
 		conn: conn, features: *features, opts: opts,
 		log:     opts.Logger.With("remote", remote, "datapath_id", DatapathIDString(features.DatapathID)),
 		nextXID: 16, pending: map[uint32]*pending{}, done: make(chan struct{}),
+		echoes: make(chan *ofp13.EchoReply, maxQueuedEchoes),
 	}
 	sc.lastRecv.Store(time.Now().UnixNano())
-	go sc.readLoop(br)
+	// Only a switch that completed the handshake gets a full-size buffer.
+	go sc.readLoop(bufio.NewReaderSize(conn, 64<<10))
 	go sc.keepalive()
+	go sc.answerEchoes()
 	return sc, nil
 }
 
@@ -299,7 +334,7 @@ func (c *SwitchConn) readLoop(br *bufio.Reader) {
 			c.fail(err)
 			return
 		}
-		m, err := readMessage(br)
+		m, size, err := readMessage(br)
 		var de *ofp13.DecodeError
 		switch {
 		case errors.As(err, &de) && !errors.Is(err, errFraming):
@@ -316,21 +351,41 @@ func (c *SwitchConn) readLoop(br *bufio.Reader) {
 			return
 		}
 		c.lastRecv.Store(time.Now().UnixNano())
-		c.dispatch(m)
+		c.dispatch(m, size)
 	}
 }
 
-func (c *SwitchConn) dispatch(m ofp13.Message) {
+// answerEchoes writes the echo replies the reader queued. It is the one
+// goroutine that may wait on the writer for them, so a switch that floods
+// echoes and never reads costs one goroutine and a bounded queue.
+func (c *SwitchConn) answerEchoes() {
+	for {
+		select {
+		case <-c.done:
+			return
+		case r := <-c.echoes:
+			if err := c.send(r); err != nil {
+				c.fail(fmt.Errorf("answer echo: %w", err))
+				return
+			}
+		}
+	}
+}
+
+func (c *SwitchConn) dispatch(m ofp13.Message, size int) {
 	switch m := m.(type) {
 	case *ofp13.EchoRequest:
 		// The reader must never wait for the writer: a switch stops
 		// reading once too many of its replies are unread, and a writer
 		// blocked on that switch would then wait for this reader forever.
-		go func() {
-			if err := c.send(&ofp13.EchoReply{XID: m.XID, Data: m.Data}); err != nil {
-				c.fail(fmt.Errorf("answer echo: %w", err))
+		select {
+		case c.echoes <- &ofp13.EchoReply{XID: m.XID, Data: m.Data}:
+		default:
+			if c.echoesDropped.Add(1) == 1 {
+				c.log.Warn("switch sends echo requests faster than it reads the replies; leaving the excess unanswered",
+					"queued", maxQueuedEchoes)
 			}
-		}()
+		}
 		return
 	case *ofp13.Error:
 		c.mu.Lock()
@@ -353,11 +408,22 @@ func (c *SwitchConn) dispatch(m ofp13.Message) {
 	p := c.pending[xid]
 	if p != nil && !p.quiet {
 		p.replies = append(p.replies, m)
-		if mp, ok := m.(ofp13.Multipart); !ok || mp.MultipartFlags()&ofp13.MultipartMore == 0 {
+		p.bytes += size
+		var tooLarge error
+		if len(p.replies) > p.limit.Parts || p.bytes > p.limit.Bytes {
+			tooLarge = fmt.Errorf("%w: more than %d parts or %d bytes (%d parts, %d bytes so far)",
+				ErrReplyTooLarge, p.limit.Parts, p.limit.Bytes, len(p.replies), p.bytes)
+			p.replies, p.err = nil, tooLarge
+		}
+		if mp, ok := m.(ofp13.Multipart); tooLarge != nil || !ok || mp.MultipartFlags()&ofp13.MultipartMore == 0 {
 			delete(c.pending, xid)
 			close(p.done)
 		}
 		c.mu.Unlock()
+		if tooLarge != nil {
+			// The rest of the reply would follow; only hanging up stops it.
+			c.fail(tooLarge)
+		}
 		return
 	}
 	c.mu.Unlock()
@@ -372,7 +438,7 @@ func (c *SwitchConn) dispatch(m ofp13.Message) {
 }
 
 // register reserves an xid for msg and tracks it.
-func (c *SwitchConn) register(msg ofp13.Message, quiet bool) (*pending, error) {
+func (c *SwitchConn) register(msg ofp13.Message, quiet bool, limit ReplyLimit) (*pending, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
@@ -383,7 +449,7 @@ func (c *SwitchConn) register(msg ofp13.Message, quiet bool) (*pending, error) {
 		c.nextXID = 16
 	}
 	msg.SetTransactionID(c.nextXID)
-	p := &pending{quiet: quiet, done: make(chan struct{})}
+	p := &pending{quiet: quiet, limit: limit, done: make(chan struct{})}
 	c.pending[c.nextXID] = p
 	return p, nil
 }
@@ -394,11 +460,40 @@ func (c *SwitchConn) forget(xid uint32) {
 	c.mu.Unlock()
 }
 
+// ErrReplyTooLarge is why a connection ends when the switch sent more for
+// one request than its ReplyLimit allows.
+var ErrReplyTooLarge = errors.New("reply from switch exceeds its limit")
+
+// ReplyLimit bounds the reply to one request, all parts of a multipart
+// reply together, headers included. A switch that sends more is cut off:
+// it may be endlessly setting MultipartMore.
+type ReplyLimit struct {
+	Parts int
+	Bytes int
+}
+
+// DefaultReplyLimit bounds the replies to Request.
+var DefaultReplyLimit = ReplyLimit{Parts: 1024, Bytes: 16 << 20}
+
+// FlowReplyLimit bounds a flow dump expected to hold about expected flows.
+// The margin covers owned flows a larger earlier configuration left
+// behind, and entries bigger than the appliance's own.
+func FlowReplyLimit(expected int) ReplyLimit {
+	n := 4*expected + 16384
+	return ReplyLimit{Parts: n, Bytes: n * 512}
+}
+
 // Request sends msg with a fresh xid and waits for its reply: one message,
-// or every part of a multipart reply. A switch ERROR for the request is
-// returned as an *ofp13.Error.
+// or every part of a multipart reply, within DefaultReplyLimit. A switch
+// ERROR for the request is returned as an *ofp13.Error.
 func (c *SwitchConn) Request(ctx context.Context, msg ofp13.Message) ([]ofp13.Message, error) {
-	p, err := c.register(msg, false)
+	return c.RequestLimit(ctx, msg, DefaultReplyLimit)
+}
+
+// RequestLimit is Request with a limit of its own. A reply beyond the
+// limit ends the connection with ErrReplyTooLarge.
+func (c *SwitchConn) RequestLimit(ctx context.Context, msg ofp13.Message, limit ReplyLimit) ([]ofp13.Message, error) {
+	p, err := c.register(msg, false, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -464,9 +559,13 @@ func (c *SwitchConn) writeTimeout() time.Duration {
 }
 
 // OwnedFlows returns every flow on the switch whose cookie carries the
-// appliance's prefix, in every table.
+// appliance's prefix, in every table, within FlowReplyLimit(0).
 func (c *SwitchConn) OwnedFlows(ctx context.Context) ([]flows.Flow, error) {
-	replies, err := c.Request(ctx, ofp13.NewFlowStatsRequest(flows.CookiePrefix, flows.CookieMask))
+	return c.ownedFlows(ctx, FlowReplyLimit(0))
+}
+
+func (c *SwitchConn) ownedFlows(ctx context.Context, limit ReplyLimit) ([]flows.Flow, error) {
+	replies, err := c.RequestLimit(ctx, ofp13.NewFlowStatsRequest(flows.CookiePrefix, flows.CookieMask), limit)
 	if err != nil {
 		return nil, fmt.Errorf("dump flows: %w", err)
 	}
@@ -525,7 +624,7 @@ func (c *SwitchConn) Apply(ctx context.Context, changes flows.Changes) (Result, 
 		}
 	}()
 	for i, m := range mods {
-		p, err := c.register(m, true)
+		p, err := c.register(m, true, ReplyLimit{})
 		if err != nil {
 			return res, err
 		}
@@ -576,7 +675,7 @@ func (c *SwitchConn) Apply(ctx context.Context, changes flows.Changes) (Result, 
 // Plan reads the owned flows of the switch and diffs them against the
 // desired ones; it changes nothing.
 func Plan(ctx context.Context, c *SwitchConn, desired []flows.Flow) (flows.Changes, error) {
-	actual, err := c.OwnedFlows(ctx)
+	actual, err := c.ownedFlows(ctx, FlowReplyLimit(len(desired)))
 	if err != nil {
 		return flows.Changes{}, err
 	}
@@ -609,17 +708,47 @@ func (c *SwitchConn) RemoveOwnedFlows(ctx context.Context) error {
 // errFraming marks decode errors that leave the stream unusable.
 var errFraming = errors.New("framing")
 
-func readMessage(br *bufio.Reader) (ofp13.Message, error) {
+// readMessage reads one message and returns it with its size.
+func readMessage(br *bufio.Reader) (ofp13.Message, int, error) {
 	hdr, err := br.Peek(ofp13.HeaderLen)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	h, err := ofp13.ParseHeader(hdr)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errFraming, err)
+		return nil, 0, fmt.Errorf("%w: %w", errFraming, err)
 	}
 	buf := make([]byte, h.Length)
 	if _, err := io.ReadFull(br, buf); err != nil {
+		return nil, 0, err
+	}
+	m, err := ofp13.Unmarshal(buf)
+	return m, len(buf), err
+}
+
+// maxHandshakeMessage bounds each message before the features reply: a
+// hello with its version bitmap, an echo, an error, the features reply
+// itself. Switches send a few dozen bytes.
+const maxHandshakeMessage = 4096
+
+// readHandshakeMessage reads one message without read-ahead, so a peer
+// not yet known to be a switch costs no buffer before it sent a header,
+// and never more than maxHandshakeMessage bytes.
+func readHandshakeMessage(r io.Reader) (ofp13.Message, error) {
+	var hdr [ofp13.HeaderLen]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	h, err := ofp13.ParseHeader(hdr[:])
+	if err != nil {
+		return nil, err
+	}
+	if h.Length > maxHandshakeMessage {
+		return nil, fmt.Errorf("%s of %d bytes during the handshake (at most %d)", h.Type, h.Length, maxHandshakeMessage)
+	}
+	buf := make([]byte, h.Length)
+	copy(buf, hdr[:])
+	if _, err := io.ReadFull(r, buf[ofp13.HeaderLen:]); err != nil {
 		return nil, err
 	}
 	return ofp13.Unmarshal(buf)

@@ -8,11 +8,14 @@ package sdn
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -24,7 +27,7 @@ import (
 
 // Config configures a Controller. Zero durations take the defaults.
 type Config struct {
-	// Listen is where switches connect ("0.0.0.0:6653"); empty for none.
+	// Listen is where switches connect ("192.0.2.1:6653"); empty for none.
 	Listen string
 	// Listener, when set, is used instead of Listen (tests, socket
 	// activation). Run closes it.
@@ -32,6 +35,16 @@ type Config struct {
 	// Dial opens connections to switches with a Connect address; default
 	// net.Dialer.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// TLS is the server side of OpenFlow over TLS (see LoadTLS). Switches
+	// with TLS set must connect with it; others may. Nil: plain TCP only.
+	TLS *tls.Config
+	// HandshakeTimeout bounds a connection from accept to the features
+	// reply, TLS included. Default 10 s.
+	HandshakeTimeout time.Duration
+	// MaxHandshakes bounds the connections in handshake at once, and
+	// MaxHandshakesPerSource those from one address; more are closed as
+	// they are accepted. Defaults 64 and 8.
+	MaxHandshakes, MaxHandshakesPerSource int
 
 	// Keepalive is the echo interval; a switch silent for twice as long is
 	// disconnected. Default 5 s.
@@ -77,6 +90,13 @@ func (c Config) withDefaults() Config {
 	def(&c.ResyncInterval, time.Minute)
 	def(&c.RetryInterval, 5*time.Second)
 	def(&c.ConvergeTimeout, 2*time.Minute)
+	def(&c.HandshakeTimeout, 10*time.Second)
+	if c.MaxHandshakes <= 0 {
+		c.MaxHandshakes = 64
+	}
+	if c.MaxHandshakesPerSource <= 0 {
+		c.MaxHandshakesPerSource = 8
+	}
 	if c.HealthFall <= 0 {
 		c.HealthFall = 2
 	}
@@ -105,11 +125,15 @@ type Counters struct {
 	// DriftRepairs counts flow mods sent by periodic resyncs, that is,
 	// repairs of flows changed on a switch behind the controller's back.
 	DriftRepairs uint64
+	// HandshakeOverflows counts connections closed on accept because
+	// MaxHandshakes or MaxHandshakesPerSource were in handshake already;
+	// they are part of Refused too.
+	HandshakeOverflows uint64
 }
 
 type counters struct {
 	flowModsSent, flowModErrors, converges, convergeFailures, connections, disconnects,
-	deadLinks, refused, healthChecks, healthFailures, driftRepairs atomic.Uint64
+	deadLinks, refused, healthChecks, healthFailures, driftRepairs, handshakeOverflows atomic.Uint64
 }
 
 // SwitchStatus is the state of one declared switch.
@@ -184,6 +208,13 @@ type Controller struct {
 	status   map[string]*SwitchStatus
 	refused  []Refusal
 
+	// gate is what the listener admits before it learns a datapath id.
+	gate gate
+	// handshakes counts connections in handshake, in all and by source.
+	handshakes   int
+	handshaking  map[netip.Addr]int
+	lastOverflow atomic.Int64 // unix nanoseconds of the last refuseFlood logged
+
 	healthReady chan struct{}
 	healthNow   chan struct{}
 	updated     chan struct{}
@@ -193,6 +224,27 @@ type Controller struct {
 type session struct {
 	conn *SwitchConn
 	kick chan struct{}
+	// secure is true over TLS; remote is the source address.
+	secure bool
+	remote netip.Addr
+}
+
+// gate is the union of what the switches that connect to the listener
+// accept: a source outside every allow list, or plain TCP when every switch
+// requires TLS, is turned away before anything is sent.
+type gate struct {
+	anySource bool
+	allow     []netip.Prefix
+	plain     bool
+}
+
+func (g gate) admits(addr netip.Addr) bool {
+	return g.anySource || slices.ContainsFunc(g.allow, func(p netip.Prefix) bool { return p.Contains(addr) })
+}
+
+// allowedFrom reports whether a switch may connect from addr.
+func allowedFrom(sw flows.Switch, addr netip.Addr) bool {
+	return len(sw.Allow) == 0 || slices.ContainsFunc(sw.Allow, func(p netip.Prefix) bool { return p.Contains(addr) })
 }
 
 const maxRefusals = 16
@@ -205,6 +257,7 @@ func New(cfg Config, log *slog.Logger) (*Controller, error) {
 	c := &Controller{
 		cfg: cfg.withDefaults(), log: log,
 		agents: map[string]*agentState{}, sessions: map[string]*session{}, status: map[string]*SwitchStatus{},
+		handshaking: map[netip.Addr]int{},
 		healthReady: make(chan struct{}), healthNow: make(chan struct{}, 1), updated: make(chan struct{}, 1),
 	}
 	if err := c.Update(cfg.Switches, cfg.Agents); err != nil {
@@ -233,11 +286,26 @@ func (c *Controller) Update(switches []flows.Switch, agents map[string]AgentHeal
 				return fmt.Errorf("switch %s: %w", sw.Name, err)
 			}
 		}
+		if sw.TLS && sw.Connect != "" {
+			return fmt.Errorf("switch %s: TLS is for switches that connect to the listener, not for one the controller dials", sw.Name)
+		}
+		if sw.TLS && c.cfg.TLS == nil {
+			return fmt.Errorf("switch %s requires TLS, but the controller has no TLS configuration", sw.Name)
+		}
 		byName[sw.Name], byDPID[sw.DatapathID] = sw, sw.Name
+	}
+	g := gate{}
+	for _, sw := range byName {
+		if sw.Connect != "" {
+			continue
+		}
+		g.anySource = g.anySource || len(sw.Allow) == 0
+		g.allow = append(g.allow, sw.Allow...)
+		g.plain = g.plain || !sw.TLS
 	}
 	c.mu.Lock()
 	old := c.switches
-	c.switches, c.byDPID = byName, byDPID
+	c.switches, c.byDPID, c.gate = byName, byDPID, g
 	for name, st := range c.agents {
 		if _, ok := agents[name]; !ok {
 			delete(c.agents, name)
@@ -264,7 +332,8 @@ func (c *Controller) Update(switches []flows.Switch, agents map[string]AgentHeal
 	var drop []*session
 	for name, s := range c.sessions {
 		sw, ok := byName[name]
-		if !ok || sw.DatapathID != s.conn.DatapathID() || sw.Connect != old[name].Connect {
+		if !ok || sw.DatapathID != s.conn.DatapathID() || sw.Connect != old[name].Connect ||
+			(sw.TLS && !s.secure) || (sw.Connect == "" && !allowedFrom(sw, s.remote)) {
 			drop = append(drop, s)
 			delete(c.sessions, name)
 		}
@@ -417,36 +486,183 @@ func (c *Controller) acceptLoop(ctx context.Context, ln net.Listener) {
 			}
 			continue
 		}
-		wg.Go(func() {
-			sc, err := Handshake(ctx, conn, c.connOptions())
-			if err != nil {
-				c.refuse(conn.RemoteAddr().String(), 0, fmt.Sprintf("handshake failed: %v", err))
-				conn.Close()
-				return
-			}
-			c.mu.Lock()
-			name, ok := c.byDPID[sc.DatapathID()]
-			connect := c.switches[name].Connect
-			c.mu.Unlock()
-			if !ok {
-				c.refuse(sc.RemoteAddr(), sc.DatapathID(), fmt.Sprintf("datapath id %s is not declared in the configuration", DatapathIDString(sc.DatapathID())))
-				sc.Close()
-				return
-			}
-			if connect != "" {
-				// Two sessions for one switch would keep closing each other.
-				c.refuse(sc.RemoteAddr(), sc.DatapathID(), fmt.Sprintf("switch %s is dialed at %s; it must not also connect to the listener", name, connect))
-				sc.Close()
-				return
-			}
-			c.runSession(ctx, sc, name)
-		})
+		remote := addrOf(conn.RemoteAddr())
+		c.mu.Lock()
+		g := c.gate
+		c.mu.Unlock()
+		if !g.admits(remote) {
+			// Before a single byte goes out: not even a hello.
+			conn.Close()
+			c.refuseFlood(conn.RemoteAddr().String(), "source address is on no switch's allow list")
+			continue
+		}
+		if !c.admitHandshake(remote) {
+			conn.Close()
+			c.counters.handshakeOverflows.Add(1)
+			c.refuseFlood(conn.RemoteAddr().String(), fmt.Sprintf("too many handshakes at once (at most %d, %d per source)",
+				c.cfg.MaxHandshakes, c.cfg.MaxHandshakesPerSource))
+			continue
+		}
+		wg.Go(func() { c.serveConn(ctx, conn, remote, g.plain) })
 	}
 }
 
+func addrOf(a net.Addr) netip.Addr {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		ip, _ := netip.AddrFromSlice(ta.IP)
+		return ip.Unmap()
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return ap.Addr().Unmap()
+}
+
+// admitHandshake takes a handshake slot for a connection from addr, or
+// reports that none is free.
+func (c *Controller) admitHandshake(addr netip.Addr) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.handshakes >= c.cfg.MaxHandshakes || c.handshaking[addr] >= c.cfg.MaxHandshakesPerSource {
+		return false
+	}
+	c.handshakes++
+	c.handshaking[addr]++
+	return true
+}
+
+func (c *Controller) releaseHandshake(addr netip.Addr) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.handshakes--
+	if c.handshaking[addr]--; c.handshaking[addr] <= 0 {
+		delete(c.handshaking, addr)
+	}
+}
+
+// tlsRecord is the first byte of a TLS handshake record; OpenFlow's first
+// byte is its version, 0x01 to 0x06.
+const tlsRecord = 0x16
+
+// serveConn authenticates one accepted connection (TLS when it starts
+// with a TLS record), negotiates OpenFlow, checks the switch against its
+// declaration and runs its session.
+func (c *Controller) serveConn(ctx context.Context, conn net.Conn, remote netip.Addr, plainOK bool) {
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			c.releaseHandshake(remote)
+		}
+	}
+	defer release()
+	hctx, cancel := context.WithTimeout(ctx, c.cfg.HandshakeTimeout)
+	defer cancel()
+	peer := conn.RemoteAddr().String()
+	refuse := func(dpid uint64, format string, args ...any) {
+		c.refuse(peer, dpid, fmt.Sprintf(format, args...))
+		conn.Close()
+	}
+	conn, secure, err := secure(hctx, conn, c.cfg.TLS)
+	if err != nil {
+		refuse(0, "%v", err)
+		return
+	}
+	if !secure && !plainOK {
+		refuse(0, "plain TCP, and every switch that connects here requires TLS")
+		return
+	}
+	opts := c.connOptions()
+	opts.HandshakeTimeout = c.cfg.HandshakeTimeout
+	sc, err := Handshake(hctx, conn, opts)
+	release()
+	if err != nil {
+		refuse(0, "handshake failed: %v", err)
+		return
+	}
+	dpid := sc.DatapathID()
+	c.mu.Lock()
+	name, ok := c.byDPID[dpid]
+	sw := c.switches[name]
+	c.mu.Unlock()
+	reason := ""
+	switch {
+	case !ok:
+		reason = fmt.Sprintf("datapath id %s is not declared in the configuration", DatapathIDString(dpid))
+	case sw.Connect != "":
+		// Two sessions for one switch would keep closing each other.
+		reason = fmt.Sprintf("switch %s is dialed at %s; it must not also connect to the listener", name, sw.Connect)
+	case sw.TLS && !secure:
+		reason = fmt.Sprintf("switch %s must connect over TLS", name)
+	case !allowedFrom(sw, remote):
+		reason = fmt.Sprintf("switch %s may not connect from %s", name, remote)
+	}
+	if reason != "" {
+		c.refuse(sc.RemoteAddr(), dpid, reason)
+		sc.Close()
+		return
+	}
+	c.runSession(ctx, sc, name, secure)
+}
+
+// secure looks at the first byte of conn and, when it opens a TLS record,
+// returns the TLS connection after the handshake, the switch's certificate
+// verified against serverTLS; otherwise conn as it was. Either way the
+// connection returned reads from the first byte.
+func secure(ctx context.Context, conn net.Conn, serverTLS *tls.Config) (net.Conn, bool, error) {
+	if d, ok := ctx.Deadline(); ok {
+		if err := conn.SetReadDeadline(d); err != nil {
+			return conn, false, err
+		}
+	}
+	var first [1]byte
+	if _, err := io.ReadFull(conn, first[:]); err != nil {
+		return conn, false, fmt.Errorf("read first byte: %w", err)
+	}
+	peeked := &peekedConn{Conn: conn, first: first[:]}
+	if first[0] != tlsRecord {
+		return peeked, false, nil
+	}
+	if serverTLS == nil {
+		return peeked, false, errors.New("TLS, and this controller has no TLS configuration")
+	}
+	tc := tls.Server(peeked, serverTLS)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return peeked, false, fmt.Errorf("TLS handshake: %w", err)
+	}
+	return tc, true, nil
+}
+
+// peekedConn gives back the bytes read to tell TLS from plain OpenFlow.
+type peekedConn struct {
+	net.Conn
+	first []byte
+}
+
+func (p *peekedConn) Read(b []byte) (int, error) {
+	if len(p.first) > 0 {
+		n := copy(b, p.first)
+		p.first = p.first[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}
+
 func (c *Controller) refuse(remote string, dpid uint64, reason string) {
-	c.counters.refused.Add(1)
 	c.log.Warn("refusing switch", "remote", remote, "datapath_id", DatapathIDString(dpid), "reason", reason)
+	c.record(remote, dpid, reason)
+}
+
+// refuseFlood refuses a connection at accept, where anyone can cause any
+// number of refusals: it logs at most one a second.
+func (c *Controller) refuseFlood(remote, reason string) {
+	if now := time.Now().UnixNano(); now-c.lastOverflow.Load() > int64(time.Second) {
+		c.lastOverflow.Store(now)
+		c.log.Warn("refusing switch connection on accept (further ones logged at most once a second)", "remote", remote, "reason", reason)
+	}
+	c.record(remote, 0, reason)
+}
+
+func (c *Controller) record(remote string, dpid uint64, reason string) {
+	c.counters.refused.Add(1)
 	c.mu.Lock()
 	c.refused = append(c.refused, Refusal{At: time.Now(), Remote: remote, DatapathID: dpid, Reason: reason})
 	if len(c.refused) > maxRefusals {
@@ -469,7 +685,7 @@ func (c *Controller) dialLoop(ctx context.Context, name, target string) {
 					name, target, DatapathIDString(sc.DatapathID()), DatapathIDString(want)))
 				sc.Close()
 			} else {
-				c.runSession(ctx, sc, name)
+				c.runSession(ctx, sc, name, false)
 			}
 		} else if ctx.Err() == nil {
 			c.setError(name, err)
@@ -497,12 +713,47 @@ func (c *Controller) setError(name string, err error) {
 	c.mu.Unlock()
 }
 
+// claim decides whether sc may take over the session of switch name: yes
+// when there is none, or when the connected one no longer answers an echo
+// within the keepalive interval (a switch that restarted). A second
+// connection for a switch that still answers is refused, so whoever claims
+// a connected datapath id cannot knock the switch off. It returns with
+// c.mu held when sc may proceed.
+func (c *Controller) claim(ctx context.Context, sc *SwitchConn, name string) bool {
+	c.mu.Lock()
+	for {
+		prev := c.sessions[name]
+		if prev == nil {
+			return true
+		}
+		c.mu.Unlock()
+		pctx, cancel := context.WithTimeout(ctx, c.cfg.Keepalive)
+		_, err := prev.conn.Echo(pctx)
+		cancel()
+		if err == nil {
+			c.refuse(sc.RemoteAddr(), sc.DatapathID(), fmt.Sprintf("switch %s is already connected from %s and answers; a second connection for its datapath id is refused",
+				name, prev.conn.RemoteAddr()))
+			sc.Close()
+			return false
+		}
+		c.log.Warn("switch connects again while its previous connection is silent; replacing it",
+			"switch", name, "previous", prev.conn.RemoteAddr(), "remote", sc.RemoteAddr(), "err", err)
+		c.mu.Lock()
+		if c.sessions[name] == prev {
+			return true
+		}
+		// Another connection took over meanwhile: ask that one.
+	}
+}
+
 // runSession keeps one connected switch converged until the connection or
 // ctx ends.
-func (c *Controller) runSession(ctx context.Context, sc *SwitchConn, name string) {
-	s := &session{conn: sc, kick: make(chan struct{}, 1)}
+func (c *Controller) runSession(ctx context.Context, sc *SwitchConn, name string, secure bool) {
+	if !c.claim(ctx, sc, name) {
+		return
+	}
+	s := &session{conn: sc, kick: make(chan struct{}, 1), secure: secure, remote: addrOf(sc.conn.RemoteAddr())}
 	log := c.log.With("switch", name, "remote", sc.RemoteAddr())
-	c.mu.Lock()
 	prev := c.sessions[name]
 	c.sessions[name] = s
 	if st := c.status[name]; st != nil {
@@ -758,6 +1009,7 @@ func (c *Controller) Status() Status {
 		ConvergeFailures: k.convergeFailures.Load(), Connections: k.connections.Load(), Disconnects: k.disconnects.Load(),
 		DeadLinks: k.deadLinks.Load(), Refused: k.refused.Load(), HealthChecks: k.healthChecks.Load(),
 		HealthFailures: k.healthFailures.Load(), DriftRepairs: k.driftRepairs.Load(),
+		HandshakeOverflows: k.handshakeOverflows.Load(),
 	}
 	return s
 }

@@ -3,6 +3,7 @@ package sdn_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,11 +28,32 @@ import (
 type running struct {
 	*sdn.Controller
 	stop func()
+	// logs holds what it logged.
+	logs *logBuffer
+}
+
+// logBuffer collects log lines for assertions.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func startController(t *testing.T, cfg sdn.Config) *running {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logs := &logBuffer{}
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t}, logs), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	c, err := sdn.New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +78,7 @@ func startController(t *testing.T, cfg sdn.Config) *running {
 		}
 	}
 	t.Cleanup(stop)
-	return &running{c, stop}
+	return &running{c, stop, logs}
 }
 
 type testWriter struct{ t *testing.T }

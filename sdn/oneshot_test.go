@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -160,7 +161,8 @@ func TestAcceptSwitch(t *testing.T) {
 	inst.AddBridge(t, "bry", 0x0f, "tcp:"+ln.Addr().String())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sc, err := sdn.AcceptSwitch(ctx, ln, 0x0f, sdn.ConnOptions{})
+	sc, err := sdn.AcceptSwitch(ctx, ln, flows.Switch{Name: "bry", DatapathID: 0x0f,
+		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}, nil, sdn.ConnOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -384,3 +384,52 @@ func FuzzParse(f *testing.F) {
 		WriteDiagnostics(&b, diags, src)
 	})
 }
+
+// TestSwitchTLSAndAllow: switches that connect to a controller with a tls
+// block require TLS unless they say tls = false; dialed switches never do.
+func TestSwitchTLSAndAllow(t *testing.T) {
+	src := `
+security { psk_file = "/etc/psk" }
+controller {
+  node   = "ctl"
+  listen = "192.0.2.1:6653"
+  tls {
+    cert_file = "/etc/sosappliance/controller-cert.pem"
+    key_file  = "/etc/sosappliance/controller-privkey.pem"
+    ca_file   = "/etc/sosappliance/switchca-cacert.pem"
+  }
+}
+site "a" {
+  prefixes = ["10.1.0.0/24"]
+  switch "inherits" {
+    datapath_id = "0x1"
+    allow       = ["192.0.2.10", "198.51.100.0/24"]
+  }
+  switch "plain" {
+    datapath_id = "0x2"
+    tls         = false
+  }
+  switch "dialed" {
+    datapath_id = "0x3"
+    connect     = "tcp:192.0.2.12:6653"
+  }
+}
+`
+	cfg, diags := Parse(Source{Filename: "tls.hcl", Bytes: []byte(src)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if tls := cfg.Controller.TLS; tls == nil || tls.CAFile != "/etc/sosappliance/switchca-cacert.pem" || cfg.Controller.Listen != "192.0.2.1:6653" {
+		t.Fatalf("controller: %+v", cfg.Controller)
+	}
+	want := map[string]bool{"inherits": true, "plain": false, "dialed": false}
+	for name, tls := range want {
+		if got := cfg.Switch(name).TLS; got != tls {
+			t.Errorf("switch %s: tls = %v, want %v", name, got, tls)
+		}
+	}
+	allow := cfg.Switch("inherits").Allow
+	if len(allow) != 2 || allow[0].String() != "192.0.2.10/32" || allow[1].String() != "198.51.100.0/24" {
+		t.Errorf("allow = %v", allow)
+	}
+}

@@ -14,7 +14,7 @@ import (
 
 // Defaults applied where the file is silent.
 const (
-	DefaultListen         = "0.0.0.0:6653"
+	DefaultListen         = "127.0.0.1:6653"
 	DefaultStatePath      = "/var/lib/sosappliance/state.db"
 	DefaultControlSocket  = "/run/sosappliance/control.sock"
 	DefaultMetricsListen  = "127.0.0.1:9465"
@@ -299,13 +299,16 @@ func fileStart(body hcl.Body) hcl.Range {
 	return r
 }
 
-var controllerSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
-	{Name: "node", Required: true}, {Name: "listen"}, {Name: "keepalive"},
-	{Name: "health_interval"}, {Name: "remove_flows_on_stop"},
-}}
+var controllerSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "node", Required: true}, {Name: "listen"}, {Name: "keepalive"},
+		{Name: "health_interval"}, {Name: "remove_flows_on_stop"},
+	},
+	Blocks: []hcl.BlockHeaderSchema{{Type: "tls"}},
+}
 
 func decodeController(b *hcl.Block, diags *hcl.Diagnostics) *Controller {
-	a, _ := newAttrs(b.Body, controllerSchema, diags)
+	a, blocks := newAttrs(b.Body, controllerSchema, diags)
 	c := &Controller{
 		Node:              a.str("node", ""),
 		Listen:            a.str("listen", DefaultListen),
@@ -318,9 +321,42 @@ func decodeController(b *hcl.Block, diags *hcl.Diagnostics) *Controller {
 		a.errorf("node", "controller node must not be empty", "Name the node (its hostname) that runs the OpenFlow controller.")
 	}
 	if err := ValidHostPort(c.Listen); err != nil {
-		a.errorf("listen", "controller listen: %v", `Use "IP:PORT", e.g. "0.0.0.0:6653".`, err)
+		a.errorf("listen", "controller listen: %v", `Use "IP:PORT" on the network the switches reach, e.g. "192.0.2.1:6653".`, err)
+	}
+	for _, blk := range blocks {
+		if c.TLS != nil {
+			*diags = append(*diags, diagAt(blk.DefRange, "Duplicate tls block",
+				fmt.Sprintf("Only one tls block is allowed in controller; the first is at %s.", c.TLS.Range)))
+			continue
+		}
+		c.TLS = decodeControllerTLS(blk, diags)
 	}
 	return c
+}
+
+var controllerTLSSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
+	{Name: "cert_file", Required: true}, {Name: "key_file", Required: true}, {Name: "ca_file", Required: true},
+}}
+
+func decodeControllerTLS(b *hcl.Block, diags *hcl.Diagnostics) *ControllerTLS {
+	a, _ := newAttrs(b.Body, controllerTLSSchema, diags)
+	t := &ControllerTLS{
+		CertFile: a.str("cert_file", ""),
+		KeyFile:  a.str("key_file", ""),
+		CAFile:   a.str("ca_file", ""),
+		Range:    b.DefRange,
+	}
+	hints := map[string]string{
+		"cert_file": "the controller's certificate (PEM), which switches verify with their CA",
+		"key_file":  "the controller's private key (PEM)",
+		"ca_file":   "the CA certificate (PEM) that signed the switches' certificates",
+	}
+	for _, name := range []string{"cert_file", "key_file", "ca_file"} {
+		if v := a.str(name, "/"); !strings.HasPrefix(v, "/") {
+			a.errorf(name, "tls %s must be an absolute path", "Write the full path of "+hints[name]+".", name)
+		}
+	}
+	return t
 }
 
 var securitySchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
@@ -441,6 +477,7 @@ func decodeSite(b *hcl.Block, diags *hcl.Diagnostics) *Site {
 
 var switchSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "datapath_id", Required: true}, {Name: "forwarding"}, {Name: "connect"},
+	{Name: "tls"}, {Name: "allow"},
 }}
 
 func decodeSwitch(b *hcl.Block, diags *hcl.Diagnostics) *Switch {
@@ -461,6 +498,29 @@ func decodeSwitch(b *hcl.Block, diags *hcl.Diagnostics) *Switch {
 		addr, ok := strings.CutPrefix(sw.Connect, "tcp:")
 		if !ok || ValidHostPort(addr) != nil {
 			a.errorf("connect", "switch %q: connect must be \"tcp:IP:PORT\"", `Point at a switch listening with ptcp:, e.g. "tcp:192.0.2.10:6653".`, sw.Name)
+		}
+	}
+	sw.tlsSet, sw.TLS, sw.TLSRange = a.has("tls"), a.boolean("tls", false), a.rng("tls")
+	sw.AllowRange = a.rng("allow")
+	before := len(diags.Errs())
+	allow := a.strList("allow")
+	for _, p := range allow {
+		pfx, err := ParsePrefix(p)
+		if err != nil {
+			a.errorf("allow", "switch %q allow: %v", `List the addresses the switch connects from, e.g. ["192.0.2.10/32"].`, sw.Name, err)
+			continue
+		}
+		sw.Allow = append(sw.Allow, pfx)
+	}
+	if a.has("allow") && len(allow) == 0 && len(diags.Errs()) == before {
+		a.errorf("allow", "switch %q allow is empty", "List at least one prefix, or remove allow to accept the switch from any address.", sw.Name)
+	}
+	if sw.Connect != "" {
+		if sw.tlsSet && sw.TLS {
+			a.errorf("tls", "switch %q: tls is for switches that connect to the controller", "The controller dials this switch (connect) over plain TCP; let the switch connect with ssl: instead.", sw.Name)
+		}
+		if a.has("allow") {
+			a.errorf("allow", "switch %q: allow is for switches that connect to the controller", "The controller dials this switch at its connect address; remove allow.", sw.Name)
 		}
 	}
 	return sw

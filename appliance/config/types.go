@@ -36,7 +36,19 @@ type Controller struct {
 	Keepalive         time.Duration
 	HealthInterval    time.Duration
 	RemoveFlowsOnStop bool
-	Range             hcl.Range
+	// TLS is nil unless the block has a tls {} block.
+	TLS   *ControllerTLS
+	Range hcl.Range
+}
+
+// ControllerTLS is OpenFlow over TLS on the listener: the controller's
+// certificate and key, and the CA whose certificates switches must
+// present. The files are read when the controller starts.
+type ControllerTLS struct {
+	CertFile string
+	KeyFile  string
+	CAFile   string
+	Range    hcl.Range
 }
 
 // Security holds the pre-shared key location and the stripe encryption.
@@ -103,7 +115,17 @@ type Switch struct {
 	// Connect is empty when the switch dials the controller, or "tcp:IP:PORT"
 	// when the controller dials a switch that listens with ptcp:.
 	Connect string
-	Range   hcl.Range
+	// TLS requires the switch to connect over TLS with a certificate from
+	// controller.tls.ca_file; it defaults to whether the controller has a
+	// tls block (for switches without connect).
+	TLS bool
+	// Allow lists the source prefixes the switch may connect from; empty
+	// allows any.
+	Allow      []netip.Prefix
+	Range      hcl.Range
+	TLSRange   hcl.Range
+	AllowRange hcl.Range
+	tlsSet     bool
 }
 
 // Agent is a relay host attached to a switch port.

@@ -96,6 +96,7 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 		add(fileStart(body), `Add controller { node = "<hostname>" } to say which node runs the OpenFlow controller.`,
 			"Switches are declared but there is no controller block")
 	}
+	validateSwitchTLS(cfg, add)
 
 	// Agents: switch reference, one agent per switch port, tuning references.
 	type portKey struct {
@@ -333,4 +334,22 @@ func capitalize(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// validateSwitchTLS resolves each switch's tls: written, or inherited from
+// the controller's tls block for switches that connect to it.
+func validateSwitchTLS(cfg *Config, add func(rng hcl.Range, hint, format string, args ...any)) {
+	hasTLS := cfg.Controller != nil && cfg.Controller.TLS != nil
+	for _, s := range cfg.Sites {
+		for _, sw := range s.Switches {
+			if !sw.tlsSet {
+				sw.TLS = hasTLS && sw.Connect == ""
+				continue
+			}
+			if sw.TLS && !hasTLS && cfg.Controller != nil {
+				add(sw.TLSRange, `Add controller { tls { cert_file = "...", key_file = "...", ca_file = "..." } }, or set tls = false.`,
+					"Switch %q requires TLS, but the controller has no tls block", sw.Name)
+			}
+		}
+	}
 }

@@ -7,6 +7,7 @@ package desired
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,7 +33,10 @@ type Desired struct {
 
 // Controller is the OpenFlow controller role.
 type Controller struct {
-	Listen            string
+	Listen string
+	// TLS names the files of OpenFlow over TLS; nil for plain TCP only.
+	// The shell reads them.
+	TLS               *TLSFiles
 	Keepalive         time.Duration
 	HealthInterval    time.Duration
 	RemoveFlowsOnStop bool
@@ -42,6 +46,12 @@ type Controller struct {
 	Connect map[string]string
 	// Health maps every agent name to where its health is probed.
 	Health map[string]HealthTarget
+}
+
+// TLSFiles are the controller's certificate and key and the CA of the
+// switches' certificates, as paths.
+type TLSFiles struct {
+	CertFile, KeyFile, CAFile string
 }
 
 // HealthTarget is where the controller checks an agent: the HTTP health
@@ -190,6 +200,9 @@ func compileController(cfg *config.Config) *Controller {
 		Connect:           map[string]string{},
 		Health:            map[string]HealthTarget{},
 	}
+	if t := c.TLS; t != nil {
+		ctl.TLS = &TLSFiles{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.CAFile}
+	}
 	for _, s := range cfg.Sites {
 		for _, a := range s.Agents {
 			ctl.Health[a.Name] = HealthTarget{HTTP: a.HealthListen, Data: a.DataAddr()}
@@ -210,7 +223,8 @@ func flowAgent(a *config.Agent) flows.Agent {
 }
 
 func compileSwitch(cfg *config.Config, sw *config.Switch) flows.Switch {
-	out := flows.Switch{Name: sw.Name, DatapathID: sw.DatapathID, Forwarding: sw.Forwarding}
+	out := flows.Switch{Name: sw.Name, DatapathID: sw.DatapathID, Forwarding: sw.Forwarding,
+		TLS: sw.TLS, Allow: slices.Clone(sw.Allow)}
 	for _, s := range cfg.Sites {
 		for _, a := range s.Agents {
 			if a.Switch == sw.Name {

@@ -170,3 +170,22 @@ node "n" { tuning = ["x", "y"] }
 		t.Fatal("conflicting profiles compiled")
 	}
 }
+
+// TestCompileControllerAccess: the controller role carries the TLS files
+// as paths (desired reads no file) and each switch its tls and allow list.
+func TestCompileControllerAccess(t *testing.T) {
+	d, err := Compile(loadExample(t), "ctl-clemson")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &TLSFiles{CertFile: "/etc/sosappliance/controller-cert.pem", KeyFile: "/etc/sosappliance/controller-privkey.pem",
+		CAFile: "/etc/sosappliance/switchca-cacert.pem"}
+	if !reflect.DeepEqual(d.Controller.TLS, want) {
+		t.Errorf("tls = %+v, want %+v", d.Controller.TLS, want)
+	}
+	for _, sw := range d.Controller.Switches {
+		if !sw.TLS || len(sw.Allow) != 1 {
+			t.Errorf("switch %s: tls %v allow %v", sw.Name, sw.TLS, sw.Allow)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -101,6 +102,13 @@ func applyFlows(ctx context.Context, w io.Writer, cfg *config.Config, socket str
 	}
 	var errs []error
 	var ln net.Listener
+	var serverTLS *tls.Config
+	if f := ctl.TLS; f != nil && wait > 0 {
+		var err error
+		if serverTLS, err = sdn.LoadTLS(f.CertFile, f.KeyFile, f.CAFile); err != nil {
+			return fmt.Errorf("controller tls: %w", err)
+		}
+	}
 	defer func() {
 		if ln != nil {
 			ln.Close()
@@ -128,7 +136,7 @@ func applyFlows(ctx context.Context, w io.Writer, cfg *config.Config, socket str
 			}
 			fmt.Fprintf(w, "\nWaiting up to %s for switch %s to connect to %s ...\n", wait, sw.Name, cfg.Controller.Listen)
 			actx, cancel := context.WithTimeout(ctx, wait)
-			sc, err = sdn.AcceptSwitch(actx, ln, sw.DatapathID, sdn.ConnOptions{Logger: slog.New(slog.DiscardHandler)})
+			sc, err = sdn.AcceptSwitch(actx, ln, sw, serverTLS, sdn.ConnOptions{Logger: slog.New(slog.DiscardHandler)})
 			cancel()
 			if errors.Is(err, context.DeadlineExceeded) {
 				// The listener closes with the wait; open a new one for

@@ -50,6 +50,12 @@ type Switch struct {
 	// "tcp:IP:PORT" when the controller dials a switch that listens with
 	// ptcp:. It is not part of the flow set; the controller reads it.
 	Connect string
+	// TLS requires the switch to connect over TLS with a certificate the
+	// controller's CA signed; Allow, when not empty, lists the source
+	// prefixes it may connect from. Like Connect, the controller reads
+	// them; they are not part of the flow set.
+	TLS   bool
+	Allow []netip.Prefix
 	// Agents are bypassed: packets arriving from their ports go to normal
 	// forwarding at the highest priority so agents are never looped.
 	Agents []Agent
