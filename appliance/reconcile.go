@@ -74,9 +74,19 @@ func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tunin
 	if err != nil {
 		return plan.Plan{}, err
 	}
-	p := plan.Diff(desired, observed, records)
+	p := plan.Diff(desired, observed, ownedItems(records))
 	p.Operation, p.Node, p.Serial, p.ConfigHash = operation, node, serial, configHash
 	return p, nil
+}
+
+// ownedItems is what planning needs of the store's records.
+func ownedItems(records []store.Record) []plan.Owned {
+	out := make([]plan.Owned, len(records))
+	for i, r := range records {
+		out[i] = plan.Owned{Kind: r.Kind, Key: r.Key, Previous: r.Previous, PreviousPresent: r.PreviousPresent,
+			Desired: r.Desired, Applied: r.Applied, FirstSerial: r.FirstSerial, Serial: r.Serial}
+	}
+	return out
 }
 
 // Apply carries out a plan. It refuses a plan made at another state serial

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
@@ -54,6 +53,27 @@ type Change struct {
 // ID matches tuning.Item.ID.
 func (c Change) ID() string { return c.Kind + "/" + c.Key }
 
+// Owned is an item the appliance owns from earlier applies, as the state
+// database records it; the caller converts its records, so that planning
+// knows nothing of how they are stored.
+type Owned struct {
+	Kind string
+	Key  string
+	// Previous is the value before the appliance first touched the item at
+	// FirstSerial; PreviousPresent is false when the object did not exist.
+	Previous        string
+	PreviousPresent bool
+	// Desired is what the apply at Serial set or was setting; Applied is
+	// false while that apply had not finished the item.
+	Desired     string
+	Applied     bool
+	FirstSerial uint64
+	Serial      uint64
+}
+
+// ID matches tuning.Item.ID.
+func (o Owned) ID() string { return o.Kind + "/" + o.Key }
+
 // Warning is something an executor wants the operator to know.
 type Warning struct {
 	Kind    string `json:"kind"`
@@ -98,12 +118,12 @@ func (p Plan) Counts() (add, update, restore int) {
 // interrupted apply is redone even when the host already shows its value.
 // desired must not hold two items with one ID. Node, Serial and ConfigHash
 // are left for the caller to fill in.
-func Diff(desired []tuning.Item, observed []tuning.Observation, applied []store.Record) Plan {
+func Diff(desired []tuning.Item, observed []tuning.Observation, applied []Owned) Plan {
 	obs := make(map[string]tuning.Observation, len(observed))
 	for _, o := range observed {
 		obs[o.ID()] = o
 	}
-	owned := make(map[string]store.Record, len(applied))
+	owned := make(map[string]Owned, len(applied))
 	for _, r := range applied {
 		owned[r.ID()] = r
 	}

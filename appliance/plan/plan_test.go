@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
@@ -29,7 +28,7 @@ func absent(kind, key string) tuning.Observation {
 }
 
 // scenario covers every branch of Diff.
-func scenario() ([]tuning.Item, []tuning.Observation, []store.Record) {
+func scenario() ([]tuning.Item, []tuning.Observation, []Owned) {
 	desired := []tuning.Item{
 		item("sysctl", "net.core.rmem_max", "134217728"),             // unowned, differs
 		item("sysctl", "net.ipv4.tcp_mtu_probing", "1"),              // unowned, equal: no change
@@ -57,10 +56,10 @@ func scenario() ([]tuning.Item, []tuning.Observation, []store.Record) {
 		absent("sysctl", "net.ipv4.conf.eth9.rp_filter"),    // gone: forget
 		present("interface", "eth1/txqueuelen", "1000"),     // already at previous
 	}
-	rec := func(kind, key, prev string, prevPresent bool, desired string, applied bool, first, serial uint64) store.Record {
-		return store.Record{Kind: kind, Key: key, Previous: prev, PreviousPresent: prevPresent, Desired: desired, Applied: applied, FirstSerial: first, Serial: serial}
+	rec := func(kind, key, prev string, prevPresent bool, desired string, applied bool, first, serial uint64) Owned {
+		return Owned{Kind: kind, Key: key, Previous: prev, PreviousPresent: prevPresent, Desired: desired, Applied: applied, FirstSerial: first, Serial: serial}
 	}
-	applied := []store.Record{
+	applied := []Owned{
 		rec("sysctl", "net.ipv4.tcp_congestion_control", "cubic", true, "bbr", true, 1, 2),
 		rec("sysctl", "net.ipv4.tcp_rmem", "4096 131072 6291456", true, "4096 87380 33554432", true, 1, 2),
 		rec("interface", "eth1/mtu", "1500", true, "9000", false, 3, 3),
@@ -158,7 +157,7 @@ func TestDiffIgnoresInputOrder(t *testing.T) {
 func TestDiffOfMatchingHostIsEmpty(t *testing.T) {
 	desired := []tuning.Item{item("sysctl", "a", "1"), item("steering", "rule", "x")}
 	observed := []tuning.Observation{present("sysctl", "a", "1"), present("steering", "rule", "x")}
-	applied := []store.Record{{Kind: "steering", Key: "rule", Desired: "x", Applied: true, Serial: 1, FirstSerial: 1}}
+	applied := []Owned{{Kind: "steering", Key: "rule", Desired: "x", Applied: true, Serial: 1, FirstSerial: 1}}
 	p := Diff(desired, observed, applied)
 	if !p.Empty() {
 		t.Fatalf("plan for a converged host: %+v", p.Changes)
