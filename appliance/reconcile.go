@@ -105,7 +105,8 @@ func Apply(ctx context.Context, st *store.Store, exs map[string]tuning.Executor,
 	if current != p.Serial {
 		return Result{}, &store.StaleError{PlanSerial: p.Serial, StateSerial: current}
 	}
-	if p.Empty() {
+	// Flow changes are the switches'; the state records host changes only.
+	if len(p.Changes) == 0 {
 		return Result{}, nil
 	}
 	for _, c := range p.Changes {
