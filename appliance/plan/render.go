@@ -70,8 +70,21 @@ func (p Plan) WriteText(w io.Writer) error {
 	case p.Empty():
 		b.WriteString("\nNo changes. The host matches the configuration.\n")
 	default:
+		// A "-" on a flow deletes it; say so apart from host restores.
 		add, update, restore := p.Counts()
-		fmt.Fprintf(&b, "\nPlan: %d to add, %d to change, %d to restore.\n", add, update, restore)
+		deletes := 0
+		for _, s := range p.Switches {
+			for _, c := range s.Changes {
+				if c.Action == Restore {
+					deletes++
+				}
+			}
+		}
+		fmt.Fprintf(&b, "\nPlan: %d to add, %d to change, %d to restore", add, update, restore-deletes)
+		if deletes > 0 {
+			fmt.Fprintf(&b, ", %d to delete", deletes)
+		}
+		b.WriteString(".\n")
 	}
 	_, err := w.Write(b.Bytes())
 	return err
