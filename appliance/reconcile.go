@@ -75,7 +75,7 @@ func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tunin
 		return plan.Plan{}, err
 	}
 	p := plan.Diff(desired, observed, ownedItems(records))
-	p.Operation, p.Node, p.Serial, p.ConfigHash = operation, node, serial, configHash
+	p.Operation, p.Node, p.Lineage, p.Serial, p.ConfigHash = operation, node, st.Lineage(), serial, configHash
 	return p, nil
 }
 
@@ -89,7 +89,8 @@ func ownedItems(records []store.Record) []plan.Owned {
 	return out
 }
 
-// Apply carries out a plan. It refuses a plan made at another state serial
+// Apply carries out a plan. It refuses a plan made against another state
+// database (*plan.LineageError) or at another state serial
 // (*store.StaleError). For each change it first records the item (with the
 // value the host has before the appliance first touches it), then changes
 // the host, then records the item as applied; restores put back the
@@ -98,6 +99,9 @@ func ownedItems(records []store.Record) []plan.Owned {
 // before the failing one stay applied and recorded; planning and applying
 // again finishes the job.
 func Apply(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, p plan.Plan) (Result, error) {
+	if p.Lineage != "" && p.Lineage != st.Lineage() {
+		return Result{}, &plan.LineageError{Plan: p.Lineage, This: st.Lineage()}
+	}
 	current, err := st.Serial()
 	if err != nil {
 		return Result{}, err
@@ -135,6 +139,21 @@ func Apply(ctx context.Context, st *store.Store, exs map[string]tuning.Executor,
 		return res, err
 	}
 	return res, nil
+}
+
+// ApplySaved carries out a plan read from a plan file on node. Before
+// anything changes it refuses a plan made for another node
+// (*plan.NodeError) or against another state database
+// (*plan.LineageError), one that a plan file cannot carry (flow changes,
+// *plan.UnsavableError), and, as Apply does, one made at another serial.
+func ApplySaved(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, p plan.Plan, node string) (Result, error) {
+	if err := p.CheckOrigin(node, st.Lineage()); err != nil {
+		return Result{}, err
+	}
+	if err := p.CheckSavable(); err != nil {
+		return Result{}, err
+	}
+	return Apply(ctx, st, exs, p)
 }
 
 func applyChanges(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, changes []plan.Change, serial uint64, res *Result) error {

@@ -168,7 +168,7 @@ func (p Plan) CheckSavable() error {
 	return &UnsavableError{Reasons: errs}
 }
 
-// UnsavableError says why a plan cannot be saved to a plan file.
+// UnsavableError says why a plan cannot go into a plan file.
 type UnsavableError struct{ Reasons []error }
 
 func (e *UnsavableError) Error() string {
@@ -176,7 +176,7 @@ func (e *UnsavableError) Error() string {
 	for _, r := range e.Reasons {
 		why = append(why, r.Error())
 	}
-	return "cannot save this plan: " + strings.Join(why, "; ") +
-		". A plan file holds host changes only: switch flows live on the switches, where no state serial or lineage can tell that a saved flow change went stale." +
-		" Apply it directly with `sosappliance apply -c FILE`, or let `sosappliance run` converge the switches, then save a plan again"
+	return "a plan file holds host changes only, and " + strings.Join(why, "; ") +
+		". Switch flows live on the switches, where no state serial or lineage can tell that a saved flow change went stale:" +
+		" apply with `sosappliance apply -c FILE`, or let `sosappliance run` converge the switches, then save a plan again"
 }
