@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 )
 
@@ -82,13 +83,10 @@ func WithFlowPlanner(planFlows func(ctx context.Context, switches []flows.Switch
 	}
 }
 
-// FlowPlan is the flow changes one switch needs.
-type FlowPlan struct {
-	Switch    string   `json:"switch"`
-	Connected bool     `json:"connected"`
-	Changes   []string `json:"changes"`
-	Error     string   `json:"error,omitempty"`
-}
+// FlowPlan is the flow changes one switch needs, as the control socket
+// carries them: the plan's own type, so the daemon's answer goes into a
+// plan as it is.
+type FlowPlan = plan.SwitchPlan
 
 // FetchFlowPlan asks a running daemon to diff switches against their live
 // flow tables.

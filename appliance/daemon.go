@@ -787,12 +787,10 @@ func (d *Daemon) planFlows(ctx context.Context, switches []flows.Switch) []FlowP
 			continue
 		}
 		changes, connected, err := ctl.PlanSwitch(ctx, sw)
+		fp = switchPlan(sw, changes)
 		fp.Connected = connected
 		if err != nil {
 			fp.Error = err.Error()
-		}
-		for _, ch := range changes.List() {
-			fp.Changes = append(fp.Changes, ch.String())
 		}
 		out = append(out, fp)
 	}

@@ -74,12 +74,23 @@ func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tunin
 	if err != nil {
 		return plan.Plan{}, err
 	}
-	p := plan.Diff(desired, observed, records)
-	p.Operation, p.Node, p.Serial, p.ConfigHash = operation, node, serial, configHash
+	p := plan.Diff(desired, observed, ownedItems(records))
+	p.Operation, p.Node, p.Lineage, p.Serial, p.ConfigHash = operation, node, st.Lineage(), serial, configHash
 	return p, nil
 }
 
-// Apply carries out a plan. It refuses a plan made at another state serial
+// ownedItems is what planning needs of the store's records.
+func ownedItems(records []store.Record) []plan.Owned {
+	out := make([]plan.Owned, len(records))
+	for i, r := range records {
+		out[i] = plan.Owned{Kind: r.Kind, Key: r.Key, Previous: r.Previous, PreviousPresent: r.PreviousPresent,
+			Desired: r.Desired, Applied: r.Applied, FirstSerial: r.FirstSerial, Serial: r.Serial}
+	}
+	return out
+}
+
+// Apply carries out a plan. It refuses a plan made against another state
+// database (*plan.LineageError) or at another state serial
 // (*store.StaleError). For each change it first records the item (with the
 // value the host has before the appliance first touches it), then changes
 // the host, then records the item as applied; restores put back the
@@ -88,6 +99,9 @@ func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tunin
 // before the failing one stay applied and recorded; planning and applying
 // again finishes the job.
 func Apply(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, p plan.Plan) (Result, error) {
+	if p.Lineage != "" && p.Lineage != st.Lineage() {
+		return Result{}, &plan.LineageError{Plan: p.Lineage, This: st.Lineage()}
+	}
 	current, err := st.Serial()
 	if err != nil {
 		return Result{}, err
@@ -95,7 +109,8 @@ func Apply(ctx context.Context, st *store.Store, exs map[string]tuning.Executor,
 	if current != p.Serial {
 		return Result{}, &store.StaleError{PlanSerial: p.Serial, StateSerial: current}
 	}
-	if p.Empty() {
+	// Flow changes are the switches'; the state records host changes only.
+	if len(p.Changes) == 0 {
 		return Result{}, nil
 	}
 	for _, c := range p.Changes {
@@ -124,6 +139,21 @@ func Apply(ctx context.Context, st *store.Store, exs map[string]tuning.Executor,
 		return res, err
 	}
 	return res, nil
+}
+
+// ApplySaved carries out a plan read from a plan file on node. Before
+// anything changes it refuses a plan made for another node
+// (*plan.NodeError) or against another state database
+// (*plan.LineageError), one that a plan file cannot carry (flow changes,
+// *plan.UnsavableError), and, as Apply does, one made at another serial.
+func ApplySaved(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, p plan.Plan, node string) (Result, error) {
+	if err := p.CheckOrigin(node, st.Lineage()); err != nil {
+		return Result{}, err
+	}
+	if err := p.CheckSavable(); err != nil {
+		return Result{}, err
+	}
+	return Apply(ctx, st, exs, p)
 }
 
 func applyChanges(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, changes []plan.Change, serial uint64, res *Result) error {

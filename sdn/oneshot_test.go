@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ofp13"
@@ -172,5 +173,64 @@ func TestAcceptSwitch(t *testing.T) {
 	}
 	if owned, err := sc.OwnedFlows(ctx); err != nil || len(owned) != 0 {
 		t.Fatalf("owned flows on a fresh bridge: %v, %v", owned, err)
+	}
+}
+
+// TestOneShotReachesBothKinds plans and converges, the way `plan` and
+// `apply` do without a daemon, a switch that listens and one that dials
+// in, and names the switch it is told not to wait for.
+func TestOneShotReachesBothKinds(t *testing.T) {
+	inst := ovstest.Start(t)
+	port, err := inst.FreePort()
+	testsupport.RequireNoError(t, err)
+	ctlPort, err := inst.FreePort()
+	testsupport.RequireNoError(t, err)
+	listening := inst.AddBridge(t, ovstest.UniqueName("bl"), 0xb1, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
+	dialing := inst.AddBridge(t, ovstest.UniqueName("bd"), 0xb2, fmt.Sprintf("tcp:127.0.0.1:%d", ctlPort))
+	swL, swD := siteSwitch(0xb1), siteSwitch(0xb2)
+	swL.Name, swL.Connect = "listens", fmt.Sprintf("tcp:127.0.0.1:%d", port)
+	swD.Name = "dials-in"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	o := &sdn.OneShot{Listen: fmt.Sprintf("127.0.0.1:%d", ctlPort), Options: sdn.ConnOptions{Dial: inst.DialContext}, ListenFunc: inst.Listen}
+	defer o.Close()
+	if _, err := o.Plan(ctx, swD); !errors.Is(err, sdn.ErrDialsIn) {
+		t.Fatalf("without a wait, a switch that dials in: %v", err)
+	}
+	var changes flows.Changes
+	testsupport.Eventually(t, 20*time.Second, "the bridge to listen", func() bool {
+		changes, err = o.Plan(ctx, swL)
+		return err == nil
+	})
+	if want := compile(t, swL); len(changes.Add) != len(want) || changes.Len() != len(want) {
+		t.Fatalf("plan for an empty switch:\n%s", changes)
+	}
+
+	o.Wait = 20 * time.Second
+	for _, c := range []struct {
+		sw flows.Switch
+		br *ovstest.Bridge
+	}{{swL, listening}, {swD, dialing}} {
+		res, err := o.Converge(ctx, c.sw)
+		if err != nil || res.Sent != len(compile(t, c.sw)) {
+			t.Fatalf("converge %s: sent %d, %v", c.sw.Name, res.Sent, err)
+		}
+		requireSameFlows(t, c.br, compile(t, c.sw))
+		if changes, err := o.Plan(ctx, c.sw); err != nil || !changes.Empty() {
+			t.Fatalf("plan of converged %s: %v\n%s", c.sw.Name, err, changes)
+		}
+	}
+
+	other := siteSwitch(0xb3)
+	other.Name = "never"
+	o.Wait = 500 * time.Millisecond
+	if _, err := o.Plan(ctx, other); err == nil || !strings.Contains(err.Error(), "did not connect") {
+		t.Fatalf("a switch that never dials in: %v", err)
+	}
+	// The listener closed with the wait; the next switch gets a new one.
+	o.Wait = 20 * time.Second
+	if changes, err := o.Plan(ctx, swD); err != nil || !changes.Empty() {
+		t.Fatalf("plan after a timed-out wait: %v\n%s", err, changes)
 	}
 }

@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
-// FormatVersion is the version of the JSON plan file.
-const FormatVersion = 1
+// FormatVersion is the version of the JSON plan, in plan -json and in plan
+// files. Version 2 added lineage and switches; version 1 files are refused.
+const FormatVersion = 2
 
 // Action is what a change does to an item.
 type Action string
@@ -54,6 +54,27 @@ type Change struct {
 // ID matches tuning.Item.ID.
 func (c Change) ID() string { return c.Kind + "/" + c.Key }
 
+// Owned is an item the appliance owns from earlier applies, as the state
+// database records it; the caller converts its records, so that planning
+// knows nothing of how they are stored.
+type Owned struct {
+	Kind string
+	Key  string
+	// Previous is the value before the appliance first touched the item at
+	// FirstSerial; PreviousPresent is false when the object did not exist.
+	Previous        string
+	PreviousPresent bool
+	// Desired is what the apply at Serial set or was setting; Applied is
+	// false while that apply had not finished the item.
+	Desired     string
+	Applied     bool
+	FirstSerial uint64
+	Serial      uint64
+}
+
+// ID matches tuning.Item.ID.
+func (o Owned) ID() string { return o.Kind + "/" + o.Key }
+
 // Warning is something an executor wants the operator to know.
 type Warning struct {
 	Kind    string `json:"kind"`
@@ -61,26 +82,32 @@ type Warning struct {
 	Message string `json:"message"`
 }
 
-// Plan is the list of changes that brings one node to its desired state, and
-// where it was made: the state serial (a saved plan is refused once the
-// serial moved on), the node and the hash of the configuration.
+// Plan is the list of changes that brings one node to its desired state,
+// and where it was made: the node, the state database's lineage and serial
+// (a saved plan is refused on another node, against another lineage, or
+// once the serial moved on) and the hash of the configuration. Changes are
+// the host's, in the order they apply; Switches are the flow changes of
+// each switch the node's controller drives, sorted by switch name.
 type Plan struct {
-	FormatVersion int       `json:"format_version"`
-	Operation     string    `json:"operation"`
-	Node          string    `json:"node"`
-	Serial        uint64    `json:"serial"`
-	ConfigHash    string    `json:"config_hash,omitempty"`
-	Changes       []Change  `json:"changes"`
-	Warnings      []Warning `json:"warnings,omitempty"`
+	FormatVersion int          `json:"format_version"`
+	Operation     string       `json:"operation"`
+	Node          string       `json:"node"`
+	Lineage       string       `json:"lineage"`
+	Serial        uint64       `json:"serial"`
+	ConfigHash    string       `json:"config_hash,omitempty"`
+	Changes       []Change     `json:"changes"`
+	Switches      []SwitchPlan `json:"switches,omitempty"`
+	Warnings      []Warning    `json:"warnings,omitempty"`
 }
 
-// Empty reports whether the plan changes nothing.
-func (p Plan) Empty() bool { return len(p.Changes) == 0 }
+// Empty reports whether the plan changes nothing, on the host or on a
+// switch.
+func (p Plan) Empty() bool { return len(p.Changes) == 0 && p.flowChanges() == 0 }
 
-// Counts returns how many changes add, update and restore.
+// Counts returns how many changes, host and flow, add, update and restore.
 func (p Plan) Counts() (add, update, restore int) {
-	for _, c := range p.Changes {
-		switch c.Action {
+	count := func(a Action) {
+		switch a {
 		case Add:
 			add++
 		case Update:
@@ -89,21 +116,63 @@ func (p Plan) Counts() (add, update, restore int) {
 			restore++
 		}
 	}
+	for _, c := range p.Changes {
+		count(c.Action)
+	}
+	for _, s := range p.Switches {
+		for _, c := range s.Changes {
+			count(c.Action)
+		}
+	}
 	return add, update, restore
+}
+
+// CheckOrigin refuses a saved plan made for another node or against another
+// state database, as Terraform refuses a plan from another state's lineage:
+// serials alone cannot tell two databases apart. The serial is checked
+// where the apply begins, in the same transaction.
+func (p Plan) CheckOrigin(node, lineage string) error {
+	if p.Node != node {
+		return &NodeError{Plan: p.Node, This: node}
+	}
+	if p.Lineage != lineage {
+		return &LineageError{Plan: p.Lineage, This: lineage}
+	}
+	return nil
+}
+
+// NodeError refuses a plan made for another node.
+type NodeError struct{ Plan, This string }
+
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("plan was made for node %s, this is node %s", orNone(e.Plan), orNone(e.This))
+}
+
+// LineageError refuses a plan made against another state database.
+type LineageError struct{ Plan, This string }
+
+func (e *LineageError) Error() string {
+	lineage := func(s string) string {
+		if s == "" {
+			return "(none recorded)"
+		}
+		return s
+	}
+	return fmt.Sprintf("plan belongs to another state (lineage %s), this state is lineage %s", lineage(e.Plan), lineage(e.This))
 }
 
 // Diff computes the changes that take the host from observed to desired.
 // applied lists the items the appliance owns from earlier applies: one no
 // longer desired is restored, and a desired one left unfinished by an
 // interrupted apply is redone even when the host already shows its value.
-// desired must not hold two items with one ID. Node, Serial and ConfigHash
-// are left for the caller to fill in.
-func Diff(desired []tuning.Item, observed []tuning.Observation, applied []store.Record) Plan {
+// desired must not hold two items with one ID. Node, Lineage, Serial,
+// ConfigHash and Switches are left for the caller to fill in.
+func Diff(desired []tuning.Item, observed []tuning.Observation, applied []Owned) Plan {
 	obs := make(map[string]tuning.Observation, len(observed))
 	for _, o := range observed {
 		obs[o.ID()] = o
 	}
-	owned := make(map[string]store.Record, len(applied))
+	owned := make(map[string]Owned, len(applied))
 	for _, r := range applied {
 		owned[r.ID()] = r
 	}

@@ -2,7 +2,9 @@ package plan
 
 import (
 	"bytes"
+	"errors"
 	"flag"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -10,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
@@ -29,7 +30,7 @@ func absent(kind, key string) tuning.Observation {
 }
 
 // scenario covers every branch of Diff.
-func scenario() ([]tuning.Item, []tuning.Observation, []store.Record) {
+func scenario() ([]tuning.Item, []tuning.Observation, []Owned) {
 	desired := []tuning.Item{
 		item("sysctl", "net.core.rmem_max", "134217728"),             // unowned, differs
 		item("sysctl", "net.ipv4.tcp_mtu_probing", "1"),              // unowned, equal: no change
@@ -57,10 +58,10 @@ func scenario() ([]tuning.Item, []tuning.Observation, []store.Record) {
 		absent("sysctl", "net.ipv4.conf.eth9.rp_filter"),    // gone: forget
 		present("interface", "eth1/txqueuelen", "1000"),     // already at previous
 	}
-	rec := func(kind, key, prev string, prevPresent bool, desired string, applied bool, first, serial uint64) store.Record {
-		return store.Record{Kind: kind, Key: key, Previous: prev, PreviousPresent: prevPresent, Desired: desired, Applied: applied, FirstSerial: first, Serial: serial}
+	rec := func(kind, key, prev string, prevPresent bool, desired string, applied bool, first, serial uint64) Owned {
+		return Owned{Kind: kind, Key: key, Previous: prev, PreviousPresent: prevPresent, Desired: desired, Applied: applied, FirstSerial: first, Serial: serial}
 	}
-	applied := []store.Record{
+	applied := []Owned{
 		rec("sysctl", "net.ipv4.tcp_congestion_control", "cubic", true, "bbr", true, 1, 2),
 		rec("sysctl", "net.ipv4.tcp_rmem", "4096 131072 6291456", true, "4096 87380 33554432", true, 1, 2),
 		rec("interface", "eth1/mtu", "1500", true, "9000", false, 3, 3),
@@ -78,7 +79,34 @@ func scenario() ([]tuning.Item, []tuning.Observation, []store.Record) {
 func scenarioPlan() Plan {
 	p := Diff(scenario())
 	p.Node, p.Serial, p.ConfigHash = "agent-clemson", 3, "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+	p.Lineage = "0b6c3f0e-5d7a-4c2e-9a51-3e8f2d1c7b90"
+	p.Switches = scenarioSwitches()
 	return p
+}
+
+// scenarioSwitches covers every way a switch shows in a plan: each flow
+// action, a switch with nothing to do and one that could not be read.
+func scenarioSwitches() []SwitchPlan {
+	entry := func(cookie, instructions string) *FlowEntry {
+		return &FlowEntry{Cookie: cookie, Instructions: instructions}
+	}
+	return []SwitchPlan{
+		{Switch: "s4810-clemson", DatapathID: "00:00:00:00:00:00:00:01", Connected: true, Changes: []FlowChange{
+			{Action: Add, Flow: FlowKey{Table: 0, Priority: 2000, Match: "tcp,nw_src=10.10.1.0/24,nw_dst=10.10.2.1,tp_dst=5201"},
+				After: entry("0x5053020000000003", "set_field:02:00:00:00:01:02->eth_dst,output:3"),
+				Why:   "whitelist iperf-to-utah client side via agent agent-clemson"},
+			{Action: Update, Flow: FlowKey{Table: 0, Priority: 3000, Match: "in_port=3"},
+				Before: entry("0x5053010000000001", "drop"),
+				After:  entry("0x5053010000000001", "NORMAL"),
+				Why:    "bypass agent agent-clemson: the switch has other instructions"},
+			{Action: Restore, Flow: FlowKey{Table: 0, Priority: 2000, Match: "tcp,nw_src=10.10.1.0/24,nw_dst=10.10.2.1,tp_dst=22"},
+				Before: &FlowEntry{Cookie: "0x5053020000000002", Instructions: "set_field:02:00:00:00:01:02->eth_dst,output:3", IdleTimeout: 60},
+				Why:    "owned by the appliance, no longer in the configuration"},
+		}},
+		{Switch: "s4810-utah", DatapathID: "00:00:00:00:00:00:00:02", Connected: true, Changes: []FlowChange{}},
+		{Switch: "sw-lab", DatapathID: "00:00:00:00:00:00:5a:01", Changes: []FlowChange{},
+			Error: "not connected: it dials the controller at 0.0.0.0:6653; its flows converge once `sosappliance run` runs here"},
+	}
 }
 
 func TestDiff(t *testing.T) {
@@ -106,6 +134,10 @@ func TestDiff(t *testing.T) {
 		t.Errorf("warnings = %+v", p.Warnings)
 	}
 	if add, upd, res := p.Counts(); add != 3 || upd != 4 || res != 4 {
+		t.Errorf("Counts = %d %d %d", add, upd, res)
+	}
+	p.Switches = scenarioSwitches()
+	if add, upd, res := p.Counts(); add != 4 || upd != 5 || res != 5 {
 		t.Errorf("Counts = %d %d %d", add, upd, res)
 	}
 	if p.Operation != OperationApply || p.FormatVersion != FormatVersion {
@@ -158,7 +190,7 @@ func TestDiffIgnoresInputOrder(t *testing.T) {
 func TestDiffOfMatchingHostIsEmpty(t *testing.T) {
 	desired := []tuning.Item{item("sysctl", "a", "1"), item("steering", "rule", "x")}
 	observed := []tuning.Observation{present("sysctl", "a", "1"), present("steering", "rule", "x")}
-	applied := []store.Record{{Kind: "steering", Key: "rule", Desired: "x", Applied: true, Serial: 1, FirstSerial: 1}}
+	applied := []Owned{{Kind: "steering", Key: "rule", Desired: "x", Applied: true, Serial: 1, FirstSerial: 1}}
 	p := Diff(desired, observed, applied)
 	if !p.Empty() {
 		t.Fatalf("plan for a converged host: %+v", p.Changes)
@@ -213,7 +245,7 @@ func TestJSONGoldenAndRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(back, p) {
 		t.Fatalf("round trip changed the plan:\n%+v\n%+v", back, p)
 	}
-	empty, err := Decode([]byte(`{"format_version":1,"operation":"rollback","node":"n","serial":0,"changes":null}`))
+	empty, err := Decode([]byte(`{"format_version":2,"operation":"rollback","node":"n","serial":0,"changes":null}`))
 	if err != nil || empty.Changes == nil || !empty.Empty() {
 		t.Fatalf("empty plan: %+v %v", empty, err)
 	}
@@ -221,33 +253,95 @@ func TestJSONGoldenAndRoundTrip(t *testing.T) {
 
 func TestDecodeRejectsBadPlans(t *testing.T) {
 	const ok = `{"action":"+","kind":"sysctl","key":"k","before_present":false,"after":"1","after_present":true,"why":"w"}`
-	head := `{"format_version":1,"operation":"apply","node":"n","serial":1,"changes":[`
+	const flow = `{"action":"+","flow":{"table":0,"priority":1,"match":""},"before":null,"after":{"cookie":"0x1","instructions":"drop"},"why":"w"}`
+	v := fmt.Sprintf(`{"format_version":%d,`, FormatVersion)
+	head := v + `"operation":"apply","node":"n","serial":1,"changes":[`
+	sw := v + `"operation":"apply","node":"n","serial":1,"changes":[],"switches":[{"switch":"s","datapath_id":"1","connected":true,"changes":[`
 	tests := map[string]string{
-		"not json":        `plan`,
-		"unknown field":   `{"format_version":1,"operation":"apply","changes":[],"extra":true}`,
-		"newer format":    `{"format_version":2,"operation":"apply","changes":[]}`,
-		"operation":       `{"format_version":1,"operation":"destroy","changes":[]}`,
-		"action":          head + strings.Replace(ok, `"+"`, `"!"`, 1) + `]}`,
-		"duplicate":       head + ok + `,` + ok + `]}`,
-		"add from value":  head + strings.Replace(ok, `"before_present":false`, `"before_present":true`, 1) + `]}`,
-		"absent value":    head + strings.Replace(ok, `"after_present":true`, `"after_present":false`, 1) + `]}`,
-		"no key":          head + strings.Replace(ok, `"key":"k"`, `"key":""`, 1) + `]}`,
-		"slash in kind":   head + strings.Replace(ok, `"kind":"sysctl"`, `"kind":"a/b"`, 1) + `]}`,
-		"update from nil": head + `{"action":"~","kind":"a","key":"b","after":"1","after_present":true,"why":""}]}`,
-		"trailing":        `{"format_version":1,"operation":"apply","changes":[]}{}`,
+		"not json":          `plan`,
+		"unknown field":     v + `"operation":"apply","changes":[],"extra":true}`,
+		"older format":      `{"format_version":1,"operation":"apply","changes":[]}`,
+		"newer format":      fmt.Sprintf(`{"format_version":%d,"operation":"apply","changes":[]}`, FormatVersion+1),
+		"operation":         v + `"operation":"destroy","changes":[]}`,
+		"action":            head + strings.Replace(ok, `"+"`, `"!"`, 1) + `]}`,
+		"duplicate":         head + ok + `,` + ok + `]}`,
+		"add from value":    head + strings.Replace(ok, `"before_present":false`, `"before_present":true`, 1) + `]}`,
+		"absent value":      head + strings.Replace(ok, `"after_present":true`, `"after_present":false`, 1) + `]}`,
+		"no key":            head + strings.Replace(ok, `"key":"k"`, `"key":""`, 1) + `]}`,
+		"slash in kind":     head + strings.Replace(ok, `"kind":"sysctl"`, `"kind":"a/b"`, 1) + `]}`,
+		"update from nil":   head + `{"action":"~","kind":"a","key":"b","after":"1","after_present":true,"why":""}]}`,
+		"trailing":          v + `"operation":"apply","changes":[]}{}`,
+		"flow action":       sw + strings.Replace(flow, `"+"`, `"!"`, 1) + `]}]}`,
+		"flow add from":     sw + strings.Replace(flow, `"before":null`, `"before":{"cookie":"0x1","instructions":"drop"}`, 1) + `]}]}`,
+		"flow delete to":    sw + strings.Replace(flow, `"+"`, `"-"`, 1) + `]}]}`,
+		"flow update nil":   sw + strings.Replace(flow, `"+"`, `"~"`, 1) + `]}]}`,
+		"flow twice":        sw + flow + `,` + flow + `]}]}`,
+		"flow unknown":      sw + strings.Replace(flow, `"why"`, `"extra":1,"why"`, 1) + `]}]}`,
+		"switch no name":    strings.Replace(sw, `"switch":"s"`, `"switch":""`, 1) + `]}]}`,
+		"switch twice":      sw + `]},{"switch":"s","datapath_id":"1","connected":true,"changes":[]}]}`,
+		"flow string table": sw + strings.Replace(flow, `"table":0`, `"table":"0"`, 1) + `]}]}`,
 	}
 	for name, in := range tests {
 		if p, err := Decode([]byte(in)); err == nil {
 			t.Errorf("%s: Decode succeeded: %+v", name, p)
 		}
 	}
+	// The cases above fail for their own reason, not a broken prefix.
+	for name, in := range map[string]string{"host": head + ok + `]}`, "flows": sw + flow + `]}]}`} {
+		if _, err := Decode([]byte(in)); err != nil {
+			t.Errorf("%s: the good plan is refused: %v", name, err)
+		}
+	}
+}
+
+func TestCheckSavable(t *testing.T) {
+	p := scenarioPlan()
+	err := p.CheckSavable()
+	var ue *UnsavableError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "the plan changes the flows of switch s4810-clemson (3)") ||
+		!strings.Contains(err.Error(), "the flows of switch sw-lab could not be read") || strings.Contains(err.Error(), "s4810-utah") {
+		t.Fatalf("CheckSavable = %v", err)
+	}
+	t.Logf("refused as: %v", err)
+	p.Switches = p.Switches[1:2] // only the switch with nothing to do
+	if err := p.CheckSavable(); err != nil {
+		t.Fatalf("a plan with host changes and converged switches: %v", err)
+	}
+	p.Switches = nil
+	if err := p.CheckSavable(); err != nil {
+		t.Fatalf("a host-only plan: %v", err)
+	}
+}
+
+func TestCheckOrigin(t *testing.T) {
+	p := scenarioPlan()
+	if err := p.CheckOrigin("agent-clemson", p.Lineage); err != nil {
+		t.Fatalf("own node and lineage: %v", err)
+	}
+	tests := []struct {
+		node, lineage, want string
+	}{
+		{"agent-utah", p.Lineage, "plan was made for node agent-clemson, this is node agent-utah"},
+		{"agent-clemson", "a0000000-0000-4000-8000-000000000000",
+			"plan belongs to another state (lineage 0b6c3f0e-5d7a-4c2e-9a51-3e8f2d1c7b90), this state is lineage a0000000-0000-4000-8000-000000000000"},
+	}
+	for _, tt := range tests {
+		if err := p.CheckOrigin(tt.node, tt.lineage); err == nil || err.Error() != tt.want {
+			t.Errorf("CheckOrigin(%s, %s) = %v, want %q", tt.node, tt.lineage, err, tt.want)
+		}
+	}
+	p.Lineage = ""
+	var le *LineageError
+	if err := p.CheckOrigin("agent-clemson", "x"); !errors.As(err, &le) || !strings.Contains(err.Error(), "(none recorded)") {
+		t.Errorf("a plan without lineage: %v", err)
+	}
 }
 
 func FuzzDecode(f *testing.F) {
 	b, _ := Encode(scenarioPlan())
 	f.Add(b)
-	f.Add([]byte(`{"format_version":1,"operation":"apply","changes":[]}`))
-	f.Add([]byte(`{"format_version":1,"operation":"rollback","changes":[{"action":"-","kind":"a","key":"b","before":"x","before_present":true,"why":""}]}`))
+	f.Add([]byte(`{"format_version":2,"operation":"apply","changes":[]}`))
+	f.Add([]byte(`{"format_version":2,"operation":"rollback","changes":[{"action":"-","kind":"a","key":"b","before":"x","before_present":true,"why":""}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := Decode(data)
 		if err != nil {

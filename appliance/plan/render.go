@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
 
 // Text renders the plan for a terminal, Terraform style: one group per
-// executor kind, each change as "+", "~" or "-" with before -> after and why,
-// then warnings and a summary line.
+// executor kind, then one per switch, each change as "+", "~" or "-" with
+// before -> after and why, then warnings and a summary line.
 func (p Plan) Text() string {
 	var b strings.Builder
 	p.WriteText(&b)
@@ -40,6 +41,23 @@ func (p Plan) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "    %s %s: %s -> %s\n", c.Action, c.Key, value(c.Before, c.BeforePresent), value(c.After, c.AfterPresent))
 		fmt.Fprintf(&b, "        # %s\n", c.Why)
 	}
+	for _, s := range p.Switches {
+		fmt.Fprintf(&b, "\n  flows on switch %s", s.Switch)
+		if s.DatapathID != "" {
+			fmt.Fprintf(&b, " (datapath %s)", s.DatapathID)
+		}
+		b.WriteString("\n")
+		if s.Error != "" {
+			fmt.Fprintf(&b, "    ! %s\n", s.Error)
+		}
+		for _, c := range s.Changes {
+			fmt.Fprintf(&b, "    %s %s: %s -> %s\n", c.Action, c.Flow, entryText(c.Before), entryText(c.After))
+			fmt.Fprintf(&b, "        # %s\n", c.Why)
+		}
+		if s.Known() && len(s.Changes) == 0 {
+			b.WriteString("    (no changes)\n")
+		}
+	}
 	if len(p.Warnings) > 0 {
 		b.WriteString("\nWarnings:\n")
 		for _, w := range p.Warnings {
@@ -52,8 +70,21 @@ func (p Plan) WriteText(w io.Writer) error {
 	case p.Empty():
 		b.WriteString("\nNo changes. The host matches the configuration.\n")
 	default:
+		// A "-" on a flow deletes it; say so apart from host restores.
 		add, update, restore := p.Counts()
-		fmt.Fprintf(&b, "\nPlan: %d to add, %d to change, %d to restore.\n", add, update, restore)
+		deletes := 0
+		for _, s := range p.Switches {
+			for _, c := range s.Changes {
+				if c.Action == Restore {
+					deletes++
+				}
+			}
+		}
+		fmt.Fprintf(&b, "\nPlan: %d to add, %d to change, %d to restore", add, update, restore-deletes)
+		if deletes > 0 {
+			fmt.Fprintf(&b, ", %d to delete", deletes)
+		}
+		b.WriteString(".\n")
 	}
 	_, err := w.Write(b.Bytes())
 	return err
@@ -85,17 +116,63 @@ func shortHash(h string) string {
 	return h
 }
 
-// Encode writes the plan as indented JSON: the -json output and the plan
-// file of -out.
+// Encode writes the plan as indented JSON: the output of plan -json and the
+// plan file of plan -out. The format, version FormatVersion:
+//
+//	format_version  2
+//	operation       "apply" or "rollback"
+//	node            the node the plan was made for
+//	lineage         the state database's lineage (a UUID)
+//	serial          the state serial the plan was made at
+//	config_hash     SHA-256 of the configuration file, hex; absent for a rollback
+//	changes         host changes in the order they apply, each:
+//	  action          "+" add, "~" change, "-" restore (or remove)
+//	  kind, key       the item: "sysctl", "net.core.rmem_max"
+//	  before, after   values (JSON text for steering "nftables"); absent when empty
+//	  before_present, after_present  whether the object exists before and after
+//	  why             the reason
+//	switches        on the controller node, one per switch, by name:
+//	  switch, datapath_id  the switch's name and id ("00:00:00:00:00:00:00:01")
+//	  connected       its flow table was read
+//	  error           why it could not be, or what failed after (changes unknown)
+//	  changes         flow changes in the order they are sent, each:
+//	    action          "+" add, "~" change, "-" delete
+//	    flow            the key: {table, priority, match} (match as ovs-ofctl writes it)
+//	    before, after   null when absent, else {cookie ("0x..."), instructions
+//	                    (ovs-ofctl actions=), idle_timeout, hard_timeout, flags}
+//	    why             the reason
+//	warnings        [{kind, key, message}]
+//
+// A reader must refuse a format_version it does not know. Within a version,
+// fields are only ever added.
 func Encode(p Plan) ([]byte, error) {
 	if p.Changes == nil {
 		p.Changes = []Change{}
 	}
-	b, err := json.MarshalIndent(p, "", "  ")
-	if err != nil {
+	p.Switches = nonNilFlowChanges(p.Switches)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	// Flow instructions read "set_field:...->eth_dst"; HTML escaping
+	// would turn the arrow into \u003e.
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(p); err != nil {
 		return nil, fmt.Errorf("encode plan: %w", err)
 	}
-	return append(b, '\n'), nil
+	return b.Bytes(), nil
+}
+
+func nonNilFlowChanges(switches []SwitchPlan) []SwitchPlan {
+	if len(switches) == 0 {
+		return nil
+	}
+	out := slices.Clone(switches)
+	for i := range out {
+		if out[i].Changes == nil {
+			out[i].Changes = []FlowChange{}
+		}
+	}
+	return out
 }
 
 // Decode reads a plan file and checks that it is one this binary can apply.
@@ -125,9 +202,20 @@ func Decode(data []byte) (Plan, error) {
 		}
 		seen[c.ID()] = true
 	}
+	switches := map[string]bool{}
+	for _, s := range p.Switches {
+		if err := s.check(); err != nil {
+			return Plan{}, fmt.Errorf("plan file: %w", err)
+		}
+		if switches[s.Switch] {
+			return Plan{}, fmt.Errorf("plan file: switch %s twice", s.Switch)
+		}
+		switches[s.Switch] = true
+	}
 	if p.Changes == nil {
 		p.Changes = []Change{}
 	}
+	p.Switches = nonNilFlowChanges(p.Switches)
 	return p, nil
 }
 

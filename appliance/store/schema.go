@@ -6,6 +6,8 @@ package store
 //
 //	meta/
 //	  schema_version  8-byte big-endian uint64, SchemaVersion
+//	  lineage         36-byte text, a random UUID (version 4) made when the
+//	                  database is first initialised and never changed
 //	  serial          8-byte big-endian uint64, the state serial
 //	items/
 //	  <kind>/<key>    JSON Record: an item the appliance owns
@@ -14,11 +16,22 @@ package store
 //
 // Values are JSON so that `bbolt` tools and later schema versions can read
 // them without this package's Go types.
-
+//
+// The lineage names one state database for its whole life, as Terraform's
+// state lineage does: a saved plan records it, and apply refuses a plan made
+// against another database even when the serials happen to agree (two nodes'
+// databases, or a database deleted and made anew, both start at serial 0).
+//
+// Versions:
+//
+//	1  meta/schema_version, meta/serial, items/, history/
+//	2  adds meta/lineage; a version 1 database gets a fresh lineage on its
+//	   first open by this binary and is then marked version 2
+//
 // SchemaVersion is the layout version this binary writes. A database with a
 // higher version was written by a newer sosappliance and is refused rather
 // than misread.
-const SchemaVersion uint64 = 1
+const SchemaVersion uint64 = 2
 
 var (
 	bucketMeta    = []byte("meta")
@@ -26,6 +39,7 @@ var (
 	bucketHistory = []byte("history")
 
 	keySchemaVersion = []byte("schema_version")
+	keyLineage       = []byte("lineage")
 	keySerial        = []byte("serial")
 )
 

@@ -5,6 +5,7 @@
 package store
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -47,8 +48,9 @@ type Options struct {
 // each one is its own bbolt transaction, so every recorded step is durable
 // once the method returns.
 type Store struct {
-	db   *bolt.DB
-	path string
+	db      *bolt.DB
+	path    string
+	lineage string
 }
 
 // Record is one item the appliance owns.
@@ -153,6 +155,8 @@ func Open(path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// initSchema creates the buckets and the lineage of a new database, brings
+// an older schema up to SchemaVersion, and reads the lineage.
 func (s *Store) initSchema() error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		for _, b := range allBuckets {
@@ -161,20 +165,76 @@ func (s *Store) initSchema() error {
 			}
 		}
 		meta := tx.Bucket(bucketMeta)
-		v := meta.Get(keySchemaVersion)
-		if v == nil {
-			return meta.Put(keySchemaVersion, u64(SchemaVersion))
+		version := uint64(0) // a database initialised just now
+		if v := meta.Get(keySchemaVersion); v != nil {
+			if len(v) != 8 {
+				return fmt.Errorf("state database %s: corrupt schema version", s.path)
+			}
+			version = binary.BigEndian.Uint64(v)
 		}
-		if len(v) != 8 {
-			return fmt.Errorf("state database %s: corrupt schema version", s.path)
-		}
-		if got := binary.BigEndian.Uint64(v); got > SchemaVersion {
+		if version > SchemaVersion {
 			return fmt.Errorf("state database %s has schema version %d; this sosappliance understands up to %d",
-				s.path, got, SchemaVersion)
+				s.path, version, SchemaVersion)
 		}
+		if version < 2 {
+			// New, or version 1 from before lineages: this open starts
+			// the lineage.
+			lineage, err := newLineage()
+			if err != nil {
+				return err
+			}
+			if err := meta.Put(keyLineage, []byte(lineage)); err != nil {
+				return err
+			}
+		}
+		if version < SchemaVersion {
+			if err := meta.Put(keySchemaVersion, u64(SchemaVersion)); err != nil {
+				return err
+			}
+		}
+		lineage := string(meta.Get(keyLineage))
+		if !validLineage(lineage) {
+			return fmt.Errorf("state database %s: corrupt lineage %q", s.path, lineage)
+		}
+		s.lineage = lineage
 		return nil
 	})
 }
+
+// newLineage returns a random version 4 UUID.
+func newLineage() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("state lineage: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
+
+func validLineage(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range []byte(s) {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Lineage names this state database for its whole life: a random UUID made
+// when it was first initialised. A saved plan records it, and a plan made
+// against another database's lineage is refused.
+func (s *Store) Lineage() string { return s.lineage }
 
 // Close releases the database and its lock.
 func (s *Store) Close() error { return s.db.Close() }

@@ -100,8 +100,100 @@ func TestNewerSchemaIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Open(path, Options{})
-	if err == nil || !strings.Contains(err.Error(), "schema version 2") {
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("schema version %d", SchemaVersion+1)) {
 		t.Fatalf("Open of a newer schema: err = %v", err)
+	}
+}
+
+func TestLineageIsMadeOnceAndKept(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.db")
+	s, err := Open(path, Options{})
+	testsupport.RequireNoError(t, err)
+	lineage := s.Lineage()
+	if !validLineage(lineage) || lineage[14] != '4' {
+		t.Fatalf("lineage %q is not a version 4 UUID", lineage)
+	}
+	testsupport.RequireNoError(t, s.Close())
+
+	s, err = Open(path, Options{})
+	testsupport.RequireNoError(t, err)
+	if s.Lineage() != lineage {
+		t.Errorf("reopened database has lineage %q, was %q", s.Lineage(), lineage)
+	}
+	s.Close()
+
+	other, err := Open(filepath.Join(dir, "other.db"), Options{})
+	testsupport.RequireNoError(t, err)
+	defer other.Close()
+	if other.Lineage() == lineage {
+		t.Errorf("two databases share lineage %q", lineage)
+	}
+}
+
+// writeRaw makes a database the way an older or damaged sosappliance left
+// it, with the given meta keys.
+func writeRaw(t *testing.T, path string, meta map[string][]byte) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	testsupport.RequireNoError(t, err)
+	defer db.Close()
+	testsupport.RequireNoError(t, db.Update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucket(name); err != nil {
+				return err
+			}
+		}
+		for k, v := range meta {
+			if err := tx.Bucket(bucketMeta).Put([]byte(k), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
+func TestVersion1DatabaseGetsALineage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	writeRaw(t, path, map[string][]byte{"schema_version": u64(1), "serial": u64(7)})
+	s, err := Open(path, Options{})
+	testsupport.RequireNoError(t, err)
+	lineage := s.Lineage()
+	serial, err := s.Serial()
+	s.Close()
+	if !validLineage(lineage) || err != nil || serial != 7 {
+		t.Fatalf("after upgrade: lineage %q, serial %d, %v", lineage, serial, err)
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	testsupport.RequireNoError(t, err)
+	testsupport.RequireNoError(t, db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketMeta).Get(keySchemaVersion); string(v) != string(u64(SchemaVersion)) {
+			return fmt.Errorf("schema version after upgrade = %x", v)
+		}
+		return nil
+	}))
+	db.Close()
+	s, err = Open(path, Options{})
+	testsupport.RequireNoError(t, err)
+	defer s.Close()
+	if s.Lineage() != lineage {
+		t.Errorf("the upgrade made a new lineage on the second open: %q, then %q", lineage, s.Lineage())
+	}
+}
+
+func TestMissingOrCorruptLineageIsRefused(t *testing.T) {
+	for name, meta := range map[string]map[string][]byte{
+		"missing": {"schema_version": u64(2)},
+		"corrupt": {"schema_version": u64(2), "lineage": []byte("not-a-lineage")},
+	} {
+		path := filepath.Join(t.TempDir(), "state.db")
+		writeRaw(t, path, meta)
+		if s, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "corrupt lineage") {
+			if s != nil {
+				s.Close()
+			}
+			t.Errorf("%s lineage: Open err = %v", name, err)
+		}
 	}
 }
 

@@ -1,18 +1,24 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sosappliance/sosappliance/appliance"
+	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ovstest"
@@ -194,4 +200,139 @@ func TestControllerNodeDaemon(t *testing.T) {
 			t.Errorf("flow %s not kept across the edit", key)
 		}
 	}
+}
+
+// TestControllerNodePlanApplyWithoutDaemon plans and applies the flows of
+// two switches that listen (connect = "tcp:..."), with no daemon running:
+// the plan lists typed flow changes per switch in text and JSON, refuses
+// -out while flows must change, and apply converges the switches once.
+func TestControllerNodePlanApplyWithoutDaemon(t *testing.T) {
+	ovstest.Require(t, ovstest.Binaries...)
+	inst := ovstest.Start(t)
+	ports := make([]int, 3)
+	for i := range ports {
+		p, err := inst.FreePort()
+		testsupport.RequireNoError(t, err)
+		ports[i] = p
+	}
+	ctlPort, portA, portB := ports[0], ports[1], ports[2]
+	brA := inst.AddBridge(t, ovstest.UniqueName("sw"), 0x5a01, fmt.Sprintf("ptcp:%d:127.0.0.1", portA))
+	brB := inst.AddBridge(t, ovstest.UniqueName("swb"), 0x5b01, fmt.Sprintf("ptcp:%d:127.0.0.1", portB))
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "sos.hcl")
+	writeCfg := func(whitelistPort int) {
+		src := controllerConfig(ctlPort, 1, whitelistPort)
+		src = strings.Replace(src, `switch "sw" { datapath_id = "00:00:00:00:00:00:5a:01" }`,
+			fmt.Sprintf(`switch "sw" {
+    datapath_id = "00:00:00:00:00:00:5a:01"
+    connect     = "tcp:127.0.0.1:%d"
+  }`, portA), 1)
+		src = strings.Replace(src, `switch "swb" { datapath_id = "00:00:00:00:00:00:5b:01" }`,
+			fmt.Sprintf(`switch "swb" {
+    datapath_id = "00:00:00:00:00:00:5b:01"
+    connect     = "tcp:127.0.0.1:%d"
+  }`, portB), 1)
+		testsupport.RequireNoError(t, os.WriteFile(cfgPath, []byte(src), 0o644))
+	}
+	writeCfg(5201)
+	common := []string{"-c", cfgPath, "--node", "ctl", "--state", filepath.Join(dir, "state.db"),
+		"--control-socket", filepath.Join(dir, "no-daemon.sock")}
+	// The CLI runs in the switches' namespace, where their ptcp: ports are.
+	cli := func(args ...string) (int, string, string) {
+		t.Helper()
+		cmd := testsupport.CommandInNetns(t, inst.Namespace, mainChild, append(args, common...)...)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
+	}
+
+	var code int
+	var out, errOut string
+	// The bridges take a moment to listen.
+	testsupport.Eventually(t, converges, "both switches read", func() bool {
+		code, out, errOut = cli("plan", "-detailed-exitcode")
+		return code == 2 && !strings.Contains(out, "! ")
+	})
+	for _, want := range []string{
+		"flows on switch sw (datapath 00:00:00:00:00:00:5a:01)",
+		"flows on switch swb (datapath 00:00:00:00:00:00:5b:01)",
+		"    + table=0,priority=",
+		"tp_dst=5201: (absent) -> cookie=0x5053",
+		"# whitelist w client side via agent agent-a: not on the switch",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+
+	code, out, errOut = cli("plan", "-json")
+	if code != 0 {
+		t.Fatalf("plan -json: exit %d %s", code, errOut)
+	}
+	var p plan.Plan
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatalf("plan -json: %v\n%s", err, out)
+	}
+	if p.FormatVersion != plan.FormatVersion || p.Node != "ctl" || p.Lineage == "" || len(p.Switches) != 2 ||
+		p.Switches[0].Switch != "sw" || p.Switches[1].Switch != "swb" {
+		t.Fatalf("plan -json header and switches: %s", out)
+	}
+	planned := map[string]int{}
+	for _, sp := range p.Switches {
+		if !sp.Connected || sp.Error != "" || len(sp.Changes) == 0 {
+			t.Errorf("switch %s: %+v", sp.Switch, sp)
+		}
+		for _, c := range sp.Changes {
+			if c.Action != plan.Add || c.Before != nil || c.After == nil || !strings.HasPrefix(c.After.Cookie, "0x5053") || c.Why == "" {
+				t.Errorf("switch %s: change %+v", sp.Switch, c)
+			}
+		}
+		planned[sp.Switch] = len(sp.Changes)
+	}
+
+	planFile := filepath.Join(dir, "saved.plan")
+	code, _, errOut = cli("plan", "-out", planFile)
+	wantRefusal := fmt.Sprintf("a plan file holds host changes only, and the plan changes the flows of switch sw (%d), swb (%d)", planned["sw"], planned["swb"])
+	if code != 1 || !strings.Contains(errOut, wantRefusal) {
+		t.Fatalf("plan -out with flow changes: exit %d %q, want %q", code, errOut, wantRefusal)
+	}
+	if _, err := os.Stat(planFile); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused plan was saved: %v", err)
+	}
+
+	code, out, errOut = cli("apply", "-auto-approve")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("Switch sw: %d flow mod(s) sent.", planned["sw"])) ||
+		!strings.Contains(out, fmt.Sprintf("Switch swb: %d flow mod(s) sent.", planned["swb"])) {
+		t.Fatalf("apply: exit %d\n%s%s", code, out, errOut)
+	}
+	if len(ownedFlows(t, brA)) != planned["sw"] || len(ownedFlows(t, brB)) != planned["swb"] {
+		t.Fatalf("after apply: %v, %v", ownedFlows(t, brA), ownedFlows(t, brB))
+	}
+	code, out, errOut = cli("plan", "-detailed-exitcode")
+	if code != 0 || strings.Count(out, "(no changes)") != 2 {
+		t.Fatalf("plan after apply: exit %d\n%s%s", code, out, errOut)
+	}
+	// Converged switches do not stop a plan file, which then holds them
+	// with nothing to do.
+	if code, _, errOut := cli("plan", "-out", planFile); code != 0 {
+		t.Fatalf("plan -out of a converged controller node: exit %d %s", code, errOut)
+	}
+	if code, out, errOut := cli("apply", planFile); code != 0 || !strings.Contains(out, "The saved plan has no changes.") {
+		t.Fatalf("apply of the saved plan: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// A new whitelist port: the steering flow on sw is replaced, + and -.
+	writeCfg(5202)
+	code, out, errOut = cli("plan", "-detailed-exitcode")
+	if code != 2 || !regexp.MustCompile(`(?m)^    \+ table=0,priority=\d+,.*tp_dst=5202: \(absent\) -> cookie=`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^    - table=0,priority=\d+,.*tp_dst=5201: cookie=0x5053[0-9a-f]+, actions=.* -> \(absent\)$`).MatchString(out) ||
+		!strings.Contains(out, "owned by the appliance (cookie prefix), no longer in the configuration") {
+		t.Fatalf("plan after the edit: exit %d\n%s%s", code, out, errOut)
+	}
+	t.Logf("plan after the edit:\n%s", out)
 }

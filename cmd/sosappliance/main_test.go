@@ -1,11 +1,16 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sosappliance/sosappliance/appliance/plan"
+	"github.com/sosappliance/sosappliance/appliance/store"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // runCLI runs the command in-process and captures what it prints.
@@ -120,7 +125,7 @@ node "host1" { tuning = ["t"] }
 	if code, out, _ := cli("plan", "-detailed-exitcode"); code != 0 || !strings.Contains(out, "No changes") {
 		t.Fatalf("second plan not empty: exit %d\n%s", code, out)
 	}
-	code, _, errOut = runCLI(t, "apply", planFile, "--state", filepath.Join(dir, "state.db"), "--root", root)
+	code, _, errOut = runCLI(t, "apply", planFile, "--node", "host1", "--state", filepath.Join(dir, "state.db"), "--root", root)
 	if code != 1 || !strings.Contains(errOut, "stale") {
 		t.Fatalf("stale saved plan: exit %d %s", code, errOut)
 	}
@@ -129,7 +134,7 @@ node "host1" { tuning = ["t"] }
 	if code, _, errOut := cli("plan", "-json", "-out", planFile); code != 0 {
 		t.Fatalf("plan -json: %s", errOut)
 	}
-	code, out, errOut = runCLI(t, "apply", planFile, "--state", filepath.Join(dir, "state.db"), "--root", root)
+	code, out, errOut = runCLI(t, "apply", planFile, "--node", "host1", "--state", filepath.Join(dir, "state.db"), "--root", root)
 	if code != 0 || read("somaxconn") != "8192" {
 		t.Fatalf("apply saved plan: exit %d %s %s", code, out, errOut)
 	}
@@ -147,6 +152,72 @@ node "host1" { tuning = ["t"] }
 `), 0o644)
 	if code, _, errOut := cli("plan"); code != 1 || !strings.Contains(errOut, "net.core.nonexistent") {
 		t.Fatalf("unknown sysctl at plan time: exit %d %s", code, errOut)
+	}
+}
+
+// TestSavedPlanIsRefusedElsewhere saves a plan and applies it to another
+// state database, as another node, and at a moved-on serial: each is
+// refused with its reason before the host changes, and the plan applies
+// where it was made.
+func TestSavedPlanIsRefusedElsewhere(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	sys := filepath.Join(root, "proc", "sys", "net", "core")
+	testsupport.RequireNoError(t, os.MkdirAll(sys, 0o755))
+	testsupport.RequireNoError(t, os.WriteFile(filepath.Join(sys, "somaxconn"), []byte("128\n"), 0o644))
+	cfgPath := filepath.Join(dir, "sos.hcl")
+	testsupport.RequireNoError(t, os.WriteFile(cfgPath, []byte(`
+security { psk_file = "/etc/psk" }
+site "a" { prefixes = ["10.1.0.0/24"] }
+tuning "t" { sysctl = { "net.core.somaxconn" = "4096" } }
+node "host1" { tuning = ["t"] }
+node "host2" { tuning = ["t"] }
+`), 0o644))
+	stateA, stateB := filepath.Join(dir, "a.db"), filepath.Join(dir, "b.db")
+	planFile := filepath.Join(dir, "saved.plan")
+	if code, _, errOut := runCLI(t, "plan", "-out", planFile, "-c", cfgPath, "--node", "host1", "--state", stateA, "--root", root); code != 0 {
+		t.Fatalf("plan -out: exit %d %s", code, errOut)
+	}
+	data, err := os.ReadFile(planFile)
+	testsupport.RequireNoError(t, err)
+	saved, err := plan.Decode(data)
+	testsupport.RequireNoError(t, err)
+	lineage := func(path string) string {
+		st, err := store.Open(path, store.Options{})
+		testsupport.RequireNoError(t, err)
+		defer st.Close()
+		return st.Lineage()
+	}
+	if saved.Node != "host1" || saved.Lineage != lineage(stateA) || saved.Serial != 0 {
+		t.Fatalf("saved plan records node %q, lineage %q, serial %d; state a is lineage %s", saved.Node, saved.Lineage, saved.Serial, lineage(stateA))
+	}
+	apply := func(node, state string) (int, string, string) {
+		return runCLI(t, "apply", planFile, "--node", node, "--state", state, "--root", root)
+	}
+	somaxconn := func() string {
+		b, _ := os.ReadFile(filepath.Join(sys, "somaxconn"))
+		return strings.TrimSpace(string(b))
+	}
+
+	// Another database starts at serial 0 too: only the lineage tells.
+	code, _, errOut := apply("host1", stateB)
+	want := fmt.Sprintf("plan belongs to another state (lineage %s), this state is lineage %s", saved.Lineage, lineage(stateB))
+	if code != 1 || !strings.Contains(errOut, want) {
+		t.Fatalf("another state: exit %d %q, want %q", code, errOut, want)
+	}
+	code, _, errOut = apply("host2", stateA)
+	if code != 1 || !strings.Contains(errOut, "plan was made for node host1, this is node host2") {
+		t.Fatalf("another node: exit %d %q", code, errOut)
+	}
+	if somaxconn() != "128" {
+		t.Fatal("a refused plan changed the host")
+	}
+	if code, out, errOut := apply("host1", stateA); code != 0 || somaxconn() != "4096" {
+		t.Fatalf("the plan where it was made: exit %d %s %s", code, out, errOut)
+	}
+	code, _, errOut = apply("host1", stateA)
+	if code != 1 || !strings.Contains(errOut, "plan is stale: it was made at state serial 0 but the state is now at serial 1") {
+		t.Fatalf("applied twice: exit %d %q", code, errOut)
 	}
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,8 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sosappliance/sosappliance/appliance"
-	"github.com/sosappliance/sosappliance/appliance/config"
-	"github.com/sosappliance/sosappliance/appliance/desired"
 	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/tuning"
@@ -45,31 +42,23 @@ there is nothing to do, 2 when there are changes, and 1 on error.`,
 			if err != nil {
 				return fmt.Errorf("plan: %w", err)
 			}
-			var flowPlans []appliance.FlowPlan
-			flowChanges := 0
 			if d.Controller != nil {
-				flowPlans = planFlows(cmd.Context(), cfg, nf.controlSocket(cfg), d.Controller)
-				for _, fp := range flowPlans {
-					flowChanges += len(fp.Changes)
-				}
+				p.Switches = appliance.PlanSwitches(cmd.Context(), appliance.SwitchAccess{Socket: nf.controlSocket(cfg)}, d.Controller)
 			}
 			if asJSON {
-				b, err := json.MarshalIndent(struct {
-					Host  plan.Plan            `json:"host"`
-					Flows []appliance.FlowPlan `json:"flows,omitempty"`
-				}{p, flowPlans}, "", "  ")
+				b, err := plan.Encode(p)
 				if err != nil {
 					return err
 				}
-				cmd.OutOrStdout().Write(append(b, '\n'))
+				cmd.OutOrStdout().Write(b)
 			} else {
 				p.WriteText(cmd.OutOrStdout())
-				if len(flowPlans) > 0 {
-					writeFlowPlans(cmd.OutOrStdout(), flowPlans)
-					fmt.Fprintf(cmd.OutOrStdout(), "\nFlows: %d change(s).\n", flowChanges)
-				}
 			}
 			if out != "" {
+				// Shown, but not saved: a plan file must be the whole plan.
+				if err := p.CheckSavable(); err != nil {
+					return exitError{code: 1, msg: "plan -out: " + err.Error()}
+				}
 				b, err := plan.Encode(p)
 				if err != nil {
 					return err
@@ -81,7 +70,7 @@ there is nothing to do, 2 when there are changes, and 1 on error.`,
 					fmt.Fprintf(cmd.OutOrStdout(), "Saved the plan to %s; apply it with: sosappliance apply %s\n", out, out)
 				}
 			}
-			if detailed && (!p.Empty() || flowChanges > 0) {
+			if detailed && !p.Empty() {
 				return exitError{code: 2}
 			}
 			return nil
@@ -104,68 +93,52 @@ func newApplyCommand() *cobra.Command {
 		Use:   "apply [PLANFILE]",
 		Short: "Make the changes of a plan",
 		Long: `apply plans against the config (-c) and makes the changes after you confirm,
-or makes the changes of a plan saved with plan -out. A saved plan made at an
-older state serial is refused: plan again.`,
+or makes the changes of a plan saved with plan -out. A saved plan is refused
+when it was made for another node, against another state database (its
+lineage), or at an older state serial: plan again. A plan file holds host
+changes only; on the controller node, apply -c converges the switches.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var (
-				p       plan.Plan
-				st      *store.Store
-				execs   = tuning.Executors(nf.root)
-				planned bool
-				cfg     *config.Config
-				want    *desired.Desired
-			)
+			execs := tuning.Executors(nf.root)
 			if len(args) == 1 {
-				data, err := os.ReadFile(args[0])
-				if err != nil {
-					return fmt.Errorf("read plan: %w", err)
-				}
-				if p, err = plan.Decode(data); err != nil {
-					return fmt.Errorf("plan file %s: %w", args[0], err)
-				}
-				// A saved plan was reviewed already; applying it is the
-				// approval.
-				planned, autoApprove = true, true
-				if st, err = openStore(nf.statePath(nil)); err != nil {
-					return err
-				}
-			} else {
-				var src config.Source
-				var err error
-				if cfg, src, want, err = nf.compile(cmd); err != nil {
-					return err
-				}
-				if st, err = openStore(nf.statePath(cfg)); err != nil {
-					return err
-				}
-				if p, err = appliance.Plan(cmd.Context(), st, execs, want.Items, want.Node, src.Hash()); err != nil {
-					st.Close()
-					return fmt.Errorf("plan: %w", err)
-				}
+				return applySaved(cmd, &nf, execs, args[0])
+			}
+			cfg, src, want, err := nf.compile(cmd)
+			if err != nil {
+				return err
+			}
+			st, err := openStore(nf.statePath(cfg))
+			if err != nil {
+				return err
 			}
 			defer st.Close()
-			if !planned {
-				p.WriteText(cmd.OutOrStdout())
+			p, err := appliance.Plan(cmd.Context(), st, execs, want.Items, want.Node, src.Hash())
+			if err != nil {
+				return fmt.Errorf("plan: %w", err)
 			}
-			controller := want != nil && want.Controller != nil
-			if p.Empty() && !controller {
-				if planned {
-					fmt.Fprintln(cmd.OutOrStdout(), "The saved plan has no changes.")
-				}
+			controller := want.Controller != nil
+			if controller {
+				p.Switches = appliance.PlanSwitches(cmd.Context(), appliance.SwitchAccess{Socket: nf.controlSocket(cfg)}, want.Controller)
+			}
+			p.WriteText(cmd.OutOrStdout())
+			if p.Empty() && allKnown(p) {
 				return nil
 			}
 			if err := confirm(cmd, autoApprove, "Apply these changes?"); err != nil {
 				return err
 			}
-			if !p.Empty() {
+			if len(p.Changes) > 0 {
 				res, err := appliance.Apply(cmd.Context(), st, execs, p)
 				if err := reportResult(cmd, "Apply", p, res, err); err != nil {
 					return err
 				}
 			}
 			if controller {
-				return applyFlows(cmd.Context(), cmd.OutOrStdout(), cfg, nf.controlSocket(cfg), want.Controller, switchWait)
+				// Converged afresh: level-based, whatever moved since
+				// the plan above was shown.
+				outcomes, err := appliance.ConvergeSwitches(cmd.Context(),
+					appliance.SwitchAccess{Socket: nf.controlSocket(cfg), Wait: switchWait}, want.Controller)
+				return reportSwitches(cmd.OutOrStdout(), outcomes, err)
 			}
 			return nil
 		},
@@ -226,10 +199,62 @@ func newRollbackCommand() *cobra.Command {
 	return cmd
 }
 
+// applySaved makes the changes of a plan file, which was reviewed when it
+// was made: applying it is the approval.
+func applySaved(cmd *cobra.Command, nf *nodeFlags, execs map[string]tuning.Executor, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read plan: %w", err)
+	}
+	p, err := plan.Decode(data)
+	if err != nil {
+		return fmt.Errorf("plan file %s: %w", path, err)
+	}
+	node, err := nf.nodeName()
+	if err != nil {
+		return err
+	}
+	st, err := openStore(nf.statePath(nil))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	res, err := appliance.ApplySaved(cmd.Context(), st, execs, p, node)
+	if refused(err) {
+		return exitError{code: 1, msg: fmt.Sprintf("plan file %s: %v", path, err)}
+	}
+	if err == nil && len(p.Changes) == 0 {
+		fmt.Fprintln(cmd.OutOrStdout(), "The saved plan has no changes.")
+		return nil
+	}
+	return reportResult(cmd, "Apply", p, res, err)
+}
+
+// refused reports whether a saved plan was refused before anything
+// changed: made elsewhere, stale, or carrying what a plan file cannot.
+func refused(err error) bool {
+	var (
+		stale     *store.StaleError
+		node      *plan.NodeError
+		lineage   *plan.LineageError
+		unsavable *plan.UnsavableError
+	)
+	return errors.As(err, &stale) || errors.As(err, &node) || errors.As(err, &lineage) || errors.As(err, &unsavable)
+}
+
+// allKnown reports whether every switch of the plan was read.
+func allKnown(p plan.Plan) bool {
+	for _, s := range p.Switches {
+		if !s.Known() {
+			return false
+		}
+	}
+	return true
+}
+
 func reportResult(cmd *cobra.Command, what string, p plan.Plan, res appliance.Result, err error) error {
 	if err != nil {
-		var stale *store.StaleError
-		if errors.As(err, &stale) {
+		if refused(err) {
 			return exitError{code: 1, msg: err.Error()}
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "\n%s failed after %d of %d change(s); the state records exactly which. Run apply again to finish.\n",
