@@ -232,9 +232,21 @@ func compileSwitch(cfg *config.Config, sw *config.Switch) flows.Switch {
 			}
 		}
 	}
+	var agentAddrs []netip.Addr
+	for _, s := range cfg.Sites {
+		for _, a := range s.Agents {
+			agentAddrs = append(agentAddrs, a.Address)
+		}
+	}
 	for _, w := range cfg.Whitelists {
 		deps := []string{w.ClientAgent, w.ServerAgent}
 		sort.Strings(deps)
+		var unsteered []netip.Addr
+		for _, addr := range agentAddrs {
+			if slices.ContainsFunc(w.Clients, func(p netip.Prefix) bool { return p.Contains(addr) }) {
+				unsteered = append(unsteered, addr)
+			}
+		}
 		for _, side := range []struct {
 			side  flows.Side
 			agent string
@@ -243,7 +255,7 @@ func compileSwitch(cfg *config.Config, sw *config.Switch) flows.Switch {
 			if a == nil || a.Switch != sw.Name {
 				continue
 			}
-			out.Steers = append(out.Steers, flows.Steer{
+			st := flows.Steer{
 				Whitelist: w.Name,
 				Side:      side.side,
 				Clients:   append([]netip.Prefix(nil), w.Clients...),
@@ -251,7 +263,11 @@ func compileSwitch(cfg *config.Config, sw *config.Switch) flows.Switch {
 				Port:      w.ServerPort,
 				Agent:     flowAgent(a),
 				DependsOn: deps,
-			})
+			}
+			if side.side == flows.ServerSide {
+				st.Unsteered = unsteered
+			}
+			out.Steers = append(out.Steers, st)
 		}
 	}
 	sort.Slice(out.Agents, func(i, j int) bool { return out.Agents[i].Port < out.Agents[j].Port })

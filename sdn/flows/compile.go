@@ -169,6 +169,20 @@ func compileSteer(st Steer) ([]Flow, error) {
 		}
 		f.Reason = fmt.Sprintf("whitelist %s %s side via agent %s", st.Whitelist, st.Side, st.Agent.Name)
 		flows = append(flows, f)
+		if st.Side != ServerSide {
+			continue
+		}
+		for _, a := range st.Unsteered {
+			if a = a.Unmap(); !a.Is4() || !client.Contains(a) {
+				continue
+			}
+			flows = append(flows, Flow{Table: Table, Priority: PrioritySteer + 1, Instructions: normal(),
+				Cookie: f.Cookie,
+				Match: ofp13.NewMatch(ofp13.EthType(0x0800), ofp13.IPProto(6),
+					ofp13.IPv4Src(server), ofp13.TCPSrc(st.Port), ofp13.IPv4Dst(netip.PrefixFrom(a, 32))),
+				Reason: fmt.Sprintf("whitelist %s: replies to agent address %s are not steered", st.Whitelist, a),
+			})
+		}
 	}
 	return flows, nil
 }

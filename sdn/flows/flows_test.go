@@ -83,6 +83,21 @@ func TestCompile(t *testing.T) {
 			"cookie=0x5053040000000000, table=0, priority=1000 actions=NORMAL",
 		}},
 	}
+	// The client-side agent's own address lies in the client prefix: the
+	// server's replies to it (a connection it carries direct) are not
+	// steered; an address outside every client prefix needs no flow.
+	withAgent := utah()
+	withAgent.Name = "s4810-utah-unsteered"
+	withAgent.Steers[0].Unsteered = []netip.Addr{netip.MustParseAddr("10.10.1.2"), netip.MustParseAddr("10.10.9.2")}
+	cases = append(cases, struct {
+		sw   Switch
+		want []string
+	}{withAgent, []string{
+		"cookie=0x5053010000000004, table=0, priority=3000,in_port=4 actions=NORMAL",
+		"cookie=" + hexCookie(KindSteerServer, wl) + ", table=0, priority=2001,tcp,nw_src=10.10.2.1,nw_dst=10.10.1.2,tp_src=5201 actions=NORMAL",
+		"cookie=" + hexCookie(KindSteerServer, wl) + ", table=0, priority=2000,tcp,nw_src=10.10.2.1,nw_dst=10.10.1.0/24,tp_src=5201 actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
+		"cookie=0x5053040000000000, table=0, priority=1000 actions=NORMAL",
+	}})
 	for _, c := range cases {
 		got, err := Compile(c.sw)
 		if err != nil {

@@ -38,6 +38,12 @@ type Steer struct {
 	// DependsOn names every agent whose failure must withdraw this rule
 	// (fail-open): the agents at both ends of the whitelist.
 	DependsOn []string
+	// Unsteered lists agent addresses inside Clients whose replies from
+	// the server are never steered (server side only): a client-side agent
+	// that cannot open its stripes carries a connection direct from its
+	// own address, and the server's answers to it must reach it, not the
+	// server site's agent, which holds no socket for them.
+	Unsteered []netip.Addr
 }
 
 // Switch is everything one switch must carry.
