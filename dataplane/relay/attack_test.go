@@ -283,7 +283,7 @@ func TestHostileShapeRefused(t *testing.T) {
 		mutate func(h *stripe.Hello)
 		want   stripe.Status
 	}{
-		{"overflowing shape", func(h *stripe.Hello) { h.Streams, h.ChunkSize, h.QueueLength = 8192, 16_777_184, 1 << 29 }, stripe.StatusShapeMismatch},
+		{"overflowing shape", func(h *stripe.Hello) { h.Streams, h.ChunkSize, h.QueueLength = 8192, 16_777_184, 1<<29 }, stripe.StatusShapeMismatch},
 		{"more streams", func(h *stripe.Hello) { h.Streams = 9 }, stripe.StatusShapeMismatch},
 		{"bigger chunks", func(h *stripe.Hello) { h.ChunkSize = stripe.MaxChunkSize }, stripe.StatusShapeMismatch},
 		{"another initiator", func(h *stripe.Hello) { h.Initiator = "agent-x" }, stripe.StatusUnknownInitiator},
