@@ -146,9 +146,10 @@ func TestImpostorRefusedAtTLS(t *testing.T) {
 		}
 		got = append(got, untilHangUp(t, conn)...)
 		requireNoPolicy(t, "the second connection", got)
-		if refusedWith(g.ctl.Controller, "is already connected") == 0 {
-			t.Fatalf("no refusal recorded: %+v", g.ctl.Status().Refused)
-		}
+		// The refusal is recorded as the connection closes, not before.
+		eventually(t, 10*time.Second, "the refusal to be recorded", func() bool {
+			return refusedWith(g.ctl.Controller, "is already connected") > 0
+		})
 	})
 	g.requireUntouched(t, "sw-a")
 }
@@ -173,9 +174,10 @@ func TestImpostorOutsideAllowList(t *testing.T) {
 		if len(got) != 0 {
 			t.Fatalf("the controller sent %v to a source on no allow list", got)
 		}
-		if refusedWith(g.ctl.Controller, "on no switch's allow list") == 0 {
-			t.Fatalf("no refusal recorded: %+v", g.ctl.Status().Refused)
-		}
+		// The refusal is recorded as the connection closes, not before.
+		eventually(t, 10*time.Second, "the refusal to be recorded", func() bool {
+			return refusedWith(g.ctl.Controller, "on no switch's allow list") > 0
+		})
 	})
 	t.Run("from another switch's address", func(t *testing.T) {
 		conn := dialIn(t, g.inst, "127.0.0.3", g.addr)
@@ -185,9 +187,10 @@ func TestImpostorOutsideAllowList(t *testing.T) {
 		}
 		got = append(got, untilHangUp(t, conn)...)
 		requireNoPolicy(t, "the impostor", got)
-		if refusedWith(g.ctl.Controller, "may not connect from 127.0.0.3") == 0 {
-			t.Fatalf("no refusal recorded: %+v", g.ctl.Status().Refused)
-		}
+		// The refusal is recorded as the connection closes, not before.
+		eventually(t, 10*time.Second, "the refusal to be recorded", func() bool {
+			return refusedWith(g.ctl.Controller, "may not connect from 127.0.0.3") > 0
+		})
 	})
 	g.requireUntouched(t, "sw-a")
 }
@@ -213,6 +216,9 @@ func TestSecondConnectionForConnectedSwitch(t *testing.T) {
 			}
 		}
 	}
+	eventually(t, 10*time.Second, "three refusals to be recorded", func() bool {
+		return refusedWith(g.ctl.Controller, "is already connected") >= 3
+	})
 	if n := refusedWith(g.ctl.Controller, "is already connected"); n != 3 {
 		t.Fatalf("%d refusals recorded, want 3: %+v", n, g.ctl.Status().Refused)
 	}
