@@ -38,8 +38,7 @@ func ListenControl(path string, status func() Status, opts ...ControlOption) (*C
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale control socket: %w", err)
 	}
-	// The umask keeps the socket private from the moment it exists, not
-	// only after a chmod.
+	// Private before it listens, so no connect ever meets a wider mode.
 	ln, err := listenUnixPrivate(path)
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
