@@ -53,9 +53,20 @@ func ListenControl(path string, status func() Status, opts ...ControlOption) (*C
 	for _, o := range opts {
 		o(mux)
 	}
-	cs := &ControlServer{path: path, ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	cs := &ControlServer{path: path, ln: ln, srv: controlLimits.server(mux)}
 	go func() { _ = cs.srv.Serve(ln) }()
 	return cs, nil
+}
+
+// controlLimits leave room for the largest request, a flow plan of up to
+// 64 MiB that the daemon may take a minute to answer; only root reaches the
+// socket, so they guard against stuck clients more than hostile ones.
+var controlLimits = httpLimits{
+	readHeader:     5 * time.Second,
+	read:           time.Minute,
+	write:          3 * time.Minute,
+	idle:           2 * time.Minute,
+	maxHeaderBytes: 64 << 10,
 }
 
 // ControlOption adds an endpoint to the control socket.
