@@ -39,8 +39,7 @@ func ListenControl(path string, status func() Status, opts ...ControlOption) (*C
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale control socket: %w", err)
 	}
-	// The umask keeps the socket private from the moment it exists, not
-	// only after a chmod.
+	// Private before it listens, so no connect ever meets a wider mode.
 	ln, err := listenUnixPrivate(path)
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
@@ -55,9 +54,20 @@ func ListenControl(path string, status func() Status, opts ...ControlOption) (*C
 	for _, o := range opts {
 		o(mux)
 	}
-	cs := &ControlServer{path: path, ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	cs := &ControlServer{path: path, ln: ln, srv: controlLimits.server(mux)}
 	go func() { _ = cs.srv.Serve(ln) }()
 	return cs, nil
+}
+
+// controlLimits leave room for the largest request, a flow plan of up to
+// 64 MiB that the daemon may take a minute to answer; only root reaches the
+// socket, so they guard against stuck clients more than hostile ones.
+var controlLimits = httpLimits{
+	readHeader:     5 * time.Second,
+	read:           time.Minute,
+	write:          3 * time.Minute,
+	idle:           2 * time.Minute,
+	maxHeaderBytes: 64 << 10,
 }
 
 // ControlOption adds an endpoint to the control socket.

@@ -36,11 +36,13 @@ type metrics struct {
 	drift      *prometheus.CounterVec
 	configInfo *prometheus.GaugeVec
 	serial     prometheus.Gauge
+	limits     httpLimits // of the /metrics server; tests shorten them
 }
 
 func newMetrics(live func() liveStats) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
+		reg:    prometheus.NewRegistry(),
+		limits: metricsLimits,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sosappliance_reloads_total", Help: "Config reloads by result (ok, failed).",
 		}, []string{"result"}),
@@ -110,8 +112,8 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descAgentsDown, prometheus.GaugeValue, float64(s.AgentsDown))
 }
 
-// serveMetrics serves /metrics on addr until ctx ends. An empty addr turns
-// metrics off.
+// serve serves /metrics on addr until the returned stop is called. An empty
+// addr turns metrics off.
 func (m *metrics) serve(ctx context.Context, addr string) (func(), error) {
 	if addr == "" {
 		return func() {}, nil
@@ -120,9 +122,13 @@ func (m *metrics) serve(ctx context.Context, addr string) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener: %w", err)
 	}
+	return m.serveOn(ln), nil
+}
+
+func (m *metrics) serveOn(ln net.Listener) func() {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := m.limits.server(mux)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			_ = err
@@ -132,5 +138,41 @@ func (m *metrics) serve(ctx context.Context, addr string) (func(), error) {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
-	}, nil
+	}
+}
+
+// httpLimits bound what one client can hold of an HTTP server: one that
+// sends its request slowly or never finishes it (slowloris), reads the
+// answer slowly, idles on a keep-alive connection or sends huge headers is
+// cut off instead of pinning a connection and a goroutine for ever.
+type httpLimits struct {
+	readHeader time.Duration // request line and headers
+	read       time.Duration // the whole request, body included
+	write      time.Duration // from the end of the headers to the end of the answer
+	idle       time.Duration // between requests on a keep-alive connection
+	// maxHeaderBytes bounds the request line and headers; net/http answers
+	// 431 past it (plus 4 KiB of buffer slack).
+	maxHeaderBytes int
+}
+
+// metricsLimits fit a Prometheus scrape: a GET with a few headers, answered
+// in milliseconds, within a 10 s scrape timeout, every 15 s to 1 min on one
+// keep-alive connection. The metrics port may face the network.
+var metricsLimits = httpLimits{
+	readHeader:     5 * time.Second,
+	read:           10 * time.Second,
+	write:          30 * time.Second,
+	idle:           90 * time.Second,
+	maxHeaderBytes: 16 << 10,
+}
+
+func (l httpLimits) server(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: l.readHeader,
+		ReadTimeout:       l.read,
+		WriteTimeout:      l.write,
+		IdleTimeout:       l.idle,
+		MaxHeaderBytes:    l.maxHeaderBytes,
+	}
 }
