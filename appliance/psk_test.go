@@ -3,6 +3,7 @@ package appliance
 import (
 	"bytes"
 	"encoding/base64"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,9 +110,7 @@ func TestPSKGenerateCommand(t *testing.T) {
 // 65534) and checks that only a key whose file and link belong to root or
 // the daemon's user loads.
 func TestLoadPSKOwner(t *testing.T) {
-	if os.Geteuid() != 0 {
-		reconcileSkipOrFail(t, "needs root to chown files to another user")
-	}
+	testsupport.RequireRoot(t) // to chown files to another user
 	const nobody = 65534
 	dir := t.TempDir()
 	key := []byte(strings.Repeat("5a", 32) + "\n")
