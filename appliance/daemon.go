@@ -734,6 +734,16 @@ func (d *Daemon) liveStats() liveStats {
 		ls.BytesUp += rs.Totals.BytesUp
 		ls.BytesDown += rs.Totals.BytesDown
 		ls.Aborts += rs.Totals.SessionsAborted
+		ls.Fallbacks += rs.Totals.Fallbacks
+		ls.HandshakeFailures += rs.Totals.HandshakeFailures
+		ls.MemoryReserved += rs.Totals.MemoryReserved
+		ls.MemoryLimit += rs.Totals.MemoryLimit
+		for k, v := range rs.Totals.Rejected {
+			if ls.Refusals == nil {
+				ls.Refusals = map[string]uint64{}
+			}
+			ls.Refusals[k] += v
+		}
 		for _, s := range rs.Sessions {
 			ls.Throughput += s.ThroughputUp + s.ThroughputDown
 			ls.ReorderDepth = max(ls.ReorderDepth, s.ReorderDepth)

@@ -334,6 +334,10 @@ func TestDaemonMetrics(t *testing.T) {
 		`sosappliance_config_info{sha256="`,
 		`sosappliance_drift_corrections_total`,
 		`sosappliance_flow_mods_total 0`,
+		`sosappliance_fallbacks_total 0`,
+		`sosappliance_refusals_total{reason="identity"} 0`,
+		`sosappliance_handshake_failures_total 0`,
+		`sosappliance_session_memory_bytes{kind="reserved"} 0`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)

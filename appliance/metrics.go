@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sosappliance/sosappliance/dataplane/relay"
 	"net"
 	"net/http"
 	"time"
@@ -27,6 +28,12 @@ type liveStats struct {
 	Switches     int
 	Connected    int
 	AgentsDown   int
+	// Of the agents' stripe data ports and client sides.
+	Fallbacks         uint64
+	HandshakeFailures uint64
+	Refusals          map[string]uint64
+	MemoryReserved    int64
+	MemoryLimit       int64
 }
 
 type metrics struct {
@@ -87,12 +94,17 @@ var (
 	descFlowMods   = prometheus.NewDesc("sosappliance_flow_mods_total", "OpenFlow flow mods sent to switches.", nil, nil)
 	descSwitches   = prometheus.NewDesc("sosappliance_switches", "Declared switches, by connection state.", []string{"state"}, nil)
 	descAgentsDown = prometheus.NewDesc("sosappliance_agents_down", "Agents the controller sees as unhealthy (their steering is withdrawn).", nil, nil)
+	descFallbacks  = prometheus.NewDesc("sosappliance_fallbacks_total", "Steered connections carried direct, unaccelerated, because their stripes could not be opened.", nil, nil)
+	descRefusals   = prometheus.NewDesc("sosappliance_refusals_total", "Connections and streams refused or evicted by an agent, by reason.", []string{"reason"}, nil)
+	descHSFailures = prometheus.NewDesc("sosappliance_handshake_failures_total", "Stream handshakes that failed authentication or broke off.", nil, nil)
+	descMemory     = prometheus.NewDesc("sosappliance_session_memory_bytes", "Session memory the agents reserved, and their cap.", []string{"kind"}, nil)
 )
 
 type liveCollector struct{ live func() liveStats }
 
 func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSessions, descBytes, descThroughput, descReorder, descStalls, descAborts, descFlowMods, descSwitches, descAgentsDown} {
+	for _, d := range []*prometheus.Desc{descSessions, descBytes, descThroughput, descReorder, descStalls, descAborts, descFlowMods, descSwitches, descAgentsDown,
+		descFallbacks, descRefusals, descHSFailures, descMemory} {
 		ch <- d
 	}
 }
@@ -110,6 +122,13 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descSwitches, prometheus.GaugeValue, float64(s.Connected), "connected")
 	ch <- prometheus.MustNewConstMetric(descSwitches, prometheus.GaugeValue, float64(s.Switches-s.Connected), "disconnected")
 	ch <- prometheus.MustNewConstMetric(descAgentsDown, prometheus.GaugeValue, float64(s.AgentsDown))
+	ch <- prometheus.MustNewConstMetric(descFallbacks, prometheus.CounterValue, float64(s.Fallbacks))
+	ch <- prometheus.MustNewConstMetric(descHSFailures, prometheus.CounterValue, float64(s.HandshakeFailures))
+	for _, reason := range relay.RejectReasons() {
+		ch <- prometheus.MustNewConstMetric(descRefusals, prometheus.CounterValue, float64(s.Refusals[reason]), reason)
+	}
+	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.MemoryReserved), "reserved")
+	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.MemoryLimit), "limit")
 }
 
 // serve serves /metrics on addr until the returned stop is called. An empty

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,9 @@ var abortKinds = []string{AbortStream, AbortProtocol, AbortPeer, AbortStall, Abo
 var rejectKinds = []string{rejectNotWhitelisted, rejectSessionLimit, rejectStreamLimit, rejectMemoryLimit,
 	rejectShuttingDown, rejectMismatch, rejectModeMismatch, rejectVersion, rejectIdentity,
 	rejectShape, rejectPreAuthEvicted}
+
+// RejectReasons are the keys of Totals.Rejected, in a fixed order.
+func RejectReasons() []string { return slices.Clone(rejectKinds) }
 
 func rejectKindOf(st stripe.Status) string {
 	switch st {
