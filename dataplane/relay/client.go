@@ -59,6 +59,7 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 	}
 	if err := a.register(s, rc.limits); err != nil {
 		a.memReserved.Add(-s.reserved)
+		s.cancel()
 		if errors.Is(err, errShuttingDown) {
 			a.reject(rejectShuttingDown, "relay: connection refused; reset", "client", client, "server", server)
 			reset(host)

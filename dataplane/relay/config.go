@@ -192,10 +192,12 @@ const HandshakesInFlight = 64
 
 // SessionFootprint is what one session reserves from Limits.Memory: its
 // frame buffers (stripe.SessionMemory) plus the bookkeeping the agent
-// allocates for it up front: reorder slots, buffer queues and per-stream
-// state. It saturates instead of overflowing.
+// allocates for it up front: reorder slots (a generous 48 bytes each),
+// buffer queue slots (16) and per-stream state, mostly the stacks of its
+// reader and writer goroutines (16 KiB). It saturates instead of
+// overflowing.
 func SessionFootprint(streams, chunkSize, queueLength int) int64 {
-	const perSlot, perBuffer, perStream = 48, 16, 1024
+	const perSlot, perBuffer, perStream = 48, 16, 16 << 10
 	n := int64(max(streams, 0))
 	window := satMul(int64(max(queueLength, 0)), n)
 	book := satAdd(satMul(window, perSlot),
