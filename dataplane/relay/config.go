@@ -190,38 +190,6 @@ func (l Limits) withDefaults() Limits {
 // evicted.
 const HandshakesInFlight = 64
 
-// SessionFootprint is what one session reserves from Limits.Memory: its
-// frame buffers (stripe.SessionMemory) plus the bookkeeping the agent
-// allocates for it up front: reorder slots (a generous 48 bytes each),
-// buffer queue slots (16) and per-stream state, mostly the stacks of its
-// reader and writer goroutines (16 KiB). It saturates instead of
-// overflowing.
-func SessionFootprint(streams, chunkSize, queueLength int) int64 {
-	const perSlot, perBuffer, perStream = 48, 16, 16 << 10
-	n := int64(max(streams, 0))
-	window := satMul(int64(max(queueLength, 0)), n)
-	book := satAdd(satMul(window, perSlot),
-		satAdd(satMul(satAdd(stripe.RecvBudget(n, window), stripe.SendBudget(n)), perBuffer), satMul(n, perStream)))
-	return satAdd(stripe.SessionMemory(streams, chunkSize, queueLength), book)
-}
-
-func satAdd(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
-}
-
-func satMul(a, b int64) int64 {
-	if a == 0 || b == 0 {
-		return 0
-	}
-	if a > math.MaxInt64/b {
-		return math.MaxInt64
-	}
-	return a * b
-}
-
 // defaultMemory is a quarter of the machine's RAM, or 1 GiB if it cannot
 // be read.
 func defaultMemory() int64 {

@@ -236,7 +236,7 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr) (White
 	if w.Streams > rc.limits.MaxStreams {
 		return Whitelist{}, stripe.StatusStreamLimit
 	}
-	need := SessionFootprint(w.Streams, w.ChunkSize, w.QueueLength)
+	need := stripe.SessionFootprint(w.Streams, w.ChunkSize, w.QueueLength)
 	if stripe.SessionMemory(w.Streams, w.ChunkSize, w.QueueLength) > rc.limits.SessionMemory {
 		return Whitelist{}, stripe.StatusMemoryLimit
 	}
@@ -344,7 +344,7 @@ var errMemoryLimit = errors.New("agent memory cap reached")
 // newReservedSession reserves a session's footprint from the agent-wide
 // memory cap and builds it; the reservation is returned when it finishes.
 func (a *Agent) newReservedSession(rc *runtimeConfig, p sessionParams) (*session, error) {
-	need := SessionFootprint(p.streams, p.chunkSize, p.queueLength)
+	need := stripe.SessionFootprint(p.streams, p.chunkSize, p.queueLength)
 	if !a.reserveMemory(need, rc.limits.Memory) {
 		return nil, fmt.Errorf("%w: a session of %d streams x %d bytes x queue %d needs %d bytes, %d of %d reserved",
 			errMemoryLimit, p.streams, p.chunkSize, p.queueLength, need, a.memReserved.Load(), rc.limits.Memory)

@@ -25,6 +25,21 @@ func SessionMemory(streams, chunkSize, queueLength int) int64 {
 	return satAdd(satMul(frame, frames), satMul(n, StreamReadBuffer))
 }
 
+// SessionFootprint is what one session reserves from an agent's memory
+// cap: its frame buffers (SessionMemory) plus the bookkeeping an agent
+// allocates for it up front: reorder slots (a generous 48 bytes each),
+// buffer queue slots (16) and per-stream state, mostly the stacks of the
+// stream's reader and writer goroutines (16 KiB). It saturates like
+// SessionMemory.
+func SessionFootprint(streams, chunkSize, queueLength int) int64 {
+	const perSlot, perBuffer, perStream = 48, 16, 16 << 10
+	n := nonNeg(streams)
+	window := satMul(nonNeg(queueLength), n)
+	book := satAdd(satMul(window, perSlot),
+		satAdd(satMul(satAdd(RecvBudget(n, window), SendBudget(n)), perBuffer), satMul(n, perStream)))
+	return satAdd(SessionMemory(streams, chunkSize, queueLength), book)
+}
+
 // RecvBudget is the number of receive frame buffers of a session: the
 // window plus two per stream.
 func RecvBudget(streams, window int64) int64 { return satAdd(window, satMul(2, streams)) }
