@@ -109,7 +109,7 @@ type Limits struct {
 	SessionMemory int64
 	// Memory bounds the frame buffers and bookkeeping of all sessions of
 	// the agent together, in bytes: every session reserves its worst case
-	// (SessionFootprint) before it allocates anything, and a session that
+	// (stripe.SessionFootprint) before it allocates anything, and a session that
 	// does not fit is refused. Default a quarter of the machine's RAM.
 	Memory int64
 	// MaxPreAuth bounds data-port connections that have not finished
