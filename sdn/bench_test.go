@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ovstest"
@@ -56,12 +57,11 @@ func BenchmarkConverge10k(b *testing.B) {
 	}
 	ctx := context.Background()
 	var sc *sdn.SwitchConn
-	deadline := time.Now().Add(20 * time.Second)
-	for sc == nil {
+	if !testsupport.Poll(20*time.Second, func() bool {
 		sc, err = sdn.Dial(ctx, fmt.Sprintf("tcp:127.0.0.1:%d", port), sdn.ConnOptions{Dial: inst.DialContext, Keepalive: 10 * time.Second})
-		if err != nil && time.Now().After(deadline) {
-			b.Fatal(err)
-		}
+		return err == nil
+	}) {
+		b.Fatal(err)
 	}
 	defer sc.Close()
 

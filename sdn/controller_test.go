@@ -13,11 +13,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ovstest"
@@ -29,30 +29,12 @@ type running struct {
 	*sdn.Controller
 	stop func()
 	// logs holds what it logged.
-	logs *logBuffer
-}
-
-// logBuffer collects log lines for assertions.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs *testsupport.LockedBuffer
 }
 
 func startController(t *testing.T, cfg sdn.Config) *running {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testsupport.LockedBuffer{}
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t}, logs), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	c, err := sdn.New(cfg, log)
 	if err != nil {
@@ -104,7 +86,7 @@ func switchStatus(c *sdn.Controller, name string) sdn.SwitchStatus {
 func waitConverged(t *testing.T, c *sdn.Controller, name string, after uint64) sdn.SwitchStatus {
 	t.Helper()
 	var st sdn.SwitchStatus
-	eventually(t, 30*time.Second, fmt.Sprintf("switch %s to converge (after %d)", name, after), func() bool {
+	testsupport.Eventually(t, 30*time.Second, fmt.Sprintf("switch %s to converge (after %d)", name, after), func() bool {
 		st = switchStatus(c, name)
 		return st.Connected && st.Converges > after
 	})
@@ -300,7 +282,7 @@ func TestControllerWithOVS(t *testing.T) {
 	t.Run("fail-open withdraws and restores steering", func(t *testing.T) {
 		n := switchStatus(ctl.Controller, "sw-a").Converges
 		healthA.up.Store(false)
-		eventually(t, 30*time.Second, "agent-a's whitelists to be withdrawn", func() bool {
+		testsupport.Eventually(t, 30*time.Second, "agent-a's whitelists to be withdrawn", func() bool {
 			s := switchStatus(ctl.Controller, "sw-a")
 			return s.Converges > n && slices.Equal(s.Withdrawn, []string{"iperf", "ssh"})
 		})
@@ -309,14 +291,14 @@ func TestControllerWithOVS(t *testing.T) {
 			t.Fatalf("with steering withdrawn the connection goes direct: %v", err)
 		}
 		healthA.up.Store(true)
-		eventually(t, 30*time.Second, "steering to return", func() bool {
+		testsupport.Eventually(t, 30*time.Second, "steering to return", func() bool {
 			return len(switchStatus(ctl.Controller, "sw-a").Withdrawn) == 0
 		})
 		requireSameFlows(t, l.br, desired)
 
 		// agent-b has no health endpoint: its data port is checked.
 		dataB.Close()
-		eventually(t, 30*time.Second, "agent-b's whitelist to be withdrawn", func() bool {
+		testsupport.Eventually(t, 30*time.Second, "agent-b's whitelist to be withdrawn", func() bool {
 			return slices.Equal(switchStatus(ctl.Controller, "sw-a").Withdrawn, []string{"iperf"})
 		})
 		requireSameFlows(t, l.br, compile(t, sw, "agent-b"))
@@ -324,7 +306,7 @@ func TestControllerWithOVS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 30*time.Second, "agent-b's whitelist to return", func() bool {
+		testsupport.Eventually(t, 30*time.Second, "agent-b's whitelist to return", func() bool {
 			return len(switchStatus(ctl.Controller, "sw-a").Withdrawn) == 0
 		})
 		requireSameFlows(t, l.br, desired)
@@ -404,7 +386,7 @@ func TestControllerWithOVS(t *testing.T) {
 		if err := l.br.SetControllers(fmt.Sprintf("tcp:127.0.0.2:%d", port)); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 30*time.Second, "the switch to reconnect and converge", func() bool {
+		testsupport.Eventually(t, 30*time.Second, "the switch to reconnect and converge", func() bool {
 			s := ctl.Status()
 			return s.Counters.Connections > conns && switchStatus(ctl.Controller, "sw-a").Converges > 0 &&
 				switchStatus(ctl.Controller, "sw-a").LastConverge.After(switchStatus(ctl.Controller, "sw-a").ConnectedSince)
@@ -466,7 +448,7 @@ func TestDeadLinkAndReconnect(t *testing.T) {
 			_ = inst.ResumeSwitch()
 		}
 	}()
-	eventually(t, 30*time.Second, "the dead link to be noticed", func() bool { return !switchStatus(ctl.Controller, "sw-d").Connected })
+	testsupport.Eventually(t, 30*time.Second, "the dead link to be noticed", func() bool { return !switchStatus(ctl.Controller, "sw-d").Connected })
 	// Reported, not asserted: timings on a shared machine are noisy. The
 	// bound the design promises is 2 x keepalive + 1 s.
 	t.Logf("dead link noticed after %v (keepalive %v, promised within %v)", time.Since(paused), keepalive, 2*keepalive+time.Second)
@@ -478,7 +460,7 @@ func TestDeadLinkAndReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumed = true
-	eventually(t, 30*time.Second, "the switch to come back", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "the switch to come back", func() bool {
 		s := switchStatus(ctl.Controller, "sw-d")
 		return s.Connected && s.LastConverge.After(s.ConnectedSince)
 	})
@@ -515,12 +497,12 @@ func TestDialedSwitch(t *testing.T) {
 	if err := br.SetControllers(fmt.Sprintf("ptcp:%d:127.0.0.1", other)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the connection to drop", func() bool { return !switchStatus(ctl.Controller, "sw-p").Connected })
+	testsupport.Eventually(t, 30*time.Second, "the connection to drop", func() bool { return !switchStatus(ctl.Controller, "sw-p").Connected })
 	time.Sleep(time.Second) // several failed dials
 	if err := br.SetControllers(passive); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the controller to redial", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "the controller to redial", func() bool {
 		s := switchStatus(ctl.Controller, "sw-p")
 		return s.Connected && ctl.Status().Counters.Connections > conns && s.LastConverge.After(s.ConnectedSince)
 	})
@@ -541,7 +523,7 @@ func TestUnknownSwitchRefused(t *testing.T) {
 	ctl := startController(t, sdn.Config{Listener: ln, Keepalive: time.Second, HealthInterval: time.Second,
 		Switches: []flows.Switch{siteSwitch(0x1)}})
 	var refused []sdn.Refusal
-	eventually(t, 30*time.Second, "the unknown switch to be refused", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "the unknown switch to be refused", func() bool {
 		refused = ctl.Status().Refused
 		return len(refused) > 0
 	})

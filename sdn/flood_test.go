@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ofp13"
@@ -25,7 +26,7 @@ func connectHostile(t *testing.T, g *guarded) net.Conn {
 	if _, err := claimDatapath(conn, hostileSwitch.DatapathID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the hostile switch's session", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "the hostile switch's session", func() bool {
 		return switchStatus(g.ctl.Controller, hostileSwitch.Name).Connected
 	})
 	g.conns = g.ctl.Status().Counters.Connections
@@ -117,7 +118,7 @@ func TestEndlessMultipartMore(t *testing.T) {
 		t.Fatalf("the controller took %d parts of %d bytes without hanging up", parts, len(buf))
 	}
 	p.requireBelow(t, 100, 96<<20)
-	eventually(t, 30*time.Second, "the hostile switch to be cut off", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "the hostile switch to be cut off", func() bool {
 		st := switchStatus(g.ctl.Controller, hostileSwitch.Name)
 		return !st.Connected && strings.Contains(st.LastError, "exceeds its limit")
 	})
@@ -167,7 +168,7 @@ func TestHandshakeBuffers(t *testing.T) {
 		MaxHandshakes: 2000, MaxHandshakesPerSource: 2000, Switches: []flows.Switch{siteSwitch(0xc8)}})
 	p := newPeak()
 	conns := openHalfHandshakes(t, inst, "127.0.0.1", ln.Addr().String(), 1000, p)
-	eventually(t, 30*time.Second, "the controller to hold every handshake", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "the controller to hold every handshake", func() bool {
 		p.sample()
 		return runtime.NumGoroutine() >= p.baseGoroutines+1000
 	})

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ovstest"
@@ -93,16 +92,4 @@ func requireSameFlows(t *testing.T, br *ovstest.Bridge, want []flows.Flow) map[s
 		t.Fatalf("flows on %s:\n  %s\nwant:\n  %s", br.Name, strings.Join(got, "\n  "), strings.Join(w, "\n  "))
 	}
 	return all
-}
-
-// eventually polls cond until it holds or the (generous) limit passes.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

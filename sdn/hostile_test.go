@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ofp13"
@@ -276,7 +277,7 @@ func requireRepairs(t *testing.T, br *ovstest.Bridge, desired []flows.Flow) {
 		t.Fatal(err)
 	}
 	want := compiledTexts(t, desired)
-	eventually(t, 30*time.Second, "drift repair to restore the flows of "+br.Name, func() bool {
+	testsupport.Eventually(t, 30*time.Second, "drift repair to restore the flows of "+br.Name, func() bool {
 		got, _ := ownedOnSwitch(t, br)
 		return slices.Equal(got, want)
 	})

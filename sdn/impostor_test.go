@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ofp13"
@@ -64,7 +65,7 @@ func (g *guarded) requireUntouched(t *testing.T, name string) {
 	requireSameFlows(t, g.br, g.desired)
 	requireRepairs(t, g.br, g.desired)
 	// OVS writes is_connected to its database a little later.
-	eventually(t, 30*time.Second, "Open vSwitch to report its controller connection up", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "Open vSwitch to report its controller connection up", func() bool {
 		ok, err := g.br.Connected()
 		return err == nil && ok
 	})
@@ -133,7 +134,7 @@ func TestImpostorRefusedAtTLS(t *testing.T) {
 				t.Fatalf("impostor completed a handshake (%v) and received %v", err, got)
 			}
 			t.Logf("impostor refused: %v", err)
-			eventually(t, 30*time.Second, "the refusal to be recorded", func() bool {
+			testsupport.Eventually(t, 30*time.Second, "the refusal to be recorded", func() bool {
 				return refusedWith(g.ctl.Controller, c.reason) > before
 			})
 		})
@@ -147,7 +148,7 @@ func TestImpostorRefusedAtTLS(t *testing.T) {
 		got = append(got, untilHangUp(t, conn)...)
 		requireNoPolicy(t, "the second connection", got)
 		// The refusal is recorded as the connection closes, not before.
-		eventually(t, 10*time.Second, "the refusal to be recorded", func() bool {
+		testsupport.Eventually(t, 10*time.Second, "the refusal to be recorded", func() bool {
 			return refusedWith(g.ctl.Controller, "is already connected") > 0
 		})
 	})
@@ -175,7 +176,7 @@ func TestImpostorOutsideAllowList(t *testing.T) {
 			t.Fatalf("the controller sent %v to a source on no allow list", got)
 		}
 		// The refusal is recorded as the connection closes, not before.
-		eventually(t, 10*time.Second, "the refusal to be recorded", func() bool {
+		testsupport.Eventually(t, 10*time.Second, "the refusal to be recorded", func() bool {
 			return refusedWith(g.ctl.Controller, "on no switch's allow list") > 0
 		})
 	})
@@ -188,7 +189,7 @@ func TestImpostorOutsideAllowList(t *testing.T) {
 		got = append(got, untilHangUp(t, conn)...)
 		requireNoPolicy(t, "the impostor", got)
 		// The refusal is recorded as the connection closes, not before.
-		eventually(t, 10*time.Second, "the refusal to be recorded", func() bool {
+		testsupport.Eventually(t, 10*time.Second, "the refusal to be recorded", func() bool {
 			return refusedWith(g.ctl.Controller, "may not connect from 127.0.0.3") > 0
 		})
 	})
@@ -216,7 +217,7 @@ func TestSecondConnectionForConnectedSwitch(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, 10*time.Second, "three refusals to be recorded", func() bool {
+	testsupport.Eventually(t, 10*time.Second, "three refusals to be recorded", func() bool {
 		return refusedWith(g.ctl.Controller, "is already connected") >= 3
 	})
 	if n := refusedWith(g.ctl.Controller, "is already connected"); n != 3 {

@@ -32,7 +32,7 @@ func TestConvergeOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var sc *sdn.SwitchConn
-	eventually(t, 20*time.Second, "the bridge to listen", func() bool {
+	testsupport.Eventually(t, 20*time.Second, "the bridge to listen", func() bool {
 		sc, err = sdn.Dial(ctx, fmt.Sprintf("tcp:127.0.0.1:%d", port), sdn.ConnOptions{Dial: inst.DialContext})
 		return err == nil
 	})
@@ -118,7 +118,7 @@ func TestHandshakeRefusesOpenFlow10(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var dialErr error
-	eventually(t, 20*time.Second, "a handshake answer", func() bool {
+	testsupport.Eventually(t, 20*time.Second, "a handshake answer", func() bool {
 		_, dialErr = sdn.Dial(ctx, fmt.Sprintf("tcp:127.0.0.1:%d", port), sdn.ConnOptions{Dial: inst.DialContext})
 		return dialErr != nil && strings.Contains(dialErr.Error(), "not 1.3")
 	})

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // forwarder relays every connection it accepts to target, and records the
@@ -409,14 +410,14 @@ func TestPreAuthFloodDoesNotLockOutPeers(t *testing.T) {
 		flood("127.0.0."+strconv.Itoa(2+i), 30) // 300 from ten sources
 	}
 	flood("127.0.0.1", 40) // and from the peer's own address
-	waitFor(t, "the flood to be accepted", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "the flood to be accepted", func() bool {
 		return p.b.Stats().Totals.Rejected[rejectPreAuthEvicted] >= 300+40-preauthCap
 	})
 	if n := p.b.Stats().Totals.PreAuthActive; n > preauthCap {
 		t.Errorf("%d unauthenticated connections held, cap %d", n, preauthCap)
 	}
 	roundTrip(t, p.entry, "accelerated despite the flood")
-	waitFor(t, "the session to complete", func() bool { return p.a.Stats().Totals.SessionsCompleted == 1 })
+	testsupport.Eventually(t, 30*time.Second, "the session to complete", func() bool { return p.a.Stats().Totals.SessionsCompleted == 1 })
 	if st := p.a.Stats().Totals; st.Fallbacks != 0 || st.SessionsAborted != 0 {
 		t.Errorf("the genuine session was not accelerated: fallbacks %d, aborted %d", st.Fallbacks, st.SessionsAborted)
 	}
@@ -491,7 +492,7 @@ func TestHalfOpenSessionsBounded(t *testing.T) {
 		cf := sec.Confirm()
 		_, _ = c.Write(cf[:])
 		_ = h
-		waitFor(t, "the half-open session", func() bool {
+		testsupport.Eventually(t, 30*time.Second, "the half-open session", func() bool {
 			return len(p.b.Stats().Sessions) == len(held)-refused
 		})
 	}
@@ -607,7 +608,7 @@ func FuzzAgentHandshake(f *testing.F) {
 		if iterations.Load() == 0 {
 			return
 		}
-		if !eventually(30*time.Second, func() bool { return p.b.Stats().Totals.PreAuthActive == 0 }) {
+		if !testsupport.Poll(30*time.Second, func() bool { return p.b.Stats().Totals.PreAuthActive == 0 }) {
 			f.Errorf("fuzzed connections still unauthenticated: %d", p.b.Stats().Totals.PreAuthActive)
 		}
 		c, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(p.entry))
@@ -622,15 +623,4 @@ func FuzzAgentHandshake(f *testing.F) {
 			f.Errorf("agent does not serve after fuzzing: %q, %v", got, err)
 		}
 	})
-}
-
-func eventually(limit time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
 }

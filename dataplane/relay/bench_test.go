@@ -16,16 +16,18 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
-func init() { helpers["traffic"] = helperTraffic }
+func init() { helpers["traffic"] = helper(helperTraffic) }
 
 // helperTraffic is the benchmarks' traffic source and sink, in a process of
 // its own so that the benchmark process's CPU time is the relay's alone.
 // It prints "sink ADDR", then for every stdin line "send ADDR BYTES" it
 // sends BYTES to ADDR, waits until the sink has received them all, and
 // prints "done".
-func helperTraffic() error {
+func helperTraffic([]string) error {
 	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		return err
@@ -90,7 +92,8 @@ type traffic struct {
 
 func startTraffic(b *testing.B) *traffic {
 	b.Helper()
-	cmd := startHelper(b, "traffic", nil)
+	cmd := testsupport.Command(b, "traffic")
+	cmd.Stderr = testWriter{b}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		b.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 func TestHalfCloseClientStillGetsFullReply(t *testing.T) {
@@ -52,7 +53,7 @@ func TestHalfCloseClientStillGetsFullReply(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reading the reply after half-close: %v", err)
 	}
-	waitFor(t, "sessions to complete", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "sessions to complete", func() bool {
 		return p.a.Stats().Totals.SessionsCompleted == 1 && p.b.Stats().Totals.SessionsCompleted == 1
 	})
 	if srvErr != nil {
@@ -117,7 +118,7 @@ func TestSlowReaderPausesWithoutLoss(t *testing.T) {
 		t.Fatalf("got %d of %d bytes or wrong bytes", hr.n, size)
 	}
 	_ = c.Close()
-	waitFor(t, "sessions to end", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "sessions to end", func() bool {
 		return p.a.Stats().Totals.SessionsActive == 0 && p.b.Stats().Totals.SessionsActive == 0
 	})
 	for _, ag := range []*Agent{p.a, p.b} {
@@ -194,7 +195,7 @@ func uploadUntilAbort(t *testing.T, p *pair) *abortWatch {
 // reset, and checks the server got only genuine bytes, in order.
 func (w *abortWatch) checkAborted(t *testing.T, p *pair) (clientSide, serverSide AbortRecord) {
 	t.Helper()
-	waitFor(t, "both agents to abort", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "both agents to abort", func() bool {
 		return len(p.a.Stats().RecentAborts) > 0 && len(p.b.Stats().RecentAborts) > 0
 	})
 	<-w.done
@@ -250,11 +251,11 @@ func TestStreamResetAbortsBothEnds(t *testing.T) {
 		_, clientErrs[0] = io.Copy(io.Discard, c)
 		<-wrote
 	}()
-	waitFor(t, "transfer under way", func() bool { return srvGot.Load() > 16<<20 })
+	testsupport.Eventually(t, 30*time.Second, "transfer under way", func() bool { return srvGot.Load() > 16<<20 })
 
 	start := time.Now()
 	p.mitm.resetStream(t, 17)
-	waitFor(t, "both agents to abort", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "both agents to abort", func() bool {
 		return len(p.a.Stats().RecentAborts) > 0 && len(p.b.Stats().RecentAborts) > 0
 	})
 	<-clientDone
@@ -437,7 +438,7 @@ func TestForgedJoinsRejected(t *testing.T) {
 	}
 	ms := p.mitm.stream(t, 0)
 	var confirm []byte
-	waitFor(t, "captured confirm", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "captured confirm", func() bool {
 		p.mitm.mu.Lock()
 		defer p.mitm.mu.Unlock()
 		confirm = ms.confirm
@@ -480,7 +481,7 @@ func TestForgedJoinsRejected(t *testing.T) {
 		if _, err := io.Copy(io.Discard, conn); errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Errorf("%s: the agent kept the connection open", name)
 		}
-		waitFor(t, name+" counted", func() bool { return refusals() > before })
+		testsupport.Eventually(t, 30*time.Second, name+" counted", func() bool { return refusals() > before })
 	}
 	attempt("hello with a bad MAC", forged, false)
 	attempt("replayed hello and confirm during the session", ms.hello, true)
@@ -492,7 +493,7 @@ func TestForgedJoinsRejected(t *testing.T) {
 	if err != nil || !bytes.Equal(got, msg) {
 		t.Fatalf("session after forged joins: %d bytes, %v", len(got), err)
 	}
-	waitFor(t, "session to complete", func() bool { return p.b.Stats().Totals.SessionsCompleted == 1 })
+	testsupport.Eventually(t, 30*time.Second, "session to complete", func() bool { return p.b.Stats().Totals.SessionsCompleted == 1 })
 
 	before := p.server.accepted()
 	attempt("replayed hello and confirm after the session", ms.hello, true)
@@ -567,7 +568,7 @@ func TestPreAuthCapAndReap(t *testing.T) {
 	if st.Rejected[rejectPreAuthEvicted]+st.PreAuthTimeouts != conns || st.PreAuthTimeouts > preauthCap || st.PreAuthTimeouts == 0 {
 		t.Errorf("evicted %d + reaped %d != %d", st.Rejected[rejectPreAuthEvicted], st.PreAuthTimeouts, conns)
 	}
-	waitFor(t, "no connection waiting", func() bool { return p.b.Stats().Totals.PreAuthActive == 0 })
+	testsupport.Eventually(t, 30*time.Second, "no connection waiting", func() bool { return p.b.Stats().Totals.PreAuthActive == 0 })
 
 	c := p.dial(t)
 	defer c.Close()
@@ -623,7 +624,7 @@ func TestHalfClosedIdleTimeout(t *testing.T) {
 	if !isReset(err) {
 		t.Fatalf("client saw %v, want a reset", err)
 	}
-	waitFor(t, "aborts recorded", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "aborts recorded", func() bool {
 		return len(p.a.Stats().RecentAborts) > 0 && len(p.b.Stats().RecentAborts) > 0
 	})
 	idle := 0

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,69 +19,30 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
-// helperEnv makes the test binary run as a helper process instead of
-// running tests: a benchmark's traffic source and sink, or, in the network
-// namespace test, an agent or an HTTP file server.
-const helperEnv = "SOSAPPLIANCE_RELAY_HELPER"
+// helpers are the roles this test binary runs as a child process instead
+// of running tests (testsupport.Command): a benchmark's traffic source and
+// sink, or, in the network namespace test, an agent or an HTTP file server.
+// The file that uses a role registers it from init.
+var helpers = testsupport.Children{}
 
 func TestMain(m *testing.M) {
-	if role := os.Getenv(helperEnv); role != "" {
-		os.Exit(runHelper(role))
-	}
+	testsupport.RunChild(helpers)
 	goleak.VerifyTestMain(m)
 }
 
-var helpers = map[string]func() error{}
-
-func runHelper(role string) int {
-	run, ok := helpers[role]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "unknown helper role %q\n", role)
-		return 2
+// helper makes a role that fails with an error a child that exits 1.
+func helper(run func(args []string) error) func([]string) int {
+	return func(args []string) int {
+		if err := run(args); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			return 1
+		}
+		return 0
 	}
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "helper:", err)
-		return 1
-	}
-	return 0
-}
-
-// startHelper runs this test binary as a helper process.
-func startHelper(t testing.TB, role string, env []string, args ...string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$"}, args...)...)
-	cmd.Env = append(append(os.Environ(), helperEnv+"="+role), env...)
-	cmd.Stderr = testWriter{t}
-	return cmd
-}
-
-// needRoot skips a test that needs root, unless CI=true, where a missing
-// prerequisite is a failure.
-func needRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		missing(t, "root")
-	}
-}
-
-// needBinary does the same for an external program.
-func needBinary(t testing.TB, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		missing(t, name)
-	}
-	return p
-}
-
-func missing(t testing.TB, what string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is required (CI=true)", what)
-	}
-	t.Skipf("%s not available", what)
 }
 
 var testPSK = []byte("relay test pre-shared key, 32 b.")
@@ -288,19 +248,6 @@ func (p *pair) dial(t testing.TB) *net.TCPConn {
 		t.Fatal(err)
 	}
 	return c
-}
-
-// waitFor polls cond until it holds or the (generous) limit passes. The
-// limit only keeps a broken test from hanging; no timing is asserted.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // pattern is a reproducible pseudo-random byte stream.

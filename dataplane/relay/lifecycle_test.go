@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"io"
 	"net"
 	"net/http"
@@ -107,7 +108,7 @@ func TestSessionLimit(t *testing.T) {
 	if _, err := first.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "first session established", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "first session established", func() bool {
 		s := p.a.Stats().Sessions
 		return len(s) == 1 && s[0].State == "established"
 	})
@@ -118,7 +119,7 @@ func TestSessionLimit(t *testing.T) {
 	if _, err := second.Write([]byte("y")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "second connection carried direct", func() bool { return p.server.accepted() == 2 })
+	testsupport.Eventually(t, 30*time.Second, "second connection carried direct", func() bool { return p.server.accepted() == 2 })
 	if n := p.a.Stats().Totals.Rejected[rejectSessionLimit]; n != 1 {
 		t.Errorf("session_limit rejections = %d", n)
 	}
@@ -155,7 +156,7 @@ func TestServerSideRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := startPair(t, tc.opt, echo)
 			roundTrip(t, p.entry, "carried direct: "+tc.name)
-			waitFor(t, "abort recorded", func() bool { return len(p.a.Stats().RecentAborts) == 1 })
+			testsupport.Eventually(t, 30*time.Second, "abort recorded", func() bool { return len(p.a.Stats().RecentAborts) == 1 })
 			r := p.a.Stats().RecentAborts[0]
 			if r.Reason != AbortSetup || !strings.Contains(r.Error, tc.reason) {
 				t.Errorf("client-side abort %s: %s", r.Reason, r.Error)
@@ -180,7 +181,7 @@ func TestServerUnreachableResetsClient(t *testing.T) {
 	p := startPair(t, pairOptions{}, echo)
 	_ = p.server.ln.Close() // nothing listens at the server address now
 	dialExpectReset(t, p, "server refused")
-	waitFor(t, "aborts recorded", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "aborts recorded", func() bool {
 		return len(p.a.Stats().RecentAborts) == 1 && len(p.b.Stats().RecentAborts) == 1
 	})
 	if r := p.b.Stats().RecentAborts[0]; r.Reason != AbortSetup || !strings.Contains(r.Error, "connect to server") {
@@ -218,11 +219,11 @@ func TestStatsAndHealth(t *testing.T) {
 	if _, err := c.Write(payload); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "bytes counted at the server side", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "bytes counted at the server side", func() bool {
 		s := p.b.Stats().Sessions
 		return len(s) == 1 && s[0].BytesUp == uint64(len(payload))
 	})
-	waitFor(t, "throughput computed", func() bool { return p.a.Stats().Sessions[0].ThroughputUp > 0 })
+	testsupport.Eventually(t, 30*time.Second, "throughput computed", func() bool { return p.a.Stats().Sessions[0].ThroughputUp > 0 })
 	for _, ag := range []*Agent{p.a, p.b} {
 		st := ag.Stats()
 		s := st.Sessions[0]
@@ -388,7 +389,7 @@ func TestShutdownDrainsFinishingSessions(t *testing.T) {
 		done <- p.a.Shutdown(ctx)
 	}()
 	// New connections are refused while the live one finishes.
-	waitFor(t, "listener closed", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "listener closed", func() bool {
 		conn, err := net.DialTimeout("tcp4", p.entry.String(), time.Second)
 		if err == nil {
 			conn.Close()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // mitm is a frame-aware man in the middle between the two agents: it
@@ -197,7 +198,7 @@ func (ms *mitmStream) write(dir stripe.Direction, frame []byte) error {
 func (m *mitm) stream(t testing.TB, i int) *mitmStream {
 	t.Helper()
 	var found *mitmStream
-	waitFor(t, "mitm stream", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "mitm stream", func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		for _, ms := range m.streams {

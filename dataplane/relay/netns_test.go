@@ -19,30 +19,31 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netns"
 
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
 func init() {
-	helpers["agent"] = helperAgent
-	helpers["http"] = helperHTTP
+	helpers["agent"] = helper(helperAgent)
+	helpers["http"] = helper(helperHTTP)
 }
 
-const agentConfigEnv = "SOSAPPLIANCE_RELAY_AGENT_CONFIG"
-
 // helperAgent runs a real agent (TPROXY listener, transparent server
-// connections) from the JSON Config in agentConfigEnv. It prints "ready"
-// once listening, answers every stdin line "stats" with the Stats as JSON,
-// and shuts down when stdin closes.
-func helperAgent() error {
+// connections) from the JSON Config in args[0]. It prints "ready" once
+// listening, answers every stdin line "stats" with the Stats as JSON, and
+// shuts down when stdin closes.
+func helperAgent(args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("agent: want one argument, the JSON config, not %d", len(args))
+	}
 	var cfg Config
-	if err := json.Unmarshal([]byte(os.Getenv(agentConfigEnv)), &cfg); err != nil {
+	if err := json.Unmarshal([]byte(args[0]), &cfg); err != nil {
 		return fmt.Errorf("agent config: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -77,7 +78,7 @@ const (
 // helperHTTP is a plain HTTP server on :80: GET /file serves a pattern
 // file, PUT anything answers the sha256 of the body; it prints the remote
 // address of every request.
-func helperHTTP() error {
+func helperHTTP([]string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /file", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Println("remote", r.RemoteAddr)
@@ -194,59 +195,72 @@ func steer(t *testing.T, ns string, spec tuning.SteeringSpec) {
 
 // nsProcess is a helper or tool running inside a namespace.
 type nsProcess struct {
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	lines   chan string
-	exited  chan struct{} // closed when the process has been waited for
-	waitErr error
+	*testsupport.Daemon
+	stdin io.WriteCloser
+	lines chan string
 }
 
-func startInNetns(t *testing.T, ns string, env []string, name string, args ...string) *nsProcess {
+// startInNetns runs the program name with args inside the namespace ns.
+func startInNetns(t *testing.T, ns, name string, args ...string) *nsProcess {
 	t.Helper()
-	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = &lockedBuffer{}
+	return watchInNetns(t, ns, name, exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...))
+}
+
+// startHelperInNetns runs this test binary as the helper role with args
+// inside the namespace ns.
+func startHelperInNetns(t *testing.T, ns, role string, args ...string) *nsProcess {
+	t.Helper()
+	return watchInNetns(t, ns, role, testsupport.CommandInNetns(t, ns, role, args...))
+}
+
+// watchInNetns starts cmd, which runs name inside ns, with a pipe to its
+// stdin and its stdout line by line; when the test ends it stops it and
+// logs its stderr.
+func watchInNetns(t *testing.T, ns, name string, cmd *exec.Cmd) *nsProcess {
+	t.Helper()
+	stderr := &testsupport.LockedBuffer{}
+	cmd.Stderr = stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
+	// A pipe of our own rather than StdoutPipe: the daemon's Wait does not
+	// close it under the reader, so no line the process wrote is lost.
+	stdout, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &nsProcess{cmd: cmd, stdin: stdin, lines: make(chan string, 1024), exited: make(chan struct{})}
+	cmd.Stdout = w
+	d := testsupport.StartDaemon(t, cmd)
+	_ = w.Close()
+	p := &nsProcess{Daemon: d, stdin: stdin, lines: make(chan string, 1024)}
 	go func() {
+		defer stdout.Close()
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 1<<20), 16<<20)
 		for sc.Scan() {
 			p.lines <- sc.Text()
 		}
 		close(p.lines)
-		p.waitErr = cmd.Wait()
-		close(p.exited)
 	}()
 	t.Cleanup(func() {
 		// Closing stdin stops an agent helper gracefully; SIGTERM (sent
 		// to ip netns exec, which execs the program) stops the rest.
 		_ = stdin.Close()
 		select {
-		case <-p.exited:
+		case <-d.Done():
 		case <-time.After(5 * time.Second):
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 		}
 		select {
-		case <-p.exited:
-			if p.waitErr != nil {
-				t.Logf("%s in %s exited: %v", name, ns, p.waitErr)
+		case <-d.Done():
+			if err := d.Err(); err != nil {
+				t.Logf("%s in %s exited: %v", name, ns, err)
 			}
 		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.exited
+			d.Kill()
 		}
-		if s := cmd.Stderr.(*lockedBuffer).String(); s != "" {
+		if s := stderr.String(); s != "" {
 			t.Logf("%s in %s stderr:\n%s", name, ns, s)
 		}
 	})
@@ -268,34 +282,13 @@ func (p *nsProcess) next(t *testing.T, what string) string {
 	return ""
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (lb *lockedBuffer) Write(p []byte) (int, error) {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	return lb.b.Write(p)
-}
-
-func (lb *lockedBuffer) String() string {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	return lb.b.String()
-}
-
 func startLabAgent(t *testing.T, ns string, cfg Config) *nsProcess {
 	t.Helper()
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	self, err := filepath.Abs(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := startInNetns(t, ns, []string{helperEnv + "=agent", agentConfigEnv + "=" + string(b)}, self, "-test.run=^$")
+	p := startHelperInNetns(t, ns, "agent", string(b))
 	if l := p.next(t, "agent in "+ns); l != "ready" {
 		t.Fatalf("agent in %s said %q", ns, l)
 	}
@@ -319,10 +312,7 @@ func (p *nsProcess) stats(t *testing.T) Stats {
 // applied by the tuning executors; agents with TPROXY and IP_TRANSPARENT;
 // unmodified iperf3 and curl. The server must see the client's address.
 func TestNetnsIperf3AndCurlThroughAgents(t *testing.T) {
-	needRoot(t)
-	for _, bin := range []string{"ip", "nft", "iperf3", "curl", "ss"} {
-		needBinary(t, bin)
-	}
+	testsupport.RequireRoot(t, "ip", "nft", "iperf3", "curl", "ss")
 	l := newLab(t)
 	client, server := netip.MustParseAddr("10.10.1.1"), netip.MustParseAddr("10.10.2.1")
 	clients := []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")}
@@ -359,7 +349,7 @@ func TestNetnsIperf3AndCurlThroughAgents(t *testing.T) {
 
 	t.Run("iperf3", func(t *testing.T) {
 		for _, reverse := range []bool{false, true} {
-			srv := startInNetns(t, l.srv, nil, "iperf3", "-s", "-1", "-p", "5201")
+			srv := startInNetns(t, l.srv, "iperf3", "-s", "-1", "-p", "5201")
 			time.Sleep(300 * time.Millisecond) // iperf3 has no readiness signal
 			args := []string{"netns", "exec", l.cli, "iperf3", "-c", server.String(), "-p", "5201", "-t", "3", "-J"}
 			if reverse {
@@ -374,7 +364,7 @@ func TestNetnsIperf3AndCurlThroughAgents(t *testing.T) {
 			// While data flows, the server's sockets must have the
 			// client's own address as their peer.
 			var peers string
-			waitFor(t, "iperf3 connections at the server", func() bool {
+			testsupport.Eventually(t, 30*time.Second, "iperf3 connections at the server", func() bool {
 				peers = sh(t, "ip", "netns", "exec", l.srv, "ss", "-tnH", "state", "established", "( sport = :5201 )")
 				return strings.Count(peers, "\n") >= 2
 			})
@@ -405,7 +395,7 @@ func TestNetnsIperf3AndCurlThroughAgents(t *testing.T) {
 			t.Logf("iperf3 reverse=%v through the agents: %d bytes, %.2f Gbit/s, server saw:\n%s",
 				reverse, res.End.SumReceived.Bytes, res.End.SumReceived.BitsPerSecond/1e9, peers)
 			select {
-			case <-srv.exited:
+			case <-srv.Done():
 			case <-time.After(10 * time.Second):
 				t.Fatal("iperf3 server did not finish")
 			}
@@ -413,7 +403,7 @@ func TestNetnsIperf3AndCurlThroughAgents(t *testing.T) {
 	})
 
 	t.Run("curl", func(t *testing.T) {
-		srv := startInNetns(t, l.srv, []string{helperEnv + "=http"}, mustAbs(t, os.Args[0]), "-test.run=^$")
+		srv := startHelperInNetns(t, l.srv, "http")
 		if l := srv.next(t, "http server"); l != "ready" {
 			t.Fatalf("http server said %q", l)
 		}
@@ -450,7 +440,7 @@ func TestNetnsIperf3AndCurlThroughAgents(t *testing.T) {
 	origins := map[string][]AbortRecord{}
 	for name, ag := range map[string]*nsProcess{"agent A": agentA, "agent B": agentB} {
 		var st Stats
-		waitFor(t, name+" sessions to finish", func() bool {
+		testsupport.Eventually(t, 30*time.Second, name+" sessions to finish", func() bool {
 			st = ag.stats(t)
 			return st.Totals.SessionsActive == 0
 		})
@@ -475,13 +465,4 @@ func TestNetnsIperf3AndCurlThroughAgents(t *testing.T) {
 			t.Errorf("session %s aborted without an end host failing: %+v", id, recs)
 		}
 	}
-}
-
-func mustAbs(t *testing.T, p string) string {
-	t.Helper()
-	a, err := filepath.Abs(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // duplexResult is what both end hosts saw of one session.
@@ -170,7 +172,7 @@ func TestRelayRandomizedGiB(t *testing.T) {
 			res.check(t, up, down)
 			upTotal += up
 			downTotal += down
-			waitFor(t, "both agents to complete the session", func() bool {
+			testsupport.Eventually(t, 30*time.Second, "both agents to complete the session", func() bool {
 				return p.a.Stats().Totals.SessionsCompleted == 1 && p.b.Stats().Totals.SessionsCompleted == 1
 			})
 			st := p.b.Stats().Totals

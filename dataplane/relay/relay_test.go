@@ -6,6 +6,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // echo copies everything back and half-closes after the client does.
@@ -37,7 +40,7 @@ func TestRelayEcho(t *testing.T) {
 			if !bytes.Equal(got, want) {
 				t.Fatalf("echo returned %d bytes, differing from the %d sent", len(got), len(want))
 			}
-			waitFor(t, "session end", func() bool {
+			testsupport.Eventually(t, 30*time.Second, "session end", func() bool {
 				s := p.a.Stats()
 				return s.Totals.SessionsCompleted == 1 && p.b.Stats().Totals.SessionsCompleted == 1
 			})

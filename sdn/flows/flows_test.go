@@ -5,12 +5,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn/ofp13"
 )
 
@@ -337,12 +337,7 @@ func apply(table []Flow, c Changes) []Flow {
 // ovs-ofctl ofp-print: Open vSwitch must read the same match and actions
 // that Flow.String shows an operator.
 func TestOVSReadsCompiledFlows(t *testing.T) {
-	if _, err := exec.LookPath("ovs-ofctl"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("ovs-ofctl is required under CI=true")
-		}
-		t.Skip("ovs-ofctl not installed")
-	}
+	testsupport.RequireBinaries(t, "ovs-ofctl")
 	for _, sw := range []Switch{clemson(), utah()} {
 		flows, err := Compile(sw)
 		if err != nil {

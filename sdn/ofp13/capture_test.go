@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn/ovstest"
 )
 
@@ -138,9 +138,13 @@ func TestCaptureGoldens(t *testing.T) {
 	}}
 	go rec.serve()
 	defer ln.Close()
-	if err := ovstestWaitListening(inst, port); err != nil {
-		t.Fatal(err)
-	}
+	testsupport.Eventually(t, 10*time.Second, "the bridge to listen", func() bool {
+		c, err := inst.DialContext(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
 	target := "tcp:" + ln.Addr().String()
 
 	dir := t.TempDir()
@@ -280,19 +284,6 @@ func TestCaptureGoldens(t *testing.T) {
 		}
 		mustWrite(t, filepath.Join("testdata", ex.name+".golden"), b.String())
 	}
-}
-
-func ovstestWaitListening(inst *ovstest.Instance, port int) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		c, err := inst.DialContext(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return errors.New("bridge is not listening")
 }
 
 func ovsVersion(t *testing.T) string {

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn/ofp13"
 )
 
@@ -332,7 +332,7 @@ func TestMatchCanonical(t *testing.T) {
 // the referee: Open vSwitch must accept every message and read it as we
 // meant it.
 func TestOVSReadsOurEncoding(t *testing.T) {
-	requireBinary(t, "ovs-ofctl")
+	testsupport.RequireBinaries(t, "ovs-ofctl")
 	samples := sampleMessages()
 	if fm, ok := samples[unknownPartsIndex].(*ofp13.FlowMod); !ok || len(fm.Instructions) != 2 {
 		t.Fatalf("sample %d is not the flow mod with unknown parts", unknownPartsIndex)
@@ -361,16 +361,5 @@ func TestOVSReadsOurEncoding(t *testing.T) {
 	want := "OFPT_FLOW_MOD (OF1.3) (xid=0x2a): ADD priority=2000,tcp,nw_src=10.10.1.0/24,nw_dst=10.10.2.1,tp_dst=5201 cookie:0x5053000000000002 actions=set_field:02:00:00:00:01:02->eth_dst,output:3"
 	if err != nil || strings.TrimSpace(string(out)) != want {
 		t.Errorf("steer flow mod reads as\n%s\nwant\n%s", out, want)
-	}
-}
-
-// requireBinary skips when a program is missing, except under CI=true.
-func requireBinary(t *testing.T, name string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is required under CI=true: %v", name, err)
-		}
-		t.Skipf("%s not installed", name)
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
@@ -31,26 +32,12 @@ import (
 var Binaries = []string{"ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl", "ip", "ethtool"}
 
 // Require skips the test when it cannot run here (not root, or a binary is
-// missing), except under CI=true where a missing prerequisite is a failure:
-// CI must never pass by skipping the real thing.
+// missing), except under CI=true where a missing prerequisite is a failure.
+// It is testsupport.RequireRoot, named here for tests that use an Instance
+// (Require(t, Binaries...)).
 func Require(t testing.TB, binaries ...string) {
 	t.Helper()
-	var missing []string
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root")
-	}
-	for _, b := range binaries {
-		if _, err := exec.LookPath(b); err != nil {
-			missing = append(missing, b)
-		}
-	}
-	if len(missing) == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("missing prerequisites under CI=true: %s", strings.Join(missing, ", "))
-	}
-	t.Skipf("missing prerequisites: %s", strings.Join(missing, ", "))
+	testsupport.RequireRoot(t, binaries...)
 }
 
 var nameCounter atomic.Uint32
@@ -119,8 +106,8 @@ func (i *Instance) start() error {
 	if err := i.ovsdb.Start(); err != nil {
 		return fmt.Errorf("start ovsdb-server: %w", err)
 	}
-	if err := waitFor(10*time.Second, func() bool { _, err := os.Stat(i.dbSock); return err == nil }); err != nil {
-		return fmt.Errorf("ovsdb-server socket: %w", err)
+	if !testsupport.Poll(10*time.Second, func() bool { _, err := os.Stat(i.dbSock); return err == nil }) {
+		return fmt.Errorf("ovsdb-server socket: not ready after %v", 10*time.Second)
 	}
 	if _, err := i.Vsctl("--no-wait", "init"); err != nil {
 		return err
@@ -254,17 +241,6 @@ func (i *Instance) FreePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-func waitFor(limit time.Duration, ok func() bool) error {
-	deadline := time.Now().Add(limit)
-	for !ok() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready after %v", limit)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return nil
 }
 
 func tail(s string, lines int) string {
