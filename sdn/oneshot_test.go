@@ -182,9 +182,13 @@ func TestAcceptSwitch(t *testing.T) {
 func TestOneShotReachesBothKinds(t *testing.T) {
 	inst := ovstest.Start(t)
 	port, err := inst.FreePort()
-	testsupport.RequireNoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctlPort, err := inst.FreePort()
-	testsupport.RequireNoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	listening := inst.AddBridge(t, ovstest.UniqueName("bl"), 0xb1, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
 	dialing := inst.AddBridge(t, ovstest.UniqueName("bd"), 0xb2, fmt.Sprintf("tcp:127.0.0.1:%d", ctlPort))
 	swL, swD := siteSwitch(0xb1), siteSwitch(0xb2)
