@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sosappliance/sosappliance/host/cpuset"
 )
 
 // IRQ converges the interrupt affinity of a network interface under Root:
@@ -45,7 +47,7 @@ func (a irqAffinity) String() string {
 	slices.Sort(irqs)
 	parts := make([]string, len(irqs))
 	for i, irq := range irqs {
-		parts[i] = strconv.Itoa(irq) + ":" + FormatCPUList(a[irq])
+		parts[i] = strconv.Itoa(irq) + ":" + cpuset.Format(a[irq])
 	}
 	return strings.Join(parts, " ")
 }
@@ -65,7 +67,7 @@ func parseIRQAffinity(s string) (irqAffinity, error) {
 		if _, dup := a[irq]; dup {
 			return nil, fmt.Errorf("per-IRQ affinity %q: IRQ %d twice", s, irq)
 		}
-		cpus, err := ParseCPUList(cpuText)
+		cpus, err := cpuset.Parse(cpuText)
 		if err != nil {
 			return nil, fmt.Errorf("per-IRQ affinity %q: %w", s, err)
 		}
@@ -86,7 +88,7 @@ func CanonicalIRQValue(v string) (string, error) {
 		}
 		return a.String(), nil
 	}
-	return CanonicalCPUList(v)
+	return cpuset.Canonical(v)
 }
 
 // SpreadIRQs assigns IRQs, in ascending order, one CPU each from cpus in
@@ -119,7 +121,7 @@ func (q *IRQ) target(value string, irqs []int) (irqAffinity, error) {
 		}
 		return out, nil
 	}
-	cpus, err := ParseCPUList(value)
+	cpus, err := cpuset.Parse(value)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +208,7 @@ func (q *IRQ) readAffinity(irq int) ([]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("irq %d: %w", irq, err)
 	}
-	cpus, err := ParseCPUList(string(b))
+	cpus, err := cpuset.Parse(string(b))
 	if err != nil {
 		return nil, fmt.Errorf("irq %d smp_affinity_list: %w", irq, err)
 	}
@@ -248,8 +250,8 @@ func (q *IRQ) observe(it Item) (string, bool, error) {
 	// Report the item's own CPU list when the host is exactly what
 	// spreading over it gives, so desired and observed compare equal.
 	if it.Value != "" && !strings.Contains(it.Value, ":") {
-		if cpus, err := ParseCPUList(it.Value); err == nil && sameAffinity(have, SpreadIRQs(irqs, cpus)) {
-			return FormatCPUList(cpus), true, nil
+		if cpus, err := cpuset.Parse(it.Value); err == nil && sameAffinity(have, SpreadIRQs(irqs, cpus)) {
+			return cpuset.Format(cpus), true, nil
 		}
 	}
 	return have.String(), true, nil
@@ -327,7 +329,7 @@ func (q *IRQ) Validate(ctx context.Context, items []Item) error {
 		// happens to use.
 		named := slices.Concat(slices.Collect(maps.Values(target))...)
 		if !strings.Contains(it.Value, ":") {
-			named, _ = ParseCPUList(it.Value)
+			named, _ = cpuset.Parse(it.Value)
 		}
 		var offline []int
 		for _, c := range named {
@@ -337,7 +339,7 @@ func (q *IRQ) Validate(ctx context.Context, items []Item) error {
 		}
 		if len(offline) > 0 {
 			errs = append(errs, fmt.Errorf("irq %s = %q: CPUs %s are not online (online: %s)",
-				it.Key, it.Value, FormatCPUList(offline), FormatCPUList(online)))
+				it.Key, it.Value, cpuset.Format(offline), cpuset.Format(online)))
 		}
 	}
 	return errors.Join(errs...)
@@ -349,7 +351,7 @@ func onlineCPUs(root string) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ParseCPUList(string(b))
+	return cpuset.Parse(string(b))
 }
 
 // Apply writes each IRQ's affinity and reads it back.
@@ -370,7 +372,7 @@ func (q *IRQ) Apply(ctx context.Context, it Item) error {
 		if !ok {
 			continue
 		}
-		want := FormatCPUList(cpus)
+		want := cpuset.Format(cpus)
 		if err := writeExisting(q.affinityPath(irq), want); err != nil {
 			return fmt.Errorf("irq %d (%s): set affinity %s: %w", irq, it.Key, want, err)
 		}
@@ -379,7 +381,7 @@ func (q *IRQ) Apply(ctx context.Context, it Item) error {
 			return err
 		}
 		if !slices.Equal(got, cpus) {
-			return fmt.Errorf("irq %d (%s): wrote affinity %s but the kernel reports %s", irq, it.Key, want, FormatCPUList(got))
+			return fmt.Errorf("irq %d (%s): wrote affinity %s but the kernel reports %s", irq, it.Key, want, cpuset.Format(got))
 		}
 	}
 	return nil

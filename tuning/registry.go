@@ -1,6 +1,10 @@
 package tuning
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/sosappliance/sosappliance/host/cpuset"
+)
 
 // Executors returns every executor of this package by kind, for the host
 // tree at root ("/" in production). Netlink executors act in the network
@@ -29,7 +33,7 @@ func Canonical(it Item) (Item, error) {
 	case KindInterface:
 		it.Value, err = CanonicalInterfaceValue(it.Value)
 	case KindRelay:
-		it.Value, err = CanonicalCPUList(it.Value)
+		it.Value, err = cpuset.Canonical(it.Value)
 	case KindSteering:
 		it.Value, err = CanonicalSteeringValue(it.Key, it.Value)
 	}

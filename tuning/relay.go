@@ -11,6 +11,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sosappliance/sosappliance/host/cpuset"
 )
 
 // RelayCPUsFile is where, under the root, the relay CPU list is handed from
@@ -55,7 +57,7 @@ func (r *Relay) Observe(ctx context.Context, items []Item) ([]Observation, error
 		} else if cpus, ok, err := LoadRelayCPUs(r.Root); err != nil {
 			errs = append(errs, err)
 		} else if ok {
-			o.Present, o.Value = true, FormatCPUList(cpus)
+			o.Present, o.Value = true, cpuset.Format(cpus)
 		}
 		obs = append(obs, o)
 	}
@@ -71,7 +73,7 @@ func (r *Relay) Validate(ctx context.Context, items []Item) error {
 			errs = append(errs, err)
 			continue
 		}
-		cpus, err := ParseCPUList(it.Value)
+		cpus, err := cpuset.Parse(it.Value)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("relay cpus: %w", err))
 			continue
@@ -87,7 +89,7 @@ func (r *Relay) Validate(ctx context.Context, items []Item) error {
 		}
 		if len(offline) > 0 {
 			errs = append(errs, fmt.Errorf("relay cpus %q: CPUs %s are not online (online: %s)",
-				it.Value, FormatCPUList(offline), FormatCPUList(online)))
+				it.Value, cpuset.Format(offline), cpuset.Format(online)))
 		}
 	}
 	return errors.Join(errs...)
@@ -98,7 +100,7 @@ func (r *Relay) Apply(ctx context.Context, it Item) error {
 	if err := checkRelayKey(it.Key); err != nil {
 		return err
 	}
-	cpus, err := ParseCPUList(it.Value)
+	cpus, err := cpuset.Parse(it.Value)
 	if err != nil {
 		return fmt.Errorf("relay cpus: %w", err)
 	}
@@ -107,7 +109,7 @@ func (r *Relay) Apply(ctx context.Context, it Item) error {
 		return fmt.Errorf("relay cpus: %w", err)
 	}
 	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(FormatCPUList(cpus)+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(cpuset.Format(cpus)+"\n"), 0o644); err != nil {
 		return fmt.Errorf("relay cpus: %w", err)
 	}
 	if err := os.Rename(tmp, p); err != nil {
@@ -137,7 +139,7 @@ func LoadRelayCPUs(root string) (cpus []int, ok bool, err error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("relay cpus: %w", err)
 	}
-	cpus, err = ParseCPUList(string(b))
+	cpus, err = cpuset.Parse(string(b))
 	if err != nil {
 		return nil, false, fmt.Errorf("relay cpus %s: %w", filepath.Join(root, RelayCPUsFile), err)
 	}
@@ -171,7 +173,7 @@ func PinProcess(cpus []int) error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("pin process to CPUs %s: %w", FormatCPUList(cpus), err)
+		return fmt.Errorf("pin process to CPUs %s: %w", cpuset.Format(cpus), err)
 	}
 	return nil
 }
@@ -183,7 +185,7 @@ func ProcessAffinity(tid int) ([]int, error) {
 		return nil, fmt.Errorf("affinity of %d: %w", tid, err)
 	}
 	var cpus []int
-	for c := 0; c <= maxCPU && len(cpus) < set.Count(); c++ {
+	for c := 0; c <= cpuset.MaxCPU && len(cpus) < set.Count(); c++ {
 		if set.IsSet(c) {
 			cpus = append(cpus, c)
 		}
