@@ -8,9 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/sosappliance/sosappliance/host/cpuset"
 )
@@ -25,8 +22,9 @@ const RelayKeyCPUs = "cpus"
 
 // Relay stores the CPU list the relay pins itself to. The relay runs inside
 // the daemon, so apply cannot set its affinity from outside; it writes the
-// list to Root/RelayCPUsFile and the relay reads it with LoadRelayCPUs and
-// calls PinProcess at start and on reload.
+// list to Root/RelayCPUsFile, and the relay (dataplane/relay) pins its whole
+// process to the same CPUs, from its Config.RelayCPUs, at start and on
+// reload.
 type Relay struct {
 	Root string
 }
@@ -144,51 +142,4 @@ func LoadRelayCPUs(root string) (cpus []int, ok bool, err error) {
 		return nil, false, fmt.Errorf("relay cpus %s: %w", filepath.Join(root, RelayCPUsFile), err)
 	}
 	return cpus, true, nil
-}
-
-// PinProcess sets the CPU affinity of every thread of the calling process.
-// Threads the Go runtime starts later inherit the affinity of the thread
-// that creates them, so the whole process stays on cpus.
-func PinProcess(cpus []int) error {
-	if len(cpus) == 0 {
-		return errors.New("pin process: empty CPU list")
-	}
-	var set unix.CPUSet
-	for _, c := range cpus {
-		set.Set(c)
-	}
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return fmt.Errorf("pin process: %w", err)
-	}
-	var errs []error
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
-		}
-		// A thread may exit between listing and pinning.
-		if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
-			errs = append(errs, fmt.Errorf("thread %d: %w", tid, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("pin process to CPUs %s: %w", cpuset.Format(cpus), err)
-	}
-	return nil
-}
-
-// ProcessAffinity reads the CPU affinity of one thread (0: the caller).
-func ProcessAffinity(tid int) ([]int, error) {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(tid, &set); err != nil {
-		return nil, fmt.Errorf("affinity of %d: %w", tid, err)
-	}
-	var cpus []int
-	for c := 0; c <= cpuset.MaxCPU && len(cpus) < set.Count(); c++ {
-		if set.IsSet(c) {
-			cpus = append(cpus, c)
-		}
-	}
-	return cpus, nil
 }

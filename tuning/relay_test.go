@@ -2,9 +2,7 @@ package tuning
 
 import (
 	"context"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -43,38 +41,5 @@ func TestRelayStoresCPUList(t *testing.T) {
 	err = ex.Validate(ctx, []Item{{Kind: KindRelay, Key: RelayKeyCPUs, Value: "4"}, {Kind: KindRelay, Key: "threads", Value: "1"}})
 	if err == nil || !strings.Contains(err.Error(), "CPUs 4 are not online") || !strings.Contains(err.Error(), `relay key "threads"`) {
 		t.Fatalf("Validate = %v", err)
-	}
-}
-
-func TestPinProcessPinsEveryThread(t *testing.T) {
-	orig, err := ProcessAffinity(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := PinProcess(orig); err != nil {
-			t.Errorf("restore affinity: %v", err)
-		}
-	})
-	target := orig[len(orig)-1:]
-	if err := PinProcess(target); err != nil {
-		t.Fatal(err)
-	}
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, task := range tasks {
-		tid, _ := strconv.Atoi(task.Name())
-		got, err := ProcessAffinity(tid)
-		if err != nil {
-			continue // thread exited
-		}
-		if !slices.Equal(got, target) {
-			t.Errorf("thread %d affinity %v, want %v", tid, got, target)
-		}
-	}
-	if err := PinProcess(nil); err == nil {
-		t.Error("PinProcess(nil) succeeded")
 	}
 }
