@@ -10,15 +10,13 @@ import (
 	"slices"
 
 	"github.com/sosappliance/sosappliance/host/cpuset"
+	"github.com/sosappliance/sosappliance/host/item"
 )
 
 // RelayCPUsFile is where, under the root, the relay CPU list is handed from
 // apply to the relay. It is runtime state (/run), like the affinity of the
 // relay process itself.
 const RelayCPUsFile = "run/sosappliance/relay-cpus"
-
-// RelayKeyCPUs is the only key of the relay kind.
-const RelayKeyCPUs = "cpus"
 
 // Relay stores the CPU list the relay pins itself to. The relay runs inside
 // the daemon, so apply cannot set its affinity from outside; it writes the
@@ -33,23 +31,23 @@ type Relay struct {
 func NewRelay(root string) *Relay { return &Relay{Root: root} }
 
 // Kind implements Executor.
-func (r *Relay) Kind() string { return KindRelay }
+func (r *Relay) Kind() string { return item.KindRelay }
 
 func (r *Relay) path() string { return filepath.Join(r.Root, RelayCPUsFile) }
 
 func checkRelayKey(key string) error {
-	if key != RelayKeyCPUs {
-		return fmt.Errorf("relay key %q: the only key is %q", key, RelayKeyCPUs)
+	if key != item.RelayKeyCPUs {
+		return fmt.Errorf("relay key %q: the only key is %q", key, item.RelayKeyCPUs)
 	}
 	return nil
 }
 
 // Observe reads the stored list; none stored is reported not present.
-func (r *Relay) Observe(ctx context.Context, items []Item) ([]Observation, error) {
+func (r *Relay) Observe(ctx context.Context, items []item.Item) ([]item.Observation, error) {
 	var errs []error
-	obs := make([]Observation, 0, len(items))
+	obs := make([]item.Observation, 0, len(items))
 	for _, it := range items {
-		o := Observation{Item: Item{Kind: it.Kind, Key: it.Key}}
+		o := item.Observation{Item: item.Item{Kind: it.Kind, Key: it.Key}}
 		if err := checkRelayKey(it.Key); err != nil {
 			errs = append(errs, err)
 		} else if cpus, ok, err := LoadRelayCPUs(r.Root); err != nil {
@@ -63,7 +61,7 @@ func (r *Relay) Observe(ctx context.Context, items []Item) ([]Observation, error
 }
 
 // Validate checks the key and that every CPU is online.
-func (r *Relay) Validate(ctx context.Context, items []Item) error {
+func (r *Relay) Validate(ctx context.Context, items []item.Item) error {
 	online, onlineErr := onlineCPUs(r.Root)
 	var errs []error
 	for _, it := range items {
@@ -94,7 +92,7 @@ func (r *Relay) Validate(ctx context.Context, items []Item) error {
 }
 
 // Apply stores the list atomically, so the relay never reads half of it.
-func (r *Relay) Apply(ctx context.Context, it Item) error {
+func (r *Relay) Apply(ctx context.Context, it item.Item) error {
 	if err := checkRelayKey(it.Key); err != nil {
 		return err
 	}
@@ -117,7 +115,7 @@ func (r *Relay) Apply(ctx context.Context, it Item) error {
 }
 
 // Remove deletes the stored list: the relay then runs unpinned.
-func (r *Relay) Remove(ctx context.Context, it Item) error {
+func (r *Relay) Remove(ctx context.Context, it item.Item) error {
 	if err := checkRelayKey(it.Key); err != nil {
 		return err
 	}
