@@ -14,6 +14,7 @@ import (
 
 	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/appliance/store"
+	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
@@ -32,7 +33,7 @@ type Result struct {
 // unavailable congestion controls, offline CPUs all fail here, together);
 // items the appliance owns from earlier applies but no longer desires are
 // planned for restore. Plan changes nothing on the host or in the store.
-func Plan(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []tuning.Item, node, configHash string) (plan.Plan, error) {
+func Plan(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, error) {
 	// Report every bad item at once: those that are not even well formed
 	// and those their executor rejects.
 	canon, err := canonicalItems(desired)
@@ -48,7 +49,7 @@ func PlanRollback(ctx context.Context, st *store.Store, exs map[string]tuning.Ex
 	return planAgainstStore(ctx, st, exs, nil, node, "", plan.OperationRollback)
 }
 
-func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []tuning.Item, node, configHash, operation string) (plan.Plan, error) {
+func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash, operation string) (plan.Plan, error) {
 	serial, err := st.Serial()
 	if err != nil {
 		return plan.Plan{}, err
@@ -67,7 +68,7 @@ func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tunin
 	}
 	for _, r := range records {
 		if !wanted[r.ID()] {
-			toObserve = append(toObserve, tuning.Item{Kind: r.Kind, Key: r.Key, Value: r.Desired})
+			toObserve = append(toObserve, item.Item{Kind: r.Kind, Key: r.Key, Value: r.Desired})
 		}
 	}
 	observed, err := observeItems(ctx, exs, toObserve)
@@ -177,7 +178,7 @@ func applyChanges(ctx context.Context, st *store.Store, exs map[string]tuning.Ex
 		if _, err := st.Touch(c.Kind, c.Key, prev.Value, prev.Present, c.After, serial); err != nil {
 			return err
 		}
-		if err := ex.Apply(ctx, tuning.Item{Kind: c.Kind, Key: c.Key, Value: c.After}); err != nil {
+		if err := ex.Apply(ctx, item.Item{Kind: c.Kind, Key: c.Key, Value: c.After}); err != nil {
 			return fmt.Errorf("%s %s: %w", c.Action, c.ID(), err)
 		}
 		if err := st.MarkApplied(c.Kind, c.Key); err != nil {
@@ -191,8 +192,8 @@ func applyChanges(ctx context.Context, st *store.Store, exs map[string]tuning.Ex
 // firstTouchValues observes, right before applying, the items the appliance
 // is about to touch for the first time: what the host has now is what a
 // rollback must put back, whatever it had when the plan was made.
-func firstTouchValues(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, changes []plan.Change) (map[string]tuning.Observation, error) {
-	var items []tuning.Item
+func firstTouchValues(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, changes []plan.Change) (map[string]item.Observation, error) {
+	var items []item.Item
 	for _, c := range changes {
 		if c.Action == plan.Restore {
 			continue
@@ -202,14 +203,14 @@ func firstTouchValues(ctx context.Context, st *store.Store, exs map[string]tunin
 			return nil, err
 		}
 		if !owned {
-			items = append(items, tuning.Item{Kind: c.Kind, Key: c.Key, Value: c.After})
+			items = append(items, item.Item{Kind: c.Kind, Key: c.Key, Value: c.After})
 		}
 	}
 	obs, err := observeItems(ctx, exs, items)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]tuning.Observation, len(obs))
+	out := make(map[string]item.Observation, len(obs))
 	for _, o := range obs {
 		if !o.Present {
 			o.Value = ""
@@ -229,9 +230,9 @@ func restoreItem(ctx context.Context, st *store.Store, ex tuning.Executor, c pla
 	}
 	if owned && c.BeforePresent {
 		if rec.PreviousPresent {
-			err = ex.Apply(ctx, tuning.Item{Kind: c.Kind, Key: c.Key, Value: rec.Previous})
+			err = ex.Apply(ctx, item.Item{Kind: c.Kind, Key: c.Key, Value: rec.Previous})
 		} else {
-			err = ex.Remove(ctx, tuning.Item{Kind: c.Kind, Key: c.Key, Value: rec.Desired})
+			err = ex.Remove(ctx, item.Item{Kind: c.Kind, Key: c.Key, Value: rec.Desired})
 		}
 		if err != nil {
 			return fmt.Errorf("- %s: %w", c.ID(), err)
@@ -254,7 +255,7 @@ func Rollback(ctx context.Context, st *store.Store, exs map[string]tuning.Execut
 
 // Converge plans and applies in one step, as the daemon does on start,
 // reload and drift check.
-func Converge(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []tuning.Item, node, configHash string) (plan.Plan, Result, error) {
+func Converge(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, Result, error) {
 	p, err := Plan(ctx, st, exs, desired, node, configHash)
 	if err != nil {
 		return p, Result{}, err
@@ -265,12 +266,12 @@ func Converge(ctx context.Context, st *store.Store, exs map[string]tuning.Execut
 
 // canonicalItems rewrites values canonically and rejects an ID desired with
 // two values. It returns the good items even when some are bad.
-func canonicalItems(items []tuning.Item) ([]tuning.Item, error) {
-	out := make([]tuning.Item, 0, len(items))
+func canonicalItems(items []item.Item) ([]item.Item, error) {
+	out := make([]item.Item, 0, len(items))
 	seen := make(map[string]string, len(items))
 	var errs []error
 	for _, it := range items {
-		c, err := tuning.Canonical(it)
+		c, err := item.Canonical(it)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -289,8 +290,8 @@ func canonicalItems(items []tuning.Item) ([]tuning.Item, error) {
 
 // groupByKind groups items per kind, kinds in sorted order for a stable call
 // sequence.
-func groupByKind(items []tuning.Item) ([]string, map[string][]tuning.Item) {
-	groups := map[string][]tuning.Item{}
+func groupByKind(items []item.Item) ([]string, map[string][]item.Item) {
+	groups := map[string][]item.Item{}
 	for _, it := range items {
 		groups[it.Kind] = append(groups[it.Kind], it)
 	}
@@ -302,7 +303,7 @@ func groupByKind(items []tuning.Item) ([]string, map[string][]tuning.Item) {
 	return kinds, groups
 }
 
-func validateItems(ctx context.Context, exs map[string]tuning.Executor, items []tuning.Item) error {
+func validateItems(ctx context.Context, exs map[string]tuning.Executor, items []item.Item) error {
 	kinds, groups := groupByKind(items)
 	var errs []error
 	for _, kind := range kinds {
@@ -320,9 +321,9 @@ func validateItems(ctx context.Context, exs map[string]tuning.Executor, items []
 	return errors.Join(errs...)
 }
 
-func observeItems(ctx context.Context, exs map[string]tuning.Executor, items []tuning.Item) ([]tuning.Observation, error) {
+func observeItems(ctx context.Context, exs map[string]tuning.Executor, items []item.Item) ([]item.Observation, error) {
 	kinds, groups := groupByKind(items)
-	var out []tuning.Observation
+	var out []item.Observation
 	var errs []error
 	for _, kind := range kinds {
 		ex := exs[kind]

@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/sosappliance/sosappliance/appliance/store"
+	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
 // crashItems are six sysctls, applied in this (sorted) order.
-var crashItems = []tuning.Item{
+var crashItems = []item.Item{
 	sysctlItem("net.core.rmem_max", "134217728"),
 	sysctlItem("net.core.wmem_max", "134217728"),
 	sysctlItem("net.ipv4.tcp_congestion_control", "bbr"),
@@ -45,7 +46,7 @@ type pausing struct {
 	calls atomic.Int32
 }
 
-func (p *pausing) Apply(ctx context.Context, it tuning.Item) error {
+func (p *pausing) Apply(ctx context.Context, it item.Item) error {
 	if int(p.calls.Add(1)) != p.spec.PauseAt {
 		return p.Sysctl.Apply(ctx, it)
 	}
@@ -78,7 +79,7 @@ func runCrashChild(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	exs := map[string]tuning.Executor{tuning.KindSysctl: &pausing{Sysctl: tuning.NewSysctl(spec.Root), spec: spec}}
+	exs := map[string]tuning.Executor{item.KindSysctl: &pausing{Sysctl: tuning.NewSysctl(spec.Root), spec: spec}}
 	_, _, err = Converge(context.Background(), st, exs, crashItems, "node-a", "h")
 	fmt.Fprintf(os.Stderr, "apply finished instead of pausing: %v\n", err)
 	return 3

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/appliance/store"
+	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
@@ -63,9 +64,9 @@ func tempHost(t *testing.T) string {
 // tempHostExecutors are the file-tree executors over root.
 func tempHostExecutors(root string) map[string]tuning.Executor {
 	return map[string]tuning.Executor{
-		tuning.KindSysctl: tuning.NewSysctl(root),
-		tuning.KindIRQ:    tuning.NewIRQ(root),
-		tuning.KindRelay:  tuning.NewRelay(root),
+		item.KindSysctl: tuning.NewSysctl(root),
+		item.KindIRQ:    tuning.NewIRQ(root),
+		item.KindRelay:  tuning.NewRelay(root),
 	}
 }
 
@@ -92,7 +93,7 @@ func snapshot(t *testing.T, root string) map[string]string {
 	return out
 }
 
-func mustPlan(t *testing.T, st *store.Store, exs map[string]tuning.Executor, desired []tuning.Item) plan.Plan {
+func mustPlan(t *testing.T, st *store.Store, exs map[string]tuning.Executor, desired []item.Item) plan.Plan {
 	t.Helper()
 	p, err := Plan(context.Background(), st, exs, desired, "node-a", "hash")
 	if err != nil {

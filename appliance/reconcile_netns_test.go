@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/tuning"
 )
@@ -58,10 +59,10 @@ func TestApplyAndRollbackInNetns(t *testing.T) {
 		}
 	}
 	testsupport.Require(t, cc != "", "no second allowed congestion control in %v", allowed)
-	steering, err := tuning.SteeringSpec{
+	steering, err := item.SteeringSpec{
 		Interface:  "sosr0",
 		ListenPort: 9876,
-		Divert: []tuning.Divert{{
+		Divert: []item.Divert{{
 			Clients: []netip.Prefix{netip.MustParsePrefix("10.20.1.0/24")},
 			Server:  netip.MustParseAddr("10.20.2.1"),
 			Port:    5201,
@@ -70,11 +71,11 @@ func TestApplyAndRollbackInNetns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	desired := append([]tuning.Item{
+	desired := append([]item.Item{
 		sysctlItem("net.ipv4.tcp_rmem", "4096 87380 67108864"),
 		sysctlItem("net.ipv4.tcp_congestion_control", cc),
-		{Kind: tuning.KindInterface, Key: "sosr0/mtu", Value: "9000"},
-		{Kind: tuning.KindInterface, Key: "sosr0/txqueuelen", Value: "10000"},
+		{Kind: item.KindInterface, Key: "sosr0/mtu", Value: "9000"},
+		{Kind: item.KindInterface, Key: "sosr0/txqueuelen", Value: "10000"},
 	}, steering...)
 
 	exs := tuning.Executors("/")

@@ -10,21 +10,22 @@ import (
 
 	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/appliance/store"
+	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
-func sysctlItem(key, value string) tuning.Item {
-	return tuning.Item{Kind: tuning.KindSysctl, Key: key, Value: value}
+func sysctlItem(key, value string) item.Item {
+	return item.Item{Kind: item.KindSysctl, Key: key, Value: value}
 }
 
-func wanTuning() []tuning.Item {
-	return []tuning.Item{
+func wanTuning() []item.Item {
+	return []item.Item{
 		sysctlItem("net.core.rmem_max", "134217728"),
 		sysctlItem("net.ipv4.tcp_rmem", "4096 87380  67108864"),
 		sysctlItem("net.ipv4.tcp_congestion_control", "bbr"),
 		sysctlItem("net.ipv4.tcp_mtu_probing", "0"), // already so: not owned
-		{Kind: tuning.KindIRQ, Key: "eth1", Value: "2,3"},
-		{Kind: tuning.KindRelay, Key: tuning.RelayKeyCPUs, Value: "1"},
+		{Kind: item.KindIRQ, Key: "eth1", Value: "2,3"},
+		{Kind: item.KindRelay, Key: item.RelayKeyCPUs, Value: "1"},
 	}
 }
 
@@ -147,11 +148,11 @@ func TestPlanNamesEveryInvalidItem(t *testing.T) {
 	root := tempHost(t)
 	exs := tempHostExecutors(root)
 	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
-	_, err := Plan(context.Background(), st, exs, []tuning.Item{
+	_, err := Plan(context.Background(), st, exs, []item.Item{
 		sysctlItem("net.ipv4.tcp_nosuch", "1"),
 		sysctlItem("net.ipv4.tcp_congestion_control", "sosnosuchcc"),
-		{Kind: tuning.KindIRQ, Key: "eth1", Value: "0-7"},
-		{Kind: tuning.KindRelay, Key: tuning.RelayKeyCPUs, Value: "many"},
+		{Kind: item.KindIRQ, Key: "eth1", Value: "0-7"},
+		{Kind: item.KindRelay, Key: item.RelayKeyCPUs, Value: "many"},
 		{Kind: "flows", Key: "s1", Value: "x"},
 		sysctlItem("net.core.rmem_max", "1"),
 		sysctlItem("net.core.rmem_max", "2"),
@@ -180,14 +181,14 @@ type failOn struct {
 	key string
 }
 
-func (f failOn) Apply(ctx context.Context, it tuning.Item) error {
+func (f failOn) Apply(ctx context.Context, it item.Item) error {
 	if it.Key == f.key {
 		return errors.New("injected failure")
 	}
 	return f.Executor.Apply(ctx, it)
 }
 
-func (f failOn) Validate(ctx context.Context, items []tuning.Item) error {
+func (f failOn) Validate(ctx context.Context, items []item.Item) error {
 	return f.Executor.(tuning.Validator).Validate(ctx, items)
 }
 
@@ -198,7 +199,7 @@ func TestFailureHalfwayRecordsExactlyWhatWasAppliedAndRerunFinishes(t *testing.T
 	original := snapshot(t, root)
 
 	failing := tempHostExecutors(root)
-	failing[tuning.KindSysctl] = failOn{Executor: exs[tuning.KindSysctl], key: "net.ipv4.tcp_congestion_control"}
+	failing[item.KindSysctl] = failOn{Executor: exs[item.KindSysctl], key: "net.ipv4.tcp_congestion_control"}
 	p := mustPlan(t, st, failing, wanTuning())
 	res, err := Apply(context.Background(), st, failing, p)
 	if err == nil || !strings.Contains(err.Error(), "~ sysctl/net.ipv4.tcp_congestion_control: injected failure") {
@@ -257,17 +258,17 @@ func TestRollbackRestoresOriginalValuesAndIsRecorded(t *testing.T) {
 	mustApply(t, st, exs, mustPlan(t, st, exs, wanTuning()))
 	// A second configuration drops the relay and changes rmem_max: the
 	// values recorded first must survive it.
-	second := []tuning.Item{
+	second := []item.Item{
 		sysctlItem("net.core.rmem_max", "268435456"),
 		sysctlItem("net.core.wmem_max", "268435456"),
-		{Kind: tuning.KindIRQ, Key: "eth1", Value: "0"},
+		{Kind: item.KindIRQ, Key: "eth1", Value: "0"},
 	}
 	p := mustPlan(t, st, exs, second)
 	if !strings.Contains(p.Text(), "- cpus: \"1\" -> (absent)") || !strings.Contains(p.Text(), "- net.ipv4.tcp_rmem") {
 		t.Errorf("second plan:\n%s", p.Text())
 	}
 	mustApply(t, st, exs, p)
-	if r, _, _ := st.Record(tuning.KindSysctl, "net.core.rmem_max"); r.Previous != "212992" || r.FirstSerial != 1 || r.Serial != 2 {
+	if r, _, _ := st.Record(item.KindSysctl, "net.core.rmem_max"); r.Previous != "212992" || r.FirstSerial != 1 || r.Serial != 2 {
 		t.Errorf("rmem_max record after second apply %+v", r)
 	}
 

@@ -11,47 +11,48 @@ import (
 	"time"
 
 	"github.com/sosappliance/sosappliance/appliance/store"
+	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
 // walkStates are tuning states of one node. They overlap on purpose: the
 // same key with different values, keys that come and go, a value equal to
 // the host's original, IRQs both spread and restored.
-var walkStates = [][]tuning.Item{
+var walkStates = [][]item.Item{
 	{},
 	{
 		sysctlItem("net.core.rmem_max", "134217728"),
 		sysctlItem("net.ipv4.tcp_rmem", "4096 87380 67108864"),
-		{Kind: tuning.KindIRQ, Key: "eth1", Value: "0-1"},
-		{Kind: tuning.KindRelay, Key: tuning.RelayKeyCPUs, Value: "3"},
+		{Kind: item.KindIRQ, Key: "eth1", Value: "0-1"},
+		{Kind: item.KindRelay, Key: item.RelayKeyCPUs, Value: "3"},
 	},
 	{
 		sysctlItem("net.core.rmem_max", "268435456"),
 		sysctlItem("net.core.wmem_max", "268435456"),
 		sysctlItem("net.ipv4.tcp_congestion_control", "bbr"),
-		{Kind: tuning.KindIRQ, Key: "eth1", Value: "2"},
+		{Kind: item.KindIRQ, Key: "eth1", Value: "2"},
 	},
 	{
 		sysctlItem("net.ipv4.tcp_rmem", "8192 65536 33554432"),
 		sysctlItem("net.ipv4.tcp_congestion_control", "reno"),
 		sysctlItem("net.ipv4.tcp_mtu_probing", "1"),
-		{Kind: tuning.KindRelay, Key: tuning.RelayKeyCPUs, Value: "0-1"},
+		{Kind: item.KindRelay, Key: item.RelayKeyCPUs, Value: "0-1"},
 	},
 	{
 		sysctlItem("net.core.rmem_max", "212992"),
 		sysctlItem("net.ipv4.conf.eth1.rp_filter", "2"),
-		{Kind: tuning.KindIRQ, Key: "eth1", Value: "0-3"},
+		{Kind: item.KindIRQ, Key: "eth1", Value: "0-3"},
 	},
 }
 
 // itemFiles are the files under the host tree one item governs.
-func itemFiles(it tuning.Item) []string {
+func itemFiles(it item.Item) []string {
 	switch it.Kind {
-	case tuning.KindSysctl:
+	case item.KindSysctl:
 		return []string{filepath.Join("proc/sys", strings.ReplaceAll(it.Key, ".", "/"))}
-	case tuning.KindIRQ:
+	case item.KindIRQ:
 		return []string{"proc/irq/40/smp_affinity_list", "proc/irq/41/smp_affinity_list", "proc/irq/42/smp_affinity_list", "proc/irq/43/smp_affinity_list"}
-	case tuning.KindRelay:
+	case item.KindRelay:
 		return []string{tuning.RelayCPUsFile}
 	}
 	return nil
@@ -60,18 +61,18 @@ func itemFiles(it tuning.Item) []string {
 // checkConverged checks that every desired item holds its value, a second
 // plan is empty, and every file no desired item governs is as it was before
 // the appliance ever ran.
-func checkConverged(t *testing.T, st *store.Store, exs map[string]tuning.Executor, root string, desired []tuning.Item, original map[string]string) {
+func checkConverged(t *testing.T, st *store.Store, exs map[string]tuning.Executor, root string, desired []item.Item, original map[string]string) {
 	t.Helper()
 	obs, err := observeItems(context.Background(), exs, desired)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]tuning.Observation{}
+	got := map[string]item.Observation{}
 	for _, o := range obs {
 		got[o.ID()] = o
 	}
 	for _, it := range desired {
-		want, _ := tuning.Canonical(it)
+		want, _ := item.Canonical(it)
 		if o := got[it.ID()]; !o.Present || o.Value != want.Value {
 			t.Errorf("%s = %q (present %v), want %q", it.ID(), o.Value, o.Present, want.Value)
 		}
@@ -122,12 +123,12 @@ func TestRandomWalkBetweenTuningStatesConverges(t *testing.T) {
 		case 0:
 			// Drift: someone changes a file behind the appliance's back.
 			drifts := []struct {
-				item        tuning.Item
+				item        item.Item
 				file, value string
 			}{
 				{sysctlItem("net.core.rmem_max", ""), "proc/sys/net/core/rmem_max", "4096"},
 				{sysctlItem("net.ipv4.tcp_congestion_control", ""), "proc/sys/net/ipv4/tcp_congestion_control", "reno"},
-				{tuning.Item{Kind: tuning.KindIRQ, Key: "eth1"}, "proc/irq/41/smp_affinity_list", "3"},
+				{item.Item{Kind: item.KindIRQ, Key: "eth1"}, "proc/irq/41/smp_affinity_list", "3"},
 			}
 			d := drifts[r.IntN(len(drifts))]
 			if err := os.WriteFile(filepath.Join(root, d.file), []byte(d.value+"\n"), 0o644); err != nil {

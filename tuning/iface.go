@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/sosappliance/sosappliance/host/item"
 )
 
 // Interface converges link settings through netlink in the network namespace
@@ -19,51 +20,25 @@ type Interface struct{}
 func NewInterface() *Interface { return &Interface{} }
 
 // Kind implements Executor.
-func (x *Interface) Kind() string { return KindInterface }
-
-// Interface setting names.
-const (
-	SettingMTU        = "mtu"
-	SettingTxQueueLen = "txqueuelen"
-)
+func (x *Interface) Kind() string { return item.KindInterface }
 
 // minIPv4MTU is the smallest MTU an IPv4 interface may have (RFC 791).
 const minIPv4MTU = 68
 
-// InterfaceKey is the item key of one setting of an interface.
-func InterfaceKey(ifname, setting string) string { return ifname + "/" + setting }
-
-func splitInterfaceKey(key string) (ifname, setting string, err error) {
-	ifname, setting, ok := strings.Cut(key, "/")
-	if !ok || ifname == "" || (setting != SettingMTU && setting != SettingTxQueueLen) {
-		return "", "", fmt.Errorf("interface key %q: want IF/%s or IF/%s", key, SettingMTU, SettingTxQueueLen)
-	}
-	return ifname, setting, nil
-}
-
-// CanonicalInterfaceValue rewrites a setting as plain decimal.
-func CanonicalInterfaceValue(v string) (string, error) {
-	n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 31)
-	if err != nil {
-		return "", fmt.Errorf("interface setting %q is not a decimal number", v)
-	}
-	return strconv.FormatUint(n, 10), nil
-}
-
 func readSetting(link netlink.Link, setting string) int {
-	if setting == SettingMTU {
+	if setting == item.SettingMTU {
 		return link.Attrs().MTU
 	}
 	return link.Attrs().TxQLen
 }
 
 // Observe reads each setting; a missing interface is reported not present.
-func (x *Interface) Observe(ctx context.Context, items []Item) ([]Observation, error) {
+func (x *Interface) Observe(ctx context.Context, items []item.Item) ([]item.Observation, error) {
 	var errs []error
-	obs := make([]Observation, 0, len(items))
+	obs := make([]item.Observation, 0, len(items))
 	for _, it := range items {
-		o := Observation{Item: Item{Kind: it.Kind, Key: it.Key}}
-		ifname, setting, err := splitInterfaceKey(it.Key)
+		o := item.Observation{Item: item.Item{Kind: it.Kind, Key: it.Key}}
+		ifname, setting, err := item.SplitInterfaceKey(it.Key)
 		if err != nil {
 			errs = append(errs, err)
 			obs = append(obs, o)
@@ -84,20 +59,20 @@ func (x *Interface) Observe(ctx context.Context, items []Item) ([]Observation, e
 }
 
 // Validate checks keys, values and that each interface exists.
-func (x *Interface) Validate(ctx context.Context, items []Item) error {
+func (x *Interface) Validate(ctx context.Context, items []item.Item) error {
 	var errs []error
 	for _, it := range items {
-		ifname, setting, err := splitInterfaceKey(it.Key)
+		ifname, setting, err := item.SplitInterfaceKey(it.Key)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		v, err := CanonicalInterfaceValue(it.Value)
+		v, err := item.CanonicalInterfaceValue(it.Value)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("interface %s %s: %w", ifname, setting, err))
 			continue
 		}
-		if n, _ := strconv.Atoi(v); setting == SettingMTU && n < minIPv4MTU {
+		if n, _ := strconv.Atoi(v); setting == item.SettingMTU && n < minIPv4MTU {
 			errs = append(errs, fmt.Errorf("interface %s: mtu %s is below the IPv4 minimum of %d", ifname, v, minIPv4MTU))
 		}
 		if _, err := netlink.LinkByName(ifname); err != nil {
@@ -108,12 +83,12 @@ func (x *Interface) Validate(ctx context.Context, items []Item) error {
 }
 
 // Apply sets the value and reads it back.
-func (x *Interface) Apply(ctx context.Context, it Item) error {
-	ifname, setting, err := splitInterfaceKey(it.Key)
+func (x *Interface) Apply(ctx context.Context, it item.Item) error {
+	ifname, setting, err := item.SplitInterfaceKey(it.Key)
 	if err != nil {
 		return err
 	}
-	v, err := CanonicalInterfaceValue(it.Value)
+	v, err := item.CanonicalInterfaceValue(it.Value)
 	if err != nil {
 		return err
 	}
@@ -122,7 +97,7 @@ func (x *Interface) Apply(ctx context.Context, it Item) error {
 	if err != nil {
 		return fmt.Errorf("interface %s: %w", ifname, err)
 	}
-	if setting == SettingMTU {
+	if setting == item.SettingMTU {
 		err = netlink.LinkSetMTU(link, n)
 	} else {
 		err = netlink.LinkSetTxQLen(link, n)
@@ -140,6 +115,6 @@ func (x *Interface) Apply(ctx context.Context, it Item) error {
 }
 
 // Remove is refused: interface settings always have a value.
-func (x *Interface) Remove(ctx context.Context, it Item) error {
+func (x *Interface) Remove(ctx context.Context, it item.Item) error {
 	return fmt.Errorf("interface %s cannot be removed, only set", it.Key)
 }

@@ -12,6 +12,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sosappliance/sosappliance/host/cpuset"
+	"github.com/sosappliance/sosappliance/host/item"
 )
 
 // IRQ converges the interrupt affinity of a network interface under Root:
@@ -32,62 +35,7 @@ type IRQ struct {
 func NewIRQ(root string) *IRQ { return &IRQ{Root: root} }
 
 // Kind implements Executor.
-func (q *IRQ) Kind() string { return KindIRQ }
-
-// irqAffinity is the affinity of each IRQ of one interface.
-type irqAffinity map[int][]int
-
-func (a irqAffinity) String() string {
-	irqs := make([]int, 0, len(a))
-	for irq := range a {
-		irqs = append(irqs, irq)
-	}
-	slices.Sort(irqs)
-	parts := make([]string, len(irqs))
-	for i, irq := range irqs {
-		parts[i] = strconv.Itoa(irq) + ":" + FormatCPUList(a[irq])
-	}
-	return strings.Join(parts, " ")
-}
-
-// parseIRQAffinity reads the per-IRQ form.
-func parseIRQAffinity(s string) (irqAffinity, error) {
-	a := irqAffinity{}
-	for part := range strings.FieldsSeq(s) {
-		irqText, cpuText, ok := strings.Cut(part, ":")
-		if !ok {
-			return nil, fmt.Errorf("per-IRQ affinity %q: %q is not irq:cpus", s, part)
-		}
-		irq, err := strconv.Atoi(irqText)
-		if err != nil || irq < 0 {
-			return nil, fmt.Errorf("per-IRQ affinity %q: %q is not an IRQ number", s, irqText)
-		}
-		if _, dup := a[irq]; dup {
-			return nil, fmt.Errorf("per-IRQ affinity %q: IRQ %d twice", s, irq)
-		}
-		cpus, err := ParseCPUList(cpuText)
-		if err != nil {
-			return nil, fmt.Errorf("per-IRQ affinity %q: %w", s, err)
-		}
-		a[irq] = cpus
-	}
-	if len(a) == 0 {
-		return nil, errors.New("empty IRQ affinity")
-	}
-	return a, nil
-}
-
-// CanonicalIRQValue rewrites either form of an irq value canonically.
-func CanonicalIRQValue(v string) (string, error) {
-	if strings.Contains(v, ":") {
-		a, err := parseIRQAffinity(v)
-		if err != nil {
-			return "", err
-		}
-		return a.String(), nil
-	}
-	return CanonicalCPUList(v)
-}
+func (q *IRQ) Kind() string { return item.KindIRQ }
 
 // SpreadIRQs assigns IRQs, in ascending order, one CPU each from cpus in
 // turn. It is the whole placement policy: deterministic, so that Observe can
@@ -105,13 +53,13 @@ func SpreadIRQs(irqs, cpus []int) map[int][]int {
 // target is the affinity an irq item asks for on the given IRQs. For the
 // per-IRQ form only IRQs that still exist are kept: after a driver reload
 // the old numbers are gone and there is nothing of them to put back.
-func (q *IRQ) target(value string, irqs []int) (irqAffinity, error) {
+func (q *IRQ) target(value string, irqs []int) (item.IRQAffinity, error) {
 	if strings.Contains(value, ":") {
-		want, err := parseIRQAffinity(value)
+		want, err := item.ParseIRQAffinity(value)
 		if err != nil {
 			return nil, err
 		}
-		out := irqAffinity{}
+		out := item.IRQAffinity{}
 		for _, irq := range irqs {
 			if cpus, ok := want[irq]; ok {
 				out[irq] = cpus
@@ -119,7 +67,7 @@ func (q *IRQ) target(value string, irqs []int) (irqAffinity, error) {
 		}
 		return out, nil
 	}
-	cpus, err := ParseCPUList(value)
+	cpus, err := cpuset.Parse(value)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +154,7 @@ func (q *IRQ) readAffinity(irq int) ([]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("irq %d: %w", irq, err)
 	}
-	cpus, err := ParseCPUList(string(b))
+	cpus, err := cpuset.Parse(string(b))
 	if err != nil {
 		return nil, fmt.Errorf("irq %d smp_affinity_list: %w", irq, err)
 	}
@@ -215,12 +163,12 @@ func (q *IRQ) readAffinity(irq int) ([]int, error) {
 
 // Observe reads the affinity of every IRQ of each interface. An interface
 // that does not exist or has no IRQs is reported not present.
-func (q *IRQ) Observe(ctx context.Context, items []Item) ([]Observation, error) {
+func (q *IRQ) Observe(ctx context.Context, items []item.Item) ([]item.Observation, error) {
 	var errs []error
 	warning := q.irqbalanceWarning()
-	obs := make([]Observation, 0, len(items))
+	obs := make([]item.Observation, 0, len(items))
 	for _, it := range items {
-		o := Observation{Item: Item{Kind: it.Kind, Key: it.Key}}
+		o := item.Observation{Item: item.Item{Kind: it.Kind, Key: it.Key}}
 		value, present, err := q.observe(it)
 		if err != nil {
 			errs = append(errs, err)
@@ -234,12 +182,12 @@ func (q *IRQ) Observe(ctx context.Context, items []Item) ([]Observation, error) 
 	return obs, errors.Join(errs...)
 }
 
-func (q *IRQ) observe(it Item) (string, bool, error) {
+func (q *IRQ) observe(it item.Item) (string, bool, error) {
 	irqs, ok, err := q.interfaceIRQs(it.Key)
 	if err != nil || !ok || len(irqs) == 0 {
 		return "", false, err
 	}
-	have := irqAffinity{}
+	have := item.IRQAffinity{}
 	for _, irq := range irqs {
 		if have[irq], err = q.readAffinity(irq); err != nil {
 			return "", false, err
@@ -248,14 +196,14 @@ func (q *IRQ) observe(it Item) (string, bool, error) {
 	// Report the item's own CPU list when the host is exactly what
 	// spreading over it gives, so desired and observed compare equal.
 	if it.Value != "" && !strings.Contains(it.Value, ":") {
-		if cpus, err := ParseCPUList(it.Value); err == nil && sameAffinity(have, SpreadIRQs(irqs, cpus)) {
-			return FormatCPUList(cpus), true, nil
+		if cpus, err := cpuset.Parse(it.Value); err == nil && sameAffinity(have, SpreadIRQs(irqs, cpus)) {
+			return cpuset.Format(cpus), true, nil
 		}
 	}
 	return have.String(), true, nil
 }
 
-func sameAffinity(a, b irqAffinity) bool {
+func sameAffinity(a, b item.IRQAffinity) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -299,7 +247,7 @@ func findProcess(root, name string) int {
 
 // Validate checks that each interface exists and has IRQs, and that every
 // CPU named is online.
-func (q *IRQ) Validate(ctx context.Context, items []Item) error {
+func (q *IRQ) Validate(ctx context.Context, items []item.Item) error {
 	online, onlineErr := onlineCPUs(q.Root)
 	var errs []error
 	for _, it := range items {
@@ -327,7 +275,7 @@ func (q *IRQ) Validate(ctx context.Context, items []Item) error {
 		// happens to use.
 		named := slices.Concat(slices.Collect(maps.Values(target))...)
 		if !strings.Contains(it.Value, ":") {
-			named, _ = ParseCPUList(it.Value)
+			named, _ = cpuset.Parse(it.Value)
 		}
 		var offline []int
 		for _, c := range named {
@@ -337,7 +285,7 @@ func (q *IRQ) Validate(ctx context.Context, items []Item) error {
 		}
 		if len(offline) > 0 {
 			errs = append(errs, fmt.Errorf("irq %s = %q: CPUs %s are not online (online: %s)",
-				it.Key, it.Value, FormatCPUList(offline), FormatCPUList(online)))
+				it.Key, it.Value, cpuset.Format(offline), cpuset.Format(online)))
 		}
 	}
 	return errors.Join(errs...)
@@ -349,11 +297,11 @@ func onlineCPUs(root string) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ParseCPUList(string(b))
+	return cpuset.Parse(string(b))
 }
 
 // Apply writes each IRQ's affinity and reads it back.
-func (q *IRQ) Apply(ctx context.Context, it Item) error {
+func (q *IRQ) Apply(ctx context.Context, it item.Item) error {
 	irqs, ok, err := q.interfaceIRQs(it.Key)
 	if err != nil {
 		return err
@@ -370,7 +318,7 @@ func (q *IRQ) Apply(ctx context.Context, it Item) error {
 		if !ok {
 			continue
 		}
-		want := FormatCPUList(cpus)
+		want := cpuset.Format(cpus)
 		if err := writeExisting(q.affinityPath(irq), want); err != nil {
 			return fmt.Errorf("irq %d (%s): set affinity %s: %w", irq, it.Key, want, err)
 		}
@@ -379,7 +327,7 @@ func (q *IRQ) Apply(ctx context.Context, it Item) error {
 			return err
 		}
 		if !slices.Equal(got, cpus) {
-			return fmt.Errorf("irq %d (%s): wrote affinity %s but the kernel reports %s", irq, it.Key, want, FormatCPUList(got))
+			return fmt.Errorf("irq %d (%s): wrote affinity %s but the kernel reports %s", irq, it.Key, want, cpuset.Format(got))
 		}
 	}
 	return nil
@@ -387,7 +335,7 @@ func (q *IRQ) Apply(ctx context.Context, it Item) error {
 
 // Remove is refused: every IRQ always has an affinity; rollback restores the
 // recorded per-IRQ value with Apply.
-func (q *IRQ) Remove(ctx context.Context, it Item) error {
+func (q *IRQ) Remove(ctx context.Context, it item.Item) error {
 	return fmt.Errorf("irq %s: IRQ affinity cannot be removed, only set", it.Key)
 }
 

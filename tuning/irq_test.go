@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/sosappliance/sosappliance/host/item"
 )
 
 // irqTree is shaped like /sys/class/net, /proc/irq and /proc/interrupts of
@@ -39,8 +41,8 @@ func TestIRQSpreadsAndRestoresPerIRQAffinity(t *testing.T) {
 	ctx := context.Background()
 	root := irqTree(t)
 	ex := NewIRQ(root)
-	want := Item{Kind: KindIRQ, Key: "eth1", Value: "1-2"}
-	if err := ex.Validate(ctx, []Item{want}); err != nil {
+	want := item.Item{Kind: item.KindIRQ, Key: "eth1", Value: "1-2"}
+	if err := ex.Validate(ctx, []item.Item{want}); err != nil {
 		t.Fatal(err)
 	}
 	before := observeOne(t, ex, want)
@@ -67,7 +69,7 @@ func TestIRQSpreadsAndRestoresPerIRQAffinity(t *testing.T) {
 	if err := ex.Apply(ctx, before.Item); err != nil {
 		t.Fatal(err)
 	}
-	if got := observeOne(t, ex, Item{Kind: KindIRQ, Key: "eth1", Value: "1-2"}); got.Value != "45:0-3 46:0-3 47:2" {
+	if got := observeOne(t, ex, item.Item{Kind: item.KindIRQ, Key: "eth1", Value: "1-2"}); got.Value != "45:0-3 46:0-3 47:2" {
 		t.Fatalf("after restore observed %q", got.Value)
 	}
 	if err := ex.Remove(ctx, want); err == nil {
@@ -79,7 +81,7 @@ func TestIRQFallsBackToInterruptNames(t *testing.T) {
 	ctx := context.Background()
 	root := irqTree(t)
 	ex := NewIRQ(root)
-	it := Item{Kind: KindIRQ, Key: "eth2", Value: "3"}
+	it := item.Item{Kind: item.KindIRQ, Key: "eth2", Value: "3"}
 	if got := observeOne(t, ex, it); got.Value != "60:0-3 61:0-3" {
 		t.Fatalf("eth2 observed %q; IRQ 62 belongs to eth22", got.Value)
 	}
@@ -98,12 +100,12 @@ func TestIRQValidateAndIrqbalanceWarning(t *testing.T) {
 	ctx := context.Background()
 	root := irqTree(t)
 	ex := NewIRQ(root)
-	err := ex.Validate(ctx, []Item{
-		{Kind: KindIRQ, Key: "eth1", Value: "2-5"},
-		{Kind: KindIRQ, Key: "veth0", Value: "0"},
-		{Kind: KindIRQ, Key: "nosuch", Value: "0"},
-		{Kind: KindIRQ, Key: "eth2", Value: "x"},
-		{Kind: KindIRQ, Key: "../etc", Value: "0"},
+	err := ex.Validate(ctx, []item.Item{
+		{Kind: item.KindIRQ, Key: "eth1", Value: "2-5"},
+		{Kind: item.KindIRQ, Key: "veth0", Value: "0"},
+		{Kind: item.KindIRQ, Key: "nosuch", Value: "0"},
+		{Kind: item.KindIRQ, Key: "eth2", Value: "x"},
+		{Kind: item.KindIRQ, Key: "../etc", Value: "0"},
 	})
 	for _, want := range []string{
 		`irq eth1 = "2-5": CPUs 4-5 are not online (online: 0-3)`,
@@ -116,33 +118,16 @@ func TestIRQValidateAndIrqbalanceWarning(t *testing.T) {
 			t.Errorf("Validate error lacks %q:\n%v", want, err)
 		}
 	}
-	if o := observeOne(t, ex, Item{Kind: KindIRQ, Key: "veth0", Value: "0"}); o.Present {
+	if o := observeOne(t, ex, item.Item{Kind: item.KindIRQ, Key: "veth0", Value: "0"}); o.Present {
 		t.Errorf("interface without IRQs observed present: %+v", o)
 	}
 
-	if o := observeOne(t, ex, Item{Kind: KindIRQ, Key: "eth1", Value: "0"}); len(o.Warnings) != 0 {
+	if o := observeOne(t, ex, item.Item{Kind: item.KindIRQ, Key: "eth1", Value: "0"}); len(o.Warnings) != 0 {
 		t.Errorf("warning without irqbalance: %v", o.Warnings)
 	}
 	writeTree(t, root, map[string]string{"proc/4242/comm": "irqbalance\n", "proc/17/comm": "sshd\n"})
-	o := observeOne(t, ex, Item{Kind: KindIRQ, Key: "eth1", Value: "0"})
+	o := observeOne(t, ex, item.Item{Kind: item.KindIRQ, Key: "eth1", Value: "0"})
 	if len(o.Warnings) != 1 || !strings.Contains(o.Warnings[0], "irqbalance is running (pid 4242) and will undo the IRQ affinity of eth1") {
 		t.Errorf("warnings = %q", o.Warnings)
-	}
-}
-
-func TestCanonicalIRQValue(t *testing.T) {
-	for in, want := range map[string]string{
-		"0,1,2":            "0-2",
-		"46:1-3 45:0":      "45:0 46:1-3",
-		" 45:0,1  46:3,2 ": "45:0-1 46:2-3",
-	} {
-		if got, err := CanonicalIRQValue(in); err != nil || got != want {
-			t.Errorf("CanonicalIRQValue(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "45:", "x:1", "45:1 45:2", "45-1"} {
-		if got, err := CanonicalIRQValue(bad); err == nil {
-			t.Errorf("CanonicalIRQValue(%q) = %q, want an error", bad, got)
-		}
 	}
 }

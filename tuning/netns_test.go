@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
@@ -16,9 +17,9 @@ func TestInterfaceMTUAndTxQueueLenOnVethInNetns(t *testing.T) {
 	ctx := context.Background()
 	run(t, "ip", "link", "add", "sosv0", "type", "veth", "peer", "name", "sosv1")
 	ex := NewInterface()
-	items := []Item{
-		{Kind: KindInterface, Key: InterfaceKey("sosv0", SettingMTU), Value: "9000"},
-		{Kind: KindInterface, Key: InterfaceKey("sosv0", SettingTxQueueLen), Value: "5000"},
+	items := []item.Item{
+		{Kind: item.KindInterface, Key: item.InterfaceKey("sosv0", item.SettingMTU), Value: "9000"},
+		{Kind: item.KindInterface, Key: item.InterfaceKey("sosv0", item.SettingTxQueueLen), Value: "5000"},
 	}
 	if err := ex.Validate(ctx, items); err != nil {
 		t.Fatal(err)
@@ -56,11 +57,11 @@ func TestInterfaceMTUAndTxQueueLenOnVethInNetns(t *testing.T) {
 		t.Fatalf("after restore:\n%s", link)
 	}
 
-	missing := Item{Kind: KindInterface, Key: "nosuch0/mtu", Value: "9000"}
+	missing := item.Item{Kind: item.KindInterface, Key: "nosuch0/mtu", Value: "9000"}
 	if o := observeOne(t, ex, missing); o.Present {
 		t.Fatalf("missing interface observed present: %+v", o)
 	}
-	err = ex.Validate(ctx, []Item{missing, {Kind: KindInterface, Key: "sosv0/speed", Value: "1"}, {Kind: KindInterface, Key: "sosv0/mtu", Value: "20"}})
+	err = ex.Validate(ctx, []item.Item{missing, {Kind: item.KindInterface, Key: "sosv0/speed", Value: "1"}, {Kind: item.KindInterface, Key: "sosv0/mtu", Value: "20"}})
 	for _, want := range []string{"nosuch0", "sosv0/speed", "below the IPv4 minimum"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate error %v does not mention %q", err, want)
@@ -90,9 +91,9 @@ func TestPerNamespaceSysctlsInNetns(t *testing.T) {
 		}
 	}
 	testsupport.Require(t, other != "", "only one congestion control available (%v)", available)
-	items := []Item{
-		{Kind: KindSysctl, Key: "net.ipv4.tcp_rmem", Value: "4096  87380\t67108864"},
-		{Kind: KindSysctl, Key: keyCongestionControl, Value: other},
+	items := []item.Item{
+		{Kind: item.KindSysctl, Key: "net.ipv4.tcp_rmem", Value: "4096  87380\t67108864"},
+		{Kind: item.KindSysctl, Key: keyCongestionControl, Value: other},
 	}
 	if err := ex.Validate(ctx, items); err != nil {
 		t.Fatal(err)
@@ -123,8 +124,8 @@ func TestPerNamespaceSysctlsInNetns(t *testing.T) {
 
 	// An algorithm that no module provides fails at plan time, after one
 	// real modprobe attempt, with a message naming it.
-	bogus := Item{Kind: KindSysctl, Key: keyCongestionControl, Value: "sosnosuchcc"}
-	err = ex.Validate(ctx, []Item{bogus, {Kind: KindSysctl, Key: "net.ipv4.sos_no_such_key", Value: "1"}})
+	bogus := item.Item{Kind: item.KindSysctl, Key: keyCongestionControl, Value: "sosnosuchcc"}
+	err = ex.Validate(ctx, []item.Item{bogus, {Kind: item.KindSysctl, Key: "net.ipv4.sos_no_such_key", Value: "1"}})
 	for _, want := range []string{`"sosnosuchcc": congestion control not available`, "modprobe tcp_sosnosuchcc failed", "net.ipv4.sos_no_such_key does not exist"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate error %v does not contain %q", err, want)
@@ -137,7 +138,7 @@ func TestPerNamespaceSysctlsInNetns(t *testing.T) {
 		if slices.Contains(allowed, cc) {
 			continue
 		}
-		err := ex.Validate(ctx, []Item{{Kind: KindSysctl, Key: keyCongestionControl, Value: cc}})
+		err := ex.Validate(ctx, []item.Item{{Kind: item.KindSysctl, Key: keyCongestionControl, Value: cc}})
 		if err == nil || !strings.Contains(err.Error(), "may only use allowed congestion controls") {
 			t.Errorf("Validate(%s) in a namespace = %v", cc, err)
 		}

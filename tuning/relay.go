@@ -8,9 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 
-	"golang.org/x/sys/unix"
+	"github.com/sosappliance/sosappliance/host/cpuset"
+	"github.com/sosappliance/sosappliance/host/item"
 )
 
 // RelayCPUsFile is where, under the root, the relay CPU list is handed from
@@ -18,13 +18,11 @@ import (
 // relay process itself.
 const RelayCPUsFile = "run/sosappliance/relay-cpus"
 
-// RelayKeyCPUs is the only key of the relay kind.
-const RelayKeyCPUs = "cpus"
-
 // Relay stores the CPU list the relay pins itself to. The relay runs inside
 // the daemon, so apply cannot set its affinity from outside; it writes the
-// list to Root/RelayCPUsFile and the relay reads it with LoadRelayCPUs and
-// calls PinProcess at start and on reload.
+// list to Root/RelayCPUsFile, and the relay (dataplane/relay) pins its whole
+// process to the same CPUs, from its Config.RelayCPUs, at start and on
+// reload.
 type Relay struct {
 	Root string
 }
@@ -33,29 +31,29 @@ type Relay struct {
 func NewRelay(root string) *Relay { return &Relay{Root: root} }
 
 // Kind implements Executor.
-func (r *Relay) Kind() string { return KindRelay }
+func (r *Relay) Kind() string { return item.KindRelay }
 
 func (r *Relay) path() string { return filepath.Join(r.Root, RelayCPUsFile) }
 
 func checkRelayKey(key string) error {
-	if key != RelayKeyCPUs {
-		return fmt.Errorf("relay key %q: the only key is %q", key, RelayKeyCPUs)
+	if key != item.RelayKeyCPUs {
+		return fmt.Errorf("relay key %q: the only key is %q", key, item.RelayKeyCPUs)
 	}
 	return nil
 }
 
 // Observe reads the stored list; none stored is reported not present.
-func (r *Relay) Observe(ctx context.Context, items []Item) ([]Observation, error) {
+func (r *Relay) Observe(ctx context.Context, items []item.Item) ([]item.Observation, error) {
 	var errs []error
-	obs := make([]Observation, 0, len(items))
+	obs := make([]item.Observation, 0, len(items))
 	for _, it := range items {
-		o := Observation{Item: Item{Kind: it.Kind, Key: it.Key}}
+		o := item.Observation{Item: item.Item{Kind: it.Kind, Key: it.Key}}
 		if err := checkRelayKey(it.Key); err != nil {
 			errs = append(errs, err)
 		} else if cpus, ok, err := LoadRelayCPUs(r.Root); err != nil {
 			errs = append(errs, err)
 		} else if ok {
-			o.Present, o.Value = true, FormatCPUList(cpus)
+			o.Present, o.Value = true, cpuset.Format(cpus)
 		}
 		obs = append(obs, o)
 	}
@@ -63,7 +61,7 @@ func (r *Relay) Observe(ctx context.Context, items []Item) ([]Observation, error
 }
 
 // Validate checks the key and that every CPU is online.
-func (r *Relay) Validate(ctx context.Context, items []Item) error {
+func (r *Relay) Validate(ctx context.Context, items []item.Item) error {
 	online, onlineErr := onlineCPUs(r.Root)
 	var errs []error
 	for _, it := range items {
@@ -71,7 +69,7 @@ func (r *Relay) Validate(ctx context.Context, items []Item) error {
 			errs = append(errs, err)
 			continue
 		}
-		cpus, err := ParseCPUList(it.Value)
+		cpus, err := cpuset.Parse(it.Value)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("relay cpus: %w", err))
 			continue
@@ -87,18 +85,18 @@ func (r *Relay) Validate(ctx context.Context, items []Item) error {
 		}
 		if len(offline) > 0 {
 			errs = append(errs, fmt.Errorf("relay cpus %q: CPUs %s are not online (online: %s)",
-				it.Value, FormatCPUList(offline), FormatCPUList(online)))
+				it.Value, cpuset.Format(offline), cpuset.Format(online)))
 		}
 	}
 	return errors.Join(errs...)
 }
 
 // Apply stores the list atomically, so the relay never reads half of it.
-func (r *Relay) Apply(ctx context.Context, it Item) error {
+func (r *Relay) Apply(ctx context.Context, it item.Item) error {
 	if err := checkRelayKey(it.Key); err != nil {
 		return err
 	}
-	cpus, err := ParseCPUList(it.Value)
+	cpus, err := cpuset.Parse(it.Value)
 	if err != nil {
 		return fmt.Errorf("relay cpus: %w", err)
 	}
@@ -107,7 +105,7 @@ func (r *Relay) Apply(ctx context.Context, it Item) error {
 		return fmt.Errorf("relay cpus: %w", err)
 	}
 	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(FormatCPUList(cpus)+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(cpuset.Format(cpus)+"\n"), 0o644); err != nil {
 		return fmt.Errorf("relay cpus: %w", err)
 	}
 	if err := os.Rename(tmp, p); err != nil {
@@ -117,7 +115,7 @@ func (r *Relay) Apply(ctx context.Context, it Item) error {
 }
 
 // Remove deletes the stored list: the relay then runs unpinned.
-func (r *Relay) Remove(ctx context.Context, it Item) error {
+func (r *Relay) Remove(ctx context.Context, it item.Item) error {
 	if err := checkRelayKey(it.Key); err != nil {
 		return err
 	}
@@ -137,56 +135,9 @@ func LoadRelayCPUs(root string) (cpus []int, ok bool, err error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("relay cpus: %w", err)
 	}
-	cpus, err = ParseCPUList(string(b))
+	cpus, err = cpuset.Parse(string(b))
 	if err != nil {
 		return nil, false, fmt.Errorf("relay cpus %s: %w", filepath.Join(root, RelayCPUsFile), err)
 	}
 	return cpus, true, nil
-}
-
-// PinProcess sets the CPU affinity of every thread of the calling process.
-// Threads the Go runtime starts later inherit the affinity of the thread
-// that creates them, so the whole process stays on cpus.
-func PinProcess(cpus []int) error {
-	if len(cpus) == 0 {
-		return errors.New("pin process: empty CPU list")
-	}
-	var set unix.CPUSet
-	for _, c := range cpus {
-		set.Set(c)
-	}
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return fmt.Errorf("pin process: %w", err)
-	}
-	var errs []error
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
-		}
-		// A thread may exit between listing and pinning.
-		if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
-			errs = append(errs, fmt.Errorf("thread %d: %w", tid, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("pin process to CPUs %s: %w", FormatCPUList(cpus), err)
-	}
-	return nil
-}
-
-// ProcessAffinity reads the CPU affinity of one thread (0: the caller).
-func ProcessAffinity(tid int) ([]int, error) {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(tid, &set); err != nil {
-		return nil, fmt.Errorf("affinity of %d: %w", tid, err)
-	}
-	var cpus []int
-	for c := 0; c <= maxCPU && len(cpus) < set.Count(); c++ {
-		if set.IsSet(c) {
-			cpus = append(cpus, c)
-		}
-	}
-	return cpus, nil
 }

@@ -2,11 +2,11 @@ package tuning
 
 import (
 	"context"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sosappliance/sosappliance/host/item"
 )
 
 func TestRelayStoresCPUList(t *testing.T) {
@@ -14,11 +14,11 @@ func TestRelayStoresCPUList(t *testing.T) {
 	root := t.TempDir()
 	writeTree(t, root, map[string]string{"sys/devices/system/cpu/online": "0-3\n"})
 	ex := NewRelay(root)
-	it := Item{Kind: KindRelay, Key: RelayKeyCPUs, Value: "3,2"}
+	it := item.Item{Kind: item.KindRelay, Key: item.RelayKeyCPUs, Value: "3,2"}
 	if o := observeOne(t, ex, it); o.Present {
 		t.Fatalf("observed before apply: %+v", o)
 	}
-	if err := ex.Validate(ctx, []Item{it}); err != nil {
+	if err := ex.Validate(ctx, []item.Item{it}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ex.Apply(ctx, it); err != nil {
@@ -40,41 +40,8 @@ func TestRelayStoresCPUList(t *testing.T) {
 	if err := ex.Remove(ctx, it); err != nil {
 		t.Fatalf("second Remove: %v", err)
 	}
-	err = ex.Validate(ctx, []Item{{Kind: KindRelay, Key: RelayKeyCPUs, Value: "4"}, {Kind: KindRelay, Key: "threads", Value: "1"}})
+	err = ex.Validate(ctx, []item.Item{{Kind: item.KindRelay, Key: item.RelayKeyCPUs, Value: "4"}, {Kind: item.KindRelay, Key: "threads", Value: "1"}})
 	if err == nil || !strings.Contains(err.Error(), "CPUs 4 are not online") || !strings.Contains(err.Error(), `relay key "threads"`) {
 		t.Fatalf("Validate = %v", err)
-	}
-}
-
-func TestPinProcessPinsEveryThread(t *testing.T) {
-	orig, err := ProcessAffinity(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := PinProcess(orig); err != nil {
-			t.Errorf("restore affinity: %v", err)
-		}
-	})
-	target := orig[len(orig)-1:]
-	if err := PinProcess(target); err != nil {
-		t.Fatal(err)
-	}
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, task := range tasks {
-		tid, _ := strconv.Atoi(task.Name())
-		got, err := ProcessAffinity(tid)
-		if err != nil {
-			continue // thread exited
-		}
-		if !slices.Equal(got, target) {
-			t.Errorf("thread %d affinity %v, want %v", tid, got, target)
-		}
-	}
-	if err := PinProcess(nil); err == nil {
-		t.Error("PinProcess(nil) succeeded")
 	}
 }

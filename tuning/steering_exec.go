@@ -11,7 +11,18 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/sosappliance/sosappliance/host/item"
 )
+
+// SteeringTable is the nftables table the appliance owns (family ip). It is
+// the only table steering ever creates, changes or deletes.
+const SteeringTable = "sosappliance"
+
+// SteeringProtocol marks the policy rule and route the appliance creates
+// (the "proto" of `ip rule` and `ip route`), so they are found and removed
+// without touching rules and routes of anyone else.
+const SteeringProtocol uint8 = 0x53
 
 // Steering converges the agent steering host state in the network namespace
 // of the calling thread: the nftables table SteeringTable, the policy rule
@@ -23,26 +34,26 @@ type Steering struct{}
 func NewSteering() *Steering { return &Steering{} }
 
 // Kind implements Executor.
-func (s *Steering) Kind() string { return KindSteering }
+func (s *Steering) Kind() string { return item.KindSteering }
 
 // Observe reads each steering object; one that does not exist is reported
 // not present. A table whose content is not what sosappliance writes is
 // reported with a value saying so, which never equals a desired value.
-func (s *Steering) Observe(ctx context.Context, items []Item) ([]Observation, error) {
+func (s *Steering) Observe(ctx context.Context, items []item.Item) ([]item.Observation, error) {
 	var errs []error
-	obs := make([]Observation, 0, len(items))
+	obs := make([]item.Observation, 0, len(items))
 	for _, it := range items {
-		o := Observation{Item: Item{Kind: it.Kind, Key: it.Key}}
+		o := item.Observation{Item: item.Item{Kind: it.Kind, Key: it.Key}}
 		var err error
 		switch it.Key {
-		case SteeringKeyNftables:
+		case item.SteeringKeyNftables:
 			o.Value, o.Present, err = observeSteeringTable()
-		case SteeringKeyRule:
+		case item.SteeringKeyRule:
 			o.Value, o.Present, err = observeSteeringRules()
-		case SteeringKeyRoute:
+		case item.SteeringKeyRoute:
 			o.Value, o.Present, err = observeSteeringRoutes()
 		default:
-			_, err = CanonicalSteeringValue(it.Key, it.Value)
+			_, err = item.CanonicalSteeringValue(it.Key, it.Value)
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -53,10 +64,10 @@ func (s *Steering) Observe(ctx context.Context, items []Item) ([]Observation, er
 }
 
 // Validate checks that each value parses.
-func (s *Steering) Validate(ctx context.Context, items []Item) error {
+func (s *Steering) Validate(ctx context.Context, items []item.Item) error {
 	var errs []error
 	for _, it := range items {
-		if _, err := CanonicalSteeringValue(it.Key, it.Value); err != nil {
+		if _, err := item.CanonicalSteeringValue(it.Key, it.Value); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -64,26 +75,26 @@ func (s *Steering) Validate(ctx context.Context, items []Item) error {
 }
 
 // Apply converges one object and reads it back.
-func (s *Steering) Apply(ctx context.Context, it Item) error {
-	want, err := CanonicalSteeringValue(it.Key, it.Value)
+func (s *Steering) Apply(ctx context.Context, it item.Item) error {
+	want, err := item.CanonicalSteeringValue(it.Key, it.Value)
 	if err != nil {
 		return err
 	}
 	switch it.Key {
-	case SteeringKeyNftables:
-		t, _ := ParseTproxyRules(want)
+	case item.SteeringKeyNftables:
+		t, _ := item.ParseTproxyRules(want)
 		err = applySteeringTable(t)
-	case SteeringKeyRule:
-		r, _ := ParseSteeringRule(want)
+	case item.SteeringKeyRule:
+		r, _ := item.ParseSteeringRule(want)
 		err = applySteeringRule(r)
-	case SteeringKeyRoute:
-		r, _ := ParseSteeringRoute(want)
+	case item.SteeringKeyRoute:
+		r, _ := item.ParseSteeringRoute(want)
 		err = applySteeringRoute(r)
 	}
 	if err != nil {
 		return err
 	}
-	got, err := s.Observe(ctx, []Item{it})
+	got, err := s.Observe(ctx, []item.Item{it})
 	if err != nil {
 		return err
 	}
@@ -94,16 +105,16 @@ func (s *Steering) Apply(ctx context.Context, it Item) error {
 }
 
 // Remove deletes the object; it is not an error when it is already gone.
-func (s *Steering) Remove(ctx context.Context, it Item) error {
+func (s *Steering) Remove(ctx context.Context, it item.Item) error {
 	switch it.Key {
-	case SteeringKeyNftables:
+	case item.SteeringKeyNftables:
 		return removeSteeringTable()
-	case SteeringKeyRule:
+	case item.SteeringKeyRule:
 		return deleteSteeringRules(nil)
-	case SteeringKeyRoute:
+	case item.SteeringKeyRoute:
 		return deleteSteeringRoutes(nil)
 	}
-	return fmt.Errorf("steering key %q: want %s, %s or %s", it.Key, SteeringKeyNftables, SteeringKeyRule, SteeringKeyRoute)
+	return fmt.Errorf("steering key %q: want %s, %s or %s", it.Key, item.SteeringKeyNftables, item.SteeringKeyRule, item.SteeringKeyRoute)
 }
 
 func nftConn() (*nftables.Conn, error) {
@@ -185,7 +196,7 @@ func checkSteeringChains(c *nftables.Conn) (string, error) {
 // applySteeringTable replaces the whole table in one nftables transaction:
 // add (so that delete cannot fail), delete, add again with the new content.
 // Packets never see a half-written table.
-func applySteeringTable(t TproxyRules) error {
+func applySteeringTable(t item.TproxyRules) error {
 	c, err := nftConn()
 	if err != nil {
 		return err
@@ -242,9 +253,9 @@ func ruleValue(r netlink.Rule) string {
 	if r.Mask != nil {
 		mask = *r.Mask
 	}
-	shape := SteeringRule{Mark: r.Mark, Table: uint32(r.Table), Priority: uint32(r.Priority)}
+	shape := item.SteeringRule{Mark: r.Mark, Table: uint32(r.Table), Priority: uint32(r.Priority)}
 	if mask == 0xffffffff && r.Src == nil && r.Dst == nil && r.IifName == "" && r.OifName == "" && !r.Invert &&
-		(r.Type == 0 || r.Type == unix.FR_ACT_TO_TBL) && r.Tos == 0 && r.Goto <= 0 && shape.validate() == nil {
+		(r.Type == 0 || r.Type == unix.FR_ACT_TO_TBL) && r.Tos == 0 && r.Goto <= 0 && shape.Validate() == nil {
 		return shape.String()
 	}
 	return fmt.Sprintf("unexpected rule: %s fwmark %#x/%#x", r, r.Mark, mask)
@@ -264,7 +275,7 @@ func observeSteeringRules() (string, bool, error) {
 }
 
 // deleteSteeringRules deletes our rules except keep.
-func deleteSteeringRules(keep *SteeringRule) error {
+func deleteSteeringRules(keep *item.SteeringRule) error {
 	ours, err := ownRules()
 	if err != nil {
 		return err
@@ -280,7 +291,7 @@ func deleteSteeringRules(keep *SteeringRule) error {
 	return nil
 }
 
-func applySteeringRule(want SteeringRule) error {
+func applySteeringRule(want item.SteeringRule) error {
 	if err := deleteSteeringRules(&want); err != nil {
 		return err
 	}
@@ -321,8 +332,8 @@ func routeValue(r netlink.Route) string {
 	isDefault := r.Dst == nil || (r.Dst.IP.Equal(net.IPv4zero) && isZeroMask(r.Dst.Mask))
 	if r.Type == unix.RTN_LOCAL && isDefault && lo != nil && r.LinkIndex == lo.Attrs().Index && r.Table > 0 &&
 		r.Gw == nil && len(r.MultiPath) == 0 {
-		v := SteeringRoute{Table: uint32(r.Table)}.String()
-		if _, err := ParseSteeringRoute(v); err == nil {
+		v := item.SteeringRoute{Table: uint32(r.Table)}.String()
+		if _, err := item.ParseSteeringRoute(v); err == nil {
 			return v
 		}
 	}
@@ -347,7 +358,7 @@ func observeSteeringRoutes() (string, bool, error) {
 	return strings.Join(values, "; "), true, nil
 }
 
-func deleteSteeringRoutes(keep *SteeringRoute) error {
+func deleteSteeringRoutes(keep *item.SteeringRoute) error {
 	ours, err := ownRoutes()
 	if err != nil {
 		return err
@@ -363,7 +374,7 @@ func deleteSteeringRoutes(keep *SteeringRoute) error {
 	return nil
 }
 
-func applySteeringRoute(want SteeringRoute) error {
+func applySteeringRoute(want item.SteeringRoute) error {
 	if err := deleteSteeringRoutes(&want); err != nil {
 		return err
 	}

@@ -14,14 +14,15 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
-func testSteeringSpec() SteeringSpec {
-	return SteeringSpec{
+func testSteeringSpec() item.SteeringSpec {
+	return item.SteeringSpec{
 		Interface:  "sosa0",
 		ListenPort: 9876,
-		Divert: []Divert{
+		Divert: []item.Divert{
 			{Clients: []netip.Prefix{netip.MustParsePrefix("10.9.1.0/24")}, Server: netip.MustParseAddr("10.9.2.1"), Port: 5201},
 			{Clients: []netip.Prefix{netip.MustParsePrefix("10.9.3.0/24"), netip.MustParsePrefix("10.9.4.7/32")}, Server: netip.MustParseAddr("10.9.2.2"), Port: 80},
 		},
@@ -30,24 +31,24 @@ func testSteeringSpec() SteeringSpec {
 
 // steeringItems returns the steering/* items of a spec (without the
 // rp_filter sysctl).
-func steeringItems(t *testing.T, spec SteeringSpec) []Item {
+func steeringItems(t *testing.T, spec item.SteeringSpec) []item.Item {
 	t.Helper()
 	items, err := spec.Items()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []Item
+	var out []item.Item
 	for _, it := range items {
-		if it.Kind == KindSteering {
+		if it.Kind == item.KindSteering {
 			out = append(out, it)
 		}
 	}
 	return out
 }
 
-func observeOne(t *testing.T, ex Executor, it Item) Observation {
+func observeOne(t *testing.T, ex Executor, it item.Item) item.Observation {
 	t.Helper()
-	obs, err := ex.Observe(context.Background(), []Item{it})
+	obs, err := ex.Observe(context.Background(), []item.Item{it})
 	if err != nil {
 		t.Fatalf("observe %s: %v", it.ID(), err)
 	}

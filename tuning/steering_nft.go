@@ -12,6 +12,8 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/sosappliance/sosappliance/host/item"
 )
 
 // steeringChain is the one chain of the steering table.
@@ -57,7 +59,7 @@ func ifnameData(name string) []byte {
 // The first rule catches packets of connections the relay already owns
 // (accepted from TPROXY, or opened with IP_TRANSPARENT toward a server); the
 // others divert new whitelisted connections to the relay's listener.
-func steeringRuleExprs(t TproxyRules) [][]expr.Any {
+func steeringRuleExprs(t item.TproxyRules) [][]expr.Any {
 	// Each rule gets its own expression values; none are shared.
 	tcp := func() []expr.Any {
 		return []expr.Any{
@@ -387,8 +389,8 @@ func maskBits(mask []byte) int {
 
 // decodeSteeringRules turns the dumped chain back into TproxyRules: the
 // observed value of the nftables item.
-func decodeSteeringRules(rules []dumpedRule) (TproxyRules, error) {
-	var t TproxyRules
+func decodeSteeringRules(rules []dumpedRule) (item.TproxyRules, error) {
+	var t item.TproxyRules
 	if len(rules) == 0 {
 		return t, fmt.Errorf("chain %s is empty", steeringChain)
 	}
@@ -426,7 +428,7 @@ func decodeSteeringRules(rules []dumpedRule) (TproxyRules, error) {
 		if haveIface && (p.tproxyPort != t.ListenPort || p.iifname != t.Interface) {
 			return t, fmt.Errorf("rule %d differs from rule 2 in listen port or interface", i+1)
 		}
-		t.Divert = append(t.Divert, Divert{Clients: []netip.Prefix{p.saddr}, Server: p.daddr, Port: p.dport})
+		t.Divert = append(t.Divert, item.Divert{Clients: []netip.Prefix{p.saddr}, Server: p.daddr, Port: p.dport})
 	}
 	return t, nil
 }

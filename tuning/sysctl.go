@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sosappliance/sosappliance/host/item"
 )
 
 // keyCongestionControl is checked against the available algorithms before it
@@ -40,11 +42,7 @@ func NewSysctl(root string) *Sysctl {
 }
 
 // Kind implements Executor.
-func (s *Sysctl) Kind() string { return KindSysctl }
-
-// CanonicalSysctlValue collapses runs of spaces and tabs: the kernel prints
-// vectors like tcp_rmem with tabs, operators write spaces.
-func CanonicalSysctlValue(v string) string { return strings.Join(strings.Fields(v), " ") }
+func (s *Sysctl) Kind() string { return item.KindSysctl }
 
 func (s *Sysctl) path(key string) (string, error) {
 	if key == "" {
@@ -62,11 +60,11 @@ func (s *Sysctl) path(key string) (string, error) {
 }
 
 // Observe reads each key; a key that does not exist is reported not present.
-func (s *Sysctl) Observe(ctx context.Context, items []Item) ([]Observation, error) {
+func (s *Sysctl) Observe(ctx context.Context, items []item.Item) ([]item.Observation, error) {
 	var errs []error
-	obs := make([]Observation, 0, len(items))
+	obs := make([]item.Observation, 0, len(items))
 	for _, it := range items {
-		o := Observation{Item: Item{Kind: it.Kind, Key: it.Key}}
+		o := item.Observation{Item: item.Item{Kind: it.Kind, Key: it.Key}}
 		value, err := s.read(it.Key)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -89,12 +87,12 @@ func (s *Sysctl) read(key string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read sysctl %s: %w", key, err)
 	}
-	return CanonicalSysctlValue(string(b)), nil
+	return item.CanonicalSysctlValue(string(b)), nil
 }
 
 // Validate rejects keys that do not exist on this node and congestion
 // controls the kernel cannot provide, naming every bad item at once.
-func (s *Sysctl) Validate(ctx context.Context, items []Item) error {
+func (s *Sysctl) Validate(ctx context.Context, items []item.Item) error {
 	var errs []error
 	for _, it := range items {
 		p, err := s.path(it.Key)
@@ -115,12 +113,12 @@ func (s *Sysctl) Validate(ctx context.Context, items []Item) error {
 			errs = append(errs, fmt.Errorf("sysctl %s is a directory of parameters, not a parameter", it.Key))
 			continue
 		}
-		if CanonicalSysctlValue(it.Value) == "" {
+		if item.CanonicalSysctlValue(it.Value) == "" {
 			errs = append(errs, fmt.Errorf("sysctl %s: empty value", it.Key))
 			continue
 		}
 		if it.Key == keyCongestionControl {
-			if err := s.ensureCongestionControl(ctx, CanonicalSysctlValue(it.Value)); err != nil {
+			if err := s.ensureCongestionControl(ctx, item.CanonicalSysctlValue(it.Value)); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -259,12 +257,12 @@ func (s *Sysctl) modprobe(ctx context.Context, module string) error {
 
 // Apply writes the value and reads it back, so a value the kernel silently
 // clamps or rejects is reported now rather than as endless drift.
-func (s *Sysctl) Apply(ctx context.Context, it Item) error {
+func (s *Sysctl) Apply(ctx context.Context, it item.Item) error {
 	p, err := s.path(it.Key)
 	if err != nil {
 		return err
 	}
-	want := CanonicalSysctlValue(it.Value)
+	want := item.CanonicalSysctlValue(it.Value)
 	// writeExisting never creates: a key that does not exist must fail,
 	// not appear in a test tree.
 	if err := writeExisting(p, want); err != nil {
@@ -282,6 +280,6 @@ func (s *Sysctl) Apply(ctx context.Context, it Item) error {
 
 // Remove is refused: a kernel parameter always exists, and rollback puts
 // back its previous value with Apply.
-func (s *Sysctl) Remove(ctx context.Context, it Item) error {
+func (s *Sysctl) Remove(ctx context.Context, it item.Item) error {
 	return fmt.Errorf("sysctl %s cannot be removed, only set", it.Key)
 }

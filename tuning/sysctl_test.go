@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sosappliance/sosappliance/host/item"
 )
 
 // sysctlTree is a /proc/sys shaped tree as the kernel prints it.
@@ -29,21 +31,21 @@ func TestSysctlObserveApplyInTempTree(t *testing.T) {
 	ctx := context.Background()
 	root := sysctlTree(t)
 	ex := NewSysctl(root)
-	items := []Item{
-		{Kind: KindSysctl, Key: "net.ipv4.tcp_rmem", Value: "4096 87380 67108864"},
-		{Kind: KindSysctl, Key: "net.core.rmem_max", Value: "134217728"},
-		{Kind: KindSysctl, Key: "net.ipv4.conf.eth1/100.rp_filter", Value: "2"},
-		{Kind: KindSysctl, Key: "net.ipv4.gone", Value: "1"},
+	items := []item.Item{
+		{Kind: item.KindSysctl, Key: "net.ipv4.tcp_rmem", Value: "4096 87380 67108864"},
+		{Kind: item.KindSysctl, Key: "net.core.rmem_max", Value: "134217728"},
+		{Kind: item.KindSysctl, Key: "net.ipv4.conf.eth1/100.rp_filter", Value: "2"},
+		{Kind: item.KindSysctl, Key: "net.ipv4.gone", Value: "1"},
 	}
 	obs, err := ex.Observe(ctx, items)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Observation{
-		{Item: Item{Kind: KindSysctl, Key: "net.ipv4.tcp_rmem", Value: "4096 131072 6291456"}, Present: true},
-		{Item: Item{Kind: KindSysctl, Key: "net.core.rmem_max", Value: "212992"}, Present: true},
-		{Item: Item{Kind: KindSysctl, Key: "net.ipv4.conf.eth1/100.rp_filter", Value: "1"}, Present: true},
-		{Item: Item{Kind: KindSysctl, Key: "net.ipv4.gone"}},
+	want := []item.Observation{
+		{Item: item.Item{Kind: item.KindSysctl, Key: "net.ipv4.tcp_rmem", Value: "4096 131072 6291456"}, Present: true},
+		{Item: item.Item{Kind: item.KindSysctl, Key: "net.core.rmem_max", Value: "212992"}, Present: true},
+		{Item: item.Item{Kind: item.KindSysctl, Key: "net.ipv4.conf.eth1/100.rp_filter", Value: "1"}, Present: true},
+		{Item: item.Item{Kind: item.KindSysctl, Key: "net.ipv4.gone"}},
 	}
 	for i := range want {
 		if obs[i].Item != want[i].Item || obs[i].Present != want[i].Present {
@@ -74,14 +76,14 @@ func TestSysctlObserveApplyInTempTree(t *testing.T) {
 
 func TestSysctlValidateNamesEveryBadKey(t *testing.T) {
 	ex := NewSysctl(sysctlTree(t))
-	err := ex.Validate(context.Background(), []Item{
-		{Kind: KindSysctl, Key: "net.core.rmem_max", Value: "1"},
-		{Kind: KindSysctl, Key: "net.core.no_such", Value: "1"},
-		{Kind: KindSysctl, Key: "net.ipv4.conf.eth1", Value: "1"},
-		{Kind: KindSysctl, Key: "net..x", Value: "1"},
-		{Kind: KindSysctl, Key: "net.core.//.y", Value: "1"},
-		{Kind: KindSysctl, Key: "net.core.rmem_max", Value: "  "},
-		{Kind: KindSysctl, Key: "net.ipv4.tcp_nope", Value: "1"},
+	err := ex.Validate(context.Background(), []item.Item{
+		{Kind: item.KindSysctl, Key: "net.core.rmem_max", Value: "1"},
+		{Kind: item.KindSysctl, Key: "net.core.no_such", Value: "1"},
+		{Kind: item.KindSysctl, Key: "net.ipv4.conf.eth1", Value: "1"},
+		{Kind: item.KindSysctl, Key: "net..x", Value: "1"},
+		{Kind: item.KindSysctl, Key: "net.core.//.y", Value: "1"},
+		{Kind: item.KindSysctl, Key: "net.core.rmem_max", Value: "  "},
+		{Kind: item.KindSysctl, Key: "net.ipv4.tcp_nope", Value: "1"},
 	})
 	if err == nil {
 		t.Fatal("Validate accepted bad keys")
@@ -126,8 +128,8 @@ func TestSysctlCongestionControlTriesModprobeOnce(t *testing.T) {
 	// reads like the kernel's list.
 	writeTree(t, root, map[string]string{"proc/sys/net/ipv4/tcp_available_congestion_control": "reno cubic"})
 
-	cc := func(name string) []Item {
-		return []Item{{Kind: KindSysctl, Key: keyCongestionControl, Value: name}}
+	cc := func(name string) []item.Item {
+		return []item.Item{{Kind: item.KindSysctl, Key: keyCongestionControl, Value: name}}
 	}
 	if err := ex.Validate(ctx, cc("cubic")); err != nil {
 		t.Fatalf("available algorithm: %v", err)

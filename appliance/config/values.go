@@ -9,15 +9,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sosappliance/sosappliance/tuning"
+	"github.com/sosappliance/sosappliance/host/cpuset"
 )
 
 // ParseCPUList reads a Linux CPU list such as "0-3,8"; the executors and
 // the config share one parser so they agree on every spelling.
-func ParseCPUList(s string) ([]int, error) { return tuning.ParseCPUList(s) }
+func ParseCPUList(s string) ([]int, error) { return cpuset.Parse(s) }
 
 // FormatCPUList writes CPUs in the kernel's compact list form, "0-3,8".
-func FormatCPUList(cpus []int) string { return tuning.FormatCPUList(cpus) }
+func FormatCPUList(cpus []int) string { return cpuset.Format(cpus) }
 
 var byteUnits = []struct {
 	suffix string

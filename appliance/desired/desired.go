@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/sosappliance/sosappliance/appliance/config"
+	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/sdn/flows"
-	"github.com/sosappliance/sosappliance/tuning"
 )
 
 // Desired is the state one node converges to.
@@ -28,7 +28,7 @@ type Desired struct {
 	Agents     []*Agent    // agents the node runs, by name
 	// Items are the host items the node owns, sorted by kind and key:
 	// sysctl, interface, irq, relay and steering.
-	Items []tuning.Item
+	Items []item.Item
 }
 
 // Controller is the OpenFlow controller role.
@@ -320,12 +320,12 @@ type profileUse struct {
 // compileTuning merges the profiles a node uses into items; two profiles that
 // set one item to different values are an error, since either choice would
 // surprise someone.
-func compileTuning(profiles []profileUse) ([]tuning.Item, error) {
+func compileTuning(profiles []profileUse) ([]item.Item, error) {
 	type origin struct {
 		value, who string
 	}
 	set := map[string]origin{}
-	var items []tuning.Item
+	var items []item.Item
 	put := func(kind, key, value, who string) error {
 		id := kind + "/" + key
 		if prev, ok := set[id]; ok {
@@ -335,35 +335,35 @@ func compileTuning(profiles []profileUse) ([]tuning.Item, error) {
 			return nil
 		}
 		set[id] = origin{value, who}
-		items = append(items, tuning.Item{Kind: kind, Key: key, Value: value})
+		items = append(items, item.Item{Kind: kind, Key: key, Value: value})
 		return nil
 	}
 	for _, p := range profiles {
 		who := fmt.Sprintf("%q (%s)", p.t.Name, p.who)
 		for _, k := range sortedKeys(p.t.Sysctl) {
-			if err := put(tuning.KindSysctl, k, p.t.Sysctl[k], who); err != nil {
+			if err := put(item.KindSysctl, k, p.t.Sysctl[k], who); err != nil {
 				return nil, err
 			}
 		}
 		for _, it := range p.t.Interfaces {
 			if it.MTU > 0 {
-				if err := put(tuning.KindInterface, it.Name+"/mtu", strconv.Itoa(it.MTU), who); err != nil {
+				if err := put(item.KindInterface, it.Name+"/mtu", strconv.Itoa(it.MTU), who); err != nil {
 					return nil, err
 				}
 			}
 			if it.TxQueueLen >= 0 {
-				if err := put(tuning.KindInterface, it.Name+"/txqueuelen", strconv.Itoa(it.TxQueueLen), who); err != nil {
+				if err := put(item.KindInterface, it.Name+"/txqueuelen", strconv.Itoa(it.TxQueueLen), who); err != nil {
 					return nil, err
 				}
 			}
 			if len(it.IRQCPUs) > 0 {
-				if err := put(tuning.KindIRQ, it.Name, config.FormatCPUList(it.IRQCPUs), who); err != nil {
+				if err := put(item.KindIRQ, it.Name, config.FormatCPUList(it.IRQCPUs), who); err != nil {
 					return nil, err
 				}
 			}
 		}
 		if len(p.t.RelayCPUs) > 0 {
-			if err := put(tuning.KindRelay, "cpus", config.FormatCPUList(p.t.RelayCPUs), who); err != nil {
+			if err := put(item.KindRelay, "cpus", config.FormatCPUList(p.t.RelayCPUs), who); err != nil {
 				return nil, err
 			}
 		}
@@ -371,7 +371,7 @@ func compileTuning(profiles []profileUse) ([]tuning.Item, error) {
 	return items, nil
 }
 
-func sortItems(items []tuning.Item) {
+func sortItems(items []item.Item) {
 	sort.Slice(items, func(i, j int) bool {
 		if items[i].Kind != items[j].Kind {
 			return items[i].Kind < items[j].Kind

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/sosappliance/sosappliance/appliance/config"
+	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/sdn/flows"
-	"github.com/sosappliance/sosappliance/tuning"
 )
 
 func loadExample(t *testing.T) *config.Config {
@@ -75,26 +75,26 @@ func TestCompileAgent(t *testing.T) {
 		t.Errorf("relay cpus %v", a.RelayCPUs)
 	}
 	for _, want := range []struct{ kind, key, value string }{
-		{tuning.KindSysctl, "net.ipv4.tcp_rmem", "4096 87380 33554432"},
-		{tuning.KindSysctl, "net.ipv4.tcp_congestion_control", "htcp"},
-		{tuning.KindSysctl, "net.ipv4.conf.eth1.rp_filter", "2"},
-		{tuning.KindInterface, "eth1/mtu", "9000"},
-		{tuning.KindInterface, "eth1/txqueuelen", "10000"},
-		{tuning.KindIRQ, "eth1", "0-12"},
-		{tuning.KindRelay, "cpus", "13"},
+		{item.KindSysctl, "net.ipv4.tcp_rmem", "4096 87380 33554432"},
+		{item.KindSysctl, "net.ipv4.tcp_congestion_control", "htcp"},
+		{item.KindSysctl, "net.ipv4.conf.eth1.rp_filter", "2"},
+		{item.KindInterface, "eth1/mtu", "9000"},
+		{item.KindInterface, "eth1/txqueuelen", "10000"},
+		{item.KindIRQ, "eth1", "0-12"},
+		{item.KindRelay, "cpus", "13"},
 	} {
 		if got, ok := itemValue(d, want.kind, want.key); !ok || got != want.value {
 			t.Errorf("%s/%s = %q (present %v), want %q", want.kind, want.key, got, ok, want.value)
 		}
 	}
-	nft, ok := itemValue(d, tuning.KindSteering, tuning.SteeringKeyNftables)
-	rules, err := tuning.ParseTproxyRules(nft)
+	nft, ok := itemValue(d, item.KindSteering, item.SteeringKeyNftables)
+	rules, err := item.ParseTproxyRules(nft)
 	if !ok || err != nil || rules.ListenPort != 9876 || rules.Interface != "eth1" || len(rules.Divert) != 1 ||
 		rules.Divert[0].Server.String() != "10.10.2.1" || rules.Divert[0].Port != 5201 {
 		t.Errorf("steering table = %q (%v)", nft, err)
 	}
-	for _, key := range []string{tuning.SteeringKeyRule, tuning.SteeringKeyRoute} {
-		if _, ok := itemValue(d, tuning.KindSteering, key); !ok {
+	for _, key := range []string{item.SteeringKeyRule, item.SteeringKeyRoute} {
+		if _, ok := itemValue(d, item.KindSteering, key); !ok {
 			t.Errorf("steering %s missing", key)
 		}
 	}
@@ -115,7 +115,7 @@ func TestCompileController(t *testing.T) {
 	if d.Controller == nil || len(d.Controller.Switches) != 2 {
 		t.Fatalf("controller: %+v", d.Controller)
 	}
-	if v, _ := itemValue(d, tuning.KindSysctl, "net.core.somaxconn"); v != "4096" {
+	if v, _ := itemValue(d, item.KindSysctl, "net.core.somaxconn"); v != "4096" {
 		t.Errorf("node tuning not applied: %v", d.Items)
 	}
 	cl := d.Controller.Switches[0]

@@ -3,17 +3,17 @@ package desired
 import (
 	"fmt"
 
-	"github.com/sosappliance/sosappliance/tuning"
+	"github.com/sosappliance/sosappliance/host/item"
 )
 
 // steeringItems is the agent's TPROXY host state: divert new connections of
 // its client-side whitelists to the transparent listener, mark packets of its
 // transparent sockets, route marked packets locally, and loosen rp_filter on
 // the agent interface.
-func steeringItems(a *Agent) ([]tuning.Item, error) {
-	spec := tuning.SteeringSpec{Interface: a.Interface, ListenPort: a.RelayPort}
+func steeringItems(a *Agent) ([]item.Item, error) {
+	spec := item.SteeringSpec{Interface: a.Interface, ListenPort: a.RelayPort}
 	for _, r := range a.Client {
-		spec.Divert = append(spec.Divert, tuning.Divert{Clients: r.Clients, Server: r.Server, Port: r.Port})
+		spec.Divert = append(spec.Divert, item.Divert{Clients: r.Clients, Server: r.Server, Port: r.Port})
 	}
 	items, err := spec.Items()
 	if err != nil {

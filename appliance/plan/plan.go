@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/sosappliance/sosappliance/tuning"
+	"github.com/sosappliance/sosappliance/host/item"
 )
 
 // FormatVersion is the version of the JSON plan, in plan -json and in plan
@@ -51,7 +51,7 @@ type Change struct {
 	Why           string `json:"why"`
 }
 
-// ID matches tuning.Item.ID.
+// ID matches item.Item.ID.
 func (c Change) ID() string { return c.Kind + "/" + c.Key }
 
 // Owned is an item the appliance owns from earlier applies, as the state
@@ -72,7 +72,7 @@ type Owned struct {
 	Serial      uint64
 }
 
-// ID matches tuning.Item.ID.
+// ID matches item.Item.ID.
 func (o Owned) ID() string { return o.Kind + "/" + o.Key }
 
 // Warning is something an executor wants the operator to know.
@@ -167,8 +167,8 @@ func (e *LineageError) Error() string {
 // interrupted apply is redone even when the host already shows its value.
 // desired must not hold two items with one ID. Node, Lineage, Serial,
 // ConfigHash and Switches are left for the caller to fill in.
-func Diff(desired []tuning.Item, observed []tuning.Observation, applied []Owned) Plan {
-	obs := make(map[string]tuning.Observation, len(observed))
+func Diff(desired []item.Item, observed []item.Observation, applied []Owned) Plan {
+	obs := make(map[string]item.Observation, len(observed))
 	for _, o := range observed {
 		obs[o.ID()] = o
 	}
@@ -246,11 +246,11 @@ func Diff(desired []tuning.Item, observed []tuning.Observation, applied []Owned)
 // kindOrder is the order executors run in: host parameters first, steering
 // last, so that traffic is only diverted onto a host already tuned for it.
 // Kinds not listed (such as switch flows) follow, by name.
-var kindOrder = []string{tuning.KindSysctl, tuning.KindInterface, tuning.KindIRQ, tuning.KindRelay, tuning.KindSteering}
+var kindOrder = []string{item.KindSysctl, item.KindInterface, item.KindIRQ, item.KindRelay, item.KindSteering}
 
 // steeringOrder makes the local route and the policy rule exist before the
 // table starts marking packets for them; restores run the other way.
-var steeringOrder = []string{tuning.SteeringKeyRoute, tuning.SteeringKeyRule, tuning.SteeringKeyNftables}
+var steeringOrder = []string{item.SteeringKeyRoute, item.SteeringKeyRule, item.SteeringKeyNftables}
 
 func rank(list []string, s string) int {
 	if i := slices.Index(list, s); i >= 0 {
@@ -278,7 +278,7 @@ func compareChanges(a, b Change) int {
 	if c := cmp.Compare(phase(a), phase(b)); c != 0 {
 		return c
 	}
-	if a.Kind == tuning.KindSteering {
+	if a.Kind == item.KindSteering {
 		ra, rb := rank(steeringOrder, a.Key), rank(steeringOrder, b.Key)
 		if a.Action == Restore {
 			ra, rb = -ra, -rb

@@ -12,37 +12,37 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sosappliance/sosappliance/tuning"
+	"github.com/sosappliance/sosappliance/host/item"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata golden files")
 
-func item(kind, key, value string) tuning.Item {
-	return tuning.Item{Kind: kind, Key: key, Value: value}
+func newItem(kind, key, value string) item.Item {
+	return item.Item{Kind: kind, Key: key, Value: value}
 }
 
-func present(kind, key, value string, warnings ...string) tuning.Observation {
-	return tuning.Observation{Item: item(kind, key, value), Present: true, Warnings: warnings}
+func present(kind, key, value string, warnings ...string) item.Observation {
+	return item.Observation{Item: newItem(kind, key, value), Present: true, Warnings: warnings}
 }
 
-func absent(kind, key string) tuning.Observation {
-	return tuning.Observation{Item: item(kind, key, "")}
+func absent(kind, key string) item.Observation {
+	return item.Observation{Item: newItem(kind, key, "")}
 }
 
 // scenario covers every branch of Diff.
-func scenario() ([]tuning.Item, []tuning.Observation, []Owned) {
-	desired := []tuning.Item{
-		item("sysctl", "net.core.rmem_max", "134217728"),             // unowned, differs
-		item("sysctl", "net.ipv4.tcp_mtu_probing", "1"),              // unowned, equal: no change
-		item("sysctl", "net.ipv4.tcp_congestion_control", "bbr"),     // owned, drifted
-		item("sysctl", "net.ipv4.tcp_rmem", "4096 87380 67108864"),   // owned, config changed
-		item("interface", "eth1/mtu", "9000"),                        // owned, interrupted, host has it
-		item("irq", "eth1", "0-3"),                                   // owned, applied, equal: no change
-		item("steering", "nftables", `{"mark":1,"divert":[]}`),       // unowned, absent
-		item("steering", "route", "local 0.0.0.0/0 dev lo table 7"),  // owned, applied, missing
-		item("steering", "rule", "fwmark 0x1 lookup 7 priority 100"), // owned, interrupted, absent
+func scenario() ([]item.Item, []item.Observation, []Owned) {
+	desired := []item.Item{
+		newItem("sysctl", "net.core.rmem_max", "134217728"),             // unowned, differs
+		newItem("sysctl", "net.ipv4.tcp_mtu_probing", "1"),              // unowned, equal: no change
+		newItem("sysctl", "net.ipv4.tcp_congestion_control", "bbr"),     // owned, drifted
+		newItem("sysctl", "net.ipv4.tcp_rmem", "4096 87380 67108864"),   // owned, config changed
+		newItem("interface", "eth1/mtu", "9000"),                        // owned, interrupted, host has it
+		newItem("irq", "eth1", "0-3"),                                   // owned, applied, equal: no change
+		newItem("steering", "nftables", `{"mark":1,"divert":[]}`),       // unowned, absent
+		newItem("steering", "route", "local 0.0.0.0/0 dev lo table 7"),  // owned, applied, missing
+		newItem("steering", "rule", "fwmark 0x1 lookup 7 priority 100"), // owned, interrupted, absent
 	}
-	observed := []tuning.Observation{
+	observed := []item.Observation{
 		present("sysctl", "net.core.rmem_max", "212992"),
 		present("sysctl", "net.ipv4.tcp_mtu_probing", "1"),
 		present("sysctl", "net.ipv4.tcp_congestion_control", "cubic"),
@@ -188,8 +188,8 @@ func TestDiffIgnoresInputOrder(t *testing.T) {
 }
 
 func TestDiffOfMatchingHostIsEmpty(t *testing.T) {
-	desired := []tuning.Item{item("sysctl", "a", "1"), item("steering", "rule", "x")}
-	observed := []tuning.Observation{present("sysctl", "a", "1"), present("steering", "rule", "x")}
+	desired := []item.Item{newItem("sysctl", "a", "1"), newItem("steering", "rule", "x")}
+	observed := []item.Observation{present("sysctl", "a", "1"), present("steering", "rule", "x")}
 	applied := []Owned{{Kind: "steering", Key: "rule", Desired: "x", Applied: true, Serial: 1, FirstSerial: 1}}
 	p := Diff(desired, observed, applied)
 	if !p.Empty() {

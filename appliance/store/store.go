@@ -74,7 +74,7 @@ type Record struct {
 	Updated     time.Time `json:"updated"`
 }
 
-// ID matches tuning.Item.ID.
+// ID matches item.Item.ID.
 func (r Record) ID() string { return r.Kind + "/" + r.Key }
 
 // HistoryChange is one change as recorded in history.

@@ -3,8 +3,6 @@ package relay
 import (
 	"context"
 	"errors"
-	"github.com/sosappliance/sosappliance/dataplane/stripe"
-	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"io"
 	"net"
 	"net/http"
@@ -18,7 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sosappliance/sosappliance/tuning"
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // hold is an end server that reads what it gets and keeps the connection
@@ -412,7 +411,7 @@ func TestShutdownDrainsFinishingSessions(t *testing.T) {
 // TestRelayCPUsPinTheProcess pins to one CPU and checks every thread,
 // then that Shutdown restores the original affinity.
 func TestRelayCPUsPinTheProcess(t *testing.T) {
-	orig, err := tuning.ProcessAffinity(0)
+	orig, err := threadAffinity(0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +433,7 @@ func TestRelayCPUsPinTheProcess(t *testing.T) {
 		}
 	}()
 	for _, tid := range threads(t) {
-		got, err := tuning.ProcessAffinity(tid)
+		got, err := threadAffinity(tid)
 		if err != nil && !errors.Is(err, unix.ESRCH) {
 			t.Fatal(err)
 		}
@@ -446,7 +445,7 @@ func TestRelayCPUsPinTheProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped = true
-	if got, _ := tuning.ProcessAffinity(0); !slices.Equal(got, orig) {
+	if got, _ := threadAffinity(0); !slices.Equal(got, orig) {
 		t.Errorf("affinity after shutdown %v, want %v", got, orig)
 	}
 }

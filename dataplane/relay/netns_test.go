@@ -25,6 +25,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/tuning"
 )
@@ -168,7 +169,7 @@ func newLab(t *testing.T) *lab {
 
 // steer applies the agent steering host state inside a namespace with the
 // tuning package's executors, as `sosappliance apply` does on an agent.
-func steer(t *testing.T, ns string, spec tuning.SteeringSpec) {
+func steer(t *testing.T, ns string, spec item.SteeringSpec) {
 	t.Helper()
 	items, err := spec.Items()
 	if err != nil {
@@ -317,11 +318,11 @@ func TestNetnsIperf3AndCurlThroughAgents(t *testing.T) {
 	client, server := netip.MustParseAddr("10.10.1.1"), netip.MustParseAddr("10.10.2.1")
 	clients := []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")}
 	const tproxyPort, dataPort = 9876, 9877
-	steer(t, l.agA, tuning.SteeringSpec{Interface: "a0", ListenPort: tproxyPort, Divert: []tuning.Divert{
+	steer(t, l.agA, item.SteeringSpec{Interface: "a0", ListenPort: tproxyPort, Divert: []item.Divert{
 		{Clients: clients, Server: server, Port: 5201},
 		{Clients: clients, Server: server, Port: 80},
 	}})
-	steer(t, l.agB, tuning.SteeringSpec{})
+	steer(t, l.agB, item.SteeringSpec{})
 
 	peer := netip.AddrPortFrom(netip.MustParseAddr("192.168.77.2"), dataPort)
 	whitelist := []Whitelist{

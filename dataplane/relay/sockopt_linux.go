@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/sosappliance/sosappliance/tuning"
 )
 
 // streamTuning is applied to every stream socket.
@@ -237,18 +235,4 @@ func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
 		rtt:         time.Duration(info.Rtt) * time.Microsecond,
 		cwnd:        info.Snd_cwnd,
 	}, true
-}
-
-// pinProcess pins every thread of the process to cpus and returns a
-// function that puts back the affinity the process had.
-func pinProcess(cpus []int) (restore func() error, err error) {
-	orig, err := tuning.ProcessAffinity(0)
-	if err != nil {
-		return nil, err
-	}
-	if err := tuning.PinProcess(cpus); err != nil {
-		_ = tuning.PinProcess(orig)
-		return nil, err
-	}
-	return func() error { return tuning.PinProcess(orig) }, nil
 }

@@ -1,4 +1,4 @@
-package tuning
+package item
 
 import (
 	"bytes"
@@ -27,15 +27,6 @@ const (
 	DefaultSteeringRouteTable   uint32 = 0x534f
 	DefaultSteeringRulePriority uint32 = 0x534f
 )
-
-// SteeringTable is the nftables table the appliance owns (family ip). It is
-// the only table steering ever creates, changes or deletes.
-const SteeringTable = "sosappliance"
-
-// SteeringProtocol marks the policy rule and route the appliance creates
-// (the "proto" of `ip rule` and `ip route`), so they are found and removed
-// without touching rules and routes of anyone else.
-const SteeringProtocol uint8 = 0x53
 
 // SteeringSpec is the agent steering host state of one node (DESIGN.md
 // section 3): TCP from whitelisted clients to a whitelisted server is
@@ -86,7 +77,8 @@ type SteeringRoute struct {
 	Table uint32
 }
 
-func (s SteeringSpec) withDefaults() SteeringSpec {
+// WithDefaults is the spec with the Default* values for the numbers left 0.
+func (s SteeringSpec) WithDefaults() SteeringSpec {
 	if s.Mark == 0 {
 		s.Mark = DefaultSteeringMark
 	}
@@ -102,14 +94,14 @@ func (s SteeringSpec) withDefaults() SteeringSpec {
 // Items turns the spec into the items that converge it: the rp_filter
 // sysctl of the interface and the steering table, rule and route.
 func (s SteeringSpec) Items() ([]Item, error) {
-	s = s.withDefaults()
+	s = s.WithDefaults()
 	tp := TproxyRules{Interface: s.Interface, Mark: s.Mark, ListenPort: s.ListenPort, Divert: s.Divert}
 	value, err := tp.Canonical()
 	if err != nil {
 		return nil, err
 	}
 	rule := SteeringRule{Mark: s.Mark, Table: s.RouteTable, Priority: s.RulePriority}
-	if err := rule.validate(); err != nil {
+	if err := rule.Validate(); err != nil {
 		return nil, err
 	}
 	route := SteeringRoute{Table: s.RouteTable}
@@ -132,9 +124,10 @@ func RPFilterKey(ifname string) string {
 	return "net.ipv4.conf." + strings.ReplaceAll(ifname, ".", "/") + ".rp_filter"
 }
 
-// normalize merges diverts to the same server and port, masks and sorts
+// Normalize merges diverts to the same server and port, masks and sorts
 // client prefixes, and sorts diverts, so equal rule sets have equal text.
-func (t TproxyRules) normalize() (TproxyRules, error) {
+// It refuses rule sets the steering table cannot hold.
+func (t TproxyRules) Normalize() (TproxyRules, error) {
 	var errs []error
 	if t.Mark == 0 {
 		errs = append(errs, errors.New("steering mark must not be 0"))
@@ -199,7 +192,7 @@ func comparePrefix(a, b netip.Prefix) int {
 
 // Canonical is the item value of the rule set: normalized, compact JSON.
 func (t TproxyRules) Canonical() (string, error) {
-	n, err := t.normalize()
+	n, err := t.Normalize()
 	if err != nil {
 		return "", err
 	}
@@ -222,10 +215,12 @@ func ParseTproxyRules(value string) (TproxyRules, error) {
 	if dec.More() {
 		return TproxyRules{}, fmt.Errorf("steering rules %q: trailing data", value)
 	}
-	return t.normalize()
+	return t.Normalize()
 }
 
-func (r SteeringRule) validate() error {
+// Validate refuses a rule that is not one steering may own: zero numbers, a
+// system route table, or a priority at or after the main table's.
+func (r SteeringRule) Validate() error {
 	if r.Mark == 0 || r.Table == 0 || r.Priority == 0 {
 		return fmt.Errorf("steering rule %q: mark, table and priority must not be 0", r)
 	}
@@ -257,7 +252,7 @@ func ParseSteeringRule(value string) (SteeringRule, error) {
 		return SteeringRule{}, fmt.Errorf("steering rule %q: %w", value, err)
 	}
 	r := SteeringRule{Mark: uint32(mark), Table: uint32(table), Priority: uint32(prio)}
-	return r, r.validate()
+	return r, r.Validate()
 }
 
 // String is the canonical value, in `ip route` words:

@@ -1,11 +1,11 @@
-package tuning
+package cpuset
 
 import (
 	"slices"
 	"testing"
 )
 
-func TestParseAndFormatCPUList(t *testing.T) {
+func TestParseAndFormat(t *testing.T) {
 	tests := []struct {
 		in    string
 		cpus  []int
@@ -19,37 +19,37 @@ func TestParseAndFormatCPUList(t *testing.T) {
 		{"0-1,3,5-7,9", []int{0, 1, 3, 5, 6, 7, 9}, "0-1,3,5-7,9"},
 	}
 	for _, tt := range tests {
-		cpus, err := ParseCPUList(tt.in)
+		cpus, err := Parse(tt.in)
 		if err != nil {
-			t.Errorf("ParseCPUList(%q): %v", tt.in, err)
+			t.Errorf("Parse(%q): %v", tt.in, err)
 			continue
 		}
 		if !slices.Equal(cpus, tt.cpus) {
-			t.Errorf("ParseCPUList(%q) = %v, want %v", tt.in, cpus, tt.cpus)
+			t.Errorf("Parse(%q) = %v, want %v", tt.in, cpus, tt.cpus)
 		}
-		if got := FormatCPUList(cpus); got != tt.canon {
-			t.Errorf("FormatCPUList(%v) = %q, want %q", cpus, got, tt.canon)
+		if got := Format(cpus); got != tt.canon {
+			t.Errorf("Format(%v) = %q, want %q", cpus, got, tt.canon)
 		}
 	}
 	for _, bad := range []string{"", "a", "3-1", "-1", "1-", "1,,2", "0-99999", "1.5"} {
-		if cpus, err := ParseCPUList(bad); err == nil {
-			t.Errorf("ParseCPUList(%q) = %v, want an error", bad, cpus)
+		if cpus, err := Parse(bad); err == nil {
+			t.Errorf("Parse(%q) = %v, want an error", bad, cpus)
 		}
 	}
 }
 
-func FuzzParseCPUList(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{"0", "0-3,8", "1,1", "3-1", "", "0-8191", " 2 , 4-5 "} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		cpus, err := ParseCPUList(s)
+		cpus, err := Parse(s)
 		if err != nil {
 			return
 		}
-		canon := FormatCPUList(cpus)
-		again, err := ParseCPUList(canon)
-		if err != nil || !slices.Equal(again, cpus) || FormatCPUList(again) != canon {
+		canon := Format(cpus)
+		again, err := Parse(canon)
+		if err != nil || !slices.Equal(again, cpus) || Format(again) != canon {
 			t.Fatalf("%q -> %v -> %q -> %v, %v", s, cpus, canon, again, err)
 		}
 	})

@@ -1,4 +1,8 @@
-package tuning
+// Package cpuset reads and writes sets of CPUs in the Linux CPU list form
+// ("0-3,8,10-11"), the form of smp_affinity_list, /sys/devices/system/cpu/online
+// and of CPU lists in the configuration. A set is a sorted slice of distinct
+// CPU numbers.
+package cpuset
 
 import (
 	"fmt"
@@ -7,10 +11,9 @@ import (
 	"strings"
 )
 
-// ParseCPUList reads a Linux CPU list such as "0-3,8,10-11" (the format of
-// smp_affinity_list and /sys/devices/system/cpu/online) into sorted,
-// distinct CPU numbers.
-func ParseCPUList(s string) ([]int, error) {
+// Parse reads a Linux CPU list such as "0-3,8,10-11" into sorted, distinct
+// CPU numbers.
+func Parse(s string) ([]int, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return nil, fmt.Errorf("empty CPU list")
@@ -39,25 +42,25 @@ func ParseCPUList(s string) ([]int, error) {
 	return slices.Compact(cpus), nil
 }
 
-// maxCPU bounds CPU numbers so a typo like "0-99999999" cannot allocate
+// MaxCPU bounds CPU numbers so a typo like "0-99999999" cannot allocate
 // gigabytes; Linux supports at most 8192 CPUs.
-const maxCPU = 8191
+const MaxCPU = 8191
 
 func parseCPU(s string) (int, error) {
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("%q is not a CPU number", s)
 	}
-	if n > maxCPU {
-		return 0, fmt.Errorf("CPU %d is beyond the largest Linux supports (%d)", n, maxCPU)
+	if n > MaxCPU {
+		return 0, fmt.Errorf("CPU %d is beyond the largest Linux supports (%d)", n, MaxCPU)
 	}
 	return n, nil
 }
 
-// FormatCPUList writes CPU numbers in the kernel's own list form: ascending,
+// Format writes CPU numbers in the kernel's own list form: ascending,
 // runs of two or more as "a-b", so that the text compares equal to what
 // smp_affinity_list prints for the same set.
-func FormatCPUList(cpus []int) string {
+func Format(cpus []int) string {
 	sorted := slices.Clone(cpus)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
@@ -80,11 +83,11 @@ func FormatCPUList(cpus []int) string {
 	return b.String()
 }
 
-// CanonicalCPUList rewrites a CPU list in FormatCPUList's form.
-func CanonicalCPUList(s string) (string, error) {
-	cpus, err := ParseCPUList(s)
+// Canonical rewrites a CPU list in Format's form.
+func Canonical(s string) (string, error) {
+	cpus, err := Parse(s)
 	if err != nil {
 		return "", err
 	}
-	return FormatCPUList(cpus), nil
+	return Format(cpus), nil
 }

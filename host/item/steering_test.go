@@ -1,0 +1,141 @@
+package item
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+// testSteeringSpec is an agent serving two client-side whitelists, one of
+// them with two client prefixes.
+func testSteeringSpec() SteeringSpec {
+	return SteeringSpec{
+		Interface:  "sosa0",
+		ListenPort: 9876,
+		Divert: []Divert{
+			{Clients: []netip.Prefix{netip.MustParsePrefix("10.9.1.0/24")}, Server: netip.MustParseAddr("10.9.2.1"), Port: 5201},
+			{Clients: []netip.Prefix{netip.MustParsePrefix("10.9.3.0/24"), netip.MustParsePrefix("10.9.4.7/32")}, Server: netip.MustParseAddr("10.9.2.2"), Port: 80},
+		},
+	}
+}
+
+func TestSteeringSpecItems(t *testing.T) {
+	items, err := testSteeringSpec().Items()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Item{
+		{Kind: KindSysctl, Key: "net.ipv4.conf.sosa0.rp_filter", Value: "2"},
+		{Kind: KindSteering, Key: SteeringKeyNftables, Value: `{"interface":"sosa0","mark":21327,"listen_port":9876,"divert":[` +
+			`{"clients":["10.9.1.0/24"],"server":"10.9.2.1","port":5201},` +
+			`{"clients":["10.9.3.0/24","10.9.4.7/32"],"server":"10.9.2.2","port":80}]}`},
+		{Kind: KindSteering, Key: SteeringKeyRule, Value: "fwmark 0x534f lookup 21327 priority 21327"},
+		{Kind: KindSteering, Key: SteeringKeyRoute, Value: "local 0.0.0.0/0 dev lo table 21327"},
+	}
+	if len(items) != len(want) {
+		t.Fatalf("Items() = %+v", items)
+	}
+	for i := range want {
+		if items[i] != want[i] {
+			t.Errorf("item %d:\n got %+v\nwant %+v", i, items[i], want[i])
+		}
+		if c, err := Canonical(items[i]); err != nil || c != items[i] {
+			t.Errorf("item %d is not canonical: %+v %v", i, c, err)
+		}
+	}
+	if got := RPFilterKey("eth1.100"); got != "net.ipv4.conf.eth1/100.rp_filter" {
+		t.Errorf("RPFilterKey(vlan) = %q", got)
+	}
+}
+
+func TestTproxyRulesCanonicalMergesAndSorts(t *testing.T) {
+	a := TproxyRules{Mark: 1, ListenPort: 9, Divert: []Divert{
+		{Clients: []netip.Prefix{netip.MustParsePrefix("10.0.2.77/24"), netip.MustParsePrefix("10.0.1.0/24")}, Server: netip.MustParseAddr("10.1.0.1"), Port: 80},
+		{Clients: []netip.Prefix{netip.MustParsePrefix("10.0.1.0/24")}, Server: netip.MustParseAddr("10.1.0.1"), Port: 80},
+		{Clients: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, Server: netip.MustParseAddr("::ffff:10.1.0.0"), Port: 443},
+	}}
+	got, err := a.Canonical()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"mark":1,"listen_port":9,"divert":[{"clients":["0.0.0.0/0"],"server":"10.1.0.0","port":443},{"clients":["10.0.1.0/24","10.0.2.0/24"],"server":"10.1.0.1","port":80}]}`
+	if got != want {
+		t.Fatalf("Canonical =\n%s\nwant\n%s", got, want)
+	}
+	// A server-side-only agent: no diverts, so neither port nor interface
+	// is part of the table.
+	only, err := TproxyRules{Mark: 5, ListenPort: 9, Interface: "eth1"}.Canonical()
+	if err != nil || only != `{"mark":5,"divert":[]}` {
+		t.Fatalf("no-divert canonical = %q, %v", only, err)
+	}
+	for _, bad := range []string{
+		`{"mark":1,"listen_port":9,"divert":[],"extra":1}`,
+		`{"mark":0,"divert":[]}`,
+		`{"mark":1,"divert":[{"clients":["10.0.0.0/8"],"server":"10.1.0.1","port":80}]}`,
+		`{"mark":1,"listen_port":9,"divert":[{"clients":["fd00::/8"],"server":"10.1.0.1","port":80}]}`,
+		`{"mark":1,"listen_port":9,"divert":[{"clients":["10.0.0.0/8"],"server":"fd00::1","port":80}]}`,
+		`{"mark":1,"listen_port":9,"divert":[{"clients":[],"server":"10.0.0.1","port":80}]}`,
+		`{"mark":1,"listen_port":9,"divert":[{"clients":["10.0.0.0/8"],"server":"10.0.0.1","port":0}]}`,
+		`{"mark":1,"interface":"a/b","divert":[]}`,
+		`{"mark":1,"divert":[]} {}`,
+	} {
+		if _, err := ParseTproxyRules(bad); err == nil {
+			t.Errorf("ParseTproxyRules(%s) succeeded", bad)
+		}
+	}
+}
+
+func TestSteeringRuleAndRouteValues(t *testing.T) {
+	r, err := ParseSteeringRule("fwmark 0x10 lookup 100 priority 1000")
+	if err != nil || r != (SteeringRule{Mark: 16, Table: 100, Priority: 1000}) || r.String() != "fwmark 0x10 lookup 100 priority 1000" {
+		t.Fatalf("ParseSteeringRule = %+v, %v", r, err)
+	}
+	if c, err := CanonicalSteeringValue(SteeringKeyRule, "fwmark 16  lookup 100 priority 1000"); err != nil || c != "fwmark 0x10 lookup 100 priority 1000" {
+		t.Fatalf("canonical rule = %q, %v", c, err)
+	}
+	for _, bad := range []string{"", "fwmark 0 lookup 1 priority 1", "fwmark 1 lookup 254 priority 1", "fwmark 1 lookup 100 priority 32766", "fwmark 1 table 100 priority 5"} {
+		if _, err := ParseSteeringRule(bad); err == nil {
+			t.Errorf("ParseSteeringRule(%q) succeeded", bad)
+		}
+	}
+	rt, err := ParseSteeringRoute("local 0.0.0.0/0 dev lo table 100")
+	if err != nil || rt.Table != 100 {
+		t.Fatalf("ParseSteeringRoute = %+v, %v", rt, err)
+	}
+	for _, bad := range []string{"local default dev lo table 100", "local 0.0.0.0/0 dev lo table 255", "local 0.0.0.0/0 dev eth0 table 100"} {
+		if _, err := ParseSteeringRoute(bad); err == nil {
+			t.Errorf("ParseSteeringRoute(%q) succeeded", bad)
+		}
+	}
+	if _, err := CanonicalSteeringValue("chain", "x"); err == nil {
+		t.Error("unknown steering key accepted")
+	}
+}
+
+func FuzzParseTproxyRules(f *testing.F) {
+	items, _ := testSteeringSpec().Items()
+	f.Add(items[1].Value)
+	f.Add(`{"mark":5,"divert":[]}`)
+	f.Add(`{"mark":1,"listen_port":9,"divert":[{"clients":["0.0.0.0/0","10.0.0.1/8"],"server":"::ffff:1.2.3.4","port":1}]}`)
+	f.Add(`{"mark":1,"divert":null}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParseTproxyRules(s)
+		if err != nil {
+			return
+		}
+		c, err := r.Canonical()
+		if err != nil {
+			t.Fatalf("parsed %q but cannot encode: %v", s, err)
+		}
+		again, err := ParseTproxyRules(c)
+		if err != nil {
+			t.Fatalf("canonical %q does not parse: %v", c, err)
+		}
+		if c2, _ := again.Canonical(); c2 != c {
+			t.Fatalf("canonical form not stable: %q then %q", c, c2)
+		}
+		if !strings.HasPrefix(c, "{") {
+			t.Fatalf("odd canonical %q", c)
+		}
+	})
+}
