@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"os/signal"
 	"sort"
@@ -146,7 +145,7 @@ func (d *Daemon) load() (*candidate, error) {
 	}
 	c := &candidate{cfg: cfg, src: src, want: want}
 	if len(want.Agents) > 0 {
-		if c.psk, err = LoadPSK(cfg.Security.PSKFile); err != nil {
+		if c.psk, err = LoadPSK(want.Agents[0].Relay.PSKFile); err != nil {
 			return nil, err
 		}
 	}
@@ -313,51 +312,10 @@ func warningsOf(p plan.Plan) []string {
 	return out
 }
 
-// relayConfig translates one desired agent into the relay's own config.
-func relayConfig(cfg *config.Config, a *desired.Agent, psk []byte) (relay.Config, error) {
-	rc := relay.Config{
-		Name:              a.Name,
-		TransparentListen: netip.AddrPortFrom(netip.IPv4Unspecified(), a.RelayPort),
-		DataListen:        a.DataListen,
-		PSK:               psk,
-		Encryption:        cfg.Security.Encryption,
-		Limits: relay.Limits{
-			MaxSessions:    cfg.Limits.MaxSessions,
-			MaxStreams:     cfg.Limits.MaxStreams,
-			SessionMemory:  cfg.Limits.SessionMemory,
-			MaxPreAuth:     cfg.Limits.PreauthConnections,
-			PreAuthTimeout: cfg.Limits.PreauthTimeout,
-			StallTimeout:   cfg.Limits.StallTimeout,
-			HalfClosedIdle: cfg.Limits.IdleTimeout,
-
-			Memory:               cfg.Limits.Memory,
-			MaxPreAuthPerSource:  cfg.Limits.PreauthPerSource,
-			MaxHalfOpenPerSource: cfg.Limits.HalfOpenPerSource,
-		},
-		SocketBuffer: int(a.SocketBuffer),
-		Congestion:   a.CongestionControl,
-		RelayCPUs:    a.RelayCPUs,
-	}
-	if a.HealthListen != "" {
-		hp, err := netip.ParseAddrPort(a.HealthListen)
-		if err != nil {
-			return rc, fmt.Errorf("agent %s health_listen: %w", a.Name, err)
-		}
-		rc.HealthListen = hp
-	}
-	route := func(r desired.Route, peer netip.AddrPort) relay.Whitelist {
-		return relay.Whitelist{
-			Name: r.Whitelist, Clients: r.Clients, Server: r.Server, Port: r.Port,
-			Streams: r.Streams, ChunkSize: r.ChunkSize, QueueLength: r.QueueLength,
-			Peer: peer, PeerName: r.PeerName,
-		}
-	}
-	for _, r := range a.Client {
-		rc.Client = append(rc.Client, route(r, r.Peer))
-	}
-	for _, r := range a.Server {
-		rc.Server = append(rc.Server, route(r, netip.AddrPort{}))
-	}
+// relayConfig is the agent's relay spec with the PSK joined.
+func relayConfig(a *desired.Agent, psk []byte) (relay.Config, error) {
+	rc := a.Relay
+	rc.PSK = psk
 	return rc, rc.Validate()
 }
 
@@ -367,7 +325,7 @@ func relayConfig(cfg *config.Config, a *desired.Agent, psk []byte) (relay.Config
 func (d *Daemon) syncRelays(ctx context.Context, c *candidate) error {
 	configs := map[string]relay.Config{}
 	for _, a := range c.want.Agents {
-		rc, err := relayConfig(c.cfg, a, c.psk)
+		rc, err := relayConfig(a, c.psk)
 		if err != nil {
 			return err
 		}
@@ -409,16 +367,7 @@ func (d *Daemon) stopRelay(name string, r *relay.Agent, grace time.Duration) {
 	d.log.Info("relay stopped", "agent", name)
 }
 
-// healthTimeout bounds one agent probe. Probes to the far site cross the
-// WAN, where a full drop-tail queue or a lost SYN (retried after 1 s, then
-// 3 s) can delay an answer well past a short check interval; withdrawing
-// steering over that would break every accelerated connection in flight.
-const healthTimeout = 5 * time.Second
-
-// healthFall is how many failed probes in a row mark an agent down.
-const healthFall = 3
-
-func controllerConfig(ctl *desired.Controller, drift time.Duration) (sdn.Config, error) {
+func controllerConfig(ctl *desired.Controller, resync time.Duration) (sdn.Config, error) {
 	var serverTLS *tls.Config
 	if f := ctl.TLS; f != nil {
 		var err error
@@ -431,9 +380,9 @@ func controllerConfig(ctl *desired.Controller, drift time.Duration) (sdn.Config,
 		TLS:               serverTLS,
 		Keepalive:         ctl.Keepalive,
 		HealthInterval:    ctl.HealthInterval,
-		HealthTimeout:     max(ctl.HealthInterval, healthTimeout),
-		HealthFall:        healthFall,
-		ResyncInterval:    drift,
+		HealthTimeout:     ctl.HealthTimeout,
+		HealthFall:        ctl.HealthFall,
+		ResyncInterval:    resync,
 		RemoveFlowsOnStop: ctl.RemoveFlowsOnStop,
 		Switches:          ctl.Switches,
 		Agents:            agentHealth(ctl),
@@ -456,9 +405,6 @@ func (d *Daemon) syncController(ctx context.Context, c *candidate) error {
 	if want == nil {
 		d.stopController()
 		return nil
-	}
-	for i := range want.Switches {
-		want.Switches[i].Connect = want.Connect[want.Switches[i].Name]
 	}
 	if d.ctl != nil && d.cfg != nil && d.cfg.Controller != nil && sameControllerSettings(d.cfg.Controller, c.cfg.Controller) {
 		return d.ctl.Update(want.Switches, agentHealth(want))

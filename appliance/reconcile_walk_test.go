@@ -23,7 +23,6 @@ var walkStates = [][]tuning.Item{
 		sysctlItem("net.core.rmem_max", "134217728"),
 		sysctlItem("net.ipv4.tcp_rmem", "4096 87380 67108864"),
 		{Kind: tuning.KindIRQ, Key: "eth1", Value: "0-1"},
-		{Kind: tuning.KindRelay, Key: tuning.RelayKeyCPUs, Value: "3"},
 	},
 	{
 		sysctlItem("net.core.rmem_max", "268435456"),
@@ -35,7 +34,6 @@ var walkStates = [][]tuning.Item{
 		sysctlItem("net.ipv4.tcp_rmem", "8192 65536 33554432"),
 		sysctlItem("net.ipv4.tcp_congestion_control", "reno"),
 		sysctlItem("net.ipv4.tcp_mtu_probing", "1"),
-		{Kind: tuning.KindRelay, Key: tuning.RelayKeyCPUs, Value: "0-1"},
 	},
 	{
 		sysctlItem("net.core.rmem_max", "212992"),
@@ -51,8 +49,6 @@ func itemFiles(it tuning.Item) []string {
 		return []string{filepath.Join("proc/sys", strings.ReplaceAll(it.Key, ".", "/"))}
 	case tuning.KindIRQ:
 		return []string{"proc/irq/40/smp_affinity_list", "proc/irq/41/smp_affinity_list", "proc/irq/42/smp_affinity_list", "proc/irq/43/smp_affinity_list"}
-	case tuning.KindRelay:
-		return []string{tuning.RelayCPUsFile}
 	}
 	return nil
 }

@@ -11,8 +11,8 @@ import (
 // transparent sockets, route marked packets locally, and loosen rp_filter on
 // the agent interface.
 func steeringItems(a *Agent) ([]tuning.Item, error) {
-	spec := tuning.SteeringSpec{Interface: a.Interface, ListenPort: a.RelayPort}
-	for _, r := range a.Client {
+	spec := tuning.SteeringSpec{Interface: a.Interface, ListenPort: a.Relay.TransparentListen.Port()}
+	for _, r := range a.Relay.Client {
 		spec.Divert = append(spec.Divert, tuning.Divert{Clients: r.Clients, Server: r.Server, Port: r.Port})
 	}
 	items, err := spec.Items()
