@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
+	"maps"
+	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -16,12 +18,14 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/sosappliance/sosappliance/appliance/config"
 	"github.com/sosappliance/sosappliance/appliance/desired"
 	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/dataplane/relay"
+	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/sdn"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/tuning"
@@ -65,11 +69,8 @@ type Daemon struct {
 	cfg        *config.Config
 	src        config.Source
 	want       *desired.Desired
-	psk        []byte
-	relays     map[string]*relay.Agent
-	ctl        *sdn.Controller
-	ctlStop    context.CancelFunc
-	ctlDone    chan error
+	relays     map[string]*runningRelay
+	ctl        *runningController // nil: no controller runs
 	status     Status
 	driftEvery time.Duration
 	// flowRepairs is the controller's drift repair count already counted.
@@ -108,7 +109,7 @@ func NewDaemon(opts Options) (*Daemon, error) {
 		opts:   opts,
 		log:    opts.Logger.With("node", opts.Node),
 		execs:  execs,
-		relays: map[string]*relay.Agent{},
+		relays: map[string]*runningRelay{},
 	}
 	d.note = notifier{log: d.log}
 	d.met = newMetrics(d.liveStats)
@@ -125,32 +126,6 @@ type ConfigError struct {
 
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("%s: %d problem(s) in the configuration", e.Source.Filename, len(e.Diagnostics.Errs()))
-}
-
-// candidate is a decoded, validated and compiled config not yet running.
-type candidate struct {
-	cfg  *config.Config
-	src  config.Source
-	want *desired.Desired
-	psk  []byte
-}
-
-func (d *Daemon) load() (*candidate, error) {
-	cfg, src, diags := config.LoadFile(d.opts.ConfigPath)
-	if diags.HasErrors() {
-		return nil, &ConfigError{Diagnostics: diags, Source: src}
-	}
-	want, err := desired.Compile(cfg, d.opts.Node)
-	if err != nil {
-		return nil, err
-	}
-	c := &candidate{cfg: cfg, src: src, want: want}
-	if len(want.Agents) > 0 {
-		if c.psk, err = LoadPSK(cfg.Security.PSKFile); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
 }
 
 func (d *Daemon) statePath(cfg *config.Config) string {
@@ -215,11 +190,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}()
 
+	// Start-up is a switch from nothing: a failure unwinds what started.
 	d.mu.Lock()
-	err = d.start(ctx, c)
+	err = d.switchTo(ctx, c)
 	d.mu.Unlock()
 	if err != nil {
-		d.shutdown(c.cfg)
 		return err
 	}
 	d.met.reloads.WithLabelValues("ok")
@@ -255,34 +230,324 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 }
 
-// start brings up a config for the first time, in the order of the design:
-// store and host items (tuning, then steering), relays, controller.
-func (d *Daemon) start(ctx context.Context, c *candidate) error {
-	if err := d.convergeHost(ctx, c); err != nil {
-		// Host items are retried at every drift check; a relay without
-		// its steering still serves nothing wrong.
-		d.log.Error("host convergence failed; will retry", "err", err)
+// candidate is a config decoded, validated and compiled, with everything
+// built that can be built without touching the running node: every relay
+// with its PSK joined and checked by the relay itself, the controller with
+// its certificates loaded and its switches checked.
+type candidate struct {
+	cfg    *config.Config
+	src    config.Source
+	want   *desired.Desired
+	relays map[string]*relayCandidate
+	ctl    *controllerCandidate // nil: this node runs no controller
+}
+
+// relayCandidate is a relay built but not started.
+type relayCandidate struct {
+	cfg   relay.Config
+	agent *relay.Agent
+}
+
+// controllerCandidate is a controller's config; the listener is bound when
+// it starts.
+type controllerCandidate struct {
+	spec *desired.Controller
+	cfg  sdn.Config
+}
+
+// runningRelay is a relay the daemon runs, with the config it runs.
+type runningRelay struct {
+	agent *relay.Agent
+	cfg   relay.Config
+}
+
+// runningController is the controller the daemon runs.
+type runningController struct {
+	ctl  *sdn.Controller
+	spec *desired.Controller
+	stop context.CancelFunc
+	done chan error
+}
+
+// load decodes, validates and compiles the file, and builds everything the
+// new config needs that involves I/O but changes nothing: it reads the PSK
+// and TLS files and lets the relays and the controller check their specs.
+func (d *Daemon) load() (*candidate, error) {
+	cfg, src, diags := config.LoadFile(d.opts.ConfigPath)
+	if diags.HasErrors() {
+		return nil, &ConfigError{Diagnostics: diags, Source: src}
 	}
-	if err := d.syncRelays(ctx, c); err != nil {
+	want, err := desired.Compile(cfg, d.opts.Node)
+	if err != nil {
+		return nil, err
+	}
+	c := &candidate{cfg: cfg, src: src, want: want, relays: map[string]*relayCandidate{}}
+	psks := map[string][]byte{}
+	for _, a := range want.Agents {
+		rc := a.Relay
+		psk, ok := psks[rc.PSKFile]
+		if !ok {
+			if psk, err = LoadPSK(rc.PSKFile); err != nil {
+				return nil, err
+			}
+			psks[rc.PSKFile] = psk
+		}
+		rc.PSK = psk
+		agent, err := relay.New(rc, d.log.With("agent", a.Name))
+		if err != nil {
+			return nil, fmt.Errorf("relay %s: %w", a.Name, err)
+		}
+		c.relays[a.Name] = &relayCandidate{cfg: rc, agent: agent}
+	}
+	if spec := want.Controller; spec != nil {
+		if c.ctl, err = d.buildController(spec); err != nil {
+			return nil, fmt.Errorf("controller: %w", err)
+		}
+	}
+	return c, nil
+}
+
+func (d *Daemon) buildController(spec *desired.Controller) (*controllerCandidate, error) {
+	var serverTLS *tls.Config
+	if f := spec.TLS; f != nil {
+		var err error
+		if serverTLS, err = sdn.LoadTLS(f.CertFile, f.KeyFile, f.CAFile); err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+	}
+	resync := spec.ResyncInterval
+	if d.opts.DriftInterval > 0 {
+		resync = d.opts.DriftInterval
+	}
+	health := map[string]sdn.AgentHealth{}
+	for name, h := range spec.Health {
+		health[name] = sdn.AgentHealth{HTTP: h.HTTP, Data: h.Data.String()}
+	}
+	cfg := sdn.Config{
+		TLS:               serverTLS,
+		Keepalive:         spec.Keepalive,
+		HealthInterval:    spec.HealthInterval,
+		HealthTimeout:     spec.HealthTimeout,
+		HealthFall:        spec.HealthFall,
+		ResyncInterval:    resync,
+		RemoveFlowsOnStop: spec.RemoveFlowsOnStop,
+		Switches:          spec.Switches,
+		Agents:            health,
+	}
+	// New checks the switches and starts nothing; the one that runs is
+	// made again with its listener.
+	if _, err := sdn.New(cfg, nil); err != nil {
+		return nil, err
+	}
+	return &controllerCandidate{spec: spec, cfg: cfg}, nil
+}
+
+// sameControllerSettings says whether a running controller can take the
+// new switches and agents in place; otherwise a new one replaces it.
+func sameControllerSettings(a, b *desired.Controller) bool {
+	sameTLS := (a.TLS == nil) == (b.TLS == nil)
+	if sameTLS && a.TLS != nil {
+		sameTLS = *a.TLS == *b.TLS
+	}
+	return a.Listen == b.Listen && a.Keepalive == b.Keepalive && a.HealthInterval == b.HealthInterval &&
+		a.HealthTimeout == b.HealthTimeout && a.HealthFall == b.HealthFall && a.ResyncInterval == b.ResyncInterval &&
+		a.RemoveFlowsOnStop == b.RemoveFlowsOnStop && sameTLS
+}
+
+// listenController binds the OpenFlow listener at once, so a bad or taken
+// address fails the reload that asks for it. SO_REUSEPORT lets a new
+// controller bind the address of the one it replaces before that one
+// stops, as Caddy's listeners do; a socket of anyone else that does not
+// set it still makes the bind fail.
+func listenController(ctx context.Context, addr string) (net.Listener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("openflow listen: %w", err)
+	}
+	return ln, nil
+}
+
+// switchTo moves the node from what runs now to c, the way Caddy reloads.
+// Everything that can fail without touching the node has failed already
+// (load, and here the host plan); then the new relays start and the new
+// controller binds its listener, the running relays take their new config
+// (each binds a changed listener before it closes the old one), the host
+// items are applied, the controller swaps, and last the parts c no longer
+// has stop. When a step fails, every step before it is unwound in reverse
+// and the old config keeps running. Start-up is a switch from nothing.
+// d.mu is held.
+func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	grace := c.cfg.Daemon.ShutdownTimeout
+
+	// The host plan validates every item (unknown sysctls, offline CPUs)
+	// before anything starts. The store stays open until the host is
+	// done, so the plan cannot go stale, and no longer: the CLI reads it
+	// while old relays drain.
+	st, err := store.Open(d.statePath(c.cfg), store.Options{LockTimeout: 5 * time.Second})
+	if err != nil {
+		return fmt.Errorf("open state: %w", err)
+	}
+	stOpen := true
+	closeStore := func() {
+		if stOpen {
+			st.Close()
+			stOpen = false
+		}
+	}
+	defer closeStore()
+	hostPlan, err := Plan(ctx, st, d.execs, c.want.Items, d.opts.Node, c.src.Hash())
+	if err != nil {
+		d.recordApply(hostPlan, Result{}, err)
+		return fmt.Errorf("plan host state: %w", err)
+	}
+	records, err := st.Records()
+	if err != nil {
 		return err
 	}
-	if err := d.syncController(ctx, c); err != nil {
-		return err
+	var hostBefore []item.Item
+	for _, r := range records {
+		hostBefore = append(hostBefore, item.Item{Kind: r.Kind, Key: r.Key, Value: r.Desired})
 	}
-	d.cfg, d.src, d.want, d.psk = c.cfg, c.src, c.want, c.psk
+
+	// Start: new relays bind their listeners.
+	names := slices.Sorted(maps.Keys(c.relays))
+	for _, name := range names {
+		if d.relays[name] != nil {
+			continue
+		}
+		rc := c.relays[name]
+		if err := rc.agent.Start(context.WithoutCancel(ctx)); err != nil {
+			return fmt.Errorf("relay %s: %w", name, err)
+		}
+		undo = append(undo, func() { d.stopRelay(name, rc.agent, grace) })
+		d.log.Info("relay started", "agent", name)
+	}
+	// The new controller binds its listener.
+	old := d.ctl
+	var ln net.Listener
+	replaceController := c.ctl != nil && (old == nil || !sameControllerSettings(old.spec, c.ctl.spec))
+	if replaceController && c.ctl.spec.Listen != "" {
+		if ln, err = listenController(ctx, c.ctl.spec.Listen); err != nil {
+			return fmt.Errorf("controller: %w", err)
+		}
+		undo = append(undo, func() { ln.Close() })
+	}
+	// Running relays take their new config; live sessions survive.
+	for _, name := range names {
+		r := d.relays[name]
+		if r == nil {
+			continue
+		}
+		if err := r.agent.Update(c.relays[name].cfg); err != nil {
+			return fmt.Errorf("relay %s: %w", name, err)
+		}
+		undo = append(undo, func() {
+			if err := r.agent.Update(r.cfg); err != nil {
+				d.log.Error("putting back the relay's last good config failed", "agent", name, "err", err)
+			}
+		})
+	}
+
+	// The host: tuning and steering toward listeners that now run.
+	res, err := Apply(ctx, st, d.execs, hostPlan)
+	d.recordApply(hostPlan, res, err)
+	for _, ch := range res.Done {
+		d.log.Info("applied", "action", string(ch.Action), "kind", ch.Kind, "key", ch.Key, "after", ch.After)
+	}
+	closeStore()
+	if len(res.Done) > 0 {
+		undo = append(undo, func() { d.revertHost(ctx, c.cfg, hostBefore) })
+	}
+	if err != nil {
+		return fmt.Errorf("apply host state: %w", err)
+	}
+
+	// Swap the controller.
+	var next *runningController
+	switch {
+	case replaceController:
+		cfg := c.ctl.cfg
+		cfg.Listener = ln
+		ctl, err := sdn.New(cfg, d.log.With("role", "controller"))
+		if err != nil {
+			return fmt.Errorf("controller: %w", err)
+		}
+		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan error, 1)
+		go func() { done <- ctl.Run(runCtx) }()
+		next = &runningController{ctl: ctl, spec: c.ctl.spec, stop: cancel, done: done}
+		d.log.Info("controller started", "listen", c.ctl.spec.Listen, "switches", len(c.ctl.spec.Switches))
+	case c.ctl != nil:
+		if err := old.ctl.Update(c.ctl.cfg.Switches, c.ctl.cfg.Agents); err != nil {
+			return fmt.Errorf("controller: %w", err)
+		}
+		old.spec = c.ctl.spec
+		next = old
+	}
+
+	// Nothing fails from here: stop what the new config no longer has.
+	if old != nil && old != next {
+		d.stopController(old)
+	}
+	if next != old {
+		d.flowRepairs = 0
+	}
+	d.ctl = next
+	for name, r := range d.relays {
+		if c.relays[name] == nil {
+			d.stopRelay(name, r.agent, grace)
+			delete(d.relays, name)
+		}
+	}
+	for _, name := range names {
+		if r := d.relays[name]; r != nil {
+			r.cfg = c.relays[name].cfg
+		} else {
+			d.relays[name] = &runningRelay{agent: c.relays[name].agent, cfg: c.relays[name].cfg}
+		}
+	}
+	d.cfg, d.src, d.want = c.cfg, c.src, c.want
 	d.status.Roles = c.want.Roles
 	d.status.ConfigHash = c.src.Hash()
 	d.met.setConfig(d.status.ConfigHash)
 	return nil
 }
 
-// convergeHost plans and applies the node's host items. The store is open
-// only for the length of it, so `plan`, `apply` and `status` work while the
-// daemon runs.
-func (d *Daemon) convergeHost(ctx context.Context, c *candidate) error {
-	p, res, err := d.withStore(c.cfg, func(st storeHandle) (plan.Plan, Result, error) {
-		return Converge(ctx, st, d.execs, c.want.Items, d.opts.Node, c.src.Hash())
+// revertHost puts the host items back to what the store owned before a
+// switch that failed.
+func (d *Daemon) revertHost(ctx context.Context, cfg *config.Config, items []item.Item) {
+	hash := ""
+	if d.src.Filename != "" {
+		hash = d.src.Hash()
+	}
+	p, res, err := d.withStore(cfg, func(st storeHandle) (plan.Plan, Result, error) {
+		return Converge(ctx, st, d.execs, items, d.opts.Node, hash)
 	})
+	d.recordApply(p, res, err)
+	if err != nil {
+		d.log.Error("putting back the last good host state failed", "err", err)
+	}
+}
+
+// recordApply shows a host apply in status and metrics.
+func (d *Daemon) recordApply(p plan.Plan, res Result, err error) {
 	info := &ApplyInfo{At: time.Now(), Changes: len(res.Done), Result: "ok"}
 	if err != nil {
 		info.Result = err.Error()
@@ -299,10 +564,6 @@ func (d *Daemon) convergeHost(ctx context.Context, c *candidate) error {
 		d.status.Serial = p.Serial
 		d.met.serial.Set(float64(p.Serial))
 	}
-	for _, ch := range res.Done {
-		d.log.Info("applied", "action", string(ch.Action), "kind", ch.Kind, "key", ch.Key, "after", ch.After)
-	}
-	return err
 }
 
 func warningsOf(p plan.Plan) []string {
@@ -313,204 +574,27 @@ func warningsOf(p plan.Plan) []string {
 	return out
 }
 
-// relayConfig translates one desired agent into the relay's own config.
-func relayConfig(cfg *config.Config, a *desired.Agent, psk []byte) (relay.Config, error) {
-	rc := relay.Config{
-		Name:              a.Name,
-		TransparentListen: netip.AddrPortFrom(netip.IPv4Unspecified(), a.RelayPort),
-		DataListen:        a.DataListen,
-		PSK:               psk,
-		Encryption:        cfg.Security.Encryption,
-		Limits: relay.Limits{
-			MaxSessions:    cfg.Limits.MaxSessions,
-			MaxStreams:     cfg.Limits.MaxStreams,
-			SessionMemory:  cfg.Limits.SessionMemory,
-			MaxPreAuth:     cfg.Limits.PreauthConnections,
-			PreAuthTimeout: cfg.Limits.PreauthTimeout,
-			StallTimeout:   cfg.Limits.StallTimeout,
-			HalfClosedIdle: cfg.Limits.IdleTimeout,
-
-			Memory:               cfg.Limits.Memory,
-			MaxPreAuthPerSource:  cfg.Limits.PreauthPerSource,
-			MaxHalfOpenPerSource: cfg.Limits.HalfOpenPerSource,
-		},
-		SocketBuffer: int(a.SocketBuffer),
-		Congestion:   a.CongestionControl,
-		RelayCPUs:    a.RelayCPUs,
-	}
-	if a.HealthListen != "" {
-		hp, err := netip.ParseAddrPort(a.HealthListen)
-		if err != nil {
-			return rc, fmt.Errorf("agent %s health_listen: %w", a.Name, err)
-		}
-		rc.HealthListen = hp
-	}
-	route := func(r desired.Route, peer netip.AddrPort) relay.Whitelist {
-		return relay.Whitelist{
-			Name: r.Whitelist, Clients: r.Clients, Server: r.Server, Port: r.Port,
-			Streams: r.Streams, ChunkSize: r.ChunkSize, QueueLength: r.QueueLength,
-			Peer: peer, PeerName: r.PeerName,
-		}
-	}
-	for _, r := range a.Client {
-		rc.Client = append(rc.Client, route(r, r.Peer))
-	}
-	for _, r := range a.Server {
-		rc.Server = append(rc.Server, route(r, netip.AddrPort{}))
-	}
-	return rc, rc.Validate()
-}
-
-// syncRelays starts the relays of new agents and updates running ones in
-// place (live sessions survive); relays of agents no longer on this node are
-// shut down after every new config took.
-func (d *Daemon) syncRelays(ctx context.Context, c *candidate) error {
-	configs := map[string]relay.Config{}
-	for _, a := range c.want.Agents {
-		rc, err := relayConfig(c.cfg, a, c.psk)
-		if err != nil {
-			return err
-		}
-		configs[a.Name] = rc
-	}
-	for name, rc := range configs {
-		if r, ok := d.relays[name]; ok {
-			if err := r.Update(rc); err != nil {
-				return fmt.Errorf("relay %s: %w", name, err)
-			}
-			continue
-		}
-		r, err := relay.New(rc, d.log.With("agent", name))
-		if err != nil {
-			return fmt.Errorf("relay %s: %w", name, err)
-		}
-		if err := r.Start(context.WithoutCancel(ctx)); err != nil {
-			return fmt.Errorf("relay %s: %w", name, err)
-		}
-		d.relays[name] = r
-		d.log.Info("relay started", "agent", name)
-	}
-	for name, r := range d.relays {
-		if _, keep := configs[name]; keep {
-			continue
-		}
-		d.stopRelay(name, r, c.cfg.Daemon.ShutdownTimeout)
-	}
-	return nil
-}
-
 func (d *Daemon) stopRelay(name string, r *relay.Agent, grace time.Duration) {
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := r.Shutdown(sctx); err != nil {
 		d.log.Warn("relay shutdown", "agent", name, "err", err)
 	}
-	delete(d.relays, name)
 	d.log.Info("relay stopped", "agent", name)
 }
 
-// healthTimeout bounds one agent probe. Probes to the far site cross the
-// WAN, where a full drop-tail queue or a lost SYN (retried after 1 s, then
-// 3 s) can delay an answer well past a short check interval; withdrawing
-// steering over that would break every accelerated connection in flight.
-const healthTimeout = 5 * time.Second
-
-// healthFall is how many failed probes in a row mark an agent down.
-const healthFall = 3
-
-func controllerConfig(ctl *desired.Controller, drift time.Duration) (sdn.Config, error) {
-	var serverTLS *tls.Config
-	if f := ctl.TLS; f != nil {
-		var err error
-		if serverTLS, err = sdn.LoadTLS(f.CertFile, f.KeyFile, f.CAFile); err != nil {
-			return sdn.Config{}, fmt.Errorf("tls: %w", err)
-		}
-	}
-	return sdn.Config{
-		Listen:            ctl.Listen,
-		TLS:               serverTLS,
-		Keepalive:         ctl.Keepalive,
-		HealthInterval:    ctl.HealthInterval,
-		HealthTimeout:     max(ctl.HealthInterval, healthTimeout),
-		HealthFall:        healthFall,
-		ResyncInterval:    drift,
-		RemoveFlowsOnStop: ctl.RemoveFlowsOnStop,
-		Switches:          ctl.Switches,
-		Agents:            agentHealth(ctl),
-	}, nil
-}
-
-func agentHealth(ctl *desired.Controller) map[string]sdn.AgentHealth {
-	out := map[string]sdn.AgentHealth{}
-	for name, h := range ctl.Health {
-		out[name] = sdn.AgentHealth{HTTP: h.HTTP, Data: h.Data.String()}
-	}
-	return out
-}
-
-// syncController starts, updates or stops the OpenFlow controller. A change
-// of listen address or timers restarts it; flows on the switches stay
-// (fail_mode=secure) and the restarted controller finds them in place.
-func (d *Daemon) syncController(ctx context.Context, c *candidate) error {
-	want := c.want.Controller
-	if want == nil {
-		d.stopController()
-		return nil
-	}
-	for i := range want.Switches {
-		want.Switches[i].Connect = want.Connect[want.Switches[i].Name]
-	}
-	if d.ctl != nil && d.cfg != nil && d.cfg.Controller != nil && sameControllerSettings(d.cfg.Controller, c.cfg.Controller) {
-		return d.ctl.Update(want.Switches, agentHealth(want))
-	}
-	cfg, err := controllerConfig(want, d.driftEvery)
-	if err != nil {
-		return fmt.Errorf("controller: %w", err)
-	}
-	d.stopController()
-	ctl, err := sdn.New(cfg, d.log.With("role", "controller"))
-	if err != nil {
-		return fmt.Errorf("controller: %w", err)
-	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan error, 1)
-	go func() { done <- ctl.Run(runCtx) }()
-	// Fail fast on a listen address in use rather than running blind.
-	select {
-	case err := <-done:
-		cancel()
-		return fmt.Errorf("controller: %w", err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	d.ctl, d.ctlStop, d.ctlDone = ctl, cancel, done
-	d.flowRepairs = 0
-	d.log.Info("controller started", "listen", want.Listen, "switches", len(want.Switches))
-	return nil
-}
-
-func sameControllerSettings(a, b *config.Controller) bool {
-	sameTLS := (a.TLS == nil) == (b.TLS == nil)
-	if sameTLS && a.TLS != nil {
-		sameTLS = a.TLS.CertFile == b.TLS.CertFile && a.TLS.KeyFile == b.TLS.KeyFile && a.TLS.CAFile == b.TLS.CAFile
-	}
-	return a.Listen == b.Listen && a.Keepalive == b.Keepalive && a.HealthInterval == b.HealthInterval &&
-		a.RemoveFlowsOnStop == b.RemoveFlowsOnStop && sameTLS
-}
-
-func (d *Daemon) stopController() {
-	if d.ctl == nil {
-		return
-	}
-	d.ctlStop()
-	if err := <-d.ctlDone; err != nil && !errors.Is(err, context.Canceled) {
+// stopController stops a controller; switch flows stay (fail_mode=secure)
+// unless its config removes them on stop.
+func (d *Daemon) stopController(rc *runningController) {
+	rc.stop()
+	if err := <-rc.done; err != nil && !errors.Is(err, context.Canceled) {
 		d.log.Warn("controller stopped", "err", err)
 	}
-	d.ctl, d.ctlStop, d.ctlDone = nil, nil, nil
 }
 
-// reload follows Caddy's order: decode, validate, compile, apply the
-// difference, swap. When any step fails, the last good config keeps running
-// and the failure shows in the log, status and metrics.
+// reload builds the file's config and switches to it; when any step fails,
+// the last good config keeps running and the failure shows in the log,
+// status and metrics.
 func (d *Daemon) reload(ctx context.Context) {
 	d.note.reloading()
 	defer func() { d.note.ready(d.statusLine()) }()
@@ -526,7 +610,7 @@ func (d *Daemon) reload(ctx context.Context) {
 		return
 	}
 	if err == nil {
-		err = d.apply(ctx, c)
+		err = d.switchTo(ctx, c)
 	}
 	if err != nil {
 		d.status.ReloadFails++
@@ -553,41 +637,6 @@ func diagText(diag *hcl.Diagnostic) string {
 		return diag.Summary
 	}
 	return fmt.Sprintf("%s:%d:%d: %s", diag.Subject.Filename, diag.Subject.Start.Line, diag.Subject.Start.Column, diag.Summary)
-}
-
-// apply moves from the running config to c. If the host or a relay refuses
-// the new state, the old one is put back before returning the error.
-func (d *Daemon) apply(ctx context.Context, c *candidate) error {
-	old := &candidate{cfg: d.cfg, src: d.src, want: d.want, psk: d.psk}
-	if err := d.convergeHost(ctx, c); err != nil {
-		d.restore(ctx, old)
-		return fmt.Errorf("apply host state: %w", err)
-	}
-	if err := d.syncRelays(ctx, c); err != nil {
-		d.restore(ctx, old)
-		return err
-	}
-	if err := d.syncController(ctx, c); err != nil {
-		d.restore(ctx, old)
-		return err
-	}
-	d.cfg, d.src, d.want, d.psk = c.cfg, c.src, c.want, c.psk
-	d.status.Roles = c.want.Roles
-	d.status.ConfigHash = c.src.Hash()
-	d.met.setConfig(d.status.ConfigHash)
-	return nil
-}
-
-func (d *Daemon) restore(ctx context.Context, old *candidate) {
-	if err := d.convergeHost(ctx, old); err != nil {
-		d.log.Error("putting back the last good host state failed", "err", err)
-	}
-	if err := d.syncRelays(ctx, old); err != nil {
-		d.log.Error("putting back the last good relays failed", "err", err)
-	}
-	if err := d.syncController(ctx, old); err != nil {
-		d.log.Error("putting back the last good controller failed", "err", err)
-	}
 }
 
 // checkDrift re-observes every owned host item and puts back what changed
@@ -620,7 +669,7 @@ func (d *Daemon) checkDriftLocked(ctx context.Context) {
 	if d.ctl != nil {
 		// The controller re-reads switch flows on the same period and
 		// counts what it had to repair.
-		if repairs := d.ctl.Status().Counters.DriftRepairs; repairs > d.flowRepairs {
+		if repairs := d.ctl.ctl.Status().Counters.DriftRepairs; repairs > d.flowRepairs {
 			n := repairs - d.flowRepairs
 			d.status.Drift.Corrections += n
 			d.status.Drift.ByKind["flows"] += n
@@ -651,14 +700,25 @@ func (d *Daemon) shutdown(cfg *config.Config) {
 			defer wg.Done()
 			sctx, cancel := context.WithTimeout(context.Background(), grace)
 			defer cancel()
-			if err := r.Shutdown(sctx); err != nil {
+			if err := r.agent.Shutdown(sctx); err != nil {
 				d.log.Warn("relay shutdown", "agent", name, "err", err)
 			}
 		}()
 	}
 	wg.Wait()
-	d.relays = map[string]*relay.Agent{}
-	d.stopController()
+	d.relays = map[string]*runningRelay{}
+	if d.ctl != nil {
+		d.stopController(d.ctl)
+		d.ctl = nil
+	}
+}
+
+// controller is the running controller or nil; d.mu is held.
+func (d *Daemon) controller() *sdn.Controller {
+	if d.ctl == nil {
+		return nil
+	}
+	return d.ctl.ctl
 }
 
 // Status is a snapshot for the control socket and `status`.
@@ -673,9 +733,9 @@ func (d *Daemon) Status() Status {
 	}
 	relays := make(map[string]*relay.Agent, len(d.relays))
 	for k, v := range d.relays {
-		relays[k] = v
+		relays[k] = v.agent
 	}
-	ctl := d.ctl
+	ctl := d.controller()
 	d.mu.Unlock()
 
 	names := make([]string, 0, len(relays))
@@ -723,9 +783,9 @@ func (d *Daemon) liveStats() liveStats {
 	d.mu.Lock()
 	relays := make([]*relay.Agent, 0, len(d.relays))
 	for _, r := range d.relays {
-		relays = append(relays, r)
+		relays = append(relays, r.agent)
 	}
-	ctl := d.ctl
+	ctl := d.controller()
 	d.mu.Unlock()
 	var ls liveStats
 	for _, r := range relays {
@@ -786,7 +846,7 @@ func (d *Daemon) withStore(cfg *config.Config, fn func(storeHandle) (plan.Plan, 
 // switches connected to this node's controller.
 func (d *Daemon) planFlows(ctx context.Context, switches []flows.Switch) []FlowPlan {
 	d.mu.Lock()
-	ctl := d.ctl
+	ctl := d.controller()
 	d.mu.Unlock()
 	out := make([]FlowPlan, 0, len(switches))
 	for _, sw := range switches {

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sosappliance/sosappliance/host/item"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/appliance/store"
-	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
@@ -25,7 +25,6 @@ func wanTuning() []item.Item {
 		sysctlItem("net.ipv4.tcp_congestion_control", "bbr"),
 		sysctlItem("net.ipv4.tcp_mtu_probing", "0"), // already so: not owned
 		{Kind: item.KindIRQ, Key: "eth1", Value: "2,3"},
-		{Kind: item.KindRelay, Key: item.RelayKeyCPUs, Value: "1"},
 	}
 }
 
@@ -38,11 +37,11 @@ func TestApplyTwiceChangesNothing(t *testing.T) {
 	if p.Serial != 0 || p.Node != "node-a" || p.ConfigHash != "hash" || p.Operation != plan.OperationApply {
 		t.Fatalf("plan header %+v", p)
 	}
-	if add, upd, res := p.Counts(); add != 1 || upd != 4 || res != 0 {
+	if add, upd, res := p.Counts(); add != 0 || upd != 4 || res != 0 {
 		t.Fatalf("plan counts %d %d %d:\n%s", add, upd, res, p.Text())
 	}
 	res := mustApply(t, st, exs, p)
-	if res.Serial != 1 || len(res.Done) != 5 {
+	if res.Serial != 1 || len(res.Done) != 4 {
 		t.Fatalf("result %+v", res)
 	}
 	snap := snapshot(t, root)
@@ -53,7 +52,6 @@ func TestApplyTwiceChangesNothing(t *testing.T) {
 		"proc/irq/41/smp_affinity_list":                      "3",
 		"proc/irq/42/smp_affinity_list":                      "2",
 		"proc/irq/43/smp_affinity_list":                      "3",
-		filepath.Join(tuning.RelayCPUsFile):                  "1",
 		"proc/sys/net/ipv4/tcp_mtu_probing":                  "0",
 		"proc/sys/net/ipv4/tcp_available_congestion_control": "reno cubic bbr",
 	} {
@@ -78,7 +76,7 @@ func TestApplyTwiceChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 5 {
+	if len(recs) != 4 {
 		t.Fatalf("records %+v", recs)
 	}
 	for _, r := range recs {
@@ -88,12 +86,9 @@ func TestApplyTwiceChangesNothing(t *testing.T) {
 		if r.ID() == "irq/eth1" && r.Previous != "40:0-3 41:0-3 42:1 43:0-3" {
 			t.Errorf("irq previous = %q", r.Previous)
 		}
-		if r.ID() == "relay/cpus" && r.PreviousPresent {
-			t.Errorf("relay previous recorded as present: %+v", r)
-		}
 	}
 	h, err := st.History()
-	if err != nil || len(h) != 1 || h[0].Result != store.ResultOK || h[0].Node != "node-a" || len(h[0].Changes) != 5 {
+	if err != nil || len(h) != 1 || h[0].Result != store.ResultOK || h[0].Node != "node-a" || len(h[0].Changes) != 4 {
 		t.Fatalf("history %+v %v", h, err)
 	}
 }
@@ -256,7 +251,7 @@ func TestRollbackRestoresOriginalValuesAndIsRecorded(t *testing.T) {
 	original := snapshot(t, root)
 
 	mustApply(t, st, exs, mustPlan(t, st, exs, wanTuning()))
-	// A second configuration drops the relay and changes rmem_max: the
+	// A second configuration drops tcp_rmem and changes rmem_max: the
 	// values recorded first must survive it.
 	second := []item.Item{
 		sysctlItem("net.core.rmem_max", "268435456"),
@@ -264,7 +259,7 @@ func TestRollbackRestoresOriginalValuesAndIsRecorded(t *testing.T) {
 		{Kind: item.KindIRQ, Key: "eth1", Value: "0"},
 	}
 	p := mustPlan(t, st, exs, second)
-	if !strings.Contains(p.Text(), "- cpus: \"1\" -> (absent)") || !strings.Contains(p.Text(), "- net.ipv4.tcp_rmem") {
+	if !strings.Contains(p.Text(), "- net.ipv4.tcp_rmem") {
 		t.Errorf("second plan:\n%s", p.Text())
 	}
 	mustApply(t, st, exs, p)

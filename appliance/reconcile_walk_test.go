@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"fmt"
+	"github.com/sosappliance/sosappliance/host/item"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	"github.com/sosappliance/sosappliance/appliance/store"
-	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
@@ -24,7 +24,6 @@ var walkStates = [][]item.Item{
 		sysctlItem("net.core.rmem_max", "134217728"),
 		sysctlItem("net.ipv4.tcp_rmem", "4096 87380 67108864"),
 		{Kind: item.KindIRQ, Key: "eth1", Value: "0-1"},
-		{Kind: item.KindRelay, Key: item.RelayKeyCPUs, Value: "3"},
 	},
 	{
 		sysctlItem("net.core.rmem_max", "268435456"),
@@ -36,7 +35,6 @@ var walkStates = [][]item.Item{
 		sysctlItem("net.ipv4.tcp_rmem", "8192 65536 33554432"),
 		sysctlItem("net.ipv4.tcp_congestion_control", "reno"),
 		sysctlItem("net.ipv4.tcp_mtu_probing", "1"),
-		{Kind: item.KindRelay, Key: item.RelayKeyCPUs, Value: "0-1"},
 	},
 	{
 		sysctlItem("net.core.rmem_max", "212992"),
@@ -52,8 +50,6 @@ func itemFiles(it item.Item) []string {
 		return []string{filepath.Join("proc/sys", strings.ReplaceAll(it.Key, ".", "/"))}
 	case item.KindIRQ:
 		return []string{"proc/irq/40/smp_affinity_list", "proc/irq/41/smp_affinity_list", "proc/irq/42/smp_affinity_list", "proc/irq/43/smp_affinity_list"}
-	case item.KindRelay:
-		return []string{tuning.RelayCPUsFile}
 	}
 	return nil
 }

@@ -32,23 +32,12 @@ type SwitchAccess struct {
 	OneShot sdn.OneShot
 }
 
-// switchesOf returns the controller role's switches with their dial
-// addresses filled in.
-func switchesOf(ctl *desired.Controller) []flows.Switch {
-	out := make([]flows.Switch, len(ctl.Switches))
-	for i, sw := range ctl.Switches {
-		sw.Connect = ctl.Connect[sw.Name]
-		out[i] = sw
-	}
-	return out
-}
-
 // PlanSwitches diffs every switch of the controller node, sending nothing.
 // Switches connected to a running daemon are read through it; a switch
 // that listens is dialed; one that dials the controller while no daemon
 // runs is reported as not reachable now. The result is sorted by name.
 func PlanSwitches(ctx context.Context, access SwitchAccess, ctl *desired.Controller) []plan.SwitchPlan {
-	switches := switchesOf(ctl)
+	switches := ctl.Switches
 	live := map[string]plan.SwitchPlan{}
 	if plans, err := FetchFlowPlan(ctx, access.Socket, switches); err == nil {
 		for _, sp := range plans {
@@ -119,7 +108,7 @@ func ConvergeSwitches(ctx context.Context, access SwitchAccess, ctl *desired.Con
 	defer one.Close()
 	var out []SwitchOutcome
 	var errs []error
-	for _, sw := range switchesOf(ctl) {
+	for _, sw := range ctl.Switches {
 		res, err := one.Converge(ctx, sw)
 		o := SwitchOutcome{Switch: sw.Name, Sent: res.Sent}
 		switch {

@@ -1,6 +1,7 @@
 // Package tuning holds the host executors of sosappliance: sysctl, IRQ
-// affinity, interface settings, relay CPU pinning and the agent steering host
-// state (nftables TPROXY, policy routing). Each executor owns a kind of
+// affinity, interface settings and the agent steering host state (nftables
+// TPROXY, policy routing); the relay kind is obsolete (the relay pins its own
+// CPUs from its spec) and its executor only forgets old records. Each executor owns a kind of
 // item.Item, observes it and applies it; all of them are level-based and
 // idempotent. The kinds, keys and canonical values are those of package
 // host/item.

@@ -10,37 +10,42 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 )
 
-// Defaults applied where the file is silent.
+// Defaults applied where the file is silent. Those of the limits block are
+// agentspec's, the one set the relay also falls back to.
 const (
-	DefaultListen         = "127.0.0.1:6653"
-	DefaultStatePath      = "/var/lib/sosappliance/state.db"
-	DefaultControlSocket  = "/run/sosappliance/control.sock"
-	DefaultMetricsListen  = "127.0.0.1:9465"
-	DefaultDataPort       = 9877
-	DefaultRelayPort      = 9876
-	DefaultHealthPort     = 9878
-	DefaultStreams        = 64
-	DefaultChunkSize      = 60000
-	DefaultQueueLength    = 5
-	MaxChunkSize          = 16 << 20
-	DefaultSessionMemory  = 1 << 30
-	DefaultMaxStreams     = 8192
-	DefaultMaxSessions    = 256
-	DefaultPreauthConns   = 1024
-	DefaultPreauthTimeout = "5s"
+	DefaultListen        = "127.0.0.1:6653"
+	DefaultStatePath     = "/var/lib/sosappliance/state.db"
+	DefaultControlSocket = "/run/sosappliance/control.sock"
+	DefaultMetricsListen = "127.0.0.1:9465"
+	DefaultDataPort      = 9877
+	DefaultRelayPort     = 9876
+	DefaultHealthPort    = 9878
+	DefaultStreams       = 64
+	DefaultChunkSize     = 60000
+	DefaultQueueLength   = 5
+	MaxChunkSize         = 16 << 20
+
+	DefaultSessionMemory  = agentspec.DefaultSessionMemory
+	DefaultMaxStreams     = agentspec.DefaultMaxStreams
+	DefaultMaxSessions    = agentspec.DefaultMaxSessions
+	DefaultPreauthConns   = agentspec.DefaultMaxPreAuth
+	DefaultPreauthTimeout = agentspec.DefaultPreAuthTimeout
 	// Per source address: unauthenticated data-port connections (more
 	// evict that source's oldest) and server-side sessions still
 	// gathering their streams.
-	DefaultPreauthPerSource  = 128
-	DefaultHalfOpenPerSource = 64
-	DefaultStallTimeout      = "30s"
-	DefaultIdleTimeout       = "5m"
-	DefaultKeepalive         = "5s"
-	DefaultHealthInterval    = "2s"
-	DefaultDriftInterval     = "30s"
-	DefaultShutdownTimeout   = "30s"
+	DefaultPreauthPerSource  = agentspec.DefaultMaxPreAuthPerSource
+	DefaultHalfOpenPerSource = agentspec.DefaultMaxHalfOpenPerSource
+	DefaultStallTimeout      = agentspec.DefaultStallTimeout
+	DefaultIdleTimeout       = agentspec.DefaultHalfClosedIdle
+
+	DefaultKeepalive       = 5 * time.Second
+	DefaultHealthInterval  = 2 * time.Second
+	DefaultDriftInterval   = 30 * time.Second
+	DefaultShutdownTimeout = 30 * time.Second
 )
 
 var rootSchema = &hcl.BodySchema{
@@ -228,14 +233,15 @@ func (a *attrs) strMap(name string) map[string]string {
 	return out
 }
 
-func (a *attrs) duration(name, def string) time.Duration {
-	s := a.str(name, def)
-	v, err := ParseDuration(s)
+func (a *attrs) duration(name string, def time.Duration) time.Duration {
+	s, ok := a.value(name, cty.String, "a string")
+	if !ok {
+		return def
+	}
+	v, err := ParseDuration(s.AsString())
 	if err != nil {
-		if a.has(name) {
-			a.errorf(name, "%s: %v", `Use a duration such as "500ms", "30s" or "5m".`, name, err)
-		}
-		v, _ = ParseDuration(def)
+		a.errorf(name, "%s: %v", `Use a duration such as "500ms", "30s" or "5m".`, name, err)
+		return def
 	}
 	return v
 }

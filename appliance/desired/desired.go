@@ -1,7 +1,8 @@
 // Package desired computes, without any I/O, what one node must look like
-// under a configuration: which host items it owns, which agents it runs with
-// which whitelist routes, and, on the controller node, which flows each
-// switch must carry.
+// under a configuration: which host items it owns, the ready spec of every
+// relay it runs, and, on the controller node, the controller's spec with the
+// flows each switch must carry. The shell only joins what needs I/O: the
+// PSK and TLS files named in the specs.
 package desired
 
 import (
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sosappliance/sosappliance/appliance/config"
+	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 )
@@ -31,22 +33,38 @@ type Desired struct {
 	Items []item.Item
 }
 
-// Controller is the OpenFlow controller role.
+// Controller is the OpenFlow controller role: the complete spec of the
+// controller, less the TLS files' contents.
 type Controller struct {
 	Listen string
 	// TLS names the files of OpenFlow over TLS; nil for plain TCP only.
 	// The shell reads them.
-	TLS               *TLSFiles
-	Keepalive         time.Duration
-	HealthInterval    time.Duration
+	TLS            *TLSFiles
+	Keepalive      time.Duration
+	HealthInterval time.Duration
+	// HealthTimeout bounds one agent probe and HealthFall is how many
+	// failed probes in a row mark an agent down.
+	HealthTimeout time.Duration
+	HealthFall    int
+	// ResyncInterval is how often switch flows are re-read for drift: the
+	// daemon's drift interval.
+	ResyncInterval    time.Duration
 	RemoveFlowsOnStop bool
-	Switches          []flows.Switch
-	// Connect maps a switch name to "tcp:IP:PORT" for switches the
-	// controller dials instead of waiting for them.
-	Connect map[string]string
+	// Switches are the switches with their flows; a switch the controller
+	// dials has Connect set.
+	Switches []flows.Switch
 	// Health maps every agent name to where its health is probed.
 	Health map[string]HealthTarget
 }
+
+// healthTimeout bounds one agent probe. Probes to the far site cross the
+// WAN, where a full drop-tail queue or a lost SYN (retried after 1 s, then
+// 3 s) can delay an answer well past a short check interval; withdrawing
+// steering over that would break every accelerated connection in flight.
+const healthTimeout = 5 * time.Second
+
+// healthFall is how many failed probes in a row mark an agent down.
+const healthFall = 3
 
 // TLSFiles are the controller's certificate and key and the CA of the
 // switches' certificates, as paths.
@@ -63,37 +81,15 @@ type HealthTarget struct {
 
 // Agent is one relay the node runs.
 type Agent struct {
-	Name         string
-	Interface    string
-	Address      netip.Addr
-	DataListen   netip.AddrPort // stripe streams from peers
-	RelayPort    uint16         // transparent listener
-	HealthListen string
-	// Client lists whitelists for which this agent accepts steered client
-	// connections and opens streams to Peer; Server lists those for which it
-	// accepts streams and connects to the server.
-	Client            []Route
-	Server            []Route
-	RelayCPUs         []int
-	CongestionControl string
-	SocketBuffer      int64
-}
-
-// Route is one whitelist as an agent sees it.
-type Route struct {
-	Whitelist   string
-	Clients     []netip.Prefix
-	Server      netip.Addr
-	Port        uint16
-	Streams     int
-	ChunkSize   int
-	QueueLength int
-	// Peer is the far agent's stripe address (client side) or the near
-	// agent's own (server side). PeerName is the agent at the other end of
-	// the stripes: the server-side agent of a client route, the
-	// client-side agent allowed to open sessions of a server route.
-	Peer     netip.AddrPort
-	PeerName string
+	Name      string
+	Interface string // where steered connections arrive
+	Address   netip.Addr
+	// Relay is the relay's ready spec: listeners, identity, encryption,
+	// limits, routes (client routes carry the far agent's stripe address
+	// and name, server routes the client-side agent allowed), socket
+	// tuning and CPU pinning. Only the PSK is missing: the shell reads
+	// Relay.PSKFile and joins it.
+	Relay agentspec.Relay
 }
 
 // UnknownNodeError says that a node has no role at all in the file, which is
@@ -122,7 +118,11 @@ func Compile(cfg *config.Config, node string) (*Desired, error) {
 				continue
 			}
 			d.Roles = append(d.Roles, "agent:"+a.Name)
-			d.Agents = append(d.Agents, compileAgent(cfg, a))
+			ag, err := compileAgent(cfg, a)
+			if err != nil {
+				return nil, err
+			}
+			d.Agents = append(d.Agents, ag)
 			for _, t := range a.Tuning {
 				profiles = append(profiles, profileUse{cfg.Tuning(t), "agent " + a.Name})
 			}
@@ -141,20 +141,20 @@ func Compile(cfg *config.Config, node string) (*Desired, error) {
 		return nil, &UnknownNodeError{Node: node, Known: Nodes(cfg)}
 	}
 
-	items, err := compileTuning(profiles)
+	items, relayCPUs, err := compileTuning(profiles)
 	if err != nil {
 		return nil, err
 	}
 	for _, a := range d.Agents {
+		// The relays share the daemon's process, so one CPU list pins
+		// them all.
+		a.Relay.RelayCPUs = slices.Clone(relayCPUs)
 		for _, p := range profiles {
-			if len(p.t.RelayCPUs) > 0 && a.RelayCPUs == nil {
-				a.RelayCPUs = p.t.RelayCPUs
+			if p.t.CongestionControl != "" && a.Relay.Congestion == "" {
+				a.Relay.Congestion = p.t.CongestionControl
 			}
-			if p.t.CongestionControl != "" && a.CongestionControl == "" {
-				a.CongestionControl = p.t.CongestionControl
-			}
-			if p.t.SocketBuffer > 0 && a.SocketBuffer == 0 {
-				a.SocketBuffer = p.t.SocketBuffer
+			if p.t.SocketBuffer > 0 && a.Relay.SocketBuffer == 0 {
+				a.Relay.SocketBuffer = int(p.t.SocketBuffer)
 			}
 		}
 		steer, err := steeringItems(a)
@@ -196,8 +196,10 @@ func compileController(cfg *config.Config) *Controller {
 		Listen:            c.Listen,
 		Keepalive:         c.Keepalive,
 		HealthInterval:    c.HealthInterval,
+		HealthTimeout:     max(c.HealthInterval, healthTimeout),
+		HealthFall:        healthFall,
+		ResyncInterval:    cfg.Daemon.DriftInterval,
 		RemoveFlowsOnStop: c.RemoveFlowsOnStop,
-		Connect:           map[string]string{},
 		Health:            map[string]HealthTarget{},
 	}
 	if t := c.TLS; t != nil {
@@ -208,9 +210,6 @@ func compileController(cfg *config.Config) *Controller {
 			ctl.Health[a.Name] = HealthTarget{HTTP: a.HealthListen, Data: a.DataAddr()}
 		}
 		for _, sw := range s.Switches {
-			if sw.Connect != "" {
-				ctl.Connect[sw.Name] = sw.Connect
-			}
 			ctl.Switches = append(ctl.Switches, compileSwitch(cfg, sw))
 		}
 	}
@@ -224,7 +223,7 @@ func flowAgent(a *config.Agent) flows.Agent {
 
 func compileSwitch(cfg *config.Config, sw *config.Switch) flows.Switch {
 	out := flows.Switch{Name: sw.Name, DatapathID: sw.DatapathID, Forwarding: sw.Forwarding,
-		TLS: sw.TLS, Allow: slices.Clone(sw.Allow)}
+		Connect: sw.Connect, TLS: sw.TLS, Allow: slices.Clone(sw.Allow)}
 	for _, s := range cfg.Sites {
 		for _, a := range s.Agents {
 			if a.Switch == sw.Name {
@@ -280,19 +279,43 @@ func compileSwitch(cfg *config.Config, sw *config.Switch) flows.Switch {
 	return out
 }
 
-func compileAgent(cfg *config.Config, a *config.Agent) *Agent {
+func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
+	l := cfg.Limits
 	ag := &Agent{
-		Name:         a.Name,
-		Interface:    a.Interface,
-		Address:      a.Address,
-		DataListen:   a.DataAddr(),
-		RelayPort:    a.RelayPort,
-		HealthListen: a.HealthListen,
+		Name:      a.Name,
+		Interface: a.Interface,
+		Address:   a.Address,
+		Relay: agentspec.Relay{
+			Name:              a.Name,
+			TransparentListen: netip.AddrPortFrom(netip.IPv4Unspecified(), a.RelayPort),
+			DataListen:        a.DataAddr(),
+			PSKFile:           cfg.Security.PSKFile,
+			Encryption:        cfg.Security.Encryption,
+			Limits: agentspec.Limits{
+				MaxSessions:          l.MaxSessions,
+				MaxStreams:           l.MaxStreams,
+				SessionMemory:        l.SessionMemory,
+				Memory:               l.Memory,
+				MaxPreAuth:           l.PreauthConnections,
+				MaxPreAuthPerSource:  l.PreauthPerSource,
+				MaxHalfOpenPerSource: l.HalfOpenPerSource,
+				PreAuthTimeout:       l.PreauthTimeout,
+				StallTimeout:         l.StallTimeout,
+				HalfClosedIdle:       l.IdleTimeout,
+			},
+		},
+	}
+	if a.HealthListen != "" {
+		hp, err := netip.ParseAddrPort(a.HealthListen)
+		if err != nil {
+			return nil, fmt.Errorf("agent %s health_listen: %w", a.Name, err)
+		}
+		ag.Relay.HealthListen = hp
 	}
 	for _, w := range cfg.Whitelists {
-		r := Route{
-			Whitelist:   w.Name,
-			Clients:     append([]netip.Prefix(nil), w.Clients...),
+		r := agentspec.Route{
+			Name:        w.Name,
+			Clients:     slices.Clone(w.Clients),
 			Server:      w.Server,
 			Port:        w.ServerPort,
 			Streams:     w.Streams,
@@ -302,14 +325,14 @@ func compileAgent(cfg *config.Config, a *config.Agent) *Agent {
 		if w.ClientAgent == a.Name {
 			peer := cfg.Agent(w.ServerAgent)
 			r.Peer, r.PeerName = peer.DataAddr(), peer.Name
-			ag.Client = append(ag.Client, r)
+			ag.Relay.Client = append(ag.Relay.Client, r)
 		}
 		if w.ServerAgent == a.Name {
 			r.Peer, r.PeerName = a.DataAddr(), w.ClientAgent
-			ag.Server = append(ag.Server, r)
+			ag.Relay.Server = append(ag.Relay.Server, r)
 		}
 	}
-	return ag
+	return ag, nil
 }
 
 type profileUse struct {
@@ -317,10 +340,11 @@ type profileUse struct {
 	who string
 }
 
-// compileTuning merges the profiles a node uses into items; two profiles that
-// set one item to different values are an error, since either choice would
-// surprise someone.
-func compileTuning(profiles []profileUse) ([]item.Item, error) {
+// compileTuning merges the profiles a node uses into host items and the
+// relay CPU list; two profiles that set one item or the CPU list to
+// different values are an error, since either choice would surprise
+// someone. The CPU list is no host item: it travels in the relay specs.
+func compileTuning(profiles []profileUse) ([]item.Item, []int, error) {
 	type origin struct {
 		value, who string
 	}
@@ -335,40 +359,46 @@ func compileTuning(profiles []profileUse) ([]item.Item, error) {
 			return nil
 		}
 		set[id] = origin{value, who}
-		items = append(items, item.Item{Kind: kind, Key: key, Value: value})
+		if kind != item.KindRelay {
+			items = append(items, item.Item{Kind: kind, Key: key, Value: value})
+		}
 		return nil
 	}
+	var relayCPUs []int
 	for _, p := range profiles {
 		who := fmt.Sprintf("%q (%s)", p.t.Name, p.who)
 		for _, k := range sortedKeys(p.t.Sysctl) {
 			if err := put(item.KindSysctl, k, p.t.Sysctl[k], who); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		for _, it := range p.t.Interfaces {
 			if it.MTU > 0 {
 				if err := put(item.KindInterface, it.Name+"/mtu", strconv.Itoa(it.MTU), who); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 			}
 			if it.TxQueueLen >= 0 {
 				if err := put(item.KindInterface, it.Name+"/txqueuelen", strconv.Itoa(it.TxQueueLen), who); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 			}
 			if len(it.IRQCPUs) > 0 {
 				if err := put(item.KindIRQ, it.Name, config.FormatCPUList(it.IRQCPUs), who); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 			}
 		}
 		if len(p.t.RelayCPUs) > 0 {
 			if err := put(item.KindRelay, "cpus", config.FormatCPUList(p.t.RelayCPUs), who); err != nil {
-				return nil, err
+				return nil, nil, err
+			}
+			if relayCPUs == nil {
+				relayCPUs = slices.Clone(p.t.RelayCPUs)
 			}
 		}
 	}
-	return items, nil
+	return items, relayCPUs, nil
 }
 
 func sortItems(items []item.Item) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sosappliance/sosappliance/appliance/config"
+	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 )
@@ -63,16 +64,21 @@ func TestCompileAgent(t *testing.T) {
 	if d.Controller != nil || len(d.Agents) != 1 {
 		t.Fatalf("agent node got controller=%v agents=%d", d.Controller != nil, len(d.Agents))
 	}
-	a := d.Agents[0]
-	if len(a.Client) != 1 || a.Client[0].Whitelist != "iperf-to-utah" || a.Client[0].PeerName != "agent-utah" ||
+	a := d.Agents[0].Relay
+	if len(a.Client) != 1 || a.Client[0].Name != "iperf-to-utah" || a.Client[0].PeerName != "agent-utah" ||
 		a.Client[0].Peer.String() != "10.10.2.2:9877" || a.Client[0].Streams != 64 {
 		t.Errorf("client routes: %+v", a.Client)
 	}
-	if len(a.Server) != 1 || a.Server[0].Whitelist != "gridftp-from-utah" || a.Server[0].ChunkSize != 60000 {
+	if len(a.Server) != 1 || a.Server[0].Name != "gridftp-from-utah" || a.Server[0].ChunkSize != 60000 ||
+		a.Server[0].PeerName != "agent-utah" {
 		t.Errorf("server routes: %+v", a.Server)
 	}
+	// Pinning travels in the relay spec only, not as a host item.
 	if config.FormatCPUList(a.RelayCPUs) != "13" {
 		t.Errorf("relay cpus %v", a.RelayCPUs)
+	}
+	if v, ok := itemValue(d, item.KindRelay, "cpus"); ok {
+		t.Errorf("relay cpus are also a host item: %q", v)
 	}
 	for _, want := range []struct{ kind, key, value string }{
 		{item.KindSysctl, "net.ipv4.tcp_rmem", "4096 87380 33554432"},
@@ -81,7 +87,6 @@ func TestCompileAgent(t *testing.T) {
 		{item.KindInterface, "eth1/mtu", "9000"},
 		{item.KindInterface, "eth1/txqueuelen", "10000"},
 		{item.KindIRQ, "eth1", "0-12"},
-		{item.KindRelay, "cpus", "13"},
 	} {
 		if got, ok := itemValue(d, want.kind, want.key); !ok || got != want.value {
 			t.Errorf("%s/%s = %q (present %v), want %q", want.kind, want.key, got, ok, want.value)
@@ -103,6 +108,64 @@ func TestCompileAgent(t *testing.T) {
 		if p.Kind > q.Kind || p.Kind == q.Kind && p.Key >= q.Key {
 			t.Errorf("items not sorted and unique: %v before %v", p, q)
 		}
+	}
+}
+
+// TestCompileRelaySpec: the relay spec is complete and valid once the
+// shell joins the PSK; the limits the file leaves out take the one set of
+// defaults.
+func TestCompileRelaySpec(t *testing.T) {
+	d, err := Compile(loadExample(t), "agent-clemson")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := d.Agents[0].Relay
+	if rc.Name != "agent-clemson" || rc.PSKFile != "/etc/sosappliance/psk" || rc.PSK != nil ||
+		rc.Encryption != agentspec.EncryptionAESGCM || rc.TransparentListen.String() != "0.0.0.0:9876" ||
+		rc.DataListen.String() != "10.10.1.2:9877" || rc.HealthListen.String() != "10.10.1.2:9878" {
+		t.Errorf("relay spec %+v", rc)
+	}
+	want := agentspec.Limits{
+		MaxSessions: 256, SessionMemory: 1 << 30, Memory: 8 << 30, MaxPreAuthPerSource: 128, MaxHalfOpenPerSource: 64,
+	}.WithDefaults()
+	if rc.Limits != want {
+		t.Errorf("limits %+v, want %+v", rc.Limits, want)
+	}
+	rc.PSK = make([]byte, 32)
+	if err := rc.Validate(); err != nil {
+		t.Errorf("compiled spec does not validate: %v", err)
+	}
+}
+
+// TestCompileSwitchConnect: a switch the controller dials carries its
+// target in the switch spec itself.
+func TestCompileSwitchConnect(t *testing.T) {
+	src := `
+controller { node = "ctl" }
+security { psk_file = "/etc/psk" }
+site "a" {
+  prefixes = ["10.1.0.0/24"]
+  switch "dialed" {
+    datapath_id = "00:00:00:00:00:00:00:01"
+    connect     = "tcp:192.0.2.1:6653"
+  }
+  switch "dialing" { datapath_id = "00:00:00:00:00:00:00:02" }
+}
+`
+	cfg, diags := config.Parse(config.Source{Filename: "t.hcl", Bytes: []byte(src)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	d, err := Compile(cfg, "ctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, sw := range d.Controller.Switches {
+		got[sw.Name] = sw.Connect
+	}
+	if !reflect.DeepEqual(got, map[string]string{"dialed": "tcp:192.0.2.1:6653", "dialing": ""}) {
+		t.Errorf("connect targets %v", got)
 	}
 }
 

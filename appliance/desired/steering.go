@@ -11,8 +11,8 @@ import (
 // transparent sockets, route marked packets locally, and loosen rp_filter on
 // the agent interface.
 func steeringItems(a *Agent) ([]item.Item, error) {
-	spec := item.SteeringSpec{Interface: a.Interface, ListenPort: a.RelayPort}
-	for _, r := range a.Client {
+	spec := item.SteeringSpec{Interface: a.Interface, ListenPort: a.Relay.TransparentListen.Port()}
+	for _, r := range a.Relay.Client {
 		spec.Divert = append(spec.Divert, item.Divert{Clients: r.Clients, Server: r.Server, Port: r.Port})
 	}
 	items, err := spec.Items()

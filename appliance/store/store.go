@@ -19,9 +19,6 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 )
 
-// DefaultPath is where the state database lives on a node.
-const DefaultPath = "/var/lib/sosappliance/state.db"
-
 // DefaultLockTimeout bounds how long Open waits for another process that has
 // the database open. It stays well under two seconds so that a second
 // sosappliance invocation fails fast with a clear message instead of hanging.
@@ -126,12 +123,12 @@ func (e *StaleError) Error() string {
 		e.PlanSerial, e.StateSerial)
 }
 
-// Open opens or creates the database at path (DefaultPath when empty),
-// creating its directory. When another process has it open, Open gives up
+// Open opens or creates the database at path (the configuration's
+// daemon.state_path, which has the default), creating its directory. When another process has it open, Open gives up
 // after the lock timeout with an *InUseError naming that process.
 func Open(path string, opts Options) (*Store, error) {
 	if path == "" {
-		path = DefaultPath
+		return nil, errors.New("state database: no path")
 	}
 	timeout := opts.LockTimeout
 	if timeout <= 0 {

@@ -59,7 +59,7 @@ func compile(cfg Config) (*runtimeConfig, error) {
 	if err := checkCongestion(cfg.Congestion); err != nil {
 		return nil, err
 	}
-	mode, _ := cfg.mode()
+	mode, _ := cfg.Mode()
 	key, err := stripe.NewHandshakeKey(cfg.PSK)
 	if err != nil {
 		return nil, err
@@ -68,7 +68,7 @@ func compile(cfg Config) (*runtimeConfig, error) {
 	cfg.Client = slices.Clone(cfg.Client)
 	cfg.Server = slices.Clone(cfg.Server)
 	cfg.RelayCPUs = slices.Clone(cfg.RelayCPUs)
-	lim := cfg.Limits.withDefaults()
+	lim := limitsOf(cfg.Limits)
 	return &runtimeConfig{
 		Config: cfg,
 		limits: lim,

@@ -1,185 +1,38 @@
 package relay
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"net/netip"
 	"slices"
 	"syscall"
-	"time"
-	"unicode/utf8"
 
-	"github.com/sosappliance/sosappliance/dataplane/stripe"
+	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 )
 
 // Encryption values of Config.Encryption.
 const (
-	EncryptionAESGCM = "aes-256-gcm"
-	EncryptionNone   = "none"
+	EncryptionAESGCM = agentspec.EncryptionAESGCM
+	EncryptionNone   = agentspec.EncryptionNone
 )
 
-// Config is everything an agent needs. It is independent of the HCL schema;
-// the daemon translates. The zero value of every optional field picks a safe
-// default.
-type Config struct {
-	// TransparentListen is where the nftables TPROXY rule delivers steered
-	// client connections. Zero: this agent serves no client side.
-	TransparentListen netip.AddrPort
-	// DataListen is the agent's data_port, where client-side agents open
-	// streams. Zero: this agent serves no server side.
-	DataListen netip.AddrPort
-	// HealthListen serves GET /healthz for the controller. Zero: none.
-	HealthListen netip.AddrPort
-
-	// Name is this agent's identity in every handshake: the initiator's
-	// name in the hellos it sends, the responder name it requires in the
-	// hellos it accepts.
-	Name string
-
-	// PSK authenticates every stream; at least 16 bytes.
-	PSK []byte
-	// Encryption is EncryptionAESGCM (also when empty) or EncryptionNone.
-	Encryption string
-
-	// Client lists the accelerated flows for which this agent is the
-	// client side: a steered connection is accelerated by the first entry
-	// whose Clients hold the client address and whose Server and Port are
-	// its destination, striped to the agent Peer named PeerName.
-	Client []Whitelist
-	// Server lists the flows for which this agent is the server side: the
-	// data port accepts a session only for an entry that matches its
-	// client and server, from the agent named PeerName, and with exactly
-	// the entry's shape (streams, chunk size, queue length). Peer is not
-	// consulted. Entries of Client never admit a session: an agent does
-	// not serve as the far end of its own client-side routes.
-	Server []Whitelist
-
-	Limits Limits
-
-	// SocketBuffer sizes the stream sockets: >0 sets SO_SNDBUF and
-	// SO_RCVBUF to that many bytes; 0 sizes SO_SNDBUF from the session's
-	// whitelist entry (chunk size x queue length, at least 256 KiB: each
-	// stream queues about queue length chunks) and leaves the receive side
-	// to the kernel's autotuning (up to net.ipv4.tcp_rmem); <0 leaves both
-	// to the kernel. A fixed SO_RCVBUF stops the kernel from growing the
-	// buffer when small segments overrun the window it advertised; it then
-	// drops data and the stream waits out a retransmission backoff of
-	// seconds after a long pause of a slow end host.
-	SocketBuffer int
-	// Congestion is the TCP congestion control of stream sockets
-	// (TCP_CONGESTION), e.g. "bbr", "htcp". Empty: the system default.
-	Congestion string
-	// RelayCPUs pins the agent's process to these CPUs. Go goroutines
-	// migrate between threads, so the whole process is pinned: every
-	// thread now, and every later one by inheritance. Empty: no pinning.
-	RelayCPUs []int
-}
+// Config is everything an agent needs: the spec the appliance compiles,
+// with the PSK joined. Its zero limits take agentspec's defaults, the
+// same as the configuration's.
+type Config = agentspec.Relay
 
 // Whitelist is one accelerated flow.
-type Whitelist struct {
-	Name    string
-	Clients []netip.Prefix
-	Server  netip.Addr
-	Port    uint16
-	// Streams, ChunkSize and QueueLength shape the session: N streams,
-	// chunk bytes per frame, queue length x streams frames of reorder
-	// window per direction.
-	Streams     int
-	ChunkSize   int
-	QueueLength int
-	// Peer is the data address (address:data_port) of the server-side
-	// agent; client side only.
-	Peer netip.AddrPort
-	// PeerName is the agent at the other end: the server-side agent
-	// (responder) of a client entry, the client-side agent (initiator)
-	// allowed to open sessions of a server entry.
-	PeerName string
-}
+type Whitelist = agentspec.Route
 
-// Limits protect an agent. Zero values pick the defaults below.
-type Limits struct {
-	// MaxSessions bounds live sessions (both sides together). Default 1024.
-	MaxSessions int
-	// MaxStreams bounds the streams of one session. Default 1024.
-	MaxStreams int
-	// SessionMemory bounds the frame buffers of one session in bytes; a
-	// session whose SessionMemory() need exceeds it is refused. Default
-	// 512 MiB.
-	SessionMemory int64
-	// Memory bounds the frame buffers and bookkeeping of all sessions of
-	// the agent together, in bytes: every session reserves its worst case
-	// (stripe.SessionFootprint) before it allocates anything, and a session that
-	// does not fit is refused. Default a quarter of the machine's RAM.
-	Memory int64
-	// MaxPreAuth bounds data-port connections that have not finished
-	// their handshake. At the cap a new connection evicts (resets) the
-	// oldest unauthenticated one, so idle connections cannot lock out a
-	// peer whose handshakes take one round trip. Default 256.
-	MaxPreAuth int
-	// MaxPreAuthPerSource bounds unauthenticated connections from one
-	// source address; at the cap a new one evicts that source's oldest.
-	// Client-side agents keep fewer handshakes than this in flight per
-	// peer (HandshakesInFlight), so a peer's own stripes never evict each
-	// other. Default 128.
-	MaxPreAuthPerSource int
-	// MaxHalfOpenPerSource bounds server-side sessions from one source
-	// address that are still gathering their streams; more are refused
-	// with a session limit. Default 64.
-	MaxHalfOpenPerSource int
-	// PreAuthTimeout bounds a stream's handshake, and the time a session
-	// waits for all its streams to join. Default 10 s.
-	PreAuthTimeout time.Duration
-	// StallTimeout aborts a session whose delivery waits this long for a
-	// missing frame while later frames are held: one stream is stuck
-	// while others move. It is also the idle time after which streams
-	// send TCP keepalive probes, so a dead peer agent is noticed on an
-	// idle session. A slow end host is not a stall: its backpressure may
-	// hold the streams for as long as it likes. Default 30 s.
-	StallTimeout time.Duration
-	// HalfClosedIdle aborts a session with one direction finished and no
-	// byte moving in the other for this long. Default 5 min.
-	HalfClosedIdle time.Duration
-}
+// Limits protect an agent; see agentspec.Limits.
+type Limits = agentspec.Limits
 
-// Defaults of Limits.
-const (
-	DefaultMaxSessions    = 1024
-	DefaultMaxStreams     = 1024
-	DefaultSessionMemory  = 512 << 20
-	DefaultMaxPreAuth     = 256
-	DefaultPreAuthPerSrc  = 128
-	DefaultHalfOpenPerSrc = 64
-	DefaultPreAuthTimeout = 10 * time.Second
-	DefaultStallTimeout   = 30 * time.Second
-	DefaultHalfClosedIdle = 5 * time.Minute
-)
-
-func (l Limits) withDefaults() Limits {
-	def := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	def(&l.MaxSessions, DefaultMaxSessions)
-	def(&l.MaxStreams, DefaultMaxStreams)
-	def(&l.MaxPreAuth, DefaultMaxPreAuth)
-	def(&l.MaxPreAuthPerSource, DefaultPreAuthPerSrc)
-	def(&l.MaxHalfOpenPerSource, DefaultHalfOpenPerSrc)
+// limitsOf fills the zero limits with the defaults, Memory with a quarter
+// of this machine's RAM.
+func limitsOf(l Limits) Limits {
+	l = l.WithDefaults()
 	if l.Memory <= 0 {
 		l.Memory = defaultMemory()
 	}
-	if l.SessionMemory <= 0 {
-		l.SessionMemory = DefaultSessionMemory
-	}
-	dur := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	dur(&l.PreAuthTimeout, DefaultPreAuthTimeout)
-	dur(&l.StallTimeout, DefaultStallTimeout)
-	dur(&l.HalfClosedIdle, DefaultHalfClosedIdle)
 	return l
 }
 
@@ -198,106 +51,6 @@ func defaultMemory() int64 {
 		return 1 << 30
 	}
 	return int64(min(uint64(si.Totalram)*uint64(si.Unit)/4, math.MaxInt64))
-}
-
-// mode returns the stripe mode of the encryption setting.
-func (c *Config) mode() (stripe.Mode, error) {
-	switch c.Encryption {
-	case "", EncryptionAESGCM:
-		return stripe.ModeAESGCM, nil
-	case EncryptionNone:
-		return stripe.ModeNone, nil
-	}
-	return 0, fmt.Errorf("encryption %q: want %q or %q", c.Encryption, EncryptionAESGCM, EncryptionNone)
-}
-
-// Validate reports every problem of the configuration at once.
-func (c *Config) Validate() error {
-	var errs []error
-	if !c.TransparentListen.IsValid() && !c.DataListen.IsValid() {
-		errs = append(errs, errors.New("neither a transparent nor a data listen address"))
-	}
-	if !validAgentName(c.Name) {
-		errs = append(errs, fmt.Errorf("agent name %q: want 1..%d printable bytes", c.Name, stripe.MaxNameSize))
-	}
-	if len(c.PSK) < stripe.MinPSKSize {
-		errs = append(errs, fmt.Errorf("pre-shared key is %d bytes, need at least %d", len(c.PSK), stripe.MinPSKSize))
-	}
-	if _, err := c.mode(); err != nil {
-		errs = append(errs, err)
-	}
-	lim := c.Limits.withDefaults()
-	entries := slices.Concat(c.Client, c.Server)
-	for i, w := range entries {
-		clientSide := i < len(c.Client)
-		name := w.Name
-		if name == "" {
-			name = fmt.Sprintf("#%d", i)
-		}
-		bad := func(format string, args ...any) {
-			errs = append(errs, fmt.Errorf("whitelist %s: "+format, append([]any{name}, args...)...))
-		}
-		if !validAgentName(w.PeerName) {
-			bad("peer agent name %q: want 1..%d printable bytes", w.PeerName, stripe.MaxNameSize)
-		}
-		if clientSide && !w.Peer.IsValid() {
-			bad("client-side entry without a peer address")
-		}
-		if len(w.Clients) == 0 {
-			bad("no client prefixes")
-		}
-		for _, p := range w.Clients {
-			if !p.IsValid() {
-				bad("invalid client prefix")
-			} else if w.Server.IsValid() && p.Addr().Is4() != w.Server.Is4() {
-				bad("client prefix %s and server %s differ in address family", p, w.Server)
-			}
-		}
-		if !w.Server.IsValid() {
-			bad("no server address")
-		}
-		if w.Port == 0 {
-			bad("no server port")
-		}
-		switch {
-		case w.Streams < 1 || w.Streams > 65535:
-			bad("streams %d not in 1..65535", w.Streams)
-		case w.Streams > lim.MaxStreams:
-			bad("streams %d above the limit of %d", w.Streams, lim.MaxStreams)
-		}
-		if w.ChunkSize < 1 || w.ChunkSize > stripe.MaxChunkSize {
-			bad("chunk size %d not in 1..%d", w.ChunkSize, stripe.MaxChunkSize)
-		}
-		if w.QueueLength < 1 {
-			bad("queue length %d below 1", w.QueueLength)
-		}
-		if w.Streams >= 1 && w.ChunkSize >= 1 && w.QueueLength >= 1 {
-			if need := stripe.SessionMemory(w.Streams, w.ChunkSize, w.QueueLength); need > lim.SessionMemory {
-				bad("a session needs %d bytes of buffers, above the session memory cap of %d", need, lim.SessionMemory)
-			}
-		}
-		if w.Peer.IsValid() && w.Peer.Port() == 0 {
-			bad("peer %s has no port", w.Peer)
-		}
-	}
-	for _, cpu := range c.RelayCPUs {
-		if cpu < 0 || cpu >= 1024 {
-			errs = append(errs, fmt.Errorf("relay CPU %d out of range", cpu))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func validAgentName(s string) bool {
-	if s == "" || len(s) > stripe.MaxNameSize {
-		return false
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
-			return false
-		}
-	}
-	return true
 }
 
 // lookup finds the whitelist entry of a connection from client to server.

@@ -20,7 +20,7 @@
 //	                                    reports when the IRQs are not spread
 //	                                    like that, and what rollback restores)
 //	interface  "IF/mtu", "IF/txqueuelen" decimal: "9000"
-//	relay      "cpus"                   a CPU list the relay pins itself to
+//	relay      "cpus"                   obsolete: relay pinning is in the relay spec
 //	steering   "nftables"               TproxyRules.Canonical(): compact JSON
 //	                                    {"interface":"eth1","mark":21327,
 //	                                    "listen_port":9876,"divert":[{"clients":
