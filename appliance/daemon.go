@@ -745,8 +745,9 @@ func (d *Daemon) Status() Status {
 	sort.Strings(names)
 	for _, name := range names {
 		rs := relays[name].Stats()
-		st.Agents = append(st.Agents, AgentStatus{Name: name, Healthy: true, Local: true,
-			Detail: fmt.Sprintf("%d session(s), %d stream(s)", rs.Totals.SessionsActive, rs.Totals.StreamsActive)})
+		healthy, why := relays[name].Health()
+		st.Agents = append(st.Agents, AgentStatus{Name: name, Healthy: healthy, Local: true,
+			Detail: fmt.Sprintf("%s, %d session(s), %d stream(s)", why, rs.Totals.SessionsActive, rs.Totals.StreamsActive)})
 		for _, s := range rs.Sessions {
 			st.Sessions = append(st.Sessions, SessionStatus{
 				Agent: name, Whitelist: s.Whitelist, Client: s.Client.String(), Server: s.Server.String(),

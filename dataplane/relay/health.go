@@ -19,6 +19,26 @@ type healthServer struct {
 	done  chan struct{}
 }
 
+// Health says whether the agent serves: started, not shutting down, and
+// every listener its configuration names bound. The health endpoint and
+// the daemon's status both ask it.
+func (a *Agent) Health() (ok bool, why string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rc := a.cfg.Load()
+	switch {
+	case !a.started:
+		return false, "not started"
+	case a.draining:
+		return false, "shutting down"
+	case rc.TransparentListen.IsValid() && a.tproxy == nil:
+		return false, "transparent listener not bound"
+	case rc.DataListen.IsValid() && a.data == nil:
+		return false, "data listener not bound"
+	}
+	return true, "serving"
+}
+
 func startHealth(addr netip.AddrPort, a *Agent) (*healthServer, error) {
 	ln, err := net.Listen(network(addr.Addr()), addr.String())
 	if err != nil {
@@ -26,8 +46,8 @@ func startHealth(addr netip.AddrPort, a *Agent) (*healthServer, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if a.stopping.Load() {
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		if ok, why := a.Health(); !ok {
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
