@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -81,7 +80,9 @@ func bootContainer(t *testing.T, prefix string) *container {
 	// --register=no --keep-unit: the host has no systemd to register with.
 	cmd := exec.Command("systemd-nspawn", "-D", c.Root, "--machine="+c.Name, "--hostname="+containerHostname,
 		"--register=no", "--keep-unit", "--boot", "--console=passive", "--network-veth")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Should the test binary die without its cleanups (a -timeout panic),
+	// nspawn still gets the SIGTERM that powers the container off.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	nspawn := testsupport.StartDaemon(t, cmd)
 	t.Cleanup(func() {
 		// SIGTERM asks the container to power off; nspawn then removes
@@ -334,16 +335,4 @@ func hasWord(list, word string) bool {
 func lastLines(b []byte, n int) string {
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// exitCode is the exit status of a command that ran, or -1.
-func exitCode(err error) int {
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		return exit.ExitCode()
-	}
-	if err == nil {
-		return 0
-	}
-	return -1
 }
