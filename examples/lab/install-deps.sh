@@ -2,7 +2,8 @@
 # Installs the Debian packages that the tests and the lab need, if missing.
 set -eu
 need=""
-for pkg in openvswitch-switch iperf3 ethtool nftables curl iproute2 rpm lintian systemd; do
+for pkg in openvswitch-switch iperf3 ethtool nftables curl iproute2 rpm lintian systemd \
+	systemd-container debootstrap; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need="$need $pkg"
 done
 if [ -n "$need" ]; then
