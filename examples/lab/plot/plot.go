@@ -44,7 +44,9 @@ type Chart struct {
 	XLog2                 bool
 	// Markers draws each point as a dot besides the line: for a few
 	// measurements rather than a time series.
-	Markers       bool
+	Markers bool
+	// XFromZero starts a linear X axis at zero, as a time axis does.
+	XFromZero     bool
 	Series        []Series
 	Levels        []Level
 	Width, Height int // pixels; 900×560 when zero
@@ -127,6 +129,9 @@ func (c Chart) plot() (*plot.Plot, error) {
 	}
 	if math.IsInf(xmin, 1) {
 		xmin, xmax = 1, 2
+	}
+	if c.XFromZero && !c.XLog2 {
+		xmin = math.Min(xmin, 0)
 	}
 	if xmax <= xmin {
 		xmax = xmin + 1
