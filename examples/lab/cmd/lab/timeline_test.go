@@ -53,9 +53,7 @@ func TestDemoChartHasATransferPerSeries(t *testing.T) {
 }
 
 // TestResultsChartIsDrawnFromItsCSV loads the chart the README shows and
-// the CSV it is drawn from (-update draws it again), in the format `lab
-// demo` writes. The CSV is a synthetic series in the shape of the README's
-// measured figures, not a recorded run, and the chart's title says so.
+// the CSV of the `lab demo` run it is drawn from (-update draws it again).
 func TestResultsChartIsDrawnFromItsCSV(t *testing.T) {
 	dir := filepath.Join("..", "..", "results")
 	f, err := os.Open(filepath.Join(dir, "demo-throughput.csv"))
@@ -71,7 +69,6 @@ func TestResultsChartIsDrawnFromItsCSV(t *testing.T) {
 		t.Fatalf("%d transfers in the recorded demo, want direct, end-host parallel and sosappliance", len(tls))
 	}
 	c := demoChart(tls, labnet.DefaultWAN)
-	c.Title = "synthetic series, not a recorded run: " + c.Title
 	pngPath := filepath.Join(dir, "demo-throughput.png")
 	if *update {
 		if err := writeFile(pngPath, c.WritePNG); err != nil {
