@@ -751,7 +751,7 @@ func (d *Daemon) Status() Status {
 		for _, s := range rs.Sessions {
 			st.Sessions = append(st.Sessions, SessionStatus{
 				Agent: name, Whitelist: s.Whitelist, Client: s.Client.String(), Server: s.Server.String(),
-				Streams: s.Streams, BytesUp: s.BytesUp, BytesDown: s.BytesDown,
+				Streams: s.Streams, ReorderDepth: s.ReorderDepth, BytesUp: s.BytesUp, BytesDown: s.BytesDown,
 				Throughput: s.ThroughputUp + s.ThroughputDown, AgeSeconds: s.Age.Seconds(),
 			})
 		}

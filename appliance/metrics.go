@@ -71,8 +71,10 @@ func newMetrics(live func() liveStats) *metrics {
 		&liveCollector{live: live})
 	// Series exist from the start, so a dashboard shows zero rather than
 	// nothing.
-	m.reloads.WithLabelValues("ok")
-	m.reloads.WithLabelValues("failed")
+	for _, result := range []string{"ok", "failed"} {
+		m.reloads.WithLabelValues(result)
+		m.applies.WithLabelValues(result)
+	}
 	for _, kind := range []string{"sysctl", "interface", "irq", "relay", "steering", "flows"} {
 		m.drift.WithLabelValues(kind)
 	}

@@ -71,15 +71,17 @@ type AgentStatus struct {
 
 // SessionStatus is one live accelerated connection.
 type SessionStatus struct {
-	Agent      string  `json:"agent"`
-	Whitelist  string  `json:"whitelist"`
-	Client     string  `json:"client"`
-	Server     string  `json:"server"`
-	Streams    int     `json:"streams"`
-	BytesUp    uint64  `json:"bytes_up"`
-	BytesDown  uint64  `json:"bytes_down"`
-	Throughput float64 `json:"throughput_bps"`
-	AgeSeconds float64 `json:"age_seconds"`
+	Agent     string `json:"agent"`
+	Whitelist string `json:"whitelist"`
+	Client    string `json:"client"`
+	Server    string `json:"server"`
+	Streams   int    `json:"streams"`
+	// ReorderDepth is how many received chunks wait for an earlier one.
+	ReorderDepth int     `json:"reorder_depth"`
+	BytesUp      uint64  `json:"bytes_up"`
+	BytesDown    uint64  `json:"bytes_down"`
+	Throughput   float64 `json:"throughput_bps"`
+	AgeSeconds   float64 `json:"age_seconds"`
 }
 
 // WriteText renders the status for a terminal.

@@ -51,6 +51,11 @@ const (
 	PSKPath    = "/etc/sosappliance/psk"
 	StateDir   = "/var/lib/sosappliance"
 	ManPath    = "/usr/share/man/man1/sosappliance.1.gz"
+	// The Grafana dashboard and the Prometheus alerting rules, for the
+	// monitoring server to load; their series are tested against a
+	// running daemon's scrape.
+	DashboardPath = "/usr/share/sosappliance/grafana-dashboard.json"
+	AlertsPath    = "/usr/share/sosappliance/prometheus-alerts.yml"
 )
 
 // Dependencies of the installed package: nft and ip are what the steering
@@ -364,6 +369,8 @@ func packageInfo(format, arch, version, maintainer string, built time.Time, repo
 		file(filepath.Join(gen, "completion.bash"), "/usr/share/bash-completion/completions/sosappliance", 0o644),
 		file(filepath.Join(gen, "completion.fish"), "/usr/share/fish/vendor_completions.d/sosappliance.fish", 0o644),
 		file(filepath.Join(gen, "sosappliance.1.gz"), ManPath, 0o644),
+		file(src("files/grafana-dashboard.json"), DashboardPath, 0o644),
+		file(src("files/prometheus-alerts.yml"), AlertsPath, 0o644),
 	}
 	config := file(filepath.Join(repo, "sos.hcl.example"), ConfigPath, 0o644)
 	info := &nfpm.Info{

@@ -145,6 +145,8 @@ func TestDebPackages(t *testing.T) {
 				"./usr/share/doc/sosappliance/changelog.Debian.gz":        "-rw-r--r--",
 				"./usr/share/doc/sosappliance/third-party-licenses.gz":    "-rw-r--r--",
 				"./usr/share/lintian/overrides/sosappliance":              "-rw-r--r--",
+				"./usr/share/sosappliance/grafana-dashboard.json":         "-rw-r--r--",
+				"./usr/share/sosappliance/prometheus-alerts.yml":          "-rw-r--r--",
 			}
 			listing := run(t, "dpkg-deb", "--contents", p.path)
 			seen := map[string]bool{}
@@ -217,6 +219,8 @@ func checkExtractedDeb(t *testing.T, root, arch, version string) {
 	same("etc/sosappliance/sos.hcl", "sos.hcl.example")
 	same("lib/systemd/system/sosappliance.service", "packaging/files/sosappliance.service")
 	same("usr/share/doc/sosappliance/copyright", "packaging/files/copyright")
+	same("usr/share/sosappliance/grafana-dashboard.json", "packaging/files/grafana-dashboard.json")
+	same("usr/share/sosappliance/prometheus-alerts.yml", "packaging/files/prometheus-alerts.yml")
 	if got := gunzip(t, filepath.Join(root, "usr/share/doc/sosappliance/changelog.gz")); !bytes.Equal(got, sourceFile(t, "CHANGELOG.md")) {
 		t.Error("changelog.gz is not CHANGELOG.md")
 	}
@@ -350,6 +354,8 @@ func TestRPMPackages(t *testing.T) {
 				"/usr/share/licenses/sosappliance/LICENSE":               {mode: "0100644", config: "0", doc: "0"},
 				"/usr/share/licenses/sosappliance/THIRD-PARTY-LICENSES":  {mode: "0100644", config: "0", doc: "0"},
 				"/usr/share/doc/sosappliance/CHANGELOG.md":               {mode: "0100644", config: "0", doc: "1"},
+				"/usr/share/sosappliance/grafana-dashboard.json":         {mode: "0100644", config: "0", doc: "0"},
+				"/usr/share/sosappliance/prometheus-alerts.yml":          {mode: "0100644", config: "0", doc: "0"},
 			}
 			for path, want := range wantFiles {
 				got, ok := dump[path]
@@ -372,6 +378,8 @@ func TestRPMPackages(t *testing.T) {
 				"/usr/lib/systemd/system/sosappliance.service": "packaging/files/sosappliance.service",
 				"/usr/share/licenses/sosappliance/LICENSE":     "LICENSE",
 				"/usr/share/doc/sosappliance/CHANGELOG.md":     "CHANGELOG.md",
+				DashboardPath: "packaging/files/grafana-dashboard.json",
+				AlertsPath:    "packaging/files/prometheus-alerts.yml",
 			} {
 				sum := sha256.Sum256(sourceFile(t, source))
 				if got := dump[installed].digest; got != hex.EncodeToString(sum[:]) {

@@ -30,7 +30,7 @@ import (
 const mainChild = "sosappliance"
 
 func TestMain(m *testing.M) {
-	testsupport.Main(m, testsupport.Children{mainChild: run})
+	testsupport.Main(m, testsupport.Children{mainChild: run, exitRecordingChild: runRecordingExit})
 }
 
 func controllerConfig(port, healthPort int, whitelistPort int) string {

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -94,14 +97,17 @@ func newLogger(cmd *cobra.Command, format, level string) (*slog.Logger, error) {
 func newStatusCommand() *cobra.Command {
 	var (
 		cfgPath, socket string
-		asJSON          bool
+		asJSON, watch   bool
+		interval        time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the running daemon's state",
 		Long: `status asks the running daemon over its control socket for the config hash and
 state serial, the last apply, drift corrections, switches, agents and live
-sessions with their throughput.`,
+sessions with their throughput. With --watch it redraws every --interval
+until interrupted: the sessions with their throughput, streams and reorder
+depth, the switches and the agents, fitted to the terminal.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if socket == "" {
@@ -109,6 +115,17 @@ sessions with their throughput.`,
 				if cfg, _, bad := loadConfigQuiet(cfgPath); !bad && cfg != nil {
 					socket = cfg.Daemon.ControlSocket
 				}
+			}
+			if watch {
+				if asJSON {
+					return exitError{code: 1, msg: "--watch draws for a terminal; it does not go with --json"}
+				}
+				if interval <= 0 {
+					return exitError{code: 1, msg: "--interval must be positive"}
+				}
+				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				return watchStatus(ctx, cmd.OutOrStdout(), socket, interval)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
@@ -128,5 +145,7 @@ sessions with their throughput.`,
 	cmd.Flags().StringVarP(&cfgPath, "config", "c", defaultConfigPath, "configuration file (names the control socket)")
 	cmd.Flags().StringVar(&socket, "control-socket", "", "control socket (default: daemon.control_socket of the config)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every --interval until interrupted")
+	cmd.Flags().DurationVar(&interval, "interval", time.Second, "redraw period of --watch")
 	return cmd
 }

@@ -2,8 +2,11 @@
 # Installs the Debian packages that the tests and the lab need, if missing.
 set -eu
 need=""
+# systemd-container and debootstrap boot the packages under a real systemd;
+# prometheus brings promtool, which checks the shipped alerting rules; tmux
+# runs `status --watch` in a terminal of a known size.
 for pkg in openvswitch-switch iperf3 ethtool nftables curl iproute2 rpm lintian systemd \
-	systemd-container debootstrap; do
+	systemd-container debootstrap prometheus tmux; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need="$need $pkg"
 done
 if [ -n "$need" ]; then

@@ -156,10 +156,11 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // transfer and the link rate.
 func benchChart(points []measure.Point, wan labnet.WAN) plot.Chart {
 	c := plot.Chart{
-		Title:  "lab WAN " + wan.String() + ": throughput against streams",
-		XLabel: "streams (iperf3 -P N, or sosappliance stripes of one connection)",
-		YLabel: "Mbit/s",
-		XLog2:  true,
+		Title:   "lab WAN " + wan.String() + ": throughput against streams",
+		XLabel:  "streams (iperf3 -P N, or sosappliance stripes of one connection)",
+		YLabel:  "Mbit/s",
+		XLog2:   true,
+		Markers: true,
 	}
 	series := map[string]*plot.Series{}
 	var order []string

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -46,6 +47,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	tf.register(fs, 20*time.Second)
 	streams := fs.Int("streams", 64, "iperf3 -P of the end-host parallel transfer, and the streams sosappliance stripes over")
 	check := fs.Bool("check", false, "exit 1 when sosappliance misses a target")
+	out := fs.String("out", "out", "directory for demo-throughput.csv and demo-throughput.png")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -91,18 +93,36 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if lab.Appliance() {
 		runs = append(runs, measure.Transfer{Label: fmt.Sprintf("sosappliance, 1 TCP connection, %d stripes", wl.Streams), Port: wl.ServerPort, Parallel: 1})
 	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
 	var results []measure.Result
+	var timelines []timeline
 	for i := range runs {
 		runs[i].Duration, runs[i].Omit = tf.duration, tf.omit
 		bar := newProgressBar(stdout, runs[i].Label)
-		res, err := measure.Run(ctx, lab, runs[i], bar.update)
+		tl := timeline{Label: runs[i].Label}
+		res, err := measure.Run(ctx, lab, runs[i], func(s measure.Sample) {
+			tl.Samples = append(tl.Samples, timelineSample{Seconds: s.Waiting.Seconds(), Bps: s.Bps})
+			bar.update(s)
+		})
 		bar.finish(res, err)
 		if err != nil {
 			return err
 		}
 		results = append(results, res)
+		timelines = append(timelines, tl)
 	}
 	missed := printComparison(stdout, lab.WAN(), results)
+	csvPath := filepath.Join(*out, "demo-throughput.csv")
+	pngPath := filepath.Join(*out, "demo-throughput.png")
+	if err := writeFile(csvPath, func(w io.Writer) error { return writeTimelines(w, timelines) }); err != nil {
+		return err
+	}
+	if err := writeFile(pngPath, demoChart(timelines, lab.WAN()).WritePNG); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nthroughput per second of each transfer: %s (%s)\n", pngPath, csvPath)
 	if missed && *check {
 		return errors.New("sosappliance missed a target")
 	}
