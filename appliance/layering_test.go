@@ -33,6 +33,7 @@ var (
 	// leafPackages hold the vocabulary the pure layers share with the
 	// executors; they import the standard library and each other only.
 	leafPackages = []string{
+		modulePath + "/appliance/profiles",
 		modulePath + "/host/cpuset",
 		modulePath + "/host/item",
 	}

@@ -35,12 +35,41 @@ type Result struct {
 // planned for restore. Plan changes nothing on the host or in the store.
 func Plan(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, error) {
 	// Report every bad item at once: those that are not even well formed
-	// and those their executor rejects.
+	// and those their executor rejects. Optional items the node cannot
+	// take are left out instead, each with a warning.
 	canon, err := canonicalItems(desired)
+	canon, skipped := dropRefusedOptional(ctx, exs, canon)
 	if err := errors.Join(err, validateItems(ctx, exs, canon)); err != nil {
 		return plan.Plan{}, err
 	}
-	return planAgainstStore(ctx, st, exs, canon, node, configHash, plan.OperationApply)
+	p, err := planAgainstStore(ctx, st, exs, canon, node, configHash, plan.OperationApply)
+	if err != nil {
+		return p, err
+	}
+	p.AddWarnings(skipped...)
+	return p, nil
+}
+
+// dropRefusedOptional takes out the optional items (a built-in profile's
+// fq qdisc) that their executor refuses on this node, so that a kernel
+// built without them plans the rest of the profile instead of failing.
+func dropRefusedOptional(ctx context.Context, exs map[string]tuning.Executor, items []item.Item) ([]item.Item, []plan.Warning) {
+	var kept []item.Item
+	var skipped []plan.Warning
+	for _, it := range items {
+		v, ok := exs[it.Kind].(tuning.Validator)
+		if !it.Optional || !ok {
+			kept = append(kept, it)
+			continue
+		}
+		if err := v.Validate(ctx, []item.Item{it}); err != nil {
+			skipped = append(skipped, plan.Warning{Kind: it.Kind, Key: it.Key,
+				Message: fmt.Sprintf("left out %q from %s: this node cannot take it: %v", it.Value, it.Origin, err)})
+			continue
+		}
+		kept = append(kept, it)
+	}
+	return kept, skipped
 }
 
 // PlanRollback computes the changes that put back every recorded previous

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sosappliance/sosappliance/host/item"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/appliance/store"
+	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
@@ -294,5 +295,56 @@ func TestRollbackRestoresOriginalValuesAndIsRecorded(t *testing.T) {
 	// Nothing left to roll back.
 	if p, res, err := Rollback(ctx, st, exs, "node-a"); err != nil || !p.Empty() || res.Serial != 0 {
 		t.Fatalf("second rollback: %+v %+v %v", p, res, err)
+	}
+}
+
+// A built-in profile's fq qdisc is optional: on a kernel without fq the
+// plan leaves it out with a warning saying why and plans the rest; written
+// in the file it is required, and the plan fails as for any bad item.
+func TestPlanLeavesOutOptionalItemsTheNodeCannotTake(t *testing.T) {
+	root := tempHost(t)
+	for p, content := range map[string]string{
+		"proc/sys/net/core/default_qdisc": "pfifo_fast\n",
+		"proc/sys/kernel/osrelease":       "6.1.0-test\n",
+	} {
+		os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755)
+		if err := os.WriteFile(filepath.Join(root, p), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exs := tempHostExecutors(root)
+	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
+	fq := item.Item{Kind: item.KindSysctl, Key: "net.core.default_qdisc", Value: "fq",
+		Origin: "profile fasterdata-10g (sos.hcl:3)", Optional: true}
+	rmem := sysctlItem("net.core.rmem_max", "134217728")
+	rmem.Origin = "sos.hcl:5"
+
+	p, err := Plan(context.Background(), st, exs, []item.Item{fq, rmem}, "node-a", "h")
+	if err != nil {
+		t.Fatalf("a profile's fq failed the plan on a kernel without it: %v", err)
+	}
+	if len(p.Changes) != 1 || p.Changes[0].Key != "net.core.rmem_max" || p.Changes[0].Origin != "sos.hcl:5" {
+		t.Fatalf("changes:\n%s", p.Text())
+	}
+	if len(p.Warnings) != 1 || p.Warnings[0].Key != "net.core.default_qdisc" ||
+		!strings.Contains(p.Warnings[0].Message, `left out "fq" from profile fasterdata-10g (sos.hcl:3)`) ||
+		!strings.Contains(p.Warnings[0].Message, "the kernel shows no fq qdisc") {
+		t.Fatalf("warnings = %+v", p.Warnings)
+	}
+	t.Logf("\n%s", p.Text())
+
+	fq.Optional = false
+	if _, err := Plan(context.Background(), st, exs, []item.Item{fq, rmem}, "node-a", "h"); err == nil ||
+		!strings.Contains(err.Error(), "the kernel shows no fq qdisc") {
+		t.Fatalf("fq from the file on a kernel without it: %v", err)
+	}
+
+	if err := os.MkdirAll(filepath.Join(root, "sys/module/sch_fq"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fq.Optional = true
+	p, err = Plan(context.Background(), st, exs, []item.Item{fq, rmem}, "node-a", "h")
+	if err != nil || len(p.Changes) != 2 || len(p.Warnings) != 0 {
+		t.Fatalf("with sch_fq loaded: %v\n%s", err, p.Text())
 	}
 }

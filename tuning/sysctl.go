@@ -91,7 +91,8 @@ func (s *Sysctl) read(key string) (string, error) {
 }
 
 // Validate rejects keys that do not exist on this node and congestion
-// controls the kernel cannot provide, naming every bad item at once.
+// controls and default qdiscs the kernel cannot provide, naming every bad
+// item at once.
 func (s *Sysctl) Validate(ctx context.Context, items []item.Item) error {
 	var errs []error
 	for _, it := range items {
@@ -119,6 +120,11 @@ func (s *Sysctl) Validate(ctx context.Context, items []item.Item) error {
 		}
 		if it.Key == keyCongestionControl {
 			if err := s.ensureCongestionControl(ctx, item.CanonicalSysctlValue(it.Value)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if it.Key == keyDefaultQdisc {
+			if err := s.checkQdisc(item.CanonicalSysctlValue(it.Value)); err != nil {
 				errs = append(errs, err)
 			}
 		}

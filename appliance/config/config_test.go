@@ -252,6 +252,63 @@ node "ctl" { tuning = ["t"] }`, func(t *testing.T, c *Config) {
 				t.Errorf("socket tuning: %+v", tu)
 			}
 		}},
+		{"base profile: its values where the file is silent, the file's where it speaks", `tuning "dtn" {
+  base = "fasterdata-40g"
+  sysctl = {
+    "net.core.rmem_max" = "536870912"
+  }
+  interface "eth1" {
+    irq_cpus = "0-3"
+  }
+  interface "eth2" {
+    mtu = 1500
+  }
+}
+node "ctl" { tuning = ["dtn"] }`, func(t *testing.T, c *Config) {
+			tu := c.Tuning("dtn")
+			if tu.Base != "fasterdata-40g" || tu.BaseRange.Start.Line != 29 {
+				t.Errorf("base %q at %v", tu.Base, tu.BaseRange)
+			}
+			tests := []struct {
+				key, value, origin string
+				optional           bool
+			}{
+				{"net.core.rmem_max", "536870912", "test.hcl:31", false},
+				{"net.core.wmem_max", "2147483647", "profile fasterdata-40g (test.hcl:29)", false},
+				{"net.core.default_qdisc", "fq", "profile fasterdata-40g (test.hcl:29)", true},
+				{"net.ipv4.tcp_mtu_probing", "1", "profile fasterdata-40g (test.hcl:29)", false},
+			}
+			for _, tt := range tests {
+				o := tu.SysctlOrigins[tt.key]
+				if tu.Sysctl[tt.key] != tt.value || o.String() != tt.origin || o.Optional != tt.optional {
+					t.Errorf("%s = %q from %s (optional %v), want %q from %s (optional %v)",
+						tt.key, tu.Sysctl[tt.key], o, o.Optional, tt.value, tt.origin, tt.optional)
+				}
+			}
+			if len(tu.Sysctl) != len(tests) || len(tu.SysctlRanges) != 1 {
+				t.Errorf("sysctl %v, file keys %v", tu.Sysctl, tu.SysctlRanges)
+			}
+			eth1, eth2 := tu.Interfaces[0], tu.Interfaces[1]
+			if eth1.MTU != 9000 || eth1.MTUOrigin.String() != "profile fasterdata-40g (test.hcl:29)" ||
+				!strings.HasPrefix(eth1.MTUOrigin.Source, "https://fasterdata.es.net/") || eth1.IRQOrigin.String() != "test.hcl:34" {
+				t.Errorf("eth1: mtu %d from %s, irq from %s", eth1.MTU, eth1.MTUOrigin, eth1.IRQOrigin)
+			}
+			if eth2.MTU != 1500 || eth2.MTUOrigin.String() != "test.hcl:37" || eth2.TxQueueLen != -1 {
+				t.Errorf("eth2: mtu %d from %s", eth2.MTU, eth2.MTUOrigin)
+			}
+			if len(tu.Notes) == 0 || !strings.Contains(strings.Join(tu.Notes, "\n"), "irqbalance") {
+				t.Errorf("notes: %q", tu.Notes)
+			}
+		}},
+		{"no base: every value from the file", `tuning "t" {
+  sysctl = { "net.core.default_qdisc" = "fq" }
+}`, func(t *testing.T, c *Config) {
+			tu := c.Tuning("t")
+			o := tu.SysctlOrigins["net.core.default_qdisc"]
+			if tu.Base != "" || o.Profile != "" || o.Optional || o.String() != "test.hcl:29" || len(tu.Notes) != 0 {
+				t.Errorf("%+v from %s", tu, o)
+			}
+		}},
 		{"explicit agent choice", `whitelist "w" {
   clients = ["10.1.0.0/24"]
   server = "10.2.0.10"

@@ -11,6 +11,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 
+	"github.com/sosappliance/sosappliance/appliance/profiles"
 	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 )
 
@@ -630,7 +631,7 @@ func decodeWhitelist(b *hcl.Block, diags *hcl.Diagnostics) *Whitelist {
 
 var tuningSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{
-		{Name: "sysctl"}, {Name: "relay_cpus"}, {Name: "congestion_control"}, {Name: "socket_buffer"},
+		{Name: "base"}, {Name: "sysctl"}, {Name: "relay_cpus"}, {Name: "congestion_control"}, {Name: "socket_buffer"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{{Type: "interface", LabelNames: []string{"name"}}},
 }
@@ -641,6 +642,7 @@ func decodeTuning(b *hcl.Block, diags *hcl.Diagnostics) *Tuning {
 		Name:              b.Labels[0],
 		Sysctl:            map[string]string{},
 		SysctlRanges:      map[string]hcl.Range{},
+		SysctlOrigins:     map[string]Origin{},
 		CongestionControl: a.str("congestion_control", ""),
 		SocketBuffer:      a.byteSize("socket_buffer", 0, 4096, 1<<31-1),
 		Range:             b.DefRange,
@@ -669,7 +671,41 @@ func decodeTuning(b *hcl.Block, diags *hcl.Diagnostics) *Tuning {
 		seen[it.Name] = blk.DefRange
 		t.Interfaces = append(t.Interfaces, it)
 	}
+	// A base that is not a string was reported by value already.
+	if v, ok := a.value("base", cty.String, "a string"); ok {
+		t.Base, t.BaseRange = v.AsString(), a.rng("base")
+		if p, ok := profiles.Lookup(t.Base); ok {
+			applyBase(t, p)
+		} else {
+			a.errorf("base", "tuning %q: unknown base profile %q",
+				fmt.Sprintf("The built-in profiles are %s.%s", strings.Join(profiles.Names(), ", "), didYouMean(t.Base, profiles.Names())),
+				t.Name, t.Base)
+		}
+	}
 	return t
+}
+
+// applyBase fills in the profile's values for every key the block leaves
+// out: a key the file sets overrides the profile's value for it.
+func applyBase(t *Tuning, p profiles.Profile) {
+	from := func(source string, optional bool) Origin {
+		return Origin{Profile: p.Name, Range: t.BaseRange, Source: source, Optional: optional}
+	}
+	for _, s := range p.Sysctls {
+		if _, set := t.Sysctl[s.Key]; set {
+			continue
+		}
+		t.Sysctl[s.Key] = s.Value
+		t.SysctlOrigins[s.Key] = from(s.Source, s.Optional)
+	}
+	if p.MTU > 0 {
+		for _, it := range t.Interfaces {
+			if it.MTU == 0 {
+				it.MTU, it.MTUOrigin = p.MTU, from(p.MTUSource, false)
+			}
+		}
+	}
+	t.Notes = p.Notes
 }
 
 func validCongestionName(s string) bool {
@@ -730,6 +766,7 @@ func decodeSysctl(at *hcl.Attribute, t *Tuning, diags *hcl.Diagnostics) {
 		}
 		t.Sysctl[key] = strings.Join(strings.Fields(sv.AsString()), " ")
 		t.SysctlRanges[key] = kv.Key.Range()
+		t.SysctlOrigins[key] = fileOrigin(kv.Key.Range())
 	}
 }
 
@@ -744,6 +781,10 @@ func decodeInterfaceTuning(b *hcl.Block, diags *hcl.Diagnostics) *InterfaceTunin
 		MTU:        int(a.integer("mtu", 0, 68, 65535)),
 		TxQueueLen: int(a.integer("txqueuelen", -1, 0, 1<<20)),
 		Range:      b.DefRange,
+
+		MTUOrigin:        fileOrigin(a.rng("mtu")),
+		TxQueueLenOrigin: fileOrigin(a.rng("txqueuelen")),
+		IRQOrigin:        fileOrigin(a.rng("irq_cpus")),
 	}
 	if !validInterfaceName(it.Name) {
 		*diags = append(*diags, diagAt(b.LabelRanges[0], fmt.Sprintf("%q is not a network interface name", it.Name),

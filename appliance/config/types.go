@@ -5,6 +5,7 @@
 package config
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"time"
@@ -188,16 +189,24 @@ func (w *Whitelist) SessionMemory() int64 {
 	return stripe.SessionMemory(w.Streams, w.ChunkSize, stripe.InitialFrames(w.Streams, w.ChunkSize))
 }
 
-// Tuning is a named host tuning profile.
+// Tuning is a named host tuning profile. With Base set, Sysctl and the
+// interfaces' MTU hold the built-in profile's values (package profiles)
+// for every key the file leaves out; the origins say which is which.
 type Tuning struct {
 	Name              string
+	Base              string // a built-in profile, or empty
 	Sysctl            map[string]string
 	Interfaces        []*InterfaceTuning
 	RelayCPUs         []int
 	CongestionControl string // per stream socket; empty keeps the host default
 	SocketBuffer      int64  // per stream socket; 0 sizes it from the whitelist
 	Range             hcl.Range
-	SysctlRanges      map[string]hcl.Range
+	BaseRange         hcl.Range
+	SysctlRanges      map[string]hcl.Range // the keys the file sets
+	// SysctlOrigins says where each value of Sysctl came from.
+	SysctlOrigins map[string]Origin
+	// Notes are the base profile's advice that is no single value.
+	Notes []string
 }
 
 // InterfaceTuning holds NIC settings of one interface.
@@ -207,7 +216,37 @@ type InterfaceTuning struct {
 	TxQueueLen int // -1: leave alone
 	IRQCPUs    []int
 	Range      hcl.Range
+	// Where each setting came from: the file, or for MTU the base profile.
+	MTUOrigin, TxQueueLenOrigin, IRQOrigin Origin
 }
+
+// Origin is where a tuning value came from: a line of the file, or a
+// built-in profile that a tuning block's base names.
+type Origin struct {
+	// Profile is the built-in profile's name; empty for a value the file
+	// sets.
+	Profile string
+	// Range is the file's argument, or for a profile's value the base
+	// argument that brought it in.
+	Range hcl.Range
+	// Source is the page a profile's value comes from.
+	Source string
+	// Optional is set for a profile value a node's kernel may lack (the
+	// fq qdisc): planning leaves it out there, with a warning.
+	Optional bool
+}
+
+// String is how plans show the origin: "sos.hcl:31" for the file,
+// "profile fasterdata-10g (sos.hcl:28)" for a profile.
+func (o Origin) String() string {
+	at := fmt.Sprintf("%s:%d", o.Range.Filename, o.Range.Start.Line)
+	if o.Profile != "" {
+		return fmt.Sprintf("profile %s (%s)", o.Profile, at)
+	}
+	return at
+}
+
+func fileOrigin(rng hcl.Range) Origin { return Origin{Range: rng} }
 
 // Node declares extra tuning for a node that runs no agent, such as the
 // controller host.

@@ -29,8 +29,13 @@ type Desired struct {
 	Controller *Controller // nil unless the node runs the controller
 	Agents     []*Agent    // agents the node runs, by name
 	// Items are the host items the node owns, sorted by kind and key:
-	// sysctl, interface, irq, relay and steering.
+	// sysctl, interface, irq, relay and steering. Each says where its
+	// value came from (Origin).
 	Items []item.Item
+	// Notes are the advice of the built-in profiles the node's tuning
+	// blocks are based on that is no single value, each once, prefixed
+	// with the profile's name.
+	Notes []string
 }
 
 // Controller is the OpenFlow controller role: the complete spec of the
@@ -145,6 +150,7 @@ func Compile(cfg *config.Config, node string) (*Desired, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.Notes = profileNotes(profiles)
 	for _, a := range d.Agents {
 		// The relays share the daemon's process, so one CPU list pins
 		// them all.
@@ -160,6 +166,9 @@ func Compile(cfg *config.Config, node string) (*Desired, error) {
 		steer, err := steeringItems(a)
 		if err != nil {
 			return nil, err
+		}
+		for i := range steer {
+			steer[i].Origin = "agent " + a.Name
 		}
 		items = append(items, steer...)
 	}
@@ -343,14 +352,16 @@ type profileUse struct {
 // compileTuning merges the profiles a node uses into host items and the
 // relay CPU list; two profiles that set one item or the CPU list to
 // different values are an error, since either choice would surprise
-// someone. The CPU list is no host item: it travels in the relay specs.
+// someone. Every item carries its origin: the file line or the built-in
+// profile its value came from. The CPU list is no host item: it travels in
+// the relay specs.
 func compileTuning(profiles []profileUse) ([]item.Item, []int, error) {
 	type origin struct {
 		value, who string
 	}
 	set := map[string]origin{}
 	var items []item.Item
-	put := func(kind, key, value, who string) error {
+	put := func(kind, key, value, who string, from config.Origin) error {
 		id := kind + "/" + key
 		if prev, ok := set[id]; ok {
 			if prev.value != value {
@@ -360,7 +371,7 @@ func compileTuning(profiles []profileUse) ([]item.Item, []int, error) {
 		}
 		set[id] = origin{value, who}
 		if kind != item.KindRelay {
-			items = append(items, item.Item{Kind: kind, Key: key, Value: value})
+			items = append(items, item.Item{Kind: kind, Key: key, Value: value, Origin: from.String(), Optional: from.Optional})
 		}
 		return nil
 	}
@@ -368,29 +379,29 @@ func compileTuning(profiles []profileUse) ([]item.Item, []int, error) {
 	for _, p := range profiles {
 		who := fmt.Sprintf("%q (%s)", p.t.Name, p.who)
 		for _, k := range sortedKeys(p.t.Sysctl) {
-			if err := put(item.KindSysctl, k, p.t.Sysctl[k], who); err != nil {
+			if err := put(item.KindSysctl, k, p.t.Sysctl[k], who, p.t.SysctlOrigins[k]); err != nil {
 				return nil, nil, err
 			}
 		}
 		for _, it := range p.t.Interfaces {
 			if it.MTU > 0 {
-				if err := put(item.KindInterface, it.Name+"/mtu", strconv.Itoa(it.MTU), who); err != nil {
+				if err := put(item.KindInterface, it.Name+"/mtu", strconv.Itoa(it.MTU), who, it.MTUOrigin); err != nil {
 					return nil, nil, err
 				}
 			}
 			if it.TxQueueLen >= 0 {
-				if err := put(item.KindInterface, it.Name+"/txqueuelen", strconv.Itoa(it.TxQueueLen), who); err != nil {
+				if err := put(item.KindInterface, it.Name+"/txqueuelen", strconv.Itoa(it.TxQueueLen), who, it.TxQueueLenOrigin); err != nil {
 					return nil, nil, err
 				}
 			}
 			if len(it.IRQCPUs) > 0 {
-				if err := put(item.KindIRQ, it.Name, config.FormatCPUList(it.IRQCPUs), who); err != nil {
+				if err := put(item.KindIRQ, it.Name, config.FormatCPUList(it.IRQCPUs), who, it.IRQOrigin); err != nil {
 					return nil, nil, err
 				}
 			}
 		}
 		if len(p.t.RelayCPUs) > 0 {
-			if err := put(item.KindRelay, "cpus", config.FormatCPUList(p.t.RelayCPUs), who); err != nil {
+			if err := put(item.KindRelay, "cpus", config.FormatCPUList(p.t.RelayCPUs), who, config.Origin{}); err != nil {
 				return nil, nil, err
 			}
 			if relayCPUs == nil {
@@ -399,6 +410,23 @@ func compileTuning(profiles []profileUse) ([]item.Item, []int, error) {
 		}
 	}
 	return items, relayCPUs, nil
+}
+
+// profileNotes lists the notes of the built-in profiles in use, each
+// profile once.
+func profileNotes(profiles []profileUse) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range profiles {
+		if p.t.Base == "" || seen[p.t.Base] {
+			continue
+		}
+		seen[p.t.Base] = true
+		for _, n := range p.t.Notes {
+			out = append(out, p.t.Base+": "+n)
+		}
+	}
+	return out
 }
 
 func sortItems(items []item.Item) {

@@ -3,6 +3,7 @@ package desired
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/sosappliance/sosappliance/appliance/config"
@@ -249,6 +250,67 @@ func TestCompileControllerAccess(t *testing.T) {
 	for _, sw := range d.Controller.Switches {
 		if !sw.TLS || len(sw.Allow) != 1 {
 			t.Errorf("switch %s: tls %v allow %v", sw.Name, sw.TLS, sw.Allow)
+		}
+	}
+}
+
+// Items built from a tuning block with a base carry their origin, the
+// profile's fq is optional and the file's values are not, and the
+// profile's notes reach the node once.
+func TestCompileTuningProfileOrigins(t *testing.T) {
+	const file = "../../examples/fasterdata.hcl"
+	cfg, _, diags := config.LoadFile(file)
+	if diags.HasErrors() {
+		t.Fatalf("%s: %v", file, diags)
+	}
+	tests := []struct {
+		node, kind, key, value, origin string
+		optional                       bool
+	}{
+		{"dtn-east", item.KindSysctl, "net.core.default_qdisc", "fq", "profile fasterdata-100g (" + file + ":54)", true},
+		{"dtn-east", item.KindSysctl, "net.core.rmem_max", "2147483647", "profile fasterdata-100g (" + file + ":54)", false},
+		{"dtn-east", item.KindInterface, "ens1f0/mtu", "9000", "profile fasterdata-100g (" + file + ":54)", false},
+		{"dtn-east", item.KindIRQ, "ens1f0", "0-7", file + ":59", false},
+		{"dtn-east", item.KindSteering, item.SteeringKeyNftables, "", "agent dtn-east", false},
+		{"dtn-west", item.KindSysctl, "net.core.default_qdisc", "fq", "profile fasterdata-10g (" + file + ":65)", true},
+		{"dtn-west", item.KindSysctl, "net.core.rmem_max", "67108864", file + ":70", false},
+		{"dtn-west", item.KindSysctl, "net.ipv4.tcp_mtu_probing", "1", "profile fasterdata-10g (" + file + ":65)", false},
+		{"dtn-west", item.KindInterface, "eth1/mtu", "1500", file + ":74", false},
+	}
+	compiled := map[string]*Desired{}
+	for _, tt := range tests {
+		d := compiled[tt.node]
+		if d == nil {
+			var err error
+			if d, err = Compile(cfg, tt.node); err != nil {
+				t.Fatal(err)
+			}
+			compiled[tt.node] = d
+		}
+		var got *item.Item
+		for i := range d.Items {
+			if d.Items[i].Kind == tt.kind && d.Items[i].Key == tt.key {
+				got = &d.Items[i]
+			}
+		}
+		switch {
+		case got == nil:
+			t.Errorf("%s: no %s/%s", tt.node, tt.kind, tt.key)
+		case tt.value != "" && got.Value != tt.value || got.Origin != tt.origin || got.Optional != tt.optional:
+			t.Errorf("%s: %s = %q from %q (optional %v), want %q from %q (optional %v)",
+				tt.node, got.ID(), got.Value, got.Origin, got.Optional, tt.value, tt.origin, tt.optional)
+		}
+	}
+	east := compiled["dtn-east"]
+	if east.Agents[0].Relay.Congestion != "htcp" {
+		t.Errorf("congestion %q", east.Agents[0].Relay.Congestion)
+	}
+	if len(east.Notes) != 3 || !strings.HasPrefix(east.Notes[0], "fasterdata-100g: Interrupt Binding") {
+		t.Errorf("notes = %q", east.Notes)
+	}
+	for _, it := range compiled["dtn-west"].Items {
+		if it.Kind == item.KindSysctl && it.Key == "net.core.wmem_max" && it.Origin != file+":71" {
+			t.Errorf("wmem_max from %q", it.Origin)
 		}
 	}
 }

@@ -49,6 +49,9 @@ type Change struct {
 	After         string `json:"after,omitempty"`
 	AfterPresent  bool   `json:"after_present"`
 	Why           string `json:"why"`
+	// Origin is where the desired value came from (item.Item.Origin);
+	// empty for restores, which no configuration asks for.
+	Origin string `json:"origin,omitempty"`
 }
 
 // ID matches item.Item.ID.
@@ -98,6 +101,10 @@ type Plan struct {
 	Changes       []Change     `json:"changes"`
 	Switches      []SwitchPlan `json:"switches,omitempty"`
 	Warnings      []Warning    `json:"warnings,omitempty"`
+	// Notes are advice of the built-in tuning profiles in use that no
+	// item carries out (IRQ placement, ring buffers); the caller fills
+	// them in from the desired state.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Empty reports whether the plan changes nothing, on the host or on a
@@ -182,7 +189,7 @@ func Diff(desired []item.Item, observed []item.Observation, applied []Owned) Pla
 		wanted[d.ID()] = true
 		o := obs[d.ID()]
 		rec, isOwned := owned[d.ID()]
-		c := Change{Kind: d.Kind, Key: d.Key, Before: o.Value, BeforePresent: o.Present, After: d.Value, AfterPresent: true}
+		c := Change{Kind: d.Kind, Key: d.Key, Before: o.Value, BeforePresent: o.Present, After: d.Value, AfterPresent: true, Origin: d.Origin}
 		if !o.Present {
 			c.Before = ""
 		}
@@ -236,11 +243,18 @@ func Diff(desired []item.Item, observed []item.Observation, applied []Owned) Pla
 			p.Warnings = append(p.Warnings, Warning{Kind: o.Kind, Key: o.Key, Message: w})
 		}
 	}
+	p.AddWarnings()
+	return p
+}
+
+// AddWarnings adds warnings of the caller's own (such as optional items
+// left out) and keeps the list sorted, each warning once.
+func (p *Plan) AddWarnings(ws ...Warning) {
+	p.Warnings = append(p.Warnings, ws...)
 	slices.SortFunc(p.Warnings, func(a, b Warning) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Message, b.Message))
 	})
 	p.Warnings = slices.Compact(p.Warnings)
-	return p
 }
 
 // kindOrder is the order executors run in: host parameters first, steering

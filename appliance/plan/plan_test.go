@@ -21,6 +21,12 @@ func newItem(kind, key, value string) item.Item {
 	return item.Item{Kind: kind, Key: key, Value: value}
 }
 
+// from is a desired item with the origin desired gives it.
+func from(it item.Item, origin string) item.Item {
+	it.Origin = origin
+	return it
+}
+
 func present(kind, key, value string, warnings ...string) item.Observation {
 	return item.Observation{Item: newItem(kind, key, value), Present: true, Warnings: warnings}
 }
@@ -32,15 +38,15 @@ func absent(kind, key string) item.Observation {
 // scenario covers every branch of Diff.
 func scenario() ([]item.Item, []item.Observation, []Owned) {
 	desired := []item.Item{
-		newItem("sysctl", "net.core.rmem_max", "134217728"),             // unowned, differs
-		newItem("sysctl", "net.ipv4.tcp_mtu_probing", "1"),              // unowned, equal: no change
-		newItem("sysctl", "net.ipv4.tcp_congestion_control", "bbr"),     // owned, drifted
-		newItem("sysctl", "net.ipv4.tcp_rmem", "4096 87380 67108864"),   // owned, config changed
-		newItem("interface", "eth1/mtu", "9000"),                        // owned, interrupted, host has it
-		newItem("irq", "eth1", "0-3"),                                   // owned, applied, equal: no change
-		newItem("steering", "nftables", `{"mark":1,"divert":[]}`),       // unowned, absent
-		newItem("steering", "route", "local 0.0.0.0/0 dev lo table 7"),  // owned, applied, missing
-		newItem("steering", "rule", "fwmark 0x1 lookup 7 priority 100"), // owned, interrupted, absent
+		from(newItem("sysctl", "net.core.rmem_max", "134217728"), "profile fasterdata-40g (sos.hcl:40)"), // unowned, differs
+		newItem("sysctl", "net.ipv4.tcp_mtu_probing", "1"),                                               // unowned, equal: no change
+		from(newItem("sysctl", "net.ipv4.tcp_congestion_control", "bbr"), "sos.hcl:43"),                  // owned, drifted
+		from(newItem("sysctl", "net.ipv4.tcp_rmem", "4096 87380 67108864"), "sos.hcl:44"),                // owned, config changed
+		from(newItem("interface", "eth1/mtu", "9000"), "profile fasterdata-40g (sos.hcl:40)"),            // owned, interrupted, host has it
+		newItem("irq", "eth1", "0-3"), // owned, applied, equal: no change
+		from(newItem("steering", "nftables", `{"mark":1,"divert":[]}`), "agent agent-clemson"), // unowned, absent
+		newItem("steering", "route", "local 0.0.0.0/0 dev lo table 7"),                         // owned, applied, missing
+		newItem("steering", "rule", "fwmark 0x1 lookup 7 priority 100"),                        // owned, interrupted, absent
 	}
 	observed := []item.Observation{
 		present("sysctl", "net.core.rmem_max", "212992"),
@@ -81,6 +87,7 @@ func scenarioPlan() Plan {
 	p.Node, p.Serial, p.ConfigHash = "agent-clemson", 3, "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 	p.Lineage = "0b6c3f0e-5d7a-4c2e-9a51-3e8f2d1c7b90"
 	p.Switches = scenarioSwitches()
+	p.Notes = []string{"fasterdata-40g: Interrupt Binding: disable irqbalance and bind the NIC's IRQs to CPUs of the NIC's NUMA node"}
 	return p
 }
 
@@ -111,21 +118,26 @@ func scenarioSwitches() []SwitchPlan {
 
 func TestDiff(t *testing.T) {
 	p := Diff(scenario())
-	c := func(action Action, kind, key, before string, beforePresent bool, after string, afterPresent bool, why string) Change {
-		return Change{action, kind, key, before, beforePresent, after, afterPresent, why}
+	c := func(action Action, kind, key, before string, beforePresent bool, after string, afterPresent bool, why string, origin ...string) Change {
+		ch := Change{Action: action, Kind: kind, Key: key, Before: before, BeforePresent: beforePresent,
+			After: after, AfterPresent: afterPresent, Why: why}
+		if len(origin) > 0 {
+			ch.Origin = origin[0]
+		}
+		return ch
 	}
 	want := []Change{
 		c(Restore, "sysctl", "net.core.wmem_max", "134217728", true, "212992", true, "put back the value from before serial 1"),
 		c(Restore, "sysctl", "net.ipv4.conf.eth9.rp_filter", "", false, "", false, "gone from the host; forget its record"),
-		c(Update, "sysctl", "net.core.rmem_max", "212992", true, "134217728", true, "differs from the configuration"),
-		c(Update, "sysctl", "net.ipv4.tcp_congestion_control", "cubic", true, "bbr", true, "drifted from the value applied at serial 2"),
-		c(Update, "sysctl", "net.ipv4.tcp_rmem", "4096 87380 33554432", true, "4096 87380 67108864", true, "configuration changed since serial 2"),
+		c(Update, "sysctl", "net.core.rmem_max", "212992", true, "134217728", true, "differs from the configuration", "profile fasterdata-40g (sos.hcl:40)"),
+		c(Update, "sysctl", "net.ipv4.tcp_congestion_control", "cubic", true, "bbr", true, "drifted from the value applied at serial 2", "sos.hcl:43"),
+		c(Update, "sysctl", "net.ipv4.tcp_rmem", "4096 87380 33554432", true, "4096 87380 67108864", true, "configuration changed since serial 2", "sos.hcl:44"),
 		c(Restore, "interface", "eth1/txqueuelen", "1000", true, "1000", true, "already at its value from before serial 1; forget its record"),
-		c(Update, "interface", "eth1/mtu", "9000", true, "9000", true, "finish the apply interrupted at serial 3"),
+		c(Update, "interface", "eth1/mtu", "9000", true, "9000", true, "finish the apply interrupted at serial 3", "profile fasterdata-40g (sos.hcl:40)"),
 		c(Restore, "relay", "cpus", "13", true, "", false, "remove; it did not exist before serial 2"),
 		c(Add, "steering", "route", "", false, "local 0.0.0.0/0 dev lo table 7", true, "applied at serial 1, missing now"),
 		c(Add, "steering", "rule", "", false, "fwmark 0x1 lookup 7 priority 100", true, "finish the apply interrupted at serial 3"),
-		c(Add, "steering", "nftables", "", false, `{"mark":1,"divert":[]}`, true, "declared, not present"),
+		c(Add, "steering", "nftables", "", false, `{"mark":1,"divert":[]}`, true, "declared, not present", "agent agent-clemson"),
 	}
 	if !reflect.DeepEqual(p.Changes, want) {
 		t.Errorf("changes:\n%s", diffChanges(p.Changes, want))

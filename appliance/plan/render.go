@@ -39,7 +39,11 @@ func (p Plan) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "\n  %s\n", kind)
 		}
 		fmt.Fprintf(&b, "    %s %s: %s -> %s\n", c.Action, c.Key, value(c.Before, c.BeforePresent), value(c.After, c.AfterPresent))
-		fmt.Fprintf(&b, "        # %s\n", c.Why)
+		if c.Origin != "" {
+			fmt.Fprintf(&b, "        # %s; from %s\n", c.Why, c.Origin)
+		} else {
+			fmt.Fprintf(&b, "        # %s\n", c.Why)
+		}
 	}
 	for _, s := range p.Switches {
 		fmt.Fprintf(&b, "\n  flows on switch %s", s.Switch)
@@ -56,6 +60,12 @@ func (p Plan) WriteText(w io.Writer) error {
 		}
 		if s.Known() && len(s.Changes) == 0 {
 			b.WriteString("    (no changes)\n")
+		}
+	}
+	if len(p.Notes) > 0 {
+		b.WriteString("\nNotes from the tuning profiles (not applied by sosappliance):\n")
+		for _, n := range p.Notes {
+			fmt.Fprintf(&b, "  * %s\n", n)
 		}
 	}
 	if len(p.Warnings) > 0 {
@@ -131,6 +141,10 @@ func shortHash(h string) string {
 //	  before, after   values (JSON text for steering "nftables"); absent when empty
 //	  before_present, after_present  whether the object exists before and after
 //	  why             the reason
+//	  origin          where the desired value came from: "FILE:LINE" of the
+//	                  configuration, "profile NAME (FILE:LINE)" for a built-in
+//	                  tuning profile (the line of its base), "agent NAME" for
+//	                  steering; absent for restores (added in version 2)
 //	switches        on the controller node, one per switch, by name:
 //	  switch, datapath_id  the switch's name and id ("00:00:00:00:00:00:00:01")
 //	  connected       its flow table was read
@@ -141,7 +155,11 @@ func shortHash(h string) string {
 //	    before, after   null when absent, else {cookie ("0x..."), instructions
 //	                    (ovs-ofctl actions=), idle_timeout, hard_timeout, flags}
 //	    why             the reason
-//	warnings        [{kind, key, message}]
+//	warnings        [{kind, key, message}]; a profile item the node cannot
+//	                take (the fq qdisc on a kernel without it) is left out of
+//	                changes and named here
+//	notes           advice of the tuning profiles in use that no item carries
+//	                out, as text (added in version 2)
 //
 // A reader must refuse a format_version it does not know. Within a version,
 // fields are only ever added.

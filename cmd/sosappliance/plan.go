@@ -42,6 +42,7 @@ there is nothing to do, 2 when there are changes, and 1 on error.`,
 			if err != nil {
 				return fmt.Errorf("plan: %w", err)
 			}
+			p.Notes = d.Notes
 			if d.Controller != nil {
 				p.Switches = appliance.PlanSwitches(cmd.Context(), appliance.SwitchAccess{Socket: nf.controlSocket(cfg)}, d.Controller)
 			}
@@ -116,6 +117,7 @@ changes only; on the controller node, apply -c converges the switches.`,
 			if err != nil {
 				return fmt.Errorf("plan: %w", err)
 			}
+			p.Notes = want.Notes
 			controller := want.Controller != nil
 			if controller {
 				p.Switches = appliance.PlanSwitches(cmd.Context(), appliance.SwitchAccess{Socket: nf.controlSocket(cfg)}, want.Controller)

@@ -14,6 +14,14 @@ type Item struct {
 	Kind  string `json:"kind"`
 	Key   string `json:"key"`
 	Value string `json:"value"`
+	// Origin says where a desired value came from, for plans to show: a
+	// line of the configuration ("sos.hcl:31") or a built-in profile
+	// ("profile fasterdata-10g (sos.hcl:28)"). Executors ignore it.
+	Origin string `json:"origin,omitempty"`
+	// Optional marks a desired item the node may be unable to take (a
+	// profile's fq qdisc on a kernel without it): planning leaves it out
+	// with a warning instead of failing when its executor refuses it.
+	Optional bool `json:"optional,omitempty"`
 }
 
 // ID is the identity of an item across desired state, observation and store.

@@ -3,13 +3,17 @@ package item
 import "testing"
 
 func TestCanonical(t *testing.T) {
+	mk := func(kind, key, value string) Item { return Item{Kind: kind, Key: key, Value: value} }
+	fromProfile := func(it Item) Item { it.Origin, it.Optional = "profile fasterdata-10g (sos.hcl:3)", true; return it }
 	tests := []struct{ in, want Item }{
-		{Item{KindSysctl, "net.ipv4.tcp_rmem", " 4096\t87380  6 "}, Item{KindSysctl, "net.ipv4.tcp_rmem", "4096 87380 6"}},
-		{Item{KindIRQ, "eth1", "3,0-2"}, Item{KindIRQ, "eth1", "0-3"}},
-		{Item{KindInterface, "eth1/mtu", "09000"}, Item{KindInterface, "eth1/mtu", "9000"}},
-		{Item{KindRelay, RelayKeyCPUs, "13"}, Item{KindRelay, RelayKeyCPUs, "13"}},
-		{Item{KindSteering, SteeringKeyRoute, "local  0.0.0.0/0 dev lo table 7"}, Item{KindSteering, SteeringKeyRoute, "local 0.0.0.0/0 dev lo table 7"}},
-		{Item{"flows", "s1", "  kept as is "}, Item{"flows", "s1", "  kept as is "}},
+		{mk(KindSysctl, "net.ipv4.tcp_rmem", " 4096\t87380  6 "), mk(KindSysctl, "net.ipv4.tcp_rmem", "4096 87380 6")},
+		{mk(KindIRQ, "eth1", "3,0-2"), mk(KindIRQ, "eth1", "0-3")},
+		{mk(KindInterface, "eth1/mtu", "09000"), mk(KindInterface, "eth1/mtu", "9000")},
+		{mk(KindRelay, RelayKeyCPUs, "13"), mk(KindRelay, RelayKeyCPUs, "13")},
+		{mk(KindSteering, SteeringKeyRoute, "local  0.0.0.0/0 dev lo table 7"), mk(KindSteering, SteeringKeyRoute, "local 0.0.0.0/0 dev lo table 7")},
+		{mk("flows", "s1", "  kept as is "), mk("flows", "s1", "  kept as is ")},
+		// Origin and Optional travel through unchanged.
+		{fromProfile(mk(KindSysctl, "net.core.default_qdisc", " fq")), fromProfile(mk(KindSysctl, "net.core.default_qdisc", "fq"))},
 	}
 	for _, tt := range tests {
 		got, err := Canonical(tt.in)
@@ -18,10 +22,10 @@ func TestCanonical(t *testing.T) {
 		}
 	}
 	for _, bad := range []Item{
-		{KindIRQ, "eth1", "zero"},
-		{KindInterface, "eth1/mtu", "-1"},
-		{KindRelay, RelayKeyCPUs, ""},
-		{KindSteering, SteeringKeyNftables, "{"},
+		mk(KindIRQ, "eth1", "zero"),
+		mk(KindInterface, "eth1/mtu", "-1"),
+		mk(KindRelay, RelayKeyCPUs, ""),
+		mk(KindSteering, SteeringKeyNftables, "{"),
 	} {
 		if _, err := Canonical(bad); err == nil {
 			t.Errorf("Canonical(%+v) succeeded", bad)

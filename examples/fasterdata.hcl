@@ -1,0 +1,76 @@
+# Two data-transfer nodes tuned from ESnet fasterdata's built-in profiles
+# (see "Tuning profiles" in the README for the pages and their dates).
+# base = "..." brings in a profile's values; anything the block sets
+# itself overrides the profile for that key. `sosappliance plan` shows
+# where each value came from.
+
+controller {
+  node = "dtn-east"
+}
+
+security {
+  psk_file = "/etc/sosappliance/psk"
+}
+
+site "east" {
+  prefixes = ["198.51.100.0/25"]
+  switch "sw-east" {
+    datapath_id = "00:00:00:00:00:00:00:0a"
+  }
+  agent "dtn-east" {
+    node        = "dtn-east"
+    switch      = "sw-east"
+    switch_port = 1
+    mac         = "02:00:00:00:0a:01"
+    address     = "198.51.100.2"
+    interface   = "ens1f0"
+    tuning      = ["dtn-100g"]
+  }
+}
+
+site "west" {
+  prefixes = ["198.51.100.128/25"]
+  switch "sw-west" {
+    datapath_id = "00:00:00:00:00:00:00:0b"
+  }
+  agent "dtn-west" {
+    node        = "dtn-west"
+    switch      = "sw-west"
+    switch_port = 1
+    mac         = "02:00:00:00:0b:01"
+    address     = "198.51.100.130"
+    interface   = "eth1"
+    tuning      = ["dtn-10g"]
+  }
+}
+
+whitelist "transfers" {
+  clients     = ["198.51.100.0/25"]
+  server      = "198.51.100.200"
+  server_port = 2811
+}
+
+tuning "dtn-100g" {
+  base = "fasterdata-100g"
+  # The profile sets no IRQ CPUs: fasterdata says to use the cores of the
+  # NIC's NUMA node (cat /sys/class/net/ens1f0/device/numa_node), which
+  # only this host knows.
+  interface "ens1f0" {
+    irq_cpus = "0-7"
+  }
+  congestion_control = "htcp"
+}
+
+tuning "dtn-10g" {
+  base = "fasterdata-10g"
+  # The fasterdata pages this profile comes from give no 10G buffer
+  # sizes, so the file sets them; and this path carries no jumbo frames,
+  # so the file's MTU overrides the profile's 9000.
+  sysctl = {
+    "net.core.rmem_max" = "67108864"
+    "net.core.wmem_max" = "67108864"
+  }
+  interface "eth1" {
+    mtu = 1500
+  }
+}
