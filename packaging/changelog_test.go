@@ -133,12 +133,17 @@ func checkWithDpkg(t *testing.T, changelog string, versions []string) {
 		t.Fatal(err)
 	}
 	// rfc822 format gives one stanza, with its Version, per entry.
-	out, err := exec.Command("dpkg-parsechangelog", "-l", path, "--all", "--format", "rfc822").CombinedOutput()
+	// Warnings go to standard error; the entries themselves may say
+	// "warning" on standard output.
+	var stderr strings.Builder
+	cmd := exec.Command("dpkg-parsechangelog", "-l", path, "--all", "--format", "rfc822")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("dpkg-parsechangelog: %v\n%s\n%s", err, out, changelog)
+		t.Fatalf("dpkg-parsechangelog: %v\n%s%s\n%s", err, out, stderr.String(), changelog)
 	}
-	if strings.Contains(string(out), "warning") {
-		t.Errorf("dpkg-parsechangelog warns:\n%s", out)
+	if strings.Contains(stderr.String(), "warning") {
+		t.Errorf("dpkg-parsechangelog warns:\n%s", stderr.String())
 	}
 	if versions == nil {
 		return
