@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"os"
 	"strings"
 	"testing"
@@ -68,9 +69,7 @@ func TestSysctlValidateDefaultQdisc(t *testing.T) {
 // change the default.
 func TestSysctlValidateDefaultQdiscHere(t *testing.T) {
 	before, err := os.ReadFile("/proc/sys/net/core/default_qdisc")
-	if err != nil {
-		t.Skipf("no default_qdisc here: %v", err)
-	}
+	testsupport.Require(t, err == nil, "/proc/sys/net/core/default_qdisc: %v", err)
 	err = NewSysctl("/").Validate(context.Background(), []item.Item{{Kind: item.KindSysctl, Key: keyDefaultQdisc, Value: "fq"}})
 	t.Logf("fq on this kernel: %v", err)
 	after, _ := os.ReadFile("/proc/sys/net/core/default_qdisc")

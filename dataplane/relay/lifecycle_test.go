@@ -415,9 +415,7 @@ func TestRelayCPUsPinTheProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(orig) < 2 {
-		t.Skip("needs two CPUs to pin to a subset")
-	}
+	testsupport.Require(t, len(orig) >= 2, "needs two CPUs to pin to a subset, has %v", orig)
 	target := []int{orig[len(orig)-1]}
 	a, err := New(Config{Name: "a", DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK, RelayCPUs: target}, testLogger(t))
 	if err != nil {
