@@ -27,7 +27,7 @@ const (
 	DefaultHealthPort    = 9878
 	DefaultStreams       = 64
 	DefaultChunkSize     = 60000
-	DefaultQueueLength   = 5
+	DefaultQueueLength   = 0 // no bound: the receive window follows the path
 	MaxChunkSize         = 16 << 20
 
 	DefaultSessionMemory  = agentspec.DefaultSessionMemory
@@ -603,7 +603,7 @@ func decodeWhitelist(b *hcl.Block, diags *hcl.Diagnostics) *Whitelist {
 		ServerPort:   uint16(a.integer("server_port", 0, 1, 65535)),
 		Streams:      int(a.integer("streams", DefaultStreams, 1, 1<<16)),
 		ChunkSize:    int(a.byteSize("chunk_size", DefaultChunkSize, 512, MaxChunkSize)),
-		QueueLength:  int(a.integer("queue_length", DefaultQueueLength, 1, 1024)),
+		QueueLength:  int(a.integer("queue_length", DefaultQueueLength, 0, 1024)),
 		ClientAgent:  a.str("client_agent", ""),
 		ServerAgent:  a.str("server_agent", ""),
 		Range:        b.DefRange,

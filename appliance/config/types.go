@@ -155,12 +155,16 @@ func (a *Agent) DataAddr() netip.AddrPort { return netip.AddrPortFrom(a.Address,
 
 // Whitelist is one class of TCP connections to accelerate.
 type Whitelist struct {
-	Name        string
-	Clients     []netip.Prefix
-	Server      netip.Addr
-	ServerPort  uint16
-	Streams     int
-	ChunkSize   int
+	Name       string
+	Clients    []netip.Prefix
+	Server     netip.Addr
+	ServerPort uint16
+	Streams    int
+	ChunkSize  int
+	// QueueLength, when not 0, bounds a session's receive window at
+	// queue_length x streams chunks (never below the initial window).
+	// It no longer sizes throughput: the window follows the path (byte
+	// credit, autotuned from delivery rate x RTT, see dataplane/stripe).
 	QueueLength int
 	// ClientAgent and ServerAgent are the agents that carry the session; when
 	// the file leaves them out they resolve to the only agent of the site.
@@ -175,12 +179,14 @@ type Whitelist struct {
 	StreamsRange hcl.Range
 }
 
-// SessionMemory is the most buffer memory one session of this whitelist can
-// hold at an agent: the reorder window of queue_length chunks on every
-// stream, plus the send queue and read buffers. It is the relay's own
-// figure, so a config that validates is never refused at run time.
+// SessionMemory is the buffer memory one session of this whitelist needs
+// at an agent when it starts: its initial receive window (4 MiB of chunks,
+// at least one per stream), plus the send queue and read buffers. The
+// window then grows with the path as far as limits.session_memory and
+// limits.memory allow. It is the relay's own figure, so a config that
+// validates is never refused at run time.
 func (w *Whitelist) SessionMemory() int64 {
-	return stripe.SessionMemory(w.Streams, w.ChunkSize, w.QueueLength)
+	return stripe.SessionMemory(w.Streams, w.ChunkSize, stripe.InitialFrames(w.Streams, w.ChunkSize))
 }
 
 // Tuning is a named host tuning profile. With Base set, Sysctl and the

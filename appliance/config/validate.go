@@ -164,7 +164,7 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 			if rng.Filename == "" {
 				rng = w.Range
 			}
-			add(rng, fmt.Sprintf("%d streams of %d-byte chunks with queue_length %d need %d bytes of buffers; lower one of them or raise limits.session_memory (now %d).", w.Streams, w.ChunkSize, w.QueueLength, mem, cfg.Limits.SessionMemory),
+			add(rng, fmt.Sprintf("%d streams of %d-byte chunks need %d bytes of buffers to start (a receive window of at least one chunk per stream and 4 MiB); lower streams or chunk_size, or raise limits.session_memory (now %d).", w.Streams, w.ChunkSize, mem, cfg.Limits.SessionMemory),
 				"Whitelist %q needs more memory per session than the cap allows", w.Name)
 		} else if cfg.Limits.Memory > 0 && mem > cfg.Limits.Memory {
 			add(cfg.Limits.Range, fmt.Sprintf("One session of whitelist %q needs %d bytes; raise limits.memory (now %d) or shrink the whitelist.", w.Name, mem, cfg.Limits.Memory),

@@ -63,11 +63,11 @@ type Relay struct {
 	Limits Limits
 
 	// SocketBuffer sizes the stream sockets: >0 sets SO_SNDBUF and
-	// SO_RCVBUF to that many bytes; 0 sizes SO_SNDBUF from the session's
-	// whitelist entry (chunk size x queue length, at least 256 KiB: each
-	// stream queues about queue length chunks) and leaves the receive side
-	// to the kernel's autotuning (up to net.ipv4.tcp_rmem); <0 leaves both
-	// to the kernel. A fixed SO_RCVBUF stops the kernel from growing the
+	// SO_RCVBUF to that many bytes; 0 or <0 leaves both to the kernel's
+	// autotuning (up to net.ipv4.tcp_wmem and tcp_rmem), so a stream's
+	// congestion window, not a fixed buffer, bounds what it has in flight;
+	// TCP_NOTSENT_LOWAT keeps the unsent part small either way. A fixed
+	// SO_RCVBUF stops the kernel from growing the
 	// buffer when small segments overrun the window it advertised; it then
 	// drops data and the stream waits out a retransmission backoff of
 	// seconds after a long pause of a slow end host.
@@ -89,8 +89,10 @@ type Route struct {
 	Server  netip.Addr
 	Port    uint16
 	// Streams, ChunkSize and QueueLength shape the session: N streams,
-	// chunk bytes per frame, queue length x streams frames of reorder
-	// window per direction.
+	// chunk bytes per frame and, when QueueLength is not 0, a bound of
+	// queue length x streams frames on the receive window, which
+	// otherwise follows the path (byte credit, see package stripe) within
+	// the memory caps.
 	Streams     int
 	ChunkSize   int
 	QueueLength int
@@ -110,8 +112,9 @@ type Limits struct {
 	MaxSessions int
 	// MaxStreams bounds the streams of one session.
 	MaxStreams int
-	// SessionMemory bounds the frame buffers of one session in bytes; a
-	// session whose SessionMemory() need exceeds it is refused.
+	// SessionMemory bounds the frame buffers of one session in bytes: a
+	// session whose need at its initial window exceeds it is refused, and
+	// its receive window grows no further than it allows.
 	SessionMemory int64
 	// Memory bounds the frame buffers and bookkeeping of all sessions of
 	// the agent together, in bytes: every session reserves its worst case
@@ -258,12 +261,12 @@ func (c *Relay) Validate() error {
 		if w.ChunkSize < 1 || w.ChunkSize > stripe.MaxChunkSize {
 			bad("chunk size %d not in 1..%d", w.ChunkSize, stripe.MaxChunkSize)
 		}
-		if w.QueueLength < 1 {
-			bad("queue length %d below 1", w.QueueLength)
+		if w.QueueLength < 0 {
+			bad("queue length %d below 0", w.QueueLength)
 		}
-		if w.Streams >= 1 && w.ChunkSize >= 1 && w.QueueLength >= 1 {
-			if need := stripe.SessionMemory(w.Streams, w.ChunkSize, w.QueueLength); need > lim.SessionMemory {
-				bad("a session needs %d bytes of buffers, above the session memory cap of %d", need, lim.SessionMemory)
+		if w.Streams >= 1 && w.ChunkSize >= 1 && w.ChunkSize <= stripe.MaxChunkSize {
+			if need := stripe.SessionMemory(w.Streams, w.ChunkSize, stripe.InitialFrames(w.Streams, w.ChunkSize)); need > lim.SessionMemory {
+				bad("a session needs %d bytes of buffers at its initial window, above the session memory cap of %d", need, lim.SessionMemory)
 			}
 		}
 		if w.Peer.IsValid() && w.Peer.Port() == 0 {

@@ -78,16 +78,17 @@ func compile(cfg Config) (*runtimeConfig, error) {
 	}, nil
 }
 
-// buffersFor are the stream socket buffer sizes for a session's shape (see
-// Config.SocketBuffer).
-func (rc *runtimeConfig) buffersFor(chunkSize, queueLength int) (sndbuf, rcvbuf int) {
-	switch {
-	case rc.SocketBuffer > 0:
-		return rc.SocketBuffer, rc.SocketBuffer
-	case rc.SocketBuffer < 0:
-		return 0, 0
+// streamTuningFor is the tuning of a session's stream sockets: buffers
+// per Config.SocketBuffer, and TCP_NOTSENT_LOWAT at two chunks, at least
+// 1 MiB, so a socket holds little data it has not sent yet and the
+// scheduler, not a socket queue, decides which stream carries a chunk.
+func (rc *runtimeConfig) streamTuningFor(chunkSize int) streamTuning {
+	t := rc.tuning
+	if rc.SocketBuffer > 0 {
+		t.sndbuf, t.rcvbuf = rc.SocketBuffer, rc.SocketBuffer
 	}
-	return max(chunkSize*queueLength, 256<<10), 0
+	t.notsentLowat = max(2*chunkSize, 1<<20)
+	return t
 }
 
 // Agent is one running relay. Its methods are safe for concurrent use.
@@ -122,6 +123,9 @@ type Agent struct {
 
 	stopping    atomic.Bool  // draining, readable without mu
 	memReserved atomic.Int64 // of Limits.Memory, by live sessions
+	// testTrouble, set by tests before Start, stands in for TCP_INFO's
+	// loss-recovery state of a stream (loopback has no loss).
+	testTrouble func(stream int) bool
 	ownKeys     ownKeys
 	counters    counters
 	recent      abortLog

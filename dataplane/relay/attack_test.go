@@ -500,7 +500,7 @@ func TestHalfOpenSessionsBounded(t *testing.T) {
 		t.Errorf("refused %d half-open sessions, want %d", refused, 2*halfOpen)
 	}
 	st := p.b.Stats().Totals
-	if want := int64(halfOpen) * stripe.SessionFootprint(2, 60000, 5); st.MemoryReserved != want {
+	if want := int64(halfOpen) * stripe.SessionFootprint(2, 60000, stripe.InitialFrames(2, 60000)); st.MemoryReserved != want {
 		t.Errorf("reserved %d bytes, want %d for %d half-open sessions", st.MemoryReserved, want, halfOpen)
 	}
 	roundTrip(t, p.entry, "genuine session beside the half-open ones")
@@ -511,7 +511,7 @@ func TestHalfOpenSessionsBounded(t *testing.T) {
 func TestAgentMemoryCap(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
-	one := stripe.SessionFootprint(4, 60000, 5)
+	one := stripe.SessionFootprint(4, 60000, stripe.InitialFrames(4, 60000))
 	p := startPair(t, pairOptions{streams: 4, limitsB: Limits{Memory: one + one/2}}, func(c *net.TCPConn) {
 		buf := make([]byte, 64)
 		n, _ := c.Read(buf)

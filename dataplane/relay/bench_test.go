@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -232,7 +233,9 @@ func benchInt(name string, def int) int {
 // moves RELAY_BENCH_MIB (default 256) MiB through every chain in turn. The
 // traffic source and sink run in a helper process, so cpu-s/GiB is the
 // chain's own CPU time. Shape: RELAY_BENCH_STREAMS (8), RELAY_BENCH_CHUNK
-// (131072), RELAY_BENCH_QUEUE (4).
+// (131072), RELAY_BENCH_QUEUE (0: no bound on the window). It also
+// reports relay_setup-ms, the median time of three 1-byte transfers
+// through a fresh session (handshakes of every stream included).
 func BenchmarkRelay(b *testing.B) {
 	for _, enc := range []string{EncryptionNone, EncryptionAESGCM} {
 		b.Run(enc, func(b *testing.B) { benchmarkRelay(b, enc) })
@@ -243,7 +246,7 @@ func benchmarkRelay(b *testing.B, enc string) {
 	size := int64(benchInt("RELAY_BENCH_MIB", 256)) << 20
 	streams := benchInt("RELAY_BENCH_STREAMS", 8)
 	chunk := benchInt("RELAY_BENCH_CHUNK", 128<<10)
-	queue := benchInt("RELAY_BENCH_QUEUE", 4)
+	queue := benchInt("RELAY_BENCH_QUEUE", 0)
 	tr := startTraffic(b)
 
 	splice := startProxyChain(b, tr.sink, true)
@@ -253,11 +256,14 @@ func benchmarkRelay(b *testing.B, enc string) {
 		Server: tr.sink.Addr(), Port: tr.sink.Port(), Streams: streams, ChunkSize: chunk, QueueLength: queue,
 		PeerName: "bench-client",
 	}
+	// Thousands of stripes need more than the default stream and session
+	// memory limits.
+	lim := Limits{MaxStreams: 65535, SessionMemory: 4 << 30}
 	srvAgent := benchAgent(b, Config{Name: "bench-server", DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
-		Encryption: enc, Server: []Whitelist{entry}}, tr.sink)
+		Encryption: enc, Server: []Whitelist{entry}, Limits: lim}, tr.sink)
 	entry.Peer, entry.PeerName = srvAgent.Addrs().Data, "bench-server"
 	cliAgent := benchAgent(b, Config{Name: "bench-client", TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
-		Encryption: enc, Client: []Whitelist{entry}}, tr.sink)
+		Encryption: enc, Client: []Whitelist{entry}, Limits: lim}, tr.sink)
 
 	chains := []struct {
 		name  string
@@ -267,6 +273,11 @@ func benchmarkRelay(b *testing.B, enc string) {
 		{"b_copy64k", userspace.entry},
 		{"relay", cliAgent.Addrs().Transparent},
 	}
+	setup := make([]time.Duration, 3)
+	for i := range setup {
+		setup[i], _ = tr.send(b, cliAgent.Addrs().Transparent, 1)
+	}
+	slices.Sort(setup)
 	// Warm up every chain once (buffer pools, TCP autotuning).
 	for _, ch := range chains {
 		tr.send(b, ch.entry, 32<<20)
@@ -291,10 +302,14 @@ func benchmarkRelay(b *testing.B, enc string) {
 		b.ReportMetric(gbps[j], ch.name+"_Gbit/s")
 		b.ReportMetric(cpu[j].Seconds()/gib, ch.name+"_cpu-s/GiB")
 	}
+	b.ReportMetric(float64(setup[1].Microseconds())/1000, "relay_setup-ms")
 	b.ReportMetric(gbps[2]/gbps[1], "relay/b")
 	b.ReportMetric(gbps[2]/gbps[0], "relay/a")
 	if st := srvAgent.Stats().Totals; st.SessionsAborted != 0 {
 		b.Fatalf("aborted sessions during the benchmark: %+v", srvAgent.Stats().RecentAborts)
+	}
+	if n := cliAgent.Stats().Totals.Fallbacks; n != 0 {
+		b.Fatalf("%d sessions carried direct: the relay was not measured", n)
 	}
 }
 

@@ -38,7 +38,7 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		a.carryDirect(rc, host, client, server, w.Name, errors.New("stream limit"))
 		return
 	}
-	if need := stripe.SessionMemory(w.Streams, w.ChunkSize, w.QueueLength); need > rc.limits.SessionMemory {
+	if need := stripe.SessionMemory(w.Streams, w.ChunkSize, stripe.InitialFrames(w.Streams, w.ChunkSize)); need > rc.limits.SessionMemory {
 		a.reject(rejectMemoryLimit, "relay: session would exceed the session memory cap; carrying direct",
 			"whitelist", w.Name, "need", need, "cap", rc.limits.SessionMemory)
 		a.carryDirect(rc, host, client, server, w.Name, errors.New("session memory cap"))
@@ -179,8 +179,7 @@ func (a *Agent) slotsFor(peer netip.AddrPort) chan struct{} {
 func (a *Agent) openStreams(s *session, rc *runtimeConfig, peer netip.AddrPort) error {
 	ctx, cancel := context.WithTimeout(s.ctx, rc.limits.PreAuthTimeout)
 	defer cancel()
-	tuning := rc.tuning
-	tuning.sndbuf, tuning.rcvbuf = rc.buffersFor(s.chunkSize, s.queueLength)
+	tuning := rc.streamTuningFor(s.chunkSize)
 	slots := a.slotsFor(peer)
 	var wg sync.WaitGroup
 	var mu sync.Mutex

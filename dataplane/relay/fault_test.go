@@ -75,7 +75,8 @@ func TestHalfCloseClientStillGetsFullReply(t *testing.T) {
 func TestSlowReaderPausesWithoutLoss(t *testing.T) {
 	const size = 256 << 20
 	streams, chunk, queue := 16, 65536, 4
-	memCap := stripe.SessionMemory(streams, chunk, queue)
+	// The cap holds the initial window only: the window cannot grow.
+	memCap := stripe.SessionMemory(streams, chunk, stripe.InitialFrames(streams, chunk))
 	lim := Limits{SessionMemory: memCap, StallTimeout: 2 * time.Second, HalfClosedIdle: 2 * time.Second}
 	p := startPair(t, pairOptions{streams: streams, chunk: chunk, queue: queue, limitsA: lim, limitsB: lim}, func(c *net.TCPConn) {
 		defer c.Close()

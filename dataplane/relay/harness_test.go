@@ -167,6 +167,9 @@ func startPair(t testing.TB, opt pairOptions, handle func(c *net.TCPConn)) *pair
 	if opt.queue == 0 {
 		opt.queue = 5
 	}
+	if opt.queue < 0 {
+		opt.queue = 0 // no bound on the receive window
+	}
 	srv := newEndServer(t, handle)
 	entry := Whitelist{
 		Name:        "test",

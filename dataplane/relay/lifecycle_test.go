@@ -73,7 +73,7 @@ func TestConfigValidate(t *testing.T) {
 	bad.RelayCPUs = []int{-1}
 	bad.Name = ""
 	bad.Server = []Whitelist{{Name: "x", Server: netip.MustParseAddr("2001:db8::1"),
-		Clients: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Streams: 100000, ChunkSize: 0, QueueLength: 0}}
+		Clients: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Streams: 100000, ChunkSize: 0, QueueLength: -1}}
 	bad.Client = []Whitelist{{Name: "y", Server: netip.MustParseAddr("10.1.1.1"), Port: 80,
 		Clients: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Streams: 1, ChunkSize: 1, QueueLength: 1, PeerName: "agent-b"}}
 	err := bad.Validate()
@@ -81,14 +81,14 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal("invalid config accepted")
 	}
 	for _, want := range []string{"listen address", "pre-shared key", "rot13", "relay CPU -1", "address family",
-		"no server port", "streams 100000", "chunk size 0", "queue length 0", `agent name ""`,
+		"no server port", "streams 100000", "chunk size 0", "queue length -1", `agent name ""`,
 		`peer agent name ""`, "whitelist y: client-side entry without a peer address"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %q:\n%v", want, err)
 		}
 	}
 	capped := good
-	capped.Limits.SessionMemory = stripe.SessionMemory(4, 1000, 2) - 1
+	capped.Limits.SessionMemory = stripe.SessionMemory(4, 1000, stripe.InitialFrames(4, 1000)) - 1
 	if err := capped.Validate(); err == nil || !strings.Contains(err.Error(), "memory cap") {
 		t.Errorf("whitelist above the memory cap: %v", err)
 	}
@@ -230,8 +230,8 @@ func TestStatsAndHealth(t *testing.T) {
 			s.Client.Addr() != netip.MustParseAddr("127.0.0.1") || s.Server != p.server.addr || s.Whitelist != "test" {
 			t.Errorf("%s side session stats: %+v", s.Side, s)
 		}
-		if s.Memory <= 0 || s.Memory > s.MemoryMax || s.ReorderWindow != 18 {
-			t.Errorf("%s side memory %d of %d, window %d", s.Side, s.Memory, s.MemoryMax, s.ReorderWindow)
+		if s.Memory <= 0 || s.Memory > s.MemoryMax || s.Window <= 0 || s.ReorderWindow != s.Window/s.ChunkSize+1 {
+			t.Errorf("%s side memory %d of %d, window %d bytes, reorder window %d", s.Side, s.Memory, s.MemoryMax, s.Window, s.ReorderWindow)
 		}
 		var frames uint64
 		for _, ps := range s.PerStream {

@@ -29,6 +29,10 @@ type mitm struct {
 	onFrame func(ms *mitmStream, dir stripe.Direction, frame []byte) [][]byte
 	// delay, if set, is slept before forwarding each frame.
 	delay func() time.Duration
+	// hold, if set, is called before forwarding each frame and may block:
+	// the stream's frames in that direction then wait (and, once the
+	// socket buffers fill, so do its sender's writes).
+	hold func(ms *mitmStream, dir stripe.Direction, frame []byte)
 
 	mu      sync.Mutex
 	streams []*mitmStream
@@ -161,6 +165,9 @@ func (m *mitm) pump(ms *mitmStream, dir stripe.Direction, from, to *net.TCPConn,
 			if d := m.delay(); d > 0 {
 				time.Sleep(d)
 			}
+		}
+		if m.hold != nil {
+			m.hold(ms, dir, frame)
 		}
 		out := [][]byte{frame}
 		if m.onFrame != nil {

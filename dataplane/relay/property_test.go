@@ -91,7 +91,8 @@ func (r duplexResult) check(t *testing.T, up, down int64) {
 }
 
 // TestRelayRandomizedGiB is the property test: sessions with random stream
-// counts, chunk sizes, queue lengths and encryption, end hosts writing and
+// counts (one stream among them), chunk sizes, queue lengths (none, the
+// default, among them) and encryption, end hosts writing and
 // reading random sizes with random pauses, more than 1 GiB in each
 // direction in total; every byte must arrive, in order (sha256 at both
 // ends). Some sessions run through a man in the middle that delays frames
@@ -131,6 +132,8 @@ func TestRelayRandomizedGiB(t *testing.T) {
 		{opt: pairOptions{streams: 64, chunk: 1 + rng.IntN(512), queue: 1, encryption: enc()}, bytes: 4 << 20},
 		{opt: pairOptions{streams: 1 + rng.IntN(64), chunk: 1 + rng.IntN(4096), queue: 1 + rng.IntN(3), encryption: enc()}, bytes: 8 << 20, delayed: true},
 		{opt: pairOptions{streams: 16, chunk: 8192 + rng.IntN(65536), queue: 1, encryption: enc(), viaMITM: true}, bytes: 32 << 20, delayed: true},
+		// One stream, window bounded by memory only.
+		{opt: pairOptions{streams: 1, chunk: 4096 + rng.IntN(128<<10), queue: -1, encryption: enc()}, bytes: 64 << 20},
 	}
 	var planned int64
 	for _, pl := range plans {
@@ -140,7 +143,8 @@ func TestRelayRandomizedGiB(t *testing.T) {
 	for planned < total {
 		n := min(total-planned, int64(128<<20+rng.IntN(256<<20)))
 		plans = append(plans, plan{opt: pairOptions{
-			streams: 1 + rng.IntN(64), chunk: 4096 + rng.IntN(256<<10), queue: 1 + rng.IntN(5), encryption: enc(),
+			// queue -1: no bound on the window (the default now).
+			streams: 1 + rng.IntN(64), chunk: 4096 + rng.IntN(256<<10), queue: []int{-1, -1, 1, 3, 5}[rng.IntN(5)], encryption: enc(),
 		}, bytes: n})
 		planned += n
 	}

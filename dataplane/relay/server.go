@@ -193,8 +193,7 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
-	opts := rc.tuning
-	opts.sndbuf, opts.rcvbuf = rc.buffersFor(route.ChunkSize, route.QueueLength)
+	opts := rc.streamTuningFor(route.ChunkSize)
 	if err := tuneConn(c, opts); err != nil {
 		fail("tuning stream socket", err)
 		return
@@ -236,8 +235,9 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr) (White
 	if w.Streams > rc.limits.MaxStreams {
 		return Whitelist{}, stripe.StatusStreamLimit
 	}
-	need := stripe.SessionFootprint(w.Streams, w.ChunkSize, w.QueueLength)
-	if stripe.SessionMemory(w.Streams, w.ChunkSize, w.QueueLength) > rc.limits.SessionMemory {
+	initial := stripe.InitialFrames(w.Streams, w.ChunkSize)
+	need := stripe.SessionFootprint(w.Streams, w.ChunkSize, initial)
+	if stripe.SessionMemory(w.Streams, w.ChunkSize, initial) > rc.limits.SessionMemory {
 		return Whitelist{}, stripe.StatusMemoryLimit
 	}
 	a.mu.Lock()
@@ -341,15 +341,18 @@ func (a *Agent) leaveHalfOpenLocked(s *session) {
 
 var errMemoryLimit = errors.New("agent memory cap reached")
 
-// newReservedSession reserves a session's footprint from the agent-wide
-// memory cap and builds it; the reservation is returned when it finishes.
+// newReservedSession reserves a session's footprint at its initial window
+// from the agent-wide memory cap and builds it; a wider window reserves
+// its growth first (growWindow), and the reservation is returned when the
+// session finishes.
 func (a *Agent) newReservedSession(rc *runtimeConfig, p sessionParams) (*session, error) {
-	need := stripe.SessionFootprint(p.streams, p.chunkSize, p.queueLength)
+	initial := stripe.InitialFrames(p.streams, p.chunkSize)
+	need := stripe.SessionFootprint(p.streams, p.chunkSize, initial)
 	if !a.reserveMemory(need, rc.limits.Memory) {
-		return nil, fmt.Errorf("%w: a session of %d streams x %d bytes x queue %d needs %d bytes, %d of %d reserved",
-			errMemoryLimit, p.streams, p.chunkSize, p.queueLength, need, a.memReserved.Load(), rc.limits.Memory)
+		return nil, fmt.Errorf("%w: a session of %d streams x %d bytes, window %d frames, needs %d bytes, %d of %d reserved",
+			errMemoryLimit, p.streams, p.chunkSize, initial, need, a.memReserved.Load(), rc.limits.Memory)
 	}
-	s, err := newSession(a, p)
+	s, err := newSession(a, p, windowCapFor(p.streams, p.chunkSize, p.queueLength, rc.limits))
 	if err != nil {
 		a.memReserved.Add(-need)
 		return nil, err

@@ -45,6 +45,12 @@ const (
 	maxWriteFrames   = 8
 	maxWriteBytes    = 512 << 10
 	maxDeliverFrames = 64
+	// troubleProbe is how often a stream in loss recovery, which takes
+	// no new chunks while a healthy stream can, checks whether it is
+	// healthy again.
+	troubleProbe = 5 * time.Millisecond
+	// creditFrameSize holds a sealed CREDIT frame.
+	creditFrameSize = stripe.HeaderSize + stripe.CreditBodySize + stripe.TagSize
 )
 
 // chunk is one frame buffer: header, body, room for the tag.
@@ -88,6 +94,30 @@ type session struct {
 	sendPool *bufPool
 	recvPool *bufPool
 	sendq    chan *chunk
+
+	// Flow control of the receive direction (guarded by mu): the window
+	// in frames, its bound, the grant last announced, and whether the
+	// sender ran into the grant since the last tick. granted is also
+	// read without mu by the stream readers.
+	window        int
+	windowCap     int
+	lastGrant     uint64
+	windowLimited bool
+	granted       atomic.Uint64 // frames
+	creditPending atomic.Uint64 // bytes: the credit the next CREDIT frame carries
+	ctlWake       chan struct{}
+	peerFin       chan struct{} // closed once the peer's FIN is received
+	peerFinOnce   sync.Once
+
+	// Flow control of the send direction: what the peer allows.
+	creditMu     sync.Mutex
+	credits      *stripe.Credits
+	creditFrames atomic.Uint64 // DATA frames the peer allows in all
+	dataSent     atomic.Uint64 // DATA frames read from the end host
+	creditWake   chan struct{}
+	creditWaits  atomic.Uint64 // times the sender waited for credit
+	// healthy counts the streams not in loss recovery (scheduler).
+	healthy atomic.Int32
 
 	// mu guards the reassembler and the wait/wake state around it, the
 	// join state, and the abort flag.
@@ -135,9 +165,17 @@ type session struct {
 	reserved    int64
 }
 
-func newSession(a *Agent, p sessionParams) (*session, error) {
-	window := p.queueLength * p.streams
-	reasm, err := stripe.NewReassembler[*chunk](p.streams, window)
+func newSession(a *Agent, p sessionParams, windowCap int) (*session, error) {
+	window := stripe.InitialFrames(p.streams, p.chunkSize)
+	if windowCap < window {
+		return nil, fmt.Errorf("%w: window cap %d below the initial window %d", stripe.ErrInvalid, windowCap, window)
+	}
+	// One slot more than the window: the FIN may be numbered at the grant.
+	reasm, err := stripe.NewReassembler[*chunk](p.streams, window+1)
+	if err != nil {
+		return nil, err
+	}
+	credits, err := stripe.NewCredits(p.streams, p.chunkSize)
 	if err != nil {
 		return nil, err
 	}
@@ -158,9 +196,99 @@ func newSession(a *Agent, p sessionParams) (*session, error) {
 		reasm:         reasm,
 		hostWake:      make(chan struct{}, 1),
 		abortCh:       make(chan struct{}),
+		window:        window,
+		windowCap:     windowCap,
+		lastGrant:     uint64(window),
+		ctlWake:       make(chan struct{}, 1),
+		peerFin:       make(chan struct{}),
+		credits:       credits,
+		creditWake:    make(chan struct{}, 1),
 	}
+	s.granted.Store(uint64(window))
+	s.creditFrames.Store(credits.Frames())
+	s.healthy.Store(int32(p.streams))
 	s.lastProgress, s.lastTick = s.started, s.started
 	return s, nil
+}
+
+// windowCapFor is the largest receive window, in frames, a session of this
+// shape may grow to under lim: what the session memory cap leaves once the
+// fixed buffers are counted, at most MaxWindowFrames and, with a queue
+// length, queue length x streams (never below the initial window).
+func windowCapFor(streams, chunkSize, queueLength int, lim Limits) int {
+	fixed := stripe.SessionMemory(streams, chunkSize, 0)
+	room := lim.SessionMemory - fixed
+	if room <= 0 {
+		return 0
+	}
+	c := min(room/stripe.FrameSize(chunkSize), stripe.MaxWindowFrames)
+	if queueLength > 0 {
+		c = min(c, max(int64(queueLength)*int64(streams), int64(stripe.InitialFrames(streams, chunkSize))))
+	}
+	return int(c)
+}
+
+// grantLocked announces new credit once the grant can move by a quarter
+// of the window: next undelivered frame + window.
+func (s *session) grantLocked() {
+	grant := s.reasm.Next() + uint64(s.window)
+	if grant < s.lastGrant+uint64(max(s.window/4, 1)) {
+		return
+	}
+	s.lastGrant = grant
+	s.granted.Store(grant)
+	s.creditPending.Store(grant * uint64(s.chunkSize))
+	select {
+	case s.ctlWake <- struct{}{}:
+	default:
+	}
+}
+
+// growWindow is the receive window's autotuning, from housekeeping: while
+// the sender used all its credit and three times delivery rate x the
+// largest smoothed RTT of the streams exceeds the window, grow to that,
+// at least doubling, within the session's cap and the agent's memory.
+func (s *session) growWindow(rate float64) {
+	s.mu.Lock()
+	limited, window, capacity := s.windowLimited, s.window, s.windowCap
+	s.windowLimited = false
+	s.mu.Unlock()
+	if !limited || window >= capacity || s.recvFin.Load() {
+		return
+	}
+	var rtt time.Duration
+	for _, st := range s.establishedStreams() {
+		if info, ok := readTCPInfo(st.conn); ok {
+			rtt = max(rtt, info.rtt)
+		}
+	}
+	want := 3 * rate * rtt.Seconds() / float64(s.chunkSize)
+	if want <= float64(window) {
+		return
+	}
+	next := min(max(int(min(want, float64(stripe.MaxWindowFrames))), 2*window), capacity)
+	a := s.agent
+	delta := stripe.SessionFootprint(s.n, s.chunkSize, next) - stripe.SessionFootprint(s.n, s.chunkSize, window)
+	a.mu.Lock()
+	ok := s.reserved > 0 && a.reserveMemory(delta, a.cfg.Load().limits.Memory)
+	if ok {
+		s.reserved += delta
+	}
+	a.mu.Unlock()
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	err := s.reasm.Grow(next+1, s.wakeStream)
+	if err == nil {
+		s.window = next
+		s.recvPool.grow(stripe.RecvBudget(int64(s.n), int64(next)))
+		s.grantLocked()
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.abort(AbortProtocol, err)
+	}
 }
 
 // joinable says whether a hello fits this (server-side) session.
@@ -325,6 +453,14 @@ func (s *session) readHost() {
 	defer s.wg.Done()
 	var seq, total uint64
 	for {
+		for seq >= s.creditFrames.Load() {
+			s.creditWaits.Add(1)
+			select {
+			case <-s.creditWake:
+			case <-s.abortCh:
+				return
+			}
+		}
 		c, ok := s.sendPool.get(s.abortCh)
 		if !ok {
 			return
@@ -333,6 +469,7 @@ func (s *session) readHost() {
 		if n > 0 {
 			c.typ, c.n, c.seq = stripe.FrameData, n, seq
 			seq++
+			s.dataSent.Store(seq)
 			total += uint64(n)
 			s.sentBytes.Add(uint64(n))
 			s.agent.counters.addSent(s.side, uint64(n))
@@ -351,8 +488,8 @@ func (s *session) readHost() {
 			fin.typ, fin.n, fin.seq = stripe.FrameFin, stripe.FinBodySize, seq
 			stripe.PutFinBody(fin.buf[stripe.HeaderSize:], total)
 			s.sendq <- fin
-			close(s.sendq)
 			s.sendFin.Store(true)
+			close(s.sendq)
 			return
 		}
 		if !s.isAborted() {
@@ -441,6 +578,9 @@ func (s *session) writeHost() {
 		err = s.reasm.Advance(len(batch), s.wakeStream)
 		if err == nil {
 			err = s.updateGapLocked()
+		}
+		if !fin {
+			s.grantLocked()
 		}
 		s.mu.Unlock()
 		if err != nil {
@@ -534,6 +674,9 @@ func (s *session) tick(now time.Time, lim Limits) {
 			st.prevSent, st.prevRecv = bs, br
 		}
 	}
+	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 && s.established.Load() {
+		s.growWindow(float64(delivered-s.lastDelivered) / dt)
+	}
 	if sent != s.lastSent || delivered != s.lastDelivered {
 		s.lastProgress = now
 	}
@@ -619,6 +762,12 @@ type stream struct {
 	paused bool
 	eof    bool
 
+	// Writer only.
+	ctlSeq    uint64
+	ctlBuf    [creditFrameSize]byte
+	inTrouble bool
+	troubles  atomic.Uint64
+
 	bytesSent, bytesRecv   atomic.Uint64
 	framesSent, framesRecv atomic.Uint64
 	pauses                 atomic.Uint64
@@ -643,26 +792,72 @@ func newStream(s *session, index int, conn *net.TCPConn, codec *stripe.Codec) *s
 
 // writeLoop takes whatever chunk is queued whenever this stream can take
 // it, seals it and writes it; a slow stream simply takes fewer chunks.
+// That is the scheduler: TCP_NOTSENT_LOWAT keeps a stream's write waiting
+// while its socket holds unsent data above the mark, so only streams that
+// would send a chunk at once pull one, and a stream in loss recovery pulls
+// nothing new while another stream is healthy. Writers also carry the
+// CREDIT frames of the receive direction, whichever is free first.
 func (st *stream) writeLoop() {
 	s := st.s
 	defer s.wg.Done()
 	batch := make([]*chunk, 0, maxWriteFrames)
-	iov := make([][]byte, 0, maxWriteFrames)
+	iov := make([][]byte, 0, maxWriteFrames+1)
 	var bufs net.Buffers
+	var probe *time.Timer
+	defer func() {
+		if probe != nil {
+			probe.Stop()
+		}
+	}()
+	sendq := s.sendq
 	for {
 		if s.isAborted() {
 			st.sendAbort()
 			return
 		}
+		if sendq != nil && st.troubled() && s.healthy.Load() > 0 {
+			// In recovery: leave new chunks to the healthy streams and
+			// look again shortly.
+			if probe == nil {
+				probe = time.NewTimer(troubleProbe)
+			} else {
+				probe.Reset(troubleProbe)
+			}
+			select {
+			case <-probe.C:
+				continue
+			case <-s.abortCh:
+				st.sendAbort()
+				return
+			}
+		}
 		var c *chunk
-		var ok bool
+		var ok, credit bool
+		// Once our direction is finished (the send queue closed) and the
+		// peer's FIN is in, the peer needs no more credit and the
+		// stream's write side closes.
+		var finished <-chan struct{}
+		if sendq == nil {
+			finished = s.peerFin
+		}
 		select {
-		case c, ok = <-s.sendq:
+		case c, ok = <-sendq:
+			if !ok {
+				sendq = nil
+			}
+		case <-s.ctlWake:
+			credit = true
+		case <-finished:
+			if err := st.conn.CloseWrite(); err != nil && !s.isAborted() {
+				s.abort(AbortStream, &StreamError{Stream: st.index, Op: "half-close", Err: err})
+				return
+			}
+			s.writersDone.Add(1)
+			return
 		case <-s.abortCh:
 			st.sendAbort()
 			return
 		}
-		closed := !ok
 		batch = batch[:0]
 		if ok {
 			batch = append(batch, c)
@@ -670,9 +865,9 @@ func (st *stream) writeLoop() {
 		gather:
 			for len(batch) < maxWriteFrames && bytes < maxWriteBytes {
 				select {
-				case c, ok = <-s.sendq:
+				case c, ok = <-sendq:
 					if !ok {
-						closed = true
+						sendq = nil
 						break gather
 					}
 					batch = append(batch, c)
@@ -682,47 +877,72 @@ func (st *stream) writeLoop() {
 				}
 			}
 		}
-		if len(batch) > 0 {
-			iov = iov[:0]
-			var wire uint64
-			for _, c := range batch {
-				frame, err := st.codec.Seal(c.buf, c.typ, c.seq, c.n)
-				if err != nil {
-					s.abort(AbortProtocol, &StreamError{Stream: st.index, Op: "seal", Err: err})
-					st.release(batch)
-					return
-				}
-				iov = append(iov, frame)
-				wire += uint64(len(frame))
-			}
-			var err error
-			if len(iov) == 1 {
-				_, err = st.conn.Write(iov[0])
-			} else {
-				bufs = iov
-				_, err = bufs.WriteTo(st.conn)
-			}
-			st.release(batch)
-			if err != nil {
-				if !s.isAborted() {
-					s.abort(AbortStream, &StreamError{Stream: st.index, Op: "write", Err: err})
-				}
-				return
-			}
-			st.bytesSent.Add(wire)
-			st.framesSent.Add(uint64(len(batch)))
+		if len(batch) == 0 && !credit {
+			continue
 		}
-		if closed {
-			// The FIN is out (on this or another stream): no more frames
-			// in this direction.
-			if err := st.conn.CloseWrite(); err != nil && !s.isAborted() {
-				s.abort(AbortStream, &StreamError{Stream: st.index, Op: "half-close", Err: err})
+		iov = iov[:0]
+		var wire uint64
+		if credit {
+			stripe.PutCreditBody(st.ctlBuf[stripe.HeaderSize:], s.creditPending.Load())
+			frame, err := st.codec.Seal(st.ctlBuf[:], stripe.FrameCredit, stripe.ControlSeq(st.ctlSeq), stripe.CreditBodySize)
+			if err != nil {
+				s.abort(AbortProtocol, &StreamError{Stream: st.index, Op: "seal", Err: err})
+				st.release(batch)
 				return
 			}
-			s.writersDone.Add(1)
+			st.ctlSeq++
+			iov = append(iov, frame)
+			wire += uint64(len(frame))
+		}
+		for _, c := range batch {
+			frame, err := st.codec.Seal(c.buf, c.typ, c.seq, c.n)
+			if err != nil {
+				s.abort(AbortProtocol, &StreamError{Stream: st.index, Op: "seal", Err: err})
+				st.release(batch)
+				return
+			}
+			iov = append(iov, frame)
+			wire += uint64(len(frame))
+		}
+		var err error
+		if len(iov) == 1 {
+			_, err = st.conn.Write(iov[0])
+		} else {
+			bufs = iov
+			_, err = bufs.WriteTo(st.conn)
+		}
+		st.release(batch)
+		if err != nil {
+			if !s.isAborted() {
+				s.abort(AbortStream, &StreamError{Stream: st.index, Op: "write", Err: err})
+			}
 			return
 		}
+		st.bytesSent.Add(wire)
+		st.framesSent.Add(uint64(len(batch)))
 	}
+}
+
+// troubled reports whether the stream is in loss recovery (TCP_INFO
+// ca_state Recovery or Loss, or RTO retransmits outstanding), and keeps
+// the session's count of healthy streams.
+func (st *stream) troubled() bool {
+	bad := false
+	if hook := st.s.agent.testTrouble; hook != nil {
+		bad = hook(st.index)
+	} else if info, ok := readTCPInfo(st.conn); ok {
+		bad = info.caState >= tcpCARecovery || info.rtoRetrans > 0
+	}
+	if bad != st.inTrouble {
+		st.inTrouble = bad
+		if bad {
+			st.s.healthy.Add(-1)
+			st.troubles.Add(1)
+		} else {
+			st.s.healthy.Add(1)
+		}
+	}
+	return bad
 }
 
 func (st *stream) release(batch []*chunk) {
@@ -815,6 +1035,17 @@ func (st *stream) readLoop() {
 			fail(AbortProtocol, "read", err)
 			return
 		}
+		if h.Type == stripe.FrameCredit {
+			if err := st.readCredit(h); err != nil {
+				fail(AbortProtocol, "read", err)
+				return
+			}
+			continue
+		}
+		if g := s.granted.Load(); (h.Type == stripe.FrameData && h.Seq >= g) || (h.Type == stripe.FrameFin && h.Seq > g) {
+			fail(AbortProtocol, "read", fmt.Errorf("%s %d beyond the credit of %d frames", h.Type, h.Seq, g))
+			return
+		}
 		if h.Type == stripe.FrameAbort {
 			body := make([]byte, h.Length)
 			if _, err := io.ReadFull(st.br, body); err != nil {
@@ -865,6 +1096,12 @@ func (st *stream) readLoop() {
 			fail(AbortProtocol, "read", err)
 			return
 		}
+		if h.Seq+1 >= s.granted.Load() {
+			s.windowLimited = true
+		}
+		if h.Type == stripe.FrameFin {
+			s.peerFinOnce.Do(func() { close(s.peerFin) })
+		}
 		if s.hostWaiting && h.Seq == s.reasm.Next() {
 			s.hostWaiting = false
 			select {
@@ -881,67 +1118,119 @@ func (st *stream) readLoop() {
 	}
 }
 
-// bufPool hands out a session's frame buffers up to a fixed budget; the
-// budget is what bounds a session's memory. Buffers are allocated on first
-// use and recycled across sessions through a process-wide pool.
+// readCredit reads, opens and applies a CREDIT frame.
+func (st *stream) readCredit(h stripe.Header) error {
+	s := st.s
+	var buf [stripe.CreditBodySize + stripe.TagSize]byte
+	body := buf[:h.Length] // CheckHeader bounded the length
+	if _, err := io.ReadFull(st.br, body); err != nil {
+		return err
+	}
+	plain, err := st.codec.Open(h, st.hdr[:], body)
+	if err != nil {
+		return err
+	}
+	credit, err := stripe.ParseCreditBody(plain)
+	if err != nil {
+		return err
+	}
+	st.lastRecv.Store(time.Now().UnixNano())
+	s.creditMu.Lock()
+	frames, err := s.credits.Accept(st.index, h.Seq, credit, s.dataSent.Load())
+	if err == nil && frames > s.creditFrames.Load() {
+		s.creditFrames.Store(frames)
+	}
+	s.creditMu.Unlock()
+	if err != nil {
+		return err
+	}
+	select {
+	case s.creditWake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// bufPool hands out a session's frame buffers up to a budget; the budget
+// is what bounds a session's memory, and only a wider receive window
+// raises it. Buffers are allocated on first use and recycled across
+// sessions through a process-wide pool.
 type bufPool struct {
 	size      int
-	budget    int64
 	allocated atomic.Int64
-	free      chan *chunk
+	mu        sync.Mutex
+	budget    int64
+	free      []*chunk
+	avail     chan struct{} // a buffer came back
 }
 
 func newBufPool(size int, budget int64) *bufPool {
-	return &bufPool{size: size, budget: budget, free: make(chan *chunk, budget)}
+	return &bufPool{size: size, budget: budget, avail: make(chan struct{}, 1)}
 }
 
-func (p *bufPool) budgetBytes() int64 { return p.budget * int64(p.size) }
-func (p *bufPool) bytes() int64       { return p.allocated.Load() * int64(p.size) }
+func (p *bufPool) budgetBytes() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.budget * int64(p.size)
+}
+func (p *bufPool) bytes() int64 { return p.allocated.Load() * int64(p.size) }
+
+func (p *bufPool) grow(budget int64) {
+	p.mu.Lock()
+	p.budget = max(p.budget, budget)
+	p.mu.Unlock()
+}
 
 func (p *bufPool) tryGet() (*chunk, bool) {
-	select {
-	case c := <-p.free:
+	p.mu.Lock()
+	if n := len(p.free); n > 0 {
+		c := p.free[n-1]
+		p.free = p.free[:n-1]
+		p.mu.Unlock()
 		return c, true
-	default:
 	}
-	for {
-		n := p.allocated.Load()
-		if n >= p.budget {
-			return nil, false
-		}
-		if p.allocated.CompareAndSwap(n, n+1) {
-			return sharedChunks.get(p.size), true
-		}
+	if p.allocated.Load() >= p.budget {
+		p.mu.Unlock()
+		return nil, false
 	}
+	p.allocated.Add(1)
+	p.mu.Unlock()
+	return sharedChunks.get(p.size), true
 }
 
 // get blocks until a buffer is free or abort closes.
 func (p *bufPool) get(abort <-chan struct{}) (*chunk, bool) {
-	if c, ok := p.tryGet(); ok {
-		return c, true
-	}
-	select {
-	case c := <-p.free:
-		return c, true
-	case <-abort:
-		return nil, false
+	for {
+		if c, ok := p.tryGet(); ok {
+			return c, true
+		}
+		select {
+		case <-p.avail:
+		case <-abort:
+			return nil, false
+		}
 	}
 }
 
 func (p *bufPool) put(c *chunk) {
 	c.n, c.total = 0, 0
-	p.free <- c
+	p.mu.Lock()
+	p.free = append(p.free, c)
+	p.mu.Unlock()
+	select {
+	case p.avail <- struct{}{}:
+	default:
+	}
 }
 
 // release hands every returned buffer to the process-wide pool.
 func (p *bufPool) release() {
-	for {
-		select {
-		case c := <-p.free:
-			sharedChunks.put(c)
-		default:
-			return
-		}
+	p.mu.Lock()
+	free := p.free
+	p.free = nil
+	p.mu.Unlock()
+	for _, c := range free {
+		sharedChunks.put(c)
 	}
 }
 

@@ -14,7 +14,11 @@ import (
 // streamTuning is applied to every stream socket.
 type streamTuning struct {
 	sndbuf, rcvbuf int // bytes; <= 0 leaves the kernel's autotuning
-	congestion     string
+	// notsentLowat is TCP_NOTSENT_LOWAT: a write waits while the socket
+	// holds more unsent bytes than this, so data waits in the relay, where
+	// the scheduler can still give it to another stream. Zero: unset.
+	notsentLowat int
+	congestion   string
 	// keepalive is the idle time before TCP keepalive probes, so a dead
 	// peer is noticed on an idle session. Zero: no keepalive.
 	keepalive time.Duration
@@ -47,6 +51,11 @@ func (t streamTuning) apply(fd int) error {
 			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, b.capped, b.size); err != nil {
 				return fmt.Errorf("%s %d: %w", b.name, b.size, err)
 			}
+		}
+	}
+	if t.notsentLowat > 0 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, t.notsentLowat); err != nil {
+			return fmt.Errorf("TCP_NOTSENT_LOWAT %d: %w", t.notsentLowat, err)
 		}
 	}
 	if t.congestion != "" {
@@ -211,11 +220,18 @@ func socketError(c *net.TCPConn) error {
 	return nil
 }
 
-// tcpInfo is what stats read from TCP_INFO.
+// tcpCARecovery is TCP_CA_Recovery of tcpi_ca_state: fast recovery; Loss
+// (4, after an RTO) is above it.
+const tcpCARecovery = 3
+
+// tcpInfo is what stats, the scheduler and the window read from TCP_INFO.
 type tcpInfo struct {
 	retransmits uint32
 	rtt         time.Duration
 	cwnd        uint32
+	caState     uint8  // tcpi_ca_state: Open, Disorder, CWR, Recovery, Loss
+	rtoRetrans  uint8  // tcpi_retransmits: RTO retransmits outstanding
+	notsent     uint32 // tcpi_notsent_bytes
 }
 
 func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
@@ -234,5 +250,8 @@ func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
 		retransmits: info.Total_retrans,
 		rtt:         time.Duration(info.Rtt) * time.Microsecond,
 		cwnd:        info.Snd_cwnd,
+		caState:     info.Ca_state,
+		rtoRetrans:  info.Retransmits,
+		notsent:     info.Notsent_bytes,
 	}, true
 }

@@ -111,8 +111,14 @@ type SessionStats struct {
 	Stalls uint64
 	// Retransmits sums TCP_INFO total retransmits over the streams.
 	Retransmits uint64
+	// Window is the receive window in bytes of chunks (the credit it
+	// grants beyond what it delivered), WindowMax the most it may grow to.
+	Window, WindowMax int
+	// CreditWaits counts the times the sending direction waited for the
+	// peer's credit.
+	CreditWaits uint64
 	// Memory is the frame-buffer memory the session holds; MemoryMax the
-	// most it may hold (SessionMemory of its shape).
+	// most it may hold (SessionMemory at its largest window).
 	Memory, MemoryMax int64
 	PerStream         []StreamStats
 }
@@ -126,6 +132,7 @@ type StreamStats struct {
 	ThroughputReceived           float64
 	FramesSent, FramesReceived   uint64
 	Pauses                       uint64 // times the reorder window paused reading
+	Troubles                     uint64 // times the scheduler found it in loss recovery
 	Retransmits                  uint32
 	RTT                          time.Duration
 	CongestionWindow             uint32 // segments
@@ -311,9 +318,8 @@ func (s *session) stats(now time.Time) SessionStats {
 		Streams: s.n, ChunkSize: s.chunkSize, QueueLength: s.queueLength,
 		Started: s.started, Age: now.Sub(s.started),
 		BytesUp: up, BytesDown: down,
-		Stalls:    s.stalls.Load(),
-		Memory:    s.sendPool.bytes() + s.recvPool.bytes(),
-		MemoryMax: stripe.SessionMemory(s.n, s.chunkSize, s.queueLength),
+		Stalls: s.stalls.Load(),
+		Memory: s.sendPool.bytes() + s.recvPool.bytes(),
 	}
 	if s.side == clientSide {
 		ss.ThroughputUp, ss.ThroughputDown = rateSent, rateDelivered
@@ -322,6 +328,9 @@ func (s *session) stats(now time.Time) SessionStats {
 	}
 	s.mu.Lock()
 	ss.ReorderDepth, ss.ReorderDepthMax, ss.ReorderWindow = s.reasm.Depth(), s.depthMax, s.reasm.Window()
+	ss.Window, ss.WindowMax = s.window*s.chunkSize, s.windowCap*s.chunkSize
+	ss.MemoryMax = stripe.SessionMemory(s.n, s.chunkSize, s.windowCap)
+	ss.CreditWaits = s.creditWaits.Load()
 	streams := make([]*stream, 0, len(s.streams))
 	eof := make([]bool, 0, len(s.streams))
 	for _, st := range s.streams {
@@ -355,6 +364,7 @@ func (s *session) stats(now time.Time) SessionStats {
 			FramesSent:         st.framesSent.Load(),
 			FramesReceived:     st.framesRecv.Load(),
 			Pauses:             st.pauses.Load(),
+			Troubles:           st.troubles.Load(),
 			ReceivedEOF:        eof[i],
 			WriteHalfClosed:    writersDone,
 		}

@@ -29,7 +29,8 @@
 // on the Noise NNpsk0 pattern (a PSK-authenticated ee exchange) but is not
 // Noise: its transcript is the exact hello and reply bytes.
 //
-// Later steps of version 2 add frame types for byte credit, acknowledgement,
+// Byte credit (CREDIT, below) replaced queue length x streams as the flow
+// control. Later steps of version 2 add frame types for acknowledgement,
 // joins of replacement streams and pooled streams bound to a session; they
 // are listed under "Reserved" below, and an agent of this build aborts a
 // session that receives one.
@@ -56,7 +57,7 @@
 //	184   2 stream index (< stream count)
 //	186   2 stream count (>= 1)
 //	188   4 chunk size (1 .. 16 MiB)
-//	192   4 queue length (>= 1)
+//	192   4 queue length: 0, or a bound on the receive window (below)
 //	196  18 original client address and port
 //	214  18 original server address and port
 //	232  32 MAC(K_auth, "sos v2 hello" || bytes 0..232)
@@ -115,7 +116,7 @@
 // Header, 16 bytes:
 //
 //	off len field
-//	  0   1 type: 1 DATA, 2 FIN, 3 ABORT (4..7 reserved, see below)
+//	  0   1 type: 1 DATA, 2 FIN, 3 ABORT, 4 CREDIT (5..7 reserved, see below)
 //	  1   1 flags (0)
 //	  2   2 stream index (must be the index of the stream it arrives on)
 //	  4   4 body length
@@ -125,7 +126,16 @@
 // number of payload bytes of the direction (8 bytes); its sequence number is
 // the number of DATA frames before it, so it also states the chunk count.
 // ABORT carries a UTF-8 reason of at most 256 bytes and always has sequence
-// number 2^64-1, outside the data sequence.
+// number 2^64-1, outside the data sequence. CREDIT carries the cumulative
+// credit of the direction opposite to the one it travels in (8 bytes,
+// below).
+//
+// Sequence spaces: DATA and FIN numbers lie below 2^63. Control frames
+// (CREDIT) lie in [2^63, 2^64-1): each stream numbers the control frames
+// it sends in its direction 2^63 + 0, 2^63 + 1, ... by one, so the nonce
+// of a control frame never meets a data nonce or another control nonce,
+// and the receiver refuses a control frame whose number is not exactly
+// the next of its stream (replays, drops and reordering are visible).
 //
 // With mode aes-256-gcm every body is sealed with AES-256-GCM under the key of
 // its stream and direction; the nonce is direction (4 bytes: 0 Up, 1 Down) ||
@@ -137,16 +147,55 @@
 // authenticated: replays and duplicates are still refused by the sequence
 // rules, but altered or injected bodies are not detected.
 //
+// # Flow control: byte credit
+//
+// The receiver of a direction grants its sender credit in bytes, as a
+// cumulative count: "you may have sent DATA frames worth up to C bytes".
+// Every DATA frame consumes chunk-size bytes of credit, whatever its
+// payload length, because the receiver holds every frame in a chunk-size
+// buffer; in a bulk transfer, where frames are full, C is the payload
+// offset the sender may reach. So the sender may send DATA frame s only
+// while (s + 1) x chunk size <= C. FIN consumes no credit. Before any
+// CREDIT arrives a sender holds the initial credit of the session's shape
+// (InitialCredit: 4 MiB of chunks, at least one chunk per stream, at most
+// 2^20 frames), which both ends compute alike, so data starts at once.
+//
+// CREDIT body (8 bytes): the cumulative credit C, in bytes. It may travel
+// on any stream of the session. On each stream the credit never goes
+// backwards (a credit below that stream's previous one aborts); across
+// streams credits may overtake each other, and the sender's limit is the
+// largest it received. A credit more than 2^34 bytes (MaxCreditAhead)
+// beyond the DATA frames the sender has sent (frames x chunk size) is
+// absurd, since no receiver's memory holds that window, and aborts the
+// session. The credit only lets a sender send; it never sizes anything
+// the sender allocates. A DATA frame beyond the credit the receiver
+// granted, or a FIN numbered beyond it, aborts the session.
+//
+// The receiver sizes its window (granted credit minus what it delivered
+// to its end host) from what it measures, as Linux autotunes a receive
+// buffer: it starts at the initial credit and, while the session is
+// window-limited (its sender used all the credit it had) and three times
+// delivery rate x the largest smoothed RTT of its streams (TCP_INFO)
+// exceeds the window, grows to that, at least doubling, bounded by its
+// session memory cap, the agent's memory cap, 2^20 frames and, when the
+// hello's queue length is not 0, queue length x streams frames (never
+// below the initial window). A session limited by its end host measures
+// a low delivery rate and does not grow. The window never shrinks within
+// a session. It grants new credit once it can extend the
+// grant by a quarter of its window.
+//
 // # Ordering and the reorder window
 //
 // The sender puts each frame on whichever stream can take it, so sequence
 // numbers increase strictly along each stream but not by one. The receiver
-// delivers in sequence order through a window of queue length x stream count
-// frames (Reassembler). A stream is read while the last sequence number read
-// from it is below next-expected + window, and paused otherwise; the stream
-// holding next-expected has read nothing at or beyond it, so it is never
-// paused and the window cannot deadlock. At most window + streams frames are
-// ever held. A DATA frame is never dropped: anything that breaks the rules
+// delivers in sequence order through its window (Reassembler), which holds
+// every frame the credit allows. The Reassembler also keeps the pause rule
+// of version 1 as a second bound: a stream is read while the last sequence
+// number read from it is below next-expected + window, and paused
+// otherwise; the stream holding next-expected has read nothing at or
+// beyond it, so it is never paused and the window cannot deadlock. At most
+// window + streams frames are ever held. A DATA frame is never dropped:
+// anything that breaks the rules
 // (replay, duplicate, stale or post-FIN sequence, a stream index mismatch, a
 // frame that fails to open, a missing frame that no stream can still carry
 // because every stream ended or read past it) aborts the session.
@@ -165,12 +214,9 @@
 // # Reserved for the next steps of version 2
 //
 // These frame types are assigned and not yet sent; this build treats them
-// as a protocol violation.
+// as a protocol violation. Like CREDIT, they will number themselves in the
+// control space of their stream.
 //
-//   - 4 CREDIT (receiver -> sender, on any stream): the cumulative count of
-//     payload bytes the sender may have sent in this direction, sized by
-//     the receiver from measured delivery rate x RTT within its memory
-//     caps. It replaces queue length x streams as the flow control.
 //   - 5 ACK: the highest sequence delivered to the end host, so the sender
 //     frees those chunks and resends unacknowledged ones on surviving
 //     streams when a stream dies; duplicates are dropped by sequence.

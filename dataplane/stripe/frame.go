@@ -22,6 +22,17 @@ const (
 	// AbortSeq is the sequence number every ABORT frame carries; it lies
 	// outside the data sequence so it never collides with a data nonce.
 	AbortSeq = math.MaxUint64
+	// CreditBodySize is the plaintext body of a CREDIT frame.
+	CreditBodySize = 8
+	// ControlSeqBase is the first sequence number of the control space:
+	// control frames (CREDIT) number themselves per stream and direction
+	// from here, DATA and FIN stay below it, so no two frames of a stream
+	// and direction ever share a nonce.
+	ControlSeqBase = 1 << 63
+	// MaxCreditAhead bounds how far a credit may run ahead of the DATA
+	// frames its receiver has sent (in bytes of credit); a credit beyond
+	// it is a protocol violation. No receiver's memory holds that much.
+	MaxCreditAhead = 1 << 34
 )
 
 // FrameType is the first byte of a frame header.
@@ -32,6 +43,8 @@ const (
 	FrameData  FrameType = 1
 	FrameFin   FrameType = 2
 	FrameAbort FrameType = 3
+	// FrameCredit grants the peer byte credit for the direction it sends.
+	FrameCredit FrameType = 4
 )
 
 func (t FrameType) String() string {
@@ -42,6 +55,8 @@ func (t FrameType) String() string {
 		return "FIN"
 	case FrameAbort:
 		return "ABORT"
+	case FrameCredit:
+		return "CREDIT"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
@@ -95,7 +110,7 @@ func ParseHeader(b []byte) (Header, error) {
 		Seq:    binary.BigEndian.Uint64(b[8:]),
 	}
 	switch {
-	case h.Type < FrameData || h.Type > FrameAbort:
+	case h.Type < FrameData || h.Type > FrameCredit:
 		return Header{}, fmt.Errorf("%w: unknown type %d", ErrFrame, b[0])
 	case h.Flags != 0:
 		return Header{}, fmt.Errorf("%w: flags %#x", ErrFrame, h.Flags)
@@ -103,6 +118,10 @@ func ParseHeader(b []byte) (Header, error) {
 		return Header{}, fmt.Errorf("%w: ABORT with sequence %d", ErrFrame, h.Seq)
 	case h.Type != FrameAbort && h.Seq == AbortSeq:
 		return Header{}, fmt.Errorf("%w: %s with the ABORT sequence", ErrFrame, h.Type)
+	case h.Type == FrameCredit && h.Seq < ControlSeqBase:
+		return Header{}, fmt.Errorf("%w: CREDIT with data sequence %d", ErrFrame, h.Seq)
+	case (h.Type == FrameData || h.Type == FrameFin) && h.Seq >= ControlSeqBase:
+		return Header{}, fmt.Errorf("%w: %s with control sequence %#x", ErrFrame, h.Type, h.Seq)
 	}
 	return h, nil
 }
@@ -230,6 +249,10 @@ func (c *Codec) checkBody(typ FrameType, n int) error {
 		if n > MaxAbortReason {
 			return fmt.Errorf("%w: ABORT reason of %d bytes", ErrFrame, n)
 		}
+	case FrameCredit:
+		if n != CreditBodySize {
+			return fmt.Errorf("%w: CREDIT body of %d bytes", ErrFrame, n)
+		}
 	default:
 		return fmt.Errorf("%w: unknown type %d", ErrFrame, typ)
 	}
@@ -293,4 +316,19 @@ func ParseAbortBody(b []byte) string {
 		b = b[size:]
 	}
 	return string(out)
+}
+
+// ControlSeq is the sequence number of the i-th control frame a stream
+// sends in its direction (i counts from 0).
+func ControlSeq(i uint64) uint64 { return ControlSeqBase | i }
+
+// PutCreditBody writes a CREDIT body: the cumulative credit in bytes.
+func PutCreditBody(b []byte, credit uint64) { binary.BigEndian.PutUint64(b[:CreditBodySize], credit) }
+
+// ParseCreditBody reads the cumulative credit of a CREDIT frame.
+func ParseCreditBody(b []byte) (uint64, error) {
+	if len(b) != CreditBodySize {
+		return 0, fmt.Errorf("%w: CREDIT body of %d bytes", ErrFrame, len(b))
+	}
+	return binary.BigEndian.Uint64(b), nil
 }

@@ -100,7 +100,10 @@ func FuzzFrame(f *testing.F) {
 	PutFinBody(buf[HeaderSize:], 99)
 	fin := seal(ini, FrameFin, 6, FinBodySize)
 	abort := seal(ini, FrameAbort, AbortSeq, PutAbortBody(buf[HeaderSize:], "bye"))
-	for _, frame := range [][]byte{sealed, fin, abort, seal(iniPlain, FrameData, 1, 3)} {
+	PutCreditBody(buf[HeaderSize:], 1<<30)
+	credit := seal(ini, FrameCredit, ControlSeq(3), CreditBodySize)
+	PutCreditBody(buf[HeaderSize:], 77)
+	for _, frame := range [][]byte{sealed, fin, abort, credit, seal(iniPlain, FrameData, 1, 3), seal(iniPlain, FrameCredit, ControlSeq(0), CreditBodySize)} {
 		f.Add(frame)
 	}
 	f.Add([]byte{1, 0, 0, 2, 0, 0, 0, 0})
@@ -129,9 +132,13 @@ func FuzzFrame(f *testing.F) {
 				}
 			case FrameAbort:
 				_ = ParseAbortBody(out)
+			case FrameCredit:
+				if _, err := ParseCreditBody(out); err != nil {
+					t.Fatalf("opened CREDIT with bad body: %v", err)
+				}
 			}
 			if c == resp {
-				want := map[uint64][]byte{5: sealed, 6: fin, AbortSeq: abort}[h.Seq]
+				want := map[uint64][]byte{5: sealed, 6: fin, AbortSeq: abort, ControlSeq(3): credit}[h.Seq]
 				if !bytes.Equal(data[:HeaderSize+int(h.Length)], want) {
 					t.Fatalf("forged frame opened: % x", data)
 				}
@@ -185,6 +192,96 @@ func FuzzReassembler(f *testing.F) {
 			}
 			if r.Depth() > window+streams {
 				t.Fatalf("depth %d > %d", r.Depth(), window+streams)
+			}
+		}
+	})
+}
+
+// FuzzCredits feeds arbitrary CREDIT frames (stream, control index,
+// credit, frames sent) to the sender's credit rules: they must never
+// panic, the limit never goes backwards, and it never runs further ahead
+// of what was sent than MaxCreditAhead allows.
+func FuzzCredits(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0x40, 0, 0, 0, 0, 0, 0, 0, 1})
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		const chunk = 4096
+		c, err := NewCredits(3, chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		limit := c.Frames()
+		for ; len(data) >= 18; data = data[18:] {
+			stream := int(data[0] % 4)
+			idx := uint64(data[1]) % 4
+			credit := binary.BigEndian.Uint64(data[2:])
+			sent := binary.BigEndian.Uint64(data[10:]) % (1 << 40)
+			got, err := c.Accept(stream, ControlSeq(idx), credit, sent)
+			if err != nil {
+				if c.Frames() != limit {
+					t.Fatalf("refused credit moved the limit")
+				}
+				continue
+			}
+			if got < limit {
+				t.Fatalf("limit went back from %d to %d", limit, got)
+			}
+			if got > limit && got*chunk > sent*chunk+MaxCreditAhead {
+				t.Fatalf("limit %d frames with %d sent", got, sent)
+			}
+			limit = got
+		}
+	})
+}
+
+// FuzzReassemblerGrow interleaves inserts, deliveries and window growth.
+func FuzzReassemblerGrow(f *testing.F) {
+	f.Add([]byte{2, 1, 1, 0, 3, 3, 0, 5, 0, 0, 2, 1, 0, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 2 {
+			return
+		}
+		streams, window := 1+int(data[0]%4), 1+int(data[1]%8)
+		r, err := NewReassembler[uint64](streams, window)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := uint64(0)
+		for data = data[2:]; len(data) >= 3; data = data[3:] {
+			op, arg := data[0], uint64(data[1])<<8|uint64(data[2])
+			switch op % 5 {
+			case 0:
+				run := 0
+				for run < int(arg%8) {
+					got, _, ok := r.Ready(run)
+					if !ok {
+						break
+					}
+					if got != next+uint64(run) {
+						t.Fatalf("ready %d at %d", got, next+uint64(run))
+					}
+					run++
+				}
+				if err := r.Advance(run, nil); err != nil {
+					t.Fatal(err)
+				}
+				next += uint64(run)
+			case 1:
+				window += int(arg % 16)
+				if err := r.Grow(window, func(s int) {
+					if !r.CanRead(s) {
+						t.Fatalf("woke stream %d that cannot be read", s)
+					}
+				}); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				s := int(op) % streams
+				seq := next + arg%32
+				_ = r.Insert(s, seq, false, seq)
+				if r.Depth() > window+streams {
+					t.Fatalf("depth %d > %d", r.Depth(), window+streams)
+				}
 			}
 		}
 	})

@@ -228,8 +228,6 @@ func (h *Hello) validate() error {
 		return fmt.Errorf("%w: stream index %d of %d", ErrInvalid, h.Stream, h.Streams)
 	case h.ChunkSize == 0 || h.ChunkSize > MaxChunkSize:
 		return fmt.Errorf("%w: chunk size %d", ErrInvalid, h.ChunkSize)
-	case h.QueueLength == 0:
-		return fmt.Errorf("%w: queue length 0", ErrInvalid)
 	case !h.Client.IsValid() || !h.Server.IsValid():
 		return fmt.Errorf("%w: client or server address missing", ErrInvalid)
 	case h.Client.Addr().Is4() != h.Server.Addr().Is4():

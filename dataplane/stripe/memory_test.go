@@ -6,22 +6,23 @@ import (
 )
 
 func TestSessionMemoryFormula(t *testing.T) {
-	// 64 streams, chunk 60000, queue 5: a window of 320 frames, 128 more
-	// on the receive side, 129 on the send side, and 64 read buffers.
+	// 64 streams, chunk 60000, a window of 320 frames: 65 more on the
+	// receive side (FIN, one being read per stream), 129 on the send side,
+	// and 64 read buffers.
 	frame := int64(HeaderSize + 60000 + TagSize)
-	want := frame*(320+128+129) + 64*StreamReadBuffer
-	if got := SessionMemory(64, 60000, 5); got != want {
+	want := frame*(320+65+129) + 64*StreamReadBuffer
+	if got := SessionMemory(64, 60000, 320); got != want {
 		t.Fatalf("SessionMemory = %d, want %d", got, want)
 	}
 }
 
 // TestSessionMemorySaturates is the overflow a hostile hello used to
-// reach: chunk 16,777,184 x queue 2^29 x 8192 streams wrapped negative in
-// int64 and passed every cap.
+// reach: chunk 16,777,184 x a window of 2^42 frames (queue 2^29 x 8192
+// streams) wrapped negative in int64 and passed every cap.
 func TestSessionMemorySaturates(t *testing.T) {
 	cases := []struct{ streams, chunk, queue int }{
-		{8192, 16_777_184, 1 << 29},
-		{65535, MaxChunkSize, math.MaxUint32},
+		{8192, 16_777_184, 1 << 42},
+		{65535, MaxChunkSize, math.MaxUint32 * 65535},
 		{math.MaxInt, math.MaxInt, math.MaxInt},
 		{1 << 50, 1, 1},
 	}

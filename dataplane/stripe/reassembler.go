@@ -198,6 +198,41 @@ func (r *Reassembler[T]) Advance(n int, woke func(stream int)) error {
 	return nil
 }
 
+// Grow widens the window to window frames (never narrows it): a receiver
+// that grants more credit makes room for it first. Held frames keep their
+// sequence order; frames held beyond the old window that now fall inside
+// move into it, and woke (which may be nil) is called for every stream
+// the wider window makes readable.
+func (r *Reassembler[T]) Grow(window int, woke func(stream int)) error {
+	if window < 1 {
+		return fmt.Errorf("%w: window %d", ErrInvalid, window)
+	}
+	if uint64(window) <= r.window {
+		return nil
+	}
+	old := r.window
+	ring := make([]slot[T], window)
+	for i := range r.window {
+		seq := r.next + i
+		if s := r.ring[seq%r.window]; s.full {
+			ring[seq%uint64(window)] = s
+		}
+	}
+	r.ring, r.window = ring, uint64(window)
+	// A zero-frame advance pulls held frames into the wider window.
+	if err := r.Advance(0, nil); err != nil {
+		return err
+	}
+	if woke != nil {
+		for s, last := range r.lastPlus1 {
+			if last > r.next+old && last <= r.next+r.window {
+				woke(s)
+			}
+		}
+	}
+	return nil
+}
+
 // Drain calls release for every held frame and empties the reassembler, so
 // the caller can recycle buffers after an abort.
 func (r *Reassembler[T]) Drain(release func(T)) {

@@ -196,6 +196,120 @@ func TestGoldenFrames(t *testing.T) {
 			t.Fatal(err)
 		}
 		golden(t, "frame-abort-"+mode.String(), abort)
+
+		PutCreditBody(buf[HeaderSize:], 12<<20)
+		credit, err := c.Seal(buf, FrameCredit, ControlSeq(2), CreditBodySize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		golden(t, "frame-credit-"+mode.String(), credit)
+	}
+}
+
+// TestCreditRoundTrip seals CREDIT frames on one end and opens them on the
+// other, in both modes, and checks the header rules of the control space.
+func TestCreditRoundTrip(t *testing.T) {
+	for _, mode := range []Mode{ModeAESGCM, ModeNone} {
+		ini, resp := codecPair(t, mode, 1, 1000)
+		buf := make([]byte, resp.FrameBufferSize())
+		for i, credit := range []uint64{0, 1, 4 << 20, 1<<63 + 5} {
+			PutCreditBody(buf[HeaderSize:], credit)
+			frame, err := resp.Seal(buf, FrameCredit, ControlSeq(uint64(i)), CreditBodySize)
+			if err != nil {
+				t.Fatal(err)
+			}
+			frame = append([]byte(nil), frame...)
+			h, err := ParseHeader(frame)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plain, err := ini.Open(h, frame[:HeaderSize], frame[HeaderSize:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := ParseCreditBody(plain); err != nil || got != credit || h.Seq != ControlSeq(uint64(i)) {
+				t.Fatalf("%s: credit %d seq %#x: got %d seq %#x, %v", mode, credit, ControlSeq(uint64(i)), got, h.Seq, err)
+			}
+		}
+		if _, err := resp.Seal(buf, FrameCredit, ControlSeq(0), 7); !errors.Is(err, ErrFrame) {
+			t.Errorf("%s: CREDIT body of 7 bytes sealed: %v", mode, err)
+		}
+	}
+	var hdr [HeaderSize]byte
+	for _, c := range []struct {
+		h  Header
+		ok bool
+	}{
+		{Header{Type: FrameCredit, Length: 8, Seq: ControlSeq(0)}, true},
+		{Header{Type: FrameCredit, Length: 8, Seq: 7}, false},
+		{Header{Type: FrameCredit, Length: 8, Seq: AbortSeq}, false},
+		{Header{Type: FrameData, Length: 8, Seq: ControlSeq(1)}, false},
+		{Header{Type: FrameFin, Length: 8, Seq: ControlSeqBase}, false},
+		{Header{Type: FrameData, Length: 8, Seq: ControlSeqBase - 1}, true},
+		{Header{Type: 5, Length: 8, Seq: ControlSeq(0)}, false},
+	} {
+		c.h.Put(hdr[:])
+		if _, err := ParseHeader(hdr[:]); (err == nil) != c.ok {
+			t.Errorf("%+v: err %v, want ok=%v", c.h, err, c.ok)
+		}
+	}
+}
+
+func TestCredits(t *testing.T) {
+	const chunk = 1000
+	c, err := NewCredits(2, chunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Frames(), uint64(InitialFrames(2, chunk)); got != want {
+		t.Fatalf("initial frames %d, want %d", got, want)
+	}
+	accept := func(stream int, i, credit, sent uint64) (uint64, error) {
+		return c.Accept(stream, ControlSeq(i), credit, sent)
+	}
+	if f, err := accept(0, 0, 10<<20, 0); err != nil || f != 10<<20/chunk {
+		t.Fatalf("first credit: %d, %v", f, err)
+	}
+	// A smaller credit on another stream was overtaken: the limit stays.
+	if f, err := accept(1, 0, 8<<20, 0); err != nil || f != 10<<20/chunk {
+		t.Fatalf("overtaken credit: %d, %v", f, err)
+	}
+	if _, err := accept(0, 1, 9<<20, 0); !errors.Is(err, ErrCreditBackward) {
+		t.Fatalf("backwards credit on a stream: %v", err)
+	}
+	c, _ = NewCredits(2, chunk)
+	if _, err := accept(0, 1, 10<<20, 0); !errors.Is(err, ErrCreditOrder) {
+		t.Fatalf("skipped control sequence: %v", err)
+	}
+	c, _ = NewCredits(2, chunk)
+	if _, err := accept(0, 0, 10<<20, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := accept(0, 0, 11<<20, 0); !errors.Is(err, ErrCreditOrder) {
+		t.Fatalf("replayed control sequence: %v", err)
+	}
+	c, _ = NewCredits(2, chunk)
+	if _, err := accept(0, 0, MaxCreditAhead+5*chunk+1, 5); !errors.Is(err, ErrCreditAbsurd) {
+		t.Fatalf("absurd credit: %v", err)
+	}
+	if _, err := accept(0, 0, MaxCreditAhead+5*chunk, 5); err != nil {
+		t.Fatalf("largest credit refused: %v", err)
+	}
+	if _, err := accept(2, 0, 1, 0); err == nil {
+		t.Fatal("credit on a stream out of range accepted")
+	}
+}
+
+func TestInitialFrames(t *testing.T) {
+	for _, c := range []struct{ streams, chunk, want int }{
+		{1, 60000, 70},
+		{4096, 60000, 4096},
+		{1, 1, MaxWindowFrames},
+		{8, 128 << 10, 32},
+	} {
+		if got := InitialFrames(c.streams, c.chunk); got != c.want {
+			t.Errorf("InitialFrames(%d, %d) = %d, want %d", c.streams, c.chunk, got, c.want)
+		}
 	}
 }
 
@@ -204,7 +318,7 @@ func TestHandshakeRoundTrip(t *testing.T) {
 	long := strings.Repeat("n", MaxNameSize)
 	cases := []Hello{
 		fixedHello(),
-		{Mode: ModeNone, Initiator: "a", Responder: "b", Stream: 0, Streams: 1, ChunkSize: 1, QueueLength: 1,
+		{Mode: ModeNone, Initiator: "a", Responder: "b", Stream: 0, Streams: 1, ChunkSize: 1, QueueLength: 0,
 			Client: netip.MustParseAddrPort("[2001:db8::1]:1"), Server: netip.MustParseAddrPort("[2001:db8::2]:65535")},
 		{Mode: ModeAESGCM, Initiator: long, Responder: "agent-ü", Stream: 65534, Streams: 65535, ChunkSize: MaxChunkSize, QueueLength: 1 << 31,
 			Client: netip.MustParseAddrPort("192.0.2.1:0"), Server: netip.MustParseAddrPort("192.0.2.2:80")},
@@ -310,7 +424,6 @@ func TestHandshakeRejects(t *testing.T) {
 		func(h *Hello) { h.Stream = h.Streams },
 		func(h *Hello) { h.ChunkSize = 0 },
 		func(h *Hello) { h.ChunkSize = MaxChunkSize + 1 },
-		func(h *Hello) { h.QueueLength = 0 },
 		func(h *Hello) { h.Mode = 7 },
 		func(h *Hello) { h.Client = netip.AddrPort{} },
 		func(h *Hello) { h.Server = netip.MustParseAddrPort("[2001:db8::2]:80") },

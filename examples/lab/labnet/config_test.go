@@ -38,7 +38,7 @@ func TestConfigEditsKeepTheFileValid(t *testing.T) {
 		got[w.Name] = strings.Join([]string{w.Server.String(), itoa(int(w.ServerPort)), itoa(w.Streams), itoa(w.ChunkSize), itoa(w.QueueLength)}, " ")
 	}
 	want := map[string]string{
-		"iperf":         "10.10.2.10 5201 8 60000 5",
+		"iperf":         "10.10.2.10 5201 8 60000 0", // queue_length left out: no bound
 		"bench-4-10000": "10.10.2.10 5400 4 10000 5",
 	}
 	if len(got) != len(want) {

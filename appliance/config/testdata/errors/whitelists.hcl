@@ -5,7 +5,7 @@ security {
   psk_file = "/etc/sosappliance/psk"
 }
 limits {
-  session_memory = "4MB"
+  session_memory = "8MB"
 }
 site "a" {
   prefixes = ["10.1.0.0/24"]

@@ -1,0 +1,266 @@
+package relay
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
+)
+
+// countingSink is an end server that reads everything, counting and
+// hashing it.
+type countingSink struct {
+	n    atomic.Int64
+	mu   sync.Mutex
+	sum  []byte
+	done chan struct{}
+}
+
+func newCountingSink() *countingSink { return &countingSink{done: make(chan struct{})} }
+
+func (cs *countingSink) handle(c *net.TCPConn) {
+	defer close(cs.done)
+	defer c.Close()
+	h := sha256.New()
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := c.Read(buf)
+		h.Write(buf[:n])
+		cs.n.Add(int64(n))
+		if err != nil {
+			break
+		}
+	}
+	cs.mu.Lock()
+	cs.sum = h.Sum(nil)
+	cs.mu.Unlock()
+}
+
+// checkMemory fails the test if a session of either agent holds more than
+// its cap.
+func checkMemory(t *testing.T, p *pair) {
+	t.Helper()
+	for _, ag := range []*Agent{p.a, p.b} {
+		for _, s := range ag.Stats().Sessions {
+			if s.Memory > s.MemoryMax || s.ReorderDepth > s.ReorderWindow+s.Streams {
+				t.Errorf("%s side holds %d bytes of %d, reorder depth %d of window %d", s.Side, s.Memory, s.MemoryMax, s.ReorderDepth, s.ReorderWindow)
+			}
+		}
+		if st := ag.Stats().Totals; st.MemoryReserved > st.MemoryLimit {
+			t.Errorf("reserved %d above the agent cap %d", st.MemoryReserved, st.MemoryLimit)
+		}
+	}
+}
+
+// TestHeldStreamIsRoutedAround holds one stream back for seconds: the man
+// in the middle forwards none of its frames toward the server side, and
+// the client-side agent's view of it (TCP_INFO's loss-recovery state,
+// which loopback cannot produce) says it is recovering. The scheduler must
+// give it nothing new, the other streams must keep delivering while it is
+// held, every session's memory must stay under its cap, and once released
+// the transfer completes byte for byte.
+func TestHeldStreamIsRoutedAround(t *testing.T) {
+	const size = 48 << 20
+	const heldIdx = 1
+	var held atomic.Bool
+	held.Store(true)
+	release := make(chan struct{})
+	sink := newCountingSink()
+	p := startPair(t, pairOptions{streams: 4, chunk: 32768, queue: -1, encryption: EncryptionAESGCM, viaMITM: true}, sink.handle)
+	p.a.testTrouble = func(stream int) bool { return stream == heldIdx && held.Load() }
+	p.mitm.hold = func(ms *mitmStream, dir stripe.Direction, _ []byte) {
+		if ms.index == heldIdx && dir == stripe.Up && held.Load() {
+			<-release
+		}
+	}
+	c := p.dial(t)
+	defer c.Close()
+	var sent []byte
+	var sendErr error
+	go func() {
+		sent, sendErr = sendPattern(c, 21, size, rand.New(rand.NewPCG(21, 1)), false)
+		_ = c.CloseWrite()
+	}()
+	// Delivery goes on while the stream is held: at least a quarter of the
+	// transfer reaches the server, and the hold lasts two seconds at least.
+	holdEnd := time.Now().Add(2 * time.Second)
+	testsupport.Eventually(t, 30*time.Second, "delivery while a stream is held", func() bool {
+		checkMemory(t, p)
+		return sink.n.Load() >= size/4 && time.Now().After(holdEnd)
+	})
+	var heldFrames uint64
+	for _, s := range p.a.Stats().Sessions {
+		for _, ps := range s.PerStream {
+			if ps.Index == heldIdx {
+				heldFrames = ps.FramesSent
+				if ps.Troubles == 0 {
+					t.Errorf("held stream never found in trouble")
+				}
+			}
+		}
+	}
+	if heldFrames != 0 {
+		t.Errorf("held stream was given %d frames while in recovery", heldFrames)
+	}
+	t.Logf("delivered %d bytes while stream %d was held", sink.n.Load(), heldIdx)
+	held.Store(false)
+	close(release)
+	<-sink.done
+	if sendErr != nil {
+		t.Fatal(sendErr)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if sink.n.Load() != size || !bytes.Equal(sink.sum, sent) {
+		t.Fatalf("server got %d of %d bytes, hash equal %v", sink.n.Load(), size, bytes.Equal(sink.sum, sent))
+	}
+}
+
+// TestStreamHeldMidTransfer holds one stream's frames in the man in the
+// middle for three seconds in the middle of a transfer, with no hint to
+// the scheduler but what the stream's socket shows. Delivery waits for the
+// held frames (there is no reinjection yet), but nothing is lost, nothing
+// aborts, and memory stays under the caps throughout.
+func TestStreamHeldMidTransfer(t *testing.T) {
+	const size = 64 << 20
+	const heldIdx = 2
+	var holding sync.Once
+	var heldAt atomic.Int64
+	release := make(chan struct{})
+	sink := newCountingSink()
+	lim := Limits{StallTimeout: 20 * time.Second}
+	p := startPair(t, pairOptions{streams: 6, chunk: 65536, queue: -1, encryption: EncryptionNone, viaMITM: true,
+		limitsA: lim, limitsB: lim}, sink.handle)
+	p.mitm.hold = func(ms *mitmStream, dir stripe.Direction, frame []byte) {
+		if ms.index != heldIdx || dir != stripe.Up || frame[0] != byte(stripe.FrameData) ||
+			binary.BigEndian.Uint64(frame[8:]) < 200 {
+			return
+		}
+		holding.Do(func() { heldAt.Store(sink.n.Load() + 1) })
+		<-release
+	}
+	c := p.dial(t)
+	defer c.Close()
+	var sent []byte
+	go func() {
+		sent, _ = sendPattern(c, 22, size, rand.New(rand.NewPCG(22, 1)), false)
+		_ = c.CloseWrite()
+	}()
+	testsupport.Eventually(t, 30*time.Second, "the stream to be held", func() bool { return heldAt.Load() != 0 })
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		checkMemory(t, p)
+	}
+	t.Logf("delivered %d bytes while stream %d was held", sink.n.Load()-(heldAt.Load()-1), heldIdx)
+	close(release)
+	<-sink.done
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if sink.n.Load() != size || !bytes.Equal(sink.sum, sent) {
+		t.Fatalf("server got %d of %d bytes", sink.n.Load(), size)
+	}
+	for _, ag := range []*Agent{p.a, p.b} {
+		if n := ag.Stats().Totals.SessionsAborted; n != 0 {
+			t.Errorf("aborted: %+v", ag.Stats().RecentAborts)
+		}
+	}
+}
+
+// creditFrame is a CREDIT frame in mode none, as the server-side agent
+// would send it on a stream.
+func creditFrame(stream int, ctl, credit uint64) []byte {
+	f := make([]byte, stripe.HeaderSize+stripe.CreditBodySize)
+	stripe.Header{Type: stripe.FrameCredit, Stream: uint16(stream), Length: stripe.CreditBodySize, Seq: stripe.ControlSeq(ctl)}.Put(f)
+	stripe.PutCreditBody(f[stripe.HeaderSize:], credit)
+	return f
+}
+
+// TestHostileCredit: with encryption none a man in the middle can write
+// frames of its own. Credit that is absurd, goes backwards on a stream or
+// skips the control sequence aborts the session as a protocol violation;
+// a large credit within the rules lets the client side send more than the
+// server side granted, and the server side refuses that. In no case does
+// either agent hold more than its caps.
+func TestHostileCredit(t *testing.T) {
+	chunk := 16384
+	initial := stripe.InitialCredit(4, chunk)
+	cases := []struct {
+		name   string
+		frames [][]byte
+		says   string // what the protocol abort says
+	}{
+		{"absurd", [][]byte{creditFrame(0, 0, 1<<62)}, "too far ahead"},
+		{"backwards", [][]byte{creditFrame(1, 0, initial+10<<20), creditFrame(1, 1, initial+5<<20)}, "below an earlier one"},
+		{"out of sequence", [][]byte{creditFrame(2, 3, initial+10<<20)}, "control sequence"},
+		{"beyond the grant", [][]byte{creditFrame(0, 0, 1<<33)}, "beyond the credit"},
+	}
+	for _, tc := range cases {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			stop := make(chan struct{})
+			p := startPair(t, pairOptions{streams: 4, chunk: chunk, queue: -1, encryption: EncryptionNone, viaMITM: true},
+				func(c *net.TCPConn) {
+					// Reads nothing until the test ends: the server side's
+					// window fills and it grants nothing more.
+					<-stop
+					_ = c.Close()
+				})
+			defer close(stop)
+			// The server side's own credits are dropped on the way, so
+			// they can neither collide with the forged ones' control
+			// sequence nor raise the grant: what the client side sees is
+			// the forged credit alone, whatever the timing.
+			p.mitm.onFrame = func(ms *mitmStream, dir stripe.Direction, frame []byte) [][]byte {
+				if dir == stripe.Down && stripe.FrameType(frame[0]) == stripe.FrameCredit {
+					return nil
+				}
+				return [][]byte{frame}
+			}
+			c := p.dial(t)
+			defer c.Close()
+			if _, err := c.Write([]byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			testsupport.Eventually(t, 30*time.Second, "the session at both agents", func() bool {
+				return len(p.a.Stats().Sessions) == 1 && len(p.b.Stats().Sessions) == 1
+			})
+			for _, f := range tc.frames {
+				idx := int(binary.BigEndian.Uint16(f[2:]))
+				if err := p.mitm.stream(t, idx).write(stripe.Down, f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			go func() {
+				buf := make([]byte, 1<<20)
+				for {
+					if _, err := c.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
+			// The agent that reads the bad credit (or the frames beyond the
+			// grant) aborts as a protocol violation; the other then reads
+			// its ABORT.
+			testsupport.Eventually(t, 30*time.Second, "a protocol abort saying "+tc.says, func() bool {
+				checkMemory(t, p)
+				for _, ag := range []*Agent{p.a, p.b} {
+					for _, r := range ag.Stats().RecentAborts {
+						if r.Reason == AbortProtocol && strings.Contains(r.Error, tc.says) {
+							return true
+						}
+					}
+				}
+				return false
+			})
+			_, _ = io.Copy(io.Discard, c)
+		})
+	}
+}
