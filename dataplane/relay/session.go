@@ -51,7 +51,20 @@ const (
 	troubleProbe = 5 * time.Millisecond
 	// creditFrameSize holds a sealed CREDIT frame.
 	creditFrameSize = stripe.HeaderSize + stripe.CreditBodySize + stripe.TagSize
+	// A stream's TCP_NOTSENT_LOWAT is what it sends in lowatTime at its
+	// pacing rate, within [minLowat, maxLowat]: enough unsent data that
+	// the socket does not run dry before its writer is back, and so
+	// little that a chunk given to a stream leaves soon. A fixed mark
+	// fits no stripe count: 1 MiB is 16 ms of a 500 Mbit/s stream but a
+	// second of each of 64 streams sharing that path, and a lost segment
+	// then holds a second's worth of later chunks behind it.
+	lowatTime = 20 * time.Millisecond
+	maxLowat  = 4 << 20
 )
+
+// minLowat is the floor of a stream's TCP_NOTSENT_LOWAT: two chunks, at
+// least 64 KiB.
+func minLowat(chunkSize int) int { return max(2*chunkSize, 64<<10) }
 
 // chunk is one frame buffer: header, body, room for the tag.
 type chunk struct {
@@ -766,6 +779,9 @@ func (s *session) tick(now time.Time, lim Limits) {
 			st.rateSent.Store(f64bits(float64(bs-st.prevSent) * 8 / dt))
 			st.rateRecv.Store(f64bits(float64(br-st.prevRecv) * 8 / dt))
 			st.prevSent, st.prevRecv = bs, br
+			if info, ok := readTCPInfo(st.conn); ok {
+				st.tuneLowat(info)
+			}
 		}
 	}
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 && s.established.Load() {
@@ -857,6 +873,10 @@ type stream struct {
 	paused bool
 	eof    bool
 
+	// lowat is the stream's TCP_NOTSENT_LOWAT, set by housekeeping; a
+	// writer takes at most that many bytes of chunks at a time.
+	lowat atomic.Int64
+
 	// Writer only.
 	ctlSeq    uint64
 	ctlBuf    [creditFrameSize]byte
@@ -875,13 +895,29 @@ type stream struct {
 }
 
 func newStream(s *session, index int, conn *net.TCPConn, codec *stripe.Codec) *stream {
-	return &stream{
+	st := &stream{
 		s:     s,
 		index: index,
 		conn:  conn,
 		codec: codec,
 		br:    bufio.NewReaderSize(conn, stripe.StreamReadBuffer),
 		wake:  make(chan struct{}, 1),
+	}
+	st.lowat.Store(int64(minLowat(s.chunkSize)))
+	return st
+}
+
+// tuneLowat sizes the stream's TCP_NOTSENT_LOWAT from its pacing rate
+// (see lowatTime); housekeeping only. It changes the socket only when the
+// mark moves by more than a quarter.
+func (st *stream) tuneLowat(info tcpInfo) {
+	want := int64(min(max(float64(info.pacingRate)*lowatTime.Seconds(), float64(minLowat(st.s.chunkSize))), maxLowat))
+	cur := st.lowat.Load()
+	if d := want - cur; d <= cur/4 && -d <= cur/4 {
+		return
+	}
+	if setNotsentLowat(st.conn, int(want)) == nil {
+		st.lowat.Store(want)
 	}
 }
 
@@ -957,8 +993,9 @@ func (st *stream) writeLoop() {
 		if ok {
 			batch = append(batch, c)
 			bytes := c.n
+			limit := min(int(st.lowat.Load()), maxWriteBytes)
 		gather:
-			for len(batch) < maxWriteFrames && bytes < maxWriteBytes {
+			for len(batch) < maxWriteFrames && bytes < limit {
 				select {
 				case c, ok = <-sendq:
 					if !ok {
