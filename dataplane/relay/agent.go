@@ -79,15 +79,17 @@ func compile(cfg Config) (*runtimeConfig, error) {
 }
 
 // streamTuningFor is the tuning of a session's stream sockets: buffers
-// per Config.SocketBuffer, and TCP_NOTSENT_LOWAT at two chunks, at least
-// 1 MiB, so a socket holds little data it has not sent yet and the
-// scheduler, not a socket queue, decides which stream carries a chunk.
+// per Config.SocketBuffer, and TCP_NOTSENT_LOWAT at its floor of two
+// chunks (minLowat), so a socket holds little data it has not sent yet and
+// the scheduler, not a socket queue, decides which stream carries a chunk.
+// Housekeeping then sizes each stream's mark from its pacing rate
+// (stream.tuneLowat).
 func (rc *runtimeConfig) streamTuningFor(chunkSize int) streamTuning {
 	t := rc.tuning
 	if rc.SocketBuffer > 0 {
 		t.sndbuf, t.rcvbuf = rc.SocketBuffer, rc.SocketBuffer
 	}
-	t.notsentLowat = max(2*chunkSize, 1<<20)
+	t.notsentLowat = minLowat(chunkSize)
 	return t
 }
 

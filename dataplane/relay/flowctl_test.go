@@ -264,3 +264,28 @@ func TestHostileCredit(t *testing.T) {
 		})
 	}
 }
+
+// TestGrantBefore: the window's growth check compares what arrived with
+// the grant the sender held a round trip ago, taken from the history of
+// announced grants.
+func TestGrantBefore(t *testing.T) {
+	s := &session{sessionParams: sessionParams{streams: 4, chunkSize: 60000}, n: 4}
+	initial := uint64(stripe.InitialFrames(4, 60000))
+	t0 := time.Unix(1000, 0)
+	if g := s.grantBeforeLocked(t0); g != initial {
+		t.Fatalf("no grant yet: %d, want the initial window %d", g, initial)
+	}
+	for i := range grantHistory + 8 {
+		s.grants[s.grantsLen%grantHistory] = grantAt{t0.Add(time.Duration(i) * time.Second), initial + uint64(10*(i+1))}
+		s.grantsLen++
+	}
+	// The last grant at or before t.
+	at := t0.Add(time.Duration(grantHistory+5)*time.Second + time.Millisecond)
+	if g, want := s.grantBeforeLocked(at), initial+uint64(10*(grantHistory+6)); g != want {
+		t.Errorf("grant before %v: %d, want %d", at, g, want)
+	}
+	// Older than the history: the oldest remembered grant, a lower bound.
+	if g, want := s.grantBeforeLocked(t0), initial+uint64(10*9); g != want {
+		t.Errorf("grant before the history: %d, want the oldest kept %d", g, want)
+	}
+}

@@ -232,6 +232,7 @@ type tcpInfo struct {
 	caState     uint8  // tcpi_ca_state: Open, Disorder, CWR, Recovery, Loss
 	rtoRetrans  uint8  // tcpi_retransmits: RTO retransmits outstanding
 	notsent     uint32 // tcpi_notsent_bytes
+	pacingRate  uint64 // tcpi_pacing_rate, bytes/s
 }
 
 func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
@@ -253,5 +254,21 @@ func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
 		caState:     info.Ca_state,
 		rtoRetrans:  info.Retransmits,
 		notsent:     info.Notsent_bytes,
+		pacingRate:  info.Pacing_rate,
 	}, true
+}
+
+// setNotsentLowat sets TCP_NOTSENT_LOWAT on a connected stream.
+func setNotsentLowat(c *net.TCPConn, v int) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, v)
+	}); err != nil {
+		return err
+	}
+	return serr
 }

@@ -173,16 +173,21 @@
 //
 // The receiver sizes its window (granted credit minus what it delivered
 // to its end host) from what it measures, as Linux autotunes a receive
-// buffer: it starts at the initial credit and, while the session is
-// window-limited (its sender used all the credit it had) and three times
-// delivery rate x the largest smoothed RTT of its streams (TCP_INFO)
-// exceeds the window, grows to that, at least doubling, bounded by its
-// session memory cap, the agent's memory cap, 2^20 frames and, when the
-// hello's queue length is not 0, queue length x streams frames (never
-// below the initial window). A session limited by its end host measures
-// a low delivery rate and does not grow. The window never shrinks within
-// a session. It grants new credit once it can extend the
-// grant by a quarter of its window.
+// buffer: it starts at the initial credit and grows while the window is
+// what limits the session, checked at most once per round trip (the
+// largest smoothed RTT of its streams, TCP_INFO): its sender used the
+// credit it had (a frame at the grant arrived, the frames received reach
+// the grant announced a round trip before, or half a window of frames
+// arrived within a round trip) and delivery to the end host ran dry
+// meanwhile. Each growth at most doubles the window, and never takes it
+// beyond four times the highest recent arrival rate (frames read from the
+// streams in any order) x that RTT, nor beyond its session memory cap, the
+// agent's memory cap, 2^20 frames and, when the hello's queue length is
+// not 0, queue length x streams frames (never below the initial window).
+// A session limited by its end host never runs dry and does not grow. The
+// window never shrinks within a session. It grants new credit once it can
+// extend the grant by a quarter of its window. None of this is on the
+// wire: a receiver may size its window any way within these rules.
 //
 // # Ordering and the reorder window
 //
