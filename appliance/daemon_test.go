@@ -54,13 +54,26 @@ type testDaemon struct {
 // a symlink the test swaps later.
 func startDaemon(t *testing.T, root, dir, cfgPath string, drift time.Duration) *testDaemon {
 	t.Helper()
+	return startDaemonWith(t, root, dir, cfgPath, daemonParams{node: "host1", drift: drift})
+}
+
+// daemonParams are what the daemon tests vary: the node, the drift
+// interval (0: the config's) and the metrics address ("": off).
+type daemonParams struct {
+	node    string
+	drift   time.Duration
+	metrics string
+}
+
+func startDaemonWith(t *testing.T, root, dir, cfgPath string, p daemonParams) *testDaemon {
+	t.Helper()
 	td := &testDaemon{t: t, root: root, dir: dir, cfgPath: cfgPath,
 		socket: filepath.Join(dir, "control.sock"), state: filepath.Join(dir, "state.db"), logs: &testsupport.LockedBuffer{}}
-	off := ""
+	metrics := p.metrics
 	d, err := NewDaemon(Options{
-		ConfigPath: cfgPath, Node: "host1", StatePath: td.state, ControlSocket: td.socket,
-		MetricsListen: &off, Root: root, Executors: tempHostExecutors(root),
-		Settle: 50 * time.Millisecond, DriftInterval: drift,
+		ConfigPath: cfgPath, Node: p.node, StatePath: td.state, ControlSocket: td.socket,
+		MetricsListen: &metrics, Root: root, Executors: tempHostExecutors(root),
+		Settle: 50 * time.Millisecond, DriftInterval: p.drift,
 		Logger: slog.New(slog.NewTextHandler(td.logs, nil)),
 	})
 	if err != nil {
@@ -288,10 +301,6 @@ func TestDaemonKill9Restart(t *testing.T) {
 	}
 }
 
-// lockedWriter keeps its name for TestDaemonMetrics, which changes with
-// metrics.go and is converted after it.
-type lockedWriter = testsupport.LockedBuffer
-
 func TestDaemonMetrics(t *testing.T) {
 	root, dir := tempHost(t), t.TempDir()
 	cfgPath := filepath.Join(dir, "sos.hcl")
@@ -302,20 +311,7 @@ func TestDaemonMetrics(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	td := &testDaemon{t: t, root: root, dir: dir, cfgPath: cfgPath,
-		socket: filepath.Join(dir, "control.sock"), state: filepath.Join(dir, "state.db"), logs: &lockedWriter{}}
-	d, err := NewDaemon(Options{
-		ConfigPath: cfgPath, Node: "host1", StatePath: td.state, ControlSocket: td.socket,
-		MetricsListen: &addr, Root: root, Executors: tempHostExecutors(root), Settle: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(td.logs, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	td.cancel, td.done = cancel, make(chan error, 1)
-	go func() { td.done <- d.Run(ctx) }()
-	t.Cleanup(td.stop)
+	td := startDaemonWith(t, root, dir, cfgPath, daemonParams{node: "host1", metrics: addr})
 	td.waitFor("initial convergence", func() bool { return td.sysctl("net.core.rmem_max") == "100000" })
 	writeFile(t, cfgPath, "this is not HCL {")
 	td.waitFor("failed reload", func() bool { return td.status().ReloadFails == 1 })

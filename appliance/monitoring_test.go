@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -15,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -102,20 +100,7 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 	cfgPath := filepath.Join(dir, "sos.hcl")
 	writeFile(t, cfgPath, monitoringConfig(freePort(t), freePort(t)))
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	td := &testDaemon{t: t, root: root, dir: dir, cfgPath: cfgPath,
-		socket: filepath.Join(dir, "control.sock"), state: filepath.Join(dir, "state.db"), logs: &testsupport.LockedBuffer{}}
-	d, err := NewDaemon(Options{
-		ConfigPath: cfgPath, Node: "ctl", StatePath: td.state, ControlSocket: td.socket,
-		MetricsListen: &addr, Root: root, Executors: tempHostExecutors(root), Settle: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(td.logs, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	td.cancel, td.done = cancel, make(chan error, 1)
-	go func() { td.done <- d.Run(ctx) }()
-	t.Cleanup(td.stop)
+	td := startDaemonWith(t, root, dir, cfgPath, daemonParams{node: "ctl", metrics: addr})
 	td.waitFor("controller running", func() bool {
 		st, err := FetchStatus(context.Background(), td.socket)
 		return err == nil && len(st.Switches) == 2
