@@ -166,21 +166,7 @@ func FuzzReassembler(f *testing.F) {
 		for data = data[2:]; len(data) >= 3; data = data[3:] {
 			op, arg := data[0], binary.BigEndian.Uint16(data[1:])
 			if op%4 == 0 {
-				run := 0
-				for run < int(arg%8) {
-					got, _, ok := r.Ready(run)
-					if !ok {
-						break
-					}
-					if got != next+uint64(run) {
-						t.Fatalf("ready %d at %d", got, next+uint64(run))
-					}
-					run++
-				}
-				if err := r.Advance(run, nil); err != nil {
-					t.Fatal(err)
-				}
-				next += uint64(run)
+				next = deliverInOrder(t, r, int(arg%8), next)
 				continue
 			}
 			s := int(op) % streams
@@ -251,21 +237,7 @@ func FuzzReassemblerGrow(f *testing.F) {
 			op, arg := data[0], uint64(data[1])<<8|uint64(data[2])
 			switch op % 5 {
 			case 0:
-				run := 0
-				for run < int(arg%8) {
-					got, _, ok := r.Ready(run)
-					if !ok {
-						break
-					}
-					if got != next+uint64(run) {
-						t.Fatalf("ready %d at %d", got, next+uint64(run))
-					}
-					run++
-				}
-				if err := r.Advance(run, nil); err != nil {
-					t.Fatal(err)
-				}
-				next += uint64(run)
+				next = deliverInOrder(t, r, int(arg%8), next)
 			case 1:
 				window += int(arg % 16)
 				if err := r.Grow(window, func(s int) {
@@ -285,4 +257,25 @@ func FuzzReassemblerGrow(f *testing.F) {
 			}
 		}
 	})
+}
+
+// deliverInOrder takes up to n ready items from r, checking that they are
+// next, next+1, ... in order, advances past them and returns the new next.
+func deliverInOrder(t *testing.T, r *Reassembler[uint64], n int, next uint64) uint64 {
+	t.Helper()
+	run := 0
+	for run < n {
+		got, _, ok := r.Ready(run)
+		if !ok {
+			break
+		}
+		if got != next+uint64(run) {
+			t.Fatalf("ready %d at %d", got, next+uint64(run))
+		}
+		run++
+	}
+	if err := r.Advance(run, nil); err != nil {
+		t.Fatal(err)
+	}
+	return next + uint64(run)
 }
