@@ -46,6 +46,9 @@ type Result struct {
 	Retransmits int
 	Bytes       int64
 	Seconds     float64
+	// PerConnectionBps is what the receiver saw on each of iperf3's -P
+	// connections, in iperf3's order; its sum is ReceivedBps.
+	PerConnectionBps []float64
 }
 
 // Sample is the state of a running transfer, taken about once a second.
@@ -227,6 +230,11 @@ type iperfReport struct {
 			Seconds       float64 `json:"seconds"`
 			BitsPerSecond float64 `json:"bits_per_second"`
 		} `json:"sum_received"`
+		Streams []struct {
+			Receiver struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"receiver"`
+		} `json:"streams"`
 	} `json:"end"`
 }
 
@@ -244,13 +252,17 @@ func Parse(report []byte) (Result, error) {
 	if recv.Seconds <= 0 {
 		return Result{}, errors.New("iperf3 report has no received sum")
 	}
-	return Result{
+	res := Result{
 		ReceivedBps: recv.BitsPerSecond,
 		SentBps:     r.End.SumSent.BitsPerSecond,
 		Retransmits: r.End.SumSent.Retransmits,
 		Bytes:       recv.Bytes,
 		Seconds:     recv.Seconds,
-	}, nil
+	}
+	for _, st := range r.End.Streams {
+		res.PerConnectionBps = append(res.PerConnectionBps, st.Receiver.BitsPerSecond)
+	}
+	return res, nil
 }
 
 // ClientPorts returns the client's local ports of the connections in an

@@ -17,17 +17,22 @@ const (
 	ModeSosappliance = "sosappliance"
 )
 
-// Point is one cell of the benchmark: a mode, a stream count (iperf3 -P for
-// parallel, the stripe count for sosappliance) and, for sosappliance, the
-// chunk size.
+// Point is one cell of the benchmark in one run: a mode, a stream count
+// (iperf3 -P for parallel, the stripe count for sosappliance) and, for
+// sosappliance, the chunk size. Concurrent > 1 makes it a point of the
+// sharing sweep: that many end-host connections at once (direct ones, or
+// each its own sosappliance session of Streams stripes).
 type Point struct {
-	Mode      string
-	Streams   int
-	ChunkSize int // sosappliance only
-	Result    Result
+	Mode       string
+	Streams    int
+	ChunkSize  int // sosappliance only
+	Concurrent int // 0 or 1: one connection
+	Run        int // 1-based; points of several runs are summarised by median
+	Result     Result
 }
 
-var csvHeader = []string{"mode", "streams", "chunk_size", "throughput_mbps", "sent_mbps", "retransmits", "bytes", "seconds"}
+var csvHeader = []string{"mode", "streams", "chunk_size", "concurrent", "run", "throughput_mbps", "sent_mbps",
+	"retransmits", "bytes", "seconds", "min_connection_mbps", "max_connection_mbps", "jain_fairness"}
 
 // WriteCSV writes the points, one row each, with a header.
 func WriteCSV(w io.Writer, points []Point) error {
@@ -35,18 +40,23 @@ func WriteCSV(w io.Writer, points []Point) error {
 	if err := cw.Write(csvHeader); err != nil {
 		return err
 	}
+	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
 	for _, p := range points {
 		chunk := ""
 		if p.ChunkSize > 0 {
 			chunk = strconv.Itoa(p.ChunkSize)
 		}
 		r := p.Result
+		lo, hi, jain := "", "", ""
+		if len(r.PerConnectionBps) > 1 {
+			lo, hi = f(slices.Min(r.PerConnectionBps)/1e6, 1), f(slices.Max(r.PerConnectionBps)/1e6, 1)
+			jain = f(Jain(r.PerConnectionBps), 3)
+		}
 		if err := cw.Write([]string{
-			p.Mode, strconv.Itoa(p.Streams), chunk,
-			strconv.FormatFloat(r.ReceivedBps/1e6, 'f', 1, 64),
-			strconv.FormatFloat(r.SentBps/1e6, 'f', 1, 64),
-			strconv.Itoa(r.Retransmits), strconv.FormatInt(r.Bytes, 10),
-			strconv.FormatFloat(r.Seconds, 'f', 2, 64),
+			p.Mode, strconv.Itoa(p.Streams), chunk, strconv.Itoa(max(p.Concurrent, 1)), strconv.Itoa(max(p.Run, 1)),
+			f(r.ReceivedBps/1e6, 1), f(r.SentBps/1e6, 1),
+			strconv.Itoa(r.Retransmits), strconv.FormatInt(r.Bytes, 10), f(r.Seconds, 2),
+			lo, hi, jain,
 		}); err != nil {
 			return err
 		}
@@ -55,36 +65,36 @@ func WriteCSV(w io.Writer, points []Point) error {
 	return cw.Error()
 }
 
-// ReadCSV reads what WriteCSV wrote (throughput, not the full result).
+// ReadCSV reads what WriteCSV wrote (throughput and counts, not the rate of
+// each connection).
 func ReadCSV(r io.Reader) ([]Point, error) {
 	rows, err := csv.NewReader(r).ReadAll()
 	if err != nil {
 		return nil, fmt.Errorf("benchmark csv: %w", err)
 	}
-	if len(rows) == 0 || len(rows[0]) != len(csvHeader) || rows[0][0] != csvHeader[0] {
+	if len(rows) == 0 || !slices.Equal(rows[0], csvHeader) {
 		return nil, fmt.Errorf("benchmark csv: header %v, want %v", rows[:min(len(rows), 1)], csvHeader)
 	}
 	var points []Point
 	for i, row := range rows[1:] {
 		p := Point{Mode: row[0]}
-		var errs [6]error
+		var errs [9]error
 		p.Streams, errs[0] = strconv.Atoi(row[1])
 		if row[2] != "" {
 			p.ChunkSize, errs[1] = strconv.Atoi(row[2])
 		}
+		p.Concurrent, errs[2] = strconv.Atoi(row[3])
+		p.Run, errs[3] = strconv.Atoi(row[4])
 		var mbps, sent float64
-		mbps, errs[2] = strconv.ParseFloat(row[3], 64)
-		sent, errs[3] = strconv.ParseFloat(row[4], 64)
-		p.Result.Retransmits, errs[4] = strconv.Atoi(row[5])
-		p.Result.Bytes, errs[5] = strconv.ParseInt(row[6], 10, 64)
+		mbps, errs[4] = strconv.ParseFloat(row[5], 64)
+		sent, errs[5] = strconv.ParseFloat(row[6], 64)
+		p.Result.Retransmits, errs[6] = strconv.Atoi(row[7])
+		p.Result.Bytes, errs[7] = strconv.ParseInt(row[8], 10, 64)
+		p.Result.Seconds, errs[8] = strconv.ParseFloat(row[9], 64)
 		for _, err := range errs {
 			if err != nil {
 				return nil, fmt.Errorf("benchmark csv row %d: %w", i+2, err)
 			}
-		}
-		p.Result.Seconds, err = strconv.ParseFloat(row[7], 64)
-		if err != nil {
-			return nil, fmt.Errorf("benchmark csv row %d: %w", i+2, err)
 		}
 		p.Result.ReceivedBps, p.Result.SentBps = mbps*1e6, sent*1e6
 		points = append(points, p)
@@ -92,30 +102,116 @@ func ReadCSV(r io.Reader) ([]Point, error) {
 	return points, nil
 }
 
-// WriteTable prints the points as the published SOS tables lay them out:
-// one row per stream count, end-host parallel TCP and sosappliance at each
-// chunk size side by side, in Mbit/s, with the direct transfer above.
+// Jain is Jain's fairness index of the rates: 1 when all are equal, 1/n
+// when one takes everything.
+func Jain(rates []float64) float64 {
+	var sum, sq float64
+	for _, r := range rates {
+		sum += r
+		sq += r * r
+	}
+	if sq == 0 {
+		return 0
+	}
+	return sum * sum / (float64(len(rates)) * sq)
+}
+
+// Summary is the median of several runs' values and their range.
+type Summary struct {
+	Median, Min, Max float64
+	N                int
+}
+
+// Summarise returns the median and range of the values (the mean of the
+// middle two for an even count).
+func Summarise(vs []float64) Summary {
+	if len(vs) == 0 {
+		return Summary{}
+	}
+	s := slices.Clone(vs)
+	sort.Float64s(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return Summary{Median: m, Min: s[0], Max: s[len(s)-1], N: len(s)}
+}
+
+// String prints Mbit/s: "452" for one run, "452 (439-464)" for several.
+func (s Summary) String() string {
+	if s.N == 0 {
+		return "-"
+	}
+	if s.N == 1 {
+		return strconv.FormatFloat(s.Median, 'f', 0, 64)
+	}
+	return fmt.Sprintf("%.0f (%.0f-%.0f)", s.Median, s.Min, s.Max)
+}
+
+type cellKey struct {
+	mode                 string
+	streams, chunk, conc int
+}
+
+func key(p Point) cellKey {
+	return cellKey{p.Mode, p.Streams, p.ChunkSize, max(p.Concurrent, 1)}
+}
+
+// group collects each cell's throughputs over the runs, in Mbit/s.
+func group(points []Point) map[cellKey][]float64 {
+	g := map[cellKey][]float64{}
+	for _, p := range points {
+		k := key(p)
+		g[k] = append(g[k], p.Result.ReceivedBps/1e6)
+	}
+	return g
+}
+
+// Medians returns one point per cell (single connections only, in the
+// order the cells first appear) whose throughput is the median over the
+// runs.
+func Medians(points []Point) []Point {
+	g := group(points)
+	seen := map[cellKey]bool{}
+	var out []Point
+	for _, p := range points {
+		k := key(p)
+		if k.conc > 1 || seen[k] {
+			continue
+		}
+		seen[k] = true
+		m := Point{Mode: p.Mode, Streams: p.Streams, ChunkSize: p.ChunkSize, Run: 0}
+		m.Result.ReceivedBps = Summarise(g[k]).Median * 1e6
+		out = append(out, m)
+	}
+	return out
+}
+
+// WriteTable prints the single-connection points as the published SOS
+// tables lay them out: one row per stream count, end-host parallel TCP and
+// sosappliance at each chunk size side by side, in Mbit/s, with the direct
+// transfer above; a cell of several runs shows the median and the range.
 func WriteTable(w io.Writer, points []Point) error {
 	var chunks []int
 	streams := map[int]bool{}
-	cell := map[[3]int]float64{} // {mode, streams, chunk}
-	modeIndex := map[string]int{ModeDirect: 0, ModeParallel: 1, ModeSosappliance: 2}
+	var single []Point
 	for _, p := range points {
-		mi, ok := modeIndex[p.Mode]
-		if !ok {
-			continue
+		if max(p.Concurrent, 1) == 1 {
+			single = append(single, p)
 		}
+	}
+	for _, p := range single {
 		if p.Mode == ModeSosappliance && !slices.Contains(chunks, p.ChunkSize) {
 			chunks = append(chunks, p.ChunkSize)
 		}
-		if p.Mode != ModeDirect {
+		if p.Mode == ModeParallel || p.Mode == ModeSosappliance {
 			streams[p.Streams] = true
 		}
-		cell[[3]int{mi, p.Streams, p.ChunkSize}] = p.Result.ReceivedBps / 1e6
 	}
+	g := group(single)
 	sort.Ints(chunks)
-	if v, ok := cell[[3]int{0, 1, 0}]; ok {
-		fmt.Fprintf(w, "direct, 1 TCP connection: %.0f Mbit/s\n\n", v)
+	if vs, ok := g[cellKey{ModeDirect, 1, 0, 1}]; ok {
+		fmt.Fprintf(w, "direct, 1 TCP connection: %s Mbit/s\n\n", Summarise(vs))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "streams\tiperf3 -P N\t")
@@ -129,18 +225,68 @@ func WriteTable(w io.Writer, points []Point) error {
 	}
 	sort.Ints(ns)
 	for _, n := range ns {
-		fmt.Fprintf(tw, "%d\t%s\t", n, mbps(cell, [3]int{1, n, 0}))
+		fmt.Fprintf(tw, "%d\t%s\t", n, Summarise(g[cellKey{ModeParallel, n, 0, 1}]))
 		for _, c := range chunks {
-			fmt.Fprintf(tw, "%s\t", mbps(cell, [3]int{2, n, c}))
+			fmt.Fprintf(tw, "%s\t", Summarise(g[cellKey{ModeSosappliance, n, c, 1}]))
 		}
 		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }
 
-func mbps(cell map[[3]int]float64, k [3]int) string {
-	if v, ok := cell[k]; ok {
-		return strconv.FormatFloat(v, 'f', 0, 64)
+// WriteSharingTable prints the sharing sweep: for K concurrent end-host
+// connections, what iperf3 -P K carried directly, what K sosappliance
+// sessions carried together, that against one session of the same shape
+// alone, the slowest and fastest session, and Jain's index over the
+// sessions (medians over the runs). It prints nothing when there is no
+// sweep.
+func WriteSharingTable(w io.Writer, points []Point) error {
+	type agg struct{ total, lo, hi, jain []float64 }
+	sos := map[int]*agg{}
+	streams, chunk := 0, 0
+	for _, p := range points {
+		if p.Mode != ModeSosappliance || p.Concurrent <= 1 {
+			continue
+		}
+		a := sos[p.Concurrent]
+		if a == nil {
+			a = &agg{}
+			sos[p.Concurrent] = a
+		}
+		streams, chunk = p.Streams, p.ChunkSize
+		a.total = append(a.total, p.Result.ReceivedBps/1e6)
+		if pc := p.Result.PerConnectionBps; len(pc) > 0 {
+			a.lo = append(a.lo, slices.Min(pc)/1e6)
+			a.hi = append(a.hi, slices.Max(pc)/1e6)
+			a.jain = append(a.jain, Jain(pc))
+		}
 	}
-	return "-"
+	if len(sos) == 0 {
+		return nil
+	}
+	g := group(points)
+	one := Summarise(g[cellKey{ModeSosappliance, streams, chunk, 1}])
+	fmt.Fprintf(w, "sharing: K concurrent connections, each an sosappliance session of %d stripes, chunk %d; one session alone: %s Mbit/s\n\n", streams, chunk, one)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "K\tiperf3 -P K\tsos K sessions\tvs one alone\tslowest\tfastest\tJain\t")
+	var ks []int
+	for k := range sos {
+		ks = append(ks, k)
+	}
+	sort.Ints(ks)
+	for _, k := range ks {
+		a := sos[k]
+		tot := Summarise(a.total)
+		ratio := "-"
+		if one.N > 0 && one.Median > 0 {
+			ratio = fmt.Sprintf("%.2fx", tot.Median/one.Median)
+		}
+		jain := "-"
+		if len(a.jain) > 0 {
+			jain = strconv.FormatFloat(Summarise(a.jain).Median, 'f', 2, 64)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k, Summarise(g[cellKey{ModeParallel, k, 0, 1}]), tot, ratio,
+			Summarise(a.lo), Summarise(a.hi), jain)
+	}
+	return tw.Flush()
 }

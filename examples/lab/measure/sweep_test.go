@@ -19,13 +19,13 @@ func TestCSVRoundTripAndTable(t *testing.T) {
 	if err := WriteCSV(&buf, points); err != nil {
 		t.Fatal(err)
 	}
-	wantCSV := `mode,streams,chunk_size,throughput_mbps,sent_mbps,retransmits,bytes,seconds
-direct,1,,92.4,93.0,12,115500000,10.02
-parallel,1,,90.0,90.0,0,1,10.00
-sosappliance,1,60000,80.0,81.0,0,2,10.00
-parallel,64,,435.0,440.0,3000,3,10.20
-sosappliance,64,10000,401.0,402.0,0,4,10.10
-sosappliance,64,60000,451.3,452.0,0,5,10.10
+	wantCSV := `mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness
+direct,1,,1,1,92.4,93.0,12,115500000,10.02,,,
+parallel,1,,1,1,90.0,90.0,0,1,10.00,,,
+sosappliance,1,60000,1,1,80.0,81.0,0,2,10.00,,,
+parallel,64,,1,1,435.0,440.0,3000,3,10.20,,,
+sosappliance,64,10000,1,1,401.0,402.0,0,4,10.10,,,
+sosappliance,64,60000,1,1,451.3,452.0,0,5,10.10,,,
 `
 	if buf.String() != wantCSV {
 		t.Errorf("csv:\n%s\nwant:\n%s", buf.String(), wantCSV)
@@ -54,7 +54,10 @@ sosappliance,64,60000,451.3,452.0,0,5,10.10
 }
 
 func TestReadCSVRejectsOtherFiles(t *testing.T) {
-	for _, in := range []string{"", "a,b\n1,2\n", "mode,streams,chunk_size,throughput_mbps,sent_mbps,retransmits,bytes,seconds\ndirect,x,,1,1,0,0,1\n"} {
+	for _, in := range []string{"", "a,b\n1,2\n",
+		// the header before the sharing sweep
+		"mode,streams,chunk_size,throughput_mbps,sent_mbps,retransmits,bytes,seconds\ndirect,1,,1,1,0,0,1\n",
+		"mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness\ndirect,x,,1,1,1,1,0,0,1,,,\n"} {
 		if _, err := ReadCSV(strings.NewReader(in)); err == nil {
 			t.Errorf("ReadCSV(%q) accepted it", in)
 		}
@@ -63,18 +66,87 @@ func TestReadCSVRejectsOtherFiles(t *testing.T) {
 
 func TestParseReadsIperfJSON(t *testing.T) {
 	report := []byte(`{"start":{"connected":[{"socket":5,"local_host":"10.10.1.10","local_port":40000,"remote_host":"10.10.2.10","remote_port":5201}]},
-"end":{"sum_sent":{"start":0,"end":10,"seconds":10,"bytes":1250000000,"bits_per_second":1e9,"retransmits":7,"sender":true},
+"end":{"streams":[{"sender":{"bits_per_second":6e8},"receiver":{"bits_per_second":5.8e8}},{"sender":{"bits_per_second":4e8},"receiver":{"bits_per_second":3.8e8}}],
+"sum_sent":{"start":0,"end":10,"seconds":10,"bytes":1250000000,"bits_per_second":1e9,"retransmits":7,"sender":true},
 "sum_received":{"start":0,"end":10.2,"seconds":10.2,"bytes":1224000000,"bits_per_second":9.6e8,"sender":true}}}`)
 	r, err := Parse(report)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.ReceivedBps != 9.6e8 || r.SentBps != 1e9 || r.Retransmits != 7 || r.Bytes != 1224000000 || r.Seconds != 10.2 {
+	if r.ReceivedBps != 9.6e8 || r.SentBps != 1e9 || r.Retransmits != 7 || r.Bytes != 1224000000 || r.Seconds != 10.2 ||
+		len(r.PerConnectionBps) != 2 || r.PerConnectionBps[0] != 5.8e8 || r.PerConnectionBps[1] != 3.8e8 {
 		t.Errorf("%+v", r)
 	}
 	for _, bad := range []string{`{"error":"unable to connect to server: Connection refused"}`, `{}`, `not json`} {
 		if _, err := Parse([]byte(bad)); err == nil {
 			t.Errorf("Parse(%s) accepted it", bad)
 		}
+	}
+}
+
+func TestRunsAreSummarisedByMedianAndRange(t *testing.T) {
+	pt := func(mode string, streams, chunk, run int, mbps float64) Point {
+		return Point{Mode: mode, Streams: streams, ChunkSize: chunk, Run: run, Result: Result{ReceivedBps: mbps * 1e6}}
+	}
+	points := []Point{
+		pt(ModeDirect, 1, 0, 1, 100), pt(ModeParallel, 8, 0, 1, 470), pt(ModeSosappliance, 8, 60000, 1, 440),
+		pt(ModeDirect, 1, 0, 2, 106), pt(ModeParallel, 8, 0, 2, 480), pt(ModeSosappliance, 8, 60000, 2, 464),
+		pt(ModeDirect, 1, 0, 3, 101), pt(ModeParallel, 8, 0, 3, 479), pt(ModeSosappliance, 8, 60000, 3, 452),
+	}
+	var table bytes.Buffer
+	if err := WriteTable(&table, points); err != nil {
+		t.Fatal(err)
+	}
+	want := `direct, 1 TCP connection: 101 (100-106) Mbit/s
+
+  streams    iperf3 -P N  sos chunk 60000
+        8  479 (470-480)    452 (440-464)
+`
+	if table.String() != want {
+		t.Errorf("table:\n%s\nwant:\n%s", table.String(), want)
+	}
+	m := Medians(points)
+	if len(m) != 3 || m[2].Result.ReceivedBps != 452e6 || m[0].Result.ReceivedBps != 101e6 {
+		t.Errorf("medians %+v", m)
+	}
+	if s := Summarise([]float64{4, 1, 3, 2}); s.Median != 2.5 || s.Min != 1 || s.Max != 4 || s.N != 4 {
+		t.Errorf("even count: %+v", s)
+	}
+}
+
+func TestSharingTable(t *testing.T) {
+	sessions := func(run int, per ...float64) Point {
+		p := Point{Mode: ModeSosappliance, Streams: 16, ChunkSize: 60000, Concurrent: len(per), Run: run}
+		for _, v := range per {
+			p.Result.PerConnectionBps = append(p.Result.PerConnectionBps, v*1e6)
+			p.Result.ReceivedBps += v * 1e6
+		}
+		return p
+	}
+	points := []Point{
+		{Mode: ModeSosappliance, Streams: 16, ChunkSize: 60000, Run: 1, Result: Result{ReceivedBps: 400e6}},
+		{Mode: ModeParallel, Streams: 4, Run: 1, Result: Result{ReceivedBps: 370e6}},
+		sessions(1, 100, 100, 100, 100),
+		sessions(1, 200, 50),
+	}
+	var buf bytes.Buffer
+	if err := WriteSharingTable(&buf, points); err != nil {
+		t.Fatal(err)
+	}
+	want := `sharing: K concurrent connections, each an sosappliance session of 16 stripes, chunk 60000; one session alone: 400 Mbit/s
+
+  K  iperf3 -P K  sos K sessions  vs one alone  slowest  fastest  Jain
+  2            -             250         0.62x       50      200  0.74
+  4          370             400         1.00x      100      100  1.00
+`
+	if buf.String() != want {
+		t.Errorf("sharing table:\n%s\nwant:\n%s", buf.String(), want)
+	}
+	if j := Jain([]float64{1, 0, 0, 0}); j != 0.25 {
+		t.Errorf("Jain of one taking all of four = %v, want 0.25", j)
+	}
+	var none bytes.Buffer
+	if err := WriteSharingTable(&none, points[:2]); err != nil || none.Len() != 0 {
+		t.Errorf("no sharing sweep printed %q (%v)", none.String(), err)
 	}
 }

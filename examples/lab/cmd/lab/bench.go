@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +32,10 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	chunksFlag := fs.String("chunks", "10000,60000,65000", "sosappliance chunk sizes to sweep, in bytes")
 	queueLength := fs.Int("queue-length", 0, "queue_length of the benchmark whitelists; 0 takes the --whitelist's")
 	out := fs.String("out", "out", "directory for bench-wan.csv and bench-wan.png")
+	runs := fs.Int("runs", 1, "runs of the whole sweep; tables show the median and the range")
+	concurrentFlag := fs.String("concurrent", "", "sharing sweep: concurrent connection counts K (e.g. 2,4,8), each connection its own sosappliance session")
+	concStreams := fs.Int("concurrent-streams", 16, "stripes of each session in the sharing sweep")
+	concChunk := fs.Int("concurrent-chunk", 60000, "chunk size of each session in the sharing sweep")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -40,6 +46,18 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	chunks, err := intList(*chunksFlag)
 	if err != nil {
 		return fmt.Errorf("--chunks: %w", err)
+	}
+	var concurrent []int
+	if *concurrentFlag != "" {
+		if concurrent, err = intList(*concurrentFlag); err != nil {
+			return fmt.Errorf("--concurrent: %w", err)
+		}
+	}
+	if *runs < 1 {
+		return fmt.Errorf("--runs %d: want at least one run", *runs)
+	}
+	if *concStreams < 1 || *concChunk < 1 {
+		return fmt.Errorf("--concurrent-streams and --concurrent-chunk must be positive")
 	}
 	opts, err := lf.options(stdout)
 	if err != nil {
@@ -63,6 +81,8 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	type cell struct {
 		streams, chunk int
 		wl             labnet.Whitelist
+		// sharingOnly: the sharing sweep's shape, not in the main sweep.
+		sharingOnly bool
 	}
 	var cells []cell
 	if opts.Sosappliance != "" {
@@ -75,6 +95,13 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				cells = append(cells, cell{streams: n, chunk: c, wl: wl})
 			}
 		}
+		if len(concurrent) > 0 && !slices.ContainsFunc(cells, func(c cell) bool { return c.streams == *concStreams && c.chunk == *concChunk }) {
+			wl := base
+			wl.Name = fmt.Sprintf("bench-s%d-c%d", *concStreams, *concChunk)
+			wl.ServerPort = benchBasePort + len(cells)
+			wl.Streams, wl.ChunkSize = *concStreams, *concChunk
+			cells = append(cells, cell{streams: *concStreams, chunk: *concChunk, wl: wl, sharingOnly: true})
+		}
 		opts.EditConfig = func(cf *labnet.ConfigFile) error {
 			for _, c := range cells {
 				cf.SetWhitelist(c.wl)
@@ -83,7 +110,10 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 
-	fmt.Fprintf(stdout, "sosappliance WAN benchmark: streams %v, chunk sizes %v\n", streams, chunks)
+	fmt.Fprintf(stdout, "sosappliance WAN benchmark: streams %v, chunk sizes %v, %d run(s)\n", streams, chunks, *runs)
+	if len(concurrent) > 0 {
+		fmt.Fprintf(stdout, "sharing sweep: %v concurrent connections of %d stripes, chunk %d\n", concurrent, *concStreams, *concChunk)
+	}
 	fmt.Fprintf(stdout, "WAN: %s; each transfer %v after %v of slow start\n\n", opts.WAN, tf.duration, tf.omit)
 	lab, err := labnet.Up(ctx, opts)
 	if err != nil {
@@ -104,16 +134,48 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		point measure.Point
 		tr    measure.Transfer
 	}
-	jobs := []job{{measure.Point{Mode: measure.ModeDirect, Streams: 1},
-		measure.Transfer{Label: "direct, 1 TCP connection", Port: tf.directPort, Parallel: 1}}}
+	var sweep []job
+	sweep = append(sweep, job{measure.Point{Mode: measure.ModeDirect, Streams: 1},
+		measure.Transfer{Label: "direct, 1 TCP connection", Port: tf.directPort, Parallel: 1}})
 	for _, n := range streams {
-		jobs = append(jobs, job{measure.Point{Mode: measure.ModeParallel, Streams: n},
+		sweep = append(sweep, job{measure.Point{Mode: measure.ModeParallel, Streams: n},
 			measure.Transfer{Label: fmt.Sprintf("iperf3 -P %d", n), Port: tf.directPort, Parallel: n}})
 		for _, c := range cells {
-			if c.streams == n {
-				jobs = append(jobs, job{measure.Point{Mode: measure.ModeSosappliance, Streams: n, ChunkSize: c.chunk},
+			if c.streams == n && !c.sharingOnly {
+				sweep = append(sweep, job{measure.Point{Mode: measure.ModeSosappliance, Streams: n, ChunkSize: c.chunk},
 					measure.Transfer{Label: fmt.Sprintf("sosappliance %d streams, chunk %d", n, c.chunk), Port: c.wl.ServerPort, Parallel: 1}})
 			}
+		}
+	}
+	// The sharing sweep: K connections at once, each its own session; its
+	// baselines are iperf3 -P K and one session of the same shape alone.
+	for _, c := range cells {
+		if c.streams != *concStreams || c.chunk != *concChunk || len(concurrent) == 0 {
+			continue
+		}
+		if c.sharingOnly {
+			sweep = append(sweep, job{measure.Point{Mode: measure.ModeSosappliance, Streams: c.streams, ChunkSize: c.chunk},
+				measure.Transfer{Label: fmt.Sprintf("sosappliance %d streams, chunk %d", c.streams, c.chunk), Port: c.wl.ServerPort, Parallel: 1}})
+		}
+		for _, k := range concurrent {
+			if k < 2 {
+				continue
+			}
+			if !slices.Contains(streams, k) {
+				sweep = append(sweep, job{measure.Point{Mode: measure.ModeParallel, Streams: k},
+					measure.Transfer{Label: fmt.Sprintf("iperf3 -P %d", k), Port: tf.directPort, Parallel: k}})
+			}
+			sweep = append(sweep, job{measure.Point{Mode: measure.ModeSosappliance, Streams: c.streams, ChunkSize: c.chunk, Concurrent: k},
+				measure.Transfer{Label: fmt.Sprintf("%d sosappliance sessions of %d streams", k, c.streams), Port: c.wl.ServerPort, Parallel: k}})
+		}
+	}
+	// Whole sweeps repeat, so that a slow spell of a shared machine lands
+	// on one run of every cell rather than on every run of one.
+	var jobs []job
+	for r := 1; r <= *runs; r++ {
+		for _, j := range sweep {
+			j.point.Run = r
+			jobs = append(jobs, j)
 		}
 	}
 	var points []measure.Point
@@ -147,13 +209,17 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := measure.WriteTable(stdout, points); err != nil {
 		return err
 	}
+	fmt.Fprintln(stdout)
+	if err := measure.WriteSharingTable(stdout, points); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "\nwrote %s and %s\n", csvPath, pngPath)
 	return nil
 }
 
-// benchChart plots throughput against streams: one line per sosappliance
-// chunk size, one for end-host parallel TCP, and levels for the direct
-// transfer and the link rate.
+// benchChart plots throughput against streams (medians over the runs): one
+// line per sosappliance chunk size, one for end-host parallel TCP, and
+// levels for the direct transfer and the link rate.
 func benchChart(points []measure.Point, wan labnet.WAN) plot.Chart {
 	c := plot.Chart{
 		Title:   "lab WAN " + wan.String() + ": throughput against streams",
@@ -164,7 +230,7 @@ func benchChart(points []measure.Point, wan labnet.WAN) plot.Chart {
 	}
 	series := map[string]*plot.Series{}
 	var order []string
-	for _, p := range points {
+	for _, p := range measure.Medians(points) {
 		mbps := p.Result.ReceivedBps / 1e6
 		var name string
 		switch p.Mode {
@@ -185,7 +251,9 @@ func benchChart(points []measure.Point, wan labnet.WAN) plot.Chart {
 		s.Points = append(s.Points, plot.Point{X: float64(p.Streams), Y: mbps})
 	}
 	for _, name := range order {
-		c.Series = append(c.Series, *series[name])
+		s := series[name]
+		slices.SortFunc(s.Points, func(a, b plot.Point) int { return cmp.Compare(a.X, b.X) })
+		c.Series = append(c.Series, *s)
 	}
 	if wan.Rate > 0 {
 		c.Levels = append(c.Levels, plot.Level{Name: "link " + labnet.FormatRate(float64(wan.Rate)), Color: plot.Palette[5], Y: float64(wan.Rate) / 1e6})
