@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -149,7 +150,11 @@ func observeSteeringTable() (value string, present bool, err error) {
 	if err != nil {
 		return "", true, err
 	}
-	t, err := decodeSteeringRules(rules)
+	sets, err := readSteeringSets(c)
+	if err != nil {
+		return "", true, err
+	}
+	t, err := decodeSteeringRules(rules, sets)
 	if err != nil {
 		return unrecognisedTable(err.Error()), true, nil
 	}
@@ -206,13 +211,45 @@ func applySteeringTable(t item.TproxyRules) error {
 	c.DelTable(table)
 	c.AddTable(table)
 	chain := c.AddChain(steeringChainSpec(table))
-	for _, exprs := range steeringRuleExprs(t) {
+	sets, rules := steeringRuleExprs(t)
+	ids := map[string]uint32{}
+	for _, s := range sets {
+		set := &nftables.Set{Table: table, Name: s.name, KeyType: s.keyType, Interval: true}
+		if err := c.AddSet(set, s.elements); err != nil {
+			return fmt.Errorf("nftables: set %s: %w", s.name, err)
+		}
+		ids[s.name] = set.ID
+	}
+	for _, exprs := range rules {
+		for _, e := range exprs {
+			if lk, ok := e.(*expr.Lookup); ok {
+				lk.SetID = ids[lk.SetName]
+			}
+		}
 		c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: exprs, UserData: ruleTag})
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: write table %s: %w", SteeringTable, err)
 	}
 	return nil
+}
+
+// readSteeringSets reads every set of the steering table with its
+// elements.
+func readSteeringSets(c *nftables.Conn) (map[string]nftSet, error) {
+	sets, err := c.GetSets(steeringTable())
+	if err != nil {
+		return nil, fmt.Errorf("nftables: list sets of %s: %w", SteeringTable, err)
+	}
+	out := map[string]nftSet{}
+	for _, s := range sets {
+		elems, err := c.GetSetElements(s)
+		if err != nil {
+			return nil, fmt.Errorf("nftables: elements of set %s: %w", s.Name, err)
+		}
+		out[s.Name] = nftSet{keyType: s.KeyType.Name, interval: s.Interval, elements: elems}
+	}
+	return out, nil
 }
 
 func removeSteeringTable() error {
