@@ -403,9 +403,9 @@ type parsedRule struct {
 	// The sets the rule looks up source, destination and port in.
 	saddrSet, daddrSet, dportSet string
 	mark                         uint32
-	hasMark     bool
-	tproxyPort  uint16
-	accept      bool
+	hasMark                      bool
+	tproxyPort                   uint16
+	accept                       bool
 }
 
 // parseSteeringRule recognises the two rule shapes steeringRuleExprs makes;
