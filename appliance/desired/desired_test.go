@@ -2,13 +2,16 @@ package desired
 
 import (
 	"errors"
+	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sosappliance/sosappliance/appliance/config"
 	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/host/item"
+	"github.com/sosappliance/sosappliance/internal/portrange"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 )
 
@@ -96,7 +99,8 @@ func TestCompileAgent(t *testing.T) {
 	nft, ok := itemValue(d, item.KindSteering, item.SteeringKeyNftables)
 	rules, err := item.ParseTproxyRules(nft)
 	if !ok || err != nil || rules.ListenPort != 9876 || rules.Interface != "eth1" || len(rules.Divert) != 1 ||
-		rules.Divert[0].Server.String() != "10.10.2.1" || rules.Divert[0].Port != 5201 {
+		!slices.Equal(rules.Divert[0].Servers, []netip.Prefix{netip.MustParsePrefix("10.10.2.1/32")}) ||
+		!slices.Equal(rules.Divert[0].Ports, []portrange.Range{portrange.Single(5201)}) {
 		t.Errorf("steering table = %q (%v)", nft, err)
 	}
 	for _, key := range []string{item.SteeringKeyRule, item.SteeringKeyRoute} {
