@@ -270,6 +270,26 @@ func compileSteer(st Steer, noMasks bool) ([]Flow, error) {
 	return flows, nil
 }
 
+// SteerFlowDetail says what SteerFlowCount multiplies, e.g. "1 client
+// prefix x 2 servers x 11 port matches (value/mask)".
+func SteerFlowDetail(st Steer, noMasks bool) string {
+	srvs, _ := servers(st)
+	ports, _ := portMatches(st, noMasks)
+	kind := "value/mask"
+	if noMasks {
+		kind = "one per port: the switch has no masked port matches"
+	}
+	return fmt.Sprintf("%s x %s x %s (%s)", plural(len(st.Clients), "client prefix", "client prefixes"),
+		plural(len(srvs), "server", "servers"), plural(len(ports), "port match", "port matches"), kind)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
 // SteerFlowCount is how many flows Compile makes for one steer on a switch
 // with or without masked port matches, not counting the unsteered
 // exceptions; plans show it per whitelist.
