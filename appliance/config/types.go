@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -343,4 +344,25 @@ func (c *Config) SiteOf(addr netip.Addr) *Site {
 		}
 	}
 	return nil
+}
+
+// Describe says in one line what the whitelist carries, for validate:
+// `10.10.1.0/24 -> 10.10.2.16/28 ports 2811,50000-51000 (either side opens), agent-a -> agent-b`.
+func (w *Whitelist) Describe() string {
+	join := func(ps []netip.Prefix) string {
+		parts := make([]string, len(ps))
+		for i, p := range ps {
+			parts[i] = serverText(p)
+		}
+		return strings.Join(parts, ",")
+	}
+	ports := "ports " + portrange.Join(w.Ports)
+	if w.AllPorts {
+		ports = "every port"
+	}
+	who := "clients open"
+	if w.Both() {
+		who = "either side opens; the port is the listening side's"
+	}
+	return fmt.Sprintf("%s -> %s %s (%s), %s -> %s", join(w.Clients), join(w.Servers), ports, who, w.ClientAgent, w.ServerAgent)
 }
