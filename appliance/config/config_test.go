@@ -102,6 +102,8 @@ func mustParse(t *testing.T, src string) *Config {
 	return cfg
 }
 
+var newWhitelistForm = regexp.MustCompile(`(?m)^\s*(servers|server_ports|direction)\s*=`)
+
 func TestExampleFiles(t *testing.T) {
 	files := []string{"../../sos.hcl.example"}
 	err := filepath.WalkDir("../../examples", func(path string, d os.DirEntry, err error) error {
@@ -129,6 +131,11 @@ func TestExampleFiles(t *testing.T) {
 			}
 			if len(cfg.Sites) < 2 || len(cfg.Whitelists) == 0 {
 				t.Fatalf("%s: want at least two sites and a whitelist", f)
+			}
+			// Examples show the whitelist forms real applications need:
+			// server prefixes, port lists and ranges, both directions.
+			if !newWhitelistForm.Match(src.Bytes) {
+				t.Errorf("%s uses none of servers, server_ports, direction", f)
 			}
 			for _, w := range cfg.Whitelists {
 				if w.ClientAgent == "" || w.ServerAgent == "" {

@@ -271,15 +271,15 @@ func TestCompileTuningProfileOrigins(t *testing.T) {
 		node, kind, key, value, origin string
 		optional                       bool
 	}{
-		{"dtn-east", item.KindSysctl, "net.core.default_qdisc", "fq", "profile fasterdata-100g (" + file + ":54)", true},
-		{"dtn-east", item.KindSysctl, "net.core.rmem_max", "2147483647", "profile fasterdata-100g (" + file + ":54)", false},
-		{"dtn-east", item.KindInterface, "ens1f0/mtu", "9000", "profile fasterdata-100g (" + file + ":54)", false},
-		{"dtn-east", item.KindIRQ, "ens1f0", "0-7", file + ":59", false},
+		{"dtn-east", item.KindSysctl, "net.core.default_qdisc", "fq", "profile fasterdata-100g (" + file + ":60)", true},
+		{"dtn-east", item.KindSysctl, "net.core.rmem_max", "2147483647", "profile fasterdata-100g (" + file + ":60)", false},
+		{"dtn-east", item.KindInterface, "ens1f0/mtu", "9000", "profile fasterdata-100g (" + file + ":60)", false},
+		{"dtn-east", item.KindIRQ, "ens1f0", "0-7", file + ":65", false},
 		{"dtn-east", item.KindSteering, item.SteeringKeyNftables, "", "agent dtn-east", false},
-		{"dtn-west", item.KindSysctl, "net.core.default_qdisc", "fq", "profile fasterdata-10g (" + file + ":65)", true},
-		{"dtn-west", item.KindSysctl, "net.core.rmem_max", "67108864", file + ":70", false},
-		{"dtn-west", item.KindSysctl, "net.ipv4.tcp_mtu_probing", "1", "profile fasterdata-10g (" + file + ":65)", false},
-		{"dtn-west", item.KindInterface, "eth1/mtu", "1500", file + ":74", false},
+		{"dtn-west", item.KindSysctl, "net.core.default_qdisc", "fq", "profile fasterdata-10g (" + file + ":71)", true},
+		{"dtn-west", item.KindSysctl, "net.core.rmem_max", "67108864", file + ":76", false},
+		{"dtn-west", item.KindSysctl, "net.ipv4.tcp_mtu_probing", "1", "profile fasterdata-10g (" + file + ":71)", false},
+		{"dtn-west", item.KindInterface, "eth1/mtu", "1500", file + ":80", false},
 	}
 	compiled := map[string]*Desired{}
 	for _, tt := range tests {
@@ -313,7 +313,7 @@ func TestCompileTuningProfileOrigins(t *testing.T) {
 		t.Errorf("notes = %q", east.Notes)
 	}
 	for _, it := range compiled["dtn-west"].Items {
-		if it.Kind == item.KindSysctl && it.Key == "net.core.wmem_max" && it.Origin != file+":71" {
+		if it.Kind == item.KindSysctl && it.Key == "net.core.wmem_max" && it.Origin != file+":77" {
 			t.Errorf("wmem_max from %q", it.Origin)
 		}
 	}

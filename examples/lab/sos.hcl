@@ -82,6 +82,17 @@ whitelist "http" {
   chunk_size  = 60000
 }
 
+# A data port range, as GridFTP servers set with GLOBUS_TCP_PORT_RANGE:
+# one whitelist, three value/mask flows per switch direction, one nftables
+# interval set at the agent.
+whitelist "range" {
+  clients      = ["10.10.1.0/24"]
+  servers      = ["10.10.2.8/29"]
+  server_ports = ["50000-50063"]
+  streams      = 16
+  chunk_size   = 60000
+}
+
 # Agents get WAN-sized TCP buffers and BBR on their stripe streams, which
 # random loss does not throttle the way it throttles loss-based congestion
 # control; client and server stay untuned. The net.core buffer maxima are

@@ -372,7 +372,14 @@ func (l *Lab) Steered(ctx context.Context) (map[string]bool, error) {
 	l.mu.Unlock()
 	steered := map[string]bool{}
 	for _, w := range cfg.Whitelists {
-		ok, err := l.PortSteered(ctx, int(w.ServerPort))
+		// A range is steered by value/mask blocks; its first block
+		// stands for it.
+		m := w.Ports[0].Masks()[0]
+		match := strconv.Itoa(int(m.Value))
+		if !m.Exact() {
+			match = fmt.Sprintf("%#x/%#x", m.Value, m.Mask)
+		}
+		ok, err := l.matchSteered(ctx, [2]string{"tp_dst=" + match, "tp_src=" + match})
 		if err != nil {
 			return nil, err
 		}
@@ -387,10 +394,15 @@ func (l *Lab) Steered(ctx context.Context) (map[string]bool, error) {
 // withdraws these flows while an agent is down (fail-open) and when the
 // port's whitelist is removed.
 func (l *Lab) PortSteered(ctx context.Context, port int) (bool, error) {
+	return l.matchSteered(ctx, [2]string{"tp_dst=" + strconv.Itoa(port), "tp_src=" + strconv.Itoa(port)})
+}
+
+// matchSteered reports whether the client site's switch steers the match
+// of matches[0] and the server site's that of matches[1] to their agents.
+func (l *Lab) matchSteered(ctx context.Context, matches [2]string) (bool, error) {
 	l.mu.Lock()
 	sites := l.sites
 	l.mu.Unlock()
-	matches := [2]string{"tp_dst=" + strconv.Itoa(port), "tp_src=" + strconv.Itoa(port)}
 	for i, s := range sites {
 		dump, err := l.ovs.ofctl(ctx, "dump-flows", s.sw.Name)
 		if err != nil {
