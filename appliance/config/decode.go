@@ -460,7 +460,7 @@ func decodeSite(b *hcl.Block, diags *hcl.Diagnostics) *Site {
 	for _, p := range a.strList("prefixes") {
 		pfx, err := ParsePrefix(p)
 		if err != nil {
-			a.errorf("prefixes", "site %q prefixes: %v", "List the site's IPv4 networks in CIDR form, e.g. \"10.10.1.0/24\".", s.Name, err)
+			a.errorf("prefixes", "site %q prefixes: %v", "List the site's networks in CIDR form, e.g. \"10.10.1.0/24\" or \"2001:db8:1::/48\".", s.Name, err)
 			continue
 		}
 		s.Prefixes = append(s.Prefixes, pfx)
@@ -569,7 +569,7 @@ func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
 	if a.has("address") {
 		addr, err := ParseAddr(a.str("address", ""))
 		if err != nil {
-			a.errorf("address", "agent %q address: %v", `Write the agent's IPv4 address, e.g. "10.10.1.2".`, ag.Name, err)
+			a.errorf("address", "agent %q address: %v", `Write the agent's address, e.g. "10.10.1.2" or "2001:db8:1::2".`, ag.Name, err)
 		}
 		ag.Address = addr
 	}
@@ -584,7 +584,7 @@ func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
 	}
 	ag.HealthListen = a.str("health_listen", "")
 	if ag.HealthListen == "" && ag.Address.IsValid() {
-		ag.HealthListen = fmt.Sprintf("%s:%d", ag.Address, DefaultHealthPort)
+		ag.HealthListen = netip.AddrPortFrom(ag.Address, DefaultHealthPort).String()
 	} else if ag.HealthListen != "" {
 		if err := ValidHostPort(ag.HealthListen); err != nil {
 			a.errorf("health_listen", "agent %q health_listen: %v", `Use "IP:PORT"; the controller probes GET /healthz there.`, ag.Name, err)

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -202,6 +203,15 @@ func resolveWhitelist(cfg *Config, w *Whitelist) hcl.Diagnostics {
 	}
 	if len(w.Clients) == 0 && w.ClientsRange.Filename != "" {
 		add(w.ClientsRange, "List at least one client network.", "Whitelist %q has no clients", w.Name)
+	}
+	// A TCP connection has one address family: IPv4 and IPv6 hosts of a
+	// dual-stack pair take one whitelist each.
+	for _, c := range w.Clients {
+		if i := slices.IndexFunc(w.Servers, func(s netip.Prefix) bool { return s.Addr().Is4() != c.Addr().Is4() }); i >= 0 {
+			add(w.ServerRange, "Split the whitelist: one for the IPv4 addresses of clients and servers, one for the IPv6 ones.",
+				"Whitelist %q mixes address families: client %s and server %s", w.Name, serverText(c), serverText(w.Servers[i]))
+			return diags
+		}
 	}
 	for _, s := range cfg.Sites {
 		if s.incomplete {

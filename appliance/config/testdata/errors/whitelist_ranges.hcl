@@ -112,3 +112,9 @@ whitelist "download" {
   direction    = "both"
   streams      = 2
 }
+whitelist "mixed" {
+  clients     = ["10.1.0.192/26"]
+  servers     = ["2001:db8:2::10"] # ERROR: mixes address families: client 10.1.0.192/26 and server 2001:db8:2::10
+  server_port = 26
+  streams     = 2
+}
