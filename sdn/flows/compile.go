@@ -83,8 +83,10 @@ const ForwardingNormal = "normal"
 
 // Compile returns the flow set one switch must carry, sorted by priority
 // (highest first) and then by cookie and match. It fails on intent it
-// cannot express (non-IPv4 addresses, a malformed MAC, two intents that
-// need the same table entry).
+// cannot express (clients and servers of different address families, a
+// malformed MAC, two intents that need the same table entry). IPv4 steers
+// match eth_type 0x0800 and ipv4_src/ipv4_dst, IPv6 ones eth_type 0x86dd
+// and ipv6_src/ipv6_dst.
 func Compile(sw Switch) ([]Flow, error) {
 	if sw.Forwarding != "" && sw.Forwarding != ForwardingNormal {
 		return nil, fmt.Errorf("switch %s: forwarding %q is not supported (only %q)", sw.Name, sw.Forwarding, ForwardingNormal)
@@ -186,16 +188,25 @@ func servers(st Steer) ([]netip.Prefix, error) {
 	return st.Servers, nil
 }
 
-// ipv4Prefix checks and unmaps an IPv4 prefix.
-func ipv4Prefix(p netip.Prefix, what string) (netip.Prefix, error) {
-	if !p.IsValid() || !p.Addr().Unmap().Is4() {
-		return netip.Prefix{}, fmt.Errorf("%s %s is not IPv4", what, p)
+// ipPrefix checks a prefix and unmaps an IPv4-mapped one.
+func ipPrefix(p netip.Prefix, what string) (netip.Prefix, error) {
+	if !p.IsValid() {
+		return netip.Prefix{}, fmt.Errorf("%s %s is not a valid prefix", what, p)
 	}
 	bits := p.Bits()
 	if p.Addr().Is4In6() {
 		bits -= 96
 	}
-	return netip.PrefixFrom(p.Addr().Unmap(), bits).Masked(), nil
+	return netip.PrefixFrom(p.Addr().Unmap(), max(bits, 0)).Masked(), nil
+}
+
+// ipMatch is the start of a TCP match of one family: eth_type and
+// ip_proto, then the source and destination prefixes.
+func ipMatch(src, dst netip.Prefix, port ofp13.OXM) ofp13.Match {
+	if src.Addr().Is4() {
+		return ofp13.NewMatch(ofp13.EthType(0x0800), ofp13.IPProto(6), ofp13.IPv4Src(src), ofp13.IPv4Dst(dst), port)
+	}
+	return ofp13.NewMatch(ofp13.EthType(0x86dd), ofp13.IPProto(6), ofp13.IPv6Src(src), ofp13.IPv6Dst(dst), port)
 }
 
 func compileSteer(st Steer, noMasks bool) ([]Flow, error) {
@@ -232,35 +243,35 @@ func compileSteer(st Steer, noMasks bool) ([]Flow, error) {
 	}}}
 	var flows []Flow
 	for _, s := range srvs {
-		server, err := ipv4Prefix(s, "server")
+		server, err := ipPrefix(s, "server")
 		if err != nil {
 			return nil, err
 		}
 		for _, c := range st.Clients {
-			client, err := ipv4Prefix(c, "client prefix")
+			client, err := ipPrefix(c, "client prefix")
 			if err != nil {
 				return nil, err
+			}
+			if client.Addr().Is4() != server.Addr().Is4() {
+				return nil, fmt.Errorf("client prefix %s and server %s differ in address family", client, server)
 			}
 			for _, pm := range ports {
 				f := Flow{Table: Table, Priority: PrioritySteer, Instructions: instructions, Cookie: cookie,
 					Reason: fmt.Sprintf("whitelist %s%s %s side via agent %s", st.Whitelist, opened, st.Side, st.Agent.Name)}
 				if st.Side == ClientSide {
-					f.Match = ofp13.NewMatch(ofp13.EthType(0x0800), ofp13.IPProto(6),
-						ofp13.IPv4Src(client), ofp13.IPv4Dst(server), tcpPort(true, pm))
+					f.Match = ipMatch(client, server, tcpPort(true, pm))
 					flows = append(flows, f)
 					continue
 				}
-				f.Match = ofp13.NewMatch(ofp13.EthType(0x0800), ofp13.IPProto(6),
-					ofp13.IPv4Src(server), tcpPort(false, pm), ofp13.IPv4Dst(client))
+				f.Match = ipMatch(server, client, tcpPort(false, pm))
 				flows = append(flows, f)
 				for _, a := range st.Unsteered {
-					if a = a.Unmap(); !a.Is4() || !client.Contains(a) {
+					if a = a.Unmap(); !client.Contains(a) {
 						continue
 					}
 					flows = append(flows, Flow{Table: Table, Priority: PrioritySteer + 1, Instructions: normal(),
 						Cookie: cookie,
-						Match: ofp13.NewMatch(ofp13.EthType(0x0800), ofp13.IPProto(6),
-							ofp13.IPv4Src(server), tcpPort(false, pm), ofp13.IPv4Dst(netip.PrefixFrom(a, 32))),
+						Match:  ipMatch(server, netip.PrefixFrom(a, a.BitLen()), tcpPort(false, pm)),
 						Reason: fmt.Sprintf("whitelist %s%s: replies to agent address %s are not steered", st.Whitelist, opened, a),
 					})
 				}

@@ -452,3 +452,32 @@ func TestCompilePortRangesAndServerPrefixes(t *testing.T) {
 		t.Errorf("an empty range compiles: %v", err)
 	}
 }
+
+// TestCompileIPv6 steers an IPv6 whitelist with eth_type 0x86dd and
+// ipv6_src/ipv6_dst, printed as ovs-ofctl prints them, with the agent's
+// own IPv6 address left unsteered on the reply side.
+func TestCompileIPv6(t *testing.T) {
+	wl := WhitelistID("v6")
+	st := Steer{Whitelist: "v6", Side: ServerSide, Agent: agentUtah,
+		Clients:   []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/48")},
+		Servers:   []netip.Prefix{netip.MustParsePrefix("2001:db8:2::10/128")},
+		Ports:     []portrange.Range{{Lo: 5201, Hi: 5201}},
+		Unsteered: []netip.Addr{netip.MustParseAddr("2001:db8:1::2"), netip.MustParseAddr("10.10.1.2")}}
+	client := st
+	client.Side, client.Agent, client.Unsteered = ClientSide, agentClemson, nil
+	got, err := Compile(Switch{Name: "b", Agents: []Agent{agentUtah}, Steers: []Steer{st, client}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, cc := "cookie="+hexCookie(KindSteerServer, wl)+", table=0, ", "cookie="+hexCookie(KindSteerClient, wl)+", table=0, "
+	want := []string{
+		"cookie=0x5053010000000004, table=0, priority=3000,in_port=4 actions=NORMAL",
+		sc + "priority=2001,tcp6,ipv6_src=2001:db8:2::10,ipv6_dst=2001:db8:1::2,tp_src=5201 actions=NORMAL",
+		cc + "priority=2000,tcp6,ipv6_src=2001:db8:1::/48,ipv6_dst=2001:db8:2::10,tp_dst=5201 actions=set_field:02:00:00:00:01:02->eth_dst,output:3",
+		sc + "priority=2000,tcp6,ipv6_src=2001:db8:2::10,ipv6_dst=2001:db8:1::/48,tp_src=5201 actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
+		"cookie=0x5053040000000000, table=0, priority=1000 actions=NORMAL",
+	}
+	if !slices.Equal(strs(got), want) {
+		t.Errorf("IPv6:\n got %s\nwant %s", strings.Join(strs(got), "\n     "), strings.Join(want, "\n     "))
+	}
+}
