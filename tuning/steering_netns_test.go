@@ -305,3 +305,77 @@ func TestRunInNetnsConfinesSteeringToTheNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSteeringIPv6InNetns: IPv6 diverts go to table ip6 with IPv6 interval
+// sets, and the mark's policy rule and local route exist for IPv6 too;
+// all of it reads back as the desired items.
+func TestSteeringIPv6InNetns(t *testing.T) {
+	testsupport.RequireRoot(t, "ip", "nft")
+	name := fmt.Sprintf("sost6%d", os.Getpid())
+	run(t, "ip", "netns", "add", name)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	run(t, "ip", "-n", name, "link", "set", "lo", "up")
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	spec := testSteeringSpec()
+	spec.Divert = append(spec.Divert, item.Divert{
+		Clients: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/48")},
+		Servers: []netip.Prefix{netip.MustParsePrefix("2001:db8:2::/124")},
+		Ports:   []portrange.Range{{Lo: 5201, Hi: 5201}, {Lo: 50000, Hi: 51000}}})
+	items := steeringItems(t, spec)
+	ex := NewSteering()
+	err = RunInNetns(ns, func() error {
+		for _, it := range items {
+			if err := ex.Apply(context.Background(), it); err != nil {
+				return err
+			}
+		}
+		obs, err := ex.Observe(context.Background(), items)
+		for i, o := range obs {
+			if !o.Present || o.Value != items[i].Value {
+				return fmt.Errorf("observed %+v, want %q", o, items[i].Value)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v6 := run(t, "ip", "netns", "exec", name, "nft", "list", "table", "ip6", SteeringTable)
+	for _, want := range []string{
+		"meta l4proto tcp socket transparent 1 meta mark set 0x0000534f accept",
+		`iifname "sosa0" ip6 saddr @clients0 ip6 daddr @servers0 tcp dport @ports0 meta mark set 0x0000534f tproxy to :9876 accept`,
+		"type ipv6_addr\n\t\tflags interval\n\t\telements = { 2001:db8:1::/48 }",
+		"type ipv6_addr\n\t\tflags interval\n\t\telements = { 2001:db8:2::/124 }",
+		"elements = { 5201, 50000-51000 }",
+	} {
+		if !strings.Contains(v6, want) {
+			t.Errorf("table ip6 lacks %q:\n%s", want, v6)
+		}
+	}
+	if v4 := run(t, "ip", "netns", "exec", name, "nft", "list", "table", "ip", SteeringTable); strings.Contains(v4, "2001:db8") {
+		t.Errorf("IPv6 diverts in table ip:\n%s", v4)
+	}
+	if out := run(t, "ip", "-6", "-n", name, "rule", "show"); !strings.Contains(out, "from all fwmark 0x534f lookup 21327 proto 83") {
+		t.Errorf("IPv6 rules:\n%s", out)
+	}
+	if out := run(t, "ip", "-6", "-n", name, "route", "show", "table", "21327"); !strings.Contains(out, "local default dev lo proto 83") {
+		t.Errorf("IPv6 steering route:\n%s", out)
+	}
+	// A missing IPv6 route is drift, repaired by apply.
+	run(t, "ip", "-6", "-n", name, "route", "flush", "table", "21327")
+	route := items[len(items)-1]
+	err = RunInNetns(ns, func() error {
+		obs, err := ex.Observe(context.Background(), []item.Item{route})
+		if err != nil || obs[0].Value == route.Value {
+			return fmt.Errorf("route observed %q (%v) without its IPv6 half", obs[0].Value, err)
+		}
+		return ex.Apply(context.Background(), route)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

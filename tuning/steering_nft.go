@@ -30,8 +30,29 @@ var ruleTag = []byte("sosappliance")
 // reg is the register all our expressions use.
 const reg = 1
 
-func steeringTable() *nftables.Table {
-	return &nftables.Table{Name: SteeringTable, Family: nftables.TableFamilyIPv4}
+// nftFamily is one of the two steering tables: ip for IPv4 diverts, ip6
+// for IPv6 ones. Both hold the transparent-socket rule.
+type nftFamily struct {
+	name         string // "ip" or "ip6", as nft writes it
+	table        nftables.TableFamily
+	proto        byte // NFPROTO_IPV4 or NFPROTO_IPV6
+	is4          bool
+	addrLen      uint32 // bytes of an address
+	saddr, daddr uint32 // their offsets in the network header
+	addrType     nftables.SetDatatype
+}
+
+var (
+	ipv4Family = nftFamily{name: "ip", table: nftables.TableFamilyIPv4, proto: unix.NFPROTO_IPV4, is4: true,
+		addrLen: 4, saddr: 12, daddr: 16, addrType: nftables.TypeIPAddr}
+	ipv6Family = nftFamily{name: "ip6", table: nftables.TableFamilyIPv6, proto: unix.NFPROTO_IPV6,
+		addrLen: 16, saddr: 8, daddr: 24, addrType: nftables.TypeIP6Addr}
+	// nftFamilies are the steering tables, each written and read alike.
+	nftFamilies = []nftFamily{ipv4Family, ipv6Family}
+)
+
+func steeringTable(f nftFamily) *nftables.Table {
+	return &nftables.Table{Name: SteeringTable, Family: f.table}
 }
 
 func steeringChainSpec(t *nftables.Table) *nftables.Chain {
@@ -107,7 +128,7 @@ func portElements(rs []portrange.Range) []nftables.SetElement {
 // and server addresses and ports are interval sets, so a port range or a
 // list of prefixes is one rule and one set lookup, never a rule per port.
 // Lookups name their set; the caller fills in set ids when it adds them.
-func steeringRuleExprs(t item.TproxyRules) ([]steeringSet, [][]expr.Any) {
+func steeringRuleExprs(t item.TproxyRules, f nftFamily) ([]steeringSet, [][]expr.Any) {
 	// Each rule gets its own expression values; none are shared.
 	tcp := func() []expr.Any {
 		return []expr.Any{
@@ -127,11 +148,16 @@ func steeringRuleExprs(t item.TproxyRules) ([]steeringSet, [][]expr.Any) {
 	socket = append(socket, setMark()...)
 	rules := [][]expr.Any{append(socket, &expr.Verdict{Kind: expr.VerdictAccept})}
 	var sets []steeringSet
-	for i, d := range t.Divert {
+	i := -1
+	for _, d := range t.Divert {
+		if len(d.Servers) == 0 || d.Servers[0].Addr().Is4() != f.is4 {
+			continue
+		}
+		i++
 		n := strconv.Itoa(i)
 		sets = append(sets,
-			steeringSet{setClients + n, nftables.TypeIPAddr, addrElements(d.Clients)},
-			steeringSet{setServers + n, nftables.TypeIPAddr, addrElements(d.Servers)},
+			steeringSet{setClients + n, f.addrType, addrElements(d.Clients)},
+			steeringSet{setServers + n, f.addrType, addrElements(d.Servers)},
 			steeringSet{setPorts + n, nftables.TypeInetService, portElements(d.Ports)})
 		var r []expr.Any
 		if t.Interface != "" {
@@ -141,9 +167,9 @@ func steeringRuleExprs(t item.TproxyRules) ([]steeringSet, [][]expr.Any) {
 		}
 		r = append(r, tcp()...)
 		r = append(r,
-			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.saddr, Len: f.addrLen},
 			&expr.Lookup{SourceRegister: reg, SetName: setClients + n},
-			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.daddr, Len: f.addrLen},
 			&expr.Lookup{SourceRegister: reg, SetName: setServers + n},
 			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 			&expr.Lookup{SourceRegister: reg, SetName: setPorts + n},
@@ -151,7 +177,7 @@ func steeringRuleExprs(t item.TproxyRules) ([]steeringSet, [][]expr.Any) {
 		r = append(r, setMark()...)
 		r = append(r,
 			&expr.Immediate{Register: reg, Data: binaryutil.BigEndian.PutUint16(t.ListenPort)},
-			&expr.TProxy{Family: unix.NFPROTO_IPV4, TableFamily: unix.NFPROTO_IPV4, RegPort: reg},
+			&expr.TProxy{Family: f.proto, TableFamily: f.proto, RegPort: reg},
 			&expr.Verdict{Kind: expr.VerdictAccept},
 		)
 		rules = append(rules, r)
@@ -220,16 +246,18 @@ func decrement(b []byte) []byte {
 	return out
 }
 
-// setPrefixes reads an address interval set back as prefixes.
-func setPrefixes(elems []nftables.SetElement) ([]netip.Prefix, error) {
-	ivs, err := setIntervals(elems, 4)
+// setPrefixes reads an address interval set of n-byte addresses back as
+// prefixes.
+func setPrefixes(elems []nftables.SetElement, n int) ([]netip.Prefix, error) {
+	ivs, err := setIntervals(elems, n)
 	if err != nil {
 		return nil, err
 	}
 	var out []netip.Prefix
 	for _, iv := range ivs {
-		r := item.AddrRange{Lo: netip.AddrFrom4([4]byte(iv[0])), Hi: netip.AddrFrom4([4]byte(iv[1]))}
-		out = append(out, r.Prefixes()...)
+		lo, _ := netip.AddrFromSlice(iv[0])
+		hi, _ := netip.AddrFromSlice(iv[1])
+		out = append(out, item.AddrRange{Lo: lo, Hi: hi}.Prefixes()...)
 	}
 	return out, nil
 }
@@ -257,8 +285,8 @@ type dumpedRule struct {
 	userData []byte
 }
 
-// dumpRules reads the rules of one chain of an ip table.
-func dumpRules(table, chain string) ([]dumpedRule, error) {
+// dumpRules reads the rules of one chain of a table of family f.
+func dumpRules(f nftFamily, table, chain string) ([]dumpedRule, error) {
 	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
@@ -276,7 +304,7 @@ func dumpRules(table, chain string) ([]dumpedRule, error) {
 			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETRULE),
 			Flags: netlink.Request | netlink.Dump,
 		},
-		Data: append([]byte{unix.NFPROTO_IPV4, unix.NFNETLINK_V0, 0, 0}, attrs...),
+		Data: append([]byte{f.proto, unix.NFNETLINK_V0, 0, 0}, attrs...),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("nftables: list rules of %s %s: %w", table, chain, err)
@@ -286,7 +314,7 @@ func dumpRules(table, chain string) ([]dumpedRule, error) {
 		if len(m.Data) < 4 {
 			continue
 		}
-		r, err := decodeRuleMsg(m.Data[4:])
+		r, err := decodeRuleMsg(m.Data[4:], f.proto)
 		if err != nil {
 			return nil, fmt.Errorf("nftables: decode rule of %s %s: %w", table, chain, err)
 		}
@@ -295,7 +323,7 @@ func dumpRules(table, chain string) ([]dumpedRule, error) {
 	return rules, nil
 }
 
-func decodeRuleMsg(b []byte) (dumpedRule, error) {
+func decodeRuleMsg(b []byte, proto byte) (dumpedRule, error) {
 	var r dumpedRule
 	ad, err := netlink.NewAttributeDecoder(b)
 	if err != nil {
@@ -310,7 +338,7 @@ func decodeRuleMsg(b []byte) (dumpedRule, error) {
 			ad.Nested(func(list *netlink.AttributeDecoder) error {
 				for list.Next() {
 					list.Nested(func(one *netlink.AttributeDecoder) error {
-						return decodeExpr(one, &r)
+						return decodeExpr(one, &r, proto)
 					})
 				}
 				return nil
@@ -320,7 +348,7 @@ func decodeRuleMsg(b []byte) (dumpedRule, error) {
 	return r, ad.Err()
 }
 
-func decodeExpr(ad *netlink.AttributeDecoder, r *dumpedRule) error {
+func decodeExpr(ad *netlink.AttributeDecoder, r *dumpedRule, proto byte) error {
 	var name string
 	var data []byte
 	for ad.Next() {
@@ -358,13 +386,13 @@ func decodeExpr(ad *netlink.AttributeDecoder, r *dumpedRule) error {
 		r.unknown = append(r.unknown, name)
 		return nil
 	}
-	if err := expr.Unmarshal(unix.NFPROTO_IPV4, data, e); err != nil {
+	if err := expr.Unmarshal(proto, data, e); err != nil {
 		return fmt.Errorf("%s expression: %w", name, err)
 	}
 	// A verdict is an immediate into the verdict register.
 	if imm, ok := e.(*expr.Immediate); ok && imm.Register == unix.NFT_REG_VERDICT && len(imm.Data) == 0 {
 		v := &expr.Verdict{}
-		if err := expr.Unmarshal(unix.NFPROTO_IPV4, data, v); err != nil {
+		if err := expr.Unmarshal(proto, data, v); err != nil {
 			return fmt.Errorf("verdict: %w", err)
 		}
 		e = v
@@ -410,7 +438,7 @@ type parsedRule struct {
 
 // parseSteeringRule recognises the two rule shapes steeringRuleExprs makes;
 // anything else is an error saying what was not understood.
-func parseSteeringRule(exprs []expr.Any) (parsedRule, error) {
+func parseSteeringRule(exprs []expr.Any, f nftFamily) (parsedRule, error) {
 	var p parsedRule
 	bad := func(i int) (parsedRule, error) {
 		return parsedRule{}, fmt.Errorf("expression %d (%T) is not one sosappliance writes", i+1, exprs[i])
@@ -450,9 +478,9 @@ func parseSteeringRule(exprs []expr.Any) (parsedRule, error) {
 				return bad(i)
 			}
 			switch {
-			case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 12 && e.Len == 4 && p.saddrSet == "":
+			case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == f.saddr && e.Len == f.addrLen && p.saddrSet == "":
 				p.saddrSet = lk.SetName
-			case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 16 && e.Len == 4 && p.daddrSet == "":
+			case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == f.daddr && e.Len == f.addrLen && p.daddrSet == "":
 				p.daddrSet = lk.SetName
 			case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2 && p.dportSet == "":
 				p.dportSet = lk.SetName
@@ -468,7 +496,7 @@ func parseSteeringRule(exprs []expr.Any) (parsedRule, error) {
 				}
 				p.mark, p.hasMark = binaryutil.NativeEndian.Uint32(e.Data), true
 			case *expr.TProxy:
-				if n.Family != unix.NFPROTO_IPV4 || n.RegAddr != 0 || n.RegPort != e.Register || len(e.Data) != 2 {
+				if n.Family != f.proto || n.RegAddr != 0 || n.RegPort != e.Register || len(e.Data) != 2 {
 					return bad(i)
 				}
 				p.tproxyPort = binary.BigEndian.Uint16(e.Data)
@@ -499,7 +527,7 @@ type nftSet struct {
 // TproxyRules: the observed value of the nftables item. Every set must be
 // looked up by exactly one rule, in the field and with the key type
 // steeringRuleExprs gives it.
-func decodeSteeringRules(rules []dumpedRule, sets map[string]nftSet) (item.TproxyRules, error) {
+func decodeSteeringRules(rules []dumpedRule, sets map[string]nftSet, f nftFamily) (item.TproxyRules, error) {
 	var t item.TproxyRules
 	if len(rules) == 0 {
 		return t, fmt.Errorf("chain %s is empty", steeringChain)
@@ -526,7 +554,7 @@ func decodeSteeringRules(rules []dumpedRule, sets map[string]nftSet) (item.Tprox
 		if len(r.unknown) > 0 {
 			return t, fmt.Errorf("rule %d has expressions sosappliance does not write: %s", i+1, strings.Join(r.unknown, ", "))
 		}
-		p, err := parseSteeringRule(r.exprs)
+		p, err := parseSteeringRule(r.exprs, f)
 		if err != nil {
 			return t, fmt.Errorf("rule %d: %w", i+1, err)
 		}
@@ -553,14 +581,14 @@ func decodeSteeringRules(rules []dumpedRule, sets map[string]nftSet) (item.Tprox
 			return t, fmt.Errorf("rule %d differs from rule 2 in listen port or interface", i+1)
 		}
 		var d item.Divert
-		cs, err1 := readSet(p.saddrSet, nftables.TypeIPAddr.Name)
-		ss, err2 := readSet(p.daddrSet, nftables.TypeIPAddr.Name)
+		cs, err1 := readSet(p.saddrSet, f.addrType.Name)
+		ss, err2 := readSet(p.daddrSet, f.addrType.Name)
 		ps, err3 := readSet(p.dportSet, nftables.TypeInetService.Name)
 		if err := errors.Join(err1, err2, err3); err != nil {
 			return t, fmt.Errorf("rule %d: %w", i+1, err)
 		}
-		if d.Clients, err1 = setPrefixes(cs.elements); err1 == nil {
-			if d.Servers, err1 = setPrefixes(ss.elements); err1 == nil {
+		if d.Clients, err1 = setPrefixes(cs.elements, int(f.addrLen)); err1 == nil {
+			if d.Servers, err1 = setPrefixes(ss.elements, int(f.addrLen)); err1 == nil {
 				d.Ports, err1 = setPortRanges(ps.elements)
 			}
 		}

@@ -21,16 +21,27 @@ func TestSteeringRuleExprsDecodeToTheSameRules(t *testing.T) {
 			Clients: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/25"), netip.MustParsePrefix("10.0.0.128/26"), netip.MustParsePrefix("255.255.255.255/32")},
 			Servers: []netip.Prefix{netip.MustParsePrefix("10.2.0.16/28"), netip.MustParsePrefix("0.0.0.0/32")},
 			Ports:   []portrange.Range{{Lo: 1, Hi: 1}, {Lo: 2811, Hi: 2812}, {Lo: 50000, Hi: 51000}, {Lo: 65535, Hi: 65535}}}}},
+		// Dual stack: IPv4 diverts in table ip, IPv6 ones in table ip6.
+		{Mark: 7, ListenPort: 1, Interface: "eth1", Divert: []item.Divert{
+			{Clients: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/48"), netip.MustParsePrefix("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")},
+				Servers: []netip.Prefix{netip.MustParsePrefix("2001:db8:2::/124")}, Ports: []portrange.Range{{Lo: 50000, Hi: 51000}}},
+			{Clients: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Server: netip.MustParseAddr("10.1.0.1"), Port: 80}}},
 	} {
 		spec = spec.WithDefaults()
 		want, err := item.TproxyRules{Interface: spec.Interface, Mark: spec.Mark, ListenPort: spec.ListenPort, Divert: spec.Divert}.Normalize()
 		if err != nil {
 			t.Fatal(err)
 		}
-		dumped, sets := dumpOf(want)
-		got, err := decodeSteeringRules(dumped, sets)
-		if err != nil {
-			t.Fatal(err)
+		var got item.TproxyRules
+		for i, f := range nftFamilies {
+			dumped, sets := dumpOf(want, f)
+			one, err := decodeSteeringRules(dumped, sets, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if why := mergeFamilies(&got, one, i == 0); why != "" {
+				t.Fatal(why)
+			}
 		}
 		gotText, err := got.Canonical()
 		if err != nil {
@@ -43,9 +54,9 @@ func TestSteeringRuleExprsDecodeToTheSameRules(t *testing.T) {
 	}
 }
 
-// dumpOf is what the kernel would report for the table of t.
-func dumpOf(t item.TproxyRules) ([]dumpedRule, map[string]nftSet) {
-	sets, rules := steeringRuleExprs(t)
+// dumpOf is what the kernel would report for the table of family f of t.
+func dumpOf(t item.TproxyRules, f nftFamily) ([]dumpedRule, map[string]nftSet) {
+	sets, rules := steeringRuleExprs(t, f)
 	var dumped []dumpedRule
 	for _, exprs := range rules {
 		dumped = append(dumped, dumpedRule{exprs: exprs, userData: ruleTag})
@@ -60,7 +71,7 @@ func dumpOf(t item.TproxyRules) ([]dumpedRule, map[string]nftSet) {
 func TestDecodeSteeringRulesRejectsForeignContent(t *testing.T) {
 	spec, _ := item.TproxyRules{Mark: 1, ListenPort: 2, Divert: testSteeringSpec().Divert}.Normalize()
 	good := func() []dumpedRule {
-		d, _ := dumpOf(spec)
+		d, _ := dumpOf(spec, ipv4Family)
 		return d
 	}
 	setTests := map[string]func(map[string]nftSet){
@@ -81,14 +92,14 @@ func TestDecodeSteeringRulesRejectsForeignContent(t *testing.T) {
 	}
 	for name, mutate := range setTests {
 		t.Run(name, func(t *testing.T) {
-			d, sets := dumpOf(spec)
+			d, sets := dumpOf(spec, ipv4Family)
 			mutate(sets)
-			if got, err := decodeSteeringRules(d, sets); err == nil {
+			if got, err := decodeSteeringRules(d, sets, ipv4Family); err == nil {
 				t.Fatalf("decoded %+v, want an error", got)
 			}
 		})
 	}
-	_, sets := dumpOf(spec)
+	_, sets := dumpOf(spec, ipv4Family)
 	tests := map[string]func([]dumpedRule) []dumpedRule{
 		"no rules":          func([]dumpedRule) []dumpedRule { return nil },
 		"foreign user data": func(d []dumpedRule) []dumpedRule { d[1].userData = nil; return d },
@@ -133,7 +144,7 @@ func TestDecodeSteeringRulesRejectsForeignContent(t *testing.T) {
 	}
 	for name, mutate := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got, err := decodeSteeringRules(mutate(good()), sets); err == nil {
+			if got, err := decodeSteeringRules(mutate(good()), sets, ipv4Family); err == nil {
 				t.Fatalf("decoded %+v, want an error", got)
 			}
 		})

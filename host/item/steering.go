@@ -162,11 +162,11 @@ func (t TproxyRules) Normalize() (TproxyRules, error) {
 			errs = append(errs, fmt.Errorf("%s: no server", what))
 			continue
 		}
-		v4 := func(ps []netip.Prefix, role string) []netip.Prefix {
+		family := func(ps []netip.Prefix, role string) []netip.Prefix {
 			out := make([]netip.Prefix, 0, len(ps))
 			for _, p := range ps {
-				if !p.IsValid() || !p.Addr().Unmap().Is4() {
-					errs = append(errs, fmt.Errorf("steering %s %v: only IPv4 is supported", role, p))
+				if !p.IsValid() {
+					errs = append(errs, fmt.Errorf("steering %s %v: not a valid prefix", role, p))
 					continue
 				}
 				bits := p.Bits()
@@ -177,7 +177,7 @@ func (t TproxyRules) Normalize() (TproxyRules, error) {
 			}
 			return out
 		}
-		servers = v4(servers, "server")
+		servers = family(servers, "server")
 		if len(ports) == 0 || slices.ContainsFunc(ports, func(r portrange.Range) bool { return !r.Valid() }) {
 			errs = append(errs, fmt.Errorf("%s: port must not be 0 and ranges not empty", what))
 			continue
@@ -186,7 +186,13 @@ func (t TproxyRules) Normalize() (TproxyRules, error) {
 			errs = append(errs, fmt.Errorf("%s: no client prefixes", what))
 			continue
 		}
-		clients := v4(d.Clients, "client")
+		clients := family(d.Clients, "client")
+		if mixed := slices.ContainsFunc(append(slices.Clone(clients), servers...), func(p netip.Prefix) bool {
+			return len(servers) > 0 && p.Addr().Is4() != servers[0].Addr().Is4()
+		}); mixed {
+			errs = append(errs, fmt.Errorf("%s: clients and servers mix IPv4 and IPv6", what))
+			continue
+		}
 		servers, ports = NormalizePrefixes(servers), portrange.Normalize(ports)
 		k := target{fmt.Sprint(servers), portrange.Join(ports)}
 		if m, ok := merged[k]; ok {

@@ -174,3 +174,17 @@ func TestTproxyRulesCanonicalRanges(t *testing.T) {
 		t.Fatalf("canonical value does not read back: %s", again)
 	}
 }
+
+func TestTproxyRulesCanonicalIPv6(t *testing.T) {
+	a := TproxyRules{Mark: 1, ListenPort: 9, Divert: []Divert{
+		{Clients: prefixes("2001:db8:1::/49", "2001:db8:1:8000::/49"), Servers: prefixes("2001:db8:2::10/128"), Ports: []portrange.Range{{Lo: 5201, Hi: 5201}}},
+		{Clients: prefixes("10.0.1.0/24"), Server: netip.MustParseAddr("10.1.0.1"), Port: 80},
+	}}
+	got, err := a.Canonical()
+	const want = `{"mark":1,"listen_port":9,"divert":[` +
+		`{"clients":["10.0.1.0/24"],"servers":["10.1.0.1/32"],"ports":["80"]},` +
+		`{"clients":["2001:db8:1::/48"],"servers":["2001:db8:2::10/128"],"ports":["5201"]}]}`
+	if err != nil || got != want {
+		t.Fatalf("Canonical = %s, %v\nwant %s", got, err, want)
+	}
+}
