@@ -350,6 +350,13 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 			}
 		}
 	}
+	// IPv6 connections reach the transparent listener too: [::] takes
+	// both families.
+	for _, r := range ag.Relay.Client {
+		if len(r.Clients) > 0 && r.Clients[0].Addr().Is6() {
+			ag.Relay.TransparentListen = netip.AddrPortFrom(netip.IPv6Unspecified(), a.RelayPort)
+		}
+	}
 	return ag, nil
 }
 
