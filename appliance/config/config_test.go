@@ -467,7 +467,7 @@ func TestValueParsers(t *testing.T) {
 
 func FuzzParse(f *testing.F) {
 	seeds, _ := filepath.Glob("testdata/errors/*.hcl")
-	seeds = append(seeds, "../../sos.hcl.example", "../../examples/minimal.hcl")
+	seeds = append(seeds, "../../sos.hcl.example", "../../examples/minimal.hcl", "../../examples/three-sites.hcl")
 	for _, s := range seeds {
 		if b, err := os.ReadFile(s); err == nil {
 			f.Add(b)
