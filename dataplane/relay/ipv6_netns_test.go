@@ -48,6 +48,12 @@ whitelist "iperf6" {
   server_ports = ["5201"]
   streams      = 8
 }
+whitelist "iperf4" {
+  clients      = ["10.10.1.0/24"]
+  servers      = ["10.10.2.1"]
+  server_ports = ["5202"]
+  streams      = 8
+}
 `
 
 // dualStack gives the namespace lab IPv6: the two LANs, and the WAN link
@@ -93,10 +99,24 @@ func TestNetnsIPv6ThroughAgents(t *testing.T) {
 	agentA := startLabAgent(t, l.agA, rcA)
 	agentB := startLabAgent(t, l.agB, rcB)
 
-	client, server := netip.MustParseAddr("2001:db8:1::1"), netip.MustParseAddr("2001:db8:2::1")
-	srv := startInNetns(t, l.srv, "iperf3", "-s", "-1", "-p", "5201")
+	// IPv6, and IPv4 through the same dual-stack listener.
+	for _, c := range []struct {
+		family, port   string
+		client, server netip.Addr
+	}{
+		{"-6", "5201", netip.MustParseAddr("2001:db8:1::1"), netip.MustParseAddr("2001:db8:2::1")},
+		{"-4", "5202", netip.MustParseAddr("10.10.1.1"), netip.MustParseAddr("10.10.2.1")},
+	} {
+		t.Run("iperf3 "+c.family, func(t *testing.T) { iperfThroughAgents(t, l, agentA, agentB, c.family, c.port, c.client, c.server) })
+	}
+}
+
+// iperfThroughAgents runs iperf3 from the client to the server and checks
+// that the server saw the client's address and that the agents carried it.
+func iperfThroughAgents(t *testing.T, l *lab, agentA, agentB *nsProcess, family, port string, client, server netip.Addr) {
+	srv := startInNetns(t, l.srv, "iperf3", "-s", "-1", "-p", port)
 	time.Sleep(300 * time.Millisecond) // iperf3 has no readiness signal
-	cmd := exec.Command("ip", "netns", "exec", l.cli, "iperf3", "-6", "-c", server.String(), "-p", "5201", "-t", "2", "-J")
+	cmd := exec.Command("ip", "netns", "exec", l.cli, "iperf3", family, "-c", server.String(), "-p", port, "-t", "2", "-J")
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	if err := cmd.Start(); err != nil {
@@ -104,13 +124,13 @@ func TestNetnsIPv6ThroughAgents(t *testing.T) {
 	}
 	var peers string
 	testsupport.Eventually(t, 30*time.Second, "iperf3 connections at the server", func() bool {
-		peers = sh(t, "ip", "netns", "exec", l.srv, "ss", "-6tnH", "state", "established", "( sport = :5201 )")
+		peers = sh(t, "ip", "netns", "exec", l.srv, "ss", "-tnH", "state", "established", "( sport = :"+port+" )")
 		return strings.Count(peers, "\n") >= 2
 	})
 	for _, line := range strings.Split(strings.TrimSpace(peers), "\n") {
 		f := strings.Fields(line)
 		peer, err := netip.ParseAddrPort(f[len(f)-1])
-		if err != nil || peer.Addr() != client {
+		if err != nil || peer.Addr().Unmap() != client {
 			t.Errorf("server socket %q: peer is not the client %s", line, client)
 		}
 	}
@@ -118,9 +138,9 @@ func TestNetnsIPv6ThroughAgents(t *testing.T) {
 		p    *nsProcess
 		side string
 	}{{agentA, "client"}, {agentB, "server"}} {
-		testsupport.Eventually(t, 10*time.Second, "an IPv6 session at the "+ag.side+"-side agent", func() bool {
+		testsupport.Eventually(t, 10*time.Second, "a session at the "+ag.side+"-side agent", func() bool {
 			for _, s := range ag.p.stats(t).Sessions {
-				if s.Side == ag.side && s.Client.Addr() == client && s.Server.Addr() == server {
+				if s.Side == ag.side && s.Client.Addr().Unmap() == client && s.Server.Addr().Unmap() == server {
 					return true
 				}
 			}
@@ -149,5 +169,5 @@ func TestNetnsIPv6ThroughAgents(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("iperf3 server did not finish")
 	}
-	t.Logf("IPv6 through the agents: %d bytes; server saw:\n%s", res.End.SumReceived.Bytes, peers)
+	t.Logf("%s through the agents: %d bytes; server saw:\n%s", family, res.End.SumReceived.Bytes, peers)
 }
