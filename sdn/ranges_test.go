@@ -95,3 +95,99 @@ func TestPortRangeSteeringWithOVS(t *testing.T) {
 		}
 	}
 }
+
+// enableIPv6 gives a test host an IPv6 address without router
+// solicitations or duplicate address detection.
+func enableIPv6(t *testing.T, h *ovstest.Host, addr string) {
+	t.Helper()
+	for _, args := range [][]string{
+		{"sysctl", "-qw", "net.ipv6.conf." + h.Interface + ".accept_ra=0", "net.ipv6.conf." + h.Interface + ".router_solicitations=0",
+			"net.ipv6.conf." + h.Interface + ".disable_ipv6=0"},
+		{"ip", "-6", "addr", "add", addr, "dev", h.Interface, "nodad"},
+	} {
+		if out, err := h.Exec(args[0], args[1:]...); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+	}
+}
+
+// TestIPv6SteeringWithOVS: an IPv6 whitelist is steered by tcp6 flows with
+// ipv6_src/ipv6_dst; real IPv6 TCP to the whitelisted port reaches the
+// agent, another port goes to the server.
+func TestIPv6SteeringWithOVS(t *testing.T) {
+	ovstest.Require(t, append(ovstest.Binaries, "nft")...)
+	inst := ovstest.Start(t)
+	port, err := inst.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := inst.AddBridge(t, "br6", 0xd6, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
+	client := br.AttachHost(t, 1, clientMAC, netip.MustParsePrefix("10.10.1.10/24"))
+	server := br.AttachHost(t, 2, serverMAC, netip.MustParsePrefix("10.10.1.20/24"))
+	agent := br.AttachHost(t, 3, agentMAC, netip.MustParsePrefix("10.10.1.2/24"))
+	enableIPv6(t, client, "2001:db8:1::10/64")
+	enableIPv6(t, server, "2001:db8:1::20/64")
+	enableIPv6(t, agent, "2001:db8:1::2/64")
+	for _, n := range []struct {
+		h    *ovstest.Host
+		addr string
+		mac  string
+	}{{client, "2001:db8:1::20", serverMAC.String()}, {server, "2001:db8:1::10", clientMAC.String()}} {
+		if out, err := n.h.Exec("ip", "-6", "neigh", "replace", n.addr, "lladdr", n.mac, "dev", n.h.Interface, "nud", "permanent"); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+	}
+	serve(t, server, "[2001:db8:1::20]:5201")
+	serve(t, server, "[2001:db8:1::20]:5202")
+	for _, args := range [][]string{
+		{"add", "table", "ip6", "steer"},
+		{"add", "chain", "ip6", "steer", "pre", "{ type filter hook prerouting priority -300 ; }"},
+		{"add", "rule", "ip6", "steer", "pre", "ip6", "daddr", "2001:db8:1::20", "tcp", "flags", "syn", "counter"},
+	} {
+		if out, err := agent.Exec("nft", args...); err != nil {
+			t.Fatalf("nft %v: %v\n%s", args, err, out)
+		}
+	}
+	syns := func() int {
+		out, err := agent.Exec("nft", "list", "chain", "ip6", "steer", "pre")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := reCounter.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no counter in %s", out)
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	a := flows.Agent{Name: "agent-a", MAC: agentMAC, Port: 3}
+	sw := flows.Switch{Name: "sw-6", DatapathID: 0xd6, Forwarding: "normal", Connect: fmt.Sprintf("tcp:127.0.0.1:%d", port),
+		Agents: []flows.Agent{a},
+		Steers: []flows.Steer{{
+			Whitelist: "v6", Side: flows.ClientSide, Agent: a,
+			Clients: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/120")},
+			Servers: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::20/128")},
+			Ports:   []portrange.Range{{Lo: 5201, Hi: 5201}},
+		}}}
+	ctl := startController(t, sdn.Config{Dial: inst.DialContext, Keepalive: time.Second, HealthInterval: time.Second,
+		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 400 * time.Millisecond, Switches: []flows.Switch{sw}})
+	waitConverged(t, ctl.Controller, "sw-6", 0)
+	all := requireSameFlows(t, br, compile(t, sw))
+	if _, ok := all["table=0,priority=2000,tcp6,ipv6_src=2001:db8:1::/120,ipv6_dst=2001:db8:1::20,tp_dst=5201"]; !ok {
+		t.Fatalf("no tcp6 steering flow on the switch: %v", all)
+	}
+	before := syns()
+	if err := dialFrom(client, "[2001:db8:1::20]:5201", 1500*time.Millisecond); err == nil {
+		t.Error("a whitelisted IPv6 connection reached the server directly")
+	}
+	if after := syns(); after <= before {
+		t.Errorf("agent saw no steered IPv6 SYN (%d -> %d)", before, after)
+	}
+	before = syns()
+	if err := dialFrom(client, "[2001:db8:1::20]:5202", 5*time.Second); err != nil {
+		t.Errorf("an IPv6 port outside the whitelist does not pass: %v", err)
+	}
+	if after := syns(); after != before {
+		t.Errorf("a port outside the whitelist reached the agent (%d -> %d)", before, after)
+	}
+}
