@@ -482,7 +482,14 @@ func checkFlowCount(cfg *Config, w *Whitelist) hcl.Diagnostics {
 		}
 		how := fmt.Sprintf("%d port matches (value/mask pairs)", portrange.MaskCount(w.Ports))
 		if !sw.PortMasks {
-			how = fmt.Sprintf("%d ports: switch %q has port_masks = false, so each port takes its own flow", n/max(1, len(w.Clients)*len(w.Servers)), sw.Name)
+			ports := 0
+			for _, r := range w.Ports {
+				ports += r.Len()
+			}
+			how = fmt.Sprintf("%d ports: switch %q has port_masks = false, so each port takes its own flow", ports, sw.Name)
+		}
+		if w.Both() {
+			how += ", in both directions"
 		}
 		rng := w.PortsRange
 		if rng.Filename == "" {
