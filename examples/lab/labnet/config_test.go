@@ -44,6 +44,7 @@ func TestConfigEditsKeepTheFileValid(t *testing.T) {
 		"iperf":         "[10.10.2.10/32] 5201 8 60000 0", // queue_length left out: no bound
 		"bench-4-10000": "[10.10.2.10/32] 5400 4 10000 5",
 		"range":         "[10.10.2.8/29] 50000-50063 16 60000 0",
+		"http6":         "[fd10:10:0:2::10/128] 8081 64 60000 0",
 	}
 	if len(got) != len(want) {
 		t.Errorf("whitelists %v, want %v", got, want)

@@ -211,6 +211,7 @@ func Up(ctx context.Context, opts Options) (lab *Lab, err error) {
 		do   func(context.Context) error
 	}{
 		{"namespaces and veths (MTU 9000, offloads off)", l.buildNetwork},
+		{"IPv6 on the end hosts and agents (dual-stack config only)", l.enableIPv6},
 		{"Open vSwitch: br-a and br-b, userspace datapath, fail_mode=secure", l.startSwitches},
 		{"WAN emulator: " + opts.WAN.String(), l.startWAN},
 		{l.applianceStep(), l.startAppliance},
