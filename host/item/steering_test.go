@@ -123,6 +123,8 @@ func FuzzParseTproxyRules(f *testing.F) {
 	f.Add(`{"mark":5,"divert":[]}`)
 	f.Add(`{"mark":1,"listen_port":9,"divert":[{"clients":["0.0.0.0/0","10.0.0.1/8"],"server":"::ffff:1.2.3.4","port":1}]}`)
 	f.Add(`{"mark":1,"divert":null}`)
+	f.Add(`{"mark":1,"listen_port":9,"divert":[{"clients":["10.0.1.0/25","10.0.1.128/25"],"servers":["10.1.0.16/28"],"ports":["2811","50000-51000"]}]}`)
+	f.Add(`{"mark":1,"listen_port":9,"divert":[{"clients":["2001:db8:1::/48"],"servers":["2001:db8:2::/124"],"ports":["1-65535"]}]}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		r, err := ParseTproxyRules(s)
 		if err != nil {
