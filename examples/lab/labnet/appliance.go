@@ -379,7 +379,7 @@ func (l *Lab) Steered(ctx context.Context) (map[string]bool, error) {
 		if !m.Exact() {
 			match = fmt.Sprintf("%#x/%#x", m.Value, m.Mask)
 		}
-		ok, err := l.matchSteered(ctx, [2]string{"tp_dst=" + match, "tp_src=" + match})
+		ok, err := l.matchSteered(ctx, w.ClientSite, w.ServerSite, "tp_dst="+match, "tp_src="+match)
 		if err != nil {
 			return nil, err
 		}
@@ -394,15 +394,28 @@ func (l *Lab) Steered(ctx context.Context) (map[string]bool, error) {
 // withdraws these flows while an agent is down (fail-open) and when the
 // port's whitelist is removed.
 func (l *Lab) PortSteered(ctx context.Context, port int) (bool, error) {
-	return l.matchSteered(ctx, [2]string{"tp_dst=" + strconv.Itoa(port), "tp_src=" + strconv.Itoa(port)})
+	l.mu.Lock()
+	client, server := l.sites[0].agent.Site, l.sites[1].agent.Site
+	l.mu.Unlock()
+	return l.matchSteered(ctx, client, server, "tp_dst="+strconv.Itoa(port), "tp_src="+strconv.Itoa(port))
 }
 
-// matchSteered reports whether the client site's switch steers the match
-// of matches[0] and the server site's that of matches[1] to their agents.
-func (l *Lab) matchSteered(ctx context.Context, matches [2]string) (bool, error) {
+// matchSteered reports whether the client site's switch steers request to
+// its agent and the server site's switch steers reply to its agent.
+func (l *Lab) matchSteered(ctx context.Context, clientSite, serverSite, request, reply string) (bool, error) {
 	l.mu.Lock()
-	sites := l.sites
+	all := l.sites
 	l.mu.Unlock()
+	var sites []site
+	var matches []string
+	for _, s := range all {
+		switch s.agent.Site {
+		case clientSite:
+			sites, matches = append(sites, s), append(matches, request)
+		case serverSite:
+			sites, matches = append(sites, s), append(matches, reply)
+		}
+	}
 	for i, s := range sites {
 		dump, err := l.ovs.ofctl(ctx, "dump-flows", s.sw.Name)
 		if err != nil {

@@ -40,7 +40,7 @@ func (l *Lab) enableIPv6(ctx context.Context) error {
 		addr         netip.Addr
 	}
 	var hosts []host
-	for i, s := range l.sites {
+	for i, s := range l.sites[:2] {
 		addr := ClientAddr6
 		if i == 1 {
 			addr = ServerAddr6
