@@ -28,9 +28,9 @@ func TestSteeringFlowCountsInPlan(t *testing.T) {
 	got := SteeringFlowCounts(sw)
 	want := []WhitelistFlows{
 		{Whitelist: "gridftp", Flows: 40, Detail: []string{
-			"client side: 1 client prefix x 2 servers x 10 port matches (value/mask)",
-			"server side, connections opened by servers: 1 client prefix x 2 servers x 10 port matches (value/mask)"}},
-		{Whitelist: "iperf", Flows: 1, Detail: []string{"client side: 1 client prefix x 1 server x 1 port match (value/mask)"}},
+			"client side: 1 client prefix x 2 server prefixes x 10 port matches (value/mask)",
+			"server side, connections opened by servers: 1 client prefix x 2 server prefixes x 10 port matches (value/mask)"}},
+		{Whitelist: "iperf", Flows: 1, Detail: []string{"client side: 1 client prefix x 1 server prefix x 1 port match (value/mask)"}},
 	}
 	if !slices.EqualFunc(got, want, func(a, b WhitelistFlows) bool {
 		return a.Whitelist == b.Whitelist && a.Flows == b.Flows && slices.Equal(a.Detail, b.Detail)
@@ -47,7 +47,7 @@ func TestSteeringFlowCountsInPlan(t *testing.T) {
 	}
 	p := Plan{Node: "ctl", Switches: []SwitchPlan{{Switch: "sw", Connected: true, Changes: []FlowChange{}, Whitelists: got}}}
 	text := p.Text()
-	for _, line := range []string{"whitelist gridftp: 40 steering flow(s)", "# client side: 1 client prefix x 2 servers x 10 port matches (value/mask)"} {
+	for _, line := range []string{"whitelist gridftp: 40 steering flow(s)", "# client side: 1 client prefix x 2 server prefixes x 10 port matches (value/mask)"} {
 		if !strings.Contains(text, line) {
 			t.Errorf("plan text lacks %q:\n%s", line, text)
 		}

@@ -34,7 +34,7 @@ type WhitelistFlows struct {
 	Whitelist string `json:"whitelist"`
 	Flows     int    `json:"flows"`
 	// Detail is the product, one line per direction and side:
-	// "client side: 1 client prefix x 2 servers x 11 port matches (value/mask)".
+	// "client side: 1 client prefix x 2 server prefixes x 11 port matches (value/mask)".
 	Detail []string `json:"detail"`
 }
 

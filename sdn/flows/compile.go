@@ -282,7 +282,7 @@ func compileSteer(st Steer, noMasks bool) ([]Flow, error) {
 }
 
 // SteerFlowDetail says what SteerFlowCount multiplies, e.g. "1 client
-// prefix x 2 servers x 11 port matches (value/mask)".
+// prefix x 2 server prefixes x 11 port matches (value/mask)".
 func SteerFlowDetail(st Steer, noMasks bool) string {
 	srvs, _ := servers(st)
 	ports, _ := portMatches(st, noMasks)
@@ -291,7 +291,7 @@ func SteerFlowDetail(st Steer, noMasks bool) string {
 		kind = "one per port: the switch has no masked port matches"
 	}
 	return fmt.Sprintf("%s x %s x %s (%s)", plural(len(st.Clients), "client prefix", "client prefixes"),
-		plural(len(srvs), "server", "servers"), plural(len(ports), "port match", "port matches"), kind)
+		plural(len(srvs), "server prefix", "server prefixes"), plural(len(ports), "port match", "port matches"), kind)
 }
 
 func plural(n int, one, many string) string {
