@@ -36,6 +36,7 @@ var (
 		modulePath + "/appliance/profiles",
 		modulePath + "/host/cpuset",
 		modulePath + "/host/item",
+		modulePath + "/internal/portrange",
 		modulePath + "/sdn/spread",
 	}
 )

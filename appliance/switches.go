@@ -52,6 +52,7 @@ func PlanSwitches(ctx context.Context, access SwitchAccess, ctl *desired.Control
 		if sp, ok := live[sw.Name]; ok && sp.Connected {
 			// The daemon's answer, with the id as this node's config has it.
 			sp.DatapathID = sdn.DatapathIDString(sw.DatapathID)
+			sp.Whitelists = plan.SteeringFlowCounts(sw)
 			out = append(out, sp)
 			continue
 		}
@@ -126,7 +127,8 @@ func ConvergeSwitches(ctx context.Context, access SwitchAccess, ctl *desired.Con
 // switchPlan turns the changes one switch needs into plan changes, in the
 // order they are sent.
 func switchPlan(sw flows.Switch, changes flows.Changes) plan.SwitchPlan {
-	sp := plan.SwitchPlan{Switch: sw.Name, DatapathID: sdn.DatapathIDString(sw.DatapathID), Changes: []plan.FlowChange{}}
+	sp := plan.SwitchPlan{Switch: sw.Name, DatapathID: sdn.DatapathIDString(sw.DatapathID), Changes: []plan.FlowChange{},
+		Whitelists: plan.SteeringFlowCounts(sw)}
 	for _, ch := range changes.List() {
 		c := plan.FlowChange{Action: flowAction(ch.Op), Flow: flowKey(ch.Flow)}
 		switch ch.Op {

@@ -44,10 +44,16 @@ site "west" {
   }
 }
 
+# GridFTP between the two DTN pools: the control port and the data port
+# range the servers set with GLOBUS_TCP_PORT_RANGE. In mode E the data
+# sender opens the data connections, so a download is opened by a west
+# server toward an east client: direction = "both" carries those too, and
+# the agents swap roles with whoever opened the connection.
 whitelist "transfers" {
-  clients     = ["198.51.100.0/25"]
-  server      = "198.51.100.200"
-  server_port = 2811
+  clients      = ["198.51.100.0/25"]
+  servers      = ["198.51.100.192/28"]
+  server_ports = ["2811", "50000-51000"]
+  direction    = "both"
 }
 
 tuning "dtn-100g" {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sosappliance/sosappliance/internal/portrange"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn"
 	"github.com/sosappliance/sosappliance/sdn/flows"
@@ -31,19 +32,43 @@ func bigSwitch(dpid uint64, n int) flows.Switch {
 	return sw
 }
 
+// rangeSwitch is a switch with n whitelists, each with a server prefix
+// and a port list with a range: a GridFTP control port and a data range
+// that is not one aligned block (5000-5009 takes 5000-5007 and 5008-5009),
+// three flows each.
+func rangeSwitch(dpid uint64, n int) flows.Switch {
+	agent := flows.Agent{Name: "agent-a", MAC: agentMAC, Port: 3}
+	sw := flows.Switch{Name: "sw-big", DatapathID: dpid, Forwarding: "normal", Agents: []flows.Agent{agent}}
+	for i := range n {
+		sw.Steers = append(sw.Steers, flows.Steer{
+			Whitelist: fmt.Sprintf("wl-%05d", i), Side: flows.ClientSide,
+			Clients: []netip.Prefix{netip.MustParsePrefix("10.10.0.0/16")},
+			Servers: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(20 + i>>14), byte(i >> 6), byte(i << 2)}), 30)},
+			Ports:   []portrange.Range{{Lo: 2811, Hi: 2811}, {Lo: 5000, Hi: 5009}},
+			Agent:   agent, DependsOn: []string{"agent-a"},
+		})
+	}
+	return sw
+}
+
 // BenchmarkConverge10k converges 10,000 whitelist entries into an empty
 // Open vSwitch table and then reconciles the unchanged table, against the
 // same work done by ovs-ofctl (add-flows, then replace-flows with the same
 // file) in the same run.
-func BenchmarkConverge10k(b *testing.B) {
-	const whitelists = 10000
+func BenchmarkConverge10k(b *testing.B) { benchConverge(b, bigSwitch(0xc1, 10000)) }
+
+// BenchmarkConverge10kRanges is the same with 10,000 whitelists of server
+// prefixes and port ranges (30,000 value/mask flows).
+func BenchmarkConverge10kRanges(b *testing.B) { benchConverge(b, rangeSwitch(0xc1, 10000)) }
+
+func benchConverge(b *testing.B, sw flows.Switch) {
 	inst := ovstest.Start(b)
 	port, err := inst.FreePort()
 	if err != nil {
 		b.Fatal(err)
 	}
-	br := inst.AddBridge(b, "brb", 0xc1, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
-	desired, err := flows.Compile(bigSwitch(0xc1, whitelists))
+	br := inst.AddBridge(b, "brb", sw.DatapathID, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
+	desired, err := flows.Compile(sw)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strings"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -125,49 +127,96 @@ func nftConn() (*nftables.Conn, error) {
 	return c, nil
 }
 
-func steeringTableExists(c *nftables.Conn) (bool, error) {
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyIPv4)
+func steeringTableExists(c *nftables.Conn, f nftFamily) (bool, error) {
+	tables, err := c.ListTablesOfFamily(f.table)
 	if err != nil {
-		return false, fmt.Errorf("nftables: list tables: %w", err)
+		return false, fmt.Errorf("nftables: list %s tables: %w", f.name, err)
 	}
 	return slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == SteeringTable }), nil
 }
 
+// observeSteeringTable reads the ip and ip6 steering tables as one value:
+// absent when neither exists, unrecognised when one is missing or either
+// holds what sosappliance does not write.
 func observeSteeringTable() (value string, present bool, err error) {
 	c, err := nftConn()
 	if err != nil {
 		return "", false, err
 	}
-	exists, err := steeringTableExists(c)
-	if err != nil || !exists {
-		return "", false, err
+	var got item.TproxyRules
+	var missing []string
+	found := 0
+	for _, f := range nftFamilies {
+		exists, err := steeringTableExists(c, f)
+		if err != nil {
+			return "", false, err
+		}
+		if !exists {
+			missing = append(missing, f.name)
+			continue
+		}
+		found++
+		if why, err := checkSteeringChains(c, f); err != nil || why != "" {
+			return unrecognisedTable(f, why), true, err
+		}
+		rules, err := dumpRules(f, SteeringTable, steeringChain)
+		if err != nil {
+			return "", true, err
+		}
+		sets, err := readSteeringSets(c, f)
+		if err != nil {
+			return "", true, err
+		}
+		t, err := decodeSteeringRules(rules, sets, f)
+		if err != nil {
+			return unrecognisedTable(f, err.Error()), true, nil
+		}
+		if why := mergeFamilies(&got, t, found == 1); why != "" {
+			return unrecognisedTable(f, why), true, nil
+		}
 	}
-	if why, err := checkSteeringChains(c); err != nil || why != "" {
-		return unrecognisedTable(why), true, err
+	if found == 0 {
+		return "", false, nil
 	}
-	rules, err := dumpRules(SteeringTable, steeringChain)
+	if len(missing) > 0 {
+		return "table " + strings.Join(missing, ", ") + " " + SteeringTable + " is missing", true, nil
+	}
+	value, err = got.Canonical()
 	if err != nil {
-		return "", true, err
-	}
-	t, err := decodeSteeringRules(rules)
-	if err != nil {
-		return unrecognisedTable(err.Error()), true, nil
-	}
-	value, err = t.Canonical()
-	if err != nil {
-		return unrecognisedTable(err.Error()), true, nil
+		return unrecognisedTable(ipv4Family, err.Error()), true, nil
 	}
 	return value, true, nil
 }
 
-func unrecognisedTable(why string) string {
-	return "table ip " + SteeringTable + " not as sosappliance writes it: " + why
+// mergeFamilies adds the rules read from one table to those of the
+// others: the mark, and where both have diverts the listener and the
+// interface, must agree.
+func mergeFamilies(into *item.TproxyRules, t item.TproxyRules, first bool) string {
+	if first {
+		*into = t
+		return ""
+	}
+	if t.Mark != into.Mark {
+		return fmt.Sprintf("mark %#x, the other table's is %#x", t.Mark, into.Mark)
+	}
+	if len(t.Divert) > 0 && len(into.Divert) > 0 && (t.ListenPort != into.ListenPort || t.Interface != into.Interface) {
+		return "listen port or interface differs from the other table's"
+	}
+	if len(into.Divert) == 0 {
+		into.ListenPort, into.Interface = t.ListenPort, t.Interface
+	}
+	into.Divert = append(into.Divert, t.Divert...)
+	return ""
+}
+
+func unrecognisedTable(f nftFamily, why string) string {
+	return "table " + f.name + " " + SteeringTable + " not as sosappliance writes it: " + why
 }
 
 // checkSteeringChains says why the table's chains are not exactly ours, or
 // "" when they are.
-func checkSteeringChains(c *nftables.Conn) (string, error) {
-	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+func checkSteeringChains(c *nftables.Conn, f nftFamily) (string, error) {
+	chains, err := c.ListChainsOfTableFamily(f.table)
 	if err != nil {
 		return "", fmt.Errorf("nftables: list chains: %w", err)
 	}
@@ -201,13 +250,10 @@ func applySteeringTable(t item.TproxyRules) error {
 	if err != nil {
 		return err
 	}
-	table := steeringTable()
-	c.AddTable(table)
-	c.DelTable(table)
-	c.AddTable(table)
-	chain := c.AddChain(steeringChainSpec(table))
-	for _, exprs := range steeringRuleExprs(t) {
-		c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: exprs, UserData: ruleTag})
+	for _, f := range nftFamilies {
+		if err := addSteeringTable(c, t, f); err != nil {
+			return err
+		}
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: write table %s: %w", SteeringTable, err)
@@ -215,27 +261,111 @@ func applySteeringTable(t item.TproxyRules) error {
 	return nil
 }
 
+// addSteeringTable queues the replacement of the table of family f: add
+// (so that delete cannot fail), delete, add again with the new content.
+func addSteeringTable(c *nftables.Conn, t item.TproxyRules, f nftFamily) error {
+	table := steeringTable(f)
+	c.AddTable(table)
+	c.DelTable(table)
+	c.AddTable(table)
+	chain := c.AddChain(steeringChainSpec(table))
+	sets, rules := steeringRuleExprs(t, f)
+	ids := map[string]uint32{}
+	for _, s := range sets {
+		set := &nftables.Set{Table: table, Name: s.name, KeyType: s.keyType, Interval: true}
+		if err := c.AddSet(set, s.elements); err != nil {
+			return fmt.Errorf("nftables: %s set %s: %w", f.name, s.name, err)
+		}
+		ids[s.name] = set.ID
+	}
+	for _, exprs := range rules {
+		for _, e := range exprs {
+			if lk, ok := e.(*expr.Lookup); ok {
+				lk.SetID = ids[lk.SetName]
+			}
+		}
+		c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: exprs, UserData: ruleTag})
+	}
+	return nil
+}
+
+// readSteeringSets reads every set of one steering table with its
+// elements.
+func readSteeringSets(c *nftables.Conn, f nftFamily) (map[string]nftSet, error) {
+	sets, err := c.GetSets(steeringTable(f))
+	if err != nil {
+		return nil, fmt.Errorf("nftables: list sets of %s: %w", SteeringTable, err)
+	}
+	out := map[string]nftSet{}
+	for _, s := range sets {
+		elems, err := c.GetSetElements(s)
+		if err != nil {
+			return nil, fmt.Errorf("nftables: elements of set %s: %w", s.Name, err)
+		}
+		out[s.Name] = nftSet{keyType: s.KeyType.Name, interval: s.Interval, elements: elems}
+	}
+	return out, nil
+}
+
 func removeSteeringTable() error {
 	c, err := nftConn()
 	if err != nil {
 		return err
 	}
-	exists, err := steeringTableExists(c)
-	if err != nil || !exists {
-		return err
+	queued := false
+	for _, f := range nftFamilies {
+		exists, err := steeringTableExists(c, f)
+		if err != nil {
+			return err
+		}
+		if exists {
+			c.DelTable(steeringTable(f))
+			queued = true
+		}
 	}
-	c.DelTable(steeringTable())
+	if !queued {
+		return nil
+	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: delete table %s: %w", SteeringTable, err)
 	}
 	return nil
 }
 
-// ownRules lists the IPv4 policy rules tagged with SteeringProtocol.
-func ownRules() ([]netlink.Rule, error) {
-	all, err := netlink.RuleList(netlink.FAMILY_V4)
+// ipv6Enabled reports whether this network namespace runs IPv6 on an up
+// loopback, where the IPv6 steering route lives (the kernel refuses it on
+// a loopback that is down). Without it only the IPv4 rule and route are
+// converged and observed.
+func ipv6Enabled() bool {
+	b, err := os.ReadFile("/proc/sys/net/ipv6/conf/lo/disable_ipv6")
+	if err != nil || strings.TrimSpace(string(b)) != "0" {
+		return false
+	}
+	lo, err := netlink.LinkByName("lo")
+	return err == nil && lo.Attrs().Flags&net.FlagUp != 0
+}
+
+// routeFamilies are the address families steering routes packets of.
+func routeFamilies() []int {
+	if ipv6Enabled() {
+		return []int{netlink.FAMILY_V4, netlink.FAMILY_V6}
+	}
+	return []int{netlink.FAMILY_V4}
+}
+
+func familyName(family int) string {
+	if family == netlink.FAMILY_V6 {
+		return "ipv6"
+	}
+	return "ipv4"
+}
+
+// ownRules lists the policy rules of one family tagged with
+// SteeringProtocol.
+func ownRules(family int) ([]netlink.Rule, error) {
+	all, err := netlink.RuleList(family)
 	if err != nil {
-		return nil, fmt.Errorf("list policy rules: %w", err)
+		return nil, fmt.Errorf("list %s policy rules: %w", familyName(family), err)
 	}
 	var ours []netlink.Rule
 	for _, r := range all {
@@ -244,6 +374,25 @@ func ownRules() ([]netlink.Rule, error) {
 		}
 	}
 	return ours, nil
+}
+
+// familyValues joins what each family holds: the IPv4 value, and where
+// IPv6 holds something else, that too, so that the value equals the
+// desired one only when both families carry it.
+func familyValues(values map[int][]string) (string, bool) {
+	v4 := strings.Join(values[netlink.FAMILY_V4], "; ")
+	if len(values[netlink.FAMILY_V4])+len(values[netlink.FAMILY_V6]) == 0 {
+		return "", false
+	}
+	if fs := routeFamilies(); len(fs) == 2 {
+		if v6 := strings.Join(values[netlink.FAMILY_V6], "; "); v6 != v4 {
+			if v6 == "" {
+				v6 = "(none)"
+			}
+			return v4 + " | ipv6: " + v6, true
+		}
+	}
+	return v4, true
 }
 
 // ruleValue writes a kernel rule in the canonical form when it is exactly
@@ -262,30 +411,35 @@ func ruleValue(r netlink.Rule) string {
 }
 
 func observeSteeringRules() (string, bool, error) {
-	ours, err := ownRules()
-	if err != nil || len(ours) == 0 {
-		return "", false, err
+	values := map[int][]string{}
+	for _, fam := range routeFamilies() {
+		ours, err := ownRules(fam)
+		if err != nil {
+			return "", false, err
+		}
+		for _, r := range ours {
+			values[fam] = append(values[fam], ruleValue(r))
+		}
+		slices.Sort(values[fam])
 	}
-	values := make([]string, len(ours))
-	for i, r := range ours {
-		values[i] = ruleValue(r)
-	}
-	slices.Sort(values)
-	return strings.Join(values, "; "), true, nil
+	v, ok := familyValues(values)
+	return v, ok, nil
 }
 
-// deleteSteeringRules deletes our rules except keep.
+// deleteSteeringRules deletes our rules of both families except keep.
 func deleteSteeringRules(keep *item.SteeringRule) error {
-	ours, err := ownRules()
-	if err != nil {
-		return err
-	}
-	for _, r := range ours {
-		if keep != nil && ruleValue(r) == keep.String() {
-			continue
+	for _, fam := range routeFamilies() {
+		ours, err := ownRules(fam)
+		if err != nil {
+			return err
 		}
-		if err := netlink.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("delete policy rule %s: %w", ruleValue(r), err)
+		for _, r := range ours {
+			if keep != nil && ruleValue(r) == keep.String() {
+				continue
+			}
+			if err := netlink.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("delete %s policy rule %s: %w", familyName(fam), ruleValue(r), err)
+			}
 		}
 	}
 	return nil
@@ -295,41 +449,46 @@ func applySteeringRule(want item.SteeringRule) error {
 	if err := deleteSteeringRules(&want); err != nil {
 		return err
 	}
-	ours, err := ownRules()
-	if err != nil {
-		return err
-	}
-	if len(ours) == 1 {
-		return nil
-	}
-	r := netlink.NewRule()
-	r.Family = netlink.FAMILY_V4
-	r.Mark = want.Mark
-	mask := uint32(0xffffffff)
-	r.Mask = &mask
-	r.Table = int(want.Table)
-	r.Priority = int(want.Priority)
-	r.Protocol = SteeringProtocol
-	if err := netlink.RuleAdd(r); err != nil {
-		return fmt.Errorf("add policy rule %s: %w", want, err)
+	for _, fam := range routeFamilies() {
+		ours, err := ownRules(fam)
+		if err != nil {
+			return err
+		}
+		if len(ours) == 1 {
+			continue
+		}
+		r := netlink.NewRule()
+		r.Family = fam
+		r.Mark = want.Mark
+		mask := uint32(0xffffffff)
+		r.Mask = &mask
+		r.Table = int(want.Table)
+		r.Priority = int(want.Priority)
+		r.Protocol = SteeringProtocol
+		if err := netlink.RuleAdd(r); err != nil {
+			return fmt.Errorf("add %s policy rule %s: %w", familyName(fam), want, err)
+		}
 	}
 	return nil
 }
 
-// ownRoutes lists IPv4 routes in any table tagged with SteeringProtocol.
-func ownRoutes() ([]netlink.Route, error) {
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4,
+// ownRoutes lists the routes of one family in any table tagged with
+// SteeringProtocol.
+func ownRoutes(family int) ([]netlink.Route, error) {
+	routes, err := netlink.RouteListFiltered(family,
 		&netlink.Route{Table: unix.RT_TABLE_UNSPEC, Protocol: netlink.RouteProtocol(SteeringProtocol)},
 		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
-		return nil, fmt.Errorf("list routes: %w", err)
+		return nil, fmt.Errorf("list %s routes: %w", familyName(family), err)
 	}
 	return routes, nil
 }
 
+// routeValue writes the local default route of either family in the
+// canonical (IPv4) words, so both families compare with one value.
 func routeValue(r netlink.Route) string {
 	lo, _ := netlink.LinkByName("lo")
-	isDefault := r.Dst == nil || (r.Dst.IP.Equal(net.IPv4zero) && isZeroMask(r.Dst.Mask))
+	isDefault := r.Dst == nil || ((r.Dst.IP.Equal(net.IPv4zero) || r.Dst.IP.Equal(net.IPv6zero)) && isZeroMask(r.Dst.Mask))
 	if r.Type == unix.RTN_LOCAL && isDefault && lo != nil && r.LinkIndex == lo.Attrs().Index && r.Table > 0 &&
 		r.Gw == nil && len(r.MultiPath) == 0 {
 		v := item.SteeringRoute{Table: uint32(r.Table)}.String()
@@ -346,29 +505,34 @@ func isZeroMask(m net.IPMask) bool {
 }
 
 func observeSteeringRoutes() (string, bool, error) {
-	ours, err := ownRoutes()
-	if err != nil || len(ours) == 0 {
-		return "", false, err
+	values := map[int][]string{}
+	for _, fam := range routeFamilies() {
+		ours, err := ownRoutes(fam)
+		if err != nil {
+			return "", false, err
+		}
+		for _, r := range ours {
+			values[fam] = append(values[fam], routeValue(r))
+		}
+		slices.Sort(values[fam])
 	}
-	values := make([]string, len(ours))
-	for i, r := range ours {
-		values[i] = routeValue(r)
-	}
-	slices.Sort(values)
-	return strings.Join(values, "; "), true, nil
+	v, ok := familyValues(values)
+	return v, ok, nil
 }
 
 func deleteSteeringRoutes(keep *item.SteeringRoute) error {
-	ours, err := ownRoutes()
-	if err != nil {
-		return err
-	}
-	for _, r := range ours {
-		if keep != nil && routeValue(r) == keep.String() {
-			continue
+	for _, fam := range routeFamilies() {
+		ours, err := ownRoutes(fam)
+		if err != nil {
+			return err
 		}
-		if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("delete route %s: %w", routeValue(r), err)
+		for _, r := range ours {
+			if keep != nil && routeValue(r) == keep.String() {
+				continue
+			}
+			if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("delete %s route %s: %w", familyName(fam), routeValue(r), err)
+			}
 		}
 	}
 	return nil
@@ -382,17 +546,22 @@ func applySteeringRoute(want item.SteeringRoute) error {
 	if err != nil {
 		return fmt.Errorf("loopback: %w", err)
 	}
-	_, all, _ := net.ParseCIDR("0.0.0.0/0")
-	r := &netlink.Route{
-		LinkIndex: lo.Attrs().Index,
-		Dst:       all,
-		Table:     int(want.Table),
-		Type:      unix.RTN_LOCAL,
-		Scope:     netlink.SCOPE_HOST,
-		Protocol:  netlink.RouteProtocol(SteeringProtocol),
-	}
-	if err := netlink.RouteReplace(r); err != nil {
-		return fmt.Errorf("add route %s: %w", want, err)
+	for _, fam := range routeFamilies() {
+		_, all, _ := net.ParseCIDR("0.0.0.0/0")
+		if fam == netlink.FAMILY_V6 {
+			_, all, _ = net.ParseCIDR("::/0")
+		}
+		r := &netlink.Route{
+			LinkIndex: lo.Attrs().Index,
+			Dst:       all,
+			Table:     int(want.Table),
+			Type:      unix.RTN_LOCAL,
+			Scope:     netlink.SCOPE_HOST,
+			Protocol:  netlink.RouteProtocol(SteeringProtocol),
+		}
+		if err := netlink.RouteReplace(r); err != nil {
+			return fmt.Errorf("add %s route %s: %w", familyName(fam), want, err)
+		}
 	}
 	return nil
 }

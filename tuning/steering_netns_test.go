@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/sosappliance/sosappliance/host/item"
+	"github.com/sosappliance/sosappliance/internal/portrange"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
@@ -25,6 +26,8 @@ func testSteeringSpec() item.SteeringSpec {
 		Divert: []item.Divert{
 			{Clients: []netip.Prefix{netip.MustParsePrefix("10.9.1.0/24")}, Server: netip.MustParseAddr("10.9.2.1"), Port: 5201},
 			{Clients: []netip.Prefix{netip.MustParsePrefix("10.9.3.0/24"), netip.MustParsePrefix("10.9.4.7/32")}, Server: netip.MustParseAddr("10.9.2.2"), Port: 80},
+			{Clients: []netip.Prefix{netip.MustParsePrefix("10.9.1.0/24")}, Servers: []netip.Prefix{netip.MustParsePrefix("10.9.5.16/28")},
+				Ports: []portrange.Range{{Lo: 2811, Hi: 2811}, {Lo: 50000, Hi: 51000}}},
 		},
 	}
 }
@@ -89,8 +92,15 @@ func TestSteeringAppliesOwnedObjectsOnlyInNetns(t *testing.T) {
 	for _, want := range []string{
 		"type filter hook prerouting priority mangle; policy accept;",
 		"meta l4proto tcp socket transparent 1 meta mark set 0x0000534f accept",
-		`iifname "sosa0" ip saddr 10.9.1.0/24 ip daddr 10.9.2.1 tcp dport 5201 meta mark set 0x0000534f tproxy to :9876 accept`,
-		`iifname "sosa0" ip saddr 10.9.4.7 ip daddr 10.9.2.2 tcp dport 80 meta mark set 0x0000534f tproxy to :9876 accept`,
+		// One rule per divert, its addresses and ports in interval sets.
+		`iifname "sosa0" ip saddr @clients0 ip daddr @servers0 tcp dport @ports0 meta mark set 0x0000534f tproxy to :9876 accept`,
+		`iifname "sosa0" ip saddr @clients2 ip daddr @servers2 tcp dport @ports2 meta mark set 0x0000534f tproxy to :9876 accept`,
+		"set clients0 {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 10.9.1.0/24 }",
+		"set servers0 {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 10.9.2.1 }",
+		"set ports0 {\n\t\ttype inet_service\n\t\tflags interval\n\t\telements = { 5201 }",
+		"elements = { 10.9.3.0/24, 10.9.4.7 }",
+		"set servers2 {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 10.9.5.16/28 }",
+		"set ports2 {\n\t\ttype inet_service\n\t\tflags interval\n\t\telements = { 2811, 50000-51000 }",
 	} {
 		if !strings.Contains(ruleset, want) {
 			t.Errorf("nft ruleset lacks %q:\n%s", want, ruleset)
@@ -203,27 +213,40 @@ func TestSteeringDivertsToTransparentListenerInNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	accepted := make(chan string, 1)
+	accepted := make(chan string, 4)
 	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			accepted <- "accept: " + err.Error()
-			return
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			buf := make([]byte, 4096)
+			c.Read(buf)
+			fmt.Fprintf(c, "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			accepted <- c.LocalAddr().String() + " " + c.RemoteAddr().String()
+			c.Close()
 		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		buf := make([]byte, 4096)
-		c.Read(buf)
-		fmt.Fprintf(c, "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
-		accepted <- c.LocalAddr().String() + " " + c.RemoteAddr().String()
 	}()
 
-	out := run(t, "ip", "netns", "exec", client, "curl", "-sS", "--max-time", "10", "http://10.9.2.1:5201/")
-	if out != "ok" {
-		t.Fatalf("curl through the agent got %q", out)
+	// One port, a port inside a range and a server inside a prefix are
+	// diverted; the port just past the range is not.
+	for _, target := range []string{"10.9.2.1:5201", "10.9.5.20:50999", "10.9.5.31:2811"} {
+		out := run(t, "ip", "netns", "exec", client, "curl", "-sS", "--max-time", "10", "http://"+target+"/")
+		if out != "ok" {
+			t.Fatalf("curl to %s through the agent got %q", target, out)
+		}
+		if got := <-accepted; !strings.HasPrefix(got, target+" 10.9.1.10:") {
+			t.Fatalf("listener saw %q, want local %s from 10.9.1.10", got, target)
+		}
 	}
-	if got := <-accepted; !strings.HasPrefix(got, "10.9.2.1:5201 10.9.1.10:") {
-		t.Fatalf("listener saw %q, want local 10.9.2.1:5201 from 10.9.1.10", got)
+	if out, err := exec.Command("ip", "netns", "exec", client, "curl", "-sS", "--max-time", "2", "http://10.9.5.20:51001/").CombinedOutput(); err == nil {
+		t.Fatalf("a port outside the range reached a listener: %s", out)
+	}
+	select {
+	case got := <-accepted:
+		t.Fatalf("a port outside the range was diverted: %s", got)
+	default:
 	}
 }
 
@@ -277,6 +300,80 @@ func TestRunInNetnsConfinesSteeringToTheNamespace(t *testing.T) {
 			}
 		}
 		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSteeringIPv6InNetns: IPv6 diverts go to table ip6 with IPv6 interval
+// sets, and the mark's policy rule and local route exist for IPv6 too;
+// all of it reads back as the desired items.
+func TestSteeringIPv6InNetns(t *testing.T) {
+	testsupport.RequireRoot(t, "ip", "nft")
+	name := fmt.Sprintf("sost6%d", os.Getpid())
+	run(t, "ip", "netns", "add", name)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	run(t, "ip", "-n", name, "link", "set", "lo", "up")
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	spec := testSteeringSpec()
+	spec.Divert = append(spec.Divert, item.Divert{
+		Clients: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/48")},
+		Servers: []netip.Prefix{netip.MustParsePrefix("2001:db8:2::/124")},
+		Ports:   []portrange.Range{{Lo: 5201, Hi: 5201}, {Lo: 50000, Hi: 51000}}})
+	items := steeringItems(t, spec)
+	ex := NewSteering()
+	err = RunInNetns(ns, func() error {
+		for _, it := range items {
+			if err := ex.Apply(context.Background(), it); err != nil {
+				return err
+			}
+		}
+		obs, err := ex.Observe(context.Background(), items)
+		for i, o := range obs {
+			if !o.Present || o.Value != items[i].Value {
+				return fmt.Errorf("observed %+v, want %q", o, items[i].Value)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v6 := run(t, "ip", "netns", "exec", name, "nft", "list", "table", "ip6", SteeringTable)
+	for _, want := range []string{
+		"meta l4proto tcp socket transparent 1 meta mark set 0x0000534f accept",
+		`iifname "sosa0" ip6 saddr @clients0 ip6 daddr @servers0 tcp dport @ports0 meta mark set 0x0000534f tproxy to :9876 accept`,
+		"type ipv6_addr\n\t\tflags interval\n\t\telements = { 2001:db8:1::/48 }",
+		"type ipv6_addr\n\t\tflags interval\n\t\telements = { 2001:db8:2::/124 }",
+		"elements = { 5201, 50000-51000 }",
+	} {
+		if !strings.Contains(v6, want) {
+			t.Errorf("table ip6 lacks %q:\n%s", want, v6)
+		}
+	}
+	if v4 := run(t, "ip", "netns", "exec", name, "nft", "list", "table", "ip", SteeringTable); strings.Contains(v4, "2001:db8") {
+		t.Errorf("IPv6 diverts in table ip:\n%s", v4)
+	}
+	if out := run(t, "ip", "-6", "-n", name, "rule", "show"); !strings.Contains(out, "from all fwmark 0x534f lookup 21327 proto 83") {
+		t.Errorf("IPv6 rules:\n%s", out)
+	}
+	if out := run(t, "ip", "-6", "-n", name, "route", "show", "table", "21327"); !strings.Contains(out, "local default dev lo proto 83") {
+		t.Errorf("IPv6 steering route:\n%s", out)
+	}
+	// A missing IPv6 route is drift, repaired by apply.
+	run(t, "ip", "-6", "-n", name, "route", "flush", "table", "21327")
+	route := items[len(items)-1]
+	err = RunInNetns(ns, func() error {
+		obs, err := ex.Observe(context.Background(), []item.Item{route})
+		if err != nil || obs[0].Value == route.Value {
+			return fmt.Errorf("route observed %q (%v) without its IPv6 half", obs[0].Value, err)
+		}
+		return ex.Apply(context.Background(), route)
 	})
 	if err != nil {
 		t.Fatal(err)

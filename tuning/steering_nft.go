@@ -3,8 +3,11 @@ package tuning
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/google/nftables"
@@ -14,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sosappliance/sosappliance/host/item"
+	"github.com/sosappliance/sosappliance/internal/portrange"
 )
 
 // steeringChain is the one chain of the steering table.
@@ -26,8 +30,29 @@ var ruleTag = []byte("sosappliance")
 // reg is the register all our expressions use.
 const reg = 1
 
-func steeringTable() *nftables.Table {
-	return &nftables.Table{Name: SteeringTable, Family: nftables.TableFamilyIPv4}
+// nftFamily is one of the two steering tables: ip for IPv4 diverts, ip6
+// for IPv6 ones. Both hold the transparent-socket rule.
+type nftFamily struct {
+	name         string // "ip" or "ip6", as nft writes it
+	table        nftables.TableFamily
+	proto        byte // NFPROTO_IPV4 or NFPROTO_IPV6
+	is4          bool
+	addrLen      uint32 // bytes of an address
+	saddr, daddr uint32 // their offsets in the network header
+	addrType     nftables.SetDatatype
+}
+
+var (
+	ipv4Family = nftFamily{name: "ip", table: nftables.TableFamilyIPv4, proto: unix.NFPROTO_IPV4, is4: true,
+		addrLen: 4, saddr: 12, daddr: 16, addrType: nftables.TypeIPAddr}
+	ipv6Family = nftFamily{name: "ip6", table: nftables.TableFamilyIPv6, proto: unix.NFPROTO_IPV6,
+		addrLen: 16, saddr: 8, daddr: 24, addrType: nftables.TypeIP6Addr}
+	// nftFamilies are the steering tables, each written and read alike.
+	nftFamilies = []nftFamily{ipv4Family, ipv6Family}
+)
+
+func steeringTable(f nftFamily) *nftables.Table {
+	return &nftables.Table{Name: SteeringTable, Family: f.table}
 }
 
 func steeringChainSpec(t *nftables.Table) *nftables.Chain {
@@ -50,16 +75,60 @@ func ifnameData(name string) []byte {
 	return b
 }
 
-// steeringRuleExprs builds the chain, in order:
+// steeringSet is one named interval set of the steering table: the
+// client or server addresses, or the ports, of one divert rule.
+type steeringSet struct {
+	name     string
+	keyType  nftables.SetDatatype
+	elements []nftables.SetElement
+}
+
+// Set name stems; divert rule i looks up clientsI, serversI and portsI.
+const (
+	setClients = "clients"
+	setServers = "servers"
+	setPorts   = "ports"
+)
+
+// addrElements are the interval set elements of prefixes: the start of
+// each merged run, and the address after its end flagged as an interval
+// end (left out when the run reaches the last address).
+func addrElements(ps []netip.Prefix) []nftables.SetElement {
+	var out []nftables.SetElement
+	for _, r := range item.PrefixRanges(ps) {
+		out = append(out, nftables.SetElement{Key: r.Lo.AsSlice()})
+		if next := r.Hi.Next(); next.IsValid() {
+			out = append(out, nftables.SetElement{Key: next.AsSlice(), IntervalEnd: true})
+		}
+	}
+	return out
+}
+
+// portElements are the interval set elements of port ranges.
+func portElements(rs []portrange.Range) []nftables.SetElement {
+	var out []nftables.SetElement
+	for _, r := range portrange.Normalize(rs) {
+		out = append(out, nftables.SetElement{Key: binaryutil.BigEndian.PutUint16(r.Lo)})
+		if r.Hi < 0xffff {
+			out = append(out, nftables.SetElement{Key: binaryutil.BigEndian.PutUint16(r.Hi + 1), IntervalEnd: true})
+		}
+	}
+	return out
+}
+
+// steeringRuleExprs builds the sets and the chain, in order:
 //
 //	meta l4proto tcp socket transparent 1 meta mark set MARK accept
-//	[iifname IF] meta l4proto tcp ip saddr CLIENT ip daddr SERVER tcp dport PORT
-//	    meta mark set MARK tproxy ip to :LISTEN accept          (per client prefix)
+//	[iifname IF] meta l4proto tcp ip saddr @clientsI ip daddr @serversI
+//	    tcp dport @portsI meta mark set MARK tproxy ip to :LISTEN accept   (per divert)
 //
 // The first rule catches packets of connections the relay already owns
 // (accepted from TPROXY, or opened with IP_TRANSPARENT toward a server); the
-// others divert new whitelisted connections to the relay's listener.
-func steeringRuleExprs(t item.TproxyRules) [][]expr.Any {
+// others divert new whitelisted connections to the relay's listener. Client
+// and server addresses and ports are interval sets, so a port range or a
+// list of prefixes is one rule and one set lookup, never a rule per port.
+// Lookups name their set; the caller fills in set ids when it adds them.
+func steeringRuleExprs(t item.TproxyRules, f nftFamily) ([]steeringSet, [][]expr.Any) {
 	// Each rule gets its own expression values; none are shared.
 	tcp := func() []expr.Any {
 		return []expr.Any{
@@ -78,39 +147,132 @@ func steeringRuleExprs(t item.TproxyRules) [][]expr.Any {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{1}})
 	socket = append(socket, setMark()...)
 	rules := [][]expr.Any{append(socket, &expr.Verdict{Kind: expr.VerdictAccept})}
+	var sets []steeringSet
+	i := -1
 	for _, d := range t.Divert {
-		for _, client := range d.Clients {
-			var r []expr.Any
-			if t.Interface != "" {
-				r = append(r,
-					&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg},
-					&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: ifnameData(t.Interface)})
-			}
-			r = append(r, tcp()...)
-			r = append(r, &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4})
-			if client.Bits() < 32 {
-				mask := binaryutil.BigEndian.PutUint32(^uint32(0) << (32 - client.Bits()))
-				r = append(r, &expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}})
-			}
-			addr := client.Addr().As4()
-			server := d.Server.As4()
+		if len(d.Servers) == 0 || d.Servers[0].Addr().Is4() != f.is4 {
+			continue
+		}
+		i++
+		n := strconv.Itoa(i)
+		sets = append(sets,
+			steeringSet{setClients + n, f.addrType, addrElements(d.Clients)},
+			steeringSet{setServers + n, f.addrType, addrElements(d.Servers)},
+			steeringSet{setPorts + n, nftables.TypeInetService, portElements(d.Ports)})
+		var r []expr.Any
+		if t.Interface != "" {
 			r = append(r,
-				&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: addr[:]},
-				&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: server[:]},
-				&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: binaryutil.BigEndian.PutUint16(d.Port)},
-			)
-			r = append(r, setMark()...)
-			r = append(r,
-				&expr.Immediate{Register: reg, Data: binaryutil.BigEndian.PutUint16(t.ListenPort)},
-				&expr.TProxy{Family: unix.NFPROTO_IPV4, TableFamily: unix.NFPROTO_IPV4, RegPort: reg},
-				&expr.Verdict{Kind: expr.VerdictAccept},
-			)
-			rules = append(rules, r)
+				&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: ifnameData(t.Interface)})
+		}
+		r = append(r, tcp()...)
+		r = append(r,
+			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.saddr, Len: f.addrLen},
+			&expr.Lookup{SourceRegister: reg, SetName: setClients + n},
+			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.daddr, Len: f.addrLen},
+			&expr.Lookup{SourceRegister: reg, SetName: setServers + n},
+			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Lookup{SourceRegister: reg, SetName: setPorts + n},
+		)
+		r = append(r, setMark()...)
+		r = append(r,
+			&expr.Immediate{Register: reg, Data: binaryutil.BigEndian.PutUint16(t.ListenPort)},
+			&expr.TProxy{Family: f.proto, TableFamily: f.proto, RegPort: reg},
+			&expr.Verdict{Kind: expr.VerdictAccept},
+		)
+		rules = append(rules, r)
+	}
+	return sets, rules
+}
+
+// setIntervals reads interval set elements back into [lo, hi] pairs of
+// keys of size n: each start, up to the key before the interval end that
+// follows it, or to the last key when none follows.
+func setIntervals(elems []nftables.SetElement, n int) ([][2][]byte, error) {
+	sorted := slices.Clone(elems)
+	slices.SortStableFunc(sorted, func(a, b nftables.SetElement) int {
+		if c := bytes.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		// An end and a start on one key: the end closes the run before.
+		if a.IntervalEnd != b.IntervalEnd {
+			if a.IntervalEnd {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	var out [][2][]byte
+	for i := 0; i < len(sorted); i++ {
+		e := sorted[i]
+		if len(e.Key) != n {
+			return nil, fmt.Errorf("set element of %d bytes, want %d", len(e.Key), n)
+		}
+		if e.IntervalEnd {
+			// The kernel may report the implicit end before the first
+			// start (key 0); any other lone end is not ours.
+			if !bytes.Equal(e.Key, make([]byte, n)) || len(out) > 0 {
+				return nil, fmt.Errorf("interval end %x without a start", e.Key)
+			}
+			continue
+		}
+		hi := bytes.Repeat([]byte{0xff}, n)
+		if i+1 < len(sorted) {
+			next := sorted[i+1]
+			if !next.IntervalEnd {
+				return nil, fmt.Errorf("interval start %x without an end before %x", e.Key, next.Key)
+			}
+			if len(next.Key) != n {
+				return nil, fmt.Errorf("set element of %d bytes, want %d", len(next.Key), n)
+			}
+			hi = decrement(next.Key)
+			i++
+		}
+		out = append(out, [2][]byte{e.Key, hi})
+	}
+	return out, nil
+}
+
+// decrement is the big-endian number one below b (b is not zero).
+func decrement(b []byte) []byte {
+	out := slices.Clone(b)
+	for i := len(out) - 1; i >= 0; i-- {
+		out[i]--
+		if out[i] != 0xff {
+			break
 		}
 	}
-	return rules
+	return out
+}
+
+// setPrefixes reads an address interval set of n-byte addresses back as
+// prefixes.
+func setPrefixes(elems []nftables.SetElement, n int) ([]netip.Prefix, error) {
+	ivs, err := setIntervals(elems, n)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Prefix
+	for _, iv := range ivs {
+		lo, _ := netip.AddrFromSlice(iv[0])
+		hi, _ := netip.AddrFromSlice(iv[1])
+		out = append(out, item.AddrRange{Lo: lo, Hi: hi}.Prefixes()...)
+	}
+	return out, nil
+}
+
+// setPorts reads a port interval set back as ranges.
+func setPortRanges(elems []nftables.SetElement) ([]portrange.Range, error) {
+	ivs, err := setIntervals(elems, 2)
+	if err != nil {
+		return nil, err
+	}
+	var out []portrange.Range
+	for _, iv := range ivs {
+		out = append(out, portrange.Range{Lo: binary.BigEndian.Uint16(iv[0]), Hi: binary.BigEndian.Uint16(iv[1])})
+	}
+	return out, nil
 }
 
 // dumpedRule is one rule as read from the kernel. google/nftables skips
@@ -123,8 +285,8 @@ type dumpedRule struct {
 	userData []byte
 }
 
-// dumpRules reads the rules of one chain of an ip table.
-func dumpRules(table, chain string) ([]dumpedRule, error) {
+// dumpRules reads the rules of one chain of a table of family f.
+func dumpRules(f nftFamily, table, chain string) ([]dumpedRule, error) {
 	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
@@ -142,7 +304,7 @@ func dumpRules(table, chain string) ([]dumpedRule, error) {
 			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETRULE),
 			Flags: netlink.Request | netlink.Dump,
 		},
-		Data: append([]byte{unix.NFPROTO_IPV4, unix.NFNETLINK_V0, 0, 0}, attrs...),
+		Data: append([]byte{f.proto, unix.NFNETLINK_V0, 0, 0}, attrs...),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("nftables: list rules of %s %s: %w", table, chain, err)
@@ -152,7 +314,7 @@ func dumpRules(table, chain string) ([]dumpedRule, error) {
 		if len(m.Data) < 4 {
 			continue
 		}
-		r, err := decodeRuleMsg(m.Data[4:])
+		r, err := decodeRuleMsg(m.Data[4:], f.proto)
 		if err != nil {
 			return nil, fmt.Errorf("nftables: decode rule of %s %s: %w", table, chain, err)
 		}
@@ -161,7 +323,7 @@ func dumpRules(table, chain string) ([]dumpedRule, error) {
 	return rules, nil
 }
 
-func decodeRuleMsg(b []byte) (dumpedRule, error) {
+func decodeRuleMsg(b []byte, proto byte) (dumpedRule, error) {
 	var r dumpedRule
 	ad, err := netlink.NewAttributeDecoder(b)
 	if err != nil {
@@ -176,7 +338,7 @@ func decodeRuleMsg(b []byte) (dumpedRule, error) {
 			ad.Nested(func(list *netlink.AttributeDecoder) error {
 				for list.Next() {
 					list.Nested(func(one *netlink.AttributeDecoder) error {
-						return decodeExpr(one, &r)
+						return decodeExpr(one, &r, proto)
 					})
 				}
 				return nil
@@ -186,7 +348,7 @@ func decodeRuleMsg(b []byte) (dumpedRule, error) {
 	return r, ad.Err()
 }
 
-func decodeExpr(ad *netlink.AttributeDecoder, r *dumpedRule) error {
+func decodeExpr(ad *netlink.AttributeDecoder, r *dumpedRule, proto byte) error {
 	var name string
 	var data []byte
 	for ad.Next() {
@@ -211,6 +373,8 @@ func decodeExpr(ad *netlink.AttributeDecoder, r *dumpedRule) error {
 		e = &expr.Socket{}
 	case "immediate":
 		e = &expr.Immediate{}
+	case "lookup":
+		e = &expr.Lookup{}
 	case "tproxy":
 		tp, err := decodeTproxy(data)
 		if err != nil {
@@ -222,13 +386,13 @@ func decodeExpr(ad *netlink.AttributeDecoder, r *dumpedRule) error {
 		r.unknown = append(r.unknown, name)
 		return nil
 	}
-	if err := expr.Unmarshal(unix.NFPROTO_IPV4, data, e); err != nil {
+	if err := expr.Unmarshal(proto, data, e); err != nil {
 		return fmt.Errorf("%s expression: %w", name, err)
 	}
 	// A verdict is an immediate into the verdict register.
 	if imm, ok := e.(*expr.Immediate); ok && imm.Register == unix.NFT_REG_VERDICT && len(imm.Data) == 0 {
 		v := &expr.Verdict{}
-		if err := expr.Unmarshal(unix.NFPROTO_IPV4, data, v); err != nil {
+		if err := expr.Unmarshal(proto, data, v); err != nil {
 			return fmt.Errorf("verdict: %w", err)
 		}
 		e = v
@@ -264,18 +428,17 @@ type parsedRule struct {
 	iifname     string
 	tcp         bool
 	transparent bool
-	saddr       netip.Prefix
-	daddr       netip.Addr
-	dport       uint16
-	mark        uint32
-	hasMark     bool
-	tproxyPort  uint16
-	accept      bool
+	// The sets the rule looks up source, destination and port in.
+	saddrSet, daddrSet, dportSet string
+	mark                         uint32
+	hasMark                      bool
+	tproxyPort                   uint16
+	accept                       bool
 }
 
 // parseSteeringRule recognises the two rule shapes steeringRuleExprs makes;
 // anything else is an error saying what was not understood.
-func parseSteeringRule(exprs []expr.Any) (parsedRule, error) {
+func parseSteeringRule(exprs []expr.Any, f nftFamily) (parsedRule, error) {
 	var p parsedRule
 	bad := func(i int) (parsedRule, error) {
 		return parsedRule{}, fmt.Errorf("expression %d (%T) is not one sosappliance writes", i+1, exprs[i])
@@ -310,42 +473,21 @@ func parseSteeringRule(exprs []expr.Any) (parsedRule, error) {
 			p.transparent = true
 			i++
 		case *expr.Payload:
-			if e.OperationType != expr.PayloadLoad {
-				return bad(i)
-			}
-			var mask []byte
-			j := i + 1
-			if bw, ok := next().(*expr.Bitwise); ok {
-				if bw.SourceRegister != e.DestRegister || bw.Len != 4 || len(bw.Mask) != 4 || !bytes.Equal(bw.Xor, []byte{0, 0, 0, 0}) {
-					return bad(i + 1)
-				}
-				mask = bw.Mask
-				j++
-			}
-			if j >= len(exprs) {
-				return bad(i)
-			}
-			cmp, ok := exprs[j].(*expr.Cmp)
-			if !ok || cmp.Op != expr.CmpOpEq || cmp.Register != e.DestRegister || uint32(len(cmp.Data)) != e.Len {
+			lk, ok := next().(*expr.Lookup)
+			if e.OperationType != expr.PayloadLoad || !ok || lk.SourceRegister != e.DestRegister || lk.Invert || lk.IsDestRegSet || lk.SetName == "" {
 				return bad(i)
 			}
 			switch {
-			case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 12 && e.Len == 4:
-				bits := 32
-				if mask != nil {
-					if bits = maskBits(mask); bits < 0 {
-						return bad(i + 1)
-					}
-				}
-				p.saddr = netip.PrefixFrom(netip.AddrFrom4([4]byte(cmp.Data)), bits)
-			case mask == nil && e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 16 && e.Len == 4:
-				p.daddr = netip.AddrFrom4([4]byte(cmp.Data))
-			case mask == nil && e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2:
-				p.dport = binary.BigEndian.Uint16(cmp.Data)
+			case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == f.saddr && e.Len == f.addrLen && p.saddrSet == "":
+				p.saddrSet = lk.SetName
+			case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == f.daddr && e.Len == f.addrLen && p.daddrSet == "":
+				p.daddrSet = lk.SetName
+			case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2 && p.dportSet == "":
+				p.dportSet = lk.SetName
 			default:
 				return bad(i)
 			}
-			i = j
+			i++
 		case *expr.Immediate:
 			switch n := next().(type) {
 			case *expr.Meta:
@@ -354,7 +496,7 @@ func parseSteeringRule(exprs []expr.Any) (parsedRule, error) {
 				}
 				p.mark, p.hasMark = binaryutil.NativeEndian.Uint32(e.Data), true
 			case *expr.TProxy:
-				if n.Family != unix.NFPROTO_IPV4 || n.RegAddr != 0 || n.RegPort != e.Register || len(e.Data) != 2 {
+				if n.Family != f.proto || n.RegAddr != 0 || n.RegPort != e.Register || len(e.Data) != 2 {
 					return bad(i)
 				}
 				p.tproxyPort = binary.BigEndian.Uint16(e.Data)
@@ -374,25 +516,35 @@ func parseSteeringRule(exprs []expr.Any) (parsedRule, error) {
 	return p, nil
 }
 
-// maskBits is the prefix length of a contiguous IPv4 mask, or -1.
-func maskBits(mask []byte) int {
-	m := binary.BigEndian.Uint32(mask)
-	bits := 0
-	for bits < 32 && m&(1<<(31-bits)) != 0 {
-		bits++
-	}
-	if m<<bits != 0 {
-		return -1
-	}
-	return bits
+// nftSet is a set of the steering table as read from the kernel.
+type nftSet struct {
+	keyType  string
+	interval bool
+	elements []nftables.SetElement
 }
 
-// decodeSteeringRules turns the dumped chain back into TproxyRules: the
-// observed value of the nftables item.
-func decodeSteeringRules(rules []dumpedRule) (item.TproxyRules, error) {
+// decodeSteeringRules turns the dumped chain and its sets back into
+// TproxyRules: the observed value of the nftables item. Every set must be
+// looked up by exactly one rule, in the field and with the key type
+// steeringRuleExprs gives it.
+func decodeSteeringRules(rules []dumpedRule, sets map[string]nftSet, f nftFamily) (item.TproxyRules, error) {
 	var t item.TproxyRules
 	if len(rules) == 0 {
 		return t, fmt.Errorf("chain %s is empty", steeringChain)
+	}
+	used := map[string]bool{}
+	readSet := func(name, keyType string) (nftSet, error) {
+		s, ok := sets[name]
+		switch {
+		case !ok:
+			return s, fmt.Errorf("set %s is missing", name)
+		case used[name]:
+			return s, fmt.Errorf("set %s is looked up twice", name)
+		case s.keyType != keyType || !s.interval:
+			return s, fmt.Errorf("set %s is type %s (interval %v), want an interval set of %s", name, s.keyType, s.interval, keyType)
+		}
+		used[name] = true
+		return s, nil
 	}
 	haveIface := false
 	for i, r := range rules {
@@ -402,7 +554,7 @@ func decodeSteeringRules(rules []dumpedRule) (item.TproxyRules, error) {
 		if len(r.unknown) > 0 {
 			return t, fmt.Errorf("rule %d has expressions sosappliance does not write: %s", i+1, strings.Join(r.unknown, ", "))
 		}
-		p, err := parseSteeringRule(r.exprs)
+		p, err := parseSteeringRule(r.exprs, f)
 		if err != nil {
 			return t, fmt.Errorf("rule %d: %w", i+1, err)
 		}
@@ -410,13 +562,13 @@ func decodeSteeringRules(rules []dumpedRule) (item.TproxyRules, error) {
 			return t, fmt.Errorf("rule %d is incomplete", i+1)
 		}
 		if i == 0 {
-			if !p.transparent || p.iifname != "" || p.saddr.IsValid() || p.daddr.IsValid() || p.dport != 0 || p.tproxyPort != 0 {
+			if !p.transparent || p.iifname != "" || p.saddrSet != "" || p.daddrSet != "" || p.dportSet != "" || p.tproxyPort != 0 {
 				return t, fmt.Errorf("rule 1 is not the transparent-socket rule")
 			}
 			t.Mark = p.mark
 			continue
 		}
-		if p.transparent || !p.saddr.IsValid() || !p.daddr.IsValid() || p.dport == 0 || p.tproxyPort == 0 {
+		if p.transparent || p.saddrSet == "" || p.daddrSet == "" || p.dportSet == "" || p.tproxyPort == 0 {
 			return t, fmt.Errorf("rule %d is not a divert rule", i+1)
 		}
 		if p.mark != t.Mark {
@@ -428,7 +580,27 @@ func decodeSteeringRules(rules []dumpedRule) (item.TproxyRules, error) {
 		if haveIface && (p.tproxyPort != t.ListenPort || p.iifname != t.Interface) {
 			return t, fmt.Errorf("rule %d differs from rule 2 in listen port or interface", i+1)
 		}
-		t.Divert = append(t.Divert, item.Divert{Clients: []netip.Prefix{p.saddr}, Server: p.daddr, Port: p.dport})
+		var d item.Divert
+		cs, err1 := readSet(p.saddrSet, f.addrType.Name)
+		ss, err2 := readSet(p.daddrSet, f.addrType.Name)
+		ps, err3 := readSet(p.dportSet, nftables.TypeInetService.Name)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return t, fmt.Errorf("rule %d: %w", i+1, err)
+		}
+		if d.Clients, err1 = setPrefixes(cs.elements, int(f.addrLen)); err1 == nil {
+			if d.Servers, err1 = setPrefixes(ss.elements, int(f.addrLen)); err1 == nil {
+				d.Ports, err1 = setPortRanges(ps.elements)
+			}
+		}
+		if err1 != nil {
+			return t, fmt.Errorf("rule %d: %w", i+1, err1)
+		}
+		t.Divert = append(t.Divert, d)
+	}
+	for name := range sets {
+		if !used[name] {
+			return t, fmt.Errorf("set %s is not used by any rule", name)
+		}
 	}
 	return t, nil
 }

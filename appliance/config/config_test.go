@@ -7,10 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/sosappliance/sosappliance/internal/portrange"
 )
 
 var errorMarker = regexp.MustCompile(`# ERROR: `)
@@ -99,6 +102,8 @@ func mustParse(t *testing.T, src string) *Config {
 	return cfg
 }
 
+var newWhitelistForm = regexp.MustCompile(`(?m)^\s*(servers|server_ports|direction)\s*=`)
+
 func TestExampleFiles(t *testing.T) {
 	files := []string{"../../sos.hcl.example"}
 	err := filepath.WalkDir("../../examples", func(path string, d os.DirEntry, err error) error {
@@ -126,6 +131,11 @@ func TestExampleFiles(t *testing.T) {
 			}
 			if len(cfg.Sites) < 2 || len(cfg.Whitelists) == 0 {
 				t.Fatalf("%s: want at least two sites and a whitelist", f)
+			}
+			// Examples show the whitelist forms real applications need:
+			// server prefixes, port lists and ranges, both directions.
+			if !newWhitelistForm.Match(src.Bytes) {
+				t.Errorf("%s uses none of servers, server_ports, direction", f)
 			}
 			for _, w := range cfg.Whitelists {
 				if w.ClientAgent == "" || w.ServerAgent == "" {
@@ -208,6 +218,43 @@ site "b" {
 limits { session_memory = "10MB" }`, func(t *testing.T, c *Config) {
 			if c.Whitelists[0].ChunkSize != 65536 || c.Limits.SessionMemory != 10_000_000 {
 				t.Errorf("sizes: %d %d", c.Whitelists[0].ChunkSize, c.Limits.SessionMemory)
+			}
+		}},
+		{"server prefixes, port ranges and direction both", `whitelist "gridftp" {
+  clients      = ["10.1.0.0/25"]
+  servers      = ["10.2.0.16/28", "10.2.0.40"]
+  server_ports = ["2811", 50000, "50001-51000", "2812"]
+  direction    = "both"
+}
+whitelist "disjoint-ports" {
+  clients      = ["10.1.0.0/25"]
+  servers      = ["10.2.0.16/28"]
+  server_ports = ["51001-52000"]
+}
+whitelist "every-port" {
+  clients = ["10.3.0.0/24"]
+  servers = ["10.2.0.128/25"]
+}`, func(t *testing.T, c *Config) {
+			w := c.Whitelists[0]
+			wantServers := []netip.Prefix{netip.MustParsePrefix("10.2.0.16/28"), netip.MustParsePrefix("10.2.0.40/32")}
+			wantPorts := []portrange.Range{{Lo: 2811, Hi: 2812}, {Lo: 50000, Hi: 51000}}
+			if !slices.Equal(w.Servers, wantServers) || !slices.Equal(w.Ports, wantPorts) || !w.Both() || w.AllPorts {
+				t.Errorf("gridftp: servers %v ports %v direction %q", w.Servers, w.Ports, w.Direction)
+			}
+			if w.Server.IsValid() || w.ServerPort != 0 {
+				t.Errorf("gridftp names several servers and ports, but Server %v ServerPort %d", w.Server, w.ServerPort)
+			}
+			// 1 client x 2 servers x (2 + 9 value/mask pairs); one port
+			// per flow on a switch without masks.
+			if n, m := w.FlowCount(true), w.FlowCount(false); n != 22 || m != 2*(2+1001) {
+				t.Errorf("gridftp flow counts %d (masks) %d (no masks)", n, m)
+			}
+			e := c.Whitelists[2]
+			if !e.AllPorts || !slices.Equal(e.Ports, []portrange.Range{portrange.All}) || e.Direction != DirectionClient {
+				t.Errorf("every-port: %v %v %q", e.AllPorts, e.Ports, e.Direction)
+			}
+			if !c.Switch("sw-a").PortMasks {
+				t.Errorf("port_masks defaults to true")
 			}
 		}},
 		{"same server different ports do not overlap", `whitelist "w1" {
@@ -420,7 +467,7 @@ func TestValueParsers(t *testing.T) {
 
 func FuzzParse(f *testing.F) {
 	seeds, _ := filepath.Glob("testdata/errors/*.hcl")
-	seeds = append(seeds, "../../sos.hcl.example", "../../examples/minimal.hcl")
+	seeds = append(seeds, "../../sos.hcl.example", "../../examples/minimal.hcl", "../../examples/three-sites.hcl")
 	for _, s := range seeds {
 		if b, err := os.ReadFile(s); err == nil {
 			f.Add(b)

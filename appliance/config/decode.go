@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math/big"
+	"net/netip"
 	"sort"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sosappliance/sosappliance/appliance/profiles"
 	"github.com/sosappliance/sosappliance/dataplane/agentspec"
+	"github.com/sosappliance/sosappliance/internal/portrange"
 )
 
 // Defaults applied where the file is silent. Those of the limits block are
@@ -458,7 +460,7 @@ func decodeSite(b *hcl.Block, diags *hcl.Diagnostics) *Site {
 	for _, p := range a.strList("prefixes") {
 		pfx, err := ParsePrefix(p)
 		if err != nil {
-			a.errorf("prefixes", "site %q prefixes: %v", "List the site's IPv4 networks in CIDR form, e.g. \"10.10.1.0/24\".", s.Name, err)
+			a.errorf("prefixes", "site %q prefixes: %v", "List the site's networks in CIDR form, e.g. \"10.10.1.0/24\" or \"2001:db8:1::/48\".", s.Name, err)
 			continue
 		}
 		s.Prefixes = append(s.Prefixes, pfx)
@@ -484,12 +486,13 @@ func decodeSite(b *hcl.Block, diags *hcl.Diagnostics) *Site {
 
 var switchSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "datapath_id", Required: true}, {Name: "forwarding"}, {Name: "connect"},
-	{Name: "tls"}, {Name: "allow"},
+	{Name: "tls"}, {Name: "allow"}, {Name: "port_masks"},
 }}
 
 func decodeSwitch(b *hcl.Block, diags *hcl.Diagnostics) *Switch {
 	a, _ := newAttrs(b.Body, switchSchema, diags)
-	sw := &Switch{Name: b.Labels[0], Forwarding: a.str("forwarding", "normal"), Connect: a.str("connect", ""), Range: b.DefRange}
+	sw := &Switch{Name: b.Labels[0], Forwarding: a.str("forwarding", "normal"), Connect: a.str("connect", ""),
+		PortMasks: a.boolean("port_masks", true), Range: b.DefRange}
 	if a.has("datapath_id") {
 		v := a.str("datapath_id", "")
 		dpid, err := ParseDatapathID(v)
@@ -566,7 +569,7 @@ func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
 	if a.has("address") {
 		addr, err := ParseAddr(a.str("address", ""))
 		if err != nil {
-			a.errorf("address", "agent %q address: %v", `Write the agent's IPv4 address, e.g. "10.10.1.2".`, ag.Name, err)
+			a.errorf("address", "agent %q address: %v", `Write the agent's address, e.g. "10.10.1.2" or "2001:db8:1::2".`, ag.Name, err)
 		}
 		ag.Address = addr
 	}
@@ -581,7 +584,7 @@ func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
 	}
 	ag.HealthListen = a.str("health_listen", "")
 	if ag.HealthListen == "" && ag.Address.IsValid() {
-		ag.HealthListen = fmt.Sprintf("%s:%d", ag.Address, DefaultHealthPort)
+		ag.HealthListen = netip.AddrPortFrom(ag.Address, DefaultHealthPort).String()
 	} else if ag.HealthListen != "" {
 		if err := ValidHostPort(ag.HealthListen); err != nil {
 			a.errorf("health_listen", "agent %q health_listen: %v", `Use "IP:PORT"; the controller probes GET /healthz there.`, ag.Name, err)
@@ -591,8 +594,9 @@ func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
 }
 
 var whitelistSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
-	{Name: "clients", Required: true}, {Name: "server", Required: true},
-	{Name: "server_port", Required: true}, {Name: "streams"}, {Name: "chunk_size"},
+	{Name: "clients", Required: true}, {Name: "server"}, {Name: "servers"},
+	{Name: "server_port"}, {Name: "server_ports"}, {Name: "direction"},
+	{Name: "streams"}, {Name: "chunk_size"},
 	{Name: "queue_length"}, {Name: "client_agent"}, {Name: "server_agent"},
 }}
 
@@ -600,7 +604,7 @@ func decodeWhitelist(b *hcl.Block, diags *hcl.Diagnostics) *Whitelist {
 	a, _ := newAttrs(b.Body, whitelistSchema, diags)
 	w := &Whitelist{
 		Name:         b.Labels[0],
-		ServerPort:   uint16(a.integer("server_port", 0, 1, 65535)),
+		Direction:    a.str("direction", DirectionClient),
 		Streams:      int(a.integer("streams", DefaultStreams, 1, 1<<16)),
 		ChunkSize:    int(a.byteSize("chunk_size", DefaultChunkSize, 512, MaxChunkSize)),
 		QueueLength:  int(a.integer("queue_length", DefaultQueueLength, 0, 1024)),
@@ -608,7 +612,6 @@ func decodeWhitelist(b *hcl.Block, diags *hcl.Diagnostics) *Whitelist {
 		ServerAgent:  a.str("server_agent", ""),
 		Range:        b.DefRange,
 		ClientsRange: a.rng("clients"),
-		ServerRange:  a.rng("server"),
 		StreamsRange: a.rng("streams"),
 	}
 	for _, c := range a.strList("clients") {
@@ -619,14 +622,92 @@ func decodeWhitelist(b *hcl.Block, diags *hcl.Diagnostics) *Whitelist {
 		}
 		w.Clients = append(w.Clients, p)
 	}
-	if a.has("server") {
-		addr, err := ParseAddr(a.str("server", ""))
-		if err != nil {
-			a.errorf("server", "whitelist %q server: %v", `Write the server's IPv4 address, e.g. "10.10.2.1".`, w.Name, err)
-		}
-		w.Server = addr
+	if w.Direction != DirectionClient && w.Direction != DirectionBoth {
+		a.errorf("direction", "whitelist %q: direction must be %q or %q", fmt.Sprintf(`%q (the default) carries connections that clients open; %q also those that servers open toward clients, such as GridFTP downloads in mode E.`, DirectionClient, DirectionBoth), w.Name, DirectionClient, DirectionBoth)
+		w.Direction = DirectionClient
+	}
+	decodeServers(a, w)
+	decodePorts(a, w, diags)
+	if len(w.Servers) == 1 && w.Servers[0].IsSingleIP() && len(w.Ports) == 1 && w.Ports[0].Lo == w.Ports[0].Hi {
+		w.Server, w.ServerPort = w.Servers[0].Addr(), w.Ports[0].Lo
 	}
 	return w
+}
+
+// decodeServers reads server (one address) or servers (prefixes or
+// addresses), exactly one of them.
+func decodeServers(a *attrs, w *Whitelist) {
+	switch {
+	case a.has("server") && a.has("servers"):
+		a.errorf("servers", "whitelist %q has both server and servers", `Keep one: server = "10.10.2.1" for one host, servers = ["10.10.2.0/28"] for several.`, w.Name)
+		return
+	case a.has("server"):
+		w.ServerRange = a.rng("server")
+		v := a.str("server", "")
+		addr, err := ParseAddr(v)
+		if err != nil {
+			a.errorf("server", "whitelist %q server: %v", `Write the server's address, e.g. "10.10.2.1"; use servers = [...] for prefixes.`, w.Name, err)
+			return
+		}
+		w.Servers = []netip.Prefix{netip.PrefixFrom(addr, addr.BitLen())}
+	case a.has("servers"):
+		w.ServerRange = a.rng("servers")
+		list := a.strList("servers")
+		before := len(*a.diags)
+		for _, v := range list {
+			p, err := ParsePrefix(v)
+			if err != nil {
+				a.errorf("servers", "whitelist %q servers: %v", `List server hosts or networks, e.g. ["10.10.2.1", "10.10.2.16/28"].`, w.Name, err)
+				continue
+			}
+			w.Servers = append(w.Servers, p)
+		}
+		if len(list) == 0 && len(*a.diags) == before {
+			a.errorf("servers", "whitelist %q servers is empty", "List at least one server address or prefix.", w.Name)
+		}
+	default:
+		*a.diags = append(*a.diags, diagAt(w.Range, fmt.Sprintf("Whitelist %q names no server", w.Name),
+			`Add server = "10.10.2.1" for one host, or servers = ["10.10.2.0/28"] for several.`))
+	}
+}
+
+// decodePorts reads server_port (one port) or server_ports (ports and
+// ranges such as "50000-51000"); without either the whitelist covers every
+// port, which validate warns about.
+func decodePorts(a *attrs, w *Whitelist, diags *hcl.Diagnostics) {
+	switch {
+	case a.has("server_port") && a.has("server_ports"):
+		a.errorf("server_ports", "whitelist %q has both server_port and server_ports", `Keep one: server_port = 5201, or server_ports = ["5201", "50000-51000"].`, w.Name)
+	case a.has("server_port"):
+		w.PortsRange = a.rng("server_port")
+		if p := uint16(a.integer("server_port", 0, 1, 65535)); p != 0 {
+			w.Ports = []portrange.Range{portrange.Single(p)}
+		}
+	case a.has("server_ports"):
+		w.PortsRange = a.rng("server_ports")
+		list := a.strList("server_ports")
+		before := len(*diags)
+		var ports []portrange.Range
+		for _, v := range list {
+			r, err := portrange.Parse(v)
+			if err != nil {
+				a.errorf("server_ports", "whitelist %q server_ports: %v", `List ports and ranges of the listening side, e.g. ["5201", "50000-51000"].`, w.Name, err)
+				continue
+			}
+			for _, q := range ports {
+				if q.Overlaps(r) {
+					a.errorf("server_ports", "whitelist %q server_ports: %s overlaps %s", "List each port once; merge the two into one range.", w.Name, r, q)
+				}
+			}
+			ports = append(ports, r)
+		}
+		if len(list) == 0 && len(*diags) == before {
+			a.errorf("server_ports", "whitelist %q server_ports is empty", `List at least one port, or remove server_ports to accelerate every port.`, w.Name)
+		}
+		w.Ports = portrange.Normalize(ports)
+	default:
+		w.Ports, w.AllPorts = []portrange.Range{portrange.All}, true
+	}
 }
 
 var tuningSchema = &hcl.BodySchema{

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
+	"github.com/sosappliance/sosappliance/internal/portrange"
 )
 
 // Config is a decoded and validated sos.hcl. Slices keep the order of the
@@ -122,7 +124,11 @@ type Switch struct {
 	TLS bool
 	// Allow lists the source prefixes the switch may connect from; empty
 	// allows any.
-	Allow      []netip.Prefix
+	Allow []netip.Prefix
+	// PortMasks says the switch matches TCP ports under a mask, as Open
+	// vSwitch does (the default); without it a port range takes one flow
+	// per port.
+	PortMasks  bool
 	Range      hcl.Range
 	TLSRange   hcl.Range
 	AllowRange hcl.Range
@@ -153,10 +159,25 @@ type Agent struct {
 // DataAddr is where the agent's peers open stripe streams.
 func (a *Agent) DataAddr() netip.AddrPort { return netip.AddrPortFrom(a.Address, a.DataPort) }
 
-// Whitelist is one class of TCP connections to accelerate.
+// Whitelist is one class of TCP connections to accelerate: from hosts in
+// Clients to hosts in Servers on one of Ports, and with DirectionBoth also
+// from hosts in Servers to hosts in Clients on one of Ports.
 type Whitelist struct {
-	Name       string
-	Clients    []netip.Prefix
+	Name    string
+	Clients []netip.Prefix
+	// Servers are the server hosts and networks: server = "A" is [A/32].
+	Servers []netip.Prefix
+	// Ports are the ports of the listening side, sorted and merged: the
+	// server's for connections clients open, the client's for those
+	// servers open (DirectionBoth). server_port = P is [P-P]; without a
+	// port list it is [1-65535] and AllPorts is set.
+	Ports    []portrange.Range
+	AllPorts bool
+	// Direction says who opens the connections: DirectionClient, or
+	// DirectionBoth for servers too.
+	Direction string
+	// Server and ServerPort are the one server address and port of a
+	// whitelist that names exactly one of each; zero otherwise.
 	Server     netip.Addr
 	ServerPort uint16
 	Streams    int
@@ -168,6 +189,8 @@ type Whitelist struct {
 	QueueLength int
 	// ClientAgent and ServerAgent are the agents that carry the session; when
 	// the file leaves them out they resolve to the only agent of the site.
+	// With DirectionBoth they keep their names: the server-site agent is
+	// the one a server's connection reaches first.
 	ClientAgent string
 	ServerAgent string
 	ClientSite  string
@@ -176,8 +199,18 @@ type Whitelist struct {
 	Range        hcl.Range
 	ClientsRange hcl.Range
 	ServerRange  hcl.Range
+	PortsRange   hcl.Range
 	StreamsRange hcl.Range
 }
+
+// Whitelist directions.
+const (
+	DirectionClient = "client"
+	DirectionBoth   = "both"
+)
+
+// Both reports whether servers' connections toward clients are carried too.
+func (w *Whitelist) Both() bool { return w.Direction == DirectionBoth }
 
 // SessionMemory is the buffer memory one session of this whitelist needs
 // at an agent when it starts: its initial receive window (4 MiB of chunks,
@@ -311,4 +344,25 @@ func (c *Config) SiteOf(addr netip.Addr) *Site {
 		}
 	}
 	return nil
+}
+
+// Describe says in one line what the whitelist carries, for validate:
+// `10.10.1.0/24 -> 10.10.2.16/28 ports 2811,50000-51000 (either side opens), agent-a -> agent-b`.
+func (w *Whitelist) Describe() string {
+	join := func(ps []netip.Prefix) string {
+		parts := make([]string, len(ps))
+		for i, p := range ps {
+			parts[i] = serverText(p)
+		}
+		return strings.Join(parts, ",")
+	}
+	ports := "ports " + portrange.Join(w.Ports)
+	if w.AllPorts {
+		ports = "every port"
+	}
+	who := "clients open"
+	if w.Both() {
+		who = "either side opens; the port is the listening side's"
+	}
+	return fmt.Sprintf("%s -> %s %s (%s), %s -> %s", join(w.Clients), join(w.Servers), ports, who, w.ClientAgent, w.ServerAgent)
 }

@@ -3,12 +3,14 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"unicode"
 
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
+	"github.com/sosappliance/sosappliance/internal/portrange"
 )
 
 // validate runs the checks that need the whole file: names, references and
@@ -139,21 +141,21 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 		diags = append(diags, checkTuningRefs(cfg, n.Tuning, n.TuningRange, fmt.Sprintf("node %q", n.Name))...)
 	}
 
-	// Whitelists: sites, agents, overlaps and memory.
+	// Whitelists: sites, agents, overlaps, flows and memory.
 	for i, w := range cfg.Whitelists {
 		diags = append(diags, resolveWhitelist(cfg, w)...)
 		for _, v := range cfg.Whitelists[:i] {
-			if v.Server != w.Server || v.ServerPort != w.ServerPort || !w.Server.IsValid() {
-				continue
+			if why, ok := whitelistsOverlap(w, v); ok {
+				add(w.ClientsRange, fmt.Sprintf("A connection must match one whitelist only; narrow the clients, servers or ports, or merge with %q.", v.Name),
+					"Whitelist %q overlaps whitelist %q: %s", w.Name, v.Name, why)
 			}
-			for _, p := range w.Clients {
-				for _, q := range v.Clients {
-					if p.Overlaps(q) {
-						add(w.ClientsRange, fmt.Sprintf("A connection must match one whitelist only; narrow the clients or merge with %q.", v.Name),
-							"Whitelist %q overlaps whitelist %q: clients %s and %s to %s:%d", w.Name, v.Name, p, q, w.Server, w.ServerPort)
-					}
-				}
-			}
+		}
+		diags = append(diags, checkFlowCount(cfg, w)...)
+		if w.AllPorts {
+			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagWarning,
+				Summary: fmt.Sprintf("Whitelist %q lists no ports: it carries TCP on every port between its clients and servers", w.Name),
+				Detail:  `Name the listening ports with server_ports = ["5201", "50000-51000"] unless every connection between these hosts should cross the agents.`,
+				Subject: w.Range.Ptr()})
 		}
 		if w.Streams > cfg.Limits.MaxStreams {
 			add(w.StreamsRange, fmt.Sprintf("Lower streams or raise limits.max_streams (now %d).", cfg.Limits.MaxStreams),
@@ -202,6 +204,15 @@ func resolveWhitelist(cfg *Config, w *Whitelist) hcl.Diagnostics {
 	if len(w.Clients) == 0 && w.ClientsRange.Filename != "" {
 		add(w.ClientsRange, "List at least one client network.", "Whitelist %q has no clients", w.Name)
 	}
+	// A TCP connection has one address family: IPv4 and IPv6 hosts of a
+	// dual-stack pair take one whitelist each.
+	for _, c := range w.Clients {
+		if i := slices.IndexFunc(w.Servers, func(s netip.Prefix) bool { return s.Addr().Is4() != c.Addr().Is4() }); i >= 0 {
+			add(w.ServerRange, "Split the whitelist: one for the IPv4 addresses of clients and servers, one for the IPv6 ones.",
+				"Whitelist %q mixes address families: client %s and server %s", w.Name, serverText(c), serverText(w.Servers[i]))
+			return diags
+		}
+	}
 	for _, s := range cfg.Sites {
 		if s.incomplete {
 			// The site's own diagnostic says what to fix first.
@@ -224,11 +235,19 @@ func resolveWhitelist(cfg *Config, w *Whitelist) hcl.Diagnostics {
 		clientSite = s
 	}
 	var serverSite *Site
-	if w.Server.IsValid() {
-		if serverSite = cfg.SiteOf(w.Server); serverSite == nil {
-			add(w.ServerRange, "The server must lie inside a site's prefixes so sosappliance knows which agent serves it.",
-				"Whitelist %q server %s is in no site", w.Name, w.Server)
+	for _, p := range w.Servers {
+		s := siteContaining(cfg, p)
+		if s == nil {
+			add(w.ServerRange, "Servers must lie inside a site's prefixes so sosappliance knows which agent serves them.",
+				"Whitelist %q server %s is in no site", w.Name, serverText(p))
+			continue
 		}
+		if serverSite != nil && s != serverSite {
+			add(w.ServerRange, "Split the whitelist: one per server site.",
+				"Whitelist %q has servers in two sites, %q and %q", w.Name, serverSite.Name, s.Name)
+			continue
+		}
+		serverSite = s
 	}
 	if clientSite != nil && clientSite == serverSite {
 		add(w.ServerRange, "Acceleration is for traffic between sites; this pair never crosses the WAN.",
@@ -352,4 +371,132 @@ func validateSwitchTLS(cfg *Config, add func(rng hcl.Range, hint, format string,
 			}
 		}
 	}
+}
+
+// serverText writes a one-host prefix as its address.
+func serverText(p netip.Prefix) string {
+	if p.IsSingleIP() {
+		return p.Addr().String()
+	}
+	return p.String()
+}
+
+// whitelistEntry is one direction of a whitelist: connections from a host
+// in from to a host in to on one of ports.
+type whitelistEntry struct {
+	from, to []netip.Prefix
+	ports    []portrange.Range
+}
+
+func entries(w *Whitelist) []whitelistEntry {
+	out := []whitelistEntry{{w.Clients, w.Servers, w.Ports}}
+	if w.Both() {
+		out = append(out, whitelistEntry{w.Servers, w.Clients, w.Ports})
+	}
+	return out
+}
+
+// whitelistsOverlap says which connection two whitelists would both claim:
+// clients, servers and ports must all overlap, in either direction of a
+// whitelist with direction = "both".
+func whitelistsOverlap(w, v *Whitelist) (string, bool) {
+	for i, a := range entries(w) {
+		for _, b := range entries(v) {
+			p, okP := firstOverlap(a.from, b.from)
+			q, okQ := firstOverlap(a.to, b.to)
+			r, okR := firstPortOverlap(a.ports, b.ports)
+			if !okP || !okQ || !okR {
+				continue
+			}
+			what := "clients"
+			if i == 1 {
+				what = "servers (direction both)"
+			}
+			return fmt.Sprintf("%s %s and %s to %s and %s on ports %s and %s", what, serverText(p[0]), serverText(p[1]),
+				serverText(q[0]), serverText(q[1]), r[0], r[1]), true
+		}
+	}
+	return "", false
+}
+
+func firstOverlap(a, b []netip.Prefix) ([2]netip.Prefix, bool) {
+	for _, p := range a {
+		for _, q := range b {
+			if p.Overlaps(q) {
+				return [2]netip.Prefix{p, q}, true
+			}
+		}
+	}
+	return [2]netip.Prefix{}, false
+}
+
+func firstPortOverlap(a, b []portrange.Range) ([2]portrange.Range, bool) {
+	for _, p := range a {
+		for _, q := range b {
+			if p.Overlaps(q) {
+				return [2]portrange.Range{p, q}, true
+			}
+		}
+	}
+	return [2]portrange.Range{}, false
+}
+
+// MaxFlowsPerWhitelist bounds the steering flows one whitelist may put on
+// one switch: beyond it a port range is wider than the switch can hold
+// well (a switch without masked port matches needs one flow per port).
+const MaxFlowsPerWhitelist = 4096
+
+// FlowCount is how many steering flows one direction of the whitelist
+// takes on a switch: one per client prefix, server prefix and port match,
+// where a port match is a value/mask pair, or one port on a switch
+// without masked port matches (port_masks = false).
+func (w *Whitelist) FlowCount(portMasks bool) int {
+	n := 0
+	for _, r := range w.Ports {
+		if portMasks {
+			n += len(r.Masks())
+		} else {
+			n += r.Len()
+		}
+	}
+	return len(w.Clients) * len(w.Servers) * n
+}
+
+func checkFlowCount(cfg *Config, w *Whitelist) hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	for _, name := range []string{w.ClientAgent, w.ServerAgent} {
+		a := cfg.Agent(name)
+		if a == nil {
+			continue
+		}
+		sw := cfg.Switch(a.Switch)
+		if sw == nil {
+			continue
+		}
+		n := w.FlowCount(sw.PortMasks)
+		if w.Both() {
+			n *= 2
+		}
+		if n <= MaxFlowsPerWhitelist {
+			continue
+		}
+		how := fmt.Sprintf("%d port matches (value/mask pairs)", portrange.MaskCount(w.Ports))
+		if !sw.PortMasks {
+			ports := 0
+			for _, r := range w.Ports {
+				ports += r.Len()
+			}
+			how = fmt.Sprintf("%d ports: switch %q has port_masks = false, so each port takes its own flow", ports, sw.Name)
+		}
+		if w.Both() {
+			how += ", in both directions"
+		}
+		rng := w.PortsRange
+		if rng.Filename == "" {
+			rng = w.Range
+		}
+		diags = append(diags, diagAt(rng, fmt.Sprintf("Whitelist %q compiles to %d flows on switch %q, more than %d", w.Name, n, sw.Name, MaxFlowsPerWhitelist),
+			fmt.Sprintf("%d client prefix(es) x %d server prefix(es) x %s; narrow the ranges or split the whitelist.", len(w.Clients), len(w.Servers), how)))
+	}
+	return diags
 }

@@ -98,17 +98,22 @@ func ParseMAC(s string) (net.HardwareAddr, error) {
 	return mac, nil
 }
 
-// ParsePrefix reads an IPv4 prefix whose host bits are zero.
+// ParsePrefix reads an IPv4 or IPv6 prefix whose host bits are zero; a
+// bare address is its one-host prefix.
 func ParsePrefix(s string) (netip.Prefix, error) {
-	p, err := netip.ParsePrefix(strings.TrimSpace(s))
+	t := strings.TrimSpace(s)
+	p, err := netip.ParsePrefix(t)
 	if err != nil {
-		if a, aerr := netip.ParseAddr(strings.TrimSpace(s)); aerr == nil && a.Is4() {
-			return netip.PrefixFrom(a, 32), nil
+		if a, aerr := netip.ParseAddr(t); aerr == nil && a.Zone() == "" {
+			if a.Is4In6() {
+				return netip.Prefix{}, fmt.Errorf("%q is an IPv4-mapped IPv6 address; write %s", s, a.Unmap())
+			}
+			return netip.PrefixFrom(a, a.BitLen()), nil
 		}
-		return netip.Prefix{}, fmt.Errorf("%q is not a prefix such as 10.10.1.0/24", s)
+		return netip.Prefix{}, fmt.Errorf("%q is not a prefix such as 10.10.1.0/24 or 2001:db8:1::/48", s)
 	}
-	if !p.Addr().Is4() {
-		return netip.Prefix{}, fmt.Errorf("%q is not IPv4: sosappliance steers IPv4 only", s)
+	if p.Addr().Is4In6() {
+		return netip.Prefix{}, fmt.Errorf("%q is IPv4-mapped; write the IPv4 prefix", s)
 	}
 	if p.Masked() != p {
 		return netip.Prefix{}, fmt.Errorf("%q has host bits set; did you mean %s?", s, p.Masked())
@@ -116,14 +121,14 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 	return p, nil
 }
 
-// ParseAddr reads an IPv4 address.
+// ParseAddr reads an IPv4 or IPv6 address.
 func ParseAddr(s string) (netip.Addr, error) {
 	a, err := netip.ParseAddr(strings.TrimSpace(s))
-	if err != nil {
+	if err != nil || a.Zone() != "" {
 		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
 	}
-	if !a.Is4() {
-		return netip.Addr{}, fmt.Errorf("%q is not IPv4: sosappliance steers IPv4 only", s)
+	if a.Is4In6() {
+		return netip.Addr{}, fmt.Errorf("%q is an IPv4-mapped IPv6 address; write %s", s, a.Unmap())
 	}
 	return a, nil
 }

@@ -232,7 +232,7 @@ func flowAgent(a *config.Agent) flows.Agent {
 
 func compileSwitch(cfg *config.Config, sw *config.Switch) flows.Switch {
 	out := flows.Switch{Name: sw.Name, DatapathID: sw.DatapathID, Forwarding: sw.Forwarding,
-		Connect: sw.Connect, TLS: sw.TLS, Allow: slices.Clone(sw.Allow)}
+		Connect: sw.Connect, TLS: sw.TLS, Allow: slices.Clone(sw.Allow), NoPortMasks: !sw.PortMasks}
 	for _, s := range cfg.Sites {
 		for _, a := range s.Agents {
 			if a.Switch == sw.Name {
@@ -249,41 +249,48 @@ func compileSwitch(cfg *config.Config, sw *config.Switch) flows.Switch {
 	for _, w := range cfg.Whitelists {
 		deps := []string{w.ClientAgent, w.ServerAgent}
 		sort.Strings(deps)
-		var unsteered []netip.Addr
-		for _, addr := range agentAddrs {
-			if slices.ContainsFunc(w.Clients, func(p netip.Prefix) bool { return p.Contains(addr) }) {
-				unsteered = append(unsteered, addr)
+		for _, e := range directions(w) {
+			var unsteered []netip.Addr
+			for _, addr := range agentAddrs {
+				if slices.ContainsFunc(e.clients, func(p netip.Prefix) bool { return p.Contains(addr) }) {
+					unsteered = append(unsteered, addr)
+				}
 			}
-		}
-		for _, side := range []struct {
-			side  flows.Side
-			agent string
-		}{{flows.ClientSide, w.ClientAgent}, {flows.ServerSide, w.ServerAgent}} {
-			a := cfg.Agent(side.agent)
-			if a == nil || a.Switch != sw.Name {
-				continue
+			for _, side := range []struct {
+				side  flows.Side
+				agent string
+			}{{flows.ClientSide, e.clientAgent}, {flows.ServerSide, e.serverAgent}} {
+				a := cfg.Agent(side.agent)
+				if a == nil || a.Switch != sw.Name {
+					continue
+				}
+				st := flows.Steer{
+					Whitelist: w.Name,
+					Side:      side.side,
+					Clients:   slices.Clone(e.clients),
+					Servers:   slices.Clone(e.servers),
+					Ports:     slices.Clone(w.Ports),
+					Reverse:   e.reverse,
+					Agent:     flowAgent(a),
+					DependsOn: deps,
+				}
+				if side.side == flows.ServerSide {
+					st.Unsteered = unsteered
+				}
+				out.Steers = append(out.Steers, st)
 			}
-			st := flows.Steer{
-				Whitelist: w.Name,
-				Side:      side.side,
-				Clients:   append([]netip.Prefix(nil), w.Clients...),
-				Server:    w.Server,
-				Port:      w.ServerPort,
-				Agent:     flowAgent(a),
-				DependsOn: deps,
-			}
-			if side.side == flows.ServerSide {
-				st.Unsteered = unsteered
-			}
-			out.Steers = append(out.Steers, st)
 		}
 	}
 	sort.Slice(out.Agents, func(i, j int) bool { return out.Agents[i].Port < out.Agents[j].Port })
 	sort.SliceStable(out.Steers, func(i, j int) bool {
-		if out.Steers[i].Whitelist != out.Steers[j].Whitelist {
-			return out.Steers[i].Whitelist < out.Steers[j].Whitelist
+		a, b := out.Steers[i], out.Steers[j]
+		if a.Whitelist != b.Whitelist {
+			return a.Whitelist < b.Whitelist
 		}
-		return out.Steers[i].Side < out.Steers[j].Side
+		if a.Reverse != b.Reverse {
+			return !a.Reverse
+		}
+		return a.Side < b.Side
 	})
 	return out
 }
@@ -322,26 +329,56 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 		ag.Relay.HealthListen = hp
 	}
 	for _, w := range cfg.Whitelists {
-		r := agentspec.Route{
-			Name:        w.Name,
-			Clients:     slices.Clone(w.Clients),
-			Server:      w.Server,
-			Port:        w.ServerPort,
-			Streams:     w.Streams,
-			ChunkSize:   w.ChunkSize,
-			QueueLength: w.QueueLength,
+		for _, e := range directions(w) {
+			r := agentspec.Route{
+				Name:        w.Name,
+				Clients:     slices.Clone(e.clients),
+				Servers:     slices.Clone(e.servers),
+				Ports:       slices.Clone(w.Ports),
+				Streams:     w.Streams,
+				ChunkSize:   w.ChunkSize,
+				QueueLength: w.QueueLength,
+			}
+			if e.clientAgent == a.Name {
+				peer := cfg.Agent(e.serverAgent)
+				r.Peer, r.PeerName = peer.DataAddr(), peer.Name
+				ag.Relay.Client = append(ag.Relay.Client, r)
+			}
+			if e.serverAgent == a.Name {
+				r.Peer, r.PeerName = a.DataAddr(), e.clientAgent
+				ag.Relay.Server = append(ag.Relay.Server, r)
+			}
 		}
-		if w.ClientAgent == a.Name {
-			peer := cfg.Agent(w.ServerAgent)
-			r.Peer, r.PeerName = peer.DataAddr(), peer.Name
-			ag.Relay.Client = append(ag.Relay.Client, r)
-		}
-		if w.ServerAgent == a.Name {
-			r.Peer, r.PeerName = a.DataAddr(), w.ClientAgent
-			ag.Relay.Server = append(ag.Relay.Server, r)
+	}
+	// IPv6 connections reach the transparent listener too: [::] takes
+	// both families.
+	for _, r := range ag.Relay.Client {
+		if len(r.Clients) > 0 && r.Clients[0].Addr().Is6() {
+			ag.Relay.TransparentListen = netip.AddrPortFrom(netip.IPv6Unspecified(), a.RelayPort)
 		}
 	}
 	return ag, nil
+}
+
+// direction is one direction of a whitelist: connections that hosts in
+// clients open to hosts in servers, first reaching clientAgent, carried to
+// serverAgent.
+type direction struct {
+	clients, servers         []netip.Prefix
+	clientAgent, serverAgent string
+	reverse                  bool
+}
+
+// directions are the whitelist as clients open its connections and, with
+// direction = "both", as its servers open them toward its clients: the
+// roles of the agents swap with who opens the connection, and the port is
+// always the listening side's.
+func directions(w *config.Whitelist) []direction {
+	out := []direction{{w.Clients, w.Servers, w.ClientAgent, w.ServerAgent, false}}
+	if w.Both() {
+		out = append(out, direction{w.Servers, w.Clients, w.ServerAgent, w.ClientAgent, true})
+	}
+	return out
 }
 
 type profileUse struct {

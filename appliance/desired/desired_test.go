@@ -2,13 +2,16 @@ package desired
 
 import (
 	"errors"
+	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sosappliance/sosappliance/appliance/config"
 	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/host/item"
+	"github.com/sosappliance/sosappliance/internal/portrange"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 )
 
@@ -96,7 +99,8 @@ func TestCompileAgent(t *testing.T) {
 	nft, ok := itemValue(d, item.KindSteering, item.SteeringKeyNftables)
 	rules, err := item.ParseTproxyRules(nft)
 	if !ok || err != nil || rules.ListenPort != 9876 || rules.Interface != "eth1" || len(rules.Divert) != 1 ||
-		rules.Divert[0].Server.String() != "10.10.2.1" || rules.Divert[0].Port != 5201 {
+		!slices.Equal(rules.Divert[0].Servers, []netip.Prefix{netip.MustParsePrefix("10.10.2.1/32")}) ||
+		!slices.Equal(rules.Divert[0].Ports, []portrange.Range{portrange.Single(5201)}) {
 		t.Errorf("steering table = %q (%v)", nft, err)
 	}
 	for _, key := range []string{item.SteeringKeyRule, item.SteeringKeyRoute} {
@@ -267,15 +271,15 @@ func TestCompileTuningProfileOrigins(t *testing.T) {
 		node, kind, key, value, origin string
 		optional                       bool
 	}{
-		{"dtn-east", item.KindSysctl, "net.core.default_qdisc", "fq", "profile fasterdata-100g (" + file + ":54)", true},
-		{"dtn-east", item.KindSysctl, "net.core.rmem_max", "2147483647", "profile fasterdata-100g (" + file + ":54)", false},
-		{"dtn-east", item.KindInterface, "ens1f0/mtu", "9000", "profile fasterdata-100g (" + file + ":54)", false},
-		{"dtn-east", item.KindIRQ, "ens1f0", "0-7", file + ":59", false},
+		{"dtn-east", item.KindSysctl, "net.core.default_qdisc", "fq", "profile fasterdata-100g (" + file + ":60)", true},
+		{"dtn-east", item.KindSysctl, "net.core.rmem_max", "2147483647", "profile fasterdata-100g (" + file + ":60)", false},
+		{"dtn-east", item.KindInterface, "ens1f0/mtu", "9000", "profile fasterdata-100g (" + file + ":60)", false},
+		{"dtn-east", item.KindIRQ, "ens1f0", "0-7", file + ":65", false},
 		{"dtn-east", item.KindSteering, item.SteeringKeyNftables, "", "agent dtn-east", false},
-		{"dtn-west", item.KindSysctl, "net.core.default_qdisc", "fq", "profile fasterdata-10g (" + file + ":65)", true},
-		{"dtn-west", item.KindSysctl, "net.core.rmem_max", "67108864", file + ":70", false},
-		{"dtn-west", item.KindSysctl, "net.ipv4.tcp_mtu_probing", "1", "profile fasterdata-10g (" + file + ":65)", false},
-		{"dtn-west", item.KindInterface, "eth1/mtu", "1500", file + ":74", false},
+		{"dtn-west", item.KindSysctl, "net.core.default_qdisc", "fq", "profile fasterdata-10g (" + file + ":71)", true},
+		{"dtn-west", item.KindSysctl, "net.core.rmem_max", "67108864", file + ":76", false},
+		{"dtn-west", item.KindSysctl, "net.ipv4.tcp_mtu_probing", "1", "profile fasterdata-10g (" + file + ":71)", false},
+		{"dtn-west", item.KindInterface, "eth1/mtu", "1500", file + ":80", false},
 	}
 	compiled := map[string]*Desired{}
 	for _, tt := range tests {
@@ -309,7 +313,7 @@ func TestCompileTuningProfileOrigins(t *testing.T) {
 		t.Errorf("notes = %q", east.Notes)
 	}
 	for _, it := range compiled["dtn-west"].Items {
-		if it.Kind == item.KindSysctl && it.Key == "net.core.wmem_max" && it.Origin != file+":71" {
+		if it.Kind == item.KindSysctl && it.Key == "net.core.wmem_max" && it.Origin != file+":77" {
 			t.Errorf("wmem_max from %q", it.Origin)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 func steeringItems(a *Agent) ([]item.Item, error) {
 	spec := item.SteeringSpec{Interface: a.Interface, ListenPort: a.Relay.TransparentListen.Port()}
 	for _, r := range a.Relay.Client {
-		spec.Divert = append(spec.Divert, item.Divert{Clients: r.Clients, Server: r.Server, Port: r.Port})
+		spec.Divert = append(spec.Divert, item.Divert{Clients: r.Clients, Servers: r.Servers, Ports: r.Ports, Server: r.Server, Port: r.Port})
 	}
 	items, err := spec.Items()
 	if err != nil {

@@ -3,7 +3,10 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+
+	"github.com/sosappliance/sosappliance/sdn/flows"
 )
 
 // SwitchPlan is the flow changes one switch needs: the flows the appliance
@@ -19,6 +22,41 @@ type SwitchPlan struct {
 	Connected bool         `json:"connected"`
 	Error     string       `json:"error,omitempty"`
 	Changes   []FlowChange `json:"changes"`
+	// Whitelists says how many steering flows each whitelist compiles to
+	// on this switch, and why that many.
+	Whitelists []WhitelistFlows `json:"whitelists,omitempty"`
+}
+
+// WhitelistFlows is the steering flow count of one whitelist on a switch:
+// a port range takes one flow per aligned value/mask block, or one per
+// port on a switch without masked port matches.
+type WhitelistFlows struct {
+	Whitelist string `json:"whitelist"`
+	Flows     int    `json:"flows"`
+	// Detail is the product, one line per direction and side:
+	// "client side: 1 client prefix x 2 server prefixes x 11 port matches (value/mask)".
+	Detail []string `json:"detail"`
+}
+
+// SteeringFlowCounts counts the steering flows of each whitelist on sw,
+// sorted by whitelist; the exceptions for agents' own addresses are not
+// counted.
+func SteeringFlowCounts(sw flows.Switch) []WhitelistFlows {
+	var out []WhitelistFlows
+	for _, st := range sw.Steers {
+		if n := len(out); n == 0 || out[n-1].Whitelist != st.Whitelist {
+			out = append(out, WhitelistFlows{Whitelist: st.Whitelist})
+		}
+		w := &out[len(out)-1]
+		w.Flows += flows.SteerFlowCount(st, sw.NoPortMasks)
+		side := string(st.Side) + " side"
+		if st.Reverse {
+			side += ", connections opened by servers"
+		}
+		w.Detail = append(w.Detail, side+": "+flows.SteerFlowDetail(st, sw.NoPortMasks))
+	}
+	slices.SortStableFunc(out, func(a, b WhitelistFlows) int { return strings.Compare(a.Whitelist, b.Whitelist) })
+	return out
 }
 
 // Known reports whether the plan knows what the switch needs.

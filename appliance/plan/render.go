@@ -54,6 +54,12 @@ func (p Plan) WriteText(w io.Writer) error {
 		if s.Error != "" {
 			fmt.Fprintf(&b, "    ! %s\n", s.Error)
 		}
+		for _, w := range s.Whitelists {
+			fmt.Fprintf(&b, "    whitelist %s: %d steering flow(s)\n", w.Whitelist, w.Flows)
+			for _, d := range w.Detail {
+				fmt.Fprintf(&b, "        # %s\n", d)
+			}
+		}
 		for _, c := range s.Changes {
 			fmt.Fprintf(&b, "    %s %s: %s -> %s\n", c.Action, c.Flow, entryText(c.Before), entryText(c.After))
 			fmt.Fprintf(&b, "        # %s\n", c.Why)

@@ -28,6 +28,9 @@ It exits 0 when the file is valid and 1 when it is not, listing every problem.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s is valid: %d site(s), %d agent(s), %d whitelist(s)\n",
 				path, len(cfg.Sites), agents, len(cfg.Whitelists))
+			for _, w := range cfg.Whitelists {
+				fmt.Fprintf(cmd.OutOrStdout(), "  whitelist %s: %s\n", w.Name, w.Describe())
+			}
 			return nil
 		},
 	}

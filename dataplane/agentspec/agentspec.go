@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
+	"github.com/sosappliance/sosappliance/internal/portrange"
 )
 
 // Encryption values of Relay.Encryption.
@@ -82,10 +83,16 @@ type Relay struct {
 	RelayCPUs []int
 }
 
-// Route is one accelerated flow.
+// Route is one accelerated flow: TCP from a host in Clients to a host in
+// Servers (or Server) on a port in Ports (or Port).
 type Route struct {
 	Name    string
 	Clients []netip.Prefix
+	// Servers and Ports, when not empty, name the server hosts or
+	// networks and the listening ports; Server and Port are the form for
+	// one server and one port.
+	Servers []netip.Prefix
+	Ports   []portrange.Range
 	Server  netip.Addr
 	Port    uint16
 	// Streams, ChunkSize and QueueLength shape the session: N streams,
@@ -103,6 +110,22 @@ type Route struct {
 	// (responder) of a client entry, the client-side agent (initiator)
 	// allowed to open sessions of a server entry.
 	PeerName string
+}
+
+// Matches reports whether a connection from client to server belongs to
+// the route.
+func (w Route) Matches(client netip.Addr, server netip.AddrPort) bool {
+	client, srv := client.Unmap(), server.Addr().Unmap()
+	if len(w.Servers) == 0 && w.Server.Unmap() != srv {
+		return false
+	}
+	if len(w.Servers) > 0 && !slices.ContainsFunc(w.Servers, func(p netip.Prefix) bool { return p.Contains(srv) }) {
+		return false
+	}
+	if len(w.Ports) == 0 && w.Port != server.Port() || len(w.Ports) > 0 && !portrange.ContainsPort(w.Ports, server.Port()) {
+		return false
+	}
+	return slices.ContainsFunc(w.Clients, func(p netip.Prefix) bool { return p.Contains(client) })
 }
 
 // Limits protect an agent. Zero values pick the defaults below, which are
@@ -239,18 +262,36 @@ func (c *Relay) Validate() error {
 		if len(w.Clients) == 0 {
 			bad("no client prefixes")
 		}
+		servers := w.Servers
+		if len(servers) == 0 && w.Server.IsValid() {
+			servers = []netip.Prefix{netip.PrefixFrom(w.Server, w.Server.BitLen())}
+		}
 		for _, p := range w.Clients {
 			if !p.IsValid() {
 				bad("invalid client prefix")
-			} else if w.Server.IsValid() && p.Addr().Is4() != w.Server.Is4() {
-				bad("client prefix %s and server %s differ in address family", p, w.Server)
+				continue
+			}
+			for _, s := range servers {
+				if s.IsValid() && p.Addr().Is4() != s.Addr().Is4() {
+					bad("client prefix %s and server %s differ in address family", p, s)
+				}
 			}
 		}
-		if !w.Server.IsValid() {
+		if len(servers) == 0 {
 			bad("no server address")
 		}
-		if w.Port == 0 {
+		for _, s := range servers {
+			if !s.IsValid() {
+				bad("invalid server prefix")
+			}
+		}
+		if w.Port == 0 && len(w.Ports) == 0 {
 			bad("no server port")
+		}
+		for _, r := range w.Ports {
+			if !r.Valid() {
+				bad("empty port range %d-%d", r.Lo, r.Hi)
+			}
 		}
 		switch {
 		case w.Streams < 1 || w.Streams > 65535:

@@ -3,7 +3,6 @@ package relay
 import (
 	"math"
 	"net/netip"
-	"slices"
 	"syscall"
 
 	"github.com/sosappliance/sosappliance/dataplane/agentspec"
@@ -55,12 +54,8 @@ func defaultMemory() int64 {
 
 // lookup finds the whitelist entry of a connection from client to server.
 func lookup(list []Whitelist, client netip.Addr, server netip.AddrPort) (Whitelist, bool) {
-	client, srv := client.Unmap(), server.Addr().Unmap()
 	for _, w := range list {
-		if w.Server != srv || w.Port != server.Port() {
-			continue
-		}
-		if slices.ContainsFunc(w.Clients, func(p netip.Prefix) bool { return p.Contains(client) }) {
+		if w.Matches(client, server) {
 			return w, true
 		}
 	}

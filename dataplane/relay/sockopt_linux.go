@@ -142,7 +142,13 @@ func network(a netip.Addr) string {
 
 func listenTransparent(ctx context.Context, addr netip.AddrPort) (*net.TCPListener, error) {
 	lc := net.ListenConfig{Control: transparentControl}
-	ln, err := lc.Listen(ctx, network(addr.Addr()), addr.String())
+	nw := network(addr.Addr())
+	if addr.Addr() == netip.IPv6Unspecified() {
+		// [::] takes both families: TPROXY of IPv4 finds a dual-stack
+		// socket too, and IPV6_TRANSPARENT covers both.
+		nw = "tcp"
+	}
+	ln, err := lc.Listen(ctx, nw, addr.String())
 	if err != nil {
 		return nil, err
 	}

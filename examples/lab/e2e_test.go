@@ -124,6 +124,14 @@ func TestLab(t *testing.T) {
 
 	t.Run("Throughput", func(t *testing.T) { testThroughput(ctx, t, lab) })
 	t.Run("Download1GiB", func(t *testing.T) { testDownload(ctx, t, lab, files) })
+	serveFilesOn(t, lab, netip.AddrPortFrom(labnet.ServerAddr, rangePort), files)
+	t.Run("DownloadRangePort", func(t *testing.T) {
+		testRangePortDownload(ctx, t, lab, files, labnet.ClientAddr, labnet.ServerAddr, rangePort)
+	})
+	serveFilesOn(t, lab, netip.AddrPortFrom(labnet.ServerAddr6, http6Port), files)
+	t.Run("DownloadIPv6", func(t *testing.T) {
+		testRangePortDownload(ctx, t, lab, files, labnet.ClientAddr6, labnet.ServerAddr6, http6Port)
+	})
 	t.Run("Upload", func(t *testing.T) { testUpload(ctx, t, lab, files) })
 	t.Run("FailOpen", func(t *testing.T) { testFailOpen(ctx, t, lab, files) })
 	t.Run("WhitelistReload", func(t *testing.T) { testWhitelistReload(ctx, t, lab, files) })
@@ -397,7 +405,12 @@ func mustProbe(ctx context.Context, t *testing.T, lab *labnet.Lab, files *fileSe
 // the server's), and agent-b opened its leg to the server from the client's
 // own address.
 func carried(ctx context.Context, lab *labnet.Lab, client netip.AddrPort, port int) error {
-	server := netip.AddrPortFrom(labnet.ServerAddr, uint16(port))
+	return carriedTo(ctx, lab, client, netip.AddrPortFrom(labnet.ServerAddr, uint16(port)))
+}
+
+// carriedTo checks that the agents hold the two legs of a connection from
+// client to server.
+func carriedTo(ctx context.Context, lab *labnet.Lab, client, server netip.AddrPort) error {
 	client = netip.AddrPortFrom(client.Addr().Unmap(), client.Port())
 	checks := []struct {
 		host        labnet.Host
@@ -418,10 +431,16 @@ func carried(ctx context.Context, lab *labnet.Lab, client netip.AddrPort, port i
 	return nil
 }
 
+// hasSocket finds a socket from local to peer in ss output; an
+// IPv4-mapped address (a dual-stack listener's) counts as the IPv4 one.
 func hasSocket(ss string, local, peer netip.AddrPort) bool {
+	unmap := func(s string) netip.AddrPort {
+		a, _ := netip.ParseAddrPort(s)
+		return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+	}
 	for _, line := range strings.Split(ss, "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 5 && f[3] == local.String() && f[4] == peer.String() {
+		if len(f) >= 5 && unmap(f[3]) == local && unmap(f[4]) == peer {
 			return true
 		}
 	}

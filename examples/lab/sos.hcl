@@ -31,7 +31,7 @@ daemon {
 }
 
 site "a" {
-  prefixes = ["10.10.1.0/24"]
+  prefixes = ["10.10.1.0/24", "fd10:10:0:1::/64"]
   switch "br-a" {
     datapath_id = "00:00:00:00:00:00:0a:01"
   }
@@ -47,7 +47,7 @@ site "a" {
 }
 
 site "b" {
-  prefixes = ["10.10.2.0/24"]
+  prefixes = ["10.10.2.0/24", "fd10:10:0:2::/64"]
   switch "br-b" {
     datapath_id = "00:00:00:00:00:00:0b:01"
   }
@@ -80,6 +80,27 @@ whitelist "http" {
   server_port = 8080
   streams     = 64
   chunk_size  = 60000
+}
+
+# The lab is dual-stack: the HTTP server over IPv6 (its own port, so that
+# removing the IPv4 whitelist withdraws all steering of 8080).
+whitelist "http6" {
+  clients     = ["fd10:10:0:1::/64"]
+  servers     = ["fd10:10:0:2::10"]
+  server_port = 8081
+  streams     = 64
+  chunk_size  = 60000
+}
+
+# A data port range, as GridFTP servers set with GLOBUS_TCP_PORT_RANGE:
+# one whitelist, three value/mask flows per switch direction, one nftables
+# interval set at the agent.
+whitelist "range" {
+  clients      = ["10.10.1.0/24"]
+  servers      = ["10.10.2.8/29"]
+  server_ports = ["50000-50063"]
+  streams      = 16
+  chunk_size   = 60000
 }
 
 # Agents get WAN-sized TCP buffers and BBR on their stripe streams, which

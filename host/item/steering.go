@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sosappliance/sosappliance/internal/portrange"
 )
 
 // Steering keys.
@@ -60,11 +62,15 @@ type TproxyRules struct {
 	Divert     []Divert `json:"divert"`
 }
 
-// Divert sends new TCP from Clients to Server:Port to the relay.
+// Divert sends new TCP from Clients to Servers on one of Ports to the
+// relay. Server and Port are the form for one server and one port; the
+// canonical value holds Servers and Ports only.
 type Divert struct {
-	Clients []netip.Prefix `json:"clients"`
-	Server  netip.Addr     `json:"server"`
-	Port    uint16         `json:"port"`
+	Clients []netip.Prefix    `json:"clients"`
+	Servers []netip.Prefix    `json:"servers,omitempty"`
+	Ports   []portrange.Range `json:"ports,omitempty"`
+	Server  netip.Addr        `json:"server,omitzero"`
+	Port    uint16            `json:"port,omitempty"`
 }
 
 // SteeringRule is the policy rule: marked packets look up RouteTable.
@@ -139,32 +145,61 @@ func (t TproxyRules) Normalize() (TproxyRules, error) {
 		errs = append(errs, fmt.Errorf("steering interface %q is not a valid interface name", t.Interface))
 	}
 	type target struct {
-		server netip.Addr
-		port   uint16
+		servers, ports string
 	}
-	merged := map[target][]netip.Prefix{}
+	merged := map[target]*Divert{}
 	for _, d := range t.Divert {
-		server := d.Server.Unmap()
-		if !server.Is4() {
-			errs = append(errs, fmt.Errorf("steering server %v: only IPv4 is supported", d.Server))
+		servers := slices.Clone(d.Servers)
+		if d.Server.IsValid() {
+			servers = append(servers, netip.PrefixFrom(d.Server.Unmap(), 32))
+		}
+		ports := slices.Clone(d.Ports)
+		if d.Port != 0 {
+			ports = append(ports, portrange.Single(d.Port))
+		}
+		what := fmt.Sprintf("steering servers %v ports %s", servers, portrange.Join(ports))
+		if len(servers) == 0 {
+			errs = append(errs, fmt.Errorf("%s: no server", what))
 			continue
 		}
-		if d.Port == 0 {
-			errs = append(errs, fmt.Errorf("steering server %v: port must not be 0", server))
+		family := func(ps []netip.Prefix, role string) []netip.Prefix {
+			out := make([]netip.Prefix, 0, len(ps))
+			for _, p := range ps {
+				if !p.IsValid() {
+					errs = append(errs, fmt.Errorf("steering %s %v: not a valid prefix", role, p))
+					continue
+				}
+				bits := p.Bits()
+				if p.Addr().Is4In6() {
+					bits -= 96
+				}
+				out = append(out, netip.PrefixFrom(p.Addr().Unmap(), max(bits, 0)).Masked())
+			}
+			return out
+		}
+		servers = family(servers, "server")
+		if len(ports) == 0 || slices.ContainsFunc(ports, func(r portrange.Range) bool { return !r.Valid() }) {
+			errs = append(errs, fmt.Errorf("%s: port must not be 0 and ranges not empty", what))
 			continue
 		}
 		if len(d.Clients) == 0 {
-			errs = append(errs, fmt.Errorf("steering server %v:%d: no client prefixes", server, d.Port))
+			errs = append(errs, fmt.Errorf("%s: no client prefixes", what))
 			continue
 		}
-		k := target{server, d.Port}
-		for _, c := range d.Clients {
-			if !c.IsValid() || !c.Addr().Unmap().Is4() {
-				errs = append(errs, fmt.Errorf("steering client %v: only IPv4 prefixes are supported", c))
-				continue
-			}
-			merged[k] = append(merged[k], netip.PrefixFrom(c.Addr().Unmap(), c.Bits()).Masked())
+		clients := family(d.Clients, "client")
+		if mixed := slices.ContainsFunc(append(slices.Clone(clients), servers...), func(p netip.Prefix) bool {
+			return len(servers) > 0 && p.Addr().Is4() != servers[0].Addr().Is4()
+		}); mixed {
+			errs = append(errs, fmt.Errorf("%s: clients and servers mix IPv4 and IPv6", what))
+			continue
 		}
+		servers, ports = NormalizePrefixes(servers), portrange.Normalize(ports)
+		k := target{fmt.Sprint(servers), portrange.Join(ports)}
+		if m, ok := merged[k]; ok {
+			m.Clients = append(m.Clients, clients...)
+			continue
+		}
+		merged[k] = &Divert{Clients: clients, Servers: servers, Ports: ports}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return TproxyRules{}, err
@@ -176,12 +211,16 @@ func (t TproxyRules) Normalize() (TproxyRules, error) {
 	if len(merged) > 0 {
 		out.Interface, out.ListenPort = t.Interface, t.ListenPort
 	}
-	for k, clients := range merged {
-		slices.SortFunc(clients, comparePrefix)
-		out.Divert = append(out.Divert, Divert{Clients: slices.Compact(clients), Server: k.server, Port: k.port})
+	for _, d := range merged {
+		d.Clients = NormalizePrefixes(d.Clients)
+		out.Divert = append(out.Divert, *d)
 	}
 	slices.SortFunc(out.Divert, func(a, b Divert) int {
-		return cmp.Or(a.Server.Compare(b.Server), cmp.Compare(a.Port, b.Port))
+		return cmp.Or(slices.CompareFunc(a.Servers, b.Servers, comparePrefix),
+			slices.CompareFunc(a.Ports, b.Ports, func(x, y portrange.Range) int {
+				return cmp.Or(cmp.Compare(x.Lo, y.Lo), cmp.Compare(x.Hi, y.Hi))
+			}),
+			slices.CompareFunc(a.Clients, b.Clients, comparePrefix))
 	})
 	return out, nil
 }

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/sosappliance/sosappliance/internal/portrange"
 )
 
 // testSteeringSpec is an agent serving two client-side whitelists, one of
@@ -27,8 +29,8 @@ func TestSteeringSpecItems(t *testing.T) {
 	want := []Item{
 		{Kind: KindSysctl, Key: "net.ipv4.conf.sosa0.rp_filter", Value: "2"},
 		{Kind: KindSteering, Key: SteeringKeyNftables, Value: `{"interface":"sosa0","mark":21327,"listen_port":9876,"divert":[` +
-			`{"clients":["10.9.1.0/24"],"server":"10.9.2.1","port":5201},` +
-			`{"clients":["10.9.3.0/24","10.9.4.7/32"],"server":"10.9.2.2","port":80}]}`},
+			`{"clients":["10.9.1.0/24"],"servers":["10.9.2.1/32"],"ports":["5201"]},` +
+			`{"clients":["10.9.3.0/24","10.9.4.7/32"],"servers":["10.9.2.2/32"],"ports":["80"]}]}`},
 		{Kind: KindSteering, Key: SteeringKeyRule, Value: "fwmark 0x534f lookup 21327 priority 21327"},
 		{Kind: KindSteering, Key: SteeringKeyRoute, Value: "local 0.0.0.0/0 dev lo table 21327"},
 	}
@@ -58,7 +60,7 @@ func TestTproxyRulesCanonicalMergesAndSorts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const want = `{"mark":1,"listen_port":9,"divert":[{"clients":["0.0.0.0/0"],"server":"10.1.0.0","port":443},{"clients":["10.0.1.0/24","10.0.2.0/24"],"server":"10.1.0.1","port":80}]}`
+	const want = `{"mark":1,"listen_port":9,"divert":[{"clients":["0.0.0.0/0"],"servers":["10.1.0.0/32"],"ports":["443"]},{"clients":["10.0.1.0/24","10.0.2.0/24"],"servers":["10.1.0.1/32"],"ports":["80"]}]}`
 	if got != want {
 		t.Fatalf("Canonical =\n%s\nwant\n%s", got, want)
 	}
@@ -78,6 +80,9 @@ func TestTproxyRulesCanonicalMergesAndSorts(t *testing.T) {
 		`{"mark":1,"listen_port":9,"divert":[{"clients":["10.0.0.0/8"],"server":"10.0.0.1","port":0}]}`,
 		`{"mark":1,"interface":"a/b","divert":[]}`,
 		`{"mark":1,"divert":[]} {}`,
+		`{"mark":1,"listen_port":9,"divert":[{"clients":["10.0.0.0/8"],"servers":["10.0.0.1/32"],"ports":["90-80"]}]}`,
+		`{"mark":1,"listen_port":9,"divert":[{"clients":["10.0.0.0/8"],"servers":["10.0.0.1/32"],"ports":[]}]}`,
+		`{"mark":1,"listen_port":9,"divert":[{"clients":["10.0.0.0/8"],"servers":[],"ports":["80"]}]}`,
 	} {
 		if _, err := ParseTproxyRules(bad); err == nil {
 			t.Errorf("ParseTproxyRules(%s) succeeded", bad)
@@ -118,6 +123,8 @@ func FuzzParseTproxyRules(f *testing.F) {
 	f.Add(`{"mark":5,"divert":[]}`)
 	f.Add(`{"mark":1,"listen_port":9,"divert":[{"clients":["0.0.0.0/0","10.0.0.1/8"],"server":"::ffff:1.2.3.4","port":1}]}`)
 	f.Add(`{"mark":1,"divert":null}`)
+	f.Add(`{"mark":1,"listen_port":9,"divert":[{"clients":["10.0.1.0/25","10.0.1.128/25"],"servers":["10.1.0.16/28"],"ports":["2811","50000-51000"]}]}`)
+	f.Add(`{"mark":1,"listen_port":9,"divert":[{"clients":["2001:db8:1::/48"],"servers":["2001:db8:2::/124"],"ports":["1-65535"]}]}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		r, err := ParseTproxyRules(s)
 		if err != nil {
@@ -138,4 +145,48 @@ func FuzzParseTproxyRules(f *testing.F) {
 			t.Fatalf("odd canonical %q", c)
 		}
 	})
+}
+
+// Server prefixes and port ranges are kept as the fewest prefixes and
+// merged ranges, the old one-server form reads as the new one, and two
+// diverts to the same servers and ports merge their clients.
+func TestTproxyRulesCanonicalRanges(t *testing.T) {
+	a := TproxyRules{Mark: 1, ListenPort: 9, Divert: []Divert{
+		{Clients: prefixes("10.0.1.0/25"), Servers: prefixes("10.1.0.16/29", "10.1.0.24/29"),
+			Ports: []portrange.Range{{Lo: 50500, Hi: 51000}, {Lo: 50000, Hi: 50499}, {Lo: 2811, Hi: 2811}}},
+		{Clients: prefixes("10.0.1.128/25"), Servers: prefixes("10.1.0.16/28"),
+			Ports: []portrange.Range{{Lo: 2811, Hi: 2811}, {Lo: 50000, Hi: 51000}}},
+		{Clients: prefixes("10.0.9.0/24"), Server: netip.MustParseAddr("10.1.0.1"), Port: 22},
+	}}
+	got, err := a.Canonical()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"mark":1,"listen_port":9,"divert":[` +
+		`{"clients":["10.0.9.0/24"],"servers":["10.1.0.1/32"],"ports":["22"]},` +
+		`{"clients":["10.0.1.0/24"],"servers":["10.1.0.16/28"],"ports":["2811","50000-51000"]}]}`
+	if got != want {
+		t.Fatalf("Canonical =\n%s\nwant\n%s", got, want)
+	}
+	back, err := ParseTproxyRules(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := back.Canonical(); again != got {
+		t.Fatalf("canonical value does not read back: %s", again)
+	}
+}
+
+func TestTproxyRulesCanonicalIPv6(t *testing.T) {
+	a := TproxyRules{Mark: 1, ListenPort: 9, Divert: []Divert{
+		{Clients: prefixes("2001:db8:1::/49", "2001:db8:1:8000::/49"), Servers: prefixes("2001:db8:2::10/128"), Ports: []portrange.Range{{Lo: 5201, Hi: 5201}}},
+		{Clients: prefixes("10.0.1.0/24"), Server: netip.MustParseAddr("10.1.0.1"), Port: 80},
+	}}
+	got, err := a.Canonical()
+	const want = `{"mark":1,"listen_port":9,"divert":[` +
+		`{"clients":["10.0.1.0/24"],"servers":["10.1.0.1/32"],"ports":["80"]},` +
+		`{"clients":["2001:db8:1::/48"],"servers":["2001:db8:2::10/128"],"ports":["5201"]}]}`
+	if err != nil || got != want {
+		t.Fatalf("Canonical = %s, %v\nwant %s", got, err, want)
+	}
 }

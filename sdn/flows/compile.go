@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/sosappliance/sosappliance/internal/portrange"
 	"github.com/sosappliance/sosappliance/sdn/ofp13"
 )
 
@@ -82,8 +83,10 @@ const ForwardingNormal = "normal"
 
 // Compile returns the flow set one switch must carry, sorted by priority
 // (highest first) and then by cookie and match. It fails on intent it
-// cannot express (non-IPv4 addresses, a malformed MAC, two intents that
-// need the same table entry).
+// cannot express (clients and servers of different address families, a
+// malformed MAC, two intents that need the same table entry). IPv4 steers
+// match eth_type 0x0800 and ipv4_src/ipv4_dst, IPv6 ones eth_type 0x86dd
+// and ipv6_src/ipv6_dst.
 func Compile(sw Switch) ([]Flow, error) {
 	if sw.Forwarding != "" && sw.Forwarding != ForwardingNormal {
 		return nil, fmt.Errorf("switch %s: forwarding %q is not supported (only %q)", sw.Name, sw.Forwarding, ForwardingNormal)
@@ -99,7 +102,7 @@ func Compile(sw Switch) ([]Flow, error) {
 		})
 	}
 	for _, st := range sw.Steers {
-		fs, err := compileSteer(st)
+		fs, err := compileSteer(st, sw.NoPortMasks)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("switch %s: whitelist %s (%s side): %w", sw.Name, st.Whitelist, st.Side, err))
 			continue
@@ -133,58 +136,181 @@ func normal() []ofp13.Instruction {
 	return []ofp13.Instruction{&ofp13.ApplyActions{Actions: []ofp13.Action{&ofp13.ActionOutput{Port: ofp13.PortNormal}}}}
 }
 
-func compileSteer(st Steer) ([]Flow, error) {
+// portMatch is one TCP port match: exact, or a value/mask pair.
+type portMatch = portrange.Masked
+
+// portMatches are the port matches of a steer: one per aligned block of
+// each range, or with noMasks one per port.
+func portMatches(st Steer, noMasks bool) ([]portMatch, error) {
+	ports := st.Ports
+	if len(ports) == 0 {
+		if st.Port == 0 {
+			return nil, errors.New("no server port")
+		}
+		ports = []portrange.Range{portrange.Single(st.Port)}
+	}
+	var out []portMatch
+	for _, r := range ports {
+		if !r.Valid() {
+			return nil, fmt.Errorf("port range %d-%d is empty", r.Lo, r.Hi)
+		}
+		if !noMasks {
+			out = append(out, r.Masks()...)
+			continue
+		}
+		for p := int(r.Lo); p <= int(r.Hi); p++ {
+			out = append(out, portMatch{Value: uint16(p), Mask: 0xffff})
+		}
+	}
+	return out, nil
+}
+
+func tcpPort(dst bool, m portMatch) ofp13.OXM {
+	switch {
+	case dst && m.Exact():
+		return ofp13.TCPDst(m.Value)
+	case dst:
+		return ofp13.TCPDstMasked(m.Value, m.Mask)
+	case m.Exact():
+		return ofp13.TCPSrc(m.Value)
+	}
+	return ofp13.TCPSrcMasked(m.Value, m.Mask)
+}
+
+// servers are the server prefixes of a steer.
+func servers(st Steer) ([]netip.Prefix, error) {
+	if len(st.Servers) == 0 {
+		if !st.Server.IsValid() {
+			return nil, errors.New("no server")
+		}
+		return []netip.Prefix{netip.PrefixFrom(st.Server, st.Server.BitLen())}, nil
+	}
+	return st.Servers, nil
+}
+
+// ipPrefix checks a prefix and unmaps an IPv4-mapped one.
+func ipPrefix(p netip.Prefix, what string) (netip.Prefix, error) {
+	if !p.IsValid() {
+		return netip.Prefix{}, fmt.Errorf("%s %s is not a valid prefix", what, p)
+	}
+	bits := p.Bits()
+	if p.Addr().Is4In6() {
+		bits -= 96
+	}
+	return netip.PrefixFrom(p.Addr().Unmap(), max(bits, 0)).Masked(), nil
+}
+
+// ipMatch is the start of a TCP match of one family: eth_type and
+// ip_proto, then the source and destination prefixes.
+func ipMatch(src, dst netip.Prefix, port ofp13.OXM) ofp13.Match {
+	if src.Addr().Is4() {
+		return ofp13.NewMatch(ofp13.EthType(0x0800), ofp13.IPProto(6), ofp13.IPv4Src(src), ofp13.IPv4Dst(dst), port)
+	}
+	return ofp13.NewMatch(ofp13.EthType(0x86dd), ofp13.IPProto(6), ofp13.IPv6Src(src), ofp13.IPv6Dst(dst), port)
+}
+
+func compileSteer(st Steer, noMasks bool) ([]Flow, error) {
 	if len(st.Agent.MAC) != 6 {
 		return nil, fmt.Errorf("agent %s: MAC %q is not 6 bytes", st.Agent.Name, st.Agent.MAC)
-	}
-	if !st.Server.Unmap().Is4() {
-		return nil, fmt.Errorf("server %s is not IPv4", st.Server)
 	}
 	if len(st.Clients) == 0 {
 		return nil, errors.New("no client prefixes")
 	}
-	server := netip.PrefixFrom(st.Server.Unmap(), 32)
+	srvs, err := servers(st)
+	if err != nil {
+		return nil, err
+	}
+	ports, err := portMatches(st, noMasks)
+	if err != nil {
+		return nil, err
+	}
+	var cookie uint64
+	switch st.Side {
+	case ClientSide:
+		cookie = Cookie(KindSteerClient, WhitelistID(st.Whitelist))
+	case ServerSide:
+		cookie = Cookie(KindSteerServer, WhitelistID(st.Whitelist))
+	default:
+		return nil, fmt.Errorf("side %q is neither %q nor %q", st.Side, ClientSide, ServerSide)
+	}
+	opened := ""
+	if st.Reverse {
+		opened = " (opened by servers)"
+	}
 	instructions := []ofp13.Instruction{&ofp13.ApplyActions{Actions: []ofp13.Action{
 		&ofp13.ActionSetField{Field: ofp13.EthDst(st.Agent.MAC)},
 		&ofp13.ActionOutput{Port: st.Agent.Port},
 	}}}
 	var flows []Flow
-	for _, c := range st.Clients {
-		if !c.Addr().Unmap().Is4() || !c.IsValid() {
-			return nil, fmt.Errorf("client prefix %s is not IPv4", c)
+	for _, s := range srvs {
+		server, err := ipPrefix(s, "server")
+		if err != nil {
+			return nil, err
 		}
-		client := netip.PrefixFrom(c.Addr().Unmap(), c.Bits()).Masked()
-		f := Flow{Table: Table, Priority: PrioritySteer, Instructions: instructions}
-		switch st.Side {
-		case ClientSide:
-			f.Cookie = Cookie(KindSteerClient, WhitelistID(st.Whitelist))
-			f.Match = ofp13.NewMatch(ofp13.EthType(0x0800), ofp13.IPProto(6),
-				ofp13.IPv4Src(client), ofp13.IPv4Dst(server), ofp13.TCPDst(st.Port))
-		case ServerSide:
-			f.Cookie = Cookie(KindSteerServer, WhitelistID(st.Whitelist))
-			f.Match = ofp13.NewMatch(ofp13.EthType(0x0800), ofp13.IPProto(6),
-				ofp13.IPv4Src(server), ofp13.TCPSrc(st.Port), ofp13.IPv4Dst(client))
-		default:
-			return nil, fmt.Errorf("side %q is neither %q nor %q", st.Side, ClientSide, ServerSide)
-		}
-		f.Reason = fmt.Sprintf("whitelist %s %s side via agent %s", st.Whitelist, st.Side, st.Agent.Name)
-		flows = append(flows, f)
-		if st.Side != ServerSide {
-			continue
-		}
-		for _, a := range st.Unsteered {
-			if a = a.Unmap(); !a.Is4() || !client.Contains(a) {
-				continue
+		for _, c := range st.Clients {
+			client, err := ipPrefix(c, "client prefix")
+			if err != nil {
+				return nil, err
 			}
-			flows = append(flows, Flow{Table: Table, Priority: PrioritySteer + 1, Instructions: normal(),
-				Cookie: f.Cookie,
-				Match: ofp13.NewMatch(ofp13.EthType(0x0800), ofp13.IPProto(6),
-					ofp13.IPv4Src(server), ofp13.TCPSrc(st.Port), ofp13.IPv4Dst(netip.PrefixFrom(a, 32))),
-				Reason: fmt.Sprintf("whitelist %s: replies to agent address %s are not steered", st.Whitelist, a),
-			})
+			if client.Addr().Is4() != server.Addr().Is4() {
+				return nil, fmt.Errorf("client prefix %s and server %s differ in address family", client, server)
+			}
+			for _, pm := range ports {
+				f := Flow{Table: Table, Priority: PrioritySteer, Instructions: instructions, Cookie: cookie,
+					Reason: fmt.Sprintf("whitelist %s%s %s side via agent %s", st.Whitelist, opened, st.Side, st.Agent.Name)}
+				if st.Side == ClientSide {
+					f.Match = ipMatch(client, server, tcpPort(true, pm))
+					flows = append(flows, f)
+					continue
+				}
+				f.Match = ipMatch(server, client, tcpPort(false, pm))
+				flows = append(flows, f)
+				for _, a := range st.Unsteered {
+					if a = a.Unmap(); !client.Contains(a) {
+						continue
+					}
+					flows = append(flows, Flow{Table: Table, Priority: PrioritySteer + 1, Instructions: normal(),
+						Cookie: cookie,
+						Match:  ipMatch(server, netip.PrefixFrom(a, a.BitLen()), tcpPort(false, pm)),
+						Reason: fmt.Sprintf("whitelist %s%s: replies to agent address %s are not steered", st.Whitelist, opened, a),
+					})
+				}
+			}
 		}
 	}
 	return flows, nil
+}
+
+// SteerFlowDetail says what SteerFlowCount multiplies, e.g. "1 client
+// prefix x 2 server prefixes x 11 port matches (value/mask)".
+func SteerFlowDetail(st Steer, noMasks bool) string {
+	srvs, _ := servers(st)
+	ports, _ := portMatches(st, noMasks)
+	kind := "value/mask"
+	if noMasks {
+		kind = "one per port: the switch has no masked port matches"
+	}
+	return fmt.Sprintf("%s x %s x %s (%s)", plural(len(st.Clients), "client prefix", "client prefixes"),
+		plural(len(srvs), "server prefix", "server prefixes"), plural(len(ports), "port match", "port matches"), kind)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// SteerFlowCount is how many flows Compile makes for one steer on a switch
+// with or without masked port matches, not counting the unsteered
+// exceptions; plans show it per whitelist.
+func SteerFlowCount(st Steer, noMasks bool) int {
+	srvs, err := servers(st)
+	ports, err2 := portMatches(st, noMasks)
+	if err != nil || err2 != nil {
+		return 0
+	}
+	return len(srvs) * len(st.Clients) * len(ports)
 }
 
 // Sort orders flows as Compile returns them: table, priority (highest

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sosappliance/sosappliance/internal/portrange"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn/ofp13"
 )
@@ -369,5 +370,114 @@ func TestCookieScheme(t *testing.T) {
 	}
 	if Cookie(KindBypass, 1<<41|5) != Cookie(KindBypass, 5) {
 		t.Error("id bits spill into the kind")
+	}
+}
+
+// TestCompilePortRangesAndServerPrefixes: a range becomes its aligned
+// value/mask blocks in both directions, server prefixes multiply them, a
+// switch without masked port matches takes one flow per port, and the
+// steering of connections opened by servers reads as such.
+func TestCompilePortRangesAndServerPrefixes(t *testing.T) {
+	wl := WhitelistID("gridftp")
+	ports := []portrange.Range{{Lo: 2811, Hi: 2811}, {Lo: 50000, Hi: 50019}}
+	client := Switch{Name: "a", Agents: []Agent{agentClemson}, Steers: []Steer{{
+		Whitelist: "gridftp", Side: ClientSide, Clients: []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")},
+		Servers: []netip.Prefix{netip.MustParsePrefix("10.10.2.16/28")}, Ports: ports, Agent: agentClemson,
+	}}}
+	got, err := Compile(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	act := " actions=set_field:02:00:00:00:01:02->eth_dst,output:3"
+	c := "cookie=" + hexCookie(KindSteerClient, wl) + ", table=0, priority=2000,tcp,nw_src=10.10.1.0/24,nw_dst=10.10.2.16/28,"
+	want := []string{
+		"cookie=0x5053010000000003, table=0, priority=3000,in_port=3 actions=NORMAL",
+		c + "tp_dst=0xc350/0xfff0" + act, // 50000-50015
+		c + "tp_dst=0xc360/0xfffc" + act, // 50016-50019
+		c + "tp_dst=2811" + act,
+		"cookie=0x5053040000000000, table=0, priority=1000 actions=NORMAL",
+	}
+	if !slices.Equal(strs(got), want) {
+		t.Errorf("client side:\n got %s\nwant %s", strings.Join(strs(got), "\n     "), strings.Join(want, "\n     "))
+	}
+	if n := SteerFlowCount(client.Steers[0], false); n != 3 {
+		t.Errorf("SteerFlowCount = %d, want 3", n)
+	}
+
+	server := Switch{Name: "b", Agents: []Agent{agentUtah}, Steers: []Steer{{
+		Whitelist: "gridftp", Side: ServerSide, Clients: []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")},
+		Servers: []netip.Prefix{netip.MustParsePrefix("10.10.2.16/28"), netip.MustParsePrefix("10.10.2.40/32")},
+		Ports:   []portrange.Range{{Lo: 50000, Hi: 50003}}, Agent: agentUtah,
+		Unsteered: []netip.Addr{netip.MustParseAddr("10.10.1.2")},
+	}}}
+	got, err = Compile(server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := "cookie=" + hexCookie(KindSteerServer, wl) + ", table=0, "
+	want = []string{
+		"cookie=0x5053010000000004, table=0, priority=3000,in_port=4 actions=NORMAL",
+		sc + "priority=2001,tcp,nw_src=10.10.2.16/28,nw_dst=10.10.1.2,tp_src=0xc350/0xfffc actions=NORMAL",
+		sc + "priority=2001,tcp,nw_src=10.10.2.40,nw_dst=10.10.1.2,tp_src=0xc350/0xfffc actions=NORMAL",
+		sc + "priority=2000,tcp,nw_src=10.10.2.16/28,nw_dst=10.10.1.0/24,tp_src=0xc350/0xfffc actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
+		sc + "priority=2000,tcp,nw_src=10.10.2.40,nw_dst=10.10.1.0/24,tp_src=0xc350/0xfffc actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
+		"cookie=0x5053040000000000, table=0, priority=1000 actions=NORMAL",
+	}
+	if !slices.Equal(strs(got), want) {
+		t.Errorf("server side:\n got %s\nwant %s", strings.Join(strs(got), "\n     "), strings.Join(want, "\n     "))
+	}
+
+	exact := server
+	exact.NoPortMasks = true
+	exact.Steers = []Steer{server.Steers[0]}
+	exact.Steers[0].Unsteered = nil
+	exact.Steers[0].Reverse = true
+	got, err = Compile(exact)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2+2*4 || SteerFlowCount(exact.Steers[0], true) != 8 {
+		t.Fatalf("without port masks: %d flows, want one per port and server:\n%s", len(got), strings.Join(strs(got), "\n"))
+	}
+	for _, f := range got[1 : len(got)-1] {
+		if !strings.Contains(f.Reason, "opened by servers") || strings.Contains(f.String(), "/0xff") {
+			t.Errorf("flow %s (%s): want exact ports and a reason naming the servers' direction", f, f.Reason)
+		}
+	}
+
+	bad := client
+	bad.Steers = []Steer{client.Steers[0]}
+	bad.Steers[0].Ports = []portrange.Range{{Lo: 10, Hi: 9}}
+	if _, err := Compile(bad); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("an empty range compiles: %v", err)
+	}
+}
+
+// TestCompileIPv6 steers an IPv6 whitelist with eth_type 0x86dd and
+// ipv6_src/ipv6_dst, printed as ovs-ofctl prints them, with the agent's
+// own IPv6 address left unsteered on the reply side.
+func TestCompileIPv6(t *testing.T) {
+	wl := WhitelistID("v6")
+	st := Steer{Whitelist: "v6", Side: ServerSide, Agent: agentUtah,
+		Clients:   []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/48")},
+		Servers:   []netip.Prefix{netip.MustParsePrefix("2001:db8:2::10/128")},
+		Ports:     []portrange.Range{{Lo: 5201, Hi: 5201}},
+		Unsteered: []netip.Addr{netip.MustParseAddr("2001:db8:1::2"), netip.MustParseAddr("10.10.1.2")}}
+	client := st
+	client.Side, client.Agent, client.Unsteered = ClientSide, agentClemson, nil
+	got, err := Compile(Switch{Name: "b", Agents: []Agent{agentUtah}, Steers: []Steer{st, client}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, cc := "cookie="+hexCookie(KindSteerServer, wl)+", table=0, ", "cookie="+hexCookie(KindSteerClient, wl)+", table=0, "
+	want := []string{
+		"cookie=0x5053010000000004, table=0, priority=3000,in_port=4 actions=NORMAL",
+		sc + "priority=2001,tcp6,ipv6_src=2001:db8:2::10,ipv6_dst=2001:db8:1::2,tp_src=5201 actions=NORMAL",
+		cc + "priority=2000,tcp6,ipv6_src=2001:db8:1::/48,ipv6_dst=2001:db8:2::10,tp_dst=5201 actions=set_field:02:00:00:00:01:02->eth_dst,output:3",
+		sc + "priority=2000,tcp6,ipv6_src=2001:db8:2::10,ipv6_dst=2001:db8:1::/48,tp_src=5201 actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
+		"cookie=0x5053040000000000, table=0, priority=1000 actions=NORMAL",
+	}
+	if !slices.Equal(strs(got), want) {
+		t.Errorf("IPv6:\n got %s\nwant %s", strings.Join(strs(got), "\n     "), strings.Join(want, "\n     "))
 	}
 }

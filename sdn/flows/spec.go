@@ -6,6 +6,8 @@ package flows
 import (
 	"net"
 	"net/netip"
+
+	"github.com/sosappliance/sosappliance/internal/portrange"
 )
 
 // Side says which end of a whitelisted connection a steering rule serves.
@@ -32,9 +34,18 @@ type Steer struct {
 	Whitelist string
 	Side      Side
 	Clients   []netip.Prefix
-	Server    netip.Addr
-	Port      uint16
-	Agent     Agent
+	// Servers and Ports are the server hosts or networks and the
+	// listening ports (ranges); when empty, Server and Port name the one
+	// server and port.
+	Servers []netip.Prefix
+	Ports   []portrange.Range
+	Server  netip.Addr
+	Port    uint16
+	// Reverse marks the steering of connections opened by the whitelist's
+	// servers (direction = "both"): Clients then hold the servers that
+	// open them and Servers the whitelist's clients that listen.
+	Reverse bool
+	Agent   Agent
 	// DependsOn names every agent whose failure must withdraw this rule
 	// (fail-open): the agents at both ends of the whitelist.
 	DependsOn []string
@@ -66,4 +77,8 @@ type Switch struct {
 	// forwarding at the highest priority so agents are never looped.
 	Agents []Agent
 	Steers []Steer
+	// NoPortMasks says the switch cannot match TCP ports under a mask:
+	// a port range then takes one flow per port instead of one per
+	// aligned block.
+	NoPortMasks bool
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -26,7 +27,10 @@ import (
 // vSwitch itself: ovs-ofctl talking to a live ovs-vswitchd through a
 // recording proxy. `go test ./sdn/ofp13 -run TestCaptureGoldens -update`
 // records them again.
-var update = flag.Bool("update", false, "record testdata/*.golden from a live Open vSwitch")
+var (
+	update     = flag.Bool("update", false, "record testdata/*.golden from a live Open vSwitch")
+	updateOnly = flag.String("update-only", "", "with -update, write only the goldens of the exchanges with these comma-separated names")
+)
 
 type recorded struct {
 	toSwitch bool
@@ -160,6 +164,14 @@ func TestCaptureGoldens(t *testing.T) {
 		"cookie=0x7a,priority=1200,udp,tp_dst=53,actions=clear_actions",
 		"cookie=0x7b,table=1,priority=10,tcp,tp_src=80,actions=output:1",
 	}, "\n")+"\n")
+	rangeFile := filepath.Join(dir, "ranges.txt")
+	mustWrite(t, rangeFile, strings.Join([]string{
+		"cookie=0x5053000000000011,priority=2000,tcp,nw_src=10.10.1.0/24,nw_dst=10.10.2.16/28,tp_dst=0xc350/0xfff0,actions=set_field:02:00:00:00:01:02->eth_dst,output:3",
+		"cookie=0x5053000000000012,priority=2000,tcp,nw_src=10.10.2.16/28,tp_src=0xc360/0xfffc,nw_dst=10.10.1.0/24,actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
+		"cookie=0x5053000000000013,priority=2000,tcp6,ipv6_src=fd00:10:1::/64,ipv6_dst=fd00:10:2::10,tp_dst=0xc350/0xfff0,actions=set_field:02:00:00:00:01:02->eth_dst,output:3",
+		"cookie=0x5053000000000014,priority=2000,tcp6,ipv6_src=fd00:10:2::10,ipv6_dst=fd00:10:1::/64,tp_src=5201,actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
+		"cookie=0x5053000000000015,priority=1900,ipv6,ipv6_dst=fd00:10:2::/48,actions=NORMAL",
+	}, "\n")+"\n")
 
 	exchanges := []exchange{
 		{name: "probe", about: "version negotiation and an echo round trip", args: []string{"-O", "OpenFlow13", "probe", "PROXY"}},
@@ -185,6 +197,7 @@ func TestCaptureGoldens(t *testing.T) {
 		{name: "error-table-full", about: "an ERROR for a flow beyond table 2's flow_limit", args: []string{"-O", "OpenFlow13", "add-flow", "PROXY", "table=2,priority=6,actions=drop"}, expectError: true},
 		{name: "packet-out", about: "PACKET_OUT with a frame", args: []string{"-O", "OpenFlow13", "packet-out", "PROXY", "CONTROLLER", "output:1",
 			"ffffffffffff020000000001080600010800060400010200000000010a4d00010000000000000a4d0002"}},
+		{name: "add-flows-ranges", about: "FLOW_MOD add of the steering of port ranges (masked tcp_dst/tcp_src) and of IPv6 (ipv6_src/ipv6_dst), then a barrier", args: []string{"-O", "OpenFlow13", "add-flows", "PROXY", rangeFile}},
 		{name: "monitor", about: "asynchronous PORT_STATUS, FLOW_REMOVED and PACKET_IN while ovs-ofctl monitor listens",
 			args: []string{"-O", "OpenFlow13", "-P", "standard", "monitor", "PROXY", "65535"}, during: func(t *testing.T) {
 				time.Sleep(500 * time.Millisecond)
@@ -218,7 +231,7 @@ func TestCaptureGoldens(t *testing.T) {
 			if a == "PROXY" {
 				args[i], shown[i] = target, "tcp:127.0.0.1:PORT"
 			}
-			if a == flowFile {
+			if a == flowFile || a == rangeFile {
 				shown[i] = "FLOWS"
 			}
 		}
@@ -254,8 +267,8 @@ func TestCaptureGoldens(t *testing.T) {
 		var b strings.Builder
 		fmt.Fprintf(&b, "# %s: %s\n", ex.name, ex.about)
 		fmt.Fprintf(&b, "# command: ovs-ofctl %s\n", strings.Join(shown, " "))
-		if ex.args[len(ex.args)-1] == flowFile {
-			for _, l := range strings.Split(strings.TrimSpace(readFile(t, flowFile)), "\n") {
+		if last := ex.args[len(ex.args)-1]; last == flowFile || last == rangeFile {
+			for _, l := range strings.Split(strings.TrimSpace(readFile(t, last)), "\n") {
 				fmt.Fprintf(&b, "#   FLOWS: %s\n", l)
 			}
 		}
@@ -281,6 +294,9 @@ func TestCaptureGoldens(t *testing.T) {
 		}
 		if len(msgs) == 0 {
 			t.Fatalf("%s: nothing recorded", ex.name)
+		}
+		if *updateOnly != "" && !slices.Contains(strings.Split(*updateOnly, ","), ex.name) {
+			continue
 		}
 		mustWrite(t, filepath.Join("testdata", ex.name+".golden"), b.String())
 	}

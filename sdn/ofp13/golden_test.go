@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -353,4 +354,47 @@ func expectPrefix(got, want string) error {
 		return fmt.Errorf("\n got %q\nwant prefix %q", got, want)
 	}
 	return nil
+}
+
+// TestRangeAndIPv6MatchesEncodeAsOVS builds the matches of
+// add-flows-ranges.golden with the constructors the flow compiler uses
+// and compares them with what ovs-ofctl sent for the same flows.
+func TestRangeAndIPv6MatchesEncodeAsOVS(t *testing.T) {
+	want := []ofp13.Match{
+		ofp13.NewMatch(ofp13.EthType(0x0800), ofp13.IPProto(6), ofp13.IPv4Src(netip.MustParsePrefix("10.10.1.0/24")),
+			ofp13.IPv4Dst(netip.MustParsePrefix("10.10.2.16/28")), ofp13.TCPDstMasked(50000, 0xfff0)),
+		ofp13.NewMatch(ofp13.EthType(0x0800), ofp13.IPProto(6), ofp13.IPv4Src(netip.MustParsePrefix("10.10.2.16/28")),
+			ofp13.TCPSrcMasked(50016, 0xfffc), ofp13.IPv4Dst(netip.MustParsePrefix("10.10.1.0/24"))),
+		ofp13.NewMatch(ofp13.EthType(0x86dd), ofp13.IPProto(6), ofp13.IPv6Src(netip.MustParsePrefix("fd00:10:1::/64")),
+			ofp13.IPv6Dst(netip.MustParsePrefix("fd00:10:2::10/128")), ofp13.TCPDstMasked(50000, 0xfff0)),
+		ofp13.NewMatch(ofp13.EthType(0x86dd), ofp13.IPProto(6), ofp13.IPv6Src(netip.MustParsePrefix("fd00:10:2::10/128")),
+			ofp13.IPv6Dst(netip.MustParsePrefix("fd00:10:1::/64")), ofp13.TCPSrc(5201)),
+		ofp13.NewMatch(ofp13.EthType(0x86dd), ofp13.IPv6Dst(netip.MustParsePrefix("fd00:10:2::/48"))),
+	}
+	var got []ofp13.Match
+	for _, g := range loadGoldens(t) {
+		if !strings.Contains(g.where, "add-flows-ranges") {
+			continue
+		}
+		m, err := ofp13.Unmarshal(g.raw)
+		if err != nil {
+			t.Fatalf("%s: %v", g.where, err)
+		}
+		if fm, ok := m.(*ofp13.FlowMod); ok {
+			got = append(got, fm.Match)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("add-flows-ranges.golden has %d flow mods, want %d", len(got), len(want))
+	}
+	for i := range want {
+		a, _ := want[i].Canonical().MarshalBinary()
+		b, _ := got[i].Canonical().MarshalBinary()
+		if !bytes.Equal(a, b) {
+			t.Errorf("flow %d: built %s (%x), ovs-ofctl sent %s (%x)", i, want[i], a, got[i], b)
+		}
+		if want[i].Canonical().String() != got[i].Canonical().String() {
+			t.Errorf("flow %d: %q vs %q", i, want[i].Canonical(), got[i].Canonical())
+		}
+	}
 }

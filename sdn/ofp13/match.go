@@ -47,21 +47,25 @@ const (
 	FieldARPTPA     OXMField = 23
 	FieldARPSHA     OXMField = 24
 	FieldARPTHA     OXMField = 25
+	FieldIPv6Src    OXMField = 26
+	FieldIPv6Dst    OXMField = 27
 )
 
 // fieldSizes are the value sizes of the basic fields above; a basic field
 // of another size is malformed.
-var fieldSizes = [...]int{4, 4, 8, 6, 6, 2, 2, 1, 1, 1, 1, 4, 4, 2, 2, 2, 2, 2, 2, 1, 1, 2, 4, 4, 6, 6}
+var fieldSizes = [...]int{4, 4, 8, 6, 6, 2, 2, 1, 1, 1, 1, 4, 4, 2, 2, 2, 2, 2, 2, 1, 1, 2, 4, 4, 6, 6, 16, 16}
 
 // fieldNames are the names ovs-ofctl prints for the basic fields.
 var fieldNames = [...]string{"in_port", "in_phy_port", "metadata", "dl_dst", "dl_src", "dl_type", "vlan_vid",
 	"dl_vlan_pcp", "ip_dscp", "nw_ecn", "nw_proto", "nw_src", "nw_dst", "tp_src", "tp_dst", "udp_src", "udp_dst",
-	"sctp_src", "sctp_dst", "icmp_type", "icmp_code", "arp_op", "arp_spa", "arp_tpa", "arp_sha", "arp_tha"}
+	"sctp_src", "sctp_dst", "icmp_type", "icmp_code", "arp_op", "arp_spa", "arp_tpa", "arp_sha", "arp_tha",
+	"ipv6_src", "ipv6_dst"}
 
 // setFieldNames are the names ovs-ofctl prints after "->" in set_field.
 var setFieldNames = [...]string{"in_port", "in_phy_port", "metadata", "eth_dst", "eth_src", "eth_type", "vlan_vid",
 	"vlan_pcp", "ip_dscp", "nw_ecn", "nw_proto", "ip_src", "ip_dst", "tcp_src", "tcp_dst", "udp_src", "udp_dst",
-	"sctp_src", "sctp_dst", "icmp_type", "icmp_code", "arp_op", "arp_spa", "arp_tpa", "arp_sha", "arp_tha"}
+	"sctp_src", "sctp_dst", "icmp_type", "icmp_code", "arp_op", "arp_spa", "arp_tpa", "arp_sha", "arp_tha",
+	"ipv6_src", "ipv6_dst"}
 
 // VLANPresent is the OFPVID_PRESENT bit of a vlan_vid value: set when the
 // packet has a VLAN tag.
@@ -127,6 +131,27 @@ func prefixOXM(f OXMField, p netip.Prefix) OXM {
 	return basic(f, v, mask)
 }
 
+func prefix6OXM(f OXMField, p netip.Prefix) OXM {
+	a := p.Addr().As16()
+	if p.Bits() >= 128 || p.Bits() < 0 {
+		return basic(f, a[:], nil)
+	}
+	mask := make([]byte, 16)
+	for i := range p.Bits() {
+		mask[i/8] |= 0x80 >> (i % 8)
+	}
+	for i := range a {
+		a[i] &= mask[i]
+	}
+	return basic(f, a[:], mask)
+}
+
+// IPv6Src matches the IPv6 source in prefix p; a /128 is an exact match.
+func IPv6Src(p netip.Prefix) OXM { return prefix6OXM(FieldIPv6Src, p) }
+
+// IPv6Dst matches the IPv6 destination in prefix p.
+func IPv6Dst(p netip.Prefix) OXM { return prefix6OXM(FieldIPv6Dst, p) }
+
 // IPv4Src matches the IPv4 source in prefix p; a /32 is an exact match.
 func IPv4Src(p netip.Prefix) OXM { return prefixOXM(FieldIPv4Src, p) }
 
@@ -138,6 +163,13 @@ func TCPSrc(port uint16) OXM { return basic(FieldTCPSrc, u16b(port), nil) }
 
 // TCPDst matches the TCP destination port.
 func TCPDst(port uint16) OXM { return basic(FieldTCPDst, u16b(port), nil) }
+
+// TCPSrcMasked matches the TCP source ports p with p&mask == value, as
+// Open vSwitch does for port ranges split into aligned blocks.
+func TCPSrcMasked(value, mask uint16) OXM { return basic(FieldTCPSrc, u16b(value&mask), u16b(mask)) }
+
+// TCPDstMasked matches the TCP destination ports p with p&mask == value.
+func TCPDstMasked(value, mask uint16) OXM { return basic(FieldTCPDst, u16b(value&mask), u16b(mask)) }
 
 // UDPSrc matches the UDP source port.
 func UDPSrc(port uint16) OXM { return basic(FieldUDPSrc, u16b(port), nil) }

@@ -104,7 +104,7 @@ func InstructionsString(instructions []Instruction) string {
 
 // printOrder is the order in which ovs-ofctl prints match fields.
 var printOrder = []OXMField{FieldInPort, FieldInPhyPort, FieldMetadata, FieldVLANVID, FieldVLANPCP, FieldEthSrc,
-	FieldEthDst, FieldEthType, FieldIPv4Src, FieldIPv4Dst, FieldARPSPA, FieldARPTPA, FieldIPProto, FieldARPOp,
+	FieldEthDst, FieldEthType, FieldIPv4Src, FieldIPv4Dst, FieldIPv6Src, FieldIPv6Dst, FieldARPSPA, FieldARPTPA, FieldIPProto, FieldARPOp,
 	FieldIPDSCP, FieldIPECN, FieldARPSHA, FieldARPTHA, FieldTCPSrc, FieldTCPDst, FieldUDPSrc, FieldUDPDst,
 	FieldSCTPSrc, FieldSCTPDst, FieldICMPv4Type, FieldICMPv4Code}
 
@@ -136,6 +136,12 @@ func (m Match) String() string {
 		consumed[FieldEthType], consumed[FieldIPProto] = true, true
 	case hasEthType && ethType == 0x0800:
 		parts = append(parts, "ip")
+		consumed[FieldEthType] = true
+	case hasEthType && ethType == 0x86dd && hasProto && (proto == 6 || proto == 17 || proto == 132):
+		parts = append(parts, map[uint64]string{6: "tcp6", 17: "udp6", 132: "sctp6"}[proto])
+		consumed[FieldEthType], consumed[FieldIPProto] = true, true
+	case hasEthType && ethType == 0x86dd:
+		parts = append(parts, "ipv6")
 		consumed[FieldEthType] = true
 	case hasEthType && ethType == 0x0806:
 		parts = append(parts, "arp")
@@ -188,6 +194,11 @@ func formatField(o OXM) string {
 			return fmt.Sprintf("%s=%s/%d", name, formatValue(o, o.Value), ones)
 		}
 	}
+	if o.Mask != nil && (o.Field == FieldIPv6Src || o.Field == FieldIPv6Dst) && len(o.Mask) == 16 {
+		if ones, ok := prefixLen6(o.Mask); ok {
+			return fmt.Sprintf("%s=%s/%d", name, formatValue(o, o.Value), ones)
+		}
+	}
 	s := name + "=" + formatValue(o, o.Value)
 	if o.Mask != nil {
 		s += "/" + formatValue(o, o.Mask)
@@ -208,6 +219,19 @@ func prefixLen(mask []byte) (int, bool) {
 	return ones, m == ^uint32(0)<<(32-ones) || ones == 32
 }
 
+func prefixLen6(mask []byte) (int, bool) {
+	ones := 0
+	for ones < 128 && mask[ones/8]&(0x80>>(ones%8)) != 0 {
+		ones++
+	}
+	for i := ones; i < 128; i++ {
+		if mask[i/8]&(0x80>>(i%8)) != 0 {
+			return 0, false
+		}
+	}
+	return ones, true
+}
+
 func formatValue(o OXM, v []byte) string {
 	if o.Class == OXMClassOpenFlowBasic {
 		switch o.Field {
@@ -218,6 +242,10 @@ func formatValue(o OXM, v []byte) string {
 		case FieldIPv4Src, FieldIPv4Dst, FieldARPSPA, FieldARPTPA:
 			if len(v) == 4 {
 				return netip.AddrFrom4([4]byte(v)).String()
+			}
+		case FieldIPv6Src, FieldIPv6Dst:
+			if len(v) == 16 {
+				return netip.AddrFrom16([16]byte(v)).String()
 			}
 		case FieldEthType:
 			if len(v) == 2 {

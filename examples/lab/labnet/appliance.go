@@ -372,7 +372,14 @@ func (l *Lab) Steered(ctx context.Context) (map[string]bool, error) {
 	l.mu.Unlock()
 	steered := map[string]bool{}
 	for _, w := range cfg.Whitelists {
-		ok, err := l.PortSteered(ctx, int(w.ServerPort))
+		// A range is steered by value/mask blocks; its first block
+		// stands for it.
+		m := w.Ports[0].Masks()[0]
+		match := strconv.Itoa(int(m.Value))
+		if !m.Exact() {
+			match = fmt.Sprintf("%#x/%#x", m.Value, m.Mask)
+		}
+		ok, err := l.matchSteered(ctx, w.ClientSite, w.ServerSite, "tp_dst="+match, "tp_src="+match)
 		if err != nil {
 			return nil, err
 		}
@@ -388,9 +395,27 @@ func (l *Lab) Steered(ctx context.Context) (map[string]bool, error) {
 // port's whitelist is removed.
 func (l *Lab) PortSteered(ctx context.Context, port int) (bool, error) {
 	l.mu.Lock()
-	sites := l.sites
+	client, server := l.sites[0].agent.Site, l.sites[1].agent.Site
 	l.mu.Unlock()
-	matches := [2]string{"tp_dst=" + strconv.Itoa(port), "tp_src=" + strconv.Itoa(port)}
+	return l.matchSteered(ctx, client, server, "tp_dst="+strconv.Itoa(port), "tp_src="+strconv.Itoa(port))
+}
+
+// matchSteered reports whether the client site's switch steers request to
+// its agent and the server site's switch steers reply to its agent.
+func (l *Lab) matchSteered(ctx context.Context, clientSite, serverSite, request, reply string) (bool, error) {
+	l.mu.Lock()
+	all := l.sites
+	l.mu.Unlock()
+	var sites []site
+	var matches []string
+	for _, s := range all {
+		switch s.agent.Site {
+		case clientSite:
+			sites, matches = append(sites, s), append(matches, request)
+		case serverSite:
+			sites, matches = append(sites, s), append(matches, reply)
+		}
+	}
 	for i, s := range sites {
 		dump, err := l.ovs.ofctl(ctx, "dump-flows", s.sw.Name)
 		if err != nil {

@@ -1,11 +1,14 @@
 package labnet
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sosappliance/sosappliance/internal/portrange"
 )
 
 func TestConfigEditsKeepTheFileValid(t *testing.T) {
@@ -35,11 +38,13 @@ func TestConfigEditsKeepTheFileValid(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, w := range cfg.Whitelists {
-		got[w.Name] = strings.Join([]string{w.Server.String(), itoa(int(w.ServerPort)), itoa(w.Streams), itoa(w.ChunkSize), itoa(w.QueueLength)}, " ")
+		got[w.Name] = strings.Join([]string{fmt.Sprint(w.Servers), portrange.Join(w.Ports), itoa(w.Streams), itoa(w.ChunkSize), itoa(w.QueueLength)}, " ")
 	}
 	want := map[string]string{
-		"iperf":         "10.10.2.10 5201 8 60000 0", // queue_length left out: no bound
-		"bench-4-10000": "10.10.2.10 5400 4 10000 5",
+		"iperf":         "[10.10.2.10/32] 5201 8 60000 0", // queue_length left out: no bound
+		"bench-4-10000": "[10.10.2.10/32] 5400 4 10000 5",
+		"range":         "[10.10.2.8/29] 50000-50063 16 60000 0",
+		"http6":         "[fd10:10:0:2::10/128] 8081 64 60000 0",
 	}
 	if len(got) != len(want) {
 		t.Errorf("whitelists %v, want %v", got, want)

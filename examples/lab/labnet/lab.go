@@ -144,7 +144,7 @@ type Lab struct {
 
 	opts   Options
 	cfg    *config.Config
-	sites  [2]site
+	sites  []site
 	ledger *ledger
 	ovs    *ovs
 
@@ -211,8 +211,9 @@ func Up(ctx context.Context, opts Options) (lab *Lab, err error) {
 		do   func(context.Context) error
 	}{
 		{"namespaces and veths (MTU 9000, offloads off)", l.buildNetwork},
-		{"Open vSwitch: br-a and br-b, userspace datapath, fail_mode=secure", l.startSwitches},
-		{"WAN emulator: " + opts.WAN.String(), l.startWAN},
+		{"IPv6 on the end hosts and agents (dual-stack config only)", l.enableIPv6},
+		{"Open vSwitch: " + strings.Join(l.Bridges(), " and ") + ", userspace datapath, fail_mode=secure", l.startSwitches},
+		{l.wanStep(), l.startWAN},
 		{l.applianceStep(), l.startAppliance},
 		{"path from client to server", l.checkPath},
 	}
@@ -261,16 +262,17 @@ func CheckPrerequisites(opts Options) error {
 	return nil
 }
 
-// labSites maps the config onto the lab: exactly two sites, one switch and
-// one agent each; the client's and server's addresses inside them.
-func labSites(cfg *config.Config) ([2]site, error) {
-	var sites [2]site
-	if len(cfg.Sites) != 2 {
-		return sites, fmt.Errorf("lab config: the lab has two sites, the config %d", len(cfg.Sites))
+// labSites maps the config onto the lab: two sites (client and server) or
+// three (a third host behind its own agent), one switch and one agent
+// each; the hosts' addresses inside them.
+func labSites(cfg *config.Config) ([]site, error) {
+	if len(cfg.Sites) != 2 && len(cfg.Sites) != 3 {
+		return nil, fmt.Errorf("lab config: the lab has two or three sites, the config %d", len(cfg.Sites))
 	}
-	hosts := [2]Host{Client, Server}
-	agents := [2]Host{AgentA, AgentB}
-	addrs := [2]netip.Addr{ClientAddr, ServerAddr}
+	sites := make([]site, len(cfg.Sites))
+	hosts := [3]Host{Client, Server, HostC}
+	agents := [3]Host{AgentA, AgentB, AgentC}
+	addrs := [3]netip.Addr{ClientAddr, ServerAddr, HostCAddr}
 	for i, s := range cfg.Sites {
 		if len(s.Switches) != 1 || len(s.Agents) != 1 {
 			return sites, fmt.Errorf("lab config: site %q needs one switch and one agent", s.Name)
@@ -424,14 +426,20 @@ func (l *Lab) Vsctl(ctx context.Context, args ...string) (string, error) {
 }
 
 // Bridges are the names of the lab's switches, site a first.
-func (l *Lab) Bridges() []string { return []string{l.sites[0].sw.Name, l.sites[1].sw.Name} }
+func (l *Lab) Bridges() []string {
+	var out []string
+	for _, s := range l.sites {
+		out = append(out, s.sw.Name)
+	}
+	return out
+}
 
 // buildNetwork creates the namespaces and wires them:
 //
 //	client ── br-a ─┬─ wan-a ═ WAN ═ wan-b ─┬─ br-b ── server
 //	agent-a ──┘     └ ctl0 (switch ns)        └── agent-b
 func (l *Lab) buildNetwork(ctx context.Context) error {
-	for _, h := range allHosts {
+	for _, h := range l.hosts() {
 		ns := l.Namespace(h)
 		if err := l.ledger.addNamespace(ns); err != nil {
 			return err
@@ -571,6 +579,9 @@ func (l *Lab) startWAN(ctx context.Context) error {
 		"--seed", strconv.FormatInt(w.Seed, 10)}
 	if w.QueueBytes > 0 {
 		args = append(args, "--queue", strconv.Itoa(w.QueueBytes))
+	}
+	if len(l.sites) == 3 {
+		return l.startHubWAN(ctx)
 	}
 	p, err := l.start("wanem", WANHost, nil, l.opts.Wanem, args...)
 	if err != nil {

@@ -20,7 +20,7 @@ site "a" {
   }
 }
 site "b" {
-  prefixes = ["2001:db8::/32"] # ERROR: is not IPv4
+  prefixes = ["2001:db8::1/32"] # ERROR: has host bits set; did you mean 2001:db8::/32?
   switch "sw-b" {
     datapath_id = "zz" # ERROR: is not a datapath id
     forwarding  = "drop" # ERROR: forwarding must be "normal"

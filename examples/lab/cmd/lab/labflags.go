@@ -24,7 +24,11 @@ type labFlags struct {
 	loss         float64
 	seed         int64
 	noAppliance  bool
+	sites        int
 }
+
+// threeSitesConfig is the lab's config for --sites 3.
+const threeSitesConfig = "examples/lab/sos-3sites.hcl"
 
 func (f *labFlags) register(fs *flag.FlagSet) {
 	binDir := executableDir()
@@ -39,6 +43,7 @@ func (f *labFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.queue, "queue", "bdp", "WAN drop-tail queue, e.g. 4MB; bdp sizes it to one bandwidth-delay product")
 	fs.Int64Var(&f.seed, "seed", d.Seed, "seed of the WAN's loss")
 	fs.BoolVar(&f.noAppliance, "no-appliance", false, "bring up the network only: no controller, no agents, switches forward normally")
+	fs.IntVar(&f.sites, "sites", 2, "sites on the emulated WAN: 2, or 3 (a third host behind its own agent; takes "+threeSitesConfig+" unless -config says otherwise)")
 }
 
 func (f *labFlags) options(progress io.Writer) (labnet.Options, error) {
@@ -55,6 +60,12 @@ func (f *labFlags) options(progress io.Writer) (labnet.Options, error) {
 	shape := wanem.Shape{Delay: w.RTT / 2, Rate: w.Rate, QueueBytes: w.QueueBytes, Loss: w.Loss, Seed: w.Seed}
 	if err := shape.Validate(); err != nil {
 		return labnet.Options{}, fmt.Errorf("WAN: %w", err)
+	}
+	switch {
+	case f.sites == 3 && f.config == "examples/lab/sos.hcl":
+		f.config = threeSitesConfig
+	case f.sites != 2 && f.sites != 3:
+		return labnet.Options{}, fmt.Errorf("-sites %d: the lab has 2 or 3 sites", f.sites)
 	}
 	opts := labnet.Options{
 		Config:   f.config,

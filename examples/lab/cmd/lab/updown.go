@@ -45,6 +45,10 @@ e.g.
 Logs and the lab's sos.hcl are in %[9]s. Remove it with: lab down
 `, lab.ID, lab.Namespace(labnet.Client), labnet.ClientAddr, lab.Namespace(labnet.Server), labnet.ServerAddr,
 		lab.Namespace(labnet.AgentA), lab.Namespace(labnet.AgentB), lab.Namespace(labnet.SwitchHost), lab.Dir)
+	if len(lab.SiteHosts()) == 3 {
+		fmt.Fprintf(stdout, "The third site: host %s (%s) behind agent %s.\n",
+			lab.Namespace(labnet.HostC), labnet.HostCAddr, lab.Namespace(labnet.AgentC))
+	}
 	return nil
 }
 

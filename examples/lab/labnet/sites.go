@@ -1,0 +1,100 @@
+package labnet
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The third site of a three-site lab (a config with three sites, `lab
+// --sites 3`): a host behind its own agent and switch, on the emulated WAN
+// with the other two.
+const (
+	HostC  Host = "host-c"
+	AgentC Host = "agent-c"
+)
+
+// HostCAddr is the third site's host.
+var HostCAddr = netip.MustParseAddr("10.10.3.10")
+
+// hosts are the lab's namespaces: allHosts, and the third site's.
+func (l *Lab) hosts() []Host {
+	hs := append([]Host(nil), allHosts...)
+	if len(l.sites) == 3 {
+		hs = append(hs, HostC, AgentC)
+	}
+	return hs
+}
+
+// SiteHosts are the end host of each site, in the config's order.
+func (l *Lab) SiteHosts() []Host {
+	var out []Host
+	for _, s := range l.sites {
+		out = append(out, s.host)
+	}
+	return out
+}
+
+func (l *Lab) wanStep() string {
+	if len(l.sites) == 3 {
+		return "WAN emulators: " + l.opts.WAN.String() + " between any two sites, through a hub"
+	}
+	return "WAN emulator: " + l.opts.WAN.String()
+}
+
+// startHubWAN joins three sites: each site's WAN veth goes through its own
+// emulator into a learning bridge in the WAN namespace, so traffic between
+// two sites crosses two emulators. Each gets half the one-way delay, so a
+// round trip between any two sites takes the lab's RTT; rate and queue are
+// the lab's on every leg, and random loss applies on each of the two legs.
+func (l *Lab) startHubWAN(ctx context.Context) error {
+	wan := l.Namespace(WANHost)
+	for _, step := range [][]string{
+		{"ip", "-n", wan, "link", "add", "hub", "mtu", strconv.Itoa(MTU), "type", "bridge"},
+		{"ip", "-n", wan, "link", "set", "hub", "up"},
+	} {
+		if _, err := run(ctx, step[0], step[1:]...); err != nil {
+			return err
+		}
+	}
+	w := l.opts.WAN
+	var procs []*Process
+	for _, s := range l.sites {
+		leg := veth{ns: wan, name: "em-" + s.letter, peerNS: wan, peer: "hub-" + s.letter}
+		if err := leg.create(ctx); err != nil {
+			return err
+		}
+		if _, err := run(ctx, "ip", "-n", wan, "link", "set", "hub-"+s.letter, "master", "hub"); err != nil {
+			return err
+		}
+		args := []string{"--a", "wan-" + s.letter, "--b", "em-" + s.letter,
+			"--delay", (w.RTT / 4).String(),
+			"--rate", strconv.FormatInt(w.Rate, 10) + "bit",
+			"--loss", strconv.FormatFloat(w.Loss, 'g', -1, 64),
+			"--seed", strconv.FormatInt(w.Seed+int64(s.letter[0]), 10)}
+		if w.QueueBytes > 0 {
+			args = append(args, "--queue", strconv.Itoa(w.QueueBytes))
+		}
+		p, err := l.start("wanem-"+s.letter, WANHost, nil, l.opts.Wanem, args...)
+		if err != nil {
+			return err
+		}
+		procs = append(procs, p)
+	}
+	return poll(ctx, 10*time.Second, "WAN emulators", func() (bool, error) {
+		for _, p := range procs {
+			if !p.Ref.Alive() {
+				return false, errors.New("wanem exited")
+			}
+			log, _ := os.ReadFile(p.Ref.Log)
+			if !strings.Contains(string(log), "joining") {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
