@@ -193,4 +193,6 @@ func isRoleStatus(data []byte) bool {
 	return len(data) >= HeaderLen+8 && be32(data[HeaderLen:]) == ExperimenterONF && be32(data[HeaderLen+4:]) == ONFRoleStatus
 }
 
-func be32(b []byte) uint32 { return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) }
+func be32(b []byte) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
