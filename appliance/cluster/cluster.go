@@ -41,9 +41,9 @@ func (c Config) ttlSeconds() int {
 }
 
 // Keys of a deployment under its prefix.
-func (c Config) electionKey() string     { return c.Prefix + "election" }
+func (c Config) electionKey() string       { return c.Prefix + "election" }
 func (c Config) statusKey(n string) string { return c.Prefix + "status/" + n }
-func (c Config) statusPrefix() string    { return c.Prefix + "status/" }
+func (c Config) statusPrefix() string      { return c.Prefix + "status/" }
 
 // LoadTLS builds the TLS client configuration from PEM files.
 func LoadTLS(caFile, certFile, keyFile string) (*tls.Config, error) {

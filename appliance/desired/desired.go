@@ -29,7 +29,7 @@ type Desired struct {
 	Controller *Controller // nil unless the node runs the controller
 	// Cluster is nil without a cluster block (see cluster.go).
 	Cluster *Cluster
-	Agents     []*Agent    // agents the node runs, by name
+	Agents  []*Agent // agents the node runs, by name
 	// Items are the host items the node owns, sorted by kind and key:
 	// sysctl, interface, irq, relay and steering. Each says where its
 	// value came from (Origin).
