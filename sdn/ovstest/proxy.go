@@ -147,4 +147,3 @@ func (p *RecordingProxy) CheckOnlyMaster(t testing.TB) {
 	}
 	t.Logf("%d flow mods on the wire, each from the switch's master of the moment", total)
 }
-
