@@ -38,7 +38,7 @@ func TestRolesWithOVS(t *testing.T) {
 		ctl[name] = startController(t, sdn.Config{Listener: ln, Roles: true, Keepalive: time.Second,
 			HealthInterval: 200 * time.Millisecond, RetryInterval: 200 * time.Millisecond, ResyncInterval: -1,
 			Switches: []flows.Switch{sw}, Agents: agents})
-		targets = append(targets, proxy.Front(t, inst, name, ln))
+		targets = append(targets, proxy.Front(t, inst, name, ln.Addr().String()))
 	}
 	a, b := ctl["ctl-a"], ctl["ctl-b"]
 	br := inst.AddBridge(t, "br0", sw.DatapathID, targets...)

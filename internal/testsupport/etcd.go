@@ -18,6 +18,7 @@ import (
 // be killed and started again to cut the appliance off from etcd.
 type Etcd struct {
 	t       testing.TB
+	netns   string
 	members []*etcdMember
 	mu      sync.Mutex
 }
@@ -33,8 +34,16 @@ type etcdMember struct {
 // healthy. Without the etcd binary it skips, or fails under CI=true.
 func StartEtcd(t testing.TB, n int) *Etcd {
 	t.Helper()
-	RequireBinaries(t, "etcd")
-	e := &Etcd{t: t}
+	return StartEtcdInNetns(t, n, "")
+}
+
+// StartEtcdInNetns is StartEtcd inside the named network namespace (one
+// that already exists, e.g. an Open vSwitch test instance's, whose
+// loopback the daemons under test use); "" is this one.
+func StartEtcdInNetns(t testing.TB, n int, netns string) *Etcd {
+	t.Helper()
+	RequireBinaries(t, "etcd", "etcdctl")
+	e := &Etcd{t: t, netns: netns}
 	ports := freePorts(t, 2*n)
 	var cluster []string
 	dir := t.TempDir()
@@ -72,7 +81,7 @@ func freePorts(t testing.TB, n int) []int {
 
 func (e *Etcd) startMember(m *etcdMember, state string) {
 	e.t.Helper()
-	cmd := exec.Command("etcd", "--name", m.name, "--data-dir", m.dir,
+	cmd := e.command("etcd", "--name", m.name, "--data-dir", m.dir,
 		"--listen-client-urls", m.client, "--advertise-client-urls", m.client,
 		"--listen-peer-urls", m.peer, "--initial-advertise-peer-urls", m.peer,
 		"--initial-cluster", m.cluster, "--initial-cluster-state", state,
@@ -80,6 +89,13 @@ func (e *Etcd) startMember(m *etcdMember, state string) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	m.proc = StartDaemon(e.t, cmd)
 	m.started = true
+}
+
+func (e *Etcd) command(name string, args ...string) *exec.Cmd {
+	if e.netns == "" {
+		return exec.Command(name, args...)
+	}
+	return exec.Command("ip", append([]string{"netns", "exec", e.netns, name}, args...)...)
 }
 
 // Endpoints are the client URLs of every member.
@@ -122,6 +138,10 @@ func (e *Etcd) WaitHealthy() {
 	e.t.Helper()
 	c := http.Client{Timeout: time.Second}
 	Eventually(e.t, 30*time.Second, "etcd to be healthy", func() bool {
+		if e.netns != "" {
+			return e.command("etcdctl", "--endpoints", strings.Join(e.Endpoints(), ","), "--command-timeout", "1s",
+				"endpoint", "health").Run() == nil
+		}
 		for _, m := range e.members {
 			resp, err := c.Get(m.client + "/health")
 			if err != nil {

@@ -14,8 +14,11 @@ import (
 
 // Event is one message a RecordingProxy saw.
 type Event struct {
-	At   time.Time
-	Ctl  string
+	At  time.Time
+	Ctl string
+	// Conn numbers the connections of one front, so two switches behind
+	// it are told apart.
+	Conn int
 	Kind string // "flow_mod", or "role" for a role reply or role status
 	Role ofp13.ControllerRole
 }
@@ -29,17 +32,29 @@ type RecordingProxy struct {
 	events []Event
 }
 
-// front listens where the switch connects for controller ctl and forwards
-// to backend, a listener the controller serves on.
-func (p *RecordingProxy) Front(t testing.TB, inst *Instance, ctl string, backend net.Listener) string {
+// Front listens where the switch connects for controller ctl (the target
+// it returns) and forwards to backend, the "127.0.0.1:PORT" in the
+// instance's namespace the controller serves on. Its connections close when the test ends.
+func (p *RecordingProxy) Front(t testing.TB, inst *Instance, ctl, backend string) string {
 	t.Helper()
 	ln, err := inst.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	var wg sync.WaitGroup
-	t.Cleanup(wg.Wait)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
 	wg.Go(func() {
 		for {
 			sw, err := ln.Accept()
@@ -48,22 +63,25 @@ func (p *RecordingProxy) Front(t testing.TB, inst *Instance, ctl string, backend
 			}
 			var c net.Conn
 			err = inst.InNamespace(func() (err error) {
-				c, err = net.DialTimeout("tcp", backend.Addr().String(), 5*time.Second)
+				c, err = net.DialTimeout("tcp", backend, 5*time.Second)
 				return err
 			})
 			if err != nil {
 				sw.Close()
 				continue
 			}
-			wg.Go(func() { p.pump(ctl, sw, c, false) })
-			wg.Go(func() { p.pump(ctl, c, sw, true) })
+			mu.Lock()
+			conns = append(conns, sw, c)
+			id := len(conns)
+			mu.Unlock()
+			wg.Go(func() { p.pump(ctl, id, sw, c, false) })
+			wg.Go(func() { p.pump(ctl, id, c, sw, true) })
 		}
 	})
-	t.Cleanup(func() { ln.Close() })
 	return "tcp:" + ln.Addr().String()
 }
 
-func (p *RecordingProxy) pump(ctl string, from, to net.Conn, fromController bool) {
+func (p *RecordingProxy) pump(ctl string, conn int, from, to net.Conn, fromController bool) {
 	defer from.Close()
 	defer to.Close()
 	rd := bufio.NewReader(from)
@@ -79,7 +97,7 @@ func (p *RecordingProxy) pump(ctl string, from, to net.Conn, fromController bool
 		if _, err := io.ReadFull(rd, msg); err != nil {
 			return
 		}
-		ev := Event{At: time.Now(), Ctl: ctl}
+		ev := Event{At: time.Now(), Ctl: ctl, Conn: conn}
 		if m, err := ofp13.Unmarshal(msg); err == nil {
 			switch m := m.(type) {
 			case *ofp13.FlowMod:
@@ -132,16 +150,20 @@ func (p *RecordingProxy) CheckOnlyMaster(t testing.TB) {
 	t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	role := map[string]ofp13.ControllerRole{}
+	type conn struct {
+		ctl string
+		n   int
+	}
+	role := map[conn]ofp13.ControllerRole{}
 	total := 0
 	for _, e := range p.events {
 		switch e.Kind {
 		case "role":
-			role[e.Ctl] = e.Role
+			role[conn{e.Ctl, e.Conn}] = e.Role
 		case "flow_mod":
 			total++
-			if role[e.Ctl] != ofp13.RoleMaster {
-				t.Errorf("%s sent a flow mod at %s while the switch had it %s", e.Ctl, e.At.Format("15:04:05.000"), role[e.Ctl])
+			if role[conn{e.Ctl, e.Conn}] != ofp13.RoleMaster {
+				t.Errorf("%s sent a flow mod at %s while the switch had it %s", e.Ctl, e.At.Format("15:04:05.000"), role[conn{e.Ctl, e.Conn}])
 			}
 		}
 	}
