@@ -24,6 +24,7 @@ type labFlags struct {
 	loss         float64
 	seed         int64
 	noAppliance  bool
+	controllers  int
 }
 
 func (f *labFlags) register(fs *flag.FlagSet) {
@@ -39,6 +40,7 @@ func (f *labFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.queue, "queue", "bdp", "WAN drop-tail queue, e.g. 4MB; bdp sizes it to one bandwidth-delay product")
 	fs.Int64Var(&f.seed, "seed", d.Seed, "seed of the WAN's loss")
 	fs.BoolVar(&f.noAppliance, "no-appliance", false, "bring up the network only: no controller, no agents, switches forward normally")
+	fs.IntVar(&f.controllers, "controllers", 1, "1, or 2 for a second controller and a three-member etcd they elect the OpenFlow master on")
 }
 
 func (f *labFlags) options(progress io.Writer) (labnet.Options, error) {
@@ -63,6 +65,10 @@ func (f *labFlags) options(progress io.Writer) (labnet.Options, error) {
 		StateDir: f.stateDir,
 		Progress: progress,
 	}
+	if f.controllers < 1 || f.controllers > 2 {
+		return labnet.Options{}, fmt.Errorf("--controllers %d: the lab runs 1 or 2", f.controllers)
+	}
+	opts.Controllers = f.controllers
 	if !f.noAppliance {
 		opts.Sosappliance = f.sosappliance
 	}
