@@ -141,6 +141,12 @@ func (p *Publisher) term(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			// The session would revoke with the ended ctx, which fails:
+			// revoke here, so a stopped node is gone at once rather
+			// than after its TTL.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_, _ = p.c.cli.Revoke(rctx, sess.Lease())
+			cancel()
 			return nil
 		case <-sess.Done():
 			return fmt.Errorf("status lease lost (etcd unreachable for the lease TTL)")

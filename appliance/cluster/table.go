@@ -86,7 +86,7 @@ func WriteTable(w io.Writer, rows []Row, want string, now time.Time) {
 		if problems == "" {
 			problems = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\tsha256:%.12s\t%d\t%s\t%s\t%s\t%s\n", r.Node, strings.Join(r.Roles, ","), role,
+		fmt.Fprintf(tw, "%s\t%s\t%s\tsha256:%.12s\t%d\t%s\t%s\t%s\t%s\n", r.Node, orDash(strings.Join(r.Roles, ",")), role,
 			r.ConfigHash, r.Serial, orDash(r.LastApply), orDash(r.Health), seen, problems)
 	}
 	tw.Flush()
