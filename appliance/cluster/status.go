@@ -29,7 +29,8 @@ type NodeStatus struct {
 	AppliedAt  time.Time `json:"applied_at,omitzero"`
 	// Health is "ok" or what is wrong.
 	Health string `json:"health"`
-	// Published is when the node wrote this entry.
+	// Published is when the node last wrote this entry: on each change,
+	// and at least every lease TTL.
 	Published time.Time `json:"published"`
 }
 
@@ -43,8 +44,7 @@ const maxStatusSize = 64 << 10
 type Publisher struct {
 	c   *Client
 	get func() NodeStatus
-	// Every is how often get is asked; a change is written at once, an
-	// unchanged status only lives on its lease.
+	// every is how often get is asked.
 	every time.Duration
 
 	mu        sync.Mutex
@@ -106,6 +106,7 @@ func (p *Publisher) term(ctx context.Context) error {
 	defer sess.Close()
 	key := p.c.cfg.statusKey(p.c.cfg.Node)
 	var last []byte
+	var lastPut time.Time
 	t := time.NewTicker(p.every)
 	defer t.Stop()
 	for {
@@ -115,7 +116,10 @@ func (p *Publisher) term(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if !bytes.Equal(body, last) {
+		// A change is written at once; an unchanged entry again every
+		// lease TTL, so that one a replaced publisher of this node
+		// took away with its lease comes back.
+		if !bytes.Equal(body, last) || time.Since(lastPut) > p.c.cfg.LeaseTTL {
 			// Published changes with every write; compare without it.
 			st.Published = time.Now().UTC()
 			out, _ := json.Marshal(st)
@@ -132,7 +136,7 @@ func (p *Publisher) term(ctx context.Context) error {
 				p.setState(false, err)
 				// The lease may still live: try again on the next tick.
 			} else {
-				last = body
+				last, lastPut = body, time.Now()
 				p.setState(true, nil)
 				p.mu.Lock()
 				p.puts++

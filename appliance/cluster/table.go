@@ -66,7 +66,7 @@ func Problems(rows []Row) int {
 func WriteTable(w io.Writer, rows []Row, want string, now time.Time) {
 	fmt.Fprintf(w, "this file: sha256:%.12s\n", want)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tROLES\tOF ROLE\tCONFIG\tSERIAL\tLAST APPLY\tHEALTH\tCHANGED\tPROBLEMS")
+	fmt.Fprintln(tw, "NODE\tROLES\tOF ROLE\tCONFIG\tSERIAL\tLAST APPLY\tHEALTH\tSEEN\tPROBLEMS")
 	for _, r := range rows {
 		if r.Missing {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t%s\n", r.Node, strings.Join(r.Problems, "; "))
