@@ -284,3 +284,14 @@ func requireFlowsKept(t *testing.T, before, after map[string]ovstest.DumpedFlow)
 		}
 	}
 }
+
+// TestApplyLeavesClusterSwitchesToTheMaster: a one-shot apply on a
+// controller node of a cluster sends no flow mods; the elected master does.
+func TestApplyLeavesClusterSwitchesToTheMaster(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := runCLI(t, "apply", "-auto-approve", "-c", "../../examples/cluster.hcl", "--node", "ctl-east",
+		"--state", filepath.Join(dir, "state.db"), "--control-socket", filepath.Join(dir, "none.sock"), "--switch-wait", "10s")
+	if code != 0 || !strings.Contains(out, "Switches not converged here: with a cluster block the elected master") {
+		t.Fatalf("apply: exit %d\n%s%s", code, out, errOut)
+	}
+}
