@@ -98,3 +98,18 @@ func (l *Lab) startEtcd(ctx context.Context) error {
 		return err == nil, nil
 	})
 }
+
+// KillEtcd kills every etcd member with SIGKILL: etcd is unreachable for
+// every node of the lab.
+func (l *Lab) KillEtcd() error {
+	for i := range etcdMembers {
+		p := l.Process(fmt.Sprintf("etcd-m%d", i))
+		if p == nil {
+			return fmt.Errorf("etcd member m%d is not running", i)
+		}
+		if err := p.Kill(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
