@@ -166,7 +166,7 @@ func (c *Client) Statuses(ctx context.Context) ([]NodeStatus, error) {
 	defer cancel()
 	resp, err := c.cli.Get(ctx, c.cfg.statusPrefix(), clientv3.WithPrefix(), clientv3.WithLimit(4096))
 	if err != nil {
-		return nil, fmt.Errorf("read statuses from etcd: %w", err)
+		return nil, fmt.Errorf("read statuses from etcd (%s): %w", strings.Join(c.cfg.Endpoints, ", "), err)
 	}
 	var out []NodeStatus
 	for _, kv := range resp.Kvs {
