@@ -54,6 +54,7 @@ const (
 var rootSchema = &hcl.BodySchema{
 	Blocks: []hcl.BlockHeaderSchema{
 		{Type: "controller"},
+		{Type: "cluster"},
 		{Type: "security"},
 		{Type: "daemon"},
 		{Type: "limits"},
@@ -261,7 +262,7 @@ func decodeRoot(body hcl.Body, cfg *Config) hcl.Diagnostics {
 	once := map[string]*hcl.Block{}
 	for _, b := range blocks {
 		switch b.Type {
-		case "controller", "security", "daemon", "limits":
+		case "cluster", "security", "daemon", "limits":
 			if prev, dup := once[b.Type]; dup {
 				diags = append(diags, diagAt(b.DefRange, fmt.Sprintf("Duplicate %s block", b.Type),
 					fmt.Sprintf("Only one %s block is allowed; the first is at %s.", b.Type, prev.DefRange)))
@@ -271,7 +272,9 @@ func decodeRoot(body hcl.Body, cfg *Config) hcl.Diagnostics {
 		}
 		switch b.Type {
 		case "controller":
-			cfg.Controller = decodeController(b, &diags)
+			cfg.Controllers = append(cfg.Controllers, decodeController(b, &diags))
+		case "cluster":
+			cfg.Cluster = decodeCluster(b, &diags)
 		case "security":
 			cfg.Security = decodeSecurity(b, &diags)
 		case "daemon":
@@ -287,6 +290,9 @@ func decodeRoot(body hcl.Body, cfg *Config) hcl.Diagnostics {
 		case "node":
 			cfg.Nodes = append(cfg.Nodes, decodeNode(b, &diags))
 		}
+	}
+	if len(cfg.Controllers) > 0 {
+		cfg.Controller = cfg.Controllers[0]
 	}
 	if once["daemon"] == nil {
 		cfg.Daemon = decodeDaemon(hcl.EmptyBody(), &diags)
