@@ -13,17 +13,19 @@ const StreamReadBuffer = 32 << 10
 const MaxSendFrames = 128
 
 // SessionMemory is the most frame-buffer memory one session can hold at an
-// agent, in bytes, for a session's streams, chunk size and receive window
-// in frames. Per session and agent: the receive direction holds at most
-// the window plus the FIN and one frame per stream being read (the sender
+// agent, in bytes, for a session's streams, chunk size and window in
+// frames. Per session and agent: the receive direction holds at most the
+// window plus the FIN and one frame per stream being read (the sender
 // never exceeds the credit, and the receiver never grants more than its
-// window); the send direction holds SendBudget frames; and every stream
-// has a read buffer. The arithmetic saturates at math.MaxInt64 instead of
+// window); the send direction holds SendBudget frames on their way to a
+// stream and keeps up to window frames sent and not yet acknowledged
+// (the retention, counted with the same bound as the receive window); and
+// every stream has a read buffer. The arithmetic saturates at math.MaxInt64 instead of
 // wrapping, so no shape a peer can announce passes a cap by overflowing;
 // non-positive arguments count as zero.
 func SessionMemory(streams, chunkSize, windowFrames int) int64 {
 	n, chunk, window := nonNeg(streams), nonNeg(chunkSize), nonNeg(windowFrames)
-	frames := satAdd(RecvBudget(n, window), SendBudget(n))
+	frames := satAdd(satAdd(RecvBudget(n, window), SendBudget(n)), window)
 	return satAdd(satMul(FrameSize(int(chunk)), frames), satMul(n, StreamReadBuffer))
 }
 
@@ -44,8 +46,17 @@ func SessionFootprint(streams, chunkSize, windowFrames int) int64 {
 	n := nonNeg(streams)
 	window := nonNeg(windowFrames)
 	book := satAdd(satMul(window, perSlot),
-		satAdd(satMul(satAdd(RecvBudget(n, window), SendBudget(n)), perBuffer), satMul(n, perStream)))
+		satAdd(satMul(satAdd(satAdd(RecvBudget(n, window), SendBudget(n)), window), perBuffer), satMul(n, perStream)))
 	return satAdd(SessionMemory(streams, chunkSize, windowFrames), book)
+}
+
+// RetainFootprint is the part of SessionFootprint that frames of send
+// retention take: a frame buffer and a buffer queue slot each. A session
+// reserves it before its retention grows beyond the window it started
+// with.
+func RetainFootprint(chunkSize, frames int) int64 {
+	const perBuffer = 16
+	return satMul(nonNeg(frames), satAdd(FrameSize(chunkSize), perBuffer))
 }
 
 // RecvBudget is the number of receive frame buffers of a session: the
