@@ -167,7 +167,7 @@ func TestAcks(t *testing.T) {
 	}{
 		{stream: 0, ctl: 0, credit: true, v: 10_000_000, sent: 0, wantAcked: 0},
 		{stream: 0, ctl: 1, v: 5, sent: 10, wantAcked: 5},
-		{stream: 1, ctl: 0, v: 3, sent: 10, wantAcked: 5},  // overtaken: the largest counts
+		{stream: 1, ctl: 0, v: 3, sent: 10, wantAcked: 5}, // overtaken: the largest counts
 		{stream: 1, ctl: 1, v: 2, sent: 10, err: ErrAckBackward, wantAcked: 5},
 		{stream: 1, ctl: 1, v: 11, sent: 10, err: ErrAckAbsurd, wantAcked: 5},
 		{stream: 1, ctl: 2, v: 8, sent: 10, err: ErrCreditOrder, wantAcked: 5},
