@@ -386,7 +386,7 @@ func (a *Agent) newReservedSession(rc *runtimeConfig, p sessionParams) (*session
 		return nil, fmt.Errorf("%w: a session of %d streams x %d bytes, window %d frames, needs %d bytes, %d of %d reserved",
 			errMemoryLimit, p.streams, p.chunkSize, initial, need, a.memReserved.Load(), rc.limits.Memory)
 	}
-	s, err := newSession(a, p, windowCapFor(p.streams, p.chunkSize, p.queueLength, rc.limits))
+	s, err := newSession(a, p, windowCapFor(p.streams, p.chunkSize, p.queueLength, rc.limits), rc.limits.SessionMemory)
 	if err != nil {
 		a.memReserved.Add(-need)
 		return nil, err

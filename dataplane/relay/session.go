@@ -164,9 +164,13 @@ type session struct {
 	retained     []*chunk
 	retainBase   uint64
 	resend       []*chunk
-	retainFrames int
-	retainCap    int
 	resendWake   chan struct{}
+	// retainFrames is the retention the send pool allows and windowNow
+	// the receive window, both in frames: their growths are decided under
+	// agent.mu, so together they stay within sessionCap.
+	retainFrames atomic.Int64
+	windowNow    atomic.Int64
+	sessionCap   int64
 	framesQueued atomic.Uint64 // DATA and FIN frames read from the end host
 	finSeq       atomic.Uint64 // our FIN's sequence, once sendFin
 	finAcked     atomic.Bool   // the peer acknowledged our FIN
@@ -243,7 +247,7 @@ type session struct {
 	reserved    int64
 }
 
-func newSession(a *Agent, p sessionParams, windowCap int) (*session, error) {
+func newSession(a *Agent, p sessionParams, windowCap int, sessionCap int64) (*session, error) {
 	window := stripe.InitialFrames(p.streams, p.chunkSize)
 	if windowCap < window {
 		return nil, fmt.Errorf("%w: window cap %d below the initial window %d", stripe.ErrInvalid, windowCap, window)
@@ -268,9 +272,8 @@ func newSession(a *Agent, p sessionParams, windowCap int) (*session, error) {
 		ctx:           ctx,
 		cancel:        cancel,
 		streams:       make([]*stream, p.streams),
-		sendPool:      newBufPool(size, stripe.SendBudget(n)+int64(window)),
-		retainFrames:  window,
-		retainCap:     windowCap,
+		sendPool:      newBufPool(size, stripe.SendBudget(n)),
+		sessionCap:    sessionCap,
 		resendWake:    make(chan struct{}, 1),
 		completeCh:    make(chan struct{}),
 		lostWake:      make(chan struct{}, 1),
@@ -288,6 +291,8 @@ func newSession(a *Agent, p sessionParams, windowCap int) (*session, error) {
 		creditWake:    make(chan struct{}, 1),
 	}
 	s.granted.Store(uint64(window))
+	s.retainFrames.Store(stripe.SendBudget(n))
+	s.windowNow.Store(int64(window))
 	s.creditFrames.Store(credits.Frames())
 	s.healthy.Store(int32(p.streams))
 	s.lastProgress, s.lastTick = s.started, s.started
@@ -430,13 +435,15 @@ func (s *session) growWindow(now time.Time) {
 	}
 	next := min(2*window, int(min(bound, float64(stripe.MaxWindowFrames))), capacity)
 	a := s.agent
-	// The receive part only: the retention grows on its own (growRetention).
-	delta := stripe.SessionFootprint(s.n, s.chunkSize, next) - stripe.SessionFootprint(s.n, s.chunkSize, window) -
-		stripe.RetainFootprint(s.chunkSize, next-window)
+	delta := stripe.SessionFootprint(s.n, s.chunkSize, next) - stripe.SessionFootprint(s.n, s.chunkSize, window)
 	a.mu.Lock()
-	ok := s.reserved > 0 && a.reserveMemory(delta, a.cfg.Load().limits.Memory)
+	// The retention beyond its base shares the session cap.
+	extra := stripe.RetainFootprint(s.chunkSize, int(s.retainFrames.Load()-stripe.SendBudget(int64(s.n))))
+	ok := s.reserved > 0 && stripe.SessionMemory(s.n, s.chunkSize, next)+extra <= s.sessionCap &&
+		a.reserveMemory(delta, a.cfg.Load().limits.Memory)
 	if ok {
 		s.reserved += delta
+		s.windowNow.Store(int64(next))
 	}
 	a.mu.Unlock()
 	if !ok {
@@ -703,28 +710,26 @@ func (s *session) getSendBuf() (*chunk, bool) {
 }
 
 func (s *session) growRetention() {
-	s.sendMu.Lock()
-	cur, capacity := s.retainFrames, s.retainCap
-	s.sendMu.Unlock()
-	if cur >= capacity {
-		return
-	}
-	next := min(2*cur, capacity)
-	delta := stripe.RetainFootprint(s.chunkSize, next-cur)
 	a := s.agent
+	base := stripe.SendBudget(int64(s.n))
 	a.mu.Lock()
-	ok := s.reserved > 0 && a.reserveMemory(delta, a.cfg.Load().limits.Memory)
+	cur := s.retainFrames.Load()
+	// What the session cap leaves beside the receive window.
+	room := s.sessionCap - stripe.SessionMemory(s.n, s.chunkSize, int(s.windowNow.Load()))
+	most := base + room/(stripe.FrameSize(s.chunkSize)+16)
+	next := min(2*cur, most, stripe.MaxWindowFrames)
+	ok := next > cur && s.reserved > 0
 	if ok {
-		s.reserved += delta
+		delta := stripe.RetainFootprint(s.chunkSize, int(next-cur))
+		if ok = a.reserveMemory(delta, a.cfg.Load().limits.Memory); ok {
+			s.reserved += delta
+			s.retainFrames.Store(next)
+		}
 	}
 	a.mu.Unlock()
-	if !ok {
-		return
+	if ok {
+		s.sendPool.grow(next)
 	}
-	s.sendMu.Lock()
-	s.retainFrames = next
-	s.sendMu.Unlock()
-	s.sendPool.grow(stripe.SendBudget(int64(s.n)) + int64(next))
 }
 
 // retain records a chunk read from the end host (readHost only, in

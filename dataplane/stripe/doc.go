@@ -233,11 +233,13 @@
 // arrives, and the sender knows which stream carried each frame.
 //
 // Retention. The sender keeps every frame it sent until an ACK covers it.
-// This memory is part of the session's cap: SessionMemory counts a
-// retention of as many frames as the receive window, and an agent
-// reserves retention beyond its initial window from its memory cap before
-// it uses it. A sender whose retention is full waits for ACKs (it reads
-// nothing more from its end host), it never drops a frame.
+// This memory is part of the session's cap: a session starts with a
+// retention of SendBudget frames (its send buffers of before) and
+// doubles it when it runs out, reserving the growth from its agent's
+// memory cap, as long as retention and receive window together fit the
+// session memory cap (SessionMemory, RetainFootprint). A sender whose
+// retention is full waits for ACKs (it reads nothing more from its end
+// host); it never drops a frame.
 //
 // Retransmission. A stream is lost when its connection fails (reset,
 // error, keepalive failure, a clean end before the session finished) or

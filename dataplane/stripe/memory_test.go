@@ -7,10 +7,10 @@ import (
 
 func TestSessionMemoryFormula(t *testing.T) {
 	// 64 streams, chunk 60000, a window of 320 frames: 65 more on the
-	// receive side (FIN, one being read per stream), 129 on the send side
-	// plus a retention of the window, and 64 read buffers.
+	// receive side (FIN, one being read per stream), 129 on the send side,
+	// and 64 read buffers.
 	frame := int64(HeaderSize + 60000 + TagSize)
-	want := frame*(320+65+129+320) + 64*StreamReadBuffer
+	want := frame*(320+65+129) + 64*StreamReadBuffer
 	if got := SessionMemory(64, 60000, 320); got != want {
 		t.Fatalf("SessionMemory = %d, want %d", got, want)
 	}
