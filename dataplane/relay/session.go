@@ -160,11 +160,11 @@ type session struct {
 	// host and not yet acknowledged, in sequence order from frame
 	// retainBase; the frames to send again after a stream was lost; and
 	// how many frames of retention the send pool may hold.
-	sendMu       sync.Mutex
-	retained     []*chunk
-	retainBase   uint64
-	resend       []*chunk
-	resendWake   chan struct{}
+	sendMu     sync.Mutex
+	retained   []*chunk
+	retainBase uint64
+	resend     []*chunk
+	resendWake chan struct{}
 	// retainFrames is the retention the send pool allows and windowNow
 	// the receive window, both in frames: their growths are decided under
 	// agent.mu, so together they stay within sessionCap.
