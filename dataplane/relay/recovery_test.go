@@ -1,7 +1,10 @@
 package relay
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
+	"io"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -266,5 +269,95 @@ func TestRetransmissionsDuplicatedAndReordered(t *testing.T) {
 				t.Errorf("no duplicate was dropped")
 			}
 		})
+	}
+}
+
+// TestForgedStreamJoinsRefused mounts joins a key holder could try
+// against a live session: a join for a session the agent does not hold
+// (an authenticated refusal), a join whose JOIN frame proves another key
+// (reset, counted, nothing attached), and a plain hello for a stream of
+// the running session (refused). The live session goes on untouched.
+func TestForgedStreamJoinsRefused(t *testing.T) {
+	p := startPair(t, pairOptions{}, echo)
+	c := p.dial(t)
+	defer c.Close()
+	if _, err := c.Write([]byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, 5)); err != nil {
+		t.Fatal(err)
+	}
+	live := p.b.Stats().Sessions[0]
+	var id stripe.SessionID
+	if _, err := hex.Decode(id[:], []byte(live.ID)); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := stripe.NewHandshakeKey(testPSK)
+	ofLive := func(join bool) func(h *stripe.Hello) {
+		return func(h *stripe.Hello) { h.Session, h.Client, h.Stream, h.Join = id, live.Client, 3, join }
+	}
+
+	_, _, hb := helloFrom(t, p, func(h *stripe.Hello) { h.Join = true })
+	conn, rb, err := sendHello(t, p.b.Addrs().Data, hb[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	if r, err := stripe.ParseReply(hb[:], rb[:], key); err != nil || r.Status != stripe.StatusUnknownSession {
+		t.Errorf("join for an unknown session: %v, %v", r.Status, err)
+	}
+
+	_, _, hb = helloFrom(t, p, ofLive(false))
+	conn, rb, err = sendHello(t, p.b.Addrs().Data, hb[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	if r, err := stripe.ParseReply(hb[:], rb[:], key); err != nil || r.Status != stripe.StatusDuplicateStream {
+		t.Errorf("plain hello into the running session: %v, %v", r.Status, err)
+	}
+
+	before := p.b.Stats().Totals.HandshakeFailures
+	_, eph, hb := helloFrom(t, p, ofLive(true))
+	conn, rb, err = sendHello(t, p.b.Addrs().Data, hb[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	r, err := stripe.ParseReply(hb[:], rb[:], key)
+	if err != nil || r.Status != stripe.StatusAccepted {
+		t.Fatalf("join hello for the live session: %v, %v", r.Status, err)
+	}
+	secrets, err := stripe.Finish(key, eph, r.Ephemeral, hb[:], rb[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	confirm := secrets.Confirm()
+	if _, err := conn.Write(confirm[:]); err != nil {
+		t.Fatal(err)
+	}
+	codec, err := stripe.NewCodec(stripe.ModeAESGCM, &secrets.Keys, true, 3, 60000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := secrets.SessionKey() // this stream's own, not the session's
+	if err := sendJoin(conn, codec, secrets, &wrong, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, conn); !isReset(err) {
+		t.Errorf("join with a bad proof: %v, want a reset", err)
+	}
+	testsupport.Eventually(t, 30*time.Second, "the bad join counted", func() bool {
+		return p.b.Stats().Totals.HandshakeFailures > before
+	})
+	if st := p.b.Stats().Totals; st.StreamsReplaced != 0 || st.StreamsLost != 0 {
+		t.Errorf("a forged join touched the session: lost %d, replaced %d", st.StreamsLost, st.StreamsReplaced)
+	}
+
+	msg := bytes.Repeat([]byte("still fine "), 10000)
+	go func() { _, _ = c.Write(msg); _ = c.CloseWrite() }()
+	got, err := io.ReadAll(c)
+	if err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("session after forged joins: %d bytes, %v", len(got), err)
 	}
 }
