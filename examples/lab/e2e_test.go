@@ -124,6 +124,7 @@ func TestLab(t *testing.T) {
 
 	t.Run("Throughput", func(t *testing.T) { testThroughput(ctx, t, lab) })
 	t.Run("Download1GiB", func(t *testing.T) { testDownload(ctx, t, lab, files) })
+	t.Run("DownloadSurvivesStreamKills", func(t *testing.T) { testDownloadSurvivesStreamKills(ctx, t, lab, files) })
 	t.Run("Upload", func(t *testing.T) { testUpload(ctx, t, lab, files) })
 	t.Run("FailOpen", func(t *testing.T) { testFailOpen(ctx, t, lab, files) })
 	t.Run("WhitelistReload", func(t *testing.T) { testWhitelistReload(ctx, t, lab, files) })
