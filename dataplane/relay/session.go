@@ -1268,7 +1268,7 @@ func (st *stream) writeLoop() {
 		iov = iov[:0]
 		var wire uint64
 		// Control frames ride with whatever this writer sends.
-		if credit := s.creditPending.Load(); credit > s.creditSent.Load() || (control && credit > 0) {
+		if credit := s.creditPending.Load(); credit > s.creditSent.Load() {
 			frame, err := st.sealControl(st.ctlBuf[:], stripe.FrameCredit, credit)
 			if err != nil {
 				s.abort(AbortProtocol, &StreamError{Stream: st.index, Op: "seal", Err: err})
