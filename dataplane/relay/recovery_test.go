@@ -361,3 +361,29 @@ func TestForgedStreamJoinsRefused(t *testing.T) {
 		t.Fatalf("session after forged joins: %d bytes, %v", len(got), err)
 	}
 }
+
+// TestFarAgentFinAborts: every stream ends with a FIN in the middle of a
+// transfer, as when the far agent's process exits and its kernel closes
+// its sockets. That is no network failure to ride out: both agents abort
+// at once (not after the reconnect timeout) and both end hosts get resets.
+func TestFarAgentFinAborts(t *testing.T) {
+	lim := Limits{StallTimeout: time.Minute, ReconnectTimeout: time.Minute, HalfClosedIdle: time.Minute}
+	p := startPair(t, pairOptions{streams: 4, chunk: 16384, viaMITM: true, limitsA: lim, limitsB: lim}, nil)
+	w := uploadUntilAbort(t, p)
+	testsupport.Eventually(t, 30*time.Second, "transfer under way", func() bool {
+		st := p.b.Stats()
+		return len(st.Sessions) == 1 && st.Sessions[0].BytesUp > 1<<20
+	})
+	p.mitm.mu.Lock()
+	for _, ms := range p.mitm.streams {
+		_ = ms.a.CloseWrite()
+		_ = ms.b.CloseWrite()
+	}
+	p.mitm.mu.Unlock()
+	ca, sa := w.checkAborted(t, p)
+	for _, r := range []AbortRecord{ca, sa} {
+		if r.Reason != AbortPeer || !strings.Contains(r.Error, "far agent closed the stream") {
+			t.Errorf("%s side aborted for %s: %s", r.Side, r.Reason, r.Error)
+		}
+	}
+}

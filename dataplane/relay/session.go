@@ -1640,8 +1640,16 @@ func (st *stream) readLoop() {
 		s.mu.Unlock()
 
 		if _, err := io.ReadFull(st.br, st.hdr[:]); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = errors.New("closed before the session finished")
+			if errors.Is(err, io.EOF) && !s.isCompleted() && peerClosed(st.conn) {
+				// An agent half-closes a stream only once its session
+				// completed, after the final ACK on that stream, which
+				// completes the session here too. A FIN before that is
+				// the far agent's process ending (a network failure
+				// resets or goes silent; after a reset a read sees end
+				// of file too, but the connection is not in CLOSE_WAIT):
+				// its session state is gone.
+				fail(AbortPeer, "read", errors.New("the far agent closed the stream before the session finished (its process ended?)"))
+				return
 			}
 			lost("read", err)
 			return

@@ -246,7 +246,9 @@
 // when it stalls: the receiver's delivery waits past the stall timeout for
 // a frame while later frames are held; the receiver then resets the
 // streams that could still carry that frame (nothing read past it), those
-// that received nothing since the wait began if any. The sender sends
+// that received nothing since the wait began if any, or, when no stream
+// could still carry it (it was resent), the streams that received nothing
+// since the wait began. The sender sends
 // every retained frame that it had given the lost stream again, on the
 // surviving streams, with FlagRetransmit, sealed under the key of the
 // stream that carries it now (so no key ever seals two frames with one
@@ -291,7 +293,9 @@
 // half-closes once both directions are finished: its own FIN acknowledged
 // and the peer's FIN delivered (and the final ACK sent on that stream).
 // So a lost FIN is retransmitted like any frame, and a stream that ends
-// cleanly before both directions are finished was lost.
+// cleanly (a TCP FIN) before both directions are finished means the far
+// agent's process ended: the session aborts (a network failure resets a
+// stream or leaves it silent; those are losses).
 //
 // A session aborts (ABORT on the surviving streams, each then half-closed
 // and reset a moment later; both agents reset (RST) their end-host
