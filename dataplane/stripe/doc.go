@@ -221,12 +221,15 @@
 // included once it is delivered) are out and never needed again. ACK is
 // its own frame type, not a field of CREDIT, because the two move
 // independently: the credit moves with the window, the acknowledgement
-// with delivery. A receiver sends an ACK with every CREDIT (the same
-// write), once an eighth of its window was delivered since the last one,
-// and when delivery runs dry with frames delivered and not acknowledged
-// (at most one such ACK a millisecond), so a sender whose retention is
-// smaller than the receiver's window still progresses. Once it delivered
-// the peer's FIN it sends the final ACK on every stream it still has. On
+// with delivery. A receiver's ACK rides with whatever frames a stream
+// writes next (a CREDIT, DATA) whenever delivery moved since the last ACK,
+// and it wakes a writer for one once an eighth of its window was
+// delivered since the last one, or when delivery runs dry with frames
+// delivered and not acknowledged (at most one such ACK a millisecond), so
+// a sender whose retention is smaller than the receiver's window still
+// progresses. When a stream is lost the current CREDIT and ACK go again
+// on another (they may have been lost with it). Once a session is
+// complete the final ACK goes on every stream it still has. On
 // each stream ACKs never go backwards; an ACK of more frames than were
 // sent aborts; across streams the largest counts. No selective form is
 // needed: a stream is a TCP connection, so what a live stream carries
