@@ -387,3 +387,42 @@ func TestFarAgentFinAborts(t *testing.T) {
 		}
 	}
 }
+
+// TestRetentionWithinSessionCap: unacknowledged frames count in the
+// session memory cap. With a small cap, a transfer in both directions
+// (whose retention grows as far as the cap lets it) keeps every session's
+// memory, window and retention together, under the cap, while streams are
+// reset; and the transfer completes.
+func TestRetentionWithinSessionCap(t *testing.T) {
+	const streams, chunk = 4, 16384
+	capBytes := 3 * stripe.SessionMemory(streams, chunk, stripe.InitialFrames(streams, chunk))
+	lim := Limits{SessionMemory: capBytes, StallTimeout: 5 * time.Second, HalfClosedIdle: time.Minute}
+	p := startPair(t, pairOptions{streams: streams, chunk: chunk, queue: -1, viaMITM: true, limitsA: lim, limitsB: lim}, nil)
+	stop := killer(p, streams, 5, 200*time.Millisecond, 200*time.Millisecond)
+	sampled := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			checkMemory(t, p)
+			for _, ag := range []*Agent{p.a, p.b} {
+				for _, s := range ag.Stats().Sessions {
+					if s.Memory > capBytes || s.MemoryMax > capBytes {
+						t.Errorf("%s side holds %d bytes (max %d), cap %d", s.Side, s.Memory, s.MemoryMax, capBytes)
+					}
+				}
+			}
+		}
+	}()
+	const up, down = 192 << 20, 128 << 20
+	res := duplex(t, p, 21, up, down, false)
+	close(done)
+	<-sampled
+	stop()
+	res.check(t, up, down)
+}

@@ -170,6 +170,7 @@ type session struct {
 	// agent.mu, so together they stay within sessionCap.
 	retainFrames atomic.Int64
 	windowNow    atomic.Int64
+	retainFull   atomic.Bool
 	sessionCap   int64
 	framesQueued atomic.Uint64 // DATA and FIN frames read from the end host
 	finSeq       atomic.Uint64 // our FIN's sequence, once sendFin
@@ -710,6 +711,9 @@ func (s *session) getSendBuf() (*chunk, bool) {
 }
 
 func (s *session) growRetention() {
+	if s.retainFull.Load() {
+		return // at the session cap; a wider window only narrows it
+	}
 	a := s.agent
 	base := stripe.SendBudget(int64(s.n))
 	a.mu.Lock()
@@ -718,6 +722,9 @@ func (s *session) growRetention() {
 	room := s.sessionCap - stripe.SessionMemory(s.n, s.chunkSize, int(s.windowNow.Load()))
 	most := base + room/(stripe.FrameSize(s.chunkSize)+16)
 	next := min(2*cur, most, stripe.MaxWindowFrames)
+	if next <= cur {
+		s.retainFull.Store(true)
+	}
 	ok := next > cur && s.reserved > 0
 	if ok {
 		delta := stripe.RetainFootprint(s.chunkSize, int(next-cur))
@@ -916,8 +923,10 @@ func (s *session) writeHost() {
 }
 
 // idleAckSpacing is the least time between two ACKs sent because delivery
-// ran dry: bulk transfers, which run dry between bursts, need no more.
-const idleAckSpacing = time.Millisecond
+// ran dry. A WAN-bound transfer runs dry between nearly every pair of
+// frames; an ACK each time would be a packet per frame on the reverse
+// path, and a sender waiting on its retention loses at most this long.
+const idleAckSpacing = 10 * time.Millisecond
 
 // wakeControl asks a writer to send control frames (CREDIT, ACK).
 func (s *session) wakeControl() {

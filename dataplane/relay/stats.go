@@ -117,8 +117,9 @@ type SessionStats struct {
 	// CreditWaits counts the times the sending direction waited for the
 	// peer's credit.
 	CreditWaits uint64
-	// Memory is the frame-buffer memory the session holds; MemoryMax the
-	// most it may hold (SessionMemory at its largest window).
+	// Memory is the frame-buffer memory the session holds (receive
+	// window, send retention, read buffers); MemoryMax the most it may
+	// hold: its session memory cap.
 	Memory, MemoryMax int64
 	// StreamsLive is how many of Streams are up now; StreamsLost,
 	// StreamsReplaced, ReinjectedFrames/Bytes and DuplicatesDropped are
@@ -350,7 +351,9 @@ func (s *session) stats(now time.Time) SessionStats {
 	s.mu.Lock()
 	ss.ReorderDepth, ss.ReorderDepthMax, ss.ReorderWindow = s.reasm.Depth(), s.depthMax, s.reasm.Window()
 	ss.Window, ss.WindowMax = s.window*s.chunkSize, s.windowCap*s.chunkSize
-	ss.MemoryMax = stripe.SessionMemory(s.n, s.chunkSize, s.windowCap)
+	// The receive window and the send retention share the session cap.
+	ss.MemoryMax = min(s.sessionCap, stripe.SessionMemory(s.n, s.chunkSize, s.windowCap)+
+		stripe.RetainFootprint(s.chunkSize, stripe.MaxWindowFrames))
 	ss.CreditWaits = s.creditWaits.Load()
 	streams := make([]*stream, 0, len(s.streams))
 	for _, st := range s.streams {

@@ -225,7 +225,7 @@
 // writes next (a CREDIT, DATA) whenever delivery moved since the last ACK,
 // and it wakes a writer for one once an eighth of its window was
 // delivered since the last one, or when delivery runs dry with frames
-// delivered and not acknowledged (at most one such ACK a millisecond), so
+// delivered and not acknowledged (at most one such ACK in 10 ms), so
 // a sender whose retention is smaller than the receiver's window still
 // progresses. When a stream is lost the current CREDIT and ACK go again
 // on another (they may have been lost with it). Once a session is
