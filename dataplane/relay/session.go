@@ -143,8 +143,6 @@ type session struct {
 	granted       atomic.Uint64 // frames
 	creditPending atomic.Uint64 // bytes: the credit the next CREDIT frame carries
 	ctlWake       chan struct{}
-	peerFin       chan struct{} // closed once the peer's FIN is received
-	peerFinOnce   sync.Once
 
 	// Flow control of the send direction: what the peer allows.
 	creditMu     sync.Mutex
@@ -157,12 +155,10 @@ type session struct {
 	healthy atomic.Int32
 
 	// Send retention (guarded by sendMu): every frame read from the end
-	// host and not yet acknowledged, in sequence order from frame
-	// retainBase; the frames to send again after a stream was lost; and
-	// how many frames of retention the send pool may hold.
+	// host and not yet acknowledged, in sequence order, and the frames to
+	// send again after a stream was lost, in sequence order.
 	sendMu     sync.Mutex
 	retained   []*chunk
-	retainBase uint64
 	resend     []*chunk
 	resendWake chan struct{}
 	// retainFrames is the retention the send pool allows and windowNow
@@ -204,7 +200,6 @@ type session struct {
 	reasm       *stripe.Reassembler[*chunk]
 	hostWaiting bool
 	hostWake    chan struct{}
-	eofStreams  int
 	gapSince    time.Time
 	joined      int
 	aborted     bool
@@ -287,7 +282,6 @@ func newSession(a *Agent, p sessionParams, windowCap int, sessionCap int64) (*se
 		windowCap:     windowCap,
 		lastGrant:     uint64(window),
 		ctlWake:       make(chan struct{}, 1),
-		peerFin:       make(chan struct{}),
 		credits:       credits,
 		creditWake:    make(chan struct{}, 1),
 	}
@@ -767,7 +761,6 @@ func (s *session) acknowledged(acked uint64) {
 	}
 	if k > 0 {
 		s.retained = s.retained[k:]
-		s.retainBase = acked
 		if len(s.retained) == 0 {
 			s.retained = s.retained[:0:0]
 		}
@@ -1751,9 +1744,6 @@ func (st *stream) readLoop() {
 		}
 		if h.Seq+1 >= s.granted.Load() {
 			s.windowLimited = true
-		}
-		if h.Type == stripe.FrameFin {
-			s.peerFinOnce.Do(func() { close(s.peerFin) })
 		}
 		if s.hostWaiting && h.Seq == s.reasm.Next() {
 			s.hostWaiting = false

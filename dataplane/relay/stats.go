@@ -17,10 +17,10 @@ import (
 
 // Why a session aborted; the keys of Totals.Aborts.
 const (
-	AbortStream   = "stream"   // a stream failed: reset, closed early, write error, TCP timeout
+	AbortStream   = "stream"   // every stream was lost and none came back within the reconnect timeout
 	AbortProtocol = "protocol" // a frame failed authentication or broke the sequence rules
-	AbortPeer     = "peer"     // the peer agent sent ABORT
-	AbortStall    = "stall"    // delivery waited for a missing frame past the stall timeout
+	AbortPeer     = "peer"     // the peer agent sent ABORT, closed its streams, or lost the session (join refused)
+	AbortStall    = "stall"    // kept for the metrics' labels: a stall now replaces the stream, it aborts nothing
 	AbortIdle     = "idle"     // half-closed and idle past the timeout
 	AbortEndpoint = "endpoint" // the client or server connection failed
 	AbortMemory   = "memory"   // the session memory cap was reached
