@@ -31,6 +31,8 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"demo", "--state-dir", empty, "--config", "../../sos.hcl", "--direct-port", "5201"}, 1, "--direct-port 5201 is whitelisted"},
 		{[]string{"demo", "--state-dir", empty, "--config", "../../sos.hcl", "--whitelist", "nope"}, 1, `no whitelist "nope"`},
 		{[]string{"bench-wan", "--streams", "1,x"}, 1, "--streams"},
+		{[]string{"demo", "--kill-streams", "many"}, 2, "kill-streams"},
+		{[]string{"demo", "-h"}, 0, "-kill-streams"},
 		{[]string{"up", "-h"}, 0, "-rtt"},
 	} {
 		var out, errb bytes.Buffer
