@@ -377,7 +377,7 @@ func (s *session) stats(now time.Time) SessionStats {
 	default:
 		ss.State = "established"
 	}
-	writersDone := int(s.writersDone.Load()) == s.n
+	writersDone := int(s.writersDone.Load()) >= s.n
 	for _, st := range streams {
 		sst := StreamStats{
 			Index:              st.index,
