@@ -906,12 +906,17 @@ func (s *session) writeHost() {
 			s.abort(AbortProtocol, err)
 			return
 		}
+		if fin {
+			// Before the ACK of the FIN can go out: once the peer has it,
+			// the peer may complete and half-close, and its FIN must find
+			// this direction finished here.
+			s.recvFin.Store(true)
+		}
 		s.ackPending.Store(next)
 		if fin || next-s.ackSent.Load() >= ackStep {
 			s.wakeControl()
 		}
 		if fin {
-			s.recvFin.Store(true)
 			s.checkComplete()
 			return
 		}
@@ -1648,6 +1653,11 @@ func (st *stream) readLoop() {
 		s.mu.Unlock()
 
 		if _, err := io.ReadFull(st.br, st.hdr[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				// Both directions may be finished with the goroutine that
+				// finished the last one yet to say so.
+				s.checkComplete()
+			}
 			if errors.Is(err, io.EOF) && !s.isCompleted() && peerClosed(st.conn) {
 				// An agent half-closes a stream only once its session
 				// completed, after the final ACK on that stream, which
