@@ -894,10 +894,7 @@ func (s *session) writeHost() {
 			err = s.updateGapLocked()
 		}
 		next := s.reasm.Next()
-		// An eighth of the window, at most ackBytes: the sender's
-		// retention (its working set of buffers) stays small when the
-		// window is large.
-		ackStep := uint64(max(min(s.window/8, ackBytes/s.chunkSize), 1))
+		ackStep := uint64(max(s.window/8, 1))
 		if !fin {
 			s.grantLocked()
 		}
@@ -922,9 +919,6 @@ func (s *session) writeHost() {
 		}
 	}
 }
-
-// ackBytes bounds how much delivery an ACK waits for.
-const ackBytes = 2 << 20
 
 // idleAckSpacing is the least time between two ACKs sent because delivery
 // ran dry. A WAN-bound transfer runs dry between nearly every pair of

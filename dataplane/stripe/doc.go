@@ -223,8 +223,8 @@
 // independently: the credit moves with the window, the acknowledgement
 // with delivery. A receiver's ACK rides with whatever frames a stream
 // writes next (a CREDIT, DATA) whenever delivery moved since the last ACK,
-// and it wakes a writer for one once an eighth of its window (at most 2
-// MiB of chunks) was delivered since the last one, or when delivery runs dry with frames
+// and it wakes a writer for one once an eighth of its window was
+// delivered since the last one, or when delivery runs dry with frames
 // delivered and not acknowledged (at most one such ACK in 10 ms), so
 // a sender whose retention is smaller than the receiver's window still
 // progresses. When a stream is lost the current CREDIT and ACK go again
