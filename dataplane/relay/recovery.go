@@ -34,12 +34,25 @@ type joinResult struct {
 // only by completing or aborting.
 func (s *session) supervise() {
 	defer s.wg.Done()
+	// A complete session lingers until the peer is complete too (a FIN
+	// on a stream), at most the reconnect timeout: the final ACK may have
+	// been lost with a stream, and a replacement carries it again.
+	var linger <-chan time.Time
+	peerDone, completeCh := s.peerDone, s.completeCh
 	if s.side == serverSide {
-		select {
-		case <-s.abortCh:
-		case <-s.completeCh:
+		for {
+			select {
+			case <-s.abortCh:
+				return
+			case <-peerDone:
+				return
+			case <-linger:
+				return
+			case <-completeCh:
+				linger = time.After(s.reconnectTimeout)
+				completeCh = nil
+			}
 		}
-		return
 	}
 	type slot struct {
 		busy  bool
@@ -87,8 +100,14 @@ func (s *session) supervise() {
 		select {
 		case <-s.abortCh:
 			return
-		case <-s.completeCh:
+		case <-peerDone:
 			return
+		case <-linger:
+			return
+		case <-completeCh:
+			linger = time.After(s.reconnectTimeout)
+			completeCh = nil
+			continue
 		case <-s.lostWake:
 		case <-tc:
 		case r := <-results:
@@ -129,6 +148,11 @@ func (s *session) rejoin(i int) error {
 	<-slots
 	if err != nil {
 		if errors.Is(err, errUnknownSession) {
+			if s.isCompleted() {
+				// The peer finished the session after it completed too.
+				s.peerDoneOnce.Do(func() { close(s.peerDone) })
+				return nil
+			}
 			s.abort(AbortPeer, &StreamError{Stream: i, Op: "join", Err: err})
 		}
 		return err
@@ -145,7 +169,7 @@ func (s *session) rejoin(i int) error {
 // direction.
 func (s *session) attach(st *stream, responder bool) bool {
 	s.mu.Lock()
-	if s.aborted || s.completed || s.streams[st.index] != nil {
+	if s.aborted || s.isPeerDone() || s.streams[st.index] != nil {
 		s.mu.Unlock()
 		return false
 	}

@@ -185,6 +185,8 @@ type session struct {
 	lastLoss       error
 	completed      bool
 	completeCh     chan struct{}
+	peerDone       chan struct{} // closed at the first FIN from the peer after completion
+	peerDoneOnce   sync.Once
 	sessionKey     [32]byte
 	lostWake       chan struct{}
 	framesArrived  atomic.Uint64
@@ -272,6 +274,7 @@ func newSession(a *Agent, p sessionParams, windowCap int, sessionCap int64) (*se
 		sessionCap:    sessionCap,
 		resendWake:    make(chan struct{}, 1),
 		completeCh:    make(chan struct{}),
+		peerDone:      make(chan struct{}),
 		lostWake:      make(chan struct{}, 1),
 		recvPool:      newBufPool(size, stripe.RecvBudget(n, int64(window))),
 		sendq:         make(chan *chunk, stripe.SendBudget(n)),
@@ -468,7 +471,7 @@ func (s *session) joinable(h *stripe.Hello) stripe.Status {
 	if h.Join {
 		// A replacement joins a running session only; its JOIN frame
 		// must still prove the session key.
-		if s.aborted || s.completed || !s.established.Load() {
+		if s.aborted || s.isPeerDone() || !s.established.Load() {
 			return stripe.StatusUnknownSession
 		}
 		return stripe.StatusAccepted
@@ -1069,6 +1072,15 @@ func (s *session) tick(now time.Time, lim Limits) {
 	}
 }
 
+func (s *session) isPeerDone() bool {
+	select {
+	case <-s.peerDone:
+		return true
+	default:
+		return false
+	}
+}
+
 func (s *session) isCompleted() bool {
 	select {
 	case <-s.completeCh:
@@ -1519,7 +1531,7 @@ func (st *stream) isLost() bool {
 func (st *stream) lose(err error) {
 	s := st.s
 	st.loseOnce.Do(func() {
-		if s.isAborted() || s.isCompleted() {
+		if s.isAborted() || s.isPeerDone() {
 			return
 		}
 		close(st.dead)
@@ -1602,9 +1614,7 @@ func (st *stream) readLoop() {
 	}
 	// lost ends the stream, not the session: a connection failure.
 	lost := func(op string, err error) {
-		if !s.isCompleted() {
-			st.lose(&StreamError{Stream: st.index, Op: op, Err: err})
-		}
+		st.lose(&StreamError{Stream: st.index, Op: op, Err: err})
 	}
 	var probe *time.Timer
 	defer func() {
@@ -1651,6 +1661,11 @@ func (st *stream) readLoop() {
 				// Both directions may be finished with the goroutine that
 				// finished the last one yet to say so.
 				s.checkComplete()
+			}
+			if errors.Is(err, io.EOF) && s.isCompleted() {
+				// The peer half-closed: it is complete too.
+				s.peerDoneOnce.Do(func() { close(s.peerDone) })
+				return
 			}
 			if errors.Is(err, io.EOF) && !s.isCompleted() && peerClosed(st.conn) {
 				// An agent half-closes a stream only once its session

@@ -295,6 +295,11 @@
 // toward its end host and sends its final ACK. A stream's writer
 // half-closes once both directions are finished: its own FIN acknowledged
 // and the peer's FIN delivered (and the final ACK sent on that stream).
+// A complete session lingers, at most the reconnect timeout, until a
+// stream brings the peer's FIN (the peer is complete too): meanwhile lost
+// streams are still replaced, so a final ACK lost with its stream goes
+// again on the replacement; a join refused as an unknown session then only
+// means the peer finished.
 // So a lost FIN is retransmitted like any frame, and a stream that ends
 // cleanly (a TCP FIN) before both directions are finished means the far
 // agent's process ended: the session aborts (a network failure resets a
