@@ -794,11 +794,14 @@ func (d *Daemon) Status() Status {
 		healthy, why := relays[name].Health()
 		st.Agents = append(st.Agents, AgentStatus{Name: name, Healthy: healthy, Local: true,
 			Detail: fmt.Sprintf("%s, %d session(s), %d stream(s)", why, rs.Totals.SessionsActive, rs.Totals.StreamsActive)})
+		st.LostStreams.add(rs.Totals)
 		for _, s := range rs.Sessions {
 			st.Sessions = append(st.Sessions, SessionStatus{
 				Agent: name, Whitelist: s.Whitelist, Client: s.Client.String(), Server: s.Server.String(),
 				Streams: s.Streams, ReorderDepth: s.ReorderDepth, BytesUp: s.BytesUp, BytesDown: s.BytesDown,
 				Throughput: s.ThroughputUp + s.ThroughputDown, AgeSeconds: s.Age.Seconds(),
+				StreamsLive: int(s.StreamsLive), StreamsLost: s.StreamsLost, StreamsReplaced: s.StreamsReplaced,
+				ReinjectedBytes: s.ReinjectedBytes,
 			})
 		}
 	}
@@ -843,6 +846,7 @@ func (d *Daemon) liveStats() liveStats {
 		ls.Aborts += rs.Totals.SessionsAborted
 		ls.Fallbacks += rs.Totals.Fallbacks
 		ls.HandshakeFailures += rs.Totals.HandshakeFailures
+		ls.LostStreams.add(rs.Totals)
 		ls.MemoryReserved += rs.Totals.MemoryReserved
 		ls.MemoryLimit += rs.Totals.MemoryLimit
 		for k, v := range rs.Totals.Rejected {

@@ -334,6 +334,9 @@ func TestDaemonMetrics(t *testing.T) {
 		`sosappliance_refusals_total{reason="identity"} 0`,
 		`sosappliance_handshake_failures_total 0`,
 		`sosappliance_session_memory_bytes{kind="reserved"} 0`,
+		`sosappliance_streams_lost_total 0`,
+		`sosappliance_streams_replaced_total 0`,
+		`sosappliance_reinjected_bytes_total 0`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)

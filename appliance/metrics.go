@@ -34,6 +34,7 @@ type liveStats struct {
 	Refusals          map[string]uint64
 	MemoryReserved    int64
 	MemoryLimit       int64
+	LostStreams       LostStreams
 }
 
 type metrics struct {
@@ -100,13 +101,17 @@ var (
 	descRefusals   = prometheus.NewDesc("sosappliance_refusals_total", "Connections and streams refused or evicted by an agent, by reason.", []string{"reason"}, nil)
 	descHSFailures = prometheus.NewDesc("sosappliance_handshake_failures_total", "Stream handshakes that failed authentication or broke off.", nil, nil)
 	descMemory     = prometheus.NewDesc("sosappliance_session_memory_bytes", "Session memory the agents reserved, and their cap.", []string{"kind"}, nil)
+	descLost       = prometheus.NewDesc("sosappliance_streams_lost_total", "Stripe streams lost (reset, failed or stalled) in live sessions.", nil, nil)
+	descReplaced   = prometheus.NewDesc("sosappliance_streams_replaced_total", "Lost stripe streams replaced by an authenticated join.", nil, nil)
+	descReinjected = prometheus.NewDesc("sosappliance_reinjected_bytes_total", "Payload bytes sent again on surviving streams after their stream was lost.", nil, nil)
+	descDuplicates = prometheus.NewDesc("sosappliance_duplicate_frames_total", "Authenticated duplicate frames dropped by a receiver.", nil, nil)
 )
 
 type liveCollector struct{ live func() liveStats }
 
 func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descBytes, descThroughput, descReorder, descStalls, descAborts, descFlowMods, descSwitches, descAgentsDown,
-		descFallbacks, descRefusals, descHSFailures, descMemory} {
+		descFallbacks, descRefusals, descHSFailures, descMemory, descLost, descReplaced, descReinjected, descDuplicates} {
 		ch <- d
 	}
 }
@@ -131,6 +136,10 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.MemoryReserved), "reserved")
 	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.MemoryLimit), "limit")
+	ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(s.LostStreams.Lost))
+	ch <- prometheus.MustNewConstMetric(descReplaced, prometheus.CounterValue, float64(s.LostStreams.Replaced))
+	ch <- prometheus.MustNewConstMetric(descReinjected, prometheus.CounterValue, float64(s.LostStreams.ReinjectedBytes))
+	ch <- prometheus.MustNewConstMetric(descDuplicates, prometheus.CounterValue, float64(s.LostStreams.DuplicatesDropped))
 }
 
 // serve serves /metrics on addr until the returned stop is called. An empty

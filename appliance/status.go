@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sosappliance/sosappliance/dataplane/relay"
 )
 
 // Status is what `sosappliance status` shows and the control socket serves.
@@ -28,6 +30,27 @@ type Status struct {
 	Sessions    []SessionStatus `json:"sessions,omitempty"`
 	// Cluster is nil without a cluster block (clusternode.go).
 	Cluster *ClusterStatus `json:"cluster,omitempty"`
+	// LostStreams sums the local agents' lost-stream counters.
+	LostStreams LostStreams `json:"lost_streams"`
+}
+
+// LostStreams counts what the local agents did about lost stripe
+// streams: lost, replaced by a join, frames and bytes sent again on
+// the surviving streams, and duplicate copies dropped.
+type LostStreams struct {
+	Lost              uint64 `json:"lost"`
+	Replaced          uint64 `json:"replaced"`
+	ReinjectedFrames  uint64 `json:"reinjected_frames"`
+	ReinjectedBytes   uint64 `json:"reinjected_bytes"`
+	DuplicatesDropped uint64 `json:"duplicates_dropped"`
+}
+
+func (l *LostStreams) add(t relay.Totals) {
+	l.Lost += t.StreamsLost
+	l.Replaced += t.StreamsReplaced
+	l.ReinjectedFrames += t.ReinjectedFrames
+	l.ReinjectedBytes += t.ReinjectedBytes
+	l.DuplicatesDropped += t.DuplicatesDropped
 }
 
 // ApplyInfo describes the last convergence.
@@ -84,6 +107,12 @@ type SessionStatus struct {
 	BytesDown    uint64  `json:"bytes_down"`
 	Throughput   float64 `json:"throughput_bps"`
 	AgeSeconds   float64 `json:"age_seconds"`
+	// StreamsLive of Streams are up; the session lost StreamsLost,
+	// replaced StreamsReplaced and sent ReinjectedBytes again.
+	StreamsLive     int    `json:"streams_live"`
+	StreamsLost     uint64 `json:"streams_lost"`
+	StreamsReplaced uint64 `json:"streams_replaced"`
+	ReinjectedBytes uint64 `json:"reinjected_bytes"`
 }
 
 // WriteText renders the status for a terminal.
@@ -138,11 +167,16 @@ func (s *Status) WriteText(w io.Writer) {
 		tw.Flush()
 	}
 	fmt.Fprintf(w, "\nsessions: %d\n", len(s.Sessions))
+	if l := s.LostStreams; l != (LostStreams{}) {
+		fmt.Fprintf(w, "lost streams: %d lost, %d replaced, %d bytes reinjected (%d frames), %d duplicates dropped\n",
+			l.Lost, l.Replaced, l.ReinjectedBytes, l.ReinjectedFrames, l.DuplicatesDropped)
+	}
 	if len(s.Sessions) > 0 {
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  AGENT\tWHITELIST\tCLIENT\tSERVER\tSTREAMS\tTHROUGHPUT\tAGE")
+		fmt.Fprintln(tw, "  AGENT\tWHITELIST\tCLIENT\tSERVER\tSTREAMS\tLOST/REPLACED\tREINJECTED\tTHROUGHPUT\tAGE")
 		for _, x := range s.Sessions {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\t%s\n", x.Agent, x.Whitelist, x.Client, x.Server, x.Streams,
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d/%d\t%d/%d\t%d B\t%s\t%s\n", x.Agent, x.Whitelist, x.Client, x.Server,
+				x.StreamsLive, x.Streams, x.StreamsLost, x.StreamsReplaced, x.ReinjectedBytes,
 				formatRate(x.Throughput), (time.Duration(x.AgeSeconds) * time.Second).String())
 		}
 		tw.Flush()

@@ -44,6 +44,7 @@ const (
 	DefaultHalfOpenPerSource = agentspec.DefaultMaxHalfOpenPerSource
 	DefaultStallTimeout      = agentspec.DefaultStallTimeout
 	DefaultIdleTimeout       = agentspec.DefaultHalfClosedIdle
+	DefaultReconnectTimeout  = agentspec.DefaultReconnectTimeout
 
 	DefaultKeepalive       = 5 * time.Second
 	DefaultHealthInterval  = 2 * time.Second
@@ -429,6 +430,7 @@ var limitsSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "max_sessions"}, {Name: "max_streams"}, {Name: "session_memory"},
 	{Name: "preauth_connections"}, {Name: "preauth_timeout"},
 	{Name: "stall_timeout"}, {Name: "idle_timeout"},
+	{Name: "reconnect_timeout"},
 	{Name: "memory"}, {Name: "preauth_per_source"}, {Name: "half_open_per_source"},
 }}
 
@@ -442,6 +444,7 @@ func decodeLimits(b *hcl.Block, diags *hcl.Diagnostics) Limits {
 		PreauthTimeout:     a.duration("preauth_timeout", DefaultPreauthTimeout),
 		StallTimeout:       a.duration("stall_timeout", DefaultStallTimeout),
 		IdleTimeout:        a.duration("idle_timeout", DefaultIdleTimeout),
+		ReconnectTimeout:   a.duration("reconnect_timeout", DefaultReconnectTimeout),
 		Memory:             a.byteSize("memory", 0, 1<<20, 1<<50),
 		PreauthPerSource:   int(a.integer("preauth_per_source", DefaultPreauthPerSource, 1, 1<<20)),
 		HalfOpenPerSource:  int(a.integer("half_open_per_source", DefaultHalfOpenPerSource, 1, 1<<20)),

@@ -92,6 +92,9 @@ type Limits struct {
 	PreauthTimeout     time.Duration
 	StallTimeout       time.Duration
 	IdleTimeout        time.Duration
+	// ReconnectTimeout aborts a session that has had no stream to its
+	// peer agent for this long (lost streams are replaced meanwhile).
+	ReconnectTimeout time.Duration
 	// Memory caps the buffers of all sessions of an agent together; 0
 	// means a quarter of the node's RAM, decided by the agent.
 	Memory             int64

@@ -320,6 +320,7 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 				PreAuthTimeout:       l.PreauthTimeout,
 				StallTimeout:         l.StallTimeout,
 				HalfClosedIdle:       l.IdleTimeout,
+				ReconnectTimeout:     l.ReconnectTimeout,
 			},
 		},
 	}

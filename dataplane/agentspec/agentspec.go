@@ -172,6 +172,11 @@ type Limits struct {
 	// HalfClosedIdle aborts a session with one direction finished and no
 	// byte moving in the other for this long.
 	HalfClosedIdle time.Duration
+	// ReconnectTimeout aborts a session that has had no stream for this
+	// long: every stream was lost and none could be re-established.
+	// While one stream lives the session goes on, its lost streams'
+	// frames resent on it and replacements retried with backoff.
+	ReconnectTimeout time.Duration
 }
 
 // Defaults of Limits: the one set, used by the configuration where the
@@ -186,6 +191,7 @@ const (
 	DefaultPreAuthTimeout       = 5 * time.Second
 	DefaultStallTimeout         = 30 * time.Second
 	DefaultHalfClosedIdle       = 5 * time.Minute
+	DefaultReconnectTimeout     = 30 * time.Second
 )
 
 // WithDefaults fills every zero limit with its default, except Memory,
@@ -212,6 +218,7 @@ func (l Limits) WithDefaults() Limits {
 	dur(&l.PreAuthTimeout, DefaultPreAuthTimeout)
 	dur(&l.StallTimeout, DefaultStallTimeout)
 	dur(&l.HalfClosedIdle, DefaultHalfClosedIdle)
+	dur(&l.ReconnectTimeout, DefaultReconnectTimeout)
 	return l
 }
 

@@ -49,7 +49,7 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 	s, err := a.newReservedSession(rc, sessionParams{
 		id: id, side: clientSide, whitelist: w.Name, peer: w.PeerName, client: client, server: server,
 		streams: w.Streams, chunkSize: w.ChunkSize, queueLength: w.QueueLength, mode: rc.mode,
-		stallTimeout: rc.limits.StallTimeout,
+		stallTimeout: rc.limits.StallTimeout, reconnectTimeout: rc.limits.ReconnectTimeout, peerAddr: w.Peer,
 	})
 	if err != nil {
 		a.reject(rejectMemoryLimit, "relay: connection not accelerated; carrying direct", "client", client,
@@ -192,7 +192,7 @@ func (a *Agent) openStreams(s *session, rc *runtimeConfig, peer netip.AddrPort) 
 			var err error
 			select {
 			case slots <- struct{}{}:
-				st, err = a.openStream(ctx, s, rc, peer, i, tuning)
+				st, err = a.openStream(ctx, s, rc, peer, i, tuning, false)
 				<-slots
 			case <-ctx.Done():
 				err = context.Cause(ctx)
@@ -217,7 +217,10 @@ func (a *Agent) openStreams(s *session, rc *runtimeConfig, peer netip.AddrPort) 
 	return first
 }
 
-func (a *Agent) openStream(ctx context.Context, s *session, rc *runtimeConfig, peer netip.AddrPort, index int, tuning streamTuning) (*stream, error) {
+// openStream dials and authenticates stream index of s; join makes it a
+// replacement of a lost stream of the running session (hello flag JOIN,
+// then the JOIN frame).
+func (a *Agent) openStream(ctx context.Context, s *session, rc *runtimeConfig, peer netip.AddrPort, index int, tuning streamTuning, join bool) (*stream, error) {
 	d := net.Dialer{Control: tuning.control}
 	c, err := d.DialContext(ctx, network(peer.Addr()), peer.String())
 	if err != nil {
@@ -246,7 +249,7 @@ func (a *Agent) openStream(ctx context.Context, s *session, rc *runtimeConfig, p
 		Mode: rc.mode, Initiator: rc.Name, Responder: s.peer, Ephemeral: pub,
 		Stream: uint16(index), Streams: uint16(s.n),
 		ChunkSize: uint32(s.chunkSize), QueueLength: uint32(s.queueLength),
-		Session: s.id, Client: s.client, Server: s.server,
+		Session: s.id, Client: s.client, Server: s.server, Join: join,
 	}
 	hb, err := hello.Marshal(rc.key)
 	if err != nil {
@@ -270,6 +273,9 @@ func (a *Agent) openStream(ctx context.Context, s *session, rc *runtimeConfig, p
 		}
 		return fail(fmt.Errorf("peer %s: %w", peer, err))
 	}
+	if reply.Status == stripe.StatusUnknownSession {
+		return fail(fmt.Errorf("peer %s refused: %w", peer, errUnknownSession))
+	}
 	if reply.Status != stripe.StatusAccepted {
 		return fail(fmt.Errorf("peer %s refused: %s", peer, reply.Status))
 	}
@@ -285,10 +291,26 @@ func (a *Agent) openStream(ctx context.Context, s *session, rc *runtimeConfig, p
 	if _, err := conn.Write(confirm[:]); err != nil {
 		return fail(fmt.Errorf("send confirm: %w", err))
 	}
+	if join {
+		s.mu.Lock()
+		key := s.sessionKey
+		s.mu.Unlock()
+		if err := sendJoin(conn, codec, secrets, &key, s.id); err != nil {
+			return fail(err)
+		}
+	} else if index == 0 {
+		s.mu.Lock()
+		s.sessionKey = secrets.SessionKey()
+		s.mu.Unlock()
+	}
 	// Once the cancel hook is disarmed nothing else touches the deadline.
 	if !stop() {
 		return fail(context.Cause(ctx))
 	}
 	_ = conn.SetDeadline(time.Time{})
-	return newStream(s, index, conn, codec), nil
+	st := newStream(s, index, conn, codec)
+	if join {
+		st.ctlSeq = 1 // the JOIN took control index 0
+	}
+	return st, nil
 }

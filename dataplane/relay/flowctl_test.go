@@ -214,12 +214,13 @@ func TestHostileCredit(t *testing.T) {
 					_ = c.Close()
 				})
 			defer close(stop)
-			// The server side's own credits are dropped on the way, so
-			// they can neither collide with the forged ones' control
-			// sequence nor raise the grant: what the client side sees is
-			// the forged credit alone, whatever the timing.
+			// The server side's own control frames (CREDIT, ACK) are
+			// dropped on the way, so they can neither collide with the
+			// forged ones' control sequence nor raise the grant: what the
+			// client side sees is the forged credit alone, whatever the
+			// timing.
 			p.mitm.onFrame = func(ms *mitmStream, dir stripe.Direction, frame []byte) [][]byte {
-				if dir == stripe.Down && stripe.FrameType(frame[0]) == stripe.FrameCredit {
+				if t := stripe.FrameType(frame[0]); dir == stripe.Down && (t == stripe.FrameCredit || t == stripe.FrameAck) {
 					return nil
 				}
 				return [][]byte{frame}

@@ -151,6 +151,7 @@ type pairOptions struct {
 // front of an end server.
 type pair struct {
 	a, b   *Agent
+	wlB    []Whitelist    // the server-side agent's whitelist
 	entry  netip.AddrPort // connect here as the client
 	server *endServer
 	mitm   *mitm
@@ -199,7 +200,7 @@ func startPair(t testing.TB, opt pairOptions, handle func(c *net.TCPConn)) *pair
 		SocketBuffer: opt.socketBuffer,
 		Congestion:   opt.congestion,
 	}, srv.addr, log)
-	p := &pair{b: b, server: srv}
+	p := &pair{b: b, server: srv, wlB: wlB}
 	entry.Peer, entry.PeerName = b.Addrs().Data, "agent-b"
 	if opt.viaMITM {
 		p.mitm = newMITM(t, entry.Peer)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +34,10 @@ type mitm struct {
 	// the stream's frames in that direction then wait (and, once the
 	// socket buffers fill, so do its sender's writes).
 	hold func(ms *mitmStream, dir stripe.Direction, frame []byte)
+
+	// refuse, when set, resets every new connection at once: the path
+	// to the server-side agent is gone.
+	refuse atomic.Bool
 
 	mu      sync.Mutex
 	streams []*mitmStream
@@ -93,7 +98,14 @@ var mitmKey = func() *stripe.HandshakeKey {
 
 func (m *mitm) serve(a *net.TCPConn) {
 	defer m.wg.Done()
-	b, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(m.target))
+	if m.refuse.Load() {
+		reset(a)
+		return
+	}
+	m.mu.Lock()
+	target := m.target
+	m.mu.Unlock()
+	b, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(target))
 	if err != nil {
 		reset(a)
 		return
@@ -217,6 +229,34 @@ func (m *mitm) stream(t testing.TB, i int) *mitmStream {
 		return false
 	})
 	return found
+}
+
+// setTarget sends new connections to another server-side agent.
+func (m *mitm) setTarget(target netip.AddrPort) {
+	m.mu.Lock()
+	m.target = target
+	m.mu.Unlock()
+}
+
+// current returns the latest connection of each stream index.
+func (m *mitm) current() map[int]*mitmStream {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[int]*mitmStream)
+	for _, ms := range m.streams {
+		out[ms.index] = ms
+	}
+	return out
+}
+
+// resetAll resets every connection it carries.
+func (m *mitm) resetAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, ms := range m.streams {
+		reset(ms.a)
+		reset(ms.b)
+	}
 }
 
 // resetStream sends RST both ways on stream i: to both agents it looks

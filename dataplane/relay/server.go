@@ -192,6 +192,22 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		fail("building codec", err)
 		return
 	}
+	var running *session
+	if hello.Join {
+		// A replacement stream: it stays unauthenticated (counted, under
+		// the pre-auth deadline) until its JOIN proves the session key.
+		a.mu.Lock()
+		running = a.byID[hello.Session]
+		a.mu.Unlock()
+		if running == nil {
+			fail("join for a session that ended", errUnknownSession)
+			return
+		}
+		if err := readJoin(c, codec, secrets, running); err != nil {
+			fail("bad join", err)
+			return
+		}
+	}
 	_ = c.SetDeadline(time.Time{})
 	opts := rc.streamTuningFor(route.ChunkSize)
 	if err := tuneConn(c, opts); err != nil {
@@ -200,7 +216,19 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 	}
 	authenticated = true
 	a.leavePreAuth(c)
-	a.join(rc, route, &hello, src, c, codec)
+	if running != nil {
+		if !running.replaceStream(newStream(running, int(hello.Stream), c, codec), rc.limits.PreAuthTimeout) {
+			a.reject(rejectMismatch, "relay: replacement stream's session ended; reset", "session", hello.Session, "stream", hello.Stream)
+			reset(c)
+		}
+		return
+	}
+	var key *[32]byte
+	if hello.Stream == 0 {
+		k := secrets.SessionKey()
+		key = &k
+	}
+	a.join(rc, route, &hello, src, c, codec, key)
 }
 
 // lookupServer finds the server-side entry of a session.
@@ -248,6 +276,9 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr) (White
 	if s, ok := a.byID[h.Session]; ok {
 		return w, s.joinable(h)
 	}
+	if h.Join {
+		return Whitelist{}, stripe.StatusUnknownSession
+	}
 	switch {
 	case len(a.sessions) >= rc.limits.MaxSessions:
 		return Whitelist{}, stripe.StatusSessionLimit
@@ -262,7 +293,7 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr) (White
 // join attaches an authenticated stream to its session, creating the
 // session on its first stream, and starts the session once all streams
 // are in.
-func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.Addr, c *net.TCPConn, codec *stripe.Codec) {
+func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.Addr, c *net.TCPConn, codec *stripe.Codec, sessionKey *[32]byte) {
 	a.mu.Lock()
 	s, ok := a.byID[h.Session]
 	if !ok {
@@ -278,7 +309,7 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 				id: h.Session, side: serverSide, whitelist: w.Name, peer: h.Initiator,
 				client: h.Client, server: h.Server,
 				streams: w.Streams, chunkSize: w.ChunkSize, queueLength: w.QueueLength,
-				mode: h.Mode, stallTimeout: rc.limits.StallTimeout,
+				mode: h.Mode, stallTimeout: rc.limits.StallTimeout, reconnectTimeout: rc.limits.ReconnectTimeout,
 			})
 		}
 		if err != nil {
@@ -311,6 +342,9 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 	}
 	s.mu.Lock()
 	s.streams[h.Stream] = newStream(s, int(h.Stream), c, codec)
+	if sessionKey != nil {
+		s.sessionKey = *sessionKey
+	}
 	s.joined++
 	complete := s.joined == s.n
 	s.mu.Unlock()
@@ -352,7 +386,7 @@ func (a *Agent) newReservedSession(rc *runtimeConfig, p sessionParams) (*session
 		return nil, fmt.Errorf("%w: a session of %d streams x %d bytes, window %d frames, needs %d bytes, %d of %d reserved",
 			errMemoryLimit, p.streams, p.chunkSize, initial, need, a.memReserved.Load(), rc.limits.Memory)
 	}
-	s, err := newSession(a, p, windowCapFor(p.streams, p.chunkSize, p.queueLength, rc.limits))
+	s, err := newSession(a, p, windowCapFor(p.streams, p.chunkSize, p.queueLength, rc.limits), rc.limits.SessionMemory)
 	if err != nil {
 		a.memReserved.Add(-need)
 		return nil, err

@@ -2,15 +2,17 @@ package relay
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
-	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
@@ -73,6 +75,17 @@ type chunk struct {
 	typ   stripe.FrameType
 	seq   uint64
 	total uint64 // FIN: the byte count it announces
+
+	// Send retention, guarded by session.sendMu: the stream the chunk
+	// was last given to (nil while queued), whether that stream's writer
+	// holds it now, whether buf holds it sealed (under on's key), whether
+	// an ACK covered it while it was busy (the writer then frees it), and
+	// whether it goes out again (FlagRetransmit).
+	on      *stream
+	busy    bool
+	sealed  bool
+	ackedBy bool
+	resent  bool
 }
 
 func (c *chunk) payload() []byte { return c.buf[stripe.HeaderSize : stripe.HeaderSize+c.n] }
@@ -87,6 +100,10 @@ type sessionParams struct {
 	streams, chunkSize, queueLength int
 	mode                            stripe.Mode
 	stallTimeout                    time.Duration
+	// reconnectTimeout aborts a session that has had no stream for that
+	// long; peerAddr is where a client-side session opens replacements.
+	reconnectTimeout time.Duration
+	peerAddr         netip.AddrPort
 }
 
 // session is one accelerated connection at one agent: the end-host leg and
@@ -126,8 +143,6 @@ type session struct {
 	granted       atomic.Uint64 // frames
 	creditPending atomic.Uint64 // bytes: the credit the next CREDIT frame carries
 	ctlWake       chan struct{}
-	peerFin       chan struct{} // closed once the peer's FIN is received
-	peerFinOnce   sync.Once
 
 	// Flow control of the send direction: what the peer allows.
 	creditMu     sync.Mutex
@@ -139,13 +154,54 @@ type session struct {
 	// healthy counts the streams not in loss recovery (scheduler).
 	healthy atomic.Int32
 
+	// Send retention (guarded by sendMu): every frame read from the end
+	// host and not yet acknowledged, in sequence order, and the frames to
+	// send again after a stream was lost, in sequence order.
+	sendMu     sync.Mutex
+	retained   []*chunk
+	resend     []*chunk
+	resendWake chan struct{}
+	// retainFrames is the retention the send pool allows and windowNow
+	// the receive window, both in frames: their growths are decided under
+	// agent.mu, so together they stay within sessionCap.
+	retainFrames atomic.Int64
+	windowNow    atomic.Int64
+	retainFull   atomic.Bool
+	sessionCap   int64
+	framesQueued atomic.Uint64 // DATA and FIN frames read from the end host
+	finSeq       atomic.Uint64 // our FIN's sequence, once sendFin
+	finAcked     atomic.Bool   // the peer acknowledged our FIN
+	// Acknowledgement of the receive direction: frames delivered, and
+	// the most any ACK frame announced.
+	ackPending atomic.Uint64
+	ackSent    atomic.Uint64
+	creditSent atomic.Uint64
+
+	// Lost streams: the live count and since when it is zero (guarded
+	// by mu), the session key that proves joins, and the supervisor's
+	// wake-up.
+	live           int
+	noStreamsSince time.Time
+	lastLoss       error
+	completed      bool
+	completeCh     chan struct{}
+	peerDone       chan struct{} // closed at the first FIN from the peer after completion
+	peerDoneOnce   sync.Once
+	sessionKey     [32]byte
+	lostWake       chan struct{}
+	framesArrived  atomic.Uint64
+	streamsLost    atomic.Uint64
+	streamsJoined  atomic.Uint64
+	resentFrames   atomic.Uint64
+	resentBytes    atomic.Uint64
+	duplicates     atomic.Uint64
+
 	// mu guards the reassembler and the wait/wake state around it, the
 	// join state, and the abort flag.
 	mu          sync.Mutex
 	reasm       *stripe.Reassembler[*chunk]
 	hostWaiting bool
 	hostWake    chan struct{}
-	eofStreams  int
 	gapSince    time.Time
 	joined      int
 	aborted     bool
@@ -189,7 +245,7 @@ type session struct {
 	reserved    int64
 }
 
-func newSession(a *Agent, p sessionParams, windowCap int) (*session, error) {
+func newSession(a *Agent, p sessionParams, windowCap int, sessionCap int64) (*session, error) {
 	window := stripe.InitialFrames(p.streams, p.chunkSize)
 	if windowCap < window {
 		return nil, fmt.Errorf("%w: window cap %d below the initial window %d", stripe.ErrInvalid, windowCap, window)
@@ -215,6 +271,11 @@ func newSession(a *Agent, p sessionParams, windowCap int) (*session, error) {
 		cancel:        cancel,
 		streams:       make([]*stream, p.streams),
 		sendPool:      newBufPool(size, stripe.SendBudget(n)),
+		sessionCap:    sessionCap,
+		resendWake:    make(chan struct{}, 1),
+		completeCh:    make(chan struct{}),
+		peerDone:      make(chan struct{}),
+		lostWake:      make(chan struct{}, 1),
 		recvPool:      newBufPool(size, stripe.RecvBudget(n, int64(window))),
 		sendq:         make(chan *chunk, stripe.SendBudget(n)),
 		reasm:         reasm,
@@ -224,11 +285,12 @@ func newSession(a *Agent, p sessionParams, windowCap int) (*session, error) {
 		windowCap:     windowCap,
 		lastGrant:     uint64(window),
 		ctlWake:       make(chan struct{}, 1),
-		peerFin:       make(chan struct{}),
 		credits:       credits,
 		creditWake:    make(chan struct{}, 1),
 	}
 	s.granted.Store(uint64(window))
+	s.retainFrames.Store(stripe.SendBudget(n))
+	s.windowNow.Store(int64(window))
 	s.creditFrames.Store(credits.Frames())
 	s.healthy.Store(int32(p.streams))
 	s.lastProgress, s.lastTick = s.started, s.started
@@ -329,10 +391,7 @@ const (
 
 // noteArrivals updates the arrival rate's decaying peak; housekeeping only.
 func (s *session) noteArrivals(dt float64) {
-	var arrived uint64
-	for _, st := range s.establishedStreams() {
-		arrived += st.framesRecv.Load()
-	}
+	arrived := s.framesArrived.Load()
 	rate := float64(arrived-s.lastArrived) / dt
 	s.lastArrived = arrived
 	s.arrivalPeak = max(rate, s.arrivalPeak*arrivalDecay)
@@ -376,9 +435,13 @@ func (s *session) growWindow(now time.Time) {
 	a := s.agent
 	delta := stripe.SessionFootprint(s.n, s.chunkSize, next) - stripe.SessionFootprint(s.n, s.chunkSize, window)
 	a.mu.Lock()
-	ok := s.reserved > 0 && a.reserveMemory(delta, a.cfg.Load().limits.Memory)
+	// The retention beyond its base shares the session cap.
+	extra := stripe.RetainFootprint(s.chunkSize, int(s.retainFrames.Load()-stripe.SendBudget(int64(s.n))))
+	ok := s.reserved > 0 && stripe.SessionMemory(s.n, s.chunkSize, next)+extra <= s.sessionCap &&
+		a.reserveMemory(delta, a.cfg.Load().limits.Memory)
 	if ok {
 		s.reserved += delta
+		s.windowNow.Store(int64(next))
 	}
 	a.mu.Unlock()
 	if !ok {
@@ -405,7 +468,15 @@ func (s *session) joinable(h *stripe.Hello) stripe.Status {
 		h.Mode != s.mode || h.Client != s.client || h.Server != s.server || h.Initiator != s.peer {
 		return stripe.StatusSessionMismatch
 	}
-	if s.aborted || s.streams[h.Stream] != nil {
+	if h.Join {
+		// A replacement joins a running session only; its JOIN frame
+		// must still prove the session key.
+		if s.aborted || s.isPeerDone() || !s.established.Load() {
+			return stripe.StatusUnknownSession
+		}
+		return stripe.StatusAccepted
+	}
+	if s.aborted || s.established.Load() || s.streams[h.Stream] != nil {
 		return stripe.StatusDuplicateStream
 	}
 	return stripe.StatusAccepted
@@ -421,13 +492,16 @@ func (s *session) start() {
 		return
 	}
 	s.established.Store(true)
+	s.live = s.n
 	s.mu.Unlock()
 	a := s.agent
 	a.log.Debug("relay: session established", s.logAttrs()...)
-	s.wg.Add(2 + 2*s.n)
+	s.wg.Add(3 + 2*s.n)
 	go s.readHost()
 	go s.writeHost()
+	go s.supervise()
 	for _, st := range s.streams {
+		st.running.Store(2)
 		go st.writeLoop()
 		go st.readLoop()
 	}
@@ -496,7 +570,9 @@ func (s *session) finish() {
 			}
 		} else {
 			for _, st := range s.streams {
-				_ = st.conn.Close()
+				if st != nil {
+					_ = st.conn.Close()
+				}
 			}
 			_ = s.host.Close()
 		}
@@ -554,7 +630,8 @@ func (s *session) finishUnstarted() {
 }
 
 // readHost reads the end host and queues chunks for the stream writers;
-// end of input becomes the FIN.
+// end of input becomes the FIN. Every chunk is retained until the peer
+// acknowledges it.
 func (s *session) readHost() {
 	defer s.wg.Done()
 	var seq, total uint64
@@ -567,7 +644,7 @@ func (s *session) readHost() {
 				return
 			}
 		}
-		c, ok := s.sendPool.get(s.abortCh)
+		c, ok := s.getSendBuf()
 		if !ok {
 			return
 		}
@@ -575,11 +652,17 @@ func (s *session) readHost() {
 		if n > 0 {
 			c.typ, c.n, c.seq = stripe.FrameData, n, seq
 			seq++
+			s.retain(c)
 			s.dataSent.Store(seq)
+			s.framesQueued.Store(seq)
 			total += uint64(n)
 			s.sentBytes.Add(uint64(n))
 			s.agent.counters.addSent(s.side, uint64(n))
-			s.sendq <- c // capacity equals the pool budget: never blocks
+			select {
+			case s.sendq <- c:
+			case <-s.abortCh:
+				return
+			}
 		} else {
 			s.sendPool.put(c)
 		}
@@ -587,14 +670,21 @@ func (s *session) readHost() {
 			continue
 		}
 		if errors.Is(err, io.EOF) {
-			fin, ok := s.sendPool.get(s.abortCh)
+			fin, ok := s.getSendBuf()
 			if !ok {
 				return
 			}
 			fin.typ, fin.n, fin.seq = stripe.FrameFin, stripe.FinBodySize, seq
 			stripe.PutFinBody(fin.buf[stripe.HeaderSize:], total)
-			s.sendq <- fin
+			s.retain(fin)
+			s.finSeq.Store(seq)
+			s.framesQueued.Store(seq + 1)
 			s.sendFin.Store(true)
+			select {
+			case s.sendq <- fin:
+			case <-s.abortCh:
+				return
+			}
 			close(s.sendq)
 			return
 		}
@@ -605,14 +695,116 @@ func (s *session) readHost() {
 	}
 }
 
+// getSendBuf takes a frame buffer for the next chunk. When the pool is
+// used up it first widens the retention (reserving it from the agent's
+// memory cap), up to the session's cap; beyond that it waits for ACKs to
+// free buffers.
+func (s *session) getSendBuf() (*chunk, bool) {
+	if c, ok := s.sendPool.tryGet(); ok {
+		return c, true
+	}
+	s.growRetention()
+	return s.sendPool.get(s.abortCh)
+}
+
+func (s *session) growRetention() {
+	if s.retainFull.Load() {
+		return // at the session cap; a wider window only narrows it
+	}
+	a := s.agent
+	base := stripe.SendBudget(int64(s.n))
+	a.mu.Lock()
+	cur := s.retainFrames.Load()
+	// What the session cap leaves beside the receive window.
+	room := s.sessionCap - stripe.SessionMemory(s.n, s.chunkSize, int(s.windowNow.Load()))
+	most := base + room/(stripe.FrameSize(s.chunkSize)+16)
+	next := min(2*cur, most, stripe.MaxWindowFrames)
+	if next <= cur {
+		s.retainFull.Store(true)
+	}
+	ok := next > cur && s.reserved > 0
+	if ok {
+		delta := stripe.RetainFootprint(s.chunkSize, int(next-cur))
+		if ok = a.reserveMemory(delta, a.cfg.Load().limits.Memory); ok {
+			s.reserved += delta
+			s.retainFrames.Store(next)
+		}
+	}
+	a.mu.Unlock()
+	if ok {
+		s.sendPool.grow(next)
+	}
+}
+
+// retain records a chunk read from the end host (readHost only, in
+// sequence order).
+func (s *session) retain(c *chunk) {
+	c.on, c.busy, c.sealed, c.ackedBy, c.resent = nil, false, false, false, false
+	s.sendMu.Lock()
+	s.retained = append(s.retained, c)
+	s.sendMu.Unlock()
+}
+
+// acknowledged frees the retained frames below acked (an ACK arrived).
+// A frame a writer holds right now is freed by that writer.
+func (s *session) acknowledged(acked uint64) {
+	s.sendMu.Lock()
+	k := 0
+	for k < len(s.retained) && s.retained[k].seq < acked {
+		c := s.retained[k]
+		s.retained[k] = nil
+		if c.busy || c.on == nil {
+			// A writer holds it, or it waits in a queue (sendq, resend):
+			// whoever meets it next frees it.
+			c.ackedBy = true
+		} else {
+			s.sendPool.put(c)
+		}
+		k++
+	}
+	if k > 0 {
+		s.retained = s.retained[k:]
+		if len(s.retained) == 0 {
+			s.retained = s.retained[:0:0]
+		}
+	}
+	s.sendMu.Unlock()
+	if s.sendFin.Load() && acked > s.finSeq.Load() && !s.finAcked.Swap(true) {
+		s.checkComplete()
+	}
+}
+
+// checkComplete marks the session complete once both directions are
+// finished: our FIN acknowledged, the peer's FIN delivered. Writers then
+// send their final ACK and half-close.
+func (s *session) checkComplete() {
+	if !s.finAcked.Load() || !s.recvFin.Load() {
+		return
+	}
+	s.mu.Lock()
+	if !s.completed {
+		s.completed = true
+		close(s.completeCh)
+	}
+	s.mu.Unlock()
+}
+
 // writeHost delivers reassembled chunks to the end host in order, in
-// batches, and half-closes toward it after the FIN.
+// batches, and half-closes toward it after the FIN. It acknowledges what
+// it delivered (see package stripe, ACK).
 func (s *session) writeHost() {
 	defer s.wg.Done()
 	batch := make([]*chunk, 0, maxDeliverFrames)
 	iov := make([][]byte, 0, maxDeliverFrames)
 	var bufs net.Buffers
 	var delivered uint64
+	var lastIdleAck time.Time
+	var ackTimer *time.Timer
+	defer func() {
+		if ackTimer != nil {
+			ackTimer.Stop()
+		}
+	}()
 	for {
 		batch, iov = batch[:0], iov[:0]
 		fin := false
@@ -629,8 +821,26 @@ func (s *session) writeHost() {
 			s.hostWaiting = true
 			s.hostDrained = true
 			s.mu.Unlock()
+			var retry <-chan time.Time
+			if s.ackPending.Load() > s.ackSent.Load() {
+				// Delivery ran dry with frames not acknowledged: a
+				// sender with little retention may wait for them.
+				if now := time.Now(); now.Sub(lastIdleAck) >= idleAckSpacing {
+					lastIdleAck = now
+					s.wakeControl()
+				} else {
+					if ackTimer == nil {
+						ackTimer = time.NewTimer(idleAckSpacing)
+					} else {
+						ackTimer.Reset(idleAckSpacing)
+					}
+					retry = ackTimer.C
+				}
+			}
 			select {
 			case <-s.hostWake:
+				continue
+			case <-retry:
 				continue
 			case <-s.abortCh:
 				return
@@ -686,6 +896,8 @@ func (s *session) writeHost() {
 		if err == nil {
 			err = s.updateGapLocked()
 		}
+		next := s.reasm.Next()
+		ackStep := uint64(max(s.window/8, 1))
 		if !fin {
 			s.grantLocked()
 		}
@@ -695,9 +907,33 @@ func (s *session) writeHost() {
 			return
 		}
 		if fin {
+			// Before the ACK of the FIN can go out: once the peer has it,
+			// the peer may complete and half-close, and its FIN must find
+			// this direction finished here.
 			s.recvFin.Store(true)
+		}
+		s.ackPending.Store(next)
+		if fin || next-s.ackSent.Load() >= ackStep {
+			s.wakeControl()
+		}
+		if fin {
+			s.checkComplete()
 			return
 		}
+	}
+}
+
+// idleAckSpacing is the least time between two ACKs sent because delivery
+// ran dry. A WAN-bound transfer runs dry between nearly every pair of
+// frames; an ACK each time would be a packet per frame on the reverse
+// path, and a sender waiting on its retention loses at most this long.
+const idleAckSpacing = 10 * time.Millisecond
+
+// wakeControl asks a writer to send control frames (CREDIT, ACK).
+func (s *session) wakeControl() {
+	select {
+	case s.ctlWake <- struct{}{}:
+	default:
 	}
 }
 
@@ -711,7 +947,7 @@ func (s *session) hostName() string {
 // wakeStream is called under mu for a stream the window reopened.
 func (s *session) wakeStream(i int) {
 	st := s.streams[i]
-	if st.paused {
+	if st != nil && st.paused {
 		st.paused = false
 		select {
 		case st.wake <- struct{}{}:
@@ -721,11 +957,9 @@ func (s *session) wakeStream(i int) {
 }
 
 // updateGapLocked tracks since when delivery has waited for a missing frame
-// while later frames are held: the stall clock. It also checks that the
-// missing frame can still arrive: frames increase along each stream, so it
-// must be on a stream that has not read past it and has not ended. If no
-// such stream is left, the peer broke the stream order (or the transfer was
-// cut short) and waiting would only end in a stall.
+// while later frames are held: the stall clock. The missing frame may
+// still come on any stream (a retransmission), so a gap is never an error
+// by itself; housekeeping acts on it after the stall timeout.
 func (s *session) updateGapLocked() error {
 	depth := s.reasm.Depth()
 	if depth > s.depthMax {
@@ -738,33 +972,7 @@ func (s *session) updateGapLocked() error {
 	if s.gapSince.IsZero() {
 		s.gapSince = time.Now()
 	}
-	for i, st := range s.streams {
-		if !st.eof && s.reasm.MayHoldNext(i) {
-			return nil
-		}
-	}
-	return fmt.Errorf("frame %d can arrive on no stream: every stream has ended or read past it", s.reasm.Next())
-}
-
-// streamEOF records a stream's clean end in the receive direction. Once
-// all streams have ended, everything up to the FIN must have arrived;
-// otherwise the transfer was cut short.
-func (s *session) streamEOF(st *stream) {
-	s.mu.Lock()
-	st.eof = true
-	s.eofStreams++
-	all := s.eofStreams == s.n
-	received := s.reasm.Received()
-	gapErr := s.updateGapLocked()
-	s.mu.Unlock()
-	switch {
-	case all && !received:
-		s.abort(AbortStream, &StreamError{Stream: st.index, Op: "read",
-			Err: errors.New("every stream closed before the peer's FIN: transfer truncated")})
-	case gapErr != nil:
-		s.abort(AbortStream, &StreamError{Stream: st.index, Op: "read",
-			Err: fmt.Errorf("closed early: %w", gapErr)})
-	}
+	return nil
 }
 
 // tick enforces the timeouts and updates throughput; called by the agent's
@@ -809,28 +1017,51 @@ func (s *session) tick(now time.Time, lim Limits) {
 	gapSince := s.gapSince
 	next := s.reasm.Next()
 	depth := s.reasm.Depth()
-	var candidates []string
+	var suspects, silent []*stream
 	if !gapSince.IsZero() && now.Sub(gapSince) > s.stallTimeout {
+		var quiet []*stream
 		for i, st := range s.streams {
-			if s.reasm.MayHoldNext(i) && !st.eof {
-				last := "never"
-				if t := st.lastRecv.Load(); t != 0 {
-					last = now.Sub(time.Unix(0, t)).Round(time.Millisecond).String() + " ago"
+			if st == nil || st.isLost() {
+				continue
+			}
+			mute := st.lastRecv.Load() < gapSince.UnixNano()
+			if mute {
+				quiet = append(quiet, st)
+			}
+			if s.reasm.MayHoldNext(i) {
+				suspects = append(suspects, st)
+				if mute {
+					silent = append(silent, st)
 				}
-				candidates = append(candidates, fmt.Sprintf("%d (last frame %s, paused %v)", i, last, st.paused))
 			}
 		}
+		if len(suspects) == 0 {
+			// The missing frame was sent again on a stream that had read
+			// past it: suspect the streams silent since the wait began.
+			suspects = quiet
+		}
+		// Give the replacements a stall timeout of their own.
+		s.gapSince = now
 	}
+	noStreams := s.live == 0 && !s.noStreamsSince.IsZero() && now.Sub(s.noStreamsSince) > s.reconnectTimeout
+	lastLoss := s.lastLoss
 	s.mu.Unlock()
+	if noStreams && !s.isCompleted() {
+		s.abort(AbortStream, fmt.Errorf("all %d streams lost and none re-established within %s; last loss: %v",
+			s.n, s.reconnectTimeout, lastLoss))
+		return
+	}
 	if !gapSince.IsZero() && gapSince != s.stallCounted && now.Sub(gapSince) > time.Second {
 		// A delivery wait longer than a second counts as one stall.
 		s.stallCounted = gapSince
 		s.stalls.Add(1)
 	}
-	if !gapSince.IsZero() && now.Sub(gapSince) > s.stallTimeout {
-		s.abort(AbortStall, fmt.Errorf("stalled: frame %d missing for %s while %d later frames are held; streams that can carry it: %s",
-			next, now.Sub(gapSince).Round(time.Millisecond), depth, strings.Join(candidates, ", ")))
-		return
+	if len(silent) > 0 {
+		suspects = silent
+	}
+	for _, st := range suspects {
+		st.lose(fmt.Errorf("stalled: frame %d missing for %s while %d later frames are held",
+			next, now.Sub(gapSince).Round(time.Millisecond), depth))
 	}
 	if s.sendFin.Load() != s.recvFin.Load() && now.Sub(s.lastProgress) > lim.HalfClosedIdle {
 		dir := "client"
@@ -841,15 +1072,41 @@ func (s *session) tick(now time.Time, lim Limits) {
 	}
 }
 
-// establishedStreams returns the streams once they are fixed: after start.
+func (s *session) isPeerDone() bool {
+	select {
+	case <-s.peerDone:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *session) isCompleted() bool {
+	select {
+	case <-s.completeCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// establishedStreams returns the live streams once the session started.
 func (s *session) establishedStreams() []*stream {
 	if !s.established.Load() {
 		return nil
 	}
-	return s.streams
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		if st != nil {
+			out = append(out, st)
+		}
+	}
+	return out
 }
 
-// StreamError is a failure of one stream; it aborts its session.
+// StreamError is a failure of one stream.
 type StreamError struct {
 	Stream int
 	Op     string
@@ -871,7 +1128,14 @@ type stream struct {
 
 	// Guarded by s.mu.
 	paused bool
-	eof    bool
+
+	// Loss: dead closes once the stream is lost (lose); running counts
+	// its reader and writer, and the last to return frees its slot and
+	// closes gone.
+	dead     chan struct{}
+	loseOnce sync.Once
+	running  atomic.Int32
+	gone     chan struct{}
 
 	// lowat is the stream's TCP_NOTSENT_LOWAT, set by housekeeping; a
 	// writer takes at most that many bytes of chunks at a time.
@@ -880,6 +1144,8 @@ type stream struct {
 	// Writer only.
 	ctlSeq    uint64
 	ctlBuf    [creditFrameSize]byte
+	ackBuf    [creditFrameSize]byte
+	lastAck   uint64
 	inTrouble bool
 	troubles  atomic.Uint64
 
@@ -902,8 +1168,11 @@ func newStream(s *session, index int, conn *net.TCPConn, codec *stripe.Codec) *s
 		codec: codec,
 		br:    bufio.NewReaderSize(conn, stripe.StreamReadBuffer),
 		wake:  make(chan struct{}, 1),
+		dead:  make(chan struct{}),
+		gone:  make(chan struct{}),
 	}
 	st.lowat.Store(int64(minLowat(s.chunkSize)))
+	st.lastRecv.Store(time.Now().UnixNano())
 	return st
 }
 
@@ -926,13 +1195,17 @@ func (st *stream) tuneLowat(info tcpInfo) {
 // That is the scheduler: TCP_NOTSENT_LOWAT keeps a stream's write waiting
 // while its socket holds unsent data above the mark, so only streams that
 // would send a chunk at once pull one, and a stream in loss recovery pulls
-// nothing new while another stream is healthy. Writers also carry the
-// CREDIT frames of the receive direction, whichever is free first.
+// nothing new while another stream is healthy. Frames to send again after
+// a stream was lost go first. Writers also carry the CREDIT and ACK
+// frames of the receive direction, whichever is free first.
 func (st *stream) writeLoop() {
 	s := st.s
-	defer s.wg.Done()
 	batch := make([]*chunk, 0, maxWriteFrames)
-	iov := make([][]byte, 0, maxWriteFrames+1)
+	defer func() {
+		st.writerExit(batch)
+		s.wg.Done()
+	}()
+	iov := make([][]byte, 0, maxWriteFrames+2)
 	var bufs net.Buffers
 	var probe *time.Timer
 	defer func() {
@@ -946,93 +1219,109 @@ func (st *stream) writeLoop() {
 			st.sendAbort()
 			return
 		}
-		if sendq != nil && st.troubled() && s.healthy.Load() > 0 {
-			// In recovery: leave new chunks to the healthy streams and
-			// look again shortly.
-			if probe == nil {
-				probe = time.NewTimer(troubleProbe)
-			} else {
-				probe.Reset(troubleProbe)
+		batch = batch[:0]
+		batch = s.takeResend(st, batch)
+		control := false
+		if len(batch) == 0 {
+			if sendq != nil && st.troubled() && s.healthy.Load() > 0 {
+				// In recovery: leave new chunks to the healthy streams and
+				// look again shortly.
+				if probe == nil {
+					probe = time.NewTimer(troubleProbe)
+				} else {
+					probe.Reset(troubleProbe)
+				}
+				select {
+				case <-probe.C:
+					continue
+				case <-s.resendWake:
+					continue
+				case <-st.dead:
+					return
+				case <-s.abortCh:
+					st.sendAbort()
+					return
+				}
 			}
+			var c *chunk
+			var ok bool
 			select {
-			case <-probe.C:
+			case c, ok = <-sendq:
+				if !ok {
+					sendq = nil
+				}
+			case <-s.resendWake:
 				continue
+			case <-s.ctlWake:
+				control = true
+			case <-s.completeCh:
+				st.finishWrite()
+				return
+			case <-st.dead:
+				return
 			case <-s.abortCh:
 				st.sendAbort()
 				return
 			}
-		}
-		var c *chunk
-		var ok, credit bool
-		// Once our direction is finished (the send queue closed) and the
-		// peer's FIN is in, the peer needs no more credit and the
-		// stream's write side closes.
-		var finished <-chan struct{}
-		if sendq == nil {
-			finished = s.peerFin
-		}
-		select {
-		case c, ok = <-sendq:
-			if !ok {
-				sendq = nil
-			}
-		case <-s.ctlWake:
-			credit = true
-		case <-finished:
-			if err := st.conn.CloseWrite(); err != nil && !s.isAborted() {
-				s.abort(AbortStream, &StreamError{Stream: st.index, Op: "half-close", Err: err})
-				return
-			}
-			s.writersDone.Add(1)
-			return
-		case <-s.abortCh:
-			st.sendAbort()
-			return
-		}
-		batch = batch[:0]
-		if ok {
-			batch = append(batch, c)
-			bytes := c.n
-			limit := min(int(st.lowat.Load()), maxWriteBytes)
-		gather:
-			for len(batch) < maxWriteFrames && bytes < limit {
-				select {
-				case c, ok = <-sendq:
-					if !ok {
-						sendq = nil
+			if ok {
+				batch = append(batch, c)
+				bytes := c.n
+				limit := min(int(st.lowat.Load()), maxWriteBytes)
+			gather:
+				for len(batch) < maxWriteFrames && bytes < limit {
+					select {
+					case c, ok = <-sendq:
+						if !ok {
+							sendq = nil
+							break gather
+						}
+						batch = append(batch, c)
+						bytes += c.n
+					default:
 						break gather
 					}
-					batch = append(batch, c)
-					bytes += c.n
-				default:
-					break gather
 				}
+				batch = s.claim(st, batch)
 			}
-		}
-		if len(batch) == 0 && !credit {
-			continue
 		}
 		iov = iov[:0]
 		var wire uint64
-		if credit {
-			stripe.PutCreditBody(st.ctlBuf[stripe.HeaderSize:], s.creditPending.Load())
-			frame, err := st.codec.Seal(st.ctlBuf[:], stripe.FrameCredit, stripe.ControlSeq(st.ctlSeq), stripe.CreditBodySize)
+		// Control frames ride with whatever this writer sends.
+		if credit := s.creditPending.Load(); credit > s.creditSent.Load() {
+			frame, err := st.sealControl(st.ctlBuf[:], stripe.FrameCredit, credit)
 			if err != nil {
 				s.abort(AbortProtocol, &StreamError{Stream: st.index, Op: "seal", Err: err})
-				st.release(batch)
 				return
 			}
-			st.ctlSeq++
 			iov = append(iov, frame)
 			wire += uint64(len(frame))
+			storeMax(&s.creditSent, credit)
 		}
-		for _, c := range batch {
-			frame, err := st.codec.Seal(c.buf, c.typ, c.seq, c.n)
+		if ack := s.ackPending.Load(); ack > st.lastAck && (ack > s.ackSent.Load() || control) {
+			frame, err := st.sealControl(st.ackBuf[:], stripe.FrameAck, ack)
 			if err != nil {
 				s.abort(AbortProtocol, &StreamError{Stream: st.index, Op: "seal", Err: err})
-				st.release(batch)
 				return
 			}
+			iov = append(iov, frame)
+			wire += uint64(len(frame))
+			st.lastAck = ack
+			storeMax(&s.ackSent, ack)
+		}
+		if len(batch) == 0 && len(iov) == 0 {
+			continue
+		}
+		for _, c := range batch {
+			var flags uint8
+			if c.resent {
+				flags = stripe.FlagRetransmit
+			}
+			frame, err := st.codec.SealFlags(c.buf, c.typ, flags, c.seq, c.n)
+			if err != nil {
+				s.abort(AbortProtocol, &StreamError{Stream: st.index, Op: "seal", Err: err})
+				return
+			}
+			c.sealed = true // only this writer touches a busy chunk's buffer
 			iov = append(iov, frame)
 			wire += uint64(len(frame))
 		}
@@ -1043,16 +1332,228 @@ func (st *stream) writeLoop() {
 			bufs = iov
 			_, err = bufs.WriteTo(st.conn)
 		}
-		st.release(batch)
 		if err != nil {
-			if !s.isAborted() {
-				s.abort(AbortStream, &StreamError{Stream: st.index, Op: "write", Err: err})
-			}
+			st.lose(&StreamError{Stream: st.index, Op: "write", Err: err})
 			return
 		}
+		s.written(batch)
 		st.bytesSent.Add(wire)
 		st.framesSent.Add(uint64(len(batch)))
+		batch = batch[:0]
 	}
+}
+
+// sealControl seals a CREDIT or ACK frame with the stream's next control
+// sequence.
+func (st *stream) sealControl(buf []byte, typ stripe.FrameType, v uint64) ([]byte, error) {
+	stripe.PutCreditBody(buf[stripe.HeaderSize:], v) // ACK's body has the same form
+	frame, err := st.codec.Seal(buf, typ, stripe.ControlSeq(st.ctlSeq), stripe.CreditBodySize)
+	if err == nil {
+		st.ctlSeq++
+	}
+	return frame, err
+}
+
+func storeMax(a *atomic.Uint64, v uint64) {
+	for {
+		cur := a.Load()
+		if v <= cur || a.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}
+
+// finishWrite ends a stream's sending once the session is complete: the
+// final ACK on this stream (the peer's last frames may have gone on a
+// stream that is lost since), then the half-close.
+func (st *stream) finishWrite() {
+	s := st.s
+	if ack := s.ackPending.Load(); ack > st.lastAck {
+		if frame, err := st.sealControl(st.ackBuf[:], stripe.FrameAck, ack); err == nil {
+			if _, err := st.conn.Write(frame); err != nil {
+				return
+			}
+			st.lastAck = ack
+		}
+	}
+	if err := st.conn.CloseWrite(); err != nil {
+		return
+	}
+	s.writersDone.Add(1)
+}
+
+// claim marks chunks taken from the send queue as this writer's; chunks
+// an ACK already covered (a confused peer) are freed, not sent.
+func (s *session) claim(st *stream, batch []*chunk) []*chunk {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	out := batch[:0]
+	for _, c := range batch {
+		if c.ackedBy {
+			s.sendPool.put(c)
+			continue
+		}
+		c.on, c.busy = st, true
+		out = append(out, c)
+	}
+	return out
+}
+
+// takeResend takes frames waiting to be sent again, up to a batch.
+func (s *session) takeResend(st *stream, batch []*chunk) []*chunk {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if len(s.resend) == 0 {
+		return batch
+	}
+	k := 0
+	for k < len(s.resend) && len(batch) < maxWriteFrames {
+		c := s.resend[k]
+		s.resend[k] = nil
+		k++
+		if c.ackedBy {
+			s.sendPool.put(c)
+			continue
+		}
+		c.on, c.busy = st, true
+		batch = append(batch, c)
+	}
+	s.resend = s.resend[k:]
+	if len(s.resend) > 0 {
+		select {
+		case s.resendWake <- struct{}{}:
+		default:
+		}
+	}
+	return batch
+}
+
+// written releases a batch after its write: frames stay retained until
+// acknowledged, unless an ACK came meanwhile.
+func (s *session) written(batch []*chunk) {
+	s.sendMu.Lock()
+	for _, c := range batch {
+		c.busy = false
+		if c.ackedBy {
+			s.sendPool.put(c)
+		}
+	}
+	s.sendMu.Unlock()
+}
+
+// writerExit runs when a stream's writer returns. If the stream was lost
+// (and the session goes on), every retained frame it was given is
+// unsealed and queued to be sent again on the other streams.
+func (st *stream) writerExit(batch []*chunk) {
+	s := st.s
+	defer st.exited()
+	if !st.isLost() {
+		s.written(batch)
+		return
+	}
+	if !st.inTrouble {
+		s.healthy.Add(-1)
+	}
+	st.inTrouble = true
+	s.sendMu.Lock()
+	for _, c := range batch {
+		c.busy = false
+		if c.ackedBy {
+			s.sendPool.put(c)
+		}
+	}
+	var again []*chunk
+	var bytes uint64
+	for _, c := range s.retained {
+		if c.on != st {
+			continue
+		}
+		if c.sealed {
+			if err := st.codec.Unseal(c.buf); err != nil {
+				s.sendMu.Unlock()
+				s.abort(AbortProtocol, &StreamError{Stream: st.index, Op: "unseal", Err: err})
+				return
+			}
+		}
+		c.on, c.sealed, c.resent = nil, false, true
+		again = append(again, c)
+		bytes += uint64(c.n)
+	}
+	if len(again) > 0 {
+		s.resend = append(s.resend, again...)
+		slices.SortFunc(s.resend, func(a, b *chunk) int { return cmp.Compare(a.seq, b.seq) })
+	}
+	s.sendMu.Unlock()
+	if len(again) > 0 {
+		s.resentFrames.Add(uint64(len(again)))
+		s.resentBytes.Add(bytes)
+		s.agent.counters.resentFrames.Add(uint64(len(again)))
+		s.agent.counters.resentBytes.Add(bytes)
+		select {
+		case s.resendWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// exited counts down the stream's goroutines; the last frees its slot.
+func (st *stream) exited() {
+	if st.running.Add(-1) != 0 {
+		return
+	}
+	s := st.s
+	s.mu.Lock()
+	if s.streams[st.index] == st && st.isLost() {
+		s.streams[st.index] = nil
+	}
+	s.mu.Unlock()
+	close(st.gone)
+	select {
+	case s.lostWake <- struct{}{}:
+	default:
+	}
+}
+
+func (st *stream) isLost() bool {
+	select {
+	case <-st.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// lose takes a stream out of its session: it resets the connection (so
+// both its goroutines return and the peer sees the loss at once); the
+// writer then queues the stream's unacknowledged frames for the other
+// streams and, at the client side, the supervisor opens a replacement. A
+// loss after the session aborted or completed changes nothing.
+func (st *stream) lose(err error) {
+	s := st.s
+	st.loseOnce.Do(func() {
+		if s.isAborted() || s.isPeerDone() {
+			return
+		}
+		close(st.dead)
+		reset(st.conn)
+		s.mu.Lock()
+		s.live--
+		if s.live == 0 {
+			s.noStreamsSince = time.Now()
+		}
+		s.lastLoss = err
+		s.mu.Unlock()
+		// The credit and ACK this stream carried last may be lost with
+		// it: the next writer sends the current ones again (they are
+		// cumulative, so a copy is harmless).
+		s.creditSent.Store(0)
+		s.ackSent.Store(0)
+		s.wakeControl()
+		s.streamsLost.Add(1)
+		s.agent.counters.streamsLost.Add(1)
+		s.agent.limited.log(s.agent.log, "stream-lost", "relay: stream lost; its frames go on the others",
+			append(s.logAttrs(), "stream", st.index, "err", err)...)
+	})
 }
 
 // troubled reports whether the stream is in loss recovery (TCP_INFO
@@ -1077,16 +1578,13 @@ func (st *stream) troubled() bool {
 	return bad
 }
 
-func (st *stream) release(batch []*chunk) {
-	for _, c := range batch {
-		st.s.sendPool.put(c)
-	}
-}
-
 // sendAbort writes an ABORT frame with the session's reason, best effort
 // and bounded by abortGrace.
 func (st *stream) sendAbort() {
 	s := st.s
+	if st.isLost() {
+		return
+	}
 	reason := "aborted"
 	if s.abortErr != nil {
 		reason = s.abortErr.Error()
@@ -1108,10 +1606,15 @@ func (st *stream) sendAbort() {
 func (st *stream) readLoop() {
 	s := st.s
 	defer s.wg.Done()
+	defer st.exited()
 	fail := func(kind, op string, err error) {
 		if !s.isAborted() {
 			s.abort(kind, &StreamError{Stream: st.index, Op: op, Err: err})
 		}
+	}
+	// lost ends the stream, not the session: a connection failure.
+	lost := func(op string, err error) {
+		st.lose(&StreamError{Stream: st.index, Op: op, Err: err})
 	}
 	var probe *time.Timer
 	defer func() {
@@ -1137,11 +1640,13 @@ func (st *stream) readLoop() {
 					break wait
 				case <-s.abortCh:
 					return
+				case <-st.dead:
+					return
 				case <-probe.C:
 					// A paused stream reads nothing, so a reset would go
 					// unnoticed until the window moves; ask for its error.
 					if err := socketError(st.conn); err != nil {
-						fail(AbortStream, "read", err)
+						lost("read", err)
 						return
 					}
 					probe.Reset(pausedProbe)
@@ -1153,10 +1658,27 @@ func (st *stream) readLoop() {
 
 		if _, err := io.ReadFull(st.br, st.hdr[:]); err != nil {
 			if errors.Is(err, io.EOF) {
-				s.streamEOF(st)
+				// Both directions may be finished with the goroutine that
+				// finished the last one yet to say so.
+				s.checkComplete()
+			}
+			if errors.Is(err, io.EOF) && s.isCompleted() {
+				// The peer half-closed: it is complete too.
+				s.peerDoneOnce.Do(func() { close(s.peerDone) })
 				return
 			}
-			fail(AbortStream, "read", err)
+			if errors.Is(err, io.EOF) && !s.isCompleted() && peerClosed(st.conn) {
+				// An agent half-closes a stream only once its session
+				// completed, after the final ACK on that stream, which
+				// completes the session here too. A FIN before that is
+				// the far agent's process ending (a network failure
+				// resets or goes silent; after a reset a read sees end
+				// of file too, but the connection is not in CLOSE_WAIT):
+				// its session state is gone.
+				fail(AbortPeer, "read", errors.New("the far agent closed the stream before the session finished (its process ended?)"))
+				return
+			}
+			lost("read", err)
 			return
 		}
 		h, err := stripe.ParseHeader(st.hdr[:])
@@ -1167,12 +1689,20 @@ func (st *stream) readLoop() {
 			fail(AbortProtocol, "read", err)
 			return
 		}
-		if h.Type == stripe.FrameCredit {
-			if err := st.readCredit(h); err != nil {
-				fail(AbortProtocol, "read", err)
+		switch h.Type {
+		case stripe.FrameCredit, stripe.FrameAck:
+			if err := st.readControl(h); err != nil {
+				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || isConnError(err) {
+					lost("read", err)
+				} else {
+					fail(AbortProtocol, "read", err)
+				}
 				return
 			}
 			continue
+		case stripe.FrameJoin:
+			fail(AbortProtocol, "read", errors.New("JOIN on a stream already attached"))
+			return
 		}
 		if g := s.granted.Load(); (h.Type == stripe.FrameData && h.Seq >= g) || (h.Type == stripe.FrameFin && h.Seq > g) {
 			fail(AbortProtocol, "read", fmt.Errorf("%s %d beyond the credit of %d frames", h.Type, h.Seq, g))
@@ -1181,7 +1711,7 @@ func (st *stream) readLoop() {
 		if h.Type == stripe.FrameAbort {
 			body := make([]byte, h.Length)
 			if _, err := io.ReadFull(st.br, body); err != nil {
-				fail(AbortStream, "read", err)
+				lost("read", err)
 				return
 			}
 			plain, err := st.codec.Open(h, st.hdr[:], body)
@@ -1203,7 +1733,7 @@ func (st *stream) readLoop() {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
-			fail(AbortStream, "read", err)
+			lost("read", err)
 			return
 		}
 		plain, err := st.codec.Open(h, st.hdr[:], body)
@@ -1218,24 +1748,27 @@ func (st *stream) readLoop() {
 		}
 		st.bytesRecv.Add(uint64(stripe.HeaderSize) + uint64(h.Length))
 		st.framesRecv.Add(1)
+		s.framesArrived.Add(1)
 		st.lastRecv.Store(time.Now().UnixNano())
 
 		s.mu.Lock()
-		err = s.reasm.Insert(st.index, h.Seq, h.Type == stripe.FrameFin, c)
-		if err != nil {
+		accepted, err := s.reasm.Offer(st.index, h.Seq, h.Type == stripe.FrameFin, h.Flags&stripe.FlagRetransmit != 0, c)
+		if err != nil || !accepted {
 			s.mu.Unlock()
 			s.recvPool.put(c)
-			fail(AbortProtocol, "read", err)
-			return
+			if err != nil {
+				fail(AbortProtocol, "read", err)
+				return
+			}
+			s.duplicates.Add(1)
+			s.agent.counters.duplicates.Add(1)
+			continue
 		}
 		if h.Type == stripe.FrameData {
 			s.highest = max(s.highest, h.Seq+1)
 		}
 		if h.Seq+1 >= s.granted.Load() {
 			s.windowLimited = true
-		}
-		if h.Type == stripe.FrameFin {
-			s.peerFinOnce.Do(func() { close(s.peerFin) })
 		}
 		if s.hostWaiting && h.Seq == s.reasm.Next() {
 			s.hostWaiting = false
@@ -1253,8 +1786,15 @@ func (st *stream) readLoop() {
 	}
 }
 
-// readCredit reads, opens and applies a CREDIT frame.
-func (st *stream) readCredit(h stripe.Header) error {
+// isConnError reports a failure of the connection rather than of the
+// peer's frames.
+func isConnError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed)
+}
+
+// readControl reads, opens and applies a CREDIT or ACK frame.
+func (st *stream) readControl(h stripe.Header) error {
 	s := st.s
 	var buf [stripe.CreditBodySize + stripe.TagSize]byte
 	body := buf[:h.Length] // CheckHeader bounded the length
@@ -1265,13 +1805,23 @@ func (st *stream) readCredit(h stripe.Header) error {
 	if err != nil {
 		return err
 	}
-	credit, err := stripe.ParseCreditBody(plain)
+	v, err := stripe.ParseCreditBody(plain) // ACK's body has the same form
 	if err != nil {
 		return err
 	}
 	st.lastRecv.Store(time.Now().UnixNano())
+	if h.Type == stripe.FrameAck {
+		s.creditMu.Lock()
+		acked, err := s.credits.AcceptAck(st.index, h.Seq, v, s.framesQueued.Load())
+		s.creditMu.Unlock()
+		if err != nil {
+			return err
+		}
+		s.acknowledged(acked)
+		return nil
+	}
 	s.creditMu.Lock()
-	frames, err := s.credits.Accept(st.index, h.Seq, credit, s.dataSent.Load())
+	frames, err := s.credits.Accept(st.index, h.Seq, v, s.dataSent.Load())
 	if err == nil && frames > s.creditFrames.Load() {
 		s.creditFrames.Store(frames)
 	}

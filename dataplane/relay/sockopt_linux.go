@@ -239,6 +239,7 @@ type tcpInfo struct {
 	rtoRetrans  uint8  // tcpi_retransmits: RTO retransmits outstanding
 	notsent     uint32 // tcpi_notsent_bytes
 	pacingRate  uint64 // tcpi_pacing_rate, bytes/s
+	state       uint8  // tcpi_state: TCP_ESTABLISHED, TCP_CLOSE_WAIT, ...
 }
 
 func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
@@ -261,7 +262,20 @@ func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
 		rtoRetrans:  info.Retransmits,
 		notsent:     info.Notsent_bytes,
 		pacingRate:  info.Pacing_rate,
+		state:       info.State,
 	}, true
+}
+
+// tcpCloseWait is tcpi_state of a connection whose peer sent a FIN (and
+// no reset since).
+const tcpCloseWait = 8
+
+// peerClosed reports whether the peer closed the connection with a FIN:
+// after a reset, read returns the error once and then end of file too, but
+// the connection is then in state CLOSE, not CLOSE_WAIT.
+func peerClosed(c *net.TCPConn) bool {
+	info, ok := readTCPInfo(c)
+	return ok && info.state == tcpCloseWait
 }
 
 // setNotsentLowat sets TCP_NOTSENT_LOWAT on a connected stream.

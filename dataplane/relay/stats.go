@@ -17,10 +17,10 @@ import (
 
 // Why a session aborted; the keys of Totals.Aborts.
 const (
-	AbortStream   = "stream"   // a stream failed: reset, closed early, write error, TCP timeout
+	AbortStream   = "stream"   // every stream was lost and none came back within the reconnect timeout
 	AbortProtocol = "protocol" // a frame failed authentication or broke the sequence rules
-	AbortPeer     = "peer"     // the peer agent sent ABORT
-	AbortStall    = "stall"    // delivery waited for a missing frame past the stall timeout
+	AbortPeer     = "peer"     // the peer agent sent ABORT, closed its streams, or lost the session (join refused)
+	AbortStall    = "stall"    // kept for the metrics' labels: a stall now replaces the stream, it aborts nothing
 	AbortIdle     = "idle"     // half-closed and idle past the timeout
 	AbortEndpoint = "endpoint" // the client or server connection failed
 	AbortMemory   = "memory"   // the session memory cap was reached
@@ -117,26 +117,32 @@ type SessionStats struct {
 	// CreditWaits counts the times the sending direction waited for the
 	// peer's credit.
 	CreditWaits uint64
-	// Memory is the frame-buffer memory the session holds; MemoryMax the
-	// most it may hold (SessionMemory at its largest window).
+	// Memory is the frame-buffer memory the session holds (receive
+	// window, send retention, read buffers); MemoryMax the most it may
+	// hold: its session memory cap.
 	Memory, MemoryMax int64
-	PerStream         []StreamStats
+	// StreamsLive is how many of Streams are up now; StreamsLost,
+	// StreamsReplaced, ReinjectedFrames/Bytes and DuplicatesDropped are
+	// the session's share of the totals of the same names.
+	StreamsLive, StreamsLost, StreamsReplaced            uint64
+	ReinjectedFrames, ReinjectedBytes, DuplicatesDropped uint64
+	PerStream                                            []StreamStats
 }
 
 // StreamStats describes one stream of a session.
 type StreamStats struct {
-	Index                        int
-	Local, Remote                netip.AddrPort
-	BytesSent, BytesReceived     uint64  // frame bytes on the wire
-	ThroughputSent               float64 // bit/s of frames, last interval
-	ThroughputReceived           float64
-	FramesSent, FramesReceived   uint64
-	Pauses                       uint64 // times the reorder window paused reading
-	Troubles                     uint64 // times the scheduler found it in loss recovery
-	Retransmits                  uint32
-	RTT                          time.Duration
-	CongestionWindow             uint32 // segments
-	ReceivedEOF, WriteHalfClosed bool
+	Index                      int
+	Local, Remote              netip.AddrPort
+	BytesSent, BytesReceived   uint64  // frame bytes on the wire
+	ThroughputSent             float64 // bit/s of frames, last interval
+	ThroughputReceived         float64
+	FramesSent, FramesReceived uint64
+	Pauses                     uint64 // times the reorder window paused reading
+	Troubles                   uint64 // times the scheduler found it in loss recovery
+	Retransmits                uint32
+	RTT                        time.Duration
+	CongestionWindow           uint32 // segments
+	WriteHalfClosed            bool
 }
 
 // Totals are agent-wide counters for metrics.
@@ -164,6 +170,14 @@ type Totals struct {
 	Fallbacks uint64
 	// MemoryReserved is what live sessions reserved of MemoryLimit.
 	MemoryReserved, MemoryLimit int64
+	// StreamsLost counts streams lost (reset, failed, stalled) in live
+	// sessions; StreamsReplaced the replacements that joined (at the
+	// client side: opened, at the server side: admitted).
+	StreamsLost, StreamsReplaced uint64
+	// ReinjectedFrames and ReinjectedBytes count frames (and their
+	// payload bytes) sent again after the stream carrying them was lost;
+	// DuplicatesDropped the authenticated copies the receiver dropped.
+	ReinjectedFrames, ReinjectedBytes, DuplicatesDropped uint64
 }
 
 // AbortRecord is one aborted session, kept for status output.
@@ -185,6 +199,11 @@ type counters struct {
 	preauthTimeouts   atomic.Uint64
 	handshakeFailures atomic.Uint64
 	fallbacks         atomic.Uint64
+	streamsLost       atomic.Uint64
+	streamsReplaced   atomic.Uint64
+	resentFrames      atomic.Uint64
+	resentBytes       atomic.Uint64
+	duplicates        atomic.Uint64
 	aborts            map[string]*atomic.Uint64
 	rejected          map[string]*atomic.Uint64
 }
@@ -294,6 +313,9 @@ func (a *Agent) Stats() Stats {
 	st.Totals.PreAuthTimeouts = c.preauthTimeouts.Load()
 	st.Totals.HandshakeFailures = c.handshakeFailures.Load()
 	st.Totals.Fallbacks = c.fallbacks.Load()
+	st.Totals.StreamsLost, st.Totals.StreamsReplaced = c.streamsLost.Load(), c.streamsReplaced.Load()
+	st.Totals.ReinjectedFrames, st.Totals.ReinjectedBytes = c.resentFrames.Load(), c.resentBytes.Load()
+	st.Totals.DuplicatesDropped = c.duplicates.Load()
 	st.Totals.MemoryReserved = a.memReserved.Load()
 	st.Totals.MemoryLimit = a.cfg.Load().limits.Memory
 	st.Totals.Aborts = make(map[string]uint64, len(c.aborts))
@@ -329,17 +351,21 @@ func (s *session) stats(now time.Time) SessionStats {
 	s.mu.Lock()
 	ss.ReorderDepth, ss.ReorderDepthMax, ss.ReorderWindow = s.reasm.Depth(), s.depthMax, s.reasm.Window()
 	ss.Window, ss.WindowMax = s.window*s.chunkSize, s.windowCap*s.chunkSize
-	ss.MemoryMax = stripe.SessionMemory(s.n, s.chunkSize, s.windowCap)
+	// The receive window and the send retention share the session cap.
+	ss.MemoryMax = min(s.sessionCap, stripe.SessionMemory(s.n, s.chunkSize, s.windowCap)+
+		stripe.RetainFootprint(s.chunkSize, stripe.MaxWindowFrames))
 	ss.CreditWaits = s.creditWaits.Load()
 	streams := make([]*stream, 0, len(s.streams))
-	eof := make([]bool, 0, len(s.streams))
 	for _, st := range s.streams {
-		if st != nil {
+		if st != nil && !st.isLost() {
 			streams = append(streams, st)
-			eof = append(eof, st.eof)
 		}
 	}
 	s.mu.Unlock()
+	ss.StreamsLive = uint64(len(streams))
+	ss.StreamsLost, ss.StreamsReplaced = s.streamsLost.Load(), s.streamsJoined.Load()
+	ss.ReinjectedFrames, ss.ReinjectedBytes = s.resentFrames.Load(), s.resentBytes.Load()
+	ss.DuplicatesDropped = s.duplicates.Load()
 	ss.Memory += int64(len(streams)) * stripe.StreamReadBuffer
 	switch {
 	case s.isAborted():
@@ -351,8 +377,8 @@ func (s *session) stats(now time.Time) SessionStats {
 	default:
 		ss.State = "established"
 	}
-	writersDone := int(s.writersDone.Load()) == s.n
-	for i, st := range streams {
+	writersDone := int(s.writersDone.Load()) >= s.n
+	for _, st := range streams {
 		sst := StreamStats{
 			Index:              st.index,
 			Local:              addrPortOf(st.conn.LocalAddr()),
@@ -365,7 +391,6 @@ func (s *session) stats(now time.Time) SessionStats {
 			FramesReceived:     st.framesRecv.Load(),
 			Pauses:             st.pauses.Load(),
 			Troubles:           st.troubles.Load(),
-			ReceivedEOF:        eof[i],
 			WriteHalfClosed:    writersDone,
 		}
 		if info, ok := readTCPInfo(st.conn); ok {

@@ -10,6 +10,8 @@ var (
 	ErrCreditOrder    = errors.New("stripe: CREDIT out of its stream's control sequence")
 	ErrCreditBackward = errors.New("stripe: CREDIT below an earlier one")
 	ErrCreditAbsurd   = errors.New("stripe: CREDIT too far ahead of what was sent")
+	ErrAckBackward    = errors.New("stripe: ACK below an earlier one")
+	ErrAckAbsurd      = errors.New("stripe: ACK of frames never sent")
 )
 
 // Flow-control sizes shared by both ends of a session.
@@ -37,20 +39,24 @@ func InitialCredit(streams, chunkSize int) uint64 {
 	return uint64(InitialFrames(streams, chunkSize)) * uint64(max(chunkSize, 1))
 }
 
-// Credits applies the sender's rules to the CREDIT frames of one direction:
-// on each stream the control sequence counts up by one from 0 and the
-// credit never goes backwards; the sender's limit is the largest credit
-// received on any stream (credits on different streams may overtake each
-// other). It is not safe for concurrent use.
+// Credits applies the sender's rules to the control frames it receives for
+// one direction, CREDIT and ACK: on each stream the control sequence
+// counts up by one from 0 (both types share it) and neither the credit nor
+// the acknowledgement goes backwards; the sender's limit is the largest
+// credit received on any stream and its acknowledged count the largest
+// ACK (control frames on different streams may overtake each other). It is
+// not safe for concurrent use.
 type Credits struct {
 	chunk  uint64
 	limit  uint64 // bytes
+	acked  uint64 // frames
 	stream []creditStream
 }
 
 type creditStream struct {
-	next uint64 // expected control index
-	last uint64 // last credit on this stream
+	next    uint64 // expected control index
+	last    uint64 // last credit on this stream
+	lastAck uint64 // last ACK on this stream
 }
 
 // NewCredits tracks the credit of a session's sending direction.
@@ -91,4 +97,42 @@ func (c *Credits) Accept(stream int, seq, credit, sent uint64) (uint64, error) {
 	st.last = credit
 	c.limit = max(c.limit, credit)
 	return c.Frames(), nil
+}
+
+// Acked is the number of frames (DATA and FIN) the receiver acknowledged
+// as delivered to its end host.
+func (c *Credits) Acked() uint64 { return c.acked }
+
+// AcceptAck applies an ACK frame read from stream with header sequence seq
+// and body acked, when the sender has sent sent frames (DATA and FIN) so
+// far. It returns the acknowledged count.
+func (c *Credits) AcceptAck(stream int, seq, acked, sent uint64) (uint64, error) {
+	if stream < 0 || stream >= len(c.stream) {
+		return 0, fmt.Errorf("%w: stream %d of %d", ErrInvalid, stream, len(c.stream))
+	}
+	st := &c.stream[stream]
+	if seq != ControlSeq(st.next) {
+		return 0, fmt.Errorf("%w: ACK on stream %d sequence %#x, want %#x", ErrCreditOrder, stream, seq, ControlSeq(st.next))
+	}
+	if acked < st.lastAck {
+		return 0, fmt.Errorf("%w: stream %d ACK %d after %d", ErrAckBackward, stream, acked, st.lastAck)
+	}
+	if acked > sent {
+		return 0, fmt.Errorf("%w: ACK of %d frames with %d sent", ErrAckAbsurd, acked, sent)
+	}
+	st.next++
+	st.lastAck = acked
+	c.acked = max(c.acked, acked)
+	return c.acked, nil
+}
+
+// ResetStream starts the control sequence of a replacement stream at
+// index stream: it expects control index next (1 at the responder, whose
+// JOIN took index 0 of the new stream; 0 at the initiator), and its
+// credit and ACK start from zero. The session's limit and acknowledged
+// count stay.
+func (c *Credits) ResetStream(stream int, next uint64) {
+	if stream >= 0 && stream < len(c.stream) {
+		c.stream[stream] = creditStream{next: next}
+	}
 }

@@ -30,10 +30,9 @@
 // Noise: its transcript is the exact hello and reply bytes.
 //
 // Byte credit (CREDIT, below) replaced queue length x streams as the flow
-// control. Later steps of version 2 add frame types for acknowledgement,
-// joins of replacement streams and pooled streams bound to a session; they
-// are listed under "Reserved" below, and an agent of this build aborts a
-// session that receives one.
+// control. Acknowledgement (ACK), retransmission and joins of replacement
+// streams (JOIN) make a session survive the loss of streams (see "Lost
+// streams" below). BIND, pooled streams bound to a session, is reserved.
 //
 // # Handshake (per stream)
 //
@@ -49,7 +48,7 @@
 //	  4   1 version (2)
 //	  5   1 kind (1 hello)
 //	  6   1 mode: 0 none, 1 aes-256-gcm
-//	  7   1 flags (0)
+//	  7   1 flags: 0, or 1 (JOIN: a replacement stream, see below)
 //	  8  64 initiator name: length (1..63), UTF-8 bytes, zero padding
 //	 72  64 responder name, likewise: the agent this hello is meant for
 //	136  32 initiator ephemeral X25519 public key (fresh per stream)
@@ -75,9 +74,10 @@
 //
 // Keys: th = SHA-256(hello || reply); dh = X25519(own ephemeral, peer's);
 // okm = HKDF-SHA256(secret = dh || PSK, salt = th, info = "sosappliance v2
-// stream keys", 96 bytes): bytes 0..32 are the confirm key, 32..64 key the
-// Up direction, 64..96 the Down direction. Both ephemeral private keys are
-// dropped once the keys are derived.
+// stream keys", 128 bytes): bytes 0..32 are the confirm key, 32..64 key the
+// Up direction, 64..96 the Down direction, 96..128 the stream's session key
+// (used only when the stream is stream 0 of a new session, see JOIN). Both
+// ephemeral private keys are dropped once the keys are derived.
 //
 // Confirm, initiator -> responder, 32 bytes: MAC(confirm key, "sos v2
 // confirm" || th).
@@ -116,8 +116,8 @@
 // Header, 16 bytes:
 //
 //	off len field
-//	  0   1 type: 1 DATA, 2 FIN, 3 ABORT, 4 CREDIT (5..7 reserved, see below)
-//	  1   1 flags (0)
+//	  0   1 type: 1 DATA, 2 FIN, 3 ABORT, 4 CREDIT, 5 ACK, 6 JOIN (7 reserved)
+//	  1   1 flags: 0, or on DATA and FIN 1 (RETRANSMIT, see "Lost streams")
 //	  2   2 stream index (must be the index of the stream it arrives on)
 //	  4   4 body length
 //	  8   8 sequence number
@@ -128,14 +128,17 @@
 // ABORT carries a UTF-8 reason of at most 256 bytes and always has sequence
 // number 2^64-1, outside the data sequence. CREDIT carries the cumulative
 // credit of the direction opposite to the one it travels in (8 bytes,
-// below).
+// below). ACK carries how many frames (DATA and FIN) of the opposite
+// direction were delivered to the end host (8 bytes). JOIN carries a
+// 32-byte proof (below).
 //
 // Sequence spaces: DATA and FIN numbers lie below 2^63. Control frames
-// (CREDIT) lie in [2^63, 2^64-1): each stream numbers the control frames
-// it sends in its direction 2^63 + 0, 2^63 + 1, ... by one, so the nonce
-// of a control frame never meets a data nonce or another control nonce,
-// and the receiver refuses a control frame whose number is not exactly
-// the next of its stream (replays, drops and reordering are visible).
+// (CREDIT, ACK, JOIN) lie in [2^63, 2^64-1): each stream numbers the
+// control frames it sends in its direction 2^63 + 0, 2^63 + 1, ... by one,
+// all types in one count, so the nonce of a control frame never meets a
+// data nonce or another control nonce, and the receiver refuses a control
+// frame whose number is not exactly the next of its stream (replays,
+// drops and reordering are visible).
 //
 // With mode aes-256-gcm every body is sealed with AES-256-GCM under the key of
 // its stream and direction; the nonce is direction (4 bytes: 0 Up, 1 Down) ||
@@ -199,36 +202,114 @@
 // number read from it is below next-expected + window, and paused
 // otherwise; the stream holding next-expected has read nothing at or
 // beyond it, so it is never paused and the window cannot deadlock. At most
-// window + streams frames are ever held. A DATA frame is never dropped:
-// anything that breaks the rules
-// (replay, duplicate, stale or post-FIN sequence, a stream index mismatch, a
-// frame that fails to open, a missing frame that no stream can still carry
-// because every stream ended or read past it) aborts the session.
+// window + streams frames are ever held. A sender that keeps to its credit
+// never sends beyond the window, so no stream of it is ever paused.
+//
+// An authenticated frame whose sequence was already delivered or is held
+// is a duplicate and is dropped (the sender retransmitted it, see below):
+// every authentic frame of a sequence carries the same chunk, so dropping
+// a copy loses nothing, and a frame that fails to open aborts before it is
+// compared with anything, so an attacker cannot use "duplicate" to
+// suppress data. Anything else that breaks the rules (an unflagged frame
+// below its stream's previous one, a post-FIN sequence or a second FIN, a
+// stream index mismatch, a frame that fails to open) aborts the session.
+//
+// # Lost streams: acknowledgement, retransmission, joins
+//
+// ACK. The receiver of a direction acknowledges, cumulatively, the frames
+// it delivered to its end host: ACK n means frames 0 .. n-1 (the FIN
+// included once it is delivered) are out and never needed again. ACK is
+// its own frame type, not a field of CREDIT, because the two move
+// independently: the credit moves with the window, the acknowledgement
+// with delivery. A receiver's ACK rides with whatever frames a stream
+// writes next (a CREDIT, DATA) whenever delivery moved since the last ACK,
+// and it wakes a writer for one once an eighth of its window was
+// delivered since the last one, or when delivery runs dry with frames
+// delivered and not acknowledged (at most one such ACK in 10 ms), so
+// a sender whose retention is smaller than the receiver's window still
+// progresses. When a stream is lost the current CREDIT and ACK go again
+// on another (they may have been lost with it). Once a session is
+// complete the final ACK goes on every stream it still has. On
+// each stream ACKs never go backwards; an ACK of more frames than were
+// sent aborts; across streams the largest counts. No selective form is
+// needed: a stream is a TCP connection, so what a live stream carries
+// arrives, and the sender knows which stream carried each frame.
+//
+// Retention. The sender keeps every frame it sent until an ACK covers it.
+// This memory is part of the session's cap: a session starts with a
+// retention of SendBudget frames (its send buffers of before) and
+// doubles it when it runs out, reserving the growth from its agent's
+// memory cap, as long as retention and receive window together fit the
+// session memory cap (SessionMemory, RetainFootprint). A sender whose
+// retention is full waits for ACKs (it reads nothing more from its end
+// host); it never drops a frame.
+//
+// Retransmission. A stream is lost when its connection fails (reset,
+// error, keepalive failure, a clean end before the session finished) or
+// when it stalls: the receiver's delivery waits past the stall timeout for
+// a frame while later frames are held; the receiver then resets the
+// streams that could still carry that frame (nothing read past it), those
+// that received nothing since the wait began if any, or, when no stream
+// could still carry it (it was resent), the streams that received nothing
+// since the wait began. The sender sends
+// every retained frame that it had given the lost stream again, on the
+// surviving streams, with FlagRetransmit, sealed under the key of the
+// stream that carries it now (so no key ever seals two frames with one
+// nonce: a replacement stream has fresh keys, and a frame is resent only
+// on a stream that never sent it). A retransmitted frame may be numbered
+// below its stream's previous frame; it does not move that stream's read
+// position. Retransmitted frames lie within the credit already used.
+//
+// JOIN. The initiator replaces a lost stream (index i) by a new TCP
+// connection running the handshake above with the hello flag JOIN and
+// the session's id, shape and index i. The responder admits a JOIN hello
+// only for a running session it holds, with the same checks and pre-auth
+// limits as any hello (a join for a session it does not hold is refused
+// with StatusUnknownSession: the far agent lost the session's state, and
+// the initiator aborts). After the confirm, the initiator's first frame
+// on the stream is JOIN (control sequence 0 of the Up direction), body:
+// MAC(session key, "sos v2 join" || session id || th of this stream's
+// handshake). The session key is the one derived by the handshake of the
+// session's stream 0 (bytes 96..128 above); neither a hello nor any other
+// stream reveals it, so only the two agents of the session can attach a
+// stream to it, and a proof is good for one stream only (it names that
+// stream's transcript). The stream stays counted as unauthenticated until
+// the JOIN is verified within the pre-auth timeout; a bad proof resets it.
+// The responder then drops its old stream i if it still has one (its
+// frames are retransmitted), and both ends start the new stream's control
+// sequences afresh. The initiator retries a failed join with exponential
+// backoff (50 ms doubling to 2 s).
+//
+// BIND (type 7, reserved for the warm pool) will reuse JOIN's design: a
+// pooled stream's handshake names no session; its BIND frame carries a
+// fresh nonce and the session's id and shape, the session's frame keys on
+// that stream are derived from the stream's secret and the nonce (so no
+// key serves two sessions), and the session key of a session bound over a
+// pool stream comes from its stream 0's bind the way it comes from stream
+// 0's handshake here.
 //
 // # Half-close and abort
 //
-// End of input from an end host becomes a FIN frame; after it the sender
-// half-closes every stream in that direction. The receiver writes every chunk
-// before the FIN, checks the byte count, then half-closes toward its end
-// host. If every stream of a direction ends before the FIN is delivered the
-// transfer was truncated and the session aborts. ABORT is sent on the
-// surviving streams when a session fails, each of them then half-closed and
-// reset a moment later; both agents reset (RST) their end-host connections
-// at once, so a truncated transfer never looks complete.
+// End of input from an end host becomes a FIN frame. The receiver writes
+// every chunk before the FIN, checks the byte count, then half-closes
+// toward its end host and sends its final ACK. A stream's writer
+// half-closes once both directions are finished: its own FIN acknowledged
+// and the peer's FIN delivered (and the final ACK sent on that stream).
+// A complete session lingers, at most the reconnect timeout, until a
+// stream brings the peer's FIN (the peer is complete too): meanwhile lost
+// streams are still replaced, so a final ACK lost with its stream goes
+// again on the replacement; a join refused as an unknown session then only
+// means the peer finished.
+// So a lost FIN is retransmitted like any frame, and a stream that ends
+// cleanly (a TCP FIN) before both directions are finished means the far
+// agent's process ended: the session aborts (a network failure resets a
+// stream or leaves it silent; those are losses).
 //
-// # Reserved for the next steps of version 2
-//
-// These frame types are assigned and not yet sent; this build treats them
-// as a protocol violation. Like CREDIT, they will number themselves in the
-// control space of their stream.
-//
-//   - 5 ACK: the highest sequence delivered to the end host, so the sender
-//     frees those chunks and resends unacknowledged ones on surviving
-//     streams when a stream dies; duplicates are dropped by sequence.
-//   - 6 JOIN (initiator, first frame on a new stream): attach a
-//     replacement stream to a running session.
-//   - 7 BIND (initiator, first frame on a pooled idle stream): bind the
-//     stream to a new session; the frame keys of the session on that
-//     stream are derived from the stream's secret and the bind's fresh
-//     nonce, so no key serves two sessions.
+// A session aborts (ABORT on the surviving streams, each then half-closed
+// and reset a moment later; both agents reset (RST) their end-host
+// connections at once, so a truncated transfer never looks complete, and
+// never a FIN) only when: it has had no stream for the reconnect timeout
+// (the initiator could re-establish none); the far agent refused a join
+// as StatusUnknownSession (its process died: its session state is lost);
+// or anything fails authentication or breaks the rules above.
 package stripe

@@ -33,6 +33,15 @@ const (
 	// frames its receiver has sent (in bytes of credit); a credit beyond
 	// it is a protocol violation. No receiver's memory holds that much.
 	MaxCreditAhead = 1 << 34
+	// AckBodySize is the plaintext body of an ACK frame.
+	AckBodySize = 8
+	// JoinBodySize is the plaintext body of a JOIN frame: its proof.
+	JoinBodySize = 32
+	// FlagRetransmit marks a DATA or FIN frame sent again after the
+	// stream that first carried it was lost: its sequence may lie below
+	// the stream's previous one. It is in the header, so it is
+	// authenticated with the body.
+	FlagRetransmit = 0x01
 )
 
 // FrameType is the first byte of a frame header.
@@ -45,6 +54,11 @@ const (
 	FrameAbort FrameType = 3
 	// FrameCredit grants the peer byte credit for the direction it sends.
 	FrameCredit FrameType = 4
+	// FrameAck acknowledges the frames of the opposite direction
+	// delivered to the end host.
+	FrameAck FrameType = 5
+	// FrameJoin attaches a replacement stream to a running session.
+	FrameJoin FrameType = 6
 )
 
 func (t FrameType) String() string {
@@ -57,8 +71,18 @@ func (t FrameType) String() string {
 		return "ABORT"
 	case FrameCredit:
 		return "CREDIT"
+	case FrameAck:
+		return "ACK"
+	case FrameJoin:
+		return "JOIN"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
+}
+
+// Control reports whether frames of the type number themselves in the
+// control space of their stream (CREDIT, ACK, JOIN).
+func (t FrameType) Control() bool {
+	return t == FrameCredit || t == FrameAck || t == FrameJoin
 }
 
 // Direction names one of the two directions of a session.
@@ -110,16 +134,16 @@ func ParseHeader(b []byte) (Header, error) {
 		Seq:    binary.BigEndian.Uint64(b[8:]),
 	}
 	switch {
-	case h.Type < FrameData || h.Type > FrameCredit:
+	case h.Type < FrameData || h.Type > FrameJoin:
 		return Header{}, fmt.Errorf("%w: unknown type %d", ErrFrame, b[0])
-	case h.Flags != 0:
-		return Header{}, fmt.Errorf("%w: flags %#x", ErrFrame, h.Flags)
+	case h.Flags&^FlagRetransmit != 0 || (h.Flags != 0 && h.Type != FrameData && h.Type != FrameFin):
+		return Header{}, fmt.Errorf("%w: %s with flags %#x", ErrFrame, h.Type, h.Flags)
 	case h.Type == FrameAbort && h.Seq != AbortSeq:
 		return Header{}, fmt.Errorf("%w: ABORT with sequence %d", ErrFrame, h.Seq)
 	case h.Type != FrameAbort && h.Seq == AbortSeq:
 		return Header{}, fmt.Errorf("%w: %s with the ABORT sequence", ErrFrame, h.Type)
-	case h.Type == FrameCredit && h.Seq < ControlSeqBase:
-		return Header{}, fmt.Errorf("%w: CREDIT with data sequence %d", ErrFrame, h.Seq)
+	case h.Type.Control() && h.Seq < ControlSeqBase:
+		return Header{}, fmt.Errorf("%w: %s with data sequence %d", ErrFrame, h.Type, h.Seq)
 	case (h.Type == FrameData || h.Type == FrameFin) && h.Seq >= ControlSeqBase:
 		return Header{}, fmt.Errorf("%w: %s with control sequence %#x", ErrFrame, h.Type, h.Seq)
 	}
@@ -207,6 +231,15 @@ func (h *half) nonceFor(seq uint64) []byte {
 // place) into a complete frame in buf and returns it. buf needs room for
 // the tag after the body. It does not allocate.
 func (c *Codec) Seal(buf []byte, typ FrameType, seq uint64, n int) ([]byte, error) {
+	return c.SealFlags(buf, typ, 0, seq, n)
+}
+
+// SealFlags is Seal with header flags (FlagRetransmit on a DATA or FIN
+// frame sent again).
+func (c *Codec) SealFlags(buf []byte, typ FrameType, flags uint8, seq uint64, n int) ([]byte, error) {
+	if flags&^FlagRetransmit != 0 || (flags != 0 && typ != FrameData && typ != FrameFin) {
+		return nil, fmt.Errorf("%w: %s with flags %#x", ErrInvalid, typ, flags)
+	}
 	if err := c.checkBody(typ, n); err != nil {
 		return nil, err
 	}
@@ -214,13 +247,35 @@ func (c *Codec) Seal(buf []byte, typ FrameType, seq uint64, n int) ([]byte, erro
 	if len(buf) < total {
 		return nil, fmt.Errorf("%w: buffer %d bytes, frame needs %d", ErrInvalid, len(buf), total)
 	}
-	h := Header{Type: typ, Stream: c.stream, Length: uint32(n + c.overhead), Seq: seq}
+	h := Header{Type: typ, Flags: flags, Stream: c.stream, Length: uint32(n + c.overhead), Seq: seq}
 	h.Put(buf)
 	if c.send.aead != nil {
 		body := buf[HeaderSize : HeaderSize+n]
 		c.send.aead.Seal(body[:0], c.send.nonceFor(seq), body, buf[:HeaderSize])
 	}
 	return buf[:total], nil
+}
+
+// Unseal turns a frame this codec sealed back into its plaintext body in
+// place (buf[HeaderSize:HeaderSize+n], n as sealed), so a sender can send
+// the chunk again on another stream, under that stream's key. It is the
+// sending half's inverse of Seal and touches no receive state.
+func (c *Codec) Unseal(buf []byte) error {
+	h, err := ParseHeader(buf)
+	if err != nil {
+		return err
+	}
+	if h.Stream != c.stream || int(h.Length) < c.overhead || len(buf) < HeaderSize+int(h.Length) {
+		return fmt.Errorf("%w: unseal of %s on stream %d, length %d", ErrInvalid, h.Type, h.Stream, h.Length)
+	}
+	if c.send.aead == nil {
+		return nil
+	}
+	body := buf[HeaderSize : HeaderSize+int(h.Length)]
+	if _, err := c.send.aead.Open(body[:0], c.send.nonceFor(h.Seq), body, buf[:HeaderSize]); err != nil {
+		return fmt.Errorf("%w: unseal %s seq %d", ErrOpen, h.Type, h.Seq)
+	}
+	return nil
 }
 
 // CheckHeader checks a received header against this stream before its body
@@ -252,6 +307,14 @@ func (c *Codec) checkBody(typ FrameType, n int) error {
 	case FrameCredit:
 		if n != CreditBodySize {
 			return fmt.Errorf("%w: CREDIT body of %d bytes", ErrFrame, n)
+		}
+	case FrameAck:
+		if n != AckBodySize {
+			return fmt.Errorf("%w: ACK body of %d bytes", ErrFrame, n)
+		}
+	case FrameJoin:
+		if n != JoinBodySize {
+			return fmt.Errorf("%w: JOIN body of %d bytes", ErrFrame, n)
 		}
 	default:
 		return fmt.Errorf("%w: unknown type %d", ErrFrame, typ)
@@ -329,6 +392,18 @@ func PutCreditBody(b []byte, credit uint64) { binary.BigEndian.PutUint64(b[:Cred
 func ParseCreditBody(b []byte) (uint64, error) {
 	if len(b) != CreditBodySize {
 		return 0, fmt.Errorf("%w: CREDIT body of %d bytes", ErrFrame, len(b))
+	}
+	return binary.BigEndian.Uint64(b), nil
+}
+
+// PutAckBody writes an ACK body: how many frames of the opposite
+// direction were delivered to the end host.
+func PutAckBody(b []byte, delivered uint64) { binary.BigEndian.PutUint64(b[:AckBodySize], delivered) }
+
+// ParseAckBody reads the delivered frame count of an ACK frame.
+func ParseAckBody(b []byte) (uint64, error) {
+	if len(b) != AckBodySize {
+		return 0, fmt.Errorf("%w: ACK body of %d bytes", ErrFrame, len(b))
 	}
 	return binary.BigEndian.Uint64(b), nil
 }

@@ -51,6 +51,7 @@ const (
 	helloLabel     = "sos v2 hello"
 	replyLabel     = "sos v2 reply"
 	confirmLabel   = "sos v2 confirm"
+	joinLabel      = "sos v2 join"
 	authInfo       = "sosappliance v2 handshake auth"
 	streamKeysInfo = "sosappliance v2 stream keys"
 )
@@ -96,6 +97,7 @@ const (
 	StatusUnknownInitiator
 	StatusShapeMismatch
 	StatusReflected
+	StatusUnknownSession
 	statusCount
 )
 
@@ -129,6 +131,8 @@ func (s Status) String() string {
 		return "session shape (streams, chunk size, queue length) differs from the server side's whitelist"
 	case StatusReflected:
 		return "hello carries this agent's own key (reflected)"
+	case StatusUnknownSession:
+		return "join names no running session of this agent (it lost the session's state)"
 	}
 	return fmt.Sprintf("status(%d)", uint8(s))
 }
@@ -198,7 +202,14 @@ type Hello struct {
 	QueueLength uint32
 	Client      netip.AddrPort
 	Server      netip.AddrPort
+	// Join marks a replacement stream of a running session (hello flag
+	// HelloJoin): the responder admits it only into a session it holds,
+	// once the stream's JOIN frame proves the session key.
+	Join bool
 }
+
+// HelloJoin is the hello flag of a replacement stream.
+const HelloJoin = 0x01
 
 func validName(s string) bool {
 	if s == "" || len(s) > MaxNameSize || !utf8.ValidString(s) {
@@ -243,6 +254,9 @@ func (h *Hello) Marshal(key *HandshakeKey) ([HelloSize]byte, error) {
 		return b, err
 	}
 	putPreamble(b[:], kindHello, byte(h.Mode))
+	if h.Join {
+		b[7] = HelloJoin
+	}
 	putName(b[8:72], h.Initiator)
 	putName(b[72:136], h.Responder)
 	copy(b[136:168], h.Ephemeral[:])
@@ -268,11 +282,12 @@ func ParseHello(b []byte, key *HandshakeKey) (Hello, error) {
 	if !hmac.Equal(want[:], b[232:HelloSize]) {
 		return h, ErrMAC
 	}
-	if b[7] != 0 {
+	if b[7]&^HelloJoin != 0 {
 		return h, fmt.Errorf("%w: hello flags %#x", ErrInvalid, b[7])
 	}
 	var err error
 	h.Mode = Mode(b[6])
+	h.Join = b[7]&HelloJoin != 0
 	if h.Initiator, err = getName(b[8:72]); err != nil {
 		return Hello{}, err
 	}
@@ -411,6 +426,7 @@ type Secrets struct {
 	Keys    StreamKeys
 	confirm [32]byte
 	th      [32]byte
+	session [32]byte
 }
 
 // Finish runs the key agreement of a stream: X25519 of our ephemeral key
@@ -433,13 +449,16 @@ func Finish(key *HandshakeKey, own *Ephemeral, peer PublicKey, hello, reply []by
 	var s Secrets
 	th.Sum(s.th[:0])
 	ikm := append(append(make([]byte, 0, len(dh)+len(key.psk)), dh...), key.psk...)
-	okm, err := hkdf.Key(sha256.New, ikm, s.th[:], streamKeysInfo, 96)
+	// HKDF output is prefix-stable: the first 96 bytes are those of the
+	// first step of version 2, the last 32 the session key.
+	okm, err := hkdf.Key(sha256.New, ikm, s.th[:], streamKeysInfo, 128)
 	if err != nil {
 		return nil, fmt.Errorf("stripe: derive stream keys: %w", err)
 	}
 	copy(s.confirm[:], okm[:32])
 	copy(s.Keys.Up[:], okm[32:64])
-	copy(s.Keys.Down[:], okm[64:])
+	copy(s.Keys.Down[:], okm[64:96])
+	copy(s.session[:], okm[96:128])
 	return &s, nil
 }
 
@@ -447,6 +466,27 @@ func Finish(key *HandshakeKey, own *Ephemeral, peer PublicKey, hello, reply []by
 // holds the PSK and its ephemeral private key, bound to this transcript.
 func (s *Secrets) Confirm() [ConfirmSize]byte {
 	return mac(s.confirm[:], confirmLabel, s.th[:])
+}
+
+// SessionKey is the key a session takes from the handshake of its stream
+// 0: it authenticates the JOIN of every replacement stream. No other
+// stream's handshake yields it.
+func (s *Secrets) SessionKey() [32]byte { return s.session }
+
+// JoinProof is the body of the JOIN frame on this (replacement) stream:
+// MAC(session key, "sos v2 join" || session id || this stream's
+// transcript hash), so a proof is good for one session and one stream.
+func (s *Secrets) JoinProof(sessionKey *[32]byte, id SessionID) [JoinBodySize]byte {
+	return mac(sessionKey[:], joinLabel, id[:], s.th[:])
+}
+
+// VerifyJoin checks the JOIN proof read on this stream.
+func (s *Secrets) VerifyJoin(sessionKey *[32]byte, id SessionID, proof []byte) error {
+	want := s.JoinProof(sessionKey, id)
+	if len(proof) != JoinBodySize || !hmac.Equal(want[:], proof) {
+		return ErrMAC
+	}
+	return nil
 }
 
 // VerifyConfirm checks the initiator's confirm.

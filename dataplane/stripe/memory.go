@@ -12,15 +12,20 @@ const StreamReadBuffer = 32 << 10
 // stream socket. What is in flight lives in the kernel's socket buffers.
 const MaxSendFrames = 128
 
-// SessionMemory is the most frame-buffer memory one session can hold at an
-// agent, in bytes, for a session's streams, chunk size and receive window
-// in frames. Per session and agent: the receive direction holds at most
-// the window plus the FIN and one frame per stream being read (the sender
-// never exceeds the credit, and the receiver never grants more than its
-// window); the send direction holds SendBudget frames; and every stream
-// has a read buffer. The arithmetic saturates at math.MaxInt64 instead of
-// wrapping, so no shape a peer can announce passes a cap by overflowing;
-// non-positive arguments count as zero.
+// SessionMemory is the frame-buffer memory one session can hold at an
+// agent before its send retention grows, in bytes, for a session's
+// streams, chunk size and receive window in frames. Per session and agent:
+// the receive direction holds at most the window plus the FIN and one
+// frame per stream being read (the sender never exceeds the credit, and
+// the receiver never grants more than its window); the send direction
+// holds SendBudget frames, queued for a stream or sent and not yet
+// acknowledged; and every stream has a read buffer. Retention beyond
+// SendBudget frames (RetainFootprint) is reserved as it grows and counts
+// against the same session cap: SessionMemory at the window plus
+// RetainFootprint of the extra retention never passes it. The arithmetic
+// saturates at math.MaxInt64 instead of wrapping, so no shape a peer can
+// announce passes a cap by overflowing; non-positive arguments count as
+// zero.
 func SessionMemory(streams, chunkSize, windowFrames int) int64 {
 	n, chunk, window := nonNeg(streams), nonNeg(chunkSize), nonNeg(windowFrames)
 	frames := satAdd(RecvBudget(n, window), SendBudget(n))
@@ -46,6 +51,15 @@ func SessionFootprint(streams, chunkSize, windowFrames int) int64 {
 	book := satAdd(satMul(window, perSlot),
 		satAdd(satMul(satAdd(RecvBudget(n, window), SendBudget(n)), perBuffer), satMul(n, perStream)))
 	return satAdd(SessionMemory(streams, chunkSize, windowFrames), book)
+}
+
+// RetainFootprint is what frames of send retention beyond SendBudget
+// take: a frame buffer and a buffer queue slot each. A session reserves
+// it from its agent's memory cap, within its session cap, before its
+// retention grows.
+func RetainFootprint(chunkSize, frames int) int64 {
+	const perBuffer = 16
+	return satMul(nonNeg(frames), satAdd(FrameSize(chunkSize), perBuffer))
 }
 
 // RecvBudget is the number of receive frame buffers of a session: the

@@ -98,47 +98,80 @@ func (r *Reassembler[T]) Received() bool {
 }
 
 // Insert accepts a frame read from stream with sequence number seq. fin
-// marks the FIN frame. It refuses anything the protocol forbids; it never
-// drops a frame it accepted.
+// marks the FIN frame. It refuses anything the protocol forbids, a
+// duplicate included; it never drops a frame it accepted. Offer is the
+// form an agent uses since retransmission: it drops duplicates instead.
 func (r *Reassembler[T]) Insert(stream int, seq uint64, fin bool, item T) error {
+	ok, err := r.Offer(stream, seq, fin, false, item)
+	if err == nil && !ok {
+		if seq < r.next {
+			return fmt.Errorf("%w: seq %d, next %d", ErrStale, seq, r.next)
+		}
+		return fmt.Errorf("%w: seq %d", ErrDuplicate, seq)
+	}
+	return err
+}
+
+// Offer accepts a frame read from stream with sequence number seq, fin
+// marking the FIN and retransmit the frame's FlagRetransmit. A frame
+// whose sequence was already delivered or is held is a duplicate: Offer
+// returns false and keeps nothing, so the caller releases item. Only
+// authenticated frames may be offered: every authentic copy of a
+// sequence carries the same chunk, so dropping one loses nothing. A
+// frame without the flag must still come in increasing order along its
+// stream (a replay on the stream is refused, not dropped); a
+// retransmitted one may lie below the stream's previous frame, and does
+// not move the stream's read position.
+func (r *Reassembler[T]) Offer(stream int, seq uint64, fin, retransmit bool, item T) (bool, error) {
 	if stream < 0 || stream >= len(r.lastPlus1) {
-		return fmt.Errorf("%w: stream %d of %d", ErrInvalid, stream, len(r.lastPlus1))
+		return false, fmt.Errorf("%w: stream %d of %d", ErrInvalid, stream, len(r.lastPlus1))
 	}
 	if !r.CanRead(stream) {
-		return fmt.Errorf("%w: stream %d", ErrPaused, stream)
+		return false, fmt.Errorf("%w: stream %d", ErrPaused, stream)
 	}
-	if r.lastPlus1[stream] > seq {
-		return fmt.Errorf("%w: stream %d seq %d after %d", ErrReplay, stream, seq, r.lastPlus1[stream]-1)
+	if !retransmit && r.lastPlus1[stream] > seq {
+		return false, fmt.Errorf("%w: stream %d seq %d after %d", ErrReplay, stream, seq, r.lastPlus1[stream]-1)
+	}
+	if r.finSeen && fin && seq == r.finSeq {
+		return false, nil // the FIN again
 	}
 	if seq < r.next {
-		return fmt.Errorf("%w: seq %d, next %d", ErrStale, seq, r.next)
+		return false, nil
 	}
 	if r.finSeen && seq >= r.finSeq {
-		return fmt.Errorf("%w: seq %d, FIN at %d", ErrAfterFin, seq, r.finSeq)
+		return false, fmt.Errorf("%w: seq %d, FIN at %d", ErrAfterFin, seq, r.finSeq)
 	}
 	if fin {
 		if r.anySeen && r.maxSeq >= seq {
-			return fmt.Errorf("%w: FIN at %d but seq %d already received", ErrAfterFin, seq, r.maxSeq)
+			return false, fmt.Errorf("%w: FIN at %d but seq %d already received", ErrAfterFin, seq, r.maxSeq)
 		}
 	}
 	if seq < r.next+r.window {
 		s := &r.ring[seq%r.window]
 		if s.full {
-			return fmt.Errorf("%w: seq %d", ErrDuplicate, seq)
+			return false, nil
 		}
 		*s = slot[T]{item: item, fin: fin, full: true}
 	} else {
 		for i := range r.held {
 			if r.held[i].full && r.held[i].seq == seq {
-				return fmt.Errorf("%w: seq %d", ErrDuplicate, seq)
+				return false, nil
 			}
+		}
+		if retransmit || r.held[stream].full {
+			// A retransmission lies below what its sender sent before,
+			// so inside the credit and the window; a replacement stream
+			// cannot hold a second frame beyond it.
+			return false, fmt.Errorf("%w: stream %d seq %d beyond the window at %d", ErrPaused, stream, seq, r.next)
 		}
 		// The stream was readable, so its previous frame lay inside the
 		// window and nothing of it is held.
 		r.held[stream] = heldFrame[T]{seq: seq, item: item, fin: fin, full: true}
 		r.heldCount++
 	}
-	r.lastPlus1[stream] = seq + 1
+	if !retransmit {
+		r.lastPlus1[stream] = seq + 1
+	}
 	if !r.anySeen || seq > r.maxSeq {
 		r.maxSeq = seq
 	}
@@ -147,7 +180,16 @@ func (r *Reassembler[T]) Insert(stream int, seq uint64, fin bool, item T) error 
 		r.finSeq, r.finSeen = seq, true
 	}
 	r.depth++
-	return nil
+	return true, nil
+}
+
+// ResetStream forgets the read position of stream: a replacement stream
+// took its index and numbers its frames afresh. A frame the old stream
+// left held beyond the window stays held.
+func (r *Reassembler[T]) ResetStream(stream int) {
+	if stream >= 0 && stream < len(r.lastPlus1) {
+		r.lastPlus1[stream] = 0
+	}
 }
 
 // Ready returns the frame at Next()+i if it is held in order, without

@@ -246,7 +246,12 @@ func TestCreditRoundTrip(t *testing.T) {
 		{Header{Type: FrameData, Length: 8, Seq: ControlSeq(1)}, false},
 		{Header{Type: FrameFin, Length: 8, Seq: ControlSeqBase}, false},
 		{Header{Type: FrameData, Length: 8, Seq: ControlSeqBase - 1}, true},
-		{Header{Type: 5, Length: 8, Seq: ControlSeq(0)}, false},
+		{Header{Type: FrameAck, Length: 8, Seq: ControlSeq(0)}, true},
+		{Header{Type: FrameAck, Length: 8, Seq: 3}, false},
+		{Header{Type: FrameJoin, Length: 32, Seq: 3}, false},
+		{Header{Type: FrameAck, Flags: FlagRetransmit, Length: 8, Seq: ControlSeq(0)}, false},
+		{Header{Type: FrameFin, Flags: FlagRetransmit, Length: 8, Seq: 9}, true},
+		{Header{Type: 7, Length: 8, Seq: ControlSeq(0)}, false},
 	} {
 		c.h.Put(hdr[:])
 		if _, err := ParseHeader(hdr[:]); (err == nil) != c.ok {
@@ -609,7 +614,9 @@ func TestFrameRejects(t *testing.T) {
 	headers := []Header{
 		{Type: 0, Stream: 2, Length: 20, Seq: 1},
 		{Type: 4, Stream: 2, Length: 20, Seq: 1},
-		{Type: FrameData, Flags: 1, Stream: 2, Length: 20, Seq: 1},
+		{Type: FrameData, Flags: 2, Stream: 2, Length: 20, Seq: 1},
+		{Type: FrameCredit, Flags: FlagRetransmit, Stream: 2, Length: 8, Seq: ControlSeq(0)},
+		{Type: 7, Stream: 2, Length: 20, Seq: ControlSeq(0)},
 		{Type: FrameAbort, Stream: 2, Length: 20, Seq: 1},
 		{Type: FrameData, Stream: 2, Length: 20, Seq: AbortSeq},
 	}

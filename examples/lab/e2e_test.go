@@ -132,6 +132,7 @@ func TestLab(t *testing.T) {
 	t.Run("DownloadIPv6", func(t *testing.T) {
 		testRangePortDownload(ctx, t, lab, files, labnet.ClientAddr6, labnet.ServerAddr6, http6Port)
 	})
+	t.Run("DownloadSurvivesStreamKills", func(t *testing.T) { testDownloadSurvivesStreamKills(ctx, t, lab, files) })
 	t.Run("Upload", func(t *testing.T) { testUpload(ctx, t, lab, files) })
 	t.Run("FailOpen", func(t *testing.T) { testFailOpen(ctx, t, lab, files) })
 	t.Run("WhitelistReload", func(t *testing.T) { testWhitelistReload(ctx, t, lab, files) })

@@ -48,6 +48,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	streams := fs.Int("streams", 64, "iperf3 -P of the end-host parallel transfer, and the streams sosappliance stripes over")
 	check := fs.Bool("check", false, "exit 1 when sosappliance misses a target")
 	out := fs.String("out", "out", "directory for demo-throughput.csv and demo-throughput.png")
+	kill := fs.Int("kill-streams", 0, "during the sosappliance transfer, kill this many of agent-a's stripes (ss -K) every 2 s; the transfer goes on")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -102,11 +103,16 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		runs[i].Duration, runs[i].Omit = tf.duration, tf.omit
 		bar := newProgressBar(stdout, runs[i].Label)
 		tl := timeline{Label: runs[i].Label}
+		stopKilling := func() {}
+		if lab.Appliance() && runs[i].Port == wl.ServerPort {
+			stopKilling = startKilling(ctx, lab, *kill, stdout)
+		}
 		res, err := measure.Run(ctx, lab, runs[i], func(s measure.Sample) {
 			tl.Samples = append(tl.Samples, timelineSample{Seconds: s.Waiting.Seconds(), Bps: s.Bps})
 			bar.update(s)
 		})
 		bar.finish(res, err)
+		stopKilling()
 		if err != nil {
 			return err
 		}

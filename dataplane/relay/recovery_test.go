@@ -1,0 +1,428 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
+)
+
+// killMiB is the volume of each direction in TestTransferSurvivesStreamKills:
+// RELAY_KILL_MIB, 1024 (1 GiB) unless set.
+func killMiB(t *testing.T) int64 {
+	if v := os.Getenv("RELAY_KILL_MIB"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			t.Fatalf("RELAY_KILL_MIB=%q", v)
+		}
+		return n
+	}
+	if testing.Short() {
+		return 64
+	}
+	return 1024
+}
+
+// killer resets streams between the agents until stopped: every every ..
+// every+spread it picks 1 .. n-1 stream indices at random and resets their
+// current connections, so at times all but one stream are down at once.
+func killer(p *pair, n int, seed uint64, every, spread time.Duration) (stop func() int) {
+	done := make(chan struct{})
+	var kills atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(seed, 7))
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(every + rand.N(spread)):
+			}
+			cur := p.mitm.current()
+			k := 1 + rng.IntN(n-1)
+			for _, i := range rng.Perm(n)[:k] {
+				if ms, ok := cur[i]; ok {
+					reset(ms.a)
+					reset(ms.b)
+					kills.Add(1)
+				}
+			}
+		}
+	}()
+	return func() int {
+		close(done)
+		wg.Wait()
+		return int(kills.Load())
+	}
+}
+
+// TestTransferSurvivesStreamKills moves RELAY_KILL_MIB (1 GiB by default)
+// in each direction at once while a fault injector between the agents
+// keeps resetting streams, up to all but one at a time. Every byte must
+// arrive in order at both ends (sha256), the session must complete at
+// both agents, frames must have been sent again, and the client side must
+// have replaced streams. It replaces "one of 64 streams reset aborts both
+// agents": losing a stream no longer fails a session.
+func TestTransferSurvivesStreamKills(t *testing.T) {
+	const streams = 8
+	size := killMiB(t) << 20
+	lim := Limits{StallTimeout: 5 * time.Second, ReconnectTimeout: 20 * time.Second, HalfClosedIdle: time.Minute}
+	p := startPair(t, pairOptions{streams: streams, chunk: 60000, viaMITM: true, limitsA: lim, limitsB: lim}, nil)
+	stop := killer(p, streams, 1, 100*time.Millisecond, 300*time.Millisecond)
+	start := time.Now()
+	res := duplex(t, p, 99, size, size-12345, false)
+	kills := stop()
+	elapsed := time.Since(start)
+	res.check(t, size, size-12345)
+	testsupport.Eventually(t, 30*time.Second, "both agents to complete the session", func() bool {
+		return p.a.Stats().Totals.SessionsCompleted == 1 && p.b.Stats().Totals.SessionsCompleted == 1
+	})
+	ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
+	t.Logf("%d MiB each way in %v under %d stream resets", size>>20, elapsed.Round(time.Millisecond), kills)
+	t.Logf("client side: lost %d, replaced %d, reinjected %d frames / %d bytes, duplicates dropped %d",
+		ta.StreamsLost, ta.StreamsReplaced, ta.ReinjectedFrames, ta.ReinjectedBytes, ta.DuplicatesDropped)
+	t.Logf("server side: lost %d, replaced %d, reinjected %d frames / %d bytes, duplicates dropped %d",
+		tb.StreamsLost, tb.StreamsReplaced, tb.ReinjectedFrames, tb.ReinjectedBytes, tb.DuplicatesDropped)
+	if ta.SessionsAborted+tb.SessionsAborted != 0 {
+		t.Errorf("aborts: %+v %+v", p.a.Stats().RecentAborts, p.b.Stats().RecentAborts)
+	}
+	if ta.ReinjectedBytes == 0 || tb.ReinjectedBytes == 0 {
+		t.Errorf("reinjected bytes: client side %d, server side %d; want both > 0", ta.ReinjectedBytes, tb.ReinjectedBytes)
+	}
+	if ta.StreamsReplaced == 0 || tb.StreamsReplaced == 0 || ta.StreamsLost == 0 {
+		t.Errorf("streams lost %d, replaced %d (client side), admitted %d (server side)", ta.StreamsLost, ta.StreamsReplaced, tb.StreamsReplaced)
+	}
+	if ta.BytesUp != uint64(size) || tb.BytesDown != uint64(size-12345) {
+		t.Errorf("counted %d up at the client side, %d down at the server side", ta.BytesUp, tb.BytesDown)
+	}
+}
+
+// TestSilentStreamReplaced freezes one stream between the agents without
+// closing it (its frames stop, its connection stays up). Past the stall
+// timeout the receiver resets it, its frames go on the other streams, the
+// client side replaces it and the transfer completes intact.
+func TestSilentStreamReplaced(t *testing.T) {
+	lim := Limits{StallTimeout: time.Second, HalfClosedIdle: time.Minute}
+	p := startPair(t, pairOptions{streams: 8, chunk: 16384, queue: 2, viaMITM: true, limitsA: lim, limitsB: lim}, nil)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	fc := &frameCounter{}
+	var frozen atomic.Pointer[mitmStream]
+	p.mitm.hold = func(ms *mitmStream, dir stripe.Direction, frame []byte) {
+		if dir == stripe.Up && ms.index == 3 && frame[0] == byte(stripe.FrameData) && fc.next(ms, dir, frame) == 5 &&
+			frozen.CompareAndSwap(nil, ms) {
+			<-release // hold this frame and everything after it on this connection
+		}
+	}
+	const up, down = 48 << 20, 1 << 20
+	res := duplex(t, p, 5, up, down, false)
+	res.check(t, up, down)
+	if frozen.Load() == nil {
+		t.Fatal("no stream was frozen")
+	}
+	testsupport.Eventually(t, 30*time.Second, "both agents to complete the session", func() bool {
+		return p.a.Stats().Totals.SessionsCompleted == 1 && p.b.Stats().Totals.SessionsCompleted == 1
+	})
+	ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
+	t.Logf("server side lost %d streams, client side replaced %d and reinjected %d bytes", tb.StreamsLost, ta.StreamsReplaced, ta.ReinjectedBytes)
+	if tb.StreamsLost == 0 || ta.StreamsReplaced == 0 || ta.ReinjectedBytes == 0 {
+		t.Errorf("want the frozen stream lost, replaced and its frames reinjected: %+v / %+v", ta, tb)
+	}
+}
+
+// TestAllStreamsLostAborts kills every stream at once and refuses new
+// ones: after the reconnect timeout (not before) both agents abort, and
+// both end hosts see a reset; the server got only what the client sent,
+// in order.
+func TestAllStreamsLostAborts(t *testing.T) {
+	const reconnect = 2 * time.Second
+	lim := Limits{StallTimeout: time.Minute, ReconnectTimeout: reconnect, HalfClosedIdle: time.Minute}
+	p := startPair(t, pairOptions{streams: 8, chunk: 16384, viaMITM: true, limitsA: lim, limitsB: lim}, nil)
+	w := uploadUntilAbort(t, p)
+	testsupport.Eventually(t, 30*time.Second, "transfer under way", func() bool {
+		st := p.b.Stats()
+		return len(st.Sessions) == 1 && st.Sessions[0].BytesUp > 4<<20
+	})
+	p.mitm.refuse.Store(true)
+	killed := time.Now()
+	p.mitm.resetAll()
+	ca, sa := w.checkAborted(t, p)
+	t.Logf("aborted %v after the kill at the client side, %v at the server side: %s / %s",
+		ca.At.Sub(killed).Round(time.Millisecond), sa.At.Sub(killed).Round(time.Millisecond), ca.Error, sa.Error)
+	for _, r := range []AbortRecord{ca, sa} {
+		if r.Reason != AbortStream || !strings.Contains(r.Error, "none re-established within "+reconnect.String()) {
+			t.Errorf("%s side aborted for %s: %s", r.Side, r.Reason, r.Error)
+		}
+		if r.At.Sub(killed) < reconnect {
+			t.Errorf("%s side aborted %v after the kill, before the reconnect timeout of %v", r.Side, r.At.Sub(killed), reconnect)
+		}
+	}
+	if st := p.a.Stats().Totals; st.Rejected != nil && st.StreamsLost < 8 {
+		t.Errorf("client side counted %d lost streams", st.StreamsLost)
+	}
+}
+
+// TestFarAgentGoneAborts: the server-side agent is replaced by a fresh
+// one (its process restarted: the session's state is gone). The client
+// side's joins are refused as an unknown session, and it aborts at once
+// instead of waiting out the reconnect timeout.
+func TestFarAgentGoneAborts(t *testing.T) {
+	lim := Limits{StallTimeout: time.Minute, ReconnectTimeout: time.Minute, HalfClosedIdle: time.Minute}
+	p := startPair(t, pairOptions{streams: 4, chunk: 16384, viaMITM: true, limitsA: lim, limitsB: lim}, nil)
+	w := uploadUntilAbort(t, p)
+	testsupport.Eventually(t, 30*time.Second, "transfer under way", func() bool {
+		st := p.b.Stats()
+		return len(st.Sessions) == 1 && st.Sessions[0].BytesUp > 1<<20
+	})
+	fresh := startAgent(t, Config{
+		Name:       "agent-b",
+		DataListen: netip.MustParseAddrPort("127.0.0.1:0"),
+		PSK:        testPSK,
+		Server:     p.wlB,
+		Limits:     lim,
+	}, p.server.addr)
+	p.mitm.setTarget(fresh.Addrs().Data)
+	p.mitm.resetAll()
+	testsupport.Eventually(t, 30*time.Second, "the client side to abort", func() bool { return len(p.a.Stats().RecentAborts) > 0 })
+	r := p.a.Stats().RecentAborts[0]
+	if r.Reason != AbortPeer || !strings.Contains(r.Error, "lost the session") {
+		t.Errorf("client side aborted for %s: %s", r.Reason, r.Error)
+	}
+	// The old server-side agent still waits for joins; shut it down so
+	// the end hosts see their resets.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = p.b.Shutdown(ctx)
+	<-w.done
+	if !sawReset(w.clientReadErr, w.clientWriteErr) {
+		t.Errorf("client saw read %v, write %v; want a reset", w.clientReadErr, w.clientWriteErr)
+	}
+	if fresh.Stats().Totals.Rejected[rejectMismatch]+fresh.Stats().Totals.HandshakeFailures == 0 &&
+		len(fresh.Stats().Sessions) != 0 {
+		t.Errorf("the fresh agent took the join: %+v", fresh.Stats().Totals)
+	}
+}
+
+// TestRetransmissionsDuplicatedAndReordered: while streams are reset,
+// the path duplicates every retransmitted frame and swaps retransmitted
+// frames pairwise. Duplicates are dropped, the order does not matter, and
+// every byte arrives once, in order.
+func TestRetransmissionsDuplicatedAndReordered(t *testing.T) {
+	for _, mode := range []string{EncryptionAESGCM, EncryptionNone} {
+		t.Run(mode, func(t *testing.T) {
+			lim := Limits{StallTimeout: 5 * time.Second, HalfClosedIdle: time.Minute}
+			p := startPair(t, pairOptions{streams: 6, chunk: 16384, encryption: mode, viaMITM: true, limitsA: lim, limitsB: lim}, nil)
+			var mu sync.Mutex
+			type key struct {
+				ms  *mitmStream
+				dir stripe.Direction
+			}
+			held := map[key][]byte{}
+			p.mitm.onFrame = func(ms *mitmStream, dir stripe.Direction, frame []byte) [][]byte {
+				if frame[1]&stripe.FlagRetransmit == 0 {
+					return [][]byte{frame}
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				k := key{ms, dir}
+				if prev, ok := held[k]; ok {
+					delete(held, k)
+					return [][]byte{frame, prev, frame, prev}
+				}
+				held[k] = frame
+				return nil
+			}
+			stop := killer(p, 6, 3, 20*time.Millisecond, 80*time.Millisecond)
+			const up, down = 256 << 20, 128 << 20
+			done := make(chan duplexResult)
+			go func() { done <- duplex(t, p, 11, up, down, false) }()
+			var res duplexResult
+			select {
+			case res = <-done:
+			case <-time.After(2 * time.Minute):
+				t.Fatal("transfer did not finish")
+			}
+			stop()
+			// A held retransmission whose stream then died is sent again
+			// anyway: nothing is lost by holding it.
+			res.check(t, up, down)
+			testsupport.Eventually(t, 30*time.Second, "both agents to complete", func() bool {
+				return p.a.Stats().Totals.SessionsCompleted == 1 && p.b.Stats().Totals.SessionsCompleted == 1
+			})
+			ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
+			t.Logf("reinjected %d + %d frames, duplicates dropped %d + %d", ta.ReinjectedFrames, tb.ReinjectedFrames, ta.DuplicatesDropped, tb.DuplicatesDropped)
+			if ta.DuplicatesDropped+tb.DuplicatesDropped == 0 {
+				t.Errorf("no duplicate was dropped")
+			}
+		})
+	}
+}
+
+// TestForgedStreamJoinsRefused mounts joins a key holder could try
+// against a live session: a join for a session the agent does not hold
+// (an authenticated refusal), a join whose JOIN frame proves another key
+// (reset, counted, nothing attached), and a plain hello for a stream of
+// the running session (refused). The live session goes on untouched.
+func TestForgedStreamJoinsRefused(t *testing.T) {
+	p := startPair(t, pairOptions{}, echo)
+	c := p.dial(t)
+	defer c.Close()
+	if _, err := c.Write([]byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, 5)); err != nil {
+		t.Fatal(err)
+	}
+	live := p.b.Stats().Sessions[0]
+	var id stripe.SessionID
+	if _, err := hex.Decode(id[:], []byte(live.ID)); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := stripe.NewHandshakeKey(testPSK)
+	ofLive := func(join bool) func(h *stripe.Hello) {
+		return func(h *stripe.Hello) { h.Session, h.Client, h.Stream, h.Join = id, live.Client, 3, join }
+	}
+
+	_, _, hb := helloFrom(t, p, func(h *stripe.Hello) { h.Join = true })
+	conn, rb, err := sendHello(t, p.b.Addrs().Data, hb[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	if r, err := stripe.ParseReply(hb[:], rb[:], key); err != nil || r.Status != stripe.StatusUnknownSession {
+		t.Errorf("join for an unknown session: %v, %v", r.Status, err)
+	}
+
+	_, _, hb = helloFrom(t, p, ofLive(false))
+	conn, rb, err = sendHello(t, p.b.Addrs().Data, hb[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	if r, err := stripe.ParseReply(hb[:], rb[:], key); err != nil || r.Status != stripe.StatusDuplicateStream {
+		t.Errorf("plain hello into the running session: %v, %v", r.Status, err)
+	}
+
+	before := p.b.Stats().Totals.HandshakeFailures
+	_, eph, hb := helloFrom(t, p, ofLive(true))
+	conn, rb, err = sendHello(t, p.b.Addrs().Data, hb[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	r, err := stripe.ParseReply(hb[:], rb[:], key)
+	if err != nil || r.Status != stripe.StatusAccepted {
+		t.Fatalf("join hello for the live session: %v, %v", r.Status, err)
+	}
+	secrets, err := stripe.Finish(key, eph, r.Ephemeral, hb[:], rb[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	confirm := secrets.Confirm()
+	if _, err := conn.Write(confirm[:]); err != nil {
+		t.Fatal(err)
+	}
+	codec, err := stripe.NewCodec(stripe.ModeAESGCM, &secrets.Keys, true, 3, 60000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := secrets.SessionKey() // this stream's own, not the session's
+	if err := sendJoin(conn, codec, secrets, &wrong, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, conn); !isReset(err) {
+		t.Errorf("join with a bad proof: %v, want a reset", err)
+	}
+	testsupport.Eventually(t, 30*time.Second, "the bad join counted", func() bool {
+		return p.b.Stats().Totals.HandshakeFailures > before
+	})
+	if st := p.b.Stats().Totals; st.StreamsReplaced != 0 || st.StreamsLost != 0 {
+		t.Errorf("a forged join touched the session: lost %d, replaced %d", st.StreamsLost, st.StreamsReplaced)
+	}
+
+	msg := bytes.Repeat([]byte("still fine "), 10000)
+	go func() { _, _ = c.Write(msg); _ = c.CloseWrite() }()
+	got, err := io.ReadAll(c)
+	if err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("session after forged joins: %d bytes, %v", len(got), err)
+	}
+}
+
+// TestFarAgentFinAborts: every stream ends with a FIN in the middle of a
+// transfer, as when the far agent's process exits and its kernel closes
+// its sockets. That is no network failure to ride out: both agents abort
+// at once (not after the reconnect timeout) and both end hosts get resets.
+func TestFarAgentFinAborts(t *testing.T) {
+	lim := Limits{StallTimeout: time.Minute, ReconnectTimeout: time.Minute, HalfClosedIdle: time.Minute}
+	p := startPair(t, pairOptions{streams: 4, chunk: 16384, viaMITM: true, limitsA: lim, limitsB: lim}, nil)
+	w := uploadUntilAbort(t, p)
+	testsupport.Eventually(t, 30*time.Second, "transfer under way", func() bool {
+		st := p.b.Stats()
+		return len(st.Sessions) == 1 && st.Sessions[0].BytesUp > 1<<20
+	})
+	p.mitm.mu.Lock()
+	for _, ms := range p.mitm.streams {
+		_ = ms.a.CloseWrite()
+		_ = ms.b.CloseWrite()
+	}
+	p.mitm.mu.Unlock()
+	ca, sa := w.checkAborted(t, p)
+	for _, r := range []AbortRecord{ca, sa} {
+		if r.Reason != AbortPeer || !strings.Contains(r.Error, "far agent closed the stream") {
+			t.Errorf("%s side aborted for %s: %s", r.Side, r.Reason, r.Error)
+		}
+	}
+}
+
+// TestRetentionWithinSessionCap: unacknowledged frames count in the
+// session memory cap. With a small cap, a transfer in both directions
+// (whose retention grows as far as the cap lets it) keeps every session's
+// memory, window and retention together, under the cap, while streams are
+// reset; and the transfer completes.
+func TestRetentionWithinSessionCap(t *testing.T) {
+	const streams, chunk = 4, 16384
+	capBytes := 3 * stripe.SessionMemory(streams, chunk, stripe.InitialFrames(streams, chunk))
+	lim := Limits{SessionMemory: capBytes, StallTimeout: 5 * time.Second, HalfClosedIdle: time.Minute}
+	p := startPair(t, pairOptions{streams: streams, chunk: chunk, queue: -1, viaMITM: true, limitsA: lim, limitsB: lim}, nil)
+	stop := killer(p, streams, 5, 200*time.Millisecond, 200*time.Millisecond)
+	sampled := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			checkMemory(t, p)
+			for _, ag := range []*Agent{p.a, p.b} {
+				for _, s := range ag.Stats().Sessions {
+					if s.Memory > capBytes || s.MemoryMax > capBytes {
+						t.Errorf("%s side holds %d bytes (max %d), cap %d", s.Side, s.Memory, s.MemoryMax, capBytes)
+					}
+				}
+			}
+		}
+	}()
+	const up, down = 192 << 20, 128 << 20
+	res := duplex(t, p, 21, up, down, false)
+	close(done)
+	<-sampled
+	stop()
+	res.check(t, up, down)
+}
