@@ -174,8 +174,23 @@ func (i *Instance) Vsctl(args ...string) (string, error) {
 
 // Ofctl runs ovs-ofctl with OpenFlow 1.3 against this instance; a bridge
 // name as target reaches the bridge's management socket in Dir.
+//
+// ovs-vswitchd recreates a bridge's management socket when it reconfigures
+// the bridge (a controller target or port added just before), and an
+// ovs-ofctl that comes in meanwhile fails to open it ("failed to open
+// socket", seen as ENOENT, ECONNREFUSED or EPIPE on a loaded machine).
+// Such a command never reached the switch, so it is run again, for at most
+// two seconds; any other failure is returned at once.
 func (i *Instance) Ofctl(args ...string) (string, error) {
-	return i.run("ovs-ofctl", append([]string{"-O", "OpenFlow13"}, args...)...)
+	args = append([]string{"-O", "OpenFlow13"}, args...)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		out, err := i.run("ovs-ofctl", args...)
+		if err == nil || !strings.Contains(err.Error(), "failed to open socket") || time.Now().After(deadline) {
+			return out, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Appctl runs ovs-appctl against this instance's ovs-vswitchd.
