@@ -11,6 +11,7 @@ import (
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
 	"github.com/sosappliance/sosappliance/internal/portrange"
+	"github.com/sosappliance/sosappliance/sdn/spread"
 )
 
 // validate runs the checks that need the whole file: names, references and
@@ -107,6 +108,8 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 	}
 	ports := map[portKey]*Agent{}
 	byNode := map[string]*Agent{}
+	byMAC := map[string]*Agent{}
+	byAddr := map[netip.Addr]*Agent{}
 	for _, s := range cfg.Sites {
 		for _, a := range s.Agents {
 			if prev, dup := byNode[a.Node]; dup && a.Node != "" {
@@ -114,6 +117,18 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 					"Node %q runs two agents", a.Node)
 			} else {
 				byNode[a.Node] = a
+			}
+			if prev, dup := byMAC[a.MAC.String()]; dup && len(a.MAC) > 0 {
+				add(a.Range, fmt.Sprintf("Agent %q already has MAC %s; steering rewrites the destination MAC to the agent's, so each agent needs its own.", prev.Name, a.MAC),
+					"Agents %q and %q share MAC %s", prev.Name, a.Name, a.MAC)
+			} else if len(a.MAC) > 0 {
+				byMAC[a.MAC.String()] = a
+			}
+			if prev, dup := byAddr[a.Address]; dup && a.Address.IsValid() {
+				add(a.Range, fmt.Sprintf("Agent %q already has address %s; peers dial each agent at its own address.", prev.Name, a.Address),
+					"Agents %q and %q share address %s", prev.Name, a.Name, a.Address)
+			} else if a.Address.IsValid() {
+				byAddr[a.Address] = a
 			}
 			sw := cfg.Switch(a.Switch)
 			switch {
@@ -151,6 +166,16 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 			}
 		}
 		diags = append(diags, checkFlowCount(cfg, w)...)
+		if cfg.Spread.Mode == string(spread.ModeAddress) && (len(w.ClientAgents) > 1 || len(w.ServerAgents) > 1) {
+			rng := cfg.Spread.ModeRange
+			if rng.Filename == "" {
+				rng = w.Range
+			}
+			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagWarning,
+				Summary: fmt.Sprintf("Whitelist %q spreads by client address: all connections of one client land on one agent", w.Name),
+				Detail:  `spread { mode = "address" } is even only across many clients; with few clients, mode = "port" spreads each client's connections too (needs masked TCP port matches, as Open vSwitch has).`,
+				Subject: rng.Ptr()})
+		}
 		if w.AllPorts {
 			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagWarning,
 				Summary: fmt.Sprintf("Whitelist %q lists no ports: it carries TCP on every port between its clients and servers", w.Name),
@@ -256,11 +281,13 @@ func resolveWhitelist(cfg *Config, w *Whitelist) hcl.Diagnostics {
 	}
 	if clientSite != nil {
 		w.ClientSite = clientSite.Name
-		w.ClientAgent = pickAgent(cfg, w, clientSite, w.ClientAgent, "client_agent", &diags)
+		w.ClientAgents = pickAgents(cfg, w, clientSite, w.ClientAgent, w.ClientAgents, "client_agents", &diags)
+		w.ClientAgent = first(w.ClientAgents)
 	}
 	if serverSite != nil {
 		w.ServerSite = serverSite.Name
-		w.ServerAgent = pickAgent(cfg, w, serverSite, w.ServerAgent, "server_agent", &diags)
+		w.ServerAgents = pickAgents(cfg, w, serverSite, w.ServerAgent, w.ServerAgents, "server_agents", &diags)
+		w.ServerAgent = first(w.ServerAgents)
 	}
 	return diags
 }
@@ -276,27 +303,63 @@ func siteContaining(cfg *Config, p netip.Prefix) *Site {
 	return nil
 }
 
-func pickAgent(cfg *Config, w *Whitelist, site *Site, chosen, attr string, diags *hcl.Diagnostics) string {
-	if chosen != "" {
-		a := cfg.Agent(chosen)
-		if a == nil || a.Site != site.Name {
-			*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Whitelist %q %s %q is not an agent of site %q", w.Name, attr, chosen, site.Name),
-				fmt.Sprintf("Name one of: %s.", strings.Join(agentNames(site), ", "))))
-			return ""
-		}
-		return chosen
-	}
-	switch len(site.Agents) {
-	case 0:
+// pickAgents resolves the agents of one site that carry a whitelist: the
+// named subset (client_agents/server_agents, or the one agent of
+// client_agent/server_agent), or every agent of the site, always in the
+// site's declaration order so that every node deals buckets alike.
+func pickAgents(cfg *Config, w *Whitelist, site *Site, one string, subset []string, attr string, diags *hcl.Diagnostics) []string {
+	if len(site.Agents) == 0 {
 		*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Site %q has no agent to carry whitelist %q", site.Name, w.Name),
 			fmt.Sprintf("Declare an agent in site %q.", site.Name)))
-		return ""
-	case 1:
-		return site.Agents[0].Name
+		return nil
 	}
-	*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Site %q has several agents; whitelist %q must choose one", site.Name, w.Name),
-		fmt.Sprintf("Set %s to one of: %s.", attr, strings.Join(agentNames(site), ", "))))
-	return ""
+	chosen := subset
+	if one != "" {
+		chosen = []string{one}
+		attr = strings.TrimSuffix(attr, "s")
+	}
+	if len(chosen) == 0 {
+		if subset != nil {
+			*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Whitelist %q %s is empty", w.Name, attr),
+				fmt.Sprintf("Name at least one of: %s, or leave %s out to use them all.", strings.Join(agentNames(site), ", "), attr)))
+			return nil
+		}
+		return agentNames(site)
+	}
+	want := map[string]bool{}
+	ok := true
+	for _, name := range chosen {
+		a := cfg.Agent(name)
+		if a == nil || a.Site != site.Name {
+			*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Whitelist %q %s %q is not an agent of site %q", w.Name, attr, name, site.Name),
+				fmt.Sprintf("Name one of: %s.", strings.Join(agentNames(site), ", "))))
+			ok = false
+			continue
+		}
+		if want[name] {
+			*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Whitelist %q %s names agent %q twice", w.Name, attr, name),
+				"Name each agent once."))
+			ok = false
+		}
+		want[name] = true
+	}
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, a := range site.Agents {
+		if want[a.Name] {
+			out = append(out, a.Name)
+		}
+	}
+	return out
+}
+
+func first(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
 }
 
 func agentNames(s *Site) []string {
