@@ -227,8 +227,8 @@ type Whitelist struct {
 	// agents. ClientAgent and ServerAgent are their first entries.
 	ClientAgents []string
 	ServerAgents []string
-	ClientSite  string
-	ServerSite  string
+	ClientSite   string
+	ServerSite   string
 
 	Range        hcl.Range
 	ClientsRange hcl.Range
