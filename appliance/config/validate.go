@@ -166,6 +166,22 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 			}
 		}
 		diags = append(diags, checkFlowCount(cfg, w)...)
+		for _, group := range [][]string{w.ClientAgents, w.ServerAgents} {
+			if len(group) < 2 {
+				continue
+			}
+			first := cfg.Agent(group[0])
+			for _, name := range group[1:] {
+				if a := cfg.Agent(name); a.Switch != first.Switch {
+					add(w.Range, "The switch deals a site's connections to its agents by output port; put the agents of one whitelist on one switch, or name a subset with client_agents/server_agents.",
+						"Whitelist %q spreads over agents %q and %q on different switches", w.Name, first.Name, a.Name)
+				}
+			}
+			if sw := cfg.Switch(first.Switch); sw != nil && !sw.PortMasks && cfg.Spread.Mode == string(spread.ModePort) {
+				add(w.Range, `spread { mode = "port" } matches bits of the client's TCP port under a mask; on this switch use mode = "address", or name one agent.`,
+					"Whitelist %q spreads by TCP port, but switch %q has no masked port matches", w.Name, sw.Name)
+			}
+		}
 		if cfg.Spread.Mode == string(spread.ModeAddress) && (len(w.ClientAgents) > 1 || len(w.ServerAgents) > 1) {
 			rng := cfg.Spread.ModeRange
 			if rng.Filename == "" {

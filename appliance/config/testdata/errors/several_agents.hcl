@@ -73,3 +73,34 @@ whitelist "empty" { # ERROR: Site "c" has no agent to carry whitelist "empty"
   server      = "10.3.0.10"
   server_port = 5201
 }
+site "d" {
+  prefixes = ["10.4.0.0/24"]
+  switch "sw-d1" {
+    datapath_id = "00:00:00:00:00:00:00:04"
+    port_masks  = false
+  }
+  switch "sw-d2" {
+    datapath_id = "00:00:00:00:00:00:00:05"
+  }
+  agent "d1" {
+    node        = "n-d1"
+    switch      = "sw-d1"
+    switch_port = 2
+    mac         = "02:00:00:00:04:01"
+    address     = "10.4.0.2"
+    interface   = "eth0"
+  }
+  agent "d2" {
+    node        = "n-d2"
+    switch      = "sw-d2"
+    switch_port = 2
+    mac         = "02:00:00:00:04:02"
+    address     = "10.4.0.3"
+    interface   = "eth0"
+  }
+}
+whitelist "split" { # ERROR: spreads over agents "d1" and "d2" on different switches # ERROR: spreads by TCP port, but switch "sw-d1" has no masked port matches
+  clients     = ["10.4.0.0/24"]
+  server      = "10.2.0.20"
+  server_port = 5201
+}
