@@ -447,7 +447,9 @@ func FailOpen(sw Switch, isDown func(agent string) bool) (Switch, []string) {
 	out := sw
 	out.Steers = nil
 	withdrawn := map[string]bool{}
-	allDown := func(group []string) bool { return len(group) > 0 && !slices.ContainsFunc(group, func(a string) bool { return !isDown(a) }) }
+	allDown := func(group []string) bool {
+		return len(group) > 0 && !slices.ContainsFunc(group, func(a string) bool { return !isDown(a) })
+	}
 	for _, st := range sw.Steers {
 		down := slices.ContainsFunc(st.DependsOn, isDown) || slices.ContainsFunc(st.DependsOnSites, allDown)
 		if len(st.Agents) == 0 {
