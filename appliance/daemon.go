@@ -78,6 +78,14 @@ type Daemon struct {
 
 	// beat is the unix time the main loop last turned, for the watchdog.
 	beat atomic.Int64
+
+	// cl is the etcd part (clusternode.go), nil without a cluster block.
+	// clNow, ctlNow and pubBase are what the election and the status
+	// publisher read without d.mu, which a reload holds for long.
+	cl      *runningCluster
+	clNow   atomic.Pointer[runningCluster]
+	ctlNow  atomic.Pointer[sdn.Controller]
+	pubBase atomic.Pointer[publishedBase]
 }
 
 // NewDaemon checks the options; Run does the work.
@@ -113,6 +121,7 @@ func NewDaemon(opts Options) (*Daemon, error) {
 	}
 	d.note = notifier{log: d.log}
 	d.met = newMetrics(d.liveStats)
+	d.met.reg.MustRegister(&clusterCollector{d: d})
 	d.status = Status{Node: opts.Node, ConfigPath: opts.ConfigPath, StartedAt: time.Now(), Drift: DriftInfo{ByKind: map[string]uint64{}}}
 	return d, nil
 }
@@ -240,6 +249,8 @@ type candidate struct {
 	want   *desired.Desired
 	relays map[string]*relayCandidate
 	ctl    *controllerCandidate // nil: this node runs no controller
+	// cluster is nil without a cluster block.
+	cluster *clusterCandidate
 }
 
 // relayCandidate is a relay built but not started.
@@ -265,8 +276,10 @@ type runningRelay struct {
 type runningController struct {
 	ctl  *sdn.Controller
 	spec *desired.Controller
-	stop context.CancelFunc
-	done chan error
+	// roles: one of several controllers, elected on etcd.
+	roles bool
+	stop  context.CancelFunc
+	done  chan error
 }
 
 // load decodes, validates and compiles the file, and builds everything the
@@ -300,14 +313,17 @@ func (d *Daemon) load() (*candidate, error) {
 		c.relays[a.Name] = &relayCandidate{cfg: rc, agent: agent}
 	}
 	if spec := want.Controller; spec != nil {
-		if c.ctl, err = d.buildController(spec); err != nil {
+		if c.ctl, err = d.buildController(spec, want.Cluster != nil); err != nil {
 			return nil, fmt.Errorf("controller: %w", err)
 		}
+	}
+	if c.cluster, err = d.buildCluster(want); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	return c, nil
 }
 
-func (d *Daemon) buildController(spec *desired.Controller) (*controllerCandidate, error) {
+func (d *Daemon) buildController(spec *desired.Controller, roles bool) (*controllerCandidate, error) {
 	var serverTLS *tls.Config
 	if f := spec.TLS; f != nil {
 		var err error
@@ -331,6 +347,7 @@ func (d *Daemon) buildController(spec *desired.Controller) (*controllerCandidate
 		HealthFall:        spec.HealthFall,
 		ResyncInterval:    resync,
 		RemoveFlowsOnStop: spec.RemoveFlowsOnStop,
+		Roles:             roles,
 		Switches:          spec.Switches,
 		Agents:            health,
 	}
@@ -442,7 +459,7 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 	// The new controller binds its listener.
 	old := d.ctl
 	var ln net.Listener
-	replaceController := c.ctl != nil && (old == nil || !sameControllerSettings(old.spec, c.ctl.spec))
+	replaceController := c.ctl != nil && (old == nil || !sameControllerSettings(old.spec, c.ctl.spec) || old.roles != c.ctl.cfg.Roles)
 	if replaceController && c.ctl.spec.Listen != "" {
 		if ln, err = listenController(ctx, c.ctl.spec.Listen); err != nil {
 			return fmt.Errorf("controller: %w", err)
@@ -492,7 +509,7 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan error, 1)
 		go func() { done <- ctl.Run(runCtx) }()
-		next = &runningController{ctl: ctl, spec: c.ctl.spec, stop: cancel, done: done}
+		next = &runningController{ctl: ctl, spec: c.ctl.spec, roles: cfg.Roles, stop: cancel, done: done}
 		d.log.Info("controller started", "listen", c.ctl.spec.Listen, "switches", len(c.ctl.spec.Switches))
 	case c.ctl != nil:
 		if err := old.ctl.Update(c.ctl.cfg.Switches, c.ctl.cfg.Agents); err != nil {
@@ -500,6 +517,19 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 		}
 		old.spec = c.ctl.spec
 		next = old
+	}
+
+	// A changed cluster part gets its etcd client (it connects in the
+	// background).
+	var nextCluster *runningCluster
+	if c.cluster != nil && (d.cl == nil || !sameCluster(d.cl.cand, c.cluster)) {
+		if nextCluster, err = d.openCluster(c.cluster); err != nil {
+			if next != nil && next != old {
+				next.stop()
+				<-next.done
+			}
+			return fmt.Errorf("cluster: %w", err)
+		}
 	}
 
 	// Nothing fails from here: stop what the new config no longer has.
@@ -510,6 +540,12 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 		d.flowRepairs = 0
 	}
 	d.ctl = next
+	if next != nil {
+		d.ctlNow.Store(next.ctl)
+	} else {
+		d.ctlNow.Store(nil)
+	}
+	d.swapCluster(c.cluster, nextCluster)
 	for name, r := range d.relays {
 		if c.relays[name] == nil {
 			d.stopRelay(name, r.agent, grace)
@@ -527,6 +563,7 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 	d.status.Roles = c.want.Roles
 	d.status.ConfigHash = c.src.Hash()
 	d.met.setConfig(d.status.ConfigHash)
+	d.snapshotLocked()
 	return nil
 }
 
@@ -564,6 +601,7 @@ func (d *Daemon) recordApply(p plan.Plan, res Result, err error) {
 		d.status.Serial = p.Serial
 		d.met.serial.Set(float64(p.Serial))
 	}
+	d.snapshotLocked()
 }
 
 func warningsOf(p plan.Plan) []string {
@@ -681,6 +719,7 @@ func (d *Daemon) checkDriftLocked(ctx context.Context) {
 		d.status.LastApply = &ApplyInfo{At: time.Now(), Changes: len(res.Done), Result: err.Error()}
 		d.log.Error("drift check failed", "err", err)
 	}
+	d.snapshotLocked()
 }
 
 // shutdown stops accepting, lets live sessions finish up to the configured
@@ -692,6 +731,12 @@ func (d *Daemon) shutdown(cfg *config.Config) {
 	grace := 30 * time.Second
 	if cfg != nil {
 		grace = cfg.Daemon.ShutdownTimeout
+	}
+	// Resign first, so another controller takes over at once.
+	if rc := d.cl; rc != nil {
+		d.cl = nil
+		d.clNow.Store(nil)
+		rc.close()
 	}
 	var wg sync.WaitGroup
 	for name, r := range d.relays {
@@ -737,6 +782,7 @@ func (d *Daemon) Status() Status {
 	}
 	ctl := d.controller()
 	d.mu.Unlock()
+	st.Cluster = d.clusterStatus()
 
 	names := make([]string, 0, len(relays))
 	for name := range relays {

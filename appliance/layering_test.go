@@ -25,10 +25,12 @@ var (
 	}
 	impureForPureLayers = []string{
 		"go.etcd.io/bbolt",
+		"go.etcd.io/etcd",
 		"github.com/vishvananda/netlink",
 		"github.com/google/nftables",
 		modulePath + "/dataplane/relay",
 		modulePath + "/tuning",
+		modulePath + "/appliance/cluster",
 	}
 	// leafPackages hold the vocabulary the pure layers share with the
 	// executors; they import the standard library and each other only.

@@ -26,6 +26,8 @@ type Status struct {
 	Switches    []SwitchStatus  `json:"switches,omitempty"`
 	Agents      []AgentStatus   `json:"agents,omitempty"`
 	Sessions    []SessionStatus `json:"sessions,omitempty"`
+	// Cluster is nil without a cluster block (clusternode.go).
+	Cluster *ClusterStatus `json:"cluster,omitempty"`
 }
 
 // ApplyInfo describes the last convergence.
@@ -99,6 +101,20 @@ func (s *Status) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "reloads:\t%d (%d failed)\n", s.Reloads, s.ReloadFails)
 	fmt.Fprintf(tw, "drift:\tevery %s, %d correction(s)%s\n", s.Drift.Interval, s.Drift.Corrections, byKind(s.Drift.ByKind))
+	if c := s.Cluster; c != nil {
+		etcd := "etcd reachable"
+		if !c.Publishing {
+			etcd = "etcd unreachable"
+			if c.LastError != "" {
+				etcd += " (" + c.LastError + ")"
+			}
+		}
+		fmt.Fprintf(tw, "cluster:\t%s, %s\n", strings.Join(c.Etcd, " "), etcd)
+		if c.Role != "" {
+			fmt.Fprintf(tw, "openflow role:\t%s (generation %d, leader %q, since %s; %d takeover(s), %d step-down(s))\n",
+				c.Role, c.Generation, c.Leader, c.RoleSince.Format(time.RFC3339), c.Takeovers, c.StepDowns)
+		}
+	}
 	tw.Flush()
 	for _, warn := range s.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)

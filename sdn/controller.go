@@ -69,6 +69,11 @@ type Config struct {
 	// RemoveFlowsOnStop deletes the owned flows of every connected switch
 	// when Run ends; by default they stay (fail_mode=secure keeps them).
 	RemoveFlowsOnStop bool
+	// Roles makes the controller one of several sharing the switches
+	// (role.go): it asks each switch for the role SetRole gives it, SLAVE
+	// until then, and changes flows only as confirmed MASTER. False: no
+	// role requests, the one controller converges every switch.
+	Roles bool
 
 	// Switches and Agents are the initial desired state; Update replaces
 	// them.
@@ -129,11 +134,15 @@ type Counters struct {
 	// MaxHandshakes or MaxHandshakesPerSource were in handshake already;
 	// they are part of Refused too.
 	HandshakeOverflows uint64
+	// RoleRequests counts role requests sent, RoleRefusals those a switch
+	// refused as stale, RoleStatus the role changes switches announced.
+	RoleRequests, RoleRefusals, RoleStatus uint64
 }
 
 type counters struct {
 	flowModsSent, flowModErrors, converges, convergeFailures, connections, disconnects,
-	deadLinks, refused, healthChecks, healthFailures, driftRepairs, handshakeOverflows atomic.Uint64
+	deadLinks, refused, healthChecks, healthFailures, driftRepairs, handshakeOverflows,
+	roleRequests, roleRefusals, roleStatus atomic.Uint64
 }
 
 // SwitchStatus is the state of one declared switch.
@@ -160,6 +169,11 @@ type SwitchStatus struct {
 	// included.
 	LastError  string
 	FlowErrors []string
+	// Role is what the switch confirmed of this controller's role
+	// ("master", "slave"; "" without roles or before an answer), with
+	// the switch's generation_id.
+	Role           string
+	RoleGeneration uint64
 }
 
 // AgentStatus is the health of one agent.
@@ -193,6 +207,8 @@ type Status struct {
 	// Refused are the most recent refusals, oldest first.
 	Refused  []Refusal
 	Counters Counters
+	// Role is the role the election set (Enabled false without roles).
+	Role RoleStatus
 }
 
 // Controller converges the flow tables of the declared switches.
@@ -207,6 +223,10 @@ type Controller struct {
 	sessions map[string]*session
 	status   map[string]*SwitchStatus
 	refused  []Refusal
+	// role and generation are what SetRole set (role.go).
+	role       ofp13.ControllerRole
+	generation uint64
+	roleSince  time.Time
 
 	// gate is what the listener admits before it learns a datapath id.
 	gate gate
@@ -227,6 +247,8 @@ type session struct {
 	// secure is true over TLS; remote is the source address.
 	secure bool
 	remote netip.Addr
+	// role is what the switch confirmed, under Controller.mu.
+	role sessionRole
 }
 
 // gate is the union of what the switches that connect to the listener
@@ -259,6 +281,7 @@ func New(cfg Config, log *slog.Logger) (*Controller, error) {
 		agents: map[string]*agentState{}, sessions: map[string]*session{}, status: map[string]*SwitchStatus{},
 		handshaking: map[netip.Addr]int{},
 		healthReady: make(chan struct{}), healthNow: make(chan struct{}, 1), updated: make(chan struct{}, 1),
+		role: ofp13.RoleSlave, roleSince: time.Now(),
 	}
 	if err := c.Update(cfg.Switches, cfg.Agents); err != nil {
 		return nil, err
@@ -440,6 +463,10 @@ func (c *Controller) removeAllOwnedFlows() {
 	c.mu.Unlock()
 	var wg sync.WaitGroup
 	for name, s := range sessions {
+		if !c.mayWrite(s) {
+			c.log.Info("not removing owned flows on stop: this controller is not the switch's master", "switch", name)
+			continue
+		}
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -453,7 +480,8 @@ func (c *Controller) removeAllOwnedFlows() {
 	wg.Wait()
 }
 
-func (c *Controller) connOptions() ConnOptions {
+func (c *Controller) connOptions() (ConnOptions, *roleSink) {
+	sink := &roleSink{}
 	return ConnOptions{
 		Keepalive: c.cfg.Keepalive,
 		Dial:      c.cfg.Dial,
@@ -462,9 +490,13 @@ func (c *Controller) connOptions() ConnOptions {
 			c.counters.flowModsSent.Add(uint64(n))
 		},
 		OnMessage: func(m ofp13.Message) {
+			if rs, ok := m.(*ofp13.RoleStatus); ok {
+				c.onRoleStatus(sink, rs)
+				return
+			}
 			c.log.Debug("asynchronous message from switch", "type", m.MessageType().String())
 		},
-	}
+	}, sink
 }
 
 func (c *Controller) acceptLoop(ctx context.Context, ln net.Listener) {
@@ -570,7 +602,7 @@ func (c *Controller) serveConn(ctx context.Context, conn net.Conn, remote netip.
 		refuse(0, "plain TCP, and every switch that connects here requires TLS")
 		return
 	}
-	opts := c.connOptions()
+	opts, sink := c.connOptions()
 	opts.HandshakeTimeout = c.cfg.HandshakeTimeout
 	sc, err := Handshake(hctx, conn, opts)
 	release()
@@ -600,7 +632,7 @@ func (c *Controller) serveConn(ctx context.Context, conn net.Conn, remote netip.
 		sc.Close()
 		return
 	}
-	c.runSession(ctx, sc, name, secure)
+	c.runSession(ctx, sc, name, secure, sink)
 }
 
 // secure looks at the first byte of conn and, when it opens a TLS record,
@@ -675,7 +707,8 @@ func (c *Controller) dialLoop(ctx context.Context, name, target string) {
 	backoff := c.cfg.ReconnectMin
 	for ctx.Err() == nil {
 		started := time.Now()
-		sc, err := Dial(ctx, target, c.connOptions())
+		opts, sink := c.connOptions()
+		sc, err := Dial(ctx, target, opts)
 		if err == nil {
 			c.mu.Lock()
 			want := c.switches[name].DatapathID
@@ -685,7 +718,7 @@ func (c *Controller) dialLoop(ctx context.Context, name, target string) {
 					name, target, DatapathIDString(sc.DatapathID()), DatapathIDString(want)))
 				sc.Close()
 			} else {
-				c.runSession(ctx, sc, name, false)
+				c.runSession(ctx, sc, name, false, sink)
 			}
 		} else if ctx.Err() == nil {
 			c.setError(name, err)
@@ -748,16 +781,18 @@ func (c *Controller) claim(ctx context.Context, sc *SwitchConn, name string) boo
 
 // runSession keeps one connected switch converged until the connection or
 // ctx ends.
-func (c *Controller) runSession(ctx context.Context, sc *SwitchConn, name string, secure bool) {
+func (c *Controller) runSession(ctx context.Context, sc *SwitchConn, name string, secure bool, sink *roleSink) {
 	if !c.claim(ctx, sc, name) {
 		return
 	}
 	s := &session{conn: sc, kick: make(chan struct{}, 1), secure: secure, remote: addrOf(sc.conn.RemoteAddr())}
+	sink.s.Store(s)
 	log := c.log.With("switch", name, "remote", sc.RemoteAddr())
 	prev := c.sessions[name]
 	c.sessions[name] = s
 	if st := c.status[name]; st != nil {
 		st.Connected, st.Remote, st.ConnectedSince, st.LastError = true, sc.RemoteAddr(), time.Now(), ""
+		st.Role, st.RoleGeneration = "", 0
 	}
 	c.mu.Unlock()
 	if prev != nil {
@@ -778,6 +813,7 @@ func (c *Controller) runSession(ctx context.Context, sc *SwitchConn, name string
 			delete(c.sessions, name)
 			if st := c.status[name]; st != nil {
 				st.Connected = false
+				st.Role = ""
 				if reason != nil && !errors.Is(reason, ErrClosed) {
 					st.LastError = "disconnected: " + reason.Error()
 				}
@@ -817,6 +853,15 @@ func (c *Controller) runSession(ctx context.Context, sc *SwitchConn, name string
 		case <-retry:
 		}
 		retry = nil
+		// Only the master changes flows; a slave reads, and keeps its
+		// role request answered.
+		master, err := c.ensureRole(ctx, s, name, log)
+		if err != nil && sc.Err() == nil {
+			retry = time.After(c.cfg.RetryInterval)
+		}
+		if !master {
+			continue
+		}
 		sent, err := c.converge(ctx, sc, name, log)
 		if fromResync && sent > 0 {
 			c.counters.driftRepairs.Add(uint64(sent))
@@ -1010,6 +1055,8 @@ func (c *Controller) Status() Status {
 		DeadLinks: k.deadLinks.Load(), Refused: k.refused.Load(), HealthChecks: k.healthChecks.Load(),
 		HealthFailures: k.healthFailures.Load(), DriftRepairs: k.driftRepairs.Load(),
 		HandshakeOverflows: k.handshakeOverflows.Load(),
+		RoleRequests:       k.roleRequests.Load(), RoleRefusals: k.roleRefusals.Load(), RoleStatus: k.roleStatus.Load(),
 	}
+	s.Role = RoleStatus{Enabled: c.cfg.Roles, Role: c.role.String(), Generation: c.generation, Since: c.roleSince}
 	return s
 }

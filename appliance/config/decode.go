@@ -55,6 +55,7 @@ const (
 var rootSchema = &hcl.BodySchema{
 	Blocks: []hcl.BlockHeaderSchema{
 		{Type: "controller"},
+		{Type: "cluster"},
 		{Type: "security"},
 		{Type: "daemon"},
 		{Type: "limits"},
@@ -263,7 +264,7 @@ func decodeRoot(body hcl.Body, cfg *Config) hcl.Diagnostics {
 	once := map[string]*hcl.Block{}
 	for _, b := range blocks {
 		switch b.Type {
-		case "controller", "security", "daemon", "limits", "spread":
+		case "cluster", "security", "daemon", "limits", "spread":
 			if prev, dup := once[b.Type]; dup {
 				diags = append(diags, diagAt(b.DefRange, fmt.Sprintf("Duplicate %s block", b.Type),
 					fmt.Sprintf("Only one %s block is allowed; the first is at %s.", b.Type, prev.DefRange)))
@@ -273,7 +274,9 @@ func decodeRoot(body hcl.Body, cfg *Config) hcl.Diagnostics {
 		}
 		switch b.Type {
 		case "controller":
-			cfg.Controller = decodeController(b, &diags)
+			cfg.Controllers = append(cfg.Controllers, decodeController(b, &diags))
+		case "cluster":
+			cfg.Cluster = decodeCluster(b, &diags)
 		case "security":
 			cfg.Security = decodeSecurity(b, &diags)
 		case "daemon":
@@ -291,6 +294,9 @@ func decodeRoot(body hcl.Body, cfg *Config) hcl.Diagnostics {
 		case "node":
 			cfg.Nodes = append(cfg.Nodes, decodeNode(b, &diags))
 		}
+	}
+	if len(cfg.Controllers) > 0 {
+		cfg.Controller = cfg.Controllers[0]
 	}
 	if once["daemon"] == nil {
 		cfg.Daemon = decodeDaemon(hcl.EmptyBody(), &diags)

@@ -21,8 +21,14 @@ import (
 // Config is a decoded and validated sos.hcl. Slices keep the order of the
 // file; names are unique within their kind.
 type Config struct {
-	Filename   string
-	Controller *Controller
+	Filename string
+	// Controller is the first controller block, nil without one;
+	// Controllers are all of them (several need a cluster block, see
+	// cluster.go).
+	Controller  *Controller
+	Controllers []*Controller
+	// Cluster is nil without a cluster block: one controller, no etcd.
+	Cluster    *Cluster
 	Security   Security
 	Daemon     Daemon
 	Limits     Limits

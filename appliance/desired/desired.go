@@ -28,7 +28,9 @@ type Desired struct {
 	// "agent:NAME", "tuning".
 	Roles      []string
 	Controller *Controller // nil unless the node runs the controller
-	Agents     []*Agent    // agents the node runs, by name
+	// Cluster is nil without a cluster block (see cluster.go).
+	Cluster *Cluster
+	Agents  []*Agent // agents the node runs, by name
 	// Items are the host items the node owns, sorted by kind and key:
 	// sysctl, interface, irq, relay and steering. Each says where its
 	// value came from (Origin).
@@ -114,10 +116,11 @@ func Compile(cfg *config.Config, node string) (*Desired, error) {
 	d := &Desired{Node: node}
 	var profiles []profileUse
 
-	if c := cfg.Controller; c != nil && c.Node == node {
+	if c := cfg.ControllerFor(node); c != nil {
 		d.Roles = append(d.Roles, "controller")
-		d.Controller = compileController(cfg)
+		d.Controller = compileController(cfg, c)
 	}
+	d.Cluster = compileCluster(cfg)
 	for _, s := range cfg.Sites {
 		for _, a := range s.Agents {
 			if a.Node != node {
@@ -181,8 +184,8 @@ func Compile(cfg *config.Config, node string) (*Desired, error) {
 // Nodes lists every node the configuration gives a role, sorted.
 func Nodes(cfg *config.Config) []string {
 	seen := map[string]bool{}
-	if cfg.Controller != nil {
-		seen[cfg.Controller.Node] = true
+	for _, c := range cfg.Controllers {
+		seen[c.Node] = true
 	}
 	for _, s := range cfg.Sites {
 		for _, a := range s.Agents {
@@ -200,8 +203,7 @@ func Nodes(cfg *config.Config) []string {
 	return out
 }
 
-func compileController(cfg *config.Config) *Controller {
-	c := cfg.Controller
+func compileController(cfg *config.Config, c *config.Controller) *Controller {
 	ctl := &Controller{
 		Listen:            c.Listen,
 		Keepalive:         c.Keepalive,

@@ -135,6 +135,12 @@ changes only; on the controller node, apply -c converges the switches.`,
 					return err
 				}
 			}
+			if controller && want.Cluster != nil {
+				// Another controller may be master: converging here
+				// would write past the election.
+				fmt.Fprintln(cmd.OutOrStdout(), "Switches not converged here: with a cluster block the elected master (`sosappliance run`) programs them.")
+				return nil
+			}
 			if controller {
 				// Converged afresh: level-based, whatever moved since
 				// the plan above was shown.

@@ -98,6 +98,7 @@ func newStatusCommand() *cobra.Command {
 	var (
 		cfgPath, socket string
 		asJSON, watch   bool
+		clusterWide     bool
 		interval        time.Duration
 	)
 	cmd := &cobra.Command{
@@ -107,9 +108,22 @@ func newStatusCommand() *cobra.Command {
 state serial, the last apply, drift corrections, switches, agents and live
 sessions with their throughput. With --watch it redraws every --interval
 until interrupted: the sessions with their throughput, streams and reorder
-depth, the switches and the agents, fitted to the terminal.`,
+depth, the switches and the agents, fitted to the terminal.
+
+With --cluster it reads, from the etcd of the file's cluster block, the
+status every node publishes (node, roles, OpenFlow role, config hash, state
+serial, last apply, health) and shows them in one table, flagging a node
+that runs another file, one the file names that publishes nothing, and one
+the file does not name; the exit status is then 2. No local daemon is
+needed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if clusterWide {
+				if watch {
+					return exitError{code: 1, msg: "--cluster does not go with --watch"}
+				}
+				return clusterStatus(cmd, cfgPath, asJSON)
+			}
 			if socket == "" {
 				socket = config.DefaultControlSocket
 				if cfg, _, bad := loadConfigQuiet(cfgPath); !bad && cfg != nil {
@@ -146,6 +160,7 @@ depth, the switches and the agents, fitted to the terminal.`,
 	cmd.Flags().StringVar(&socket, "control-socket", "", "control socket (default: daemon.control_socket of the config)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw every --interval until interrupted")
+	cmd.Flags().BoolVar(&clusterWide, "cluster", false, "show every node of the cluster, from etcd")
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "redraw period of --watch")
 	return cmd
 }

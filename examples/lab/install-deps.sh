@@ -4,9 +4,11 @@ set -eu
 need=""
 # systemd-container and debootstrap boot the packages under a real systemd;
 # prometheus brings promtool, which checks the shipped alerting rules; tmux
-# runs `status --watch` in a terminal of a known size.
+# runs `status --watch` in a terminal of a known size; etcd-server and
+# etcd-client are the etcd the controllers elect their master on (the
+# tests start their own members in temp dirs).
 for pkg in openvswitch-switch iperf3 ethtool nftables curl iproute2 rpm lintian systemd \
-	systemd-container debootstrap prometheus tmux; do
+	systemd-container debootstrap prometheus tmux etcd-server etcd-client; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need="$need $pkg"
 done
 if [ -n "$need" ]; then

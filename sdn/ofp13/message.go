@@ -159,6 +159,14 @@ func Unmarshal(data []byte) (Message, error) {
 		m = new(BarrierRequest)
 	case TypeBarrierReply:
 		m = new(BarrierReply)
+	case TypeRoleRequest:
+		m = new(RoleRequest)
+	case TypeRoleReply:
+		m = new(RoleReply)
+	case TypeExperimenter:
+		if isRoleStatus(data) {
+			m = new(RoleStatus)
+		}
 	case TypeMultipartRequest, TypeMultipartReply:
 		m, err = newMultipart(data)
 		if err != nil {

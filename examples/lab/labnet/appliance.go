@@ -132,6 +132,17 @@ func (l *Lab) writeConfig() error {
 		return err
 	}
 	cf.setPaths(l.Dir)
+	if l.opts.Controllers > 1 {
+		first, err := cf.check(l.ConfigPath())
+		if err != nil {
+			return err
+		}
+		if len(first.Controllers) == 1 {
+			if err := cf.addHA(first.Controller.Listen); err != nil {
+				return fmt.Errorf("lab config: %w", err)
+			}
+		}
+	}
 	if l.opts.EditConfig != nil {
 		if err := l.opts.EditConfig(cf); err != nil {
 			return fmt.Errorf("lab config: %w", err)
@@ -208,6 +219,10 @@ func (l *Lab) Nodes() []Node {
 	for _, s := range l.sites {
 		nodes = append(nodes, Node{Name: s.agent.Node, Host: s.agentHost, Agent: s.agent})
 	}
+	// Further controllers come last, so the first three stay as they were.
+	for _, c := range l.cfg.Controllers[1:] {
+		nodes = append(nodes, Node{Name: c.Node, Host: SwitchHost})
+	}
 	return nodes
 }
 
@@ -236,6 +251,11 @@ func (l *Lab) applianceStep() string {
 func (l *Lab) startAppliance(ctx context.Context) error {
 	if !l.Appliance() {
 		return nil
+	}
+	if l.cfg.Cluster != nil {
+		if err := l.startEtcd(ctx); err != nil {
+			return err
+		}
 	}
 	for _, n := range l.Nodes() {
 		if err := l.startNode(n); err != nil {

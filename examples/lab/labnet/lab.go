@@ -135,6 +135,9 @@ type Options struct {
 	EditConfig func(*ConfigFile) error
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
+	// Controllers is 2 for a second controller and a three-member etcd
+	// they elect the master on (ha.go); 0 or 1 for the one controller.
+	Controllers int
 }
 
 // Lab is a running lab.
@@ -255,6 +258,13 @@ func CheckPrerequisites(opts Options) error {
 	}
 	if opts.Wanem == "" {
 		missing = append(missing, "the wanem binary (Options.Wanem)")
+	}
+	if opts.Controllers > 1 {
+		for _, b := range []string{"etcd", "etcdctl"} {
+			if _, err := exec.LookPath(b); err != nil {
+				missing = append(missing, b)
+			}
+		}
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("lab prerequisites missing: %s", strings.Join(missing, ", "))
@@ -542,7 +552,11 @@ func (l *Lab) startSwitches(ctx context.Context) error {
 	if _, err := l.ovs.vsctl(ctx, "set", "Open_vSwitch", ".", "external_ids:sosappliance-lab="+l.ID); err != nil {
 		return fmt.Errorf("ovs-vswitchd did not come up: %w", err)
 	}
-	_, port, _ := net.SplitHostPort(l.cfg.Controller.Listen)
+	var targets []string
+	for _, c := range l.cfg.Controllers {
+		_, port, _ := net.SplitHostPort(c.Listen)
+		targets = append(targets, "tcp:127.0.0.1:"+port)
+	}
 	for _, s := range l.sites {
 		b := bridge{name: s.sw.Name, datapathID: s.sw.DatapathID, ports: []bridgePort{
 			{name: s.letter + "-" + string(s.host), ofport: hostOFPort},
@@ -553,7 +567,7 @@ func (l *Lab) startSwitches(ctx context.Context) error {
 			b.ports = append(b.ports, bridgePort{name: "a-ctl", ofport: ctlOFPort})
 		}
 		if l.Appliance() {
-			b.controller = "tcp:127.0.0.1:" + port
+			b.controllers = targets
 		}
 		if err := l.ovs.addBridge(ctx, b); err != nil {
 			return err

@@ -80,10 +80,10 @@ func (o *ovs) waitDB(ctx context.Context) error {
 
 // bridge describes one site switch to create.
 type bridge struct {
-	name       string
-	datapathID uint64
-	controller string // OVS target such as "tcp:127.0.0.1:6653"; "" for none
-	ports      []bridgePort
+	name        string
+	datapathID  uint64
+	controllers []string // OVS targets such as "tcp:127.0.0.1:6653"; none without
+	ports       []bridgePort
 }
 
 type bridgePort struct {
@@ -104,12 +104,18 @@ func (o *ovs) addBridge(ctx context.Context, b bridge) error {
 		args = append(args, "--", "add-port", b.name, p.name,
 			"--", "set", "interface", p.name, fmt.Sprintf("ofport_request=%d", p.ofport))
 	}
-	if b.controller != "" {
+	var ids []string
+	for i, target := range b.controllers {
 		// Reconnect within a second instead of OVS's default 8 s backoff,
 		// so a restarted controller takes over quickly.
-		id := "@ctl_" + strings.ReplaceAll(b.name, "-", "_")
-		args = append(args, "--", "--id="+id, "create", "controller", "target="+strconv.Quote(b.controller), "max_backoff=1000",
-			"--", "set", "bridge", b.name, "controller="+id)
+		id := fmt.Sprintf("@ctl_%s_%d", strings.ReplaceAll(b.name, "-", "_"), i)
+		args = append(args, "--", "--id="+id, "create", "controller", "target="+strconv.Quote(target), "max_backoff=1000")
+		ids = append(ids, id)
+	}
+	if len(ids) > 0 {
+		// Several controllers: the switch connects to each (they agree
+		// on roles).
+		args = append(args, "--", "set", "bridge", b.name, "controller="+strings.Join(ids, ","))
 	}
 	if _, err := o.vsctl(ctx, args...); err != nil {
 		return fmt.Errorf("bridge %s: %w", b.name, err)

@@ -25,6 +25,7 @@ type labFlags struct {
 	seed         int64
 	noAppliance  bool
 	sites        int
+	controllers  int
 }
 
 // threeSitesConfig is the lab's config for --sites 3.
@@ -44,6 +45,7 @@ func (f *labFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.seed, "seed", d.Seed, "seed of the WAN's loss")
 	fs.BoolVar(&f.noAppliance, "no-appliance", false, "bring up the network only: no controller, no agents, switches forward normally")
 	fs.IntVar(&f.sites, "sites", 2, "sites on the emulated WAN: 2, or 3 (a third host behind its own agent; takes "+threeSitesConfig+" unless -config says otherwise)")
+	fs.IntVar(&f.controllers, "controllers", 1, "1, or 2 for a second controller and a three-member etcd they elect the OpenFlow master on")
 }
 
 func (f *labFlags) options(progress io.Writer) (labnet.Options, error) {
@@ -74,6 +76,10 @@ func (f *labFlags) options(progress io.Writer) (labnet.Options, error) {
 		StateDir: f.stateDir,
 		Progress: progress,
 	}
+	if f.controllers < 1 || f.controllers > 2 {
+		return labnet.Options{}, fmt.Errorf("--controllers %d: the lab runs 1 or 2", f.controllers)
+	}
+	opts.Controllers = f.controllers
 	if !f.noAppliance {
 		opts.Sosappliance = f.sosappliance
 	}

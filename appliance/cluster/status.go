@@ -1,0 +1,188 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// NodeStatus is what one node publishes of itself.
+type NodeStatus struct {
+	Node  string   `json:"node"`
+	Roles []string `json:"roles"`
+	// Role is "master" or "slave" on a controller, "" elsewhere.
+	Role       string `json:"role,omitempty"`
+	Generation uint64 `json:"generation,omitempty"`
+	// ConfigHash is the sha256 of the file the node runs: every node must
+	// run the same file.
+	ConfigHash string    `json:"config_hash"`
+	Serial     uint64    `json:"serial"`
+	LastApply  string    `json:"last_apply"`
+	AppliedAt  time.Time `json:"applied_at,omitzero"`
+	// Health is "ok" or what is wrong.
+	Health string `json:"health"`
+	// Published is when the node last wrote this entry: on each change,
+	// and at least every lease TTL.
+	Published time.Time `json:"published"`
+}
+
+// maxStatusSize bounds one entry a node publishes and reads back; etcd
+// itself bounds requests at 1.5 MiB.
+const maxStatusSize = 64 << 10
+
+// Publisher keeps this node's status in etcd under a lease of its own: a
+// node that stops, or loses etcd for the lease TTL, disappears from the
+// table, which is how `status --cluster` tells it is gone.
+type Publisher struct {
+	c   *Client
+	get func() NodeStatus
+	// every is how often get is asked.
+	every time.Duration
+
+	mu        sync.Mutex
+	connected bool
+	lastErr   string
+	puts      uint64
+}
+
+// Publisher returns a publisher of what get returns.
+func (c *Client) Publisher(get func() NodeStatus) *Publisher {
+	return &Publisher{c: c, get: get, every: time.Second}
+}
+
+// Connected reports whether the last write reached etcd, and the last
+// error if not.
+func (p *Publisher) Connected() (bool, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.connected, p.lastErr
+}
+
+func (p *Publisher) setState(ok bool, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.connected = ok
+	if err != nil {
+		p.lastErr = err.Error()
+	} else {
+		p.lastErr = ""
+	}
+}
+
+// Run publishes until ctx ends, then deletes the entry by revoking its
+// lease.
+func (p *Publisher) Run(ctx context.Context) {
+	backoff := 250 * time.Millisecond
+	for ctx.Err() == nil {
+		err := p.term(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			p.setState(false, err)
+			p.c.log.Warn("etcd status: cannot publish; retrying", "err", err, "retry_in", backoff)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, p.c.cfg.LeaseTTL)
+	}
+}
+
+func (p *Publisher) term(ctx context.Context) error {
+	sess, err := concurrency.NewSession(p.c.cli, concurrency.WithTTL(p.c.cfg.ttlSeconds()), concurrency.WithContext(ctx))
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	key := p.c.cfg.statusKey(p.c.cfg.Node)
+	var last []byte
+	var lastPut time.Time
+	t := time.NewTicker(p.every)
+	defer t.Stop()
+	for {
+		st := p.get()
+		st.Node = p.c.cfg.Node
+		body, err := json.Marshal(st)
+		if err != nil {
+			return err
+		}
+		// A change is written at once; an unchanged entry again every
+		// lease TTL, so that one a replaced publisher of this node
+		// took away with its lease comes back.
+		if !bytes.Equal(body, last) || time.Since(lastPut) > p.c.cfg.LeaseTTL {
+			// Published changes with every write; compare without it.
+			st.Published = time.Now().UTC()
+			out, _ := json.Marshal(st)
+			if len(out) > maxStatusSize {
+				return fmt.Errorf("status of %d bytes exceeds %d", len(out), maxStatusSize)
+			}
+			pctx, cancel := context.WithTimeout(ctx, p.c.requestTimeout())
+			_, err = p.c.cli.Put(pctx, key, string(out), clientv3.WithLease(sess.Lease()))
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				p.setState(false, err)
+				// The lease may still live: try again on the next tick.
+			} else {
+				last, lastPut = body, time.Now()
+				p.setState(true, nil)
+				p.mu.Lock()
+				p.puts++
+				p.mu.Unlock()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			// The session would revoke with the ended ctx, which fails:
+			// revoke here, so a stopped node is gone at once rather
+			// than after its TTL.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_, _ = p.c.cli.Revoke(rctx, sess.Lease())
+			cancel()
+			return nil
+		case <-sess.Done():
+			return fmt.Errorf("status lease lost (etcd unreachable for the lease TTL)")
+		case <-t.C:
+		}
+	}
+}
+
+// Statuses reads every node's published status, sorted by node. An entry
+// that does not decode is returned with its Health saying so.
+func (c *Client) Statuses(ctx context.Context) ([]NodeStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout())
+	defer cancel()
+	resp, err := c.cli.Get(ctx, c.cfg.statusPrefix(), clientv3.WithPrefix(), clientv3.WithLimit(4096))
+	if err != nil {
+		return nil, fmt.Errorf("read statuses from etcd (%s): %w", strings.Join(c.cfg.Endpoints, ", "), err)
+	}
+	var out []NodeStatus
+	for _, kv := range resp.Kvs {
+		name := strings.TrimPrefix(string(kv.Key), c.cfg.statusPrefix())
+		var st NodeStatus
+		if len(kv.Value) > maxStatusSize {
+			st = NodeStatus{Node: name, Health: fmt.Sprintf("status entry of %d bytes, over %d", len(kv.Value), maxStatusSize)}
+		} else if err := json.Unmarshal(kv.Value, &st); err != nil {
+			st = NodeStatus{Node: name, Health: "status entry does not decode: " + err.Error()}
+		}
+		if st.Node != name {
+			st.Health = fmt.Sprintf("entry under %q names node %q", name, st.Node)
+			st.Node = name
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b NodeStatus) int { return strings.Compare(a.Node, b.Node) })
+	return out, nil
+}

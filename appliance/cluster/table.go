@@ -1,0 +1,100 @@
+package cluster
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Row is one node in the cluster table, with what is wrong with it.
+type Row struct {
+	NodeStatus
+	// Missing is true for a node the file names that published nothing
+	// (it is down, or cut off from etcd for longer than the lease TTL).
+	Missing bool `json:"missing,omitempty"`
+	// Problems are the flags: "config differs", "not in this file",
+	// "missing", an unhealthy node's health.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// Report joins what the nodes published with the nodes the file names
+// (expected) and the hash of the file itself (want): a node that runs
+// another file, one that published nothing, one the file does not name are
+// flagged. The rows are sorted by node.
+func Report(published []NodeStatus, expected []string, want string) []Row {
+	var rows []Row
+	seen := map[string]bool{}
+	for _, st := range published {
+		seen[st.Node] = true
+		r := Row{NodeStatus: st}
+		if st.ConfigHash != want {
+			r.Problems = append(r.Problems, "config differs")
+		}
+		if !slices.Contains(expected, st.Node) {
+			r.Problems = append(r.Problems, "not in this file")
+		}
+		if st.Health != "ok" && st.Health != "" {
+			r.Problems = append(r.Problems, st.Health)
+		}
+		rows = append(rows, r)
+	}
+	for _, n := range expected {
+		if !seen[n] {
+			rows = append(rows, Row{NodeStatus: NodeStatus{Node: n}, Missing: true, Problems: []string{"missing: publishes no status"}})
+		}
+	}
+	slices.SortFunc(rows, func(a, b Row) int { return strings.Compare(a.Node, b.Node) })
+	return rows
+}
+
+// Problems counts the rows with a problem.
+func Problems(rows []Row) int {
+	n := 0
+	for _, r := range rows {
+		if len(r.Problems) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// WriteTable renders the rows for a terminal, one node a line; want is the
+// local file's hash, shown so the odd one out is plain.
+func WriteTable(w io.Writer, rows []Row, want string, now time.Time) {
+	fmt.Fprintf(w, "this file: sha256:%.12s\n", want)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tROLES\tOF ROLE\tCONFIG\tSERIAL\tLAST APPLY\tHEALTH\tSEEN\tPROBLEMS")
+	for _, r := range rows {
+		if r.Missing {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t%s\n", r.Node, strings.Join(r.Problems, "; "))
+			continue
+		}
+		role := r.Role
+		if role == "" {
+			role = "-"
+		} else if r.Generation != 0 {
+			role = fmt.Sprintf("%s (gen %d)", role, r.Generation)
+		}
+		seen := "-"
+		if !r.Published.IsZero() {
+			seen = now.Sub(r.Published).Round(time.Second).String() + " ago"
+		}
+		problems := strings.Join(r.Problems, "; ")
+		if problems == "" {
+			problems = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\tsha256:%.12s\t%d\t%s\t%s\t%s\t%s\n", r.Node, orDash(strings.Join(r.Roles, ",")), role,
+			r.ConfigHash, r.Serial, orDash(r.LastApply), orDash(r.Health), seen, problems)
+	}
+	tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
