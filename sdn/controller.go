@@ -884,6 +884,7 @@ func (c *Controller) desiredFor(name string) ([]flows.Flow, []string, error) {
 	var withdrawn []string
 	if ok {
 		sw, withdrawn = flows.FailOpen(sw, isDown)
+		sw = flows.PinSessions(sw, c.heldLocked())
 	}
 	c.mu.Unlock()
 	if !ok {
@@ -891,6 +892,19 @@ func (c *Controller) desiredFor(name string) ([]flows.Flow, []string, error) {
 	}
 	desired, err := flows.Compile(sw)
 	return desired, withdrawn, err
+}
+
+// heldLocked maps every healthy agent to the live sessions it reported:
+// PinSessions keeps those a survivor holds in buckets handed back to a
+// returning agent on the survivor.
+func (c *Controller) heldLocked() map[string][]flows.Held {
+	held := map[string][]flows.Held{}
+	for name, st := range c.agents {
+		if len(st.held) > 0 && (!st.checked || st.healthy) {
+			held[name] = st.held
+		}
+	}
+	return held
 }
 
 // converge brings one switch to its desired flows and returns how many flow
@@ -999,12 +1013,22 @@ func (c *Controller) healthRound(ctx context.Context) bool {
 	}
 	c.mu.Unlock()
 	type result struct {
-		name string
-		err  error
+		name   string
+		err    error
+		held   []flows.Held
+		heldOK bool
 	}
 	results := make(chan result, len(targets))
 	for name, h := range targets {
-		go func() { results <- result{name, checkAgent(ctx, h, c.cfg.HealthTimeout)} }()
+		go func() {
+			r := result{name: name, err: checkAgent(ctx, h, c.cfg.HealthTimeout)}
+			if r.err == nil {
+				// A failed read keeps the sessions read before.
+				held, err := agentSessions(ctx, h, c.cfg.HealthTimeout)
+				r.held, r.heldOK = held, err == nil
+			}
+			results <- r
+		}()
 	}
 	changed := false
 	now := time.Now()
@@ -1017,6 +1041,9 @@ func (c *Controller) healthRound(ctx context.Context) bool {
 		c.mu.Lock()
 		st := c.agents[r.name]
 		flipped := st != nil && st.observe(r.err, now, c.cfg.HealthRise, c.cfg.HealthFall)
+		if st != nil && (r.heldOK || r.err != nil) && st.setHeld(r.held) {
+			changed = true
+		}
 		c.mu.Unlock()
 		if flipped {
 			changed = true

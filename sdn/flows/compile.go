@@ -335,7 +335,7 @@ func compileSteer(st Steer, noMasks bool) ([]Flow, error) {
 			&ofp13.ActionOutput{Port: a.Port},
 		}}}
 	}
-	var flows []Flow
+	flows := pinFlows(st, cookie, opened)
 	for _, s := range srvs {
 		server, err := ipPrefix(s, "server")
 		if err != nil {
@@ -476,4 +476,93 @@ func FailOpen(sw Switch, isDown func(agent string) bool) (Switch, []string) {
 	}
 	slices.Sort(names)
 	return out, names
+}
+
+// Held is a live session an agent reports: its whitelist, and the
+// client's and server's address and port (the opener's and the listener's).
+type Held struct {
+	Whitelist      string
+	Client, Server netip.AddrPort
+}
+
+// PrioritySession is the exact-match flows that pin live sessions to the
+// agent holding them, above the bucket flows and their exceptions.
+const PrioritySession = PrioritySteer + 2
+
+// PinSessions keeps every live session on the agent that holds it when
+// its bucket now belongs to another agent of the site: an agent that
+// comes back takes its buckets back for new connections at once, while
+// the sessions a survivor took over in them meanwhile keep reaching the
+// survivor through one exact-match flow each (both ports and addresses),
+// until the survivor no longer reports them. held maps each agent to the
+// sessions it reports; apply it after FailOpen, whose Down it uses.
+func PinSessions(sw Switch, held map[string][]Held) Switch {
+	out := sw
+	out.Steers = slices.Clone(sw.Steers)
+	for i, st := range out.Steers {
+		if len(st.Agents) == 0 {
+			continue
+		}
+		up := make([]bool, len(st.Agents))
+		for j, a := range st.Agents {
+			up[j] = !slices.Contains(st.Down, a.Name)
+		}
+		b, err := spread.Assign(st.Spread, st.SpreadBits, len(st.Agents), up)
+		if err != nil {
+			continue
+		}
+		var pins []Pin
+		for j, a := range st.Agents {
+			if !up[j] {
+				continue
+			}
+			for _, h := range held[a.Name] {
+				if h.Whitelist != st.Whitelist || !steerCovers(st, h) || b.Agent(h.Client) == j {
+					continue
+				}
+				pins = append(pins, Pin{Client: h.Client, Server: h.Server, Agent: a})
+			}
+		}
+		out.Steers[i].Pins = pins
+	}
+	return out
+}
+
+// steerCovers reports whether a session belongs to the steer's direction.
+func steerCovers(st Steer, h Held) bool {
+	c, s := h.Client.Addr().Unmap(), h.Server.Addr().Unmap()
+	if !slices.ContainsFunc(st.Clients, func(p netip.Prefix) bool { return p.Contains(c) }) {
+		return false
+	}
+	srvs, err := servers(st)
+	if err != nil || !slices.ContainsFunc(srvs, func(p netip.Prefix) bool { return p.Contains(s) }) {
+		return false
+	}
+	if len(st.Ports) == 0 {
+		return st.Port == h.Server.Port()
+	}
+	return portrange.ContainsPort(st.Ports, h.Server.Port())
+}
+
+func pinFlows(st Steer, cookie uint64, opened string) []Flow {
+	var out []Flow
+	for _, p := range st.Pins {
+		c, s := p.Client.Addr().Unmap(), p.Server.Addr().Unmap()
+		cp, sp := netip.PrefixFrom(c, c.BitLen()), netip.PrefixFrom(s, s.BitLen())
+		var m ofp13.Match
+		if st.Side == ClientSide {
+			m = ipMatch(cp, sp, ofp13.TCPSrc(p.Client.Port()))
+			m.Fields = append(m.Fields, ofp13.TCPDst(p.Server.Port()))
+		} else {
+			m = ipMatch(sp, cp, ofp13.TCPSrc(p.Server.Port()))
+			m.Fields = append(m.Fields, ofp13.TCPDst(p.Client.Port()))
+		}
+		out = append(out, Flow{Table: Table, Priority: PrioritySession, Cookie: cookie, Match: m,
+			Instructions: []ofp13.Instruction{&ofp13.ApplyActions{Actions: []ofp13.Action{
+				&ofp13.ActionSetField{Field: ofp13.EthDst(p.Agent.MAC)},
+				&ofp13.ActionOutput{Port: p.Agent.Port},
+			}}},
+			Reason: fmt.Sprintf("whitelist %s%s: live session %s -> %s stays on agent %s", st.Whitelist, opened, p.Client, p.Server, p.Agent.Name)})
+	}
+	return out
 }

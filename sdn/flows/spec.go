@@ -60,6 +60,9 @@ type Steer struct {
 	// Down names the agents of Agents that are down: their buckets are
 	// dealt to the live ones (fail-over). FailOpen sets it.
 	Down []string
+	// Pins are live sessions a live agent holds in a bucket that is no
+	// longer its own: each keeps an exact-match flow to it (PinSessions).
+	Pins []Pin
 	// DependsOn names every agent whose failure must withdraw this rule
 	// (fail-open): the agents at both ends of the whitelist.
 	DependsOn []string
@@ -73,6 +76,12 @@ type Steer struct {
 	// own address, and the server's answers to it must reach it, not the
 	// server site's agent, which holds no socket for them.
 	Unsteered []netip.Addr
+}
+
+// Pin keeps one live session on the agent that holds it.
+type Pin struct {
+	Client, Server netip.AddrPort
+	Agent          Agent
 }
 
 // Switch is everything one switch must carry.

@@ -171,3 +171,46 @@ func TestPortSpreadNeedsPortMasks(t *testing.T) {
 		t.Errorf("address spread without port masks: %v", err)
 	}
 }
+
+// When an agent comes back, its buckets return to it for new connections,
+// and each live session the survivor took over in them keeps one
+// exact-match flow to the survivor: nothing else changes, and the
+// survivor's sessions in its own buckets get no pin.
+func TestReturningAgentLeavesLiveSessionsOnTheSurvivor(t *testing.T) {
+	sw := spreadSwitch(ClientSide, spread.ModePort, 1, agentA1, agentA2)
+	failed, _ := FailOpen(sw, func(a string) bool { return a == "a2" })
+	during, err := Compile(failed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := netip.MustParseAddrPort("10.2.0.10:5201")
+	moved := Held{Whitelist: "w", Client: netip.MustParseAddrPort("10.1.0.7:40002"), Server: server} // bucket 1: a2's
+	own := Held{Whitelist: "w", Client: netip.MustParseAddrPort("10.1.0.7:40000"), Server: server}   // bucket 0: a1's
+	other := Held{Whitelist: "x", Client: netip.MustParseAddrPort("10.1.0.7:40006"), Server: server}
+	held := map[string][]Held{"a1": {moved, own, other}}
+	back, _ := FailOpen(sw, func(string) bool { return false })
+	after, err := Compile(PinSessions(back, held))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := Diff(after, during)
+	if len(ch.Add) != 1 || len(ch.Delete) != 0 || len(ch.Modify) != 1 {
+		t.Fatalf("changes: %d add, %d modify, %d delete, want 1 pin and a2's bucket back:\n%+v", len(ch.Add), len(ch.Modify), len(ch.Delete), ch)
+	}
+	pin := ch.Add[0]
+	want := "priority=2002,tcp,nw_src=10.1.0.7,nw_dst=10.2.0.10,tp_src=40002,tp_dst=5201 actions=set_field:02:00:00:00:01:01->eth_dst,output:3"
+	if !strings.Contains(pin.String(), want) {
+		t.Errorf("pin %s\nwant %s", pin, want)
+	}
+	if m := ch.Modify[0]; !strings.Contains(m.Before.Reason, "agent a1") || !strings.Contains(m.After.Reason, "agent a2") {
+		t.Errorf("bucket move: %s -> %s", m.Before.Reason, m.After.Reason)
+	}
+	// The session ends: its pin goes, nothing else changes.
+	final, err := Compile(PinSessions(back, map[string][]Held{"a1": {own}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch := Diff(final, after); len(ch.Delete) != 1 || len(ch.Add)+len(ch.Modify) != 0 || ch.Delete[0].Priority != PrioritySession {
+		t.Errorf("session end: %+v", ch)
+	}
+}
