@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ofp13"
+	"github.com/sosappliance/sosappliance/sdn/spread"
 )
 
 // Config configures a Controller. Zero durations take the defaults.
@@ -190,6 +192,19 @@ type AgentStatus struct {
 	Since     time.Time
 	LastCheck time.Time
 	LastError string
+	// Sessions is how many live sessions the agent reported last (GET
+	// /sessions); Shares are its part of every spread whitelist.
+	Sessions int
+	Shares   []Share
+}
+
+// Share is an agent's part of one spread steer on one switch: Buckets of
+// Of, after fail-over (a dead agent has 0, its survivors more).
+type Share struct {
+	Switch, Whitelist string
+	Side              flows.Side
+	Reverse           bool
+	Buckets, Of       int
 }
 
 // Refusal is a switch the controller turned away.
@@ -894,6 +909,37 @@ func (c *Controller) desiredFor(name string) ([]flows.Flow, []string, error) {
 	return desired, withdrawn, err
 }
 
+// sharesLocked is every agent's part of the spread steers, as the switches
+// now carry them (after fail-over).
+func (c *Controller) sharesLocked() map[string][]Share {
+	isDown := func(agent string) bool {
+		st := c.agents[agent]
+		return st != nil && st.checked && !st.healthy
+	}
+	out := map[string][]Share{}
+	for _, name := range slices.Sorted(maps.Keys(c.switches)) {
+		sw, _ := flows.FailOpen(c.switches[name], isDown)
+		for _, st := range sw.Steers {
+			if len(st.Agents) == 0 {
+				continue
+			}
+			up := make([]bool, len(st.Agents))
+			for i, a := range st.Agents {
+				up[i] = !slices.Contains(st.Down, a.Name)
+			}
+			b, err := spread.Assign(st.Spread, st.SpreadBits, len(st.Agents), up)
+			if err != nil {
+				continue
+			}
+			for i, a := range st.Agents {
+				out[a.Name] = append(out[a.Name], Share{Switch: name, Whitelist: st.Whitelist, Side: st.Side, Reverse: st.Reverse,
+					Buckets: b.Count(i), Of: len(b.Owner)})
+			}
+		}
+	}
+	return out
+}
+
 // heldLocked maps every healthy agent to the live sessions it reported:
 // PinSessions keeps those a survivor holds in buckets handed back to a
 // returning agent on the survivor.
@@ -1069,9 +1115,11 @@ func (c *Controller) Status() Status {
 		s.Switches = append(s.Switches, cp)
 	}
 	slices.SortFunc(s.Switches, func(a, b SwitchStatus) int { return cmp.Compare(a.Name, b.Name) })
+	shares := c.sharesLocked()
 	for name, st := range c.agents {
 		s.Agents = append(s.Agents, AgentStatus{Name: name, Method: st.target.Method(), Target: st.target.Target(),
-			Checked: st.checked, Healthy: !st.checked || st.healthy, Since: st.since, LastCheck: st.lastCheck, LastError: st.lastErr})
+			Checked: st.checked, Healthy: !st.checked || st.healthy, Since: st.since, LastCheck: st.lastCheck, LastError: st.lastErr,
+			Sessions: len(st.held), Shares: shares[name]})
 	}
 	slices.SortFunc(s.Agents, func(a, b AgentStatus) int { return cmp.Compare(a.Name, b.Name) })
 	s.Refused = slices.Clone(c.refused)

@@ -109,6 +109,19 @@ func TestFailOverWithOVS(t *testing.T) {
 	if st := switchStatus(ctl.Controller, "sw-s"); len(st.Withdrawn) != 0 {
 		t.Fatalf("one agent down, yet withdrawn %v", st.Withdrawn)
 	}
+	shares := func() map[string]string {
+		out := map[string]string{}
+		for _, a := range ctl.Status().Agents {
+			for _, sh := range a.Shares {
+				out[a.Name] += fmt.Sprintf("%s/%s %d/%d;", sh.Whitelist, sh.Side, sh.Buckets, sh.Of)
+			}
+			out[a.Name] += fmt.Sprintf("sessions %d", a.Sessions)
+		}
+		return out
+	}
+	if got := shares(); got["a1"] != "iperf/client 2/2;sessions 0" || got["a2"] != "iperf/client 0/2;sessions 0" {
+		t.Errorf("shares with a2 down: %v", got)
+	}
 	if got := reaches(40010); got != "a1" {
 		t.Fatalf("a2's bucket with a2 down reaches %s", got)
 	}
@@ -129,6 +142,9 @@ func TestFailOverWithOVS(t *testing.T) {
 	})
 	if got := reaches(40002); got != "a1" {
 		t.Errorf("the pinned session's packets reach %s, want a1", got)
+	}
+	if got := shares(); got["a1"] != "iperf/client 1/2;sessions 1" || got["a2"] != "iperf/client 1/2;sessions 0" {
+		t.Errorf("shares after a2's return: %v", got)
 	}
 	if got := reaches(40006); got != "a2" {
 		t.Errorf("a new connection in the returned bucket reaches %s, want a2", got)

@@ -127,6 +127,17 @@ func (b Buckets) Of(client netip.AddrPort) int {
 // when the site has none up.
 func (b Buckets) Agent(client netip.AddrPort) int { return b.Owner[b.Of(client)] }
 
+// Count is how many buckets agent i holds.
+func (b Buckets) Count(i int) int {
+	n := 0
+	for _, o := range b.Owner {
+		if o == i {
+			n++
+		}
+	}
+	return n
+}
+
 // Match is a value/mask pair on the client's TCP port (ModePort) or on the
 // low 32 bits of the client's address (ModeAddress); a field matches when
 // field&Mask == Value.
