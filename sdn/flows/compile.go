@@ -395,8 +395,18 @@ func SteerFlowDetail(st Steer, noMasks bool) string {
 	if noMasks {
 		kind = "one per port: the switch has no masked port matches"
 	}
-	return fmt.Sprintf("%s x %s x %s (%s)", plural(len(st.Clients), "client prefix", "client prefixes"),
+	detail := fmt.Sprintf("%s x %s x %s (%s)", plural(len(st.Clients), "client prefix", "client prefixes"),
 		plural(len(srvs), "server prefix", "server prefixes"), plural(len(ports), "port match", "port matches"), kind)
+	if len(st.Agents) > 0 {
+		n := 0
+		if parts, err := shares(st); err == nil {
+			for _, p := range parts {
+				n += len(p.matches)
+			}
+		}
+		detail += fmt.Sprintf(" x %s (spread by %s over %d agents, %d buckets)", plural(n, "bucket pattern", "bucket patterns"), st.Spread, len(st.Agents), 1<<st.SpreadBits)
+	}
+	return detail
 }
 
 func plural(n int, one, many string) string {

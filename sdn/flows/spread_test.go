@@ -214,3 +214,14 @@ func TestReturningAgentLeavesLiveSessionsOnTheSurvivor(t *testing.T) {
 		t.Errorf("session end: %+v", ch)
 	}
 }
+
+func TestSpreadFlowCount(t *testing.T) {
+	sw := spreadSwitch(ClientSide, spread.ModePort, 4, agentA1, agentA2)
+	fs := steerLines(t, sw)
+	if n := SteerFlowCount(sw.Steers[0], false); n != len(fs) || n != 2 {
+		t.Errorf("count %d, compiled %d", n, len(fs))
+	}
+	if d := SteerFlowDetail(sw.Steers[0], false); !strings.Contains(d, "x 2 bucket patterns (spread by port over 2 agents, 16 buckets)") {
+		t.Errorf("detail %q", d)
+	}
+}
