@@ -542,9 +542,26 @@ func (w *Whitelist) FlowCount(portMasks bool) int {
 	return len(w.Clients) * len(w.Servers) * n
 }
 
+// spreadPatterns is how many bucket patterns a side's agents take: 1
+// without spreading.
+func spreadPatterns(cfg *Config, agents []string) int {
+	if len(agents) < 2 {
+		return 1
+	}
+	b, err := spread.Assign(spread.Mode(cfg.Spread.Mode), cfg.SpreadBits(), len(agents), nil)
+	if err != nil {
+		return 1
+	}
+	n := 0
+	for i := range agents {
+		n += len(b.Matches(i))
+	}
+	return n
+}
+
 func checkFlowCount(cfg *Config, w *Whitelist) hcl.Diagnostics {
 	var diags hcl.Diagnostics
-	for _, name := range []string{w.ClientAgent, w.ServerAgent} {
+	for i, name := range []string{w.ClientAgent, w.ServerAgent} {
 		a := cfg.Agent(name)
 		if a == nil {
 			continue
@@ -553,7 +570,7 @@ func checkFlowCount(cfg *Config, w *Whitelist) hcl.Diagnostics {
 		if sw == nil {
 			continue
 		}
-		n := w.FlowCount(sw.PortMasks)
+		n := w.FlowCount(sw.PortMasks) * spreadPatterns(cfg, [][]string{w.ClientAgents, w.ServerAgents}[i])
 		if w.Both() {
 			n *= 2
 		}
