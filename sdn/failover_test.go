@@ -170,3 +170,35 @@ func TestFailOverWithOVS(t *testing.T) {
 		t.Errorf("with no agent up the SYN reached %s", got)
 	}
 }
+
+// Address-mode shares use non-prefix masks on nw_src/nw_dst: Open vSwitch
+// takes them as compiled (client site and server site).
+func TestAddressSpreadFlowsOnOVS(t *testing.T) {
+	ovstest.Require(t, ovstest.Binaries...)
+	inst := ovstest.Start(t)
+	ln, err := inst.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := inst.AddBridge(t, "bra", 0xc2, "tcp:"+ln.Addr().String())
+	ag1 := flows.Agent{Name: "a1", MAC: agentMAC, Port: 3}
+	ag2 := flows.Agent{Name: "a2", MAC: agent2MAC, Port: 4}
+	steer := flows.Steer{
+		Whitelist: "iperf", Side: flows.ClientSide,
+		Clients: []netip.Prefix{netip.MustParsePrefix("10.10.1.0/28")},
+		Server:  netip.MustParseAddr("10.10.2.20"), Port: 5201,
+		Agent: ag1, Agents: []flows.Agent{ag1, ag2}, Spread: spread.ModeAddress, SpreadBits: 2,
+		DependsOnSites: [][]string{{"a1", "a2"}},
+	}
+	reply := steer
+	reply.Side = flows.ServerSide
+	sw := flows.Switch{Name: "sw-a", DatapathID: 0xc2, Forwarding: "normal", Agents: []flows.Agent{ag1, ag2},
+		Steers: []flows.Steer{steer, reply}}
+	ctl := startController(t, sdn.Config{Listener: ln, Keepalive: time.Second, HealthInterval: time.Second,
+		RetryInterval: 200 * time.Millisecond, Switches: []flows.Switch{sw}})
+	waitConverged(t, ctl.Controller, "sw-a", 0)
+	all := requireSameFlows(t, br, compile(t, sw))
+	if _, ok := all["table=0,priority=2000,tcp,nw_src=10.10.1.1/255.255.255.241,nw_dst=10.10.2.20,tp_dst=5201"]; !ok {
+		t.Errorf("no masked share flow among %v", all)
+	}
+}
