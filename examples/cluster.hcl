@@ -55,7 +55,7 @@ site "west" {
 }
 
 whitelist "bulk" {
-  clients     = ["192.0.2.0/25"]
-  server      = "192.0.2.200"
-  server_port = 5201
+  clients      = ["192.0.2.0/25"]
+  servers      = ["192.0.2.192/28"]
+  server_ports = ["5201-5204"]
 }
