@@ -892,13 +892,9 @@ func (c *Controller) runSession(ctx context.Context, sc *SwitchConn, name string
 func (c *Controller) desiredFor(name string) ([]flows.Flow, []string, error) {
 	c.mu.Lock()
 	sw, ok := c.switches[name]
-	isDown := func(agent string) bool {
-		st := c.agents[agent]
-		return st != nil && st.checked && !st.healthy
-	}
 	var withdrawn []string
 	if ok {
-		sw, withdrawn = flows.FailOpen(sw, isDown)
+		sw, withdrawn = flows.FailOpen(sw, c.downLocked)
 		sw = flows.PinSessions(sw, c.heldLocked())
 	}
 	c.mu.Unlock()
@@ -909,16 +905,21 @@ func (c *Controller) desiredFor(name string) ([]flows.Flow, []string, error) {
 	return desired, withdrawn, err
 }
 
+// downLocked is the health the flows follow: an agent is down once its
+// checks failed (an unchecked agent counts as up). flows.FailOpen turns it
+// into each site's live agents: a dead agent's buckets go to the live
+// ones, and a whitelist fails open only when a site has none left.
+func (c *Controller) downLocked(agent string) bool {
+	st := c.agents[agent]
+	return st != nil && st.checked && !st.healthy
+}
+
 // sharesLocked is every agent's part of the spread steers, as the switches
 // now carry them (after fail-over).
 func (c *Controller) sharesLocked() map[string][]Share {
-	isDown := func(agent string) bool {
-		st := c.agents[agent]
-		return st != nil && st.checked && !st.healthy
-	}
 	out := map[string][]Share{}
 	for _, name := range slices.Sorted(maps.Keys(c.switches)) {
-		sw, _ := flows.FailOpen(c.switches[name], isDown)
+		sw, _ := flows.FailOpen(c.switches[name], c.downLocked)
 		for _, st := range sw.Steers {
 			if len(st.Agents) == 0 {
 				continue
