@@ -79,6 +79,12 @@ whitelist "subset" {
 	if !slices.Equal(sub.ClientAgents, []string{"a2", "a1"}) || !slices.Equal(sub.ServerAgents, []string{"b2"}) {
 		t.Errorf("subset agents: client %v server %v", sub.ClientAgents, sub.ServerAgents)
 	}
+	if d := w.Describe(); !strings.HasSuffix(d, "{a2,a1} -> {b1,b2}") {
+		t.Errorf("describe: %s", d)
+	}
+	if d := sub.Describe(); !strings.HasSuffix(d, "{a2,a1} -> b2") {
+		t.Errorf("describe: %s", d)
+	}
 	if c.Spread.Mode != "port" || c.SpreadBits() != 4 {
 		t.Errorf("spread defaults: %+v bits %d", c.Spread, c.SpreadBits())
 	}

@@ -404,5 +404,12 @@ func (w *Whitelist) Describe() string {
 	if w.Both() {
 		who = "either side opens; the port is the listening side's"
 	}
-	return fmt.Sprintf("%s -> %s %s (%s), %s -> %s", join(w.Clients), join(w.Servers), ports, who, w.ClientAgent, w.ServerAgent)
+	agents := func(names []string, one string) string {
+		if len(names) > 1 {
+			return "{" + strings.Join(names, ",") + "}"
+		}
+		return one
+	}
+	return fmt.Sprintf("%s -> %s %s (%s), %s -> %s", join(w.Clients), join(w.Servers), ports, who,
+		agents(w.ClientAgents, w.ClientAgent), agents(w.ServerAgents, w.ServerAgent))
 }
