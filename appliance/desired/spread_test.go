@@ -209,3 +209,52 @@ func readExample(t *testing.T) (string, error) {
 	}
 	return string(src.Bytes), nil
 }
+
+// With direction = "both", connections the servers open are spread the
+// same way with the roles swapped: the server site's switch spreads them
+// by the server's port over its agents, the client site's switch the
+// replies, and the server-site agents dial the client-site agent of the
+// bucket.
+func TestSpreadBothDirections(t *testing.T) {
+	src, err := readExample(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src = strings.Replace(src, `server_ports = ["5201-5204"]`, `server_ports = ["5201-5204"]
+  direction    = "both"`, 1)
+	cfg, diags := config.Parse(config.Source{Filename: "two-agents.hcl", Bytes: []byte(src)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	ctl, err := Compile(cfg, "ctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reverse := 0
+	for _, sw := range ctl.Controller.Switches {
+		for _, st := range sw.Steers {
+			if st.Whitelist == "bulk" && st.Reverse {
+				reverse++
+				if len(st.Agents) != 2 || st.Agents[0].Name[:4] != sw.Name[3:7] {
+					t.Errorf("%s reverse %s steer spreads over %+v", sw.Name, st.Side, st.Agents)
+				}
+			}
+		}
+	}
+	if reverse != 2 {
+		t.Errorf("%d reverse steers, want one per switch", reverse)
+	}
+	d, err := Compile(cfg, "west-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var peers []string
+	for _, r := range d.Agents[0].Relay.Client {
+		for _, p := range r.Peers {
+			peers = append(peers, p.Name)
+		}
+	}
+	if !slices.Equal(peers, []string{"east-1", "east-2"}) {
+		t.Errorf("west-1's reverse route dials %v", peers)
+	}
+}
