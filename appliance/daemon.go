@@ -817,7 +817,15 @@ func (d *Daemon) Status() Status {
 			if a.LastError != "" {
 				detail += ": " + a.LastError
 			}
-			st.Agents = append(st.Agents, AgentStatus{Name: a.Name, Healthy: a.Healthy, Detail: detail})
+			detail += fmt.Sprintf(", %d session(s)", a.Sessions)
+			as := AgentStatus{Name: a.Name, Healthy: a.Healthy, Detail: detail, Sessions: a.Sessions}
+			for _, sh := range a.Shares {
+				as.Shares = append(as.Shares, ShareStatus{Switch: sh.Switch, Whitelist: sh.Whitelist, Side: string(sh.Side),
+					Reverse: sh.Reverse, Buckets: sh.Buckets, Of: sh.Of})
+				detail += fmt.Sprintf(", %s %s %d/%d buckets", sh.Whitelist, sh.Side, sh.Buckets, sh.Of)
+			}
+			as.Detail = detail
+			st.Agents = append(st.Agents, as)
 		}
 	}
 	return st
@@ -874,6 +882,15 @@ func (d *Daemon) liveStats() liveStats {
 			if a.Checked && !a.Healthy {
 				ls.AgentsDown++
 			}
+			as := agentStat{Name: a.Name, Up: a.Healthy, Sessions: a.Sessions}
+			for _, sh := range a.Shares {
+				side := string(sh.Side)
+				if sh.Reverse {
+					side += "-reverse"
+				}
+				as.Shares = append(as.Shares, agentShare{Whitelist: sh.Whitelist, Side: side, Buckets: sh.Buckets, Of: sh.Of})
+			}
+			ls.Agents = append(ls.Agents, as)
 		}
 	}
 	return ls

@@ -28,6 +28,9 @@ type liveStats struct {
 	Switches     int
 	Connected    int
 	AgentsDown   int
+	// Agents are the controller's view of each agent (controller node
+	// only): health, reported sessions and bucket shares.
+	Agents []agentStat
 	// Of the agents' stripe data ports and client sides.
 	Fallbacks         uint64
 	HandshakeFailures uint64
@@ -35,6 +38,20 @@ type liveStats struct {
 	MemoryReserved    int64
 	MemoryLimit       int64
 	LostStreams       LostStreams
+}
+
+// agentStat is one agent as the controller sees it.
+type agentStat struct {
+	Name     string
+	Up       bool
+	Sessions int
+	Shares   []agentShare
+}
+
+// agentShare is an agent's buckets of one spread whitelist at one side.
+type agentShare struct {
+	Whitelist, Side string
+	Buckets, Of     int
 }
 
 type metrics struct {
@@ -100,6 +117,9 @@ var (
 	descFallbacks  = prometheus.NewDesc("sosappliance_fallbacks_total", "Steered connections carried direct, unaccelerated, because their stripes could not be opened.", nil, nil)
 	descRefusals   = prometheus.NewDesc("sosappliance_refusals_total", "Connections and streams refused or evicted by an agent, by reason.", []string{"reason"}, nil)
 	descHSFailures = prometheus.NewDesc("sosappliance_handshake_failures_total", "Stream handshakes that failed authentication or broke off.", nil, nil)
+	descAgentUp    = prometheus.NewDesc("sosappliance_agent_up", "1 while the controller sees the agent healthy.", []string{"agent"}, nil)
+	descAgentSess  = prometheus.NewDesc("sosappliance_agent_sessions", "Live sessions the agent last reported to the controller.", []string{"agent"}, nil)
+	descAgentShare = prometheus.NewDesc("sosappliance_agent_share_ratio", "The agent's part of a spread whitelist's buckets at one side, after fail-over.", []string{"agent", "whitelist", "side"}, nil)
 	descMemory     = prometheus.NewDesc("sosappliance_session_memory_bytes", "Session memory the agents reserved, and their cap.", []string{"kind"}, nil)
 	descLost       = prometheus.NewDesc("sosappliance_streams_lost_total", "Stripe streams lost (reset, failed or stalled) in live sessions.", nil, nil)
 	descReplaced   = prometheus.NewDesc("sosappliance_streams_replaced_total", "Lost stripe streams replaced by an authenticated join.", nil, nil)
@@ -111,7 +131,8 @@ type liveCollector struct{ live func() liveStats }
 
 func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descBytes, descThroughput, descReorder, descStalls, descAborts, descFlowMods, descSwitches, descAgentsDown,
-		descFallbacks, descRefusals, descHSFailures, descMemory, descLost, descReplaced, descReinjected, descDuplicates} {
+		descFallbacks, descRefusals, descHSFailures, descMemory, descLost, descReplaced, descReinjected, descDuplicates,
+		descAgentUp, descAgentSess, descAgentShare} {
 		ch <- d
 	}
 }
@@ -133,6 +154,23 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descHSFailures, prometheus.CounterValue, float64(s.HandshakeFailures))
 	for _, reason := range relay.RejectReasons() {
 		ch <- prometheus.MustNewConstMetric(descRefusals, prometheus.CounterValue, float64(s.Refusals[reason]), reason)
+	}
+	for _, a := range s.Agents {
+		up := 0.0
+		if a.Up {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descAgentUp, prometheus.GaugeValue, up, a.Name)
+		ch <- prometheus.MustNewConstMetric(descAgentSess, prometheus.GaugeValue, float64(a.Sessions), a.Name)
+		seen := map[[2]string]bool{}
+		for _, sh := range a.Shares {
+			k := [2]string{sh.Whitelist, sh.Side}
+			if seen[k] || sh.Of == 0 {
+				continue // one series per whitelist and side, whatever the switch
+			}
+			seen[k] = true
+			ch <- prometheus.MustNewConstMetric(descAgentShare, prometheus.GaugeValue, float64(sh.Buckets)/float64(sh.Of), a.Name, sh.Whitelist, sh.Side)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.MemoryReserved), "reserved")
 	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.MemoryLimit), "limit")

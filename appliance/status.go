@@ -92,6 +92,20 @@ type AgentStatus struct {
 	Healthy bool   `json:"healthy"`
 	Local   bool   `json:"local"`
 	Detail  string `json:"detail,omitempty"`
+	// Controller's view only: the sessions the agent last reported and
+	// its part of each spread whitelist.
+	Sessions int           `json:"sessions,omitempty"`
+	Shares   []ShareStatus `json:"shares,omitempty"`
+}
+
+// ShareStatus is an agent's buckets of one spread whitelist on one switch.
+type ShareStatus struct {
+	Switch    string `json:"switch"`
+	Whitelist string `json:"whitelist"`
+	Side      string `json:"side"`
+	Reverse   bool   `json:"reverse,omitempty"`
+	Buckets   int    `json:"buckets"`
+	Of        int    `json:"of"`
 }
 
 // SessionStatus is one live accelerated connection.

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ofp13"
+	"github.com/sosappliance/sosappliance/sdn/spread"
 )
 
 // Config configures a Controller. Zero durations take the defaults.
@@ -190,6 +192,19 @@ type AgentStatus struct {
 	Since     time.Time
 	LastCheck time.Time
 	LastError string
+	// Sessions is how many live sessions the agent reported last (GET
+	// /sessions); Shares are its part of every spread whitelist.
+	Sessions int
+	Shares   []Share
+}
+
+// Share is an agent's part of one spread steer on one switch: Buckets of
+// Of, after fail-over (a dead agent has 0, its survivors more).
+type Share struct {
+	Switch, Whitelist string
+	Side              flows.Side
+	Reverse           bool
+	Buckets, Of       int
 }
 
 // Refusal is a switch the controller turned away.
@@ -877,13 +892,10 @@ func (c *Controller) runSession(ctx context.Context, sc *SwitchConn, name string
 func (c *Controller) desiredFor(name string) ([]flows.Flow, []string, error) {
 	c.mu.Lock()
 	sw, ok := c.switches[name]
-	isDown := func(agent string) bool {
-		st := c.agents[agent]
-		return st != nil && st.checked && !st.healthy
-	}
 	var withdrawn []string
 	if ok {
-		sw, withdrawn = flows.FailOpen(sw, isDown)
+		sw, withdrawn = flows.FailOpen(sw, c.downLocked)
+		sw = flows.PinSessions(sw, c.heldLocked())
 	}
 	c.mu.Unlock()
 	if !ok {
@@ -891,6 +903,55 @@ func (c *Controller) desiredFor(name string) ([]flows.Flow, []string, error) {
 	}
 	desired, err := flows.Compile(sw)
 	return desired, withdrawn, err
+}
+
+// downLocked is the health the flows follow: an agent is down once its
+// checks failed (an unchecked agent counts as up). flows.FailOpen turns it
+// into each site's live agents: a dead agent's buckets go to the live
+// ones, and a whitelist fails open only when a site has none left.
+func (c *Controller) downLocked(agent string) bool {
+	st := c.agents[agent]
+	return st != nil && st.checked && !st.healthy
+}
+
+// sharesLocked is every agent's part of the spread steers, as the switches
+// now carry them (after fail-over).
+func (c *Controller) sharesLocked() map[string][]Share {
+	out := map[string][]Share{}
+	for _, name := range slices.Sorted(maps.Keys(c.switches)) {
+		sw, _ := flows.FailOpen(c.switches[name], c.downLocked)
+		for _, st := range sw.Steers {
+			if len(st.Agents) == 0 {
+				continue
+			}
+			up := make([]bool, len(st.Agents))
+			for i, a := range st.Agents {
+				up[i] = !slices.Contains(st.Down, a.Name)
+			}
+			b, err := spread.Assign(st.Spread, st.SpreadBits, len(st.Agents), up)
+			if err != nil {
+				continue
+			}
+			for i, a := range st.Agents {
+				out[a.Name] = append(out[a.Name], Share{Switch: name, Whitelist: st.Whitelist, Side: st.Side, Reverse: st.Reverse,
+					Buckets: b.Count(i), Of: len(b.Owner)})
+			}
+		}
+	}
+	return out
+}
+
+// heldLocked maps every healthy agent to the live sessions it reported:
+// PinSessions keeps those a survivor holds in buckets handed back to a
+// returning agent on the survivor.
+func (c *Controller) heldLocked() map[string][]flows.Held {
+	held := map[string][]flows.Held{}
+	for name, st := range c.agents {
+		if len(st.held) > 0 && (!st.checked || st.healthy) {
+			held[name] = st.held
+		}
+	}
+	return held
 }
 
 // converge brings one switch to its desired flows and returns how many flow
@@ -999,12 +1060,22 @@ func (c *Controller) healthRound(ctx context.Context) bool {
 	}
 	c.mu.Unlock()
 	type result struct {
-		name string
-		err  error
+		name   string
+		err    error
+		held   []flows.Held
+		heldOK bool
 	}
 	results := make(chan result, len(targets))
 	for name, h := range targets {
-		go func() { results <- result{name, checkAgent(ctx, h, c.cfg.HealthTimeout)} }()
+		go func() {
+			r := result{name: name, err: checkAgent(ctx, h, c.cfg.HealthTimeout)}
+			if r.err == nil {
+				// A failed read keeps the sessions read before.
+				held, err := agentSessions(ctx, h, c.cfg.HealthTimeout)
+				r.held, r.heldOK = held, err == nil
+			}
+			results <- r
+		}()
 	}
 	changed := false
 	now := time.Now()
@@ -1017,6 +1088,9 @@ func (c *Controller) healthRound(ctx context.Context) bool {
 		c.mu.Lock()
 		st := c.agents[r.name]
 		flipped := st != nil && st.observe(r.err, now, c.cfg.HealthRise, c.cfg.HealthFall)
+		if st != nil && (r.heldOK || r.err != nil) && st.setHeld(r.held) {
+			changed = true
+		}
 		c.mu.Unlock()
 		if flipped {
 			changed = true
@@ -1042,9 +1116,11 @@ func (c *Controller) Status() Status {
 		s.Switches = append(s.Switches, cp)
 	}
 	slices.SortFunc(s.Switches, func(a, b SwitchStatus) int { return cmp.Compare(a.Name, b.Name) })
+	shares := c.sharesLocked()
 	for name, st := range c.agents {
 		s.Agents = append(s.Agents, AgentStatus{Name: name, Method: st.target.Method(), Target: st.target.Target(),
-			Checked: st.checked, Healthy: !st.checked || st.healthy, Since: st.since, LastCheck: st.lastCheck, LastError: st.lastErr})
+			Checked: st.checked, Healthy: !st.checked || st.healthy, Since: st.since, LastCheck: st.lastCheck, LastError: st.lastErr,
+			Sessions: len(st.held), Shares: shares[name]})
 	}
 	slices.SortFunc(s.Agents, func(a, b AgentStatus) int { return cmp.Compare(a.Name, b.Name) })
 	s.Refused = slices.Clone(c.refused)

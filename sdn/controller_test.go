@@ -100,6 +100,8 @@ func waitConverged(t *testing.T, c *sdn.Controller, name string, after uint64) s
 type healthServer struct {
 	*httptest.Server
 	up atomic.Bool
+	// sessions, when set, is the GET /sessions body.
+	sessions atomic.Pointer[string]
 }
 
 func newHealthServer(t *testing.T) *healthServer {
@@ -108,6 +110,10 @@ func newHealthServer(t *testing.T) *healthServer {
 	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" && h.up.Load() {
 			w.WriteHeader(http.StatusOK)
+			return
+		}
+		if body := h.sessions.Load(); r.URL.Path == "/sessions" && body != nil && h.up.Load() {
+			_, _ = w.Write([]byte(*body))
 			return
 		}
 		w.WriteHeader(http.StatusServiceUnavailable)

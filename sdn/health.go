@@ -2,11 +2,17 @@ package sdn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/sosappliance/sosappliance/sdn/flows"
 )
 
 // AgentHealth says how to check one agent.
@@ -69,6 +75,62 @@ func checkAgent(ctx context.Context, h AgentHealth, timeout time.Duration) error
 	return conn.Close()
 }
 
+// maxSessionsBody bounds what GET /sessions may return (about 16k sessions).
+const maxSessionsBody = 1 << 20
+
+// agentSessions reads the live sessions an agent reports on its health
+// endpoint (GET /sessions, one "whitelist client server" line each), so
+// that the sessions it took over during a fail-over stay pinned to it.
+// An agent without the endpoint, or a malformed line, reports none.
+func agentSessions(ctx context.Context, h AgentHealth, timeout time.Duration) ([]flows.Held, error) {
+	if h.HTTP == "" {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+h.HTTP+"/sessions", nil)
+	if err != nil {
+		return nil, err
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /sessions: %s", resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxSessionsBody+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > maxSessionsBody {
+		return nil, fmt.Errorf("GET /sessions: more than %d bytes", maxSessionsBody)
+	}
+	return parseSessions(string(body))
+}
+
+func parseSessions(body string) ([]flows.Held, error) {
+	var out []flows.Held
+	for i, line := range strings.Split(body, "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			return nil, fmt.Errorf("GET /sessions line %d: want \"whitelist client server\"", i+1)
+		}
+		c, err1 := netip.ParseAddrPort(f[1])
+		s, err2 := netip.ParseAddrPort(f[2])
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("GET /sessions line %d: %w", i+1, err)
+		}
+		out = append(out, flows.Held{Whitelist: f[0], Client: c, Server: s})
+	}
+	return out, nil
+}
+
 // agentState follows one agent with rise/fall hysteresis: a single lost
 // check must not withdraw steering, since withdrawing breaks every session
 // the agents carry.
@@ -80,6 +142,8 @@ type agentState struct {
 	lastErr   string
 	since     time.Time
 	lastCheck time.Time
+	// held are the live sessions it reported last.
+	held []flows.Held
 }
 
 // observe records one result and reports whether the agent's state flipped
@@ -110,5 +174,15 @@ func (s *agentState) observe(err error, now time.Time, rise, fall int) bool {
 		return false
 	}
 	s.healthy, s.since, s.streak = ok, now, 0
+	return true
+}
+
+// setHeld records the sessions an agent reported and says whether they
+// changed (the pins then change).
+func (s *agentState) setHeld(held []flows.Held) bool {
+	if slices.Equal(s.held, held) {
+		return false
+	}
+	s.held = held
 	return true
 }

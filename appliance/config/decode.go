@@ -15,6 +15,7 @@ import (
 	"github.com/sosappliance/sosappliance/appliance/profiles"
 	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/internal/portrange"
+	"github.com/sosappliance/sosappliance/sdn/spread"
 )
 
 // Defaults applied where the file is silent. Those of the limits block are
@@ -59,6 +60,7 @@ var rootSchema = &hcl.BodySchema{
 		{Type: "security"},
 		{Type: "daemon"},
 		{Type: "limits"},
+		{Type: "spread"},
 		{Type: "site", LabelNames: []string{"name"}},
 		{Type: "whitelist", LabelNames: []string{"name"}},
 		{Type: "tuning", LabelNames: []string{"name"}},
@@ -263,7 +265,7 @@ func decodeRoot(body hcl.Body, cfg *Config) hcl.Diagnostics {
 	once := map[string]*hcl.Block{}
 	for _, b := range blocks {
 		switch b.Type {
-		case "cluster", "security", "daemon", "limits":
+		case "cluster", "security", "daemon", "limits", "spread":
 			if prev, dup := once[b.Type]; dup {
 				diags = append(diags, diagAt(b.DefRange, fmt.Sprintf("Duplicate %s block", b.Type),
 					fmt.Sprintf("Only one %s block is allowed; the first is at %s.", b.Type, prev.DefRange)))
@@ -282,6 +284,8 @@ func decodeRoot(body hcl.Body, cfg *Config) hcl.Diagnostics {
 			cfg.Daemon = decodeDaemon(b.Body, &diags)
 		case "limits":
 			cfg.Limits = decodeLimits(b, &diags)
+		case "spread":
+			cfg.Spread = decodeSpread(b, &diags)
 		case "site":
 			cfg.Sites = append(cfg.Sites, decodeSite(b, &diags))
 		case "whitelist":
@@ -300,6 +304,9 @@ func decodeRoot(body hcl.Body, cfg *Config) hcl.Diagnostics {
 	}
 	if once["limits"] == nil {
 		cfg.Limits = decodeLimits(&hcl.Block{Body: hcl.EmptyBody()}, &diags)
+	}
+	if once["spread"] == nil {
+		cfg.Spread = Spread{Mode: string(spread.ModePort)}
 	}
 	if once["security"] == nil {
 		diags = append(diags, diagAt(fileStart(body), "Missing security block",
@@ -607,7 +614,25 @@ var whitelistSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "server_port"}, {Name: "server_ports"}, {Name: "direction"},
 	{Name: "streams"}, {Name: "chunk_size"},
 	{Name: "queue_length"}, {Name: "client_agent"}, {Name: "server_agent"},
+	{Name: "client_agents"}, {Name: "server_agents"},
 }}
+
+var spreadSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "mode"}, {Name: "bits"}}}
+
+func decodeSpread(b *hcl.Block, diags *hcl.Diagnostics) Spread {
+	a, _ := newAttrs(b.Body, spreadSchema, diags)
+	sp := Spread{
+		Mode:      a.str("mode", string(spread.ModePort)),
+		Bits:      int(a.integer("bits", 0, 0, spread.MaxBits)),
+		Range:     b.DefRange,
+		ModeRange: a.rng("mode"),
+	}
+	if sp.Mode != string(spread.ModePort) && sp.Mode != string(spread.ModeAddress) {
+		a.errorf("mode", "spread mode %q is neither %q nor %q", fmt.Sprintf(`%q spreads the connections of each client over the agents by bits of its TCP port (needs masked tcp_src/tcp_dst matches, as Open vSwitch has); %q by the low bits of its address (plain OpenFlow 1.3, but one client's connections all use one agent).`, spread.ModePort, spread.ModeAddress), sp.Mode, spread.ModePort, spread.ModeAddress)
+		sp.Mode = string(spread.ModePort)
+	}
+	return sp
+}
 
 func decodeWhitelist(b *hcl.Block, diags *hcl.Diagnostics) *Whitelist {
 	a, _ := newAttrs(b.Body, whitelistSchema, diags)
@@ -619,9 +644,16 @@ func decodeWhitelist(b *hcl.Block, diags *hcl.Diagnostics) *Whitelist {
 		QueueLength:  int(a.integer("queue_length", DefaultQueueLength, 0, 1024)),
 		ClientAgent:  a.str("client_agent", ""),
 		ServerAgent:  a.str("server_agent", ""),
+		ClientAgents: a.strList("client_agents"),
+		ServerAgents: a.strList("server_agents"),
 		Range:        b.DefRange,
 		ClientsRange: a.rng("clients"),
 		StreamsRange: a.rng("streams"),
+	}
+	for _, pair := range [][2]string{{"client_agent", "client_agents"}, {"server_agent", "server_agents"}} {
+		if a.has(pair[0]) && a.has(pair[1]) {
+			a.errorf(pair[1], "whitelist %q sets both %s and %s", fmt.Sprintf("Keep one: %s names one agent, %s a subset of the site's agents.", pair[0], pair[1]), w.Name, pair[0], pair[1])
+		}
 	}
 	for _, c := range a.strList("clients") {
 		p, err := ParsePrefix(c)

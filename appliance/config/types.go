@@ -15,6 +15,7 @@ import (
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
 	"github.com/sosappliance/sosappliance/internal/portrange"
+	"github.com/sosappliance/sosappliance/sdn/spread"
 )
 
 // Config is a decoded and validated sos.hcl. Slices keep the order of the
@@ -31,6 +32,7 @@ type Config struct {
 	Security   Security
 	Daemon     Daemon
 	Limits     Limits
+	Spread     Spread
 	Sites      []*Site
 	Whitelists []*Whitelist
 	Tunings    []*Tuning
@@ -103,6 +105,31 @@ type Limits struct {
 	Range              hcl.Range
 	SessionMemoryRange hcl.Range
 	MaxStreamsRange    hcl.Range
+}
+
+// Spread says how the connections of a whitelist are dealt to the agents
+// of a site that has several (package sdn/spread): by bits of the client's
+// TCP port or by the low bits of its address, into 2^Bits buckets.
+type Spread struct {
+	Mode string // "port" (the default) or "address"
+	// Bits is the file's bits, or 0 for spread.DefaultBits of the
+	// largest agent count of a site; BitsFor resolves it.
+	Bits      int
+	Range     hcl.Range
+	ModeRange hcl.Range
+}
+
+// SpreadBits is the bucket bits every site uses: the file's, or enough for
+// the site with the most agents.
+func (c *Config) SpreadBits() int {
+	if c.Spread.Bits > 0 {
+		return c.Spread.Bits
+	}
+	n := 1
+	for _, s := range c.Sites {
+		n = max(n, len(s.Agents))
+	}
+	return spread.DefaultBits(n)
 }
 
 // Site is one location with its address space, switches and agents.
@@ -202,8 +229,15 @@ type Whitelist struct {
 	// the one a server's connection reaches first.
 	ClientAgent string
 	ServerAgent string
-	ClientSite  string
-	ServerSite  string
+	// ClientAgents and ServerAgents are every agent of the site that
+	// carries the whitelist, in the order the site declares them (the
+	// order sdn/spread deals buckets in): client_agents/server_agents as
+	// written, [client_agent] when that is set, or else all the site's
+	// agents. ClientAgent and ServerAgent are their first entries.
+	ClientAgents []string
+	ServerAgents []string
+	ClientSite   string
+	ServerSite   string
 
 	Range        hcl.Range
 	ClientsRange hcl.Range
@@ -373,5 +407,12 @@ func (w *Whitelist) Describe() string {
 	if w.Both() {
 		who = "either side opens; the port is the listening side's"
 	}
-	return fmt.Sprintf("%s -> %s %s (%s), %s -> %s", join(w.Clients), join(w.Servers), ports, who, w.ClientAgent, w.ServerAgent)
+	agents := func(names []string, one string) string {
+		if len(names) > 1 {
+			return "{" + strings.Join(names, ",") + "}"
+		}
+		return one
+	}
+	return fmt.Sprintf("%s -> %s %s (%s), %s -> %s", join(w.Clients), join(w.Servers), ports, who,
+		agents(w.ClientAgents, w.ClientAgent), agents(w.ServerAgents, w.ServerAgent))
 }

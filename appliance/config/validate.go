@@ -11,6 +11,7 @@ import (
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
 	"github.com/sosappliance/sosappliance/internal/portrange"
+	"github.com/sosappliance/sosappliance/sdn/spread"
 )
 
 // validate runs the checks that need the whole file: names, references and
@@ -108,6 +109,8 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 	}
 	ports := map[portKey]*Agent{}
 	byNode := map[string]*Agent{}
+	byMAC := map[string]*Agent{}
+	byAddr := map[netip.Addr]*Agent{}
 	for _, s := range cfg.Sites {
 		for _, a := range s.Agents {
 			if prev, dup := byNode[a.Node]; dup && a.Node != "" {
@@ -115,6 +118,18 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 					"Node %q runs two agents", a.Node)
 			} else {
 				byNode[a.Node] = a
+			}
+			if prev, dup := byMAC[a.MAC.String()]; dup && len(a.MAC) > 0 {
+				add(a.Range, fmt.Sprintf("Agent %q already has MAC %s; steering rewrites the destination MAC to the agent's, so each agent needs its own.", prev.Name, a.MAC),
+					"Agents %q and %q share MAC %s", prev.Name, a.Name, a.MAC)
+			} else if len(a.MAC) > 0 {
+				byMAC[a.MAC.String()] = a
+			}
+			if prev, dup := byAddr[a.Address]; dup && a.Address.IsValid() {
+				add(a.Range, fmt.Sprintf("Agent %q already has address %s; peers dial each agent at its own address.", prev.Name, a.Address),
+					"Agents %q and %q share address %s", prev.Name, a.Name, a.Address)
+			} else if a.Address.IsValid() {
+				byAddr[a.Address] = a
 			}
 			sw := cfg.Switch(a.Switch)
 			switch {
@@ -152,6 +167,32 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 			}
 		}
 		diags = append(diags, checkFlowCount(cfg, w)...)
+		for _, group := range [][]string{w.ClientAgents, w.ServerAgents} {
+			if len(group) < 2 {
+				continue
+			}
+			first := cfg.Agent(group[0])
+			for _, name := range group[1:] {
+				if a := cfg.Agent(name); a.Switch != first.Switch {
+					add(w.Range, "The switch deals a site's connections to its agents by output port; put the agents of one whitelist on one switch, or name a subset with client_agents/server_agents.",
+						"Whitelist %q spreads over agents %q and %q on different switches", w.Name, first.Name, a.Name)
+				}
+			}
+			if sw := cfg.Switch(first.Switch); sw != nil && !sw.PortMasks && cfg.Spread.Mode == string(spread.ModePort) {
+				add(w.Range, `spread { mode = "port" } matches bits of the client's TCP port under a mask; on this switch use mode = "address", or name one agent.`,
+					"Whitelist %q spreads by TCP port, but switch %q has no masked port matches", w.Name, sw.Name)
+			}
+		}
+		if cfg.Spread.Mode == string(spread.ModeAddress) && (len(w.ClientAgents) > 1 || len(w.ServerAgents) > 1) {
+			rng := cfg.Spread.ModeRange
+			if rng.Filename == "" {
+				rng = w.Range
+			}
+			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagWarning,
+				Summary: fmt.Sprintf("Whitelist %q spreads by client address: all connections of one client land on one agent", w.Name),
+				Detail:  `spread { mode = "address" } is even only across many clients; with few clients, mode = "port" spreads each client's connections too (needs masked TCP port matches, as Open vSwitch has).`,
+				Subject: rng.Ptr()})
+		}
 		if w.AllPorts {
 			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagWarning,
 				Summary: fmt.Sprintf("Whitelist %q lists no ports: it carries TCP on every port between its clients and servers", w.Name),
@@ -257,11 +298,13 @@ func resolveWhitelist(cfg *Config, w *Whitelist) hcl.Diagnostics {
 	}
 	if clientSite != nil {
 		w.ClientSite = clientSite.Name
-		w.ClientAgent = pickAgent(cfg, w, clientSite, w.ClientAgent, "client_agent", &diags)
+		w.ClientAgents = pickAgents(cfg, w, clientSite, w.ClientAgent, w.ClientAgents, "client_agents", &diags)
+		w.ClientAgent = first(w.ClientAgents)
 	}
 	if serverSite != nil {
 		w.ServerSite = serverSite.Name
-		w.ServerAgent = pickAgent(cfg, w, serverSite, w.ServerAgent, "server_agent", &diags)
+		w.ServerAgents = pickAgents(cfg, w, serverSite, w.ServerAgent, w.ServerAgents, "server_agents", &diags)
+		w.ServerAgent = first(w.ServerAgents)
 	}
 	return diags
 }
@@ -277,27 +320,63 @@ func siteContaining(cfg *Config, p netip.Prefix) *Site {
 	return nil
 }
 
-func pickAgent(cfg *Config, w *Whitelist, site *Site, chosen, attr string, diags *hcl.Diagnostics) string {
-	if chosen != "" {
-		a := cfg.Agent(chosen)
-		if a == nil || a.Site != site.Name {
-			*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Whitelist %q %s %q is not an agent of site %q", w.Name, attr, chosen, site.Name),
-				fmt.Sprintf("Name one of: %s.", strings.Join(agentNames(site), ", "))))
-			return ""
-		}
-		return chosen
-	}
-	switch len(site.Agents) {
-	case 0:
+// pickAgents resolves the agents of one site that carry a whitelist: the
+// named subset (client_agents/server_agents, or the one agent of
+// client_agent/server_agent), or every agent of the site, always in the
+// site's declaration order so that every node deals buckets alike.
+func pickAgents(cfg *Config, w *Whitelist, site *Site, one string, subset []string, attr string, diags *hcl.Diagnostics) []string {
+	if len(site.Agents) == 0 {
 		*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Site %q has no agent to carry whitelist %q", site.Name, w.Name),
 			fmt.Sprintf("Declare an agent in site %q.", site.Name)))
-		return ""
-	case 1:
-		return site.Agents[0].Name
+		return nil
 	}
-	*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Site %q has several agents; whitelist %q must choose one", site.Name, w.Name),
-		fmt.Sprintf("Set %s to one of: %s.", attr, strings.Join(agentNames(site), ", "))))
-	return ""
+	chosen := subset
+	if one != "" {
+		chosen = []string{one}
+		attr = strings.TrimSuffix(attr, "s")
+	}
+	if len(chosen) == 0 {
+		if subset != nil {
+			*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Whitelist %q %s is empty", w.Name, attr),
+				fmt.Sprintf("Name at least one of: %s, or leave %s out to use them all.", strings.Join(agentNames(site), ", "), attr)))
+			return nil
+		}
+		return agentNames(site)
+	}
+	want := map[string]bool{}
+	ok := true
+	for _, name := range chosen {
+		a := cfg.Agent(name)
+		if a == nil || a.Site != site.Name {
+			*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Whitelist %q %s %q is not an agent of site %q", w.Name, attr, name, site.Name),
+				fmt.Sprintf("Name one of: %s.", strings.Join(agentNames(site), ", "))))
+			ok = false
+			continue
+		}
+		if want[name] {
+			*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Whitelist %q %s names agent %q twice", w.Name, attr, name),
+				"Name each agent once."))
+			ok = false
+		}
+		want[name] = true
+	}
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, a := range site.Agents {
+		if want[a.Name] {
+			out = append(out, a.Name)
+		}
+	}
+	return out
+}
+
+func first(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
 }
 
 func agentNames(s *Site) []string {
@@ -463,9 +542,26 @@ func (w *Whitelist) FlowCount(portMasks bool) int {
 	return len(w.Clients) * len(w.Servers) * n
 }
 
+// spreadPatterns is how many bucket patterns a side's agents take: 1
+// without spreading.
+func spreadPatterns(cfg *Config, agents []string) int {
+	if len(agents) < 2 {
+		return 1
+	}
+	b, err := spread.Assign(spread.Mode(cfg.Spread.Mode), cfg.SpreadBits(), len(agents), nil)
+	if err != nil {
+		return 1
+	}
+	n := 0
+	for i := range agents {
+		n += len(b.Matches(i))
+	}
+	return n
+}
+
 func checkFlowCount(cfg *Config, w *Whitelist) hcl.Diagnostics {
 	var diags hcl.Diagnostics
-	for _, name := range []string{w.ClientAgent, w.ServerAgent} {
+	for i, name := range []string{w.ClientAgent, w.ServerAgent} {
 		a := cfg.Agent(name)
 		if a == nil {
 			continue
@@ -474,7 +570,7 @@ func checkFlowCount(cfg *Config, w *Whitelist) hcl.Diagnostics {
 		if sw == nil {
 			continue
 		}
-		n := w.FlowCount(sw.PortMasks)
+		n := w.FlowCount(sw.PortMasks) * spreadPatterns(cfg, [][]string{w.ClientAgents, w.ServerAgents}[i])
 		if w.Both() {
 			n *= 2
 		}

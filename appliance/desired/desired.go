@@ -18,6 +18,7 @@ import (
 	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/sdn/flows"
+	"github.com/sosappliance/sosappliance/sdn/spread"
 )
 
 // Desired is the state one node converges to.
@@ -251,6 +252,7 @@ func compileSwitch(cfg *config.Config, sw *config.Switch) flows.Switch {
 	for _, w := range cfg.Whitelists {
 		deps := []string{w.ClientAgent, w.ServerAgent}
 		sort.Strings(deps)
+		spreadOut := len(w.ClientAgents) > 1 || len(w.ServerAgents) > 1
 		for _, e := range directions(w) {
 			var unsteered []netip.Addr
 			for _, addr := range agentAddrs {
@@ -259,9 +261,10 @@ func compileSwitch(cfg *config.Config, sw *config.Switch) flows.Switch {
 				}
 			}
 			for _, side := range []struct {
-				side  flows.Side
-				agent string
-			}{{flows.ClientSide, e.clientAgent}, {flows.ServerSide, e.serverAgent}} {
+				side   flows.Side
+				agent  string
+				agents []string
+			}{{flows.ClientSide, e.clientAgent, e.clientAgents}, {flows.ServerSide, e.serverAgent, e.serverAgents}} {
 				a := cfg.Agent(side.agent)
 				if a == nil || a.Switch != sw.Name {
 					continue
@@ -275,6 +278,19 @@ func compileSwitch(cfg *config.Config, sw *config.Switch) flows.Switch {
 					Reverse:   e.reverse,
 					Agent:     flowAgent(a),
 					DependsOn: deps,
+				}
+				if spreadOut {
+					// Several agents: the whitelist fails open only when
+					// every agent of one of its sites is down, and a side
+					// with several spreads its connections over them.
+					st.DependsOn = nil
+					st.DependsOnSites = [][]string{slices.Clone(w.ClientAgents), slices.Clone(w.ServerAgents)}
+					if len(side.agents) > 1 {
+						for _, name := range side.agents {
+							st.Agents = append(st.Agents, flowAgent(cfg.Agent(name)))
+						}
+						st.Spread, st.SpreadBits = spread.Mode(cfg.Spread.Mode), cfg.SpreadBits()
+					}
 				}
 				if side.side == flows.ServerSide {
 					st.Unsteered = unsteered
@@ -342,13 +358,26 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 				ChunkSize:   w.ChunkSize,
 				QueueLength: w.QueueLength,
 			}
-			if e.clientAgent == a.Name {
+			if slices.Contains(e.clientAgents, a.Name) {
 				peer := cfg.Agent(e.serverAgent)
 				r.Peer, r.PeerName = peer.DataAddr(), peer.Name
+				if len(e.serverAgents) > 1 {
+					// The far agent of a connection is the server-site
+					// agent of its bucket, the one the server site's
+					// switch steers the server's replies to.
+					for _, name := range e.serverAgents {
+						p := cfg.Agent(name)
+						r.Peers = append(r.Peers, agentspec.Peer{Name: p.Name, Addr: p.DataAddr()})
+					}
+					r.Spread, r.SpreadBits = cfg.Spread.Mode, cfg.SpreadBits()
+				}
 				ag.Relay.Client = append(ag.Relay.Client, r)
 			}
-			if e.serverAgent == a.Name {
+			if slices.Contains(e.serverAgents, a.Name) {
 				r.Peer, r.PeerName = a.DataAddr(), e.clientAgent
+				if len(e.clientAgents) > 1 {
+					r.PeerNames = slices.Clone(e.clientAgents)
+				}
 				ag.Relay.Server = append(ag.Relay.Server, r)
 			}
 		}
@@ -367,9 +396,10 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 // clients open to hosts in servers, first reaching clientAgent, carried to
 // serverAgent.
 type direction struct {
-	clients, servers         []netip.Prefix
-	clientAgent, serverAgent string
-	reverse                  bool
+	clients, servers           []netip.Prefix
+	clientAgent, serverAgent   string
+	clientAgents, serverAgents []string
+	reverse                    bool
 }
 
 // directions are the whitelist as clients open its connections and, with
@@ -377,9 +407,9 @@ type direction struct {
 // roles of the agents swap with who opens the connection, and the port is
 // always the listening side's.
 func directions(w *config.Whitelist) []direction {
-	out := []direction{{w.Clients, w.Servers, w.ClientAgent, w.ServerAgent, false}}
+	out := []direction{{w.Clients, w.Servers, w.ClientAgent, w.ServerAgent, w.ClientAgents, w.ServerAgents, false}}
 	if w.Both() {
-		out = append(out, direction{w.Servers, w.Clients, w.ServerAgent, w.ClientAgent, true})
+		out = append(out, direction{w.Servers, w.Clients, w.ServerAgent, w.ClientAgent, w.ServerAgents, w.ClientAgents, true})
 	}
 	return out
 }

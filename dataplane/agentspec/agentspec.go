@@ -110,6 +110,32 @@ type Route struct {
 	// (responder) of a client entry, the client-side agent (initiator)
 	// allowed to open sessions of a server entry.
 	PeerName string
+	// Peers, when not empty, are every server-side agent of a client
+	// entry, in the configuration's order: a connection goes to the one
+	// that package spread deals its bucket to (Spread mode, SpreadBits),
+	// the agent the server site's switch steers the server's replies to.
+	// Peer and PeerName are then its first.
+	Peers      []Peer
+	Spread     string
+	SpreadBits int
+	// PeerNames, when not empty, are every client-side agent a server
+	// entry admits sessions from (PeerName is the first).
+	PeerNames []string
+}
+
+// Peer is a far agent: its name and data address.
+type Peer struct {
+	Name string
+	Addr netip.AddrPort
+}
+
+// Admits reports whether a server entry accepts sessions opened by the
+// agent named initiator.
+func (w Route) Admits(initiator string) bool {
+	if len(w.PeerNames) > 0 {
+		return slices.Contains(w.PeerNames, initiator)
+	}
+	return initiator == w.PeerName
 }
 
 // Matches reports whether a connection from client to server belongs to
@@ -265,6 +291,19 @@ func (c *Relay) Validate() error {
 		}
 		if clientSide && !w.Peer.IsValid() {
 			bad("client-side entry without a peer address")
+		}
+		for _, p := range w.Peers {
+			if !validAgentName(p.Name) || !p.Addr.IsValid() {
+				bad("spread peer %q at %s: want a valid agent name and data address", p.Name, p.Addr)
+			}
+		}
+		if len(w.Peers) > 0 && (w.Spread != "port" && w.Spread != "address" || w.SpreadBits < 0 || w.SpreadBits > 8) {
+			bad("spread %q over %d bits: want mode port or address and 0..8 bits", w.Spread, w.SpreadBits)
+		}
+		for _, n := range w.PeerNames {
+			if !validAgentName(n) {
+				bad("peer agent name %q: want 1..%d printable bytes", n, stripe.MaxNameSize)
+			}
 		}
 		if len(w.Clients) == 0 {
 			bad("no client prefixes")

@@ -95,6 +95,7 @@ func (rc *runtimeConfig) streamTuningFor(chunkSize int) streamTuning {
 
 // Agent is one running relay. Its methods are safe for concurrent use.
 type Agent struct {
+	far farHealth
 	log *slog.Logger
 	os  transparency
 	cfg atomic.Pointer[runtimeConfig]

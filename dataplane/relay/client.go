@@ -32,6 +32,9 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		reset(host)
 		return
 	}
+	if len(w.Peers) > 0 {
+		w.PeerName, w.Peer = farAgent(w, client, a.far.up(w.Peers, time.Now()))
+	}
 	if w.Streams > rc.limits.MaxStreams {
 		a.reject(rejectStreamLimit, "relay: whitelist asks for more streams than the limit; carrying direct",
 			"whitelist", w.Name, "streams", w.Streams, "limit", rc.limits.MaxStreams)
@@ -71,6 +74,11 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		return
 	}
 	if err := a.openStreams(s, rc, w.Peer); err != nil {
+		if len(w.Peers) > 0 {
+			// The next connections of this bucket go to a live agent
+			// of the far site.
+			a.far.markDown(w.PeerName, time.Now())
+		}
 		// s.host is still unset: the abort leaves the end-host
 		// connection alone and the direct path takes it over.
 		s.abort(AbortSetup, err)

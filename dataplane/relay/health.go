@@ -1,11 +1,15 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -53,6 +57,14 @@ func startHealth(addr netip.AddrPort, a *Agent) (*healthServer, error) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok"))
 	})
+	mux.HandleFunc("GET /sessions", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		var b strings.Builder
+		for _, t := range a.SessionTuples() {
+			fmt.Fprintf(&b, "%s %s %s\n", t.Whitelist, t.Client, t.Server)
+		}
+		_, _ = w.Write([]byte(b.String()))
+	})
 	h := &healthServer{
 		addr:  addr,
 		bound: unmapAddrPort(ln.Addr().(*net.TCPAddr).AddrPort()),
@@ -72,6 +84,31 @@ func startHealth(addr netip.AddrPort, a *Agent) (*healthServer, error) {
 		}
 	}()
 	return h, nil
+}
+
+// SessionTuple is one live session: its whitelist entry, the client's
+// address and port (which pick its spread bucket) and the server's.
+type SessionTuple struct {
+	Whitelist      string
+	Client, Server netip.AddrPort
+}
+
+// SessionTuples lists the live sessions, sorted. GET /sessions on the
+// health endpoint serves them, one "whitelist client server" line each:
+// the controller pins the sessions an agent holds in buckets that are no
+// longer its own (an agent returned after a fail-over) with exact-match
+// flows until they end.
+func (a *Agent) SessionTuples() []SessionTuple {
+	a.mu.Lock()
+	out := make([]SessionTuple, 0, len(a.sessions))
+	for s := range a.sessions {
+		out = append(out, SessionTuple{s.whitelist, s.client, s.server})
+	}
+	a.mu.Unlock()
+	slices.SortFunc(out, func(x, y SessionTuple) int {
+		return cmp.Or(cmp.Compare(x.Whitelist, y.Whitelist), x.Client.Compare(y.Client), x.Server.Compare(y.Server))
+	})
+	return out
 }
 
 // close stops the endpoint and waits for it.

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -223,6 +224,16 @@ func TestStatsAndHealth(t *testing.T) {
 		return len(s) == 1 && s[0].BytesUp == uint64(len(payload))
 	})
 	testsupport.Eventually(t, 30*time.Second, "throughput computed", func() bool { return p.a.Stats().Sessions[0].ThroughputUp > 0 })
+	// GET /sessions lists the live session for the controller's pins.
+	resp, err = http.Get("http://" + health.String() + "/sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if s := p.b.Stats().Sessions[0]; resp.StatusCode != 200 || string(body) != fmt.Sprintf("test %s %s\n", s.Client, s.Server) {
+		t.Errorf("sessions: %d %q", resp.StatusCode, body)
+	}
 	for _, ag := range []*Agent{p.a, p.b} {
 		st := ag.Stats()
 		s := st.Sessions[0]

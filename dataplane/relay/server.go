@@ -254,7 +254,7 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr) (White
 	if !ok {
 		return Whitelist{}, stripe.StatusNotWhitelisted
 	}
-	if h.Initiator != w.PeerName {
+	if !w.Admits(h.Initiator) {
 		return Whitelist{}, stripe.StatusUnknownInitiator
 	}
 	if int(h.Streams) != w.Streams || int(h.ChunkSize) != w.ChunkSize || int(h.QueueLength) != w.QueueLength {

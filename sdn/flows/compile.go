@@ -10,6 +10,7 @@ import (
 
 	"github.com/sosappliance/sosappliance/internal/portrange"
 	"github.com/sosappliance/sosappliance/sdn/ofp13"
+	"github.com/sosappliance/sosappliance/sdn/spread"
 )
 
 // Every flow the appliance owns carries CookiePrefix in the high 16 bits of
@@ -209,9 +210,96 @@ func ipMatch(src, dst netip.Prefix, port ofp13.OXM) ofp13.Match {
 	return ofp13.NewMatch(ofp13.EthType(0x86dd), ofp13.IPProto(6), ofp13.IPv6Src(src), ofp13.IPv6Dst(dst), port)
 }
 
+// share is one agent's part of a spread steer: its actions and the
+// value/mask pairs of its buckets (one empty pair for an unspread steer).
+type share struct {
+	agent   Agent
+	matches []spread.Match
+}
+
+// shares deals a steer's buckets to its live agents.
+func shares(st Steer) ([]share, error) {
+	if len(st.Agents) == 0 {
+		return []share{{st.Agent, []spread.Match{{}}}}, nil
+	}
+	up := make([]bool, len(st.Agents))
+	for i, a := range st.Agents {
+		up[i] = !slices.Contains(st.Down, a.Name)
+	}
+	b, err := spread.Assign(st.Spread, st.SpreadBits, len(st.Agents), up)
+	if err != nil {
+		return nil, err
+	}
+	var out []share
+	for i, a := range st.Agents {
+		if ms := b.Shares(i, len(st.Agents)); len(ms) > 0 {
+			out = append(out, share{a, ms})
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("every agent of the spread is down")
+	}
+	return out, nil
+}
+
+// withShare adds a bucket match to the opener's side of a flow's match:
+// its TCP port (ModePort) or the low 32 bits of its address
+// (ModeAddress). It reports false when the address prefix and the bucket
+// cannot both match (no packet would hit the flow).
+func withShare(m ofp13.Match, mode spread.Mode, src bool, sm spread.Match) (ofp13.Match, bool) {
+	if sm.Mask == 0 {
+		return m, true
+	}
+	if mode == spread.ModePort {
+		if src {
+			m.Fields = append(m.Fields, ofp13.TCPSrcMasked(uint16(sm.Value), uint16(sm.Mask)))
+		} else {
+			m.Fields = append(m.Fields, ofp13.TCPDstMasked(uint16(sm.Value), uint16(sm.Mask)))
+		}
+		return m, true
+	}
+	fields := []ofp13.OXMField{ofp13.FieldIPv4Dst, ofp13.FieldIPv6Dst}
+	if src {
+		fields = []ofp13.OXMField{ofp13.FieldIPv4Src, ofp13.FieldIPv6Src}
+	}
+	out := ofp13.Match{Fields: slices.Clone(m.Fields)}
+	for i, o := range out.Fields {
+		if !o.IsBasic(fields[0]) && !o.IsBasic(fields[1]) {
+			continue
+		}
+		v, mask := slices.Clone(o.Value), slices.Clone(o.Mask)
+		if mask == nil {
+			mask = make([]byte, len(v))
+			for j := range mask {
+				mask[j] = 0xff
+			}
+		}
+		n := len(v)
+		for j := range 4 {
+			bv, bm := byte(sm.Value>>(24-8*j)), byte(sm.Mask>>(24-8*j))
+			if v[n-4+j]&mask[n-4+j]&bm != bv&mask[n-4+j]&bm {
+				return m, false
+			}
+			v[n-4+j] = v[n-4+j]&^bm | bv&bm
+			mask[n-4+j] |= bm
+		}
+		out.Fields[i] = ofp13.OXM{Class: o.Class, Field: o.Field, Value: v, Mask: mask}
+	}
+	return out, true
+}
+
 func compileSteer(st Steer, noMasks bool) ([]Flow, error) {
-	if len(st.Agent.MAC) != 6 {
-		return nil, fmt.Errorf("agent %s: MAC %q is not 6 bytes", st.Agent.Name, st.Agent.MAC)
+	agents := st.Agents
+	if len(agents) == 0 {
+		agents = []Agent{st.Agent}
+	}
+	for _, a := range agents {
+		if len(a.MAC) != 6 {
+			return nil, fmt.Errorf("agent %s: MAC %q is not 6 bytes", a.Name, a.MAC)
+		}
+	}
+	if len(st.Agents) > 0 && st.Spread == spread.ModePort && noMasks {
+		return nil, errors.New(`spread mode "port" needs masked TCP port matches, which this switch lacks; use spread mode "address"`)
 	}
 	if len(st.Clients) == 0 {
 		return nil, errors.New("no client prefixes")
@@ -221,6 +309,10 @@ func compileSteer(st Steer, noMasks bool) ([]Flow, error) {
 		return nil, err
 	}
 	ports, err := portMatches(st, noMasks)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := shares(st)
 	if err != nil {
 		return nil, err
 	}
@@ -237,11 +329,13 @@ func compileSteer(st Steer, noMasks bool) ([]Flow, error) {
 	if st.Reverse {
 		opened = " (opened by servers)"
 	}
-	instructions := []ofp13.Instruction{&ofp13.ApplyActions{Actions: []ofp13.Action{
-		&ofp13.ActionSetField{Field: ofp13.EthDst(st.Agent.MAC)},
-		&ofp13.ActionOutput{Port: st.Agent.Port},
-	}}}
-	var flows []Flow
+	toAgent := func(a Agent) []ofp13.Instruction {
+		return []ofp13.Instruction{&ofp13.ApplyActions{Actions: []ofp13.Action{
+			&ofp13.ActionSetField{Field: ofp13.EthDst(a.MAC)},
+			&ofp13.ActionOutput{Port: a.Port},
+		}}}
+	}
+	flows := pinFlows(st, cookie, opened)
 	for _, s := range srvs {
 		server, err := ipPrefix(s, "server")
 		if err != nil {
@@ -256,15 +350,26 @@ func compileSteer(st Steer, noMasks bool) ([]Flow, error) {
 				return nil, fmt.Errorf("client prefix %s and server %s differ in address family", client, server)
 			}
 			for _, pm := range ports {
-				f := Flow{Table: Table, Priority: PrioritySteer, Instructions: instructions, Cookie: cookie,
-					Reason: fmt.Sprintf("whitelist %s%s %s side via agent %s", st.Whitelist, opened, st.Side, st.Agent.Name)}
+				for _, part := range parts {
+					reason := fmt.Sprintf("whitelist %s%s %s side via agent %s", st.Whitelist, opened, st.Side, part.agent.Name)
+					var base ofp13.Match
+					if st.Side == ClientSide {
+						base = ipMatch(client, server, tcpPort(true, pm))
+					} else {
+						base = ipMatch(server, client, tcpPort(false, pm))
+					}
+					for _, sm := range part.matches {
+						m, ok := withShare(base, st.Spread, st.Side == ClientSide, sm)
+						if !ok {
+							continue
+						}
+						flows = append(flows, Flow{Table: Table, Priority: PrioritySteer, Instructions: toAgent(part.agent),
+							Cookie: cookie, Match: m, Reason: reason})
+					}
+				}
 				if st.Side == ClientSide {
-					f.Match = ipMatch(client, server, tcpPort(true, pm))
-					flows = append(flows, f)
 					continue
 				}
-				f.Match = ipMatch(server, client, tcpPort(false, pm))
-				flows = append(flows, f)
 				for _, a := range st.Unsteered {
 					if a = a.Unmap(); !client.Contains(a) {
 						continue
@@ -290,8 +395,18 @@ func SteerFlowDetail(st Steer, noMasks bool) string {
 	if noMasks {
 		kind = "one per port: the switch has no masked port matches"
 	}
-	return fmt.Sprintf("%s x %s x %s (%s)", plural(len(st.Clients), "client prefix", "client prefixes"),
+	detail := fmt.Sprintf("%s x %s x %s (%s)", plural(len(st.Clients), "client prefix", "client prefixes"),
 		plural(len(srvs), "server prefix", "server prefixes"), plural(len(ports), "port match", "port matches"), kind)
+	if len(st.Agents) > 0 {
+		n := 0
+		if parts, err := shares(st); err == nil {
+			for _, p := range parts {
+				n += len(p.matches)
+			}
+		}
+		detail += fmt.Sprintf(" x %s (spread by %s over %d agents, %d buckets)", plural(n, "bucket pattern", "bucket patterns"), st.Spread, len(st.Agents), 1<<st.SpreadBits)
+	}
+	return detail
 }
 
 func plural(n int, one, many string) string {
@@ -310,7 +425,17 @@ func SteerFlowCount(st Steer, noMasks bool) int {
 	if err != nil || err2 != nil {
 		return 0
 	}
-	return len(srvs) * len(st.Clients) * len(ports)
+	n := 1
+	if len(st.Agents) > 0 {
+		// Every agent's buckets, merged: at most 2^bits patterns.
+		n = 0
+		if parts, err := shares(st); err == nil {
+			for _, p := range parts {
+				n += len(p.matches)
+			}
+		}
+	}
+	return len(srvs) * len(st.Clients) * len(ports) * n
 }
 
 // Sort orders flows as Compile returns them: table, priority (highest
@@ -323,19 +448,36 @@ func Sort(flows []Flow) {
 }
 
 // FailOpen returns the switch without the steering of every whitelist that
-// depends on an agent isDown reports down, and the names of the whitelists
+// depends on an agent isDown reports down (for a spread steer: every agent
+// of one of its sites), with the buckets of the dead agents of spread
+// steers dealt to their live ones, and the names of the whitelists
 // it withdrew, sorted. Their traffic then takes normal forwarding: slow,
 // but not black-holed by a dead agent.
 func FailOpen(sw Switch, isDown func(agent string) bool) (Switch, []string) {
 	out := sw
 	out.Steers = nil
 	withdrawn := map[string]bool{}
+	allDown := func(group []string) bool {
+		return len(group) > 0 && !slices.ContainsFunc(group, func(a string) bool { return !isDown(a) })
+	}
 	for _, st := range sw.Steers {
-		down := slices.ContainsFunc(st.DependsOn, isDown) || isDown(st.Agent.Name)
-		if down {
+		down := slices.ContainsFunc(st.DependsOn, isDown) || slices.ContainsFunc(st.DependsOnSites, allDown)
+		if len(st.Agents) == 0 {
+			down = down || isDown(st.Agent.Name)
+		}
+		var dead []string
+		for _, a := range st.Agents {
+			if isDown(a.Name) {
+				dead = append(dead, a.Name)
+			}
+		}
+		if down || len(st.Agents) > 0 && len(dead) == len(st.Agents) {
 			withdrawn[st.Whitelist] = true
 			continue
 		}
+		// Fail-over: the dead agents' buckets go to the live ones; no
+		// other bucket changes owner.
+		st.Down = dead
 		out.Steers = append(out.Steers, st)
 	}
 	names := make([]string, 0, len(withdrawn))
@@ -344,4 +486,93 @@ func FailOpen(sw Switch, isDown func(agent string) bool) (Switch, []string) {
 	}
 	slices.Sort(names)
 	return out, names
+}
+
+// Held is a live session an agent reports: its whitelist, and the
+// client's and server's address and port (the opener's and the listener's).
+type Held struct {
+	Whitelist      string
+	Client, Server netip.AddrPort
+}
+
+// PrioritySession is the exact-match flows that pin live sessions to the
+// agent holding them, above the bucket flows and their exceptions.
+const PrioritySession = PrioritySteer + 2
+
+// PinSessions keeps every live session on the agent that holds it when
+// its bucket now belongs to another agent of the site: an agent that
+// comes back takes its buckets back for new connections at once, while
+// the sessions a survivor took over in them meanwhile keep reaching the
+// survivor through one exact-match flow each (both ports and addresses),
+// until the survivor no longer reports them. held maps each agent to the
+// sessions it reports; apply it after FailOpen, whose Down it uses.
+func PinSessions(sw Switch, held map[string][]Held) Switch {
+	out := sw
+	out.Steers = slices.Clone(sw.Steers)
+	for i, st := range out.Steers {
+		if len(st.Agents) == 0 {
+			continue
+		}
+		up := make([]bool, len(st.Agents))
+		for j, a := range st.Agents {
+			up[j] = !slices.Contains(st.Down, a.Name)
+		}
+		b, err := spread.Assign(st.Spread, st.SpreadBits, len(st.Agents), up)
+		if err != nil {
+			continue
+		}
+		var pins []Pin
+		for j, a := range st.Agents {
+			if !up[j] {
+				continue
+			}
+			for _, h := range held[a.Name] {
+				if h.Whitelist != st.Whitelist || !steerCovers(st, h) || b.Agent(h.Client) == j {
+					continue
+				}
+				pins = append(pins, Pin{Client: h.Client, Server: h.Server, Agent: a})
+			}
+		}
+		out.Steers[i].Pins = pins
+	}
+	return out
+}
+
+// steerCovers reports whether a session belongs to the steer's direction.
+func steerCovers(st Steer, h Held) bool {
+	c, s := h.Client.Addr().Unmap(), h.Server.Addr().Unmap()
+	if !slices.ContainsFunc(st.Clients, func(p netip.Prefix) bool { return p.Contains(c) }) {
+		return false
+	}
+	srvs, err := servers(st)
+	if err != nil || !slices.ContainsFunc(srvs, func(p netip.Prefix) bool { return p.Contains(s) }) {
+		return false
+	}
+	if len(st.Ports) == 0 {
+		return st.Port == h.Server.Port()
+	}
+	return portrange.ContainsPort(st.Ports, h.Server.Port())
+}
+
+func pinFlows(st Steer, cookie uint64, opened string) []Flow {
+	var out []Flow
+	for _, p := range st.Pins {
+		c, s := p.Client.Addr().Unmap(), p.Server.Addr().Unmap()
+		cp, sp := netip.PrefixFrom(c, c.BitLen()), netip.PrefixFrom(s, s.BitLen())
+		var m ofp13.Match
+		if st.Side == ClientSide {
+			m = ipMatch(cp, sp, ofp13.TCPSrc(p.Client.Port()))
+			m.Fields = append(m.Fields, ofp13.TCPDst(p.Server.Port()))
+		} else {
+			m = ipMatch(sp, cp, ofp13.TCPSrc(p.Server.Port()))
+			m.Fields = append(m.Fields, ofp13.TCPDst(p.Client.Port()))
+		}
+		out = append(out, Flow{Table: Table, Priority: PrioritySession, Cookie: cookie, Match: m,
+			Instructions: []ofp13.Instruction{&ofp13.ApplyActions{Actions: []ofp13.Action{
+				&ofp13.ActionSetField{Field: ofp13.EthDst(p.Agent.MAC)},
+				&ofp13.ActionOutput{Port: p.Agent.Port},
+			}}},
+			Reason: fmt.Sprintf("whitelist %s%s: live session %s -> %s stays on agent %s", st.Whitelist, opened, p.Client, p.Server, p.Agent.Name)})
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/sosappliance/sosappliance/internal/portrange"
+	"github.com/sosappliance/sosappliance/sdn/spread"
 )
 
 // Side says which end of a whitelisted connection a steering rule serves.
@@ -46,15 +47,41 @@ type Steer struct {
 	// open them and Servers the whitelist's clients that listen.
 	Reverse bool
 	Agent   Agent
+	// Agents, when not empty, are every agent of this side's site that
+	// carries the whitelist, in the configuration's order: the steer is
+	// then spread over them by package spread (Agent is ignored), each
+	// agent matching only its buckets, by the connection opener's TCP
+	// port (tcp_src on the client side, tcp_dst on the server side) or
+	// address.
+	Agents []Agent
+	Spread spread.Mode
+	// SpreadBits is the bucket count's log2.
+	SpreadBits int
+	// Down names the agents of Agents that are down: their buckets are
+	// dealt to the live ones (fail-over). FailOpen sets it.
+	Down []string
+	// Pins are live sessions a live agent holds in a bucket that is no
+	// longer its own: each keeps an exact-match flow to it (PinSessions).
+	Pins []Pin
 	// DependsOn names every agent whose failure must withdraw this rule
 	// (fail-open): the agents at both ends of the whitelist.
 	DependsOn []string
+	// DependsOnSites are groups of agents (each site's agents of the
+	// whitelist): the rule is withdrawn only when every agent of a group
+	// is down.
+	DependsOnSites [][]string
 	// Unsteered lists agent addresses inside Clients whose replies from
 	// the server are never steered (server side only): a client-side agent
 	// that cannot open its stripes carries a connection direct from its
 	// own address, and the server's answers to it must reach it, not the
 	// server site's agent, which holds no socket for them.
 	Unsteered []netip.Addr
+}
+
+// Pin keeps one live session on the agent that holds it.
+type Pin struct {
+	Client, Server netip.AddrPort
+	Agent          Agent
 }
 
 // Switch is everything one switch must carry.

@@ -127,6 +127,17 @@ func (b Buckets) Of(client netip.AddrPort) int {
 // when the site has none up.
 func (b Buckets) Agent(client netip.AddrPort) int { return b.Owner[b.Of(client)] }
 
+// Count is how many buckets agent i holds.
+func (b Buckets) Count(i int) int {
+	n := 0
+	for _, o := range b.Owner {
+		if o == i {
+			n++
+		}
+	}
+	return n
+}
+
 // Match is a value/mask pair on the client's TCP port (ModePort) or on the
 // low 32 bits of the client's address (ModeAddress); a field matches when
 // field&Mask == Value.
@@ -152,6 +163,39 @@ func (b Buckets) Matches(i int) []Match {
 	var out []Match
 	for _, c := range cover(mine, b.Bits) {
 		out = append(out, Match{Value: c.value << shift, Mask: c.care << shift})
+	}
+	return out
+}
+
+// Shares returns agent i's matches so that fail-over never rewrites a
+// live agent's own patterns: the matches of its home buckets (its share
+// with every agent up) and, apart, those of the buckets it holds in b for
+// dead agents. A switch then changes only the flows of the moved buckets
+// when an agent goes down or comes back. A dead agent has none.
+func (b Buckets) Shares(i, n int) []Match {
+	home, err := Assign(b.Mode, b.Bits, n, nil)
+	if err != nil || len(home.Owner) != len(b.Owner) {
+		return nil
+	}
+	var homeK, taken []uint32
+	for k, o := range b.Owner {
+		switch {
+		case o != i:
+		case home.Owner[k] == i:
+			homeK = append(homeK, uint32(k))
+		default:
+			taken = append(taken, uint32(k))
+		}
+	}
+	shift := uint(1)
+	if b.Mode == ModeAddress {
+		shift = 0
+	}
+	var out []Match
+	for _, ks := range [][]uint32{homeK, taken} {
+		for _, c := range cover(ks, b.Bits) {
+			out = append(out, Match{Value: c.value << shift, Mask: c.care << shift})
+		}
 	}
 	return out
 }

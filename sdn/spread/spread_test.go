@@ -245,3 +245,54 @@ func FuzzCover(f *testing.F) {
 		}
 	})
 }
+
+// Shares partitions each agent's buckets into its home patterns, which
+// never change while it lives, and the patterns of the buckets it took
+// over: the union matches exactly the buckets Owner gives it.
+func TestSharesKeepHomePatternsThroughFailOver(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for range 300 {
+		n := 1 + r.IntN(6)
+		nbits := r.IntN(MaxBits + 1)
+		mode := []Mode{ModePort, ModeAddress}[r.IntN(2)]
+		up := make([]bool, n)
+		for i := range up {
+			up[i] = r.IntN(3) != 0
+		}
+		all, _ := Assign(mode, nbits, n, nil)
+		b, err := Assign(mode, nbits, n, up)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			got := b.Shares(i, n)
+			if !up[i] {
+				if len(got) != 0 {
+					t.Fatalf("dead agent %d has shares %v", i, got)
+				}
+				continue
+			}
+			home := all.Matches(i)
+			if len(got) < len(home) || !slices.Equal(got[:len(home)], home) {
+				t.Fatalf("n=%d bits=%d up=%v agent %d: shares %v do not start with its home patterns %v", n, nbits, up, i, got, home)
+			}
+			for k := range b.Owner {
+				f := uint32(k)
+				if mode == ModePort {
+					f <<= 1
+				}
+				hits := 0
+				for _, m := range got {
+					if f&m.Mask == m.Value {
+						hits++
+					}
+				}
+				// Patterns of one agent may overlap (same action); no
+				// pattern takes another agent's bucket.
+				if want := b.Owner[k] == i; (hits > 0) != want {
+					t.Fatalf("n=%d bits=%d up=%v agent %d bucket %d: %d patterns match, owner %d", n, nbits, up, i, k, hits, b.Owner[k])
+				}
+			}
+		}
+	}
+}
