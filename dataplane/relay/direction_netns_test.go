@@ -1,14 +1,9 @@
 package relay
 
 import (
-	"bytes"
-	"encoding/json"
 	"net/netip"
-	"os/exec"
 	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/sosappliance/sosappliance/appliance/config"
 	"github.com/sosappliance/sosappliance/appliance/desired"
@@ -121,26 +116,7 @@ func TestNetnsDirectionBothThroughAgents(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := c.opener.stats(t).Totals
-			srv := startInNetns(t, c.listenNS, "iperf3", "-s", "-1", "-p", c.port)
-			time.Sleep(300 * time.Millisecond) // iperf3 has no readiness signal
-			cmd := exec.Command("ip", "netns", "exec", c.dialNS, "iperf3", "-c", c.listenAt.String(), "-p", c.port, "-t", "2", "-J")
-			var out bytes.Buffer
-			cmd.Stdout = &out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			var peers string
-			testsupport.Eventually(t, 30*time.Second, "iperf3 connections at the listener", func() bool {
-				peers = sh(t, "ip", "netns", "exec", c.listenNS, "ss", "-tnH", "state", "established", "( sport = :"+c.port+" )")
-				return strings.Count(peers, "\n") >= 2
-			})
-			for _, line := range strings.Split(strings.TrimSpace(peers), "\n") {
-				f := strings.Fields(line)
-				peer, err := netip.ParseAddrPort(f[len(f)-1])
-				if err != nil || peer.Addr().Unmap() != c.dialerIs {
-					t.Errorf("listener socket %q: peer is not the dialer %s", line, c.dialerIs)
-				}
-			}
+			run := startIperf(t, c.listenNS, c.dialNS, c.listenAt, c.dialerIs, c.port, "-t", "2")
 			// The roles follow who opened the connection: the agent at
 			// the opener's site is its client side, the far one its
 			// server side.
@@ -148,39 +124,15 @@ func TestNetnsDirectionBothThroughAgents(t *testing.T) {
 				p    *nsProcess
 				side string
 			}{{c.opener, "client"}, {c.far, "server"}} {
-				testsupport.Eventually(t, 10*time.Second, "a "+ag.side+"-side session at the "+ag.side+"-side agent", func() bool {
-					for _, s := range ag.p.stats(t).Sessions {
-						if s.Side == ag.side && s.Whitelist == "gridftp" && s.Client.Addr().Unmap() == c.dialerIs &&
-							s.Server.Addr().Unmap() == c.listenAt && s.Server.Port() == c.portNumber() {
-							return true
-						}
-					}
-					return false
-				})
+				awaitSession(t, ag.p, "a "+ag.side+"-side session at the "+ag.side+"-side agent", ag.side, c.dialerIs, c.listenAt,
+					func(s SessionStats) bool { return s.Whitelist == "gridftp" && s.Server.Port() == c.portNumber() })
 			}
-			if err := cmd.Wait(); err != nil {
-				t.Fatalf("iperf3: %v\n%s", err, out.String())
-			}
-			var res struct {
-				End struct {
-					SumReceived struct {
-						Bytes int64 `json:"bytes"`
-					} `json:"sum_received"`
-				} `json:"end"`
-			}
-			if err := json.Unmarshal(out.Bytes(), &res); err != nil || res.End.SumReceived.Bytes == 0 {
-				t.Fatalf("iperf3 moved nothing (%v):\n%s", err, out.String())
-			}
-			select {
-			case <-srv.Done():
-			case <-time.After(10 * time.Second):
-				t.Fatal("iperf3 server did not finish")
-			}
+			n := run.finish(t)
 			after := c.opener.stats(t).Totals
 			if after.SessionsStarted < before.SessionsStarted+2 {
 				t.Errorf("the opener's agent started %d sessions, want iperf3's two", after.SessionsStarted-before.SessionsStarted)
 			}
-			t.Logf("%s: %d bytes through the agents; listener saw:\n%s", c.name, res.End.SumReceived.Bytes, peers)
+			t.Logf("%s: %d bytes through the agents; listener saw:\n%s", c.name, n, run.peers)
 		})
 	}
 }

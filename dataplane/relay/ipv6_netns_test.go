@@ -1,13 +1,9 @@
 package relay
 
 import (
-	"bytes"
-	"encoding/json"
 	"net/netip"
-	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sosappliance/sosappliance/appliance/config"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
@@ -114,60 +110,17 @@ func TestNetnsIPv6ThroughAgents(t *testing.T) {
 // iperfThroughAgents runs iperf3 from the client to the server and checks
 // that the server saw the client's address and that the agents carried it.
 func iperfThroughAgents(t *testing.T, l *lab, agentA, agentB *nsProcess, family, port string, client, server netip.Addr) {
-	srv := startInNetns(t, l.srv, "iperf3", "-s", "-1", "-p", port)
-	time.Sleep(300 * time.Millisecond) // iperf3 has no readiness signal
-	cmd := exec.Command("ip", "netns", "exec", l.cli, "iperf3", family, "-c", server.String(), "-p", port, "-t", "2", "-J")
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var peers string
-	testsupport.Eventually(t, 30*time.Second, "iperf3 connections at the server", func() bool {
-		peers = sh(t, "ip", "netns", "exec", l.srv, "ss", "-tnH", "state", "established", "( sport = :"+port+" )")
-		return strings.Count(peers, "\n") >= 2
-	})
-	for _, line := range strings.Split(strings.TrimSpace(peers), "\n") {
-		f := strings.Fields(line)
-		peer, err := netip.ParseAddrPort(f[len(f)-1])
-		if err != nil || peer.Addr().Unmap() != client {
-			t.Errorf("server socket %q: peer is not the client %s", line, client)
-		}
-	}
+	run := startIperf(t, l.srv, l.cli, server, client, port, family, "-t", "2")
 	for _, ag := range []struct {
 		p    *nsProcess
 		side string
 	}{{agentA, "client"}, {agentB, "server"}} {
-		testsupport.Eventually(t, 10*time.Second, "a session at the "+ag.side+"-side agent", func() bool {
-			for _, s := range ag.p.stats(t).Sessions {
-				if s.Side == ag.side && s.Client.Addr().Unmap() == client && s.Server.Addr().Unmap() == server {
-					return true
-				}
-			}
-			return false
-		})
+		awaitSession(t, ag.p, "a session at the "+ag.side+"-side agent", ag.side, client, server, nil)
 	}
 	// The stripes run over IPv6 between the agents' WAN addresses.
 	if st := sh(t, "ip", "netns", "exec", l.agB, "ss", "-6tnH", "state", "established", "( sport = :9877 )"); !strings.Contains(st, "[fd77::1]:") {
 		t.Errorf("no IPv6 stripe from agent A at agent B's data port:\n%s", st)
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("iperf3: %v\n%s", err, out.String())
-	}
-	var res struct {
-		End struct {
-			SumReceived struct {
-				Bytes int64 `json:"bytes"`
-			} `json:"sum_received"`
-		} `json:"end"`
-	}
-	if err := json.Unmarshal(out.Bytes(), &res); err != nil || res.End.SumReceived.Bytes == 0 {
-		t.Fatalf("iperf3 moved nothing (%v):\n%s", err, out.String())
-	}
-	select {
-	case <-srv.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("iperf3 server did not finish")
-	}
-	t.Logf("%s through the agents: %d bytes; server saw:\n%s", family, res.End.SumReceived.Bytes, peers)
+	n := run.finish(t)
+	t.Logf("%s through the agents: %d bytes; server saw:\n%s", family, n, run.peers)
 }

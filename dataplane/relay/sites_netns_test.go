@@ -1,15 +1,11 @@
 package relay
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/sosappliance/sosappliance/appliance/config"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
@@ -137,58 +133,15 @@ func TestNetnsThreeSites(t *testing.T) {
 		to := sites[(i+1)%len(sites)]
 		port := fmt.Sprint(5201 + i)
 		t.Run(from.name+" to "+to.name, func(t *testing.T) {
-			srv := startInNetns(t, to.host, "iperf3", "-s", "-1", "-p", port)
-			time.Sleep(300 * time.Millisecond) // iperf3 has no readiness signal
-			cmd := exec.Command("ip", "netns", "exec", from.host, "iperf3", "-c", to.hostAddr.String(), "-p", port, "-t", "1", "-J")
-			var out bytes.Buffer
-			cmd.Stdout = &out
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			var peers string
-			testsupport.Eventually(t, 30*time.Second, "iperf3 connections at the server", func() bool {
-				peers = sh(t, "ip", "netns", "exec", to.host, "ss", "-tnH", "state", "established", "( sport = :"+port+" )")
-				return strings.Count(peers, "\n") >= 2
-			})
-			for _, line := range strings.Split(strings.TrimSpace(peers), "\n") {
-				f := strings.Fields(line)
-				peer, err := netip.ParseAddrPort(f[len(f)-1])
-				if err != nil || peer.Addr().Unmap() != from.hostAddr {
-					t.Errorf("server socket %q: peer is not the client %s", line, from.hostAddr)
-				}
-			}
+			run := startIperf(t, to.host, from.host, to.hostAddr, from.hostAddr, port, "-t", "1")
 			for _, ag := range []struct {
 				s    *site
 				side string
 			}{{from, "client"}, {to, "server"}} {
-				testsupport.Eventually(t, 10*time.Second, "a session at agent-"+ag.s.name, func() bool {
-					for _, ss := range ag.s.proc.stats(t).Sessions {
-						if ss.Side == ag.side && ss.Client.Addr().Unmap() == from.hostAddr && ss.Server.Addr().Unmap() == to.hostAddr {
-							return true
-						}
-					}
-					return false
-				})
+				awaitSession(t, ag.s.proc, "a session at agent-"+ag.s.name, ag.side, from.hostAddr, to.hostAddr, nil)
 			}
-			if err := cmd.Wait(); err != nil {
-				t.Fatalf("iperf3: %v\n%s", err, out.String())
-			}
-			var res struct {
-				End struct {
-					SumReceived struct {
-						Bytes int64 `json:"bytes"`
-					} `json:"sum_received"`
-				} `json:"end"`
-			}
-			if err := json.Unmarshal(out.Bytes(), &res); err != nil || res.End.SumReceived.Bytes == 0 {
-				t.Fatalf("iperf3 moved nothing (%v):\n%s", err, out.String())
-			}
-			select {
-			case <-srv.Done():
-			case <-time.After(10 * time.Second):
-				t.Fatal("iperf3 server did not finish")
-			}
-			t.Logf("site %s to site %s: %d bytes through agent-%s and agent-%s", from.name, to.name, res.End.SumReceived.Bytes, from.name, to.name)
+			n := run.finish(t)
+			t.Logf("site %s to site %s: %d bytes through agent-%s and agent-%s", from.name, to.name, n, from.name, to.name)
 		})
 	}
 }
