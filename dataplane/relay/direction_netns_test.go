@@ -72,6 +72,29 @@ func compiledAgent(t *testing.T, cfg *config.Config, node string) (Config, item.
 	return rc, spec
 }
 
+// labConfig parses an sos.hcl written for a namespace lab.
+func labConfig(t *testing.T, filename, src string) *config.Config {
+	t.Helper()
+	cfg, diags := config.Parse(config.Source{Filename: filename, Bytes: []byte(src)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	return cfg
+}
+
+// startCompiledAgents compiles cfg for the lab's two agent nodes, na and
+// nb, lets check look at both relay specs, then steers the agents'
+// namespaces and starts the agents there as apply would.
+func startCompiledAgents(t *testing.T, l *lab, cfg *config.Config, check func(rcA, rcB Config)) (agentA, agentB *nsProcess) {
+	t.Helper()
+	rcA, steerA := compiledAgent(t, cfg, "na")
+	rcB, steerB := compiledAgent(t, cfg, "nb")
+	check(rcA, rcB)
+	steer(t, l.agA, steerA)
+	steer(t, l.agB, steerB)
+	return startLabAgent(t, l.agA, rcA), startLabAgent(t, l.agB, rcB)
+}
+
 type directionCase struct {
 	name               string
 	listenNS, dialNS   string
@@ -93,21 +116,14 @@ func (c directionCase) portNumber() uint16 {
 // way, and both land on ports inside the whitelist's range.
 func TestNetnsDirectionBothThroughAgents(t *testing.T) {
 	testsupport.RequireRoot(t, "ip", "nft", "iperf3", "ss")
-	cfg, diags := config.Parse(config.Source{Filename: "direction.hcl", Bytes: []byte(directionConfig)})
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
+	cfg := labConfig(t, "direction.hcl", directionConfig)
 	l := newLab(t)
-	rcA, steerA := compiledAgent(t, cfg, "na")
-	rcB, steerB := compiledAgent(t, cfg, "nb")
-	if len(rcA.Client) != 1 || len(rcA.Server) != 1 || len(rcB.Client) != 1 || len(rcB.Server) != 1 {
-		t.Fatalf("each agent needs a client and a server route: A %d/%d, B %d/%d",
-			len(rcA.Client), len(rcA.Server), len(rcB.Client), len(rcB.Server))
-	}
-	steer(t, l.agA, steerA)
-	steer(t, l.agB, steerB)
-	agentA := startLabAgent(t, l.agA, rcA)
-	agentB := startLabAgent(t, l.agB, rcB)
+	agentA, agentB := startCompiledAgents(t, l, cfg, func(rcA, rcB Config) {
+		if len(rcA.Client) != 1 || len(rcA.Server) != 1 || len(rcB.Client) != 1 || len(rcB.Server) != 1 {
+			t.Fatalf("each agent needs a client and a server route: A %d/%d, B %d/%d",
+				len(rcA.Client), len(rcA.Server), len(rcB.Client), len(rcB.Server))
+		}
+	})
 
 	client, server := netip.MustParseAddr("10.10.1.1"), netip.MustParseAddr("10.10.2.1")
 	for _, c := range []directionCase{

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sosappliance/sosappliance/appliance/config"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
@@ -79,21 +78,14 @@ func dualStack(t *testing.T, l *lab) {
 // from the client's address, which is what the server sees.
 func TestNetnsIPv6ThroughAgents(t *testing.T) {
 	testsupport.RequireRoot(t, "ip", "nft", "iperf3", "ss")
-	cfg, diags := config.Parse(config.Source{Filename: "ipv6.hcl", Bytes: []byte(ipv6Config)})
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
+	cfg := labConfig(t, "ipv6.hcl", ipv6Config)
 	l := newLab(t)
 	dualStack(t, l)
-	rcA, steerA := compiledAgent(t, cfg, "na")
-	rcB, steerB := compiledAgent(t, cfg, "nb")
-	if rcA.TransparentListen.String() != "[::]:9876" || rcA.Client[0].Peer.String() != "[fd77::2]:9877" {
-		t.Fatalf("agent A listens at %s and stripes to %s", rcA.TransparentListen, rcA.Client[0].Peer)
-	}
-	steer(t, l.agA, steerA)
-	steer(t, l.agB, steerB)
-	agentA := startLabAgent(t, l.agA, rcA)
-	agentB := startLabAgent(t, l.agB, rcB)
+	agentA, agentB := startCompiledAgents(t, l, cfg, func(rcA, _ Config) {
+		if rcA.TransparentListen.String() != "[::]:9876" || rcA.Client[0].Peer.String() != "[fd77::2]:9877" {
+			t.Fatalf("agent A listens at %s and stripes to %s", rcA.TransparentListen, rcA.Client[0].Peer)
+		}
+	})
 
 	// IPv6, and IPv4 through the same dual-stack listener.
 	for _, c := range []struct {

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/sosappliance/sosappliance/appliance/config"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
@@ -78,10 +77,7 @@ whitelist "c-to-a" {
 // pair and the server side of another.
 func TestNetnsThreeSites(t *testing.T) {
 	testsupport.RequireRoot(t, "ip", "nft", "iperf3", "ss")
-	cfg, diags := config.Parse(config.Source{Filename: "three.hcl", Bytes: []byte(threeSitesConfig)})
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
+	cfg := labConfig(t, "three.hcl", threeSitesConfig)
 	pid := os.Getpid()
 	wan := fmt.Sprintf("sos3wan%d", pid)
 	sh(t, "ip", "netns", "add", wan)
