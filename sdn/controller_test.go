@@ -164,17 +164,25 @@ var reCounter = regexp.MustCompile(`counter packets (\d+)`)
 // steeredSYNCounter counts, inside the agent's namespace, TCP packets for
 // the server's whitelisted port: they reach the agent only if steered.
 func steeredSYNCounter(t *testing.T, agent *ovstest.Host) func() int {
+	return nftCounter(t, agent, "ip", "ip", "daddr", "10.10.1.20", "tcp", "dport", "5201")
+}
+
+// nftCounter counts, inside the agent's namespace, the packets of nftables
+// family (ip or ip6) that match selects at prerouting, and returns a
+// function that reads the count.
+func nftCounter(t *testing.T, agent *ovstest.Host, family string, match ...string) func() int {
+	t.Helper()
 	for _, args := range [][]string{
-		{"add", "table", "ip", "steer"},
-		{"add", "chain", "ip", "steer", "pre", "{ type filter hook prerouting priority -300 ; }"},
-		{"add", "rule", "ip", "steer", "pre", "ip", "daddr", "10.10.1.20", "tcp", "dport", "5201", "counter"},
+		{"add", "table", family, "steer"},
+		{"add", "chain", family, "steer", "pre", "{ type filter hook prerouting priority -300 ; }"},
+		append(append([]string{"add", "rule", family, "steer", "pre"}, match...), "counter"),
 	} {
 		if out, err := agent.Exec("nft", args...); err != nil {
 			t.Fatalf("nft %v: %v\n%s", args, err, out)
 		}
 	}
 	return func() int {
-		out, err := agent.Exec("nft", "list", "chain", "ip", "steer", "pre")
+		out, err := agent.Exec("nft", "list", "chain", family, "steer", "pre")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,11 +228,7 @@ func TestControllerWithOVS(t *testing.T) {
 	// The listener is reopened per controller below; the bridge keeps
 	// dialing the same address.
 	l.br = inst.AddBridge(t, "brc", 0xb1, "tcp:"+ctlAddr)
-	l.client = l.br.AttachHost(t, 1, clientMAC, netip.MustParsePrefix("10.10.1.10/24"))
-	l.server = l.br.AttachHost(t, 2, serverMAC, netip.MustParsePrefix("10.10.1.20/24"))
-	l.agent = l.br.AttachHost(t, 3, agentMAC, netip.MustParsePrefix("10.10.1.2/24"))
-	_ = l.client.Neighbor(netip.MustParseAddr("10.10.1.20"), serverMAC)
-	_ = l.server.Neighbor(netip.MustParseAddr("10.10.1.10"), clientMAC)
+	l.client, l.server, l.agent = attachLAN(t, l.br)
 	const foreignKey = "table=0,priority=100,udp,tp_dst=9999"
 	if err := l.br.AddFlow("cookie=0x1234,priority=100,udp,tp_dst=9999,actions=drop"); err != nil {
 		t.Fatal(err)
@@ -487,9 +491,7 @@ func TestDialedSwitch(t *testing.T) {
 	br := inst.AddBridge(t, "brp", 0xe1, passive)
 	sw := siteSwitch(0xe1)
 	sw.Name, sw.Connect = "sw-p", fmt.Sprintf("tcp:127.0.0.1:%d", port)
-	ctl := startController(t, sdn.Config{Dial: inst.DialContext, Keepalive: time.Second, HealthInterval: time.Second,
-		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 400 * time.Millisecond, Switches: []flows.Switch{sw}})
-	waitConverged(t, ctl.Controller, "sw-p", 0)
+	ctl := startDialingController(t, inst, sw)
 	requireSameFlows(t, br, compile(t, sw))
 	sent, conns := ctl.Status().Counters.FlowModsSent, ctl.Status().Counters.Connections
 

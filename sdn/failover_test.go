@@ -44,12 +44,8 @@ func TestFailOverWithOVS(t *testing.T) {
 		t.Fatal(err)
 	}
 	br := inst.AddBridge(t, "brs", 0xc1, "tcp:"+ln.Addr().String())
-	client := br.AttachHost(t, 1, clientMAC, netip.MustParsePrefix("10.10.1.10/24"))
-	server := br.AttachHost(t, 2, serverMAC, netip.MustParsePrefix("10.10.1.20/24"))
-	a1 := br.AttachHost(t, 3, agentMAC, netip.MustParsePrefix("10.10.1.2/24"))
+	client, _, a1 := attachLAN(t, br)
 	a2 := br.AttachHost(t, 4, agent2MAC, netip.MustParsePrefix("10.10.1.3/24"))
-	_ = client.Neighbor(netip.MustParseAddr("10.10.1.20"), serverMAC)
-	_ = server.Neighbor(netip.MustParseAddr("10.10.1.10"), clientMAC)
 	for _, h := range []*ovstest.Host{a1, a2} {
 		if out, err := h.Exec("sysctl", "-qw", "net.ipv4.ip_forward=0"); err != nil {
 			t.Fatalf("%v: %s", err, out)

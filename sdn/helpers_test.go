@@ -7,7 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sosappliance/sosappliance/sdn"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ovstest"
 )
@@ -25,6 +27,43 @@ var (
 	clientMAC = mustMAC("02:00:00:00:01:0a")
 	serverMAC = mustMAC("02:00:00:00:01:14")
 )
+
+// attachLAN attaches to br the hosts siteSwitch expects: the client on
+// port 1, the server on port 2 and the agent on port 3, one LAN, with the
+// client and server knowing each other's MAC so that only TCP crosses.
+func attachLAN(t *testing.T, br *ovstest.Bridge) (client, server, agent *ovstest.Host) {
+	t.Helper()
+	client = br.AttachHost(t, 1, clientMAC, netip.MustParsePrefix("10.10.1.10/24"))
+	server = br.AttachHost(t, 2, serverMAC, netip.MustParsePrefix("10.10.1.20/24"))
+	agent = br.AttachHost(t, 3, agentMAC, netip.MustParsePrefix("10.10.1.2/24"))
+	_ = client.Neighbor(netip.MustParseAddr("10.10.1.20"), serverMAC)
+	_ = server.Neighbor(netip.MustParseAddr("10.10.1.10"), clientMAC)
+	return client, server, agent
+}
+
+// listeningBridge adds a bridge that listens for its controller (ptcp:)
+// on a free loopback port, and returns the address to dial it at, for a
+// flows.Switch's Connect.
+func listeningBridge(t *testing.T, inst *ovstest.Instance, name string, dpid uint64) (*ovstest.Bridge, string) {
+	t.Helper()
+	port, err := inst.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := inst.AddBridge(t, name, dpid, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
+	return br, fmt.Sprintf("tcp:127.0.0.1:%d", port)
+}
+
+// startDialingController starts a controller that dials sw (at its
+// Connect address, in inst's namespace), redialing quickly, and waits for
+// sw's first convergence.
+func startDialingController(t *testing.T, inst *ovstest.Instance, sw flows.Switch) *running {
+	t.Helper()
+	ctl := startController(t, sdn.Config{Dial: inst.DialContext, Keepalive: time.Second, HealthInterval: time.Second,
+		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 400 * time.Millisecond, Switches: []flows.Switch{sw}})
+	waitConverged(t, ctl.Controller, sw.Name, 0)
+	return ctl
+}
 
 // siteSwitch is one switch with a client (port 1), a server (port 2) and
 // an agent (port 3), and a whitelist that steers client -> server:5201 to

@@ -3,12 +3,10 @@ package sdn_test
 import (
 	"fmt"
 	"net/netip"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/sosappliance/sosappliance/internal/portrange"
-	"github.com/sosappliance/sosappliance/sdn"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ovstest"
 )
@@ -21,17 +19,8 @@ import (
 func TestPortRangeSteeringWithOVS(t *testing.T) {
 	ovstest.Require(t, append(ovstest.Binaries, "nft")...)
 	inst := ovstest.Start(t)
-	port, err := inst.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	passive := fmt.Sprintf("ptcp:%d:127.0.0.1", port)
-	br := inst.AddBridge(t, "brr", 0xd1, passive)
-	client := br.AttachHost(t, 1, clientMAC, netip.MustParsePrefix("10.10.1.10/24"))
-	server := br.AttachHost(t, 2, serverMAC, netip.MustParsePrefix("10.10.1.20/24"))
-	agent := br.AttachHost(t, 3, agentMAC, netip.MustParsePrefix("10.10.1.2/24"))
-	_ = client.Neighbor(netip.MustParseAddr("10.10.1.20"), serverMAC)
-	_ = server.Neighbor(netip.MustParseAddr("10.10.1.10"), clientMAC)
+	br, connect := listeningBridge(t, inst, "brr", 0xd1)
+	client, server, agent := attachLAN(t, br)
 	for _, p := range []string{"5199", "5203", "5207", "5208", "50500"} {
 		serve(t, server, "10.10.1.20:"+p)
 	}
@@ -40,30 +29,10 @@ func TestPortRangeSteeringWithOVS(t *testing.T) {
 	}
 	// Count, in the agent, SYNs to the whitelisted ports: they reach it
 	// only when steered.
-	for _, args := range [][]string{
-		{"add", "table", "ip", "steer"},
-		{"add", "chain", "ip", "steer", "pre", "{ type filter hook prerouting priority -300 ; }"},
-		{"add", "rule", "ip", "steer", "pre", "ip", "daddr", "10.10.1.20", "tcp", "flags", "syn", "counter"},
-	} {
-		if out, err := agent.Exec("nft", args...); err != nil {
-			t.Fatalf("nft %v: %v\n%s", args, err, out)
-		}
-	}
-	syns := func() int {
-		out, err := agent.Exec("nft", "list", "chain", "ip", "steer", "pre")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := reCounter.FindStringSubmatch(out)
-		if m == nil {
-			t.Fatalf("no counter in %s", out)
-		}
-		n, _ := strconv.Atoi(m[1])
-		return n
-	}
+	syns := nftCounter(t, agent, "ip", "ip", "daddr", "10.10.1.20", "tcp", "flags", "syn")
 
 	a := flows.Agent{Name: "agent-a", MAC: agentMAC, Port: 3}
-	sw := flows.Switch{Name: "sw-r", DatapathID: 0xd1, Forwarding: "normal", Connect: fmt.Sprintf("tcp:127.0.0.1:%d", port),
+	sw := flows.Switch{Name: "sw-r", DatapathID: 0xd1, Forwarding: "normal", Connect: connect,
 		Agents: []flows.Agent{a},
 		Steers: []flows.Steer{{
 			Whitelist: "gridftp-data", Side: flows.ClientSide, Agent: a,
@@ -71,9 +40,7 @@ func TestPortRangeSteeringWithOVS(t *testing.T) {
 			Servers: []netip.Prefix{netip.MustParsePrefix("10.10.1.16/28")},
 			Ports:   []portrange.Range{{Lo: 5200, Hi: 5207}, {Lo: 50000, Hi: 51000}},
 		}}}
-	ctl := startController(t, sdn.Config{Dial: inst.DialContext, Keepalive: time.Second, HealthInterval: time.Second,
-		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 400 * time.Millisecond, Switches: []flows.Switch{sw}})
-	waitConverged(t, ctl.Controller, "sw-r", 0)
+	startDialingController(t, inst, sw)
 	desired := compile(t, sw)
 	if want := 2 + 1 + 9; len(desired) != want {
 		t.Fatalf("compiled %d flows, want %d (5200-5207 is one block, 50000-51000 nine)", len(desired), want)
@@ -117,14 +84,8 @@ func enableIPv6(t *testing.T, h *ovstest.Host, addr string) {
 func TestIPv6SteeringWithOVS(t *testing.T) {
 	ovstest.Require(t, append(ovstest.Binaries, "nft")...)
 	inst := ovstest.Start(t)
-	port, err := inst.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	br := inst.AddBridge(t, "br6", 0xd6, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
-	client := br.AttachHost(t, 1, clientMAC, netip.MustParsePrefix("10.10.1.10/24"))
-	server := br.AttachHost(t, 2, serverMAC, netip.MustParsePrefix("10.10.1.20/24"))
-	agent := br.AttachHost(t, 3, agentMAC, netip.MustParsePrefix("10.10.1.2/24"))
+	br, connect := listeningBridge(t, inst, "br6", 0xd6)
+	client, server, agent := attachLAN(t, br)
 	enableIPv6(t, client, "2001:db8:1::10/64")
 	enableIPv6(t, server, "2001:db8:1::20/64")
 	enableIPv6(t, agent, "2001:db8:1::2/64")
@@ -139,29 +100,9 @@ func TestIPv6SteeringWithOVS(t *testing.T) {
 	}
 	serve(t, server, "[2001:db8:1::20]:5201")
 	serve(t, server, "[2001:db8:1::20]:5202")
-	for _, args := range [][]string{
-		{"add", "table", "ip6", "steer"},
-		{"add", "chain", "ip6", "steer", "pre", "{ type filter hook prerouting priority -300 ; }"},
-		{"add", "rule", "ip6", "steer", "pre", "ip6", "daddr", "2001:db8:1::20", "tcp", "flags", "syn", "counter"},
-	} {
-		if out, err := agent.Exec("nft", args...); err != nil {
-			t.Fatalf("nft %v: %v\n%s", args, err, out)
-		}
-	}
-	syns := func() int {
-		out, err := agent.Exec("nft", "list", "chain", "ip6", "steer", "pre")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := reCounter.FindStringSubmatch(out)
-		if m == nil {
-			t.Fatalf("no counter in %s", out)
-		}
-		n, _ := strconv.Atoi(m[1])
-		return n
-	}
+	syns := nftCounter(t, agent, "ip6", "ip6", "daddr", "2001:db8:1::20", "tcp", "flags", "syn")
 	a := flows.Agent{Name: "agent-a", MAC: agentMAC, Port: 3}
-	sw := flows.Switch{Name: "sw-6", DatapathID: 0xd6, Forwarding: "normal", Connect: fmt.Sprintf("tcp:127.0.0.1:%d", port),
+	sw := flows.Switch{Name: "sw-6", DatapathID: 0xd6, Forwarding: "normal", Connect: connect,
 		Agents: []flows.Agent{a},
 		Steers: []flows.Steer{{
 			Whitelist: "v6", Side: flows.ClientSide, Agent: a,
@@ -169,9 +110,7 @@ func TestIPv6SteeringWithOVS(t *testing.T) {
 			Servers: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::20/128")},
 			Ports:   []portrange.Range{{Lo: 5201, Hi: 5201}},
 		}}}
-	ctl := startController(t, sdn.Config{Dial: inst.DialContext, Keepalive: time.Second, HealthInterval: time.Second,
-		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 400 * time.Millisecond, Switches: []flows.Switch{sw}})
-	waitConverged(t, ctl.Controller, "sw-6", 0)
+	startDialingController(t, inst, sw)
 	all := requireSameFlows(t, br, compile(t, sw))
 	if _, ok := all["table=0,priority=2000,tcp6,ipv6_src=2001:db8:1::/120,ipv6_dst=2001:db8:1::20,tp_dst=5201"]; !ok {
 		t.Fatalf("no tcp6 steering flow on the switch: %v", all)
