@@ -1,12 +1,8 @@
 package lab_test
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"testing"
 	"time"
 
@@ -19,25 +15,7 @@ import (
 // reinjected streams.
 func testDownloadSurvivesStreamKills(ctx context.Context, t *testing.T, lab *labnet.Lab, files *fileServer) {
 	before := lostStreams(ctx, t, lab)
-	seen := files.watch("/big")
-	cmd := lab.Command(ctx, labnet.Client, "curl", "-sS", "--fail", "-o", "-",
-		fmt.Sprintf("http://%s:%d/big", labnet.ServerAddr, httpPort))
-	sum := sha256.New()
-	var n countWriter
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.MultiWriter(sum, &n), &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-seen:
-	case err := <-done:
-		t.Fatalf("curl ended before the server saw the request: %v: %s", err, stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("the server saw no request within 30 s")
-	}
+	d := startDownload(ctx, t, lab, labnet.Client, files, "-o", "-", fmt.Sprintf("http://%s:%d/big", labnet.ServerAddr, httpPort))
 	killed := 0
 	for burst := 0; burst < 4; burst++ {
 		time.Sleep(time.Second)
@@ -47,15 +25,10 @@ func testDownloadSurvivesStreamKills(ctx context.Context, t *testing.T, lab *lab
 		}
 		killed += k
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("curl under stream kills: %v: %s", err, stderr.String())
+	if err := d.wait(); err != nil {
+		t.Fatalf("curl under stream kills: %v", err)
 	}
-	if int64(n) != bigSize {
-		t.Fatalf("downloaded %d bytes, want %d", n, bigSize)
-	}
-	if got := hex.EncodeToString(sum.Sum(nil)); got != files.bigSum {
-		t.Fatalf("sha256 %s, want %s", got, files.bigSum)
-	}
+	d.requireBig(t, files)
 	after := lostStreams(ctx, t, lab)
 	t.Logf("1 GiB byte-identical through %d stripe kills; agent-a: %s; agent-b: %s", killed, after[0], after[1])
 	if killed == 0 {

@@ -89,46 +89,20 @@ func TestLab(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 
-	lab, err := labnet.Up(ctx, labnet.Options{
-		Config:       "sos.hcl",
-		Sosappliance: sos,
-		Wanem:        wanem,
-		WAN:          labnet.DefaultWAN,
-		Progress:     logWriter{t},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, n := range lab.Nodes() {
-				t.Logf("--- %s log (tail) ---\n%s", n.Name, lab.LogTail(n.Name, 25))
-			}
-		}
-		if err := lab.Down(); err != nil {
-			t.Errorf("teardown: %v", err)
-		}
-	})
-
+	lab := upLab(ctx, t, labnet.Options{Config: "sos.hcl", Sosappliance: sos, Wanem: wanem, WAN: labnet.DefaultWAN})
 	files := newFileServer(t)
-	ln, err := lab.Listen(labnet.Server, "tcp", netip.AddrPortFrom(labnet.ServerAddr, httpPort).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: files, ReadHeaderTimeout: 30 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close() })
+	serveFilesOn(t, lab, labnet.Server, netip.AddrPortFrom(labnet.ServerAddr, httpPort), files)
 	if _, err := measure.Server(ctx, lab, iperfPort, directPort); err != nil {
 		t.Fatal(err)
 	}
 
 	t.Run("Throughput", func(t *testing.T) { testThroughput(ctx, t, lab) })
 	t.Run("Download1GiB", func(t *testing.T) { testDownload(ctx, t, lab, files) })
-	serveFilesOn(t, lab, netip.AddrPortFrom(labnet.ServerAddr, rangePort), files)
+	serveFilesOn(t, lab, labnet.Server, netip.AddrPortFrom(labnet.ServerAddr, rangePort), files)
 	t.Run("DownloadRangePort", func(t *testing.T) {
 		testRangePortDownload(ctx, t, lab, files, labnet.ClientAddr, labnet.ServerAddr, rangePort)
 	})
-	serveFilesOn(t, lab, netip.AddrPortFrom(labnet.ServerAddr6, http6Port), files)
+	serveFilesOn(t, lab, labnet.Server, netip.AddrPortFrom(labnet.ServerAddr6, http6Port), files)
 	t.Run("DownloadIPv6", func(t *testing.T) {
 		testRangePortDownload(ctx, t, lab, files, labnet.ClientAddr6, labnet.ServerAddr6, http6Port)
 	})
@@ -193,44 +167,18 @@ func testThroughput(ctx context.Context, t *testing.T, lab *labnet.Lab) {
 // compares its SHA-256; the server must see the client's own address, and
 // the agents must be carrying the connection while it runs.
 func testDownload(ctx context.Context, t *testing.T, lab *labnet.Lab, files *fileServer) {
-	seen := files.watch("/big")
-	cmd := lab.Command(ctx, labnet.Client, "curl", "-sS", "--fail", "-o", "-",
-		fmt.Sprintf("http://%s:%d/big", labnet.ServerAddr, httpPort))
-	sum := sha256.New()
-	var n countWriter
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.MultiWriter(sum, &n), &stderr
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	d := startDownload(ctx, t, lab, labnet.Client, files, "-o", "-", fmt.Sprintf("http://%s:%d/big", labnet.ServerAddr, httpPort))
+	if d.remote.Addr() != labnet.ClientAddr {
+		t.Errorf("server saw %s, want the client's address %s", d.remote, labnet.ClientAddr)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-
-	var remote netip.AddrPort
-	select {
-	case remote = <-seen:
-	case err := <-done:
-		t.Fatalf("curl ended before the server saw the request: %v: %s", err, stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("the server saw no request within 30 s")
-	}
-	if remote.Addr() != labnet.ClientAddr {
-		t.Errorf("server saw %s, want the client's address %s", remote, labnet.ClientAddr)
-	}
-	if err := carried(ctx, lab, remote, httpPort); err != nil {
+	if err := carried(ctx, lab, d.remote, httpPort); err != nil {
 		t.Errorf("download not carried by the agents: %v", err)
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("curl: %v: %s", err, stderr.String())
+	if err := d.wait(); err != nil {
+		t.Fatalf("curl: %v", err)
 	}
-	elapsed := time.Since(start)
-	if int64(n) != bigSize {
-		t.Fatalf("downloaded %d bytes, want %d", n, bigSize)
-	}
-	if got := hex.EncodeToString(sum.Sum(nil)); got != files.bigSum {
-		t.Fatalf("sha256 %s, want %s", got, files.bigSum)
-	}
+	elapsed := time.Since(d.start)
+	d.requireBig(t, files)
 	t.Logf("1 GiB downloaded byte-identical in %.1f s (%s, slow start included)", elapsed.Seconds(), labnet.FormatRate(float64(bigSize)*8/elapsed.Seconds()))
 }
 

@@ -3,12 +3,8 @@ package lab_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/netip"
 	"testing"
 	"time"
@@ -31,31 +27,11 @@ func TestLabControllerFailover(t *testing.T) {
 	sos, wanem := buildBinaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	lab, err := labnet.Up(ctx, labnet.Options{
-		Config: "sos.hcl", Sosappliance: sos, Wanem: wanem, WAN: labnet.DefaultWAN,
-		Progress: logWriter{t}, Controllers: 2,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, n := range lab.Nodes() {
-				t.Logf("--- %s log (tail) ---\n%s", n.Name, lab.LogTail(n.Name, 25))
-			}
-		}
-		if err := lab.Down(); err != nil {
-			t.Errorf("teardown: %v", err)
-		}
+	lab := upLab(ctx, t, labnet.Options{
+		Config: "sos.hcl", Sosappliance: sos, Wanem: wanem, WAN: labnet.DefaultWAN, Controllers: 2,
 	})
 	files := newFileServer(t)
-	ln, err := lab.Listen(labnet.Server, "tcp", netip.AddrPortFrom(labnet.ServerAddr, httpPort).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: files, ReadHeaderTimeout: 30 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close() })
+	serveFilesOn(t, lab, labnet.Server, netip.AddrPortFrom(labnet.ServerAddr, httpPort), files)
 
 	controllers := []string{lab.Config().Controllers[0].Node, lab.Config().Controllers[1].Node}
 	role := func(node string) string {
@@ -86,27 +62,8 @@ func TestLabControllerFailover(t *testing.T) {
 	t.Logf("master %s, slave %s", master, other)
 
 	// The download starts, is carried by the agents, then the master dies.
-	seen := files.watch("/big")
-	cmd := lab.Command(ctx, labnet.Client, "curl", "-sS", "--fail", "-o", "-",
-		fmt.Sprintf("http://%s:%d/big", labnet.ServerAddr, httpPort))
-	sum := sha256.New()
-	var n countWriter
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.MultiWriter(sum, &n), &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var remote netip.AddrPort
-	select {
-	case remote = <-seen:
-	case err := <-done:
-		t.Fatalf("curl ended before the server saw the request: %v: %s", err, stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("the server saw no request within 30 s")
-	}
-	if err := carried(ctx, lab, remote, httpPort); err != nil {
+	d := startDownload(ctx, t, lab, labnet.Client, files, "-o", "-", fmt.Sprintf("http://%s:%d/big", labnet.ServerAddr, httpPort))
+	if err := carried(ctx, lab, d.remote, httpPort); err != nil {
 		t.Errorf("download not carried by the agents: %v", err)
 	}
 	if err := lab.KillNode(master); err != nil {
@@ -115,15 +72,10 @@ func TestLabControllerFailover(t *testing.T) {
 	killed := time.Now()
 	testsupport.Eventually(t, time.Minute, "the other controller to become master", func() bool { return role(other) == "master" })
 	takeover := time.Since(killed)
-	if err := <-done; err != nil {
-		t.Fatalf("curl: %v: %s", err, stderr.String())
+	if err := d.wait(); err != nil {
+		t.Fatalf("curl: %v", err)
 	}
-	if int64(n) != bigSize {
-		t.Fatalf("downloaded %d bytes, want %d", n, bigSize)
-	}
-	if got := hex.EncodeToString(sum.Sum(nil)); got != files.bigSum {
-		t.Fatalf("sha256 %s, want %s", got, files.bigSum)
-	}
+	d.requireBig(t, files)
 	t.Logf("TAKEOVER in the lab: kill -9 of %s to %s master: %v (lease TTL 3s); the 1 GiB download running meanwhile finished byte-identical",
 		master, other, takeover.Round(time.Millisecond))
 
