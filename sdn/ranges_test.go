@@ -31,15 +31,12 @@ func TestPortRangeSteeringWithOVS(t *testing.T) {
 	// only when steered.
 	syns := nftCounter(t, agent, "ip", "ip", "daddr", "10.10.1.20", "tcp", "flags", "syn")
 
-	a := flows.Agent{Name: "agent-a", MAC: agentMAC, Port: 3}
-	sw := flows.Switch{Name: "sw-r", DatapathID: 0xd1, Forwarding: "normal", Connect: connect,
-		Agents: []flows.Agent{a},
-		Steers: []flows.Steer{{
-			Whitelist: "gridftp-data", Side: flows.ClientSide, Agent: a,
-			Clients: []netip.Prefix{netip.MustParsePrefix("10.10.1.8/29")},
-			Servers: []netip.Prefix{netip.MustParsePrefix("10.10.1.16/28")},
-			Ports:   []portrange.Range{{Lo: 5200, Hi: 5207}, {Lo: 50000, Hi: 51000}},
-		}}}
+	sw := steerSwitch("sw-r", 0xd1, connect, flows.Steer{
+		Whitelist: "gridftp-data",
+		Clients:   []netip.Prefix{netip.MustParsePrefix("10.10.1.8/29")},
+		Servers:   []netip.Prefix{netip.MustParsePrefix("10.10.1.16/28")},
+		Ports:     []portrange.Range{{Lo: 5200, Hi: 5207}, {Lo: 50000, Hi: 51000}},
+	})
 	startDialingController(t, inst, sw)
 	desired := compile(t, sw)
 	if want := 2 + 1 + 9; len(desired) != want {
@@ -61,6 +58,15 @@ func TestPortRangeSteeringWithOVS(t *testing.T) {
 			t.Errorf("port %d is outside the range but was steered: dial %v, agent SYNs %d -> %d", c.port, err, before, after)
 		}
 	}
+}
+
+// steerSwitch is a switch dialed at connect with the agent on port 3 and
+// one client-side whitelist, st, steered to it.
+func steerSwitch(name string, dpid uint64, connect string, st flows.Steer) flows.Switch {
+	a := flows.Agent{Name: "agent-a", MAC: agentMAC, Port: 3}
+	st.Side, st.Agent = flows.ClientSide, a
+	return flows.Switch{Name: name, DatapathID: dpid, Forwarding: "normal", Connect: connect,
+		Agents: []flows.Agent{a}, Steers: []flows.Steer{st}}
 }
 
 // enableIPv6 gives a test host an IPv6 address without router
@@ -101,15 +107,12 @@ func TestIPv6SteeringWithOVS(t *testing.T) {
 	serve(t, server, "[2001:db8:1::20]:5201")
 	serve(t, server, "[2001:db8:1::20]:5202")
 	syns := nftCounter(t, agent, "ip6", "ip6", "daddr", "2001:db8:1::20", "tcp", "flags", "syn")
-	a := flows.Agent{Name: "agent-a", MAC: agentMAC, Port: 3}
-	sw := flows.Switch{Name: "sw-6", DatapathID: 0xd6, Forwarding: "normal", Connect: connect,
-		Agents: []flows.Agent{a},
-		Steers: []flows.Steer{{
-			Whitelist: "v6", Side: flows.ClientSide, Agent: a,
-			Clients: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/120")},
-			Servers: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::20/128")},
-			Ports:   []portrange.Range{{Lo: 5201, Hi: 5201}},
-		}}}
+	sw := steerSwitch("sw-6", 0xd6, connect, flows.Steer{
+		Whitelist: "v6",
+		Clients:   []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/120")},
+		Servers:   []netip.Prefix{netip.MustParsePrefix("2001:db8:1::20/128")},
+		Ports:     []portrange.Range{{Lo: 5201, Hi: 5201}},
+	})
 	startDialingController(t, inst, sw)
 	all := requireSameFlows(t, br, compile(t, sw))
 	if _, ok := all["table=0,priority=2000,tcp6,ipv6_src=2001:db8:1::/120,ipv6_dst=2001:db8:1::20,tp_dst=5201"]; !ok {
