@@ -244,6 +244,10 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr) (White
 	if h.Responder != rc.Name {
 		return Whitelist{}, stripe.StatusWrongResponder
 	}
+	if h.Pool {
+		// This agent keeps no pool of streams for its peers yet.
+		return Whitelist{}, stripe.StatusPoolRefused
+	}
 	if a.ownKeys.contains(h.Ephemeral) {
 		return Whitelist{}, stripe.StatusReflected
 	}

@@ -1700,8 +1700,8 @@ func (st *stream) readLoop() {
 				return
 			}
 			continue
-		case stripe.FrameJoin:
-			fail(AbortProtocol, "read", errors.New("JOIN on a stream already attached"))
+		case stripe.FrameJoin, stripe.FrameBind:
+			fail(AbortProtocol, "read", fmt.Errorf("%s on a stream already attached", h.Type))
 			return
 		}
 		if g := s.granted.Load(); (h.Type == stripe.FrameData && h.Seq >= g) || (h.Type == stripe.FrameFin && h.Seq > g) {
