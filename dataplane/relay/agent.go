@@ -122,6 +122,11 @@ type Agent struct {
 	direct map[*net.TCPConn]*net.TCPConn
 	// handshakeSlots bounds the handshakes in flight toward each peer.
 	handshakeSlots map[netip.AddrPort]chan struct{}
+	// pools are the client side's warm pools, by peer (fixed at New:
+	// an Update does not resize them); pooled holds the server side's
+	// idle pooled streams by initiator, bounded by MaxPooledPerPeer.
+	pools  map[netip.AddrPort]*streamPool
+	pooled map[string]map[*net.TCPConn]struct{}
 
 	stopping    atomic.Bool  // draining, readable without mu
 	memReserved atomic.Int64 // of Limits.Memory, by live sessions
@@ -164,6 +169,11 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		halfOpen:       make(map[netip.Addr]int),
 		direct:         make(map[*net.TCPConn]*net.TCPConn),
 		handshakeSlots: make(map[netip.AddrPort]chan struct{}),
+		pools:          poolsOf(rc.Client),
+		pooled:         make(map[string]map[*net.TCPConn]struct{}),
+	}
+	for _, p := range a.pools {
+		p.a = a
 	}
 	a.counters.init()
 	a.cfg.Store(rc)
@@ -190,6 +200,10 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.started = true
 	a.wg.Add(1)
 	go a.housekeeping()
+	for _, p := range a.pools {
+		a.wg.Add(1)
+		go p.run(a.stop)
+	}
 	a.log.Info("relay started", "transparent", rc.TransparentListen, "data", rc.DataListen,
 		"health", rc.HealthListen, "encryption", rc.mode, "name", rc.Name, "client_routes", len(rc.Client), "server_routes", len(rc.Server))
 	return nil
@@ -373,6 +387,11 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	a.closeListenersLocked()
 	for c := range a.preauth {
 		reset(c)
+	}
+	for _, conns := range a.pooled {
+		for c := range conns {
+			reset(c)
+		}
 	}
 	// Sessions still gathering streams cannot complete without the
 	// listener; sessions still dialing are not worth waiting for.

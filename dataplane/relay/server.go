@@ -187,6 +187,11 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		fail("bad confirm", err)
 		return
 	}
+	if hello.Pool {
+		authenticated = true
+		a.holdPooled(rc, hello.Initiator, c)
+		return
+	}
 	codec, err := stripe.NewCodec(hello.Mode, &secrets.Keys, false, hello.Stream, route.ChunkSize)
 	if err != nil {
 		fail("building codec", err)
@@ -245,8 +250,7 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr) (White
 		return Whitelist{}, stripe.StatusWrongResponder
 	}
 	if h.Pool {
-		// This agent keeps no pool of streams for its peers yet.
-		return Whitelist{}, stripe.StatusPoolRefused
+		return Whitelist{}, a.admitPooled(rc, h)
 	}
 	if a.ownKeys.contains(h.Ephemeral) {
 		return Whitelist{}, stripe.StatusReflected
