@@ -321,6 +321,8 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 				StallTimeout:         l.StallTimeout,
 				HalfClosedIdle:       l.IdleTimeout,
 				ReconnectTimeout:     l.ReconnectTimeout,
+				// Not in the configuration yet: the one default.
+				MaxPooledPerPeer: agentspec.DefaultMaxPooledPerPeer,
 			},
 		},
 	}
