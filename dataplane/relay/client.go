@@ -70,6 +70,15 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		a.carryDirect(rc, host, client, server, w.Name, err)
 		return
 	}
+	if pool := a.pools[w.Peer]; pool != nil && a.bindPooled(s, rc, pool) > 0 {
+		// Streams bound from the pool: start now; the others join the
+		// running session as replacements do.
+		s.mu.Lock()
+		s.host = host
+		s.mu.Unlock()
+		s.start()
+		return
+	}
 	if err := a.openStreams(s, rc, w.Peer); err != nil {
 		// s.host is still unset: the abort leaves the end-host
 		// connection alone and the direct path takes it over.

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -385,7 +386,7 @@ func (a *Agent) admitPooled(rc *runtimeConfig, h *stripe.Hello) stripe.Status {
 // the bound of its peer (checked again here: admission only answered the
 // hello), until it ends. It holds a socket and this goroutine's stack and
 // nothing else: no frame buffer until a bind.
-func (a *Agent) holdPooled(rc *runtimeConfig, initiator string, c *net.TCPConn) {
+func (a *Agent) holdPooled(rc *runtimeConfig, initiator string, c *net.TCPConn, secrets *stripe.Secrets) {
 	a.leavePreAuth(c)
 	a.mu.Lock()
 	conns := a.pooled[initiator]
@@ -421,9 +422,131 @@ func (a *Agent) holdPooled(rc *runtimeConfig, initiator string, c *net.TCPConn) 
 		_ = c.Close()
 		return
 	}
-	// This agent does not bind pooled streams to sessions yet.
-	a.reject(rejectMismatch, "relay: frame on a pooled stream (binding is not supported yet); reset", "initiator", initiator)
-	reset(c)
+	if err := a.acceptBind(rc, initiator, c, secrets, hdr); err != nil {
+		a.counters.handshakeFailures.Add(1)
+		a.limited.log(a.log, "bind", "relay: bad bind on a pooled stream; reset", "initiator", initiator, "err", err)
+		reset(c)
+	}
+}
+
+// acceptBind reads the BIND whose header is hdr and attaches the pooled
+// stream to its session: stream 0's bind creates the session and connects
+// to the server at once; a later stream's bind, once its proof is checked
+// under the session key, joins the running session as a replacement does.
+func (a *Agent) acceptBind(rc *runtimeConfig, initiator string, c *net.TCPConn, secrets *stripe.Secrets, hdr [stripe.HeaderSize]byte) error {
+	_ = c.SetDeadline(time.Now().Add(rc.limits.PreAuthTimeout))
+	pc, err := stripe.NewCodec(rc.mode, &secrets.Keys, false, 0, stripe.BindBodySize)
+	if err != nil {
+		return err
+	}
+	ps := secrets.PoolStream()
+	h, err := stripe.ParseHeader(hdr[:])
+	if err == nil {
+		err = pc.CheckHeader(h)
+	}
+	if err != nil {
+		return err
+	}
+	if h.Type != stripe.FrameBind || h.Seq != stripe.ControlSeq(ps.Generation()) {
+		return fmt.Errorf("%s %#x on a pooled stream, want BIND", h.Type, h.Seq)
+	}
+	body := make([]byte, h.Length)
+	if _, err := io.ReadFull(c, body); err != nil {
+		return fmt.Errorf("reading bind: %w", err)
+	}
+	plain, err := pc.Open(h, hdr[:], body)
+	if err != nil {
+		return err
+	}
+	b, bound, err := ps.AcceptBind(plain)
+	if err != nil {
+		return err
+	}
+	hello := stripe.Hello{
+		Mode: rc.mode, Initiator: initiator, Responder: rc.Name, Session: b.Session,
+		Stream: b.Stream, Streams: b.Streams, ChunkSize: b.ChunkSize, QueueLength: b.QueueLength,
+		Client: b.Client, Server: b.Server, Join: b.Stream != 0,
+	}
+	src := unmapAddrPort(c.RemoteAddr().(*net.TCPAddr).AddrPort()).Addr()
+	var running *session
+	if hello.Join {
+		// Stream 0's bind travels on another connection.
+		running = a.awaitSession(b.Session, joinGrace)
+	}
+	route, status := a.admit(rc, &hello, src)
+	if status != stripe.StatusAccepted {
+		return fmt.Errorf("session %s stream %d refused: %s", b.Session, b.Stream, status)
+	}
+	codec, err := stripe.NewCodec(rc.mode, &bound.Keys, false, b.Stream, route.ChunkSize)
+	if err != nil {
+		return err
+	}
+	if err := tuneConn(c, rc.streamTuningFor(route.ChunkSize)); err != nil {
+		return err
+	}
+	_ = c.SetDeadline(time.Time{})
+	if hello.Join {
+		if running == nil {
+			a.mu.Lock()
+			running = a.byID[b.Session]
+			a.mu.Unlock()
+			if running == nil {
+				return fmt.Errorf("session %s ended", b.Session)
+			}
+		}
+		running.mu.Lock()
+		key := running.sessionKey
+		running.mu.Unlock()
+		if err := ps.VerifyBindProof(&key, &b); err != nil {
+			return err
+		}
+		if !running.waitEstablished(rc.limits.PreAuthTimeout) || !running.replaceStream(newStream(running, int(b.Stream), c, codec), rc.limits.PreAuthTimeout) {
+			return errors.New("the session ended before its bound stream joined")
+		}
+		return nil
+	}
+	return a.bindSession(rc, route, &hello, c, codec, bound.SessionKey)
+}
+
+// bindSession creates a server-side session on its bound stream 0 and
+// connects to the server at once: the streams still to come join as
+// replacements, so the session never waits for them.
+func (a *Agent) bindSession(rc *runtimeConfig, w Whitelist, h *stripe.Hello, c *net.TCPConn, codec *stripe.Codec, key *[32]byte) error {
+	a.mu.Lock()
+	if _, ok := a.byID[h.Session]; ok || a.draining {
+		a.mu.Unlock()
+		return fmt.Errorf("session %s exists already or the agent is stopping", h.Session)
+	}
+	s, err := a.newReservedSession(rc, sessionParams{
+		id: h.Session, side: serverSide, whitelist: w.Name, peer: h.Initiator,
+		client: h.Client, server: h.Server,
+		streams: w.Streams, chunkSize: w.ChunkSize, queueLength: w.QueueLength,
+		mode: h.Mode, stallTimeout: rc.limits.StallTimeout, reconnectTimeout: rc.limits.ReconnectTimeout,
+	})
+	if err != nil {
+		a.mu.Unlock()
+		return err
+	}
+	a.sessions[s] = struct{}{}
+	a.byID[s.id] = s
+	a.counters.sessionsStarted.Add(1)
+	s.mu.Lock()
+	s.streams[0] = newStream(s, 0, c, codec)
+	s.sessionKey = *key
+	// Not gathering: connectServer owns the session from here.
+	s.joined = s.n
+	s.mu.Unlock()
+	// The BIND took the stream's Up control index 0.
+	s.creditMu.Lock()
+	s.credits.ResetStream(0, 1)
+	s.creditMu.Unlock()
+	a.mu.Unlock()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.connectServer(s, rc)
+	}()
+	return nil
 }
 
 // PooledStreams counts the idle pooled streams the server side holds for
@@ -445,4 +568,97 @@ func (a *Agent) Pools() []PoolStats {
 		out = append(out, p.stats())
 	}
 	return out
+}
+
+// bindPooled claims pooled streams for a new client-side session and
+// BINDs them as its streams 0, 1, ...: no round trip, the session may
+// start at once; its other streams are nil and join as replacements
+// (supervise). It returns how many streams it bound; 0 leaves the session
+// to open all its streams as before.
+func (a *Agent) bindPooled(s *session, rc *runtimeConfig, pool *streamPool) int {
+	claimed := pool.take(s.n)
+	tuning := rc.streamTuningFor(s.chunkSize)
+	var key *[32]byte
+	bound := 0
+	for _, ps := range claimed {
+		if bound == s.n {
+			_ = ps.conn.Close()
+			continue
+		}
+		st, k, err := a.bindOne(s, rc, ps, bound, key, tuning)
+		if err != nil {
+			pool.died.Add(1)
+			a.limited.log(a.log, "pool-bind", "relay: binding a pooled stream failed", "peer", pool.peer, "err", err)
+			reset(ps.conn)
+			continue
+		}
+		if bound == 0 {
+			key = k
+			s.mu.Lock()
+			s.sessionKey = *k
+			s.mu.Unlock()
+		}
+		s.mu.Lock()
+		s.streams[bound] = st
+		s.mu.Unlock()
+		bound++
+	}
+	return bound
+}
+
+// bindOne sends the BIND of pooled stream ps as stream index of s and
+// returns the session's stream on it (and, for index 0, the session key).
+func (a *Agent) bindOne(s *session, rc *runtimeConfig, ps *pooledStream, index int, key *[32]byte, tuning streamTuning) (*stream, *[32]byte, error) {
+	b := stripe.Bind{
+		Session: s.id, Stream: uint16(index), Streams: uint16(s.n),
+		ChunkSize: uint32(s.chunkSize), QueueLength: uint32(s.queueLength), Client: s.client, Server: s.server,
+	}
+	gen := ps.bind.Generation()
+	body, bound, err := ps.bind.NewBind(rand.Reader, b, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	pc, err := stripe.NewCodec(rc.mode, &ps.secrets.Keys, true, 0, stripe.BindBodySize)
+	if err != nil {
+		return nil, nil, err
+	}
+	buf := make([]byte, pc.FrameBufferSize())
+	copy(buf[stripe.HeaderSize:], body[:])
+	frame, err := pc.Seal(buf, stripe.FrameBind, stripe.ControlSeq(gen), stripe.BindBodySize)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := tuneConn(ps.conn, tuning); err != nil {
+		return nil, nil, err
+	}
+	_ = ps.conn.SetWriteDeadline(time.Now().Add(rc.limits.PreAuthTimeout))
+	if _, err := ps.conn.Write(frame); err != nil {
+		return nil, nil, fmt.Errorf("send bind: %w", err)
+	}
+	_ = ps.conn.SetWriteDeadline(time.Time{})
+	codec, err := stripe.NewCodec(rc.mode, &bound.Keys, true, uint16(index), s.chunkSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	st := newStream(s, index, ps.conn, codec)
+	st.ctlSeq = 1 // the BIND counts as the stream's control frame 0, as a JOIN does
+	return st, bound.SessionKey, nil
+}
+
+// joinGrace bounds how long a JOIN waits for the session it names to
+// appear (its stream 0's BIND still on its way) before it is refused.
+const joinGrace = 500 * time.Millisecond
+
+// awaitSession waits, at most d, until the server side holds session id.
+func (a *Agent) awaitSession(id stripe.SessionID, d time.Duration) *session {
+	deadline := time.Now().Add(d)
+	for {
+		a.mu.Lock()
+		s := a.byID[id]
+		a.mu.Unlock()
+		if s != nil || time.Now().After(deadline) || a.stopping.Load() {
+			return s
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

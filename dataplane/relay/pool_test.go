@@ -1,8 +1,12 @@
 package relay
 
 import (
+	"bytes"
 	"crypto/rand"
+	"io"
+	mrand "math/rand/v2"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,8 +51,6 @@ func TestPoolKeepsMinIdle(t *testing.T) {
 	if st.Refills != 4 || st.Peer != p.b.Addrs().Data || st.PeerName != "agent-b" || st.MinIdle != 4 || st.Max != 8 {
 		t.Errorf("pool after filling: %+v", st)
 	}
-	roundTrip(t, p.entry, "carried while the pool idles")
-
 	if n := resetPooled(p.b); n != 4 {
 		t.Fatalf("reset %d pooled streams, want 4", n)
 	}
@@ -56,7 +58,13 @@ func TestPoolKeepsMinIdle(t *testing.T) {
 		st := onlyPool(t, p.a)
 		return st.Died == 4 && st.Refills == 8 && st.Idle == 4 && p.b.PooledStreams()["agent-a"] == 4
 	})
-	roundTrip(t, p.entry, "carried after the pool refilled")
+	roundTrip(t, p.entry, "carried on the refilled pool")
+	testsupport.Eventually(t, 30*time.Second, "the pool refilled after the session took it", func() bool {
+		st := onlyPool(t, p.a)
+		// The session wanted 8 and found 4: the misses raised the
+		// target to the pool's max.
+		return st.Claims == 4 && st.Misses == 4 && st.Idle == 8 && p.b.PooledStreams()["agent-a"] == 8
+	})
 }
 
 // TestPoolGrowsOnMissesAndShrinks: a session that finds the pool short
@@ -192,4 +200,111 @@ func TestPooledStreamsBounded(t *testing.T) {
 		t.Errorf("pooled streams left sessions %d, memory %d", len(st.Sessions), st.Totals.MemoryReserved)
 	}
 	roundTrip(t, p.entry, "still serving")
+}
+
+// echoThrough sends n pattern bytes through the pair and checks the echo.
+func echoThrough(t *testing.T, p *pair, n int, seed uint64) {
+	t.Helper()
+	c := p.dial(t)
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+	want := make([]byte, n)
+	r := mrand.New(mrand.NewPCG(seed, 2))
+	for i := range want {
+		want[i] = byte(r.Uint32())
+	}
+	go func() {
+		_, _ = c.Write(want)
+		_ = c.CloseWrite()
+	}()
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("%v; aborts: client %+v server %+v", err, p.a.Stats().RecentAborts, p.b.Stats().RecentAborts)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("echo returned %d bytes, differing from the %d sent", len(got), len(want))
+	}
+}
+
+// TestSessionBindsPooledStreams: sessions take their streams from a full
+// pool (no handshake), or part of them from a short one while the rest
+// join the running session; every byte arrives in both modes, and nothing
+// is carried direct.
+func TestSessionBindsPooledStreams(t *testing.T) {
+	for _, enc := range []string{EncryptionAESGCM, EncryptionNone} {
+		t.Run(enc, func(t *testing.T) {
+			p := startPair(t, pairOptions{encryption: enc, streams: 4, chunk: 1000, queue: 2,
+				pool: agentspec.Pool{MinIdle: 4, Max: 4}}, echo)
+			testsupport.Eventually(t, 30*time.Second, "a full pool", func() bool { return onlyPool(t, p.a).Idle == 4 })
+			echoThrough(t, p, 1<<20, 1)
+			if st := onlyPool(t, p.a); st.Claims != 4 || st.Misses != 0 {
+				t.Errorf("a session on a full pool: %+v", st)
+			}
+			if r := p.a.Stats().Totals.StreamsReplaced; r != 0 {
+				t.Errorf("%d streams joined a session bound whole from the pool", r)
+			}
+			// Now only part of the pool: take two away first.
+			testsupport.Eventually(t, 30*time.Second, "the pool refilled", func() bool { return onlyPool(t, p.a).Idle == 4 })
+			var pool *streamPool
+			for _, sp := range p.a.pools {
+				pool = sp
+			}
+			for _, ps := range pool.take(2) {
+				_ = ps.conn.Close()
+			}
+			echoThrough(t, p, 1<<20, 2)
+			testsupport.Eventually(t, 30*time.Second, "both sessions complete on both ends", func() bool {
+				return p.a.Stats().Totals.SessionsCompleted == 2 && p.b.Stats().Totals.SessionsCompleted == 2
+			})
+			if f := p.a.Stats().Totals.Fallbacks; f != 0 {
+				t.Errorf("%d connections carried direct", f)
+			}
+		})
+	}
+}
+
+// TestPoolBurst: a burst of connections on a small pool: the first bind
+// pooled streams, the rest open theirs as before; none fails.
+func TestPoolBurst(t *testing.T) {
+	// Limits that admit the burst, so only the pool is under test.
+	lim := Limits{MaxSessions: 1024, MaxHalfOpenPerSource: 1024}
+	p := startPair(t, pairOptions{streams: 2, chunk: 1000, queue: 2, limitsA: lim, limitsB: lim,
+		pool: agentspec.Pool{MinIdle: 4, Max: 8}}, echo)
+	testsupport.Eventually(t, 30*time.Second, "a full pool", func() bool { return onlyPool(t, p.a).Idle == 4 })
+	const n = 100
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			c, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(p.entry))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+			msg := []byte(strings.Repeat("x", 1000+i))
+			go func() { _, _ = c.Write(msg); _ = c.CloseWrite() }()
+			got, err := io.ReadAll(c)
+			if err == nil && !bytes.Equal(got, msg) {
+				err = io.ErrUnexpectedEOF
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("connection: %v", err)
+		}
+	}
+	st := onlyPool(t, p.a)
+	if st.Claims == 0 || st.Misses == 0 || st.Claims > st.Refills {
+		t.Errorf("after the burst: %+v", st)
+	}
+	if f := p.a.Stats().Totals.Fallbacks; f != 0 {
+		t.Errorf("%d connections carried direct", f)
+	}
+	testsupport.Eventually(t, 30*time.Second, "both ends agreeing on the pool, within its max", func() bool {
+		st := onlyPool(t, p.a)
+		return st.Idle <= 8 && p.b.PooledStreams()["agent-a"] == st.Idle
+	})
 }

@@ -339,9 +339,16 @@
 // bound is the one its BIND derived (bytes 64..96 above); a session whose
 // stream 0 was a fresh stream takes it from that handshake, and pooled
 // streams bind into it with their proof just the same. Frames of the
-// session follow the BIND at once, under the bound keys, with the
-// session's control sequences starting afresh; missing streams join as
-// JOIN describes.
+// session follow the BIND at once, under the bound keys; the BIND counts
+// as the stream's Up control frame 0 of the session (as a JOIN does), so
+// the session's control frames on it start at 2^63 + 1 Up and 2^63 Down.
+// The responder starts a session whose stream 0 was bound at once (it
+// connects to the server as soon as that BIND arrives) instead of
+// gathering all its streams; every stream not bound from the pool joins
+// the running session as JOIN describes. Because such a JOIN may overtake
+// the BIND of stream 0 (another connection), a responder that does not
+// hold the session a JOIN names waits a moment (500 ms) for it before
+// refusing it as StatusUnknownSession.
 //
 // # Half-close and abort
 //
