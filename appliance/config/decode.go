@@ -63,6 +63,7 @@ var rootSchema = &hcl.BodySchema{
 		{Type: "whitelist", LabelNames: []string{"name"}},
 		{Type: "tuning", LabelNames: []string{"name"}},
 		{Type: "node", LabelNames: []string{"name"}},
+		{Type: "pool", LabelNames: []string{"agent"}},
 	},
 }
 
@@ -290,6 +291,8 @@ func decodeRoot(body hcl.Body, cfg *Config) hcl.Diagnostics {
 			cfg.Tunings = append(cfg.Tunings, decodeTuning(b, &diags))
 		case "node":
 			cfg.Nodes = append(cfg.Nodes, decodeNode(b, &diags))
+		case "pool":
+			cfg.Pools = append(cfg.Pools, decodePool(b, &diags))
 		}
 	}
 	if len(cfg.Controllers) > 0 {

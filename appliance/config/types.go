@@ -35,6 +35,7 @@ type Config struct {
 	Whitelists []*Whitelist
 	Tunings    []*Tuning
 	Nodes      []*Node
+	Pools      []*Pool
 }
 
 // Controller says which node runs the OpenFlow controller and how switches

@@ -347,6 +347,7 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 			if e.clientAgent == a.Name {
 				peer := cfg.Agent(e.serverAgent)
 				r.Peer, r.PeerName = peer.DataAddr(), peer.Name
+				r.Pool = cfg.PoolToward(peer.Name)
 				ag.Relay.Client = append(ag.Relay.Client, r)
 			}
 			if e.serverAgent == a.Name {
