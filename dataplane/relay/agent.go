@@ -133,10 +133,13 @@ type Agent struct {
 	// testTrouble, set by tests before Start, stands in for TCP_INFO's
 	// loss-recovery state of a stream (loopback has no loss).
 	testTrouble func(stream int) bool
-	ownKeys     ownKeys
-	counters    counters
-	recent      abortLog
-	limited     limitedLog
+	// testBindFault, set by tests before Start, makes the server side
+	// reset a pooled stream as its BIND arrives, as if it had died idle.
+	testBindFault atomic.Pointer[func(stream uint16) bool]
+	ownKeys       ownKeys
+	counters      counters
+	recent        abortLog
+	limited       limitedLog
 
 	stop chan struct{}
 	wg   sync.WaitGroup

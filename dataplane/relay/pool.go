@@ -462,6 +462,9 @@ func (a *Agent) acceptBind(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 	if err != nil {
 		return err
 	}
+	if f := a.testBindFault.Load(); f != nil && (*f)(b.Stream) {
+		return fmt.Errorf("test fault: pooled stream %d dies at its bind", b.Stream)
+	}
 	hello := stripe.Hello{
 		Mode: rc.mode, Initiator: initiator, Responder: rc.Name, Session: b.Session,
 		Stream: b.Stream, Streams: b.Streams, ChunkSize: b.ChunkSize, QueueLength: b.QueueLength,

@@ -308,3 +308,26 @@ func TestPoolBurst(t *testing.T) {
 		return st.Idle <= 8 && p.b.PooledStreams()["agent-a"] == st.Idle
 	})
 }
+
+// TestPooledStreamDeadAtBind: pooled streams that die as their BIND
+// arrives (the server side resets them) lose nothing: the frames the
+// client side sent on them go again on the surviving streams, and
+// replacements join the running session. Stream 0's bind is the one it
+// cannot lose (see the report of issue 15): the fault spares it.
+func TestPooledStreamDeadAtBind(t *testing.T) {
+	p := startPair(t, pairOptions{streams: 4, chunk: 1000, queue: 2, pool: agentspec.Pool{MinIdle: 4, Max: 4}}, echo)
+	testsupport.Eventually(t, 30*time.Second, "a full pool", func() bool { return onlyPool(t, p.a).Idle == 4 })
+	fault := func(stream uint16) bool { return stream == 1 || stream == 3 }
+	p.b.testBindFault.Store(&fault)
+	echoThrough(t, p, 4<<20, 3)
+	st := p.a.Stats().Totals
+	if st.StreamsLost < 2 || st.StreamsReplaced < 2 {
+		t.Errorf("client side: %d streams lost, %d replaced; want the 2 killed at their bind", st.StreamsLost, st.StreamsReplaced)
+	}
+	if onlyPool(t, p.a).Claims != 4 {
+		t.Errorf("pool: %+v", onlyPool(t, p.a))
+	}
+	testsupport.Eventually(t, 30*time.Second, "the session complete on both ends", func() bool {
+		return p.a.Stats().Totals.SessionsCompleted == 1 && p.b.Stats().Totals.SessionsCompleted == 1
+	})
+}

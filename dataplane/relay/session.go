@@ -517,6 +517,9 @@ func (s *session) start() {
 	}
 	s.live = live
 	s.healthy.Store(int32(live))
+	// Once established, a replacement may attach (and start itself)
+	// at any moment: start the streams present now.
+	streams := append([]*stream(nil), s.streams...)
 	s.mu.Unlock()
 	a := s.agent
 	a.log.Debug("relay: session established", s.logAttrs()...)
@@ -524,7 +527,7 @@ func (s *session) start() {
 	go s.readHost()
 	go s.writeHost()
 	go s.supervise()
-	for _, st := range s.streams {
+	for _, st := range streams {
 		if st == nil {
 			continue
 		}
