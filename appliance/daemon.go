@@ -795,6 +795,7 @@ func (d *Daemon) Status() Status {
 		st.Agents = append(st.Agents, AgentStatus{Name: name, Healthy: healthy, Local: true,
 			Detail: fmt.Sprintf("%s, %d session(s), %d stream(s)", why, rs.Totals.SessionsActive, rs.Totals.StreamsActive)})
 		st.LostStreams.add(rs.Totals)
+		st.Pools = append(st.Pools, poolStatuses(name, relays[name].Pools())...)
 		for _, s := range rs.Sessions {
 			st.Sessions = append(st.Sessions, SessionStatus{
 				Agent: name, Whitelist: s.Whitelist, Client: s.Client.String(), Server: s.Server.String(),
@@ -840,13 +841,16 @@ func (d *Daemon) statusLine() string {
 func (d *Daemon) liveStats() liveStats {
 	d.mu.Lock()
 	relays := make([]*relay.Agent, 0, len(d.relays))
-	for _, r := range d.relays {
+	names := make([]string, 0, len(d.relays))
+	for name, r := range d.relays {
 		relays = append(relays, r.agent)
+		names = append(names, name)
 	}
 	ctl := d.controller()
 	d.mu.Unlock()
 	var ls liveStats
-	for _, r := range relays {
+	for i, r := range relays {
+		ls.Pools = append(ls.Pools, poolStatuses(names[i], r.Pools())...)
 		rs := r.Stats()
 		ls.Sessions += rs.Totals.SessionsActive
 		ls.BytesUp += rs.Totals.BytesUp

@@ -38,6 +38,7 @@ type liveStats struct {
 	MemoryReserved    int64
 	MemoryLimit       int64
 	LostStreams       LostStreams
+	Pools             []PoolStatus
 }
 
 // agentStat is one agent as the controller sees it.
@@ -125,6 +126,12 @@ var (
 	descReplaced   = prometheus.NewDesc("sosappliance_streams_replaced_total", "Lost stripe streams replaced by an authenticated join.", nil, nil)
 	descReinjected = prometheus.NewDesc("sosappliance_reinjected_bytes_total", "Payload bytes sent again on surviving streams after their stream was lost.", nil, nil)
 	descDuplicates = prometheus.NewDesc("sosappliance_duplicate_frames_total", "Authenticated duplicate frames dropped by a receiver.", nil, nil)
+	poolLabels     = []string{"agent", "peer"}
+	descPoolIdle   = prometheus.NewDesc("sosappliance_pool_idle_streams", "Idle authenticated streams in a client-side agent's warm pool toward a far agent.", poolLabels, nil)
+	descPoolClaims = prometheus.NewDesc("sosappliance_pool_claims_total", "Pooled streams bound to new sessions.", poolLabels, nil)
+	descPoolMisses = prometheus.NewDesc("sosappliance_pool_misses_total", "Streams new sessions wanted from the pool and did not find (opened as before).", poolLabels, nil)
+	descPoolRefill = prometheus.NewDesc("sosappliance_pool_refills_total", "Streams opened into the pool.", poolLabels, nil)
+	descPoolDied   = prometheus.NewDesc("sosappliance_pool_died_total", "Pooled streams found dead while idle or at bind time.", poolLabels, nil)
 )
 
 type liveCollector struct{ live func() liveStats }
@@ -132,7 +139,8 @@ type liveCollector struct{ live func() liveStats }
 func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descBytes, descThroughput, descReorder, descStalls, descAborts, descFlowMods, descSwitches, descAgentsDown,
 		descFallbacks, descRefusals, descHSFailures, descMemory, descLost, descReplaced, descReinjected, descDuplicates,
-		descAgentUp, descAgentSess, descAgentShare} {
+		descAgentUp, descAgentSess, descAgentShare,
+		descPoolIdle, descPoolClaims, descPoolMisses, descPoolRefill, descPoolDied} {
 		ch <- d
 	}
 }
@@ -178,6 +186,13 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReplaced, prometheus.CounterValue, float64(s.LostStreams.Replaced))
 	ch <- prometheus.MustNewConstMetric(descReinjected, prometheus.CounterValue, float64(s.LostStreams.ReinjectedBytes))
 	ch <- prometheus.MustNewConstMetric(descDuplicates, prometheus.CounterValue, float64(s.LostStreams.DuplicatesDropped))
+	for _, p := range s.Pools {
+		ch <- prometheus.MustNewConstMetric(descPoolIdle, prometheus.GaugeValue, float64(p.Idle), p.Agent, p.Peer)
+		ch <- prometheus.MustNewConstMetric(descPoolClaims, prometheus.CounterValue, float64(p.Claims), p.Agent, p.Peer)
+		ch <- prometheus.MustNewConstMetric(descPoolMisses, prometheus.CounterValue, float64(p.Misses), p.Agent, p.Peer)
+		ch <- prometheus.MustNewConstMetric(descPoolRefill, prometheus.CounterValue, float64(p.Refills), p.Agent, p.Peer)
+		ch <- prometheus.MustNewConstMetric(descPoolDied, prometheus.CounterValue, float64(p.Died), p.Agent, p.Peer)
+	}
 }
 
 // serve serves /metrics on addr until the returned stop is called. An empty

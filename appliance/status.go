@@ -32,6 +32,37 @@ type Status struct {
 	Cluster *ClusterStatus `json:"cluster,omitempty"`
 	// LostStreams sums the local agents' lost-stream counters.
 	LostStreams LostStreams `json:"lost_streams"`
+	// Pools are the local client-side agents' warm stream pools, one per
+	// far agent.
+	Pools []PoolStatus `json:"pools,omitempty"`
+}
+
+// PoolStatus is one warm pool: its idle streams now and what sessions
+// did with it (claims, and misses where they found it short) and what it
+// opened (refills) or lost while idle (died, expired).
+type PoolStatus struct {
+	Agent   string `json:"agent"`
+	Peer    string `json:"peer"`
+	Address string `json:"address"`
+	Idle    int    `json:"idle"`
+	Target  int    `json:"target"`
+	MinIdle int    `json:"min_idle"`
+	Max     int    `json:"max"`
+	Claims  uint64 `json:"claims"`
+	Misses  uint64 `json:"misses"`
+	Refills uint64 `json:"refills"`
+	Died    uint64 `json:"died"`
+	Expired uint64 `json:"expired"`
+}
+
+func poolStatuses(agent string, ps []relay.PoolStats) []PoolStatus {
+	out := make([]PoolStatus, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, PoolStatus{Agent: agent, Peer: p.PeerName, Address: p.Peer.String(), Idle: p.Idle, Target: p.Target,
+			MinIdle: p.MinIdle, Max: p.Max, Claims: p.Claims, Misses: p.Misses, Refills: p.Refills, Died: p.Died, Expired: p.Expired})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Peer < out[j].Peer })
+	return out
 }
 
 // LostStreams counts what the local agents did about lost stripe
@@ -177,6 +208,16 @@ func (s *Status) WriteText(w io.Writer) {
 		fmt.Fprintln(tw, "  NAME\tHEALTHY\tLOCAL\tDETAIL")
 		for _, a := range s.Agents {
 			fmt.Fprintf(tw, "  %s\t%v\t%v\t%s\n", a.Name, a.Healthy, a.Local, a.Detail)
+		}
+		tw.Flush()
+	}
+	if len(s.Pools) > 0 {
+		fmt.Fprintln(w, "\npools:")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  AGENT\tPEER\tIDLE\tTARGET (MIN-MAX)\tCLAIMS\tMISSES\tREFILLS\tDIED\tEXPIRED")
+		for _, p := range s.Pools {
+			fmt.Fprintf(tw, "  %s\t%s (%s)\t%d\t%d (%d-%d)\t%d\t%d\t%d\t%d\t%d\n", p.Agent, p.Peer, p.Address, p.Idle, p.Target,
+				p.MinIdle, p.Max, p.Claims, p.Misses, p.Refills, p.Died, p.Expired)
 		}
 		tw.Flush()
 	}

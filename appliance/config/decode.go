@@ -65,6 +65,7 @@ var rootSchema = &hcl.BodySchema{
 		{Type: "whitelist", LabelNames: []string{"name"}},
 		{Type: "tuning", LabelNames: []string{"name"}},
 		{Type: "node", LabelNames: []string{"name"}},
+		{Type: "pool", LabelNames: []string{"agent"}},
 	},
 }
 
@@ -294,6 +295,8 @@ func decodeRoot(body hcl.Body, cfg *Config) hcl.Diagnostics {
 			cfg.Tunings = append(cfg.Tunings, decodeTuning(b, &diags))
 		case "node":
 			cfg.Nodes = append(cfg.Nodes, decodeNode(b, &diags))
+		case "pool":
+			cfg.Pools = append(cfg.Pools, decodePool(b, &diags))
 		}
 	}
 	if len(cfg.Controllers) > 0 {

@@ -37,6 +37,7 @@ type Config struct {
 	Whitelists []*Whitelist
 	Tunings    []*Tuning
 	Nodes      []*Node
+	Pools      []*Pool
 }
 
 // Controller says which node runs the OpenFlow controller and how switches

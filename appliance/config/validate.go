@@ -100,6 +100,7 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 			"Switches are declared but there is no controller block")
 	}
 	validateSwitchTLS(cfg, add)
+	validatePools(cfg, add)
 	validateCluster(cfg, add)
 
 	// Agents: switch reference, one agent per switch port, tuning references.

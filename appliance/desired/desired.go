@@ -337,6 +337,8 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 				StallTimeout:         l.StallTimeout,
 				HalfClosedIdle:       l.IdleTimeout,
 				ReconnectTimeout:     l.ReconnectTimeout,
+				// Not in the configuration yet: the one default.
+				MaxPooledPerPeer: agentspec.DefaultMaxPooledPerPeer,
 			},
 		},
 	}
@@ -371,6 +373,7 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 					}
 					r.Spread, r.SpreadBits = cfg.Spread.Mode, cfg.SpreadBits()
 				}
+				r.Pool = cfg.PoolToward(peer.Name)
 				ag.Relay.Client = append(ag.Relay.Client, r)
 			}
 			if slices.Contains(e.serverAgents, a.Name) {

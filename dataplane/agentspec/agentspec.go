@@ -121,6 +121,10 @@ type Route struct {
 	// PeerNames, when not empty, are every client-side agent a server
 	// entry admits sessions from (PeerName is the first).
 	PeerNames []string
+	// Pool is the warm pool of authenticated idle streams a client-side
+	// agent keeps toward Peer; client side only. Entries toward the same
+	// peer share one pool, sized by the largest of their settings.
+	Pool Pool
 }
 
 // Peer is a far agent: its name and data address.
@@ -136,6 +140,37 @@ func (w Route) Admits(initiator string) bool {
 		return slices.Contains(w.PeerNames, initiator)
 	}
 	return initiator == w.PeerName
+}
+
+// Pool sizes a client-side agent's pool of pooled streams toward one
+// peer agent (see package stripe, "Pooled streams").
+type Pool struct {
+	// MinIdle is how many idle streams the agent keeps open; it refills
+	// in the background. Zero: no pool.
+	MinIdle int
+	// Max bounds the pool's streams, idle and being opened. Zero: MinIdle.
+	Max int
+	// IdleTimeout closes idle streams beyond MinIdle after this long.
+	// Zero: DefaultPoolIdleTimeout.
+	IdleTimeout time.Duration
+}
+
+// DefaultPoolIdleTimeout is Pool.IdleTimeout's default.
+const DefaultPoolIdleTimeout = 5 * time.Minute
+
+// MaxPoolSize bounds Pool.Max: fewer than a responder's default bound on
+// a peer's idle pooled streams.
+const MaxPoolSize = 1024
+
+// WithDefaults fills Max and IdleTimeout.
+func (p Pool) WithDefaults() Pool {
+	if p.Max < p.MinIdle {
+		p.Max = p.MinIdle
+	}
+	if p.IdleTimeout <= 0 {
+		p.IdleTimeout = DefaultPoolIdleTimeout
+	}
+	return p
 }
 
 // Matches reports whether a connection from client to server belongs to
@@ -203,6 +238,11 @@ type Limits struct {
 	// While one stream lives the session goes on, its lost streams'
 	// frames resent on it and replacements retried with backoff.
 	ReconnectTimeout time.Duration
+	// MaxPooledPerPeer bounds the idle pooled streams a server-side agent
+	// holds for one client-side agent; more are refused
+	// (StatusPoolRefused), so a peer holding pooled streams cannot grow
+	// this agent's memory without bound.
+	MaxPooledPerPeer int
 }
 
 // Defaults of Limits: the one set, used by the configuration where the
@@ -218,6 +258,7 @@ const (
 	DefaultStallTimeout         = 30 * time.Second
 	DefaultHalfClosedIdle       = 5 * time.Minute
 	DefaultReconnectTimeout     = 30 * time.Second
+	DefaultMaxPooledPerPeer     = 1024
 )
 
 // WithDefaults fills every zero limit with its default, except Memory,
@@ -233,6 +274,7 @@ func (l Limits) WithDefaults() Limits {
 	def(&l.MaxPreAuth, DefaultMaxPreAuth)
 	def(&l.MaxPreAuthPerSource, DefaultMaxPreAuthPerSource)
 	def(&l.MaxHalfOpenPerSource, DefaultMaxHalfOpenPerSource)
+	def(&l.MaxPooledPerPeer, DefaultMaxPooledPerPeer)
 	if l.SessionMemory <= 0 {
 		l.SessionMemory = DefaultSessionMemory
 	}
@@ -358,6 +400,16 @@ func (c *Relay) Validate() error {
 		}
 		if w.Peer.IsValid() && w.Peer.Port() == 0 {
 			bad("peer %s has no port", w.Peer)
+		}
+		switch pool := w.Pool; {
+		case pool.MinIdle < 0 || pool.Max < 0 || pool.IdleTimeout < 0:
+			bad("pool min_idle %d, max %d, idle_timeout %s: none may be negative", pool.MinIdle, pool.Max, pool.IdleTimeout)
+		case pool.Max != 0 && pool.Max < pool.MinIdle:
+			bad("pool max %d below min_idle %d", pool.Max, pool.MinIdle)
+		case max(pool.MinIdle, pool.Max) > MaxPoolSize:
+			bad("pool of %d streams above the bound of %d", max(pool.MinIdle, pool.Max), MaxPoolSize)
+		case !clientSide && pool != Pool{}:
+			bad("a pool on a server-side entry (pools are kept by the client side)")
 		}
 	}
 	for _, cpu := range c.RelayCPUs {

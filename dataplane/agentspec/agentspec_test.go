@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sosappliance/sosappliance/internal/portrange"
 )
@@ -62,5 +63,41 @@ func TestValidateRoutes(t *testing.T) {
 	r.Server = []Route{none}
 	if err := r.Validate(); err == nil || !strings.Contains(err.Error(), "no server address") || !strings.Contains(err.Error(), "no server port") {
 		t.Errorf("a route without server and port: %v", err)
+	}
+}
+
+func TestValidatePool(t *testing.T) {
+	base := Relay{Name: "a", PSK: make([]byte, 32), TransparentListen: netip.MustParseAddrPort("10.1.0.2:9876")}
+	good := Route{Name: "r", PeerName: "b", Clients: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")},
+		Server: netip.MustParseAddr("10.2.0.16"), Port: 80, Streams: 4, ChunkSize: 60000,
+		Peer: netip.MustParseAddrPort("10.2.0.2:9877"), Pool: Pool{MinIdle: 8, Max: 16, IdleTimeout: time.Minute}}
+	r := base
+	r.Client = []Route{good}
+	if err := r.Validate(); err != nil {
+		t.Fatalf("valid pool refused: %v", err)
+	}
+	for want, pool := range map[string]Pool{
+		"none may be negative":      {MinIdle: -1},
+		"below min_idle":            {MinIdle: 8, Max: 4},
+		"above the bound of 1024":   {MinIdle: 2000},
+		"on a server-side entry (p": {MinIdle: 1},
+	} {
+		bad := good
+		bad.Pool = pool
+		r := base
+		r.Client = []Route{bad}
+		if strings.HasPrefix(want, "on a server") {
+			r.DataListen = netip.MustParseAddrPort("10.2.0.2:9877")
+			r.Client, r.Server = nil, []Route{bad}
+		}
+		if err := r.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("pool %+v: %v, want %q", pool, err, want)
+		}
+	}
+	if p := (Pool{MinIdle: 4}).WithDefaults(); p.Max != 4 || p.IdleTimeout != DefaultPoolIdleTimeout {
+		t.Errorf("defaults: %+v", p)
+	}
+	if l := (Limits{}).WithDefaults(); l.MaxPooledPerPeer != DefaultMaxPooledPerPeer {
+		t.Errorf("MaxPooledPerPeer default %d", l.MaxPooledPerPeer)
 	}
 }

@@ -123,16 +123,24 @@ type Agent struct {
 	direct map[*net.TCPConn]*net.TCPConn
 	// handshakeSlots bounds the handshakes in flight toward each peer.
 	handshakeSlots map[netip.AddrPort]chan struct{}
+	// pools are the client side's warm pools, by peer (fixed at New:
+	// an Update does not resize them); pooled holds the server side's
+	// idle pooled streams by initiator, bounded by MaxPooledPerPeer.
+	pools  map[netip.AddrPort]*streamPool
+	pooled map[string]map[*net.TCPConn]struct{}
 
 	stopping    atomic.Bool  // draining, readable without mu
 	memReserved atomic.Int64 // of Limits.Memory, by live sessions
 	// testTrouble, set by tests before Start, stands in for TCP_INFO's
 	// loss-recovery state of a stream (loopback has no loss).
 	testTrouble func(stream int) bool
-	ownKeys     ownKeys
-	counters    counters
-	recent      abortLog
-	limited     limitedLog
+	// testBindFault, set by tests before Start, makes the server side
+	// reset a pooled stream as its BIND arrives, as if it had died idle.
+	testBindFault atomic.Pointer[func(stream uint16) bool]
+	ownKeys       ownKeys
+	counters      counters
+	recent        abortLog
+	limited       limitedLog
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -165,6 +173,11 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		halfOpen:       make(map[netip.Addr]int),
 		direct:         make(map[*net.TCPConn]*net.TCPConn),
 		handshakeSlots: make(map[netip.AddrPort]chan struct{}),
+		pools:          poolsOf(rc.Client),
+		pooled:         make(map[string]map[*net.TCPConn]struct{}),
+	}
+	for _, p := range a.pools {
+		p.a = a
 	}
 	a.counters.init()
 	a.cfg.Store(rc)
@@ -191,6 +204,10 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.started = true
 	a.wg.Add(1)
 	go a.housekeeping()
+	for _, p := range a.pools {
+		a.wg.Add(1)
+		go p.run(a.stop)
+	}
 	a.log.Info("relay started", "transparent", rc.TransparentListen, "data", rc.DataListen,
 		"health", rc.HealthListen, "encryption", rc.mode, "name", rc.Name, "client_routes", len(rc.Client), "server_routes", len(rc.Server))
 	return nil
@@ -374,6 +391,11 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	a.closeListenersLocked()
 	for c := range a.preauth {
 		reset(c)
+	}
+	for _, conns := range a.pooled {
+		for c := range conns {
+			reset(c)
+		}
 	}
 	// Sessions still gathering streams cannot complete without the
 	// listener; sessions still dialing are not worth waiting for.

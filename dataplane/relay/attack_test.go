@@ -290,6 +290,11 @@ func TestHostileShapeRefused(t *testing.T) {
 		{"another initiator", func(h *stripe.Hello) { h.Initiator = "agent-x" }, stripe.StatusUnknownInitiator},
 		{"another responder", func(h *stripe.Hello) { h.Responder = "agent-x" }, stripe.StatusWrongResponder},
 		{"no whitelist", func(h *stripe.Hello) { h.Server = netip.MustParseAddrPort("127.0.0.1:1") }, stripe.StatusNotWhitelisted},
+		// A pooled stream names no whitelist: its initiator must be the
+		// client-side agent of one (see also TestPooledStreamsBounded).
+		{"pooled stream of another initiator", func(h *stripe.Hello) {
+			*h = stripe.Hello{Mode: h.Mode, Initiator: "agent-x", Responder: h.Responder, Ephemeral: h.Ephemeral, Pool: true}
+		}, stripe.StatusUnknownInitiator},
 	} {
 		_, _, hb := helloFrom(t, p, tc.mutate)
 		c, rb, err := sendHello(t, p.b.Addrs().Data, hb[:])

@@ -73,6 +73,15 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		a.carryDirect(rc, host, client, server, w.Name, err)
 		return
 	}
+	if pool := a.pools[w.Peer]; pool != nil && a.bindPooled(s, rc, pool) > 0 {
+		// Streams bound from the pool: start now; the others join the
+		// running session as replacements do.
+		s.mu.Lock()
+		s.host = host
+		s.mu.Unlock()
+		s.start()
+		return
+	}
 	if err := a.openStreams(s, rc, w.Peer); err != nil {
 		if len(w.Peers) > 0 {
 			// The next connections of this bucket go to a live agent

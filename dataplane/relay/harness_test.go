@@ -20,6 +20,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
@@ -145,6 +146,8 @@ type pairOptions struct {
 	// serverWhitelist, if set, derives the server-side agent's whitelist
 	// from the client side's entry.
 	serverWhitelist func(entry Whitelist) []Whitelist
+	// pool is the client-side entry's warm pool.
+	pool agentspec.Pool
 }
 
 // pair is a client-side agent A and a server-side agent B on loopback, in
@@ -202,6 +205,7 @@ func startPair(t testing.TB, opt pairOptions, handle func(c *net.TCPConn)) *pair
 	}, srv.addr, log)
 	p := &pair{b: b, server: srv, wlB: wlB}
 	entry.Peer, entry.PeerName = b.Addrs().Data, "agent-b"
+	entry.Pool = opt.pool
 	if opt.viaMITM {
 		p.mitm = newMITM(t, entry.Peer)
 		entry.Peer = p.mitm.addr

@@ -151,6 +151,12 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		fail("bad hello", err)
 		return
 	}
+	if hello.Join {
+		// A session bound from a pool starts before its other streams
+		// join: their JOIN may overtake the BIND of its stream 0 (on
+		// another connection). Give the BIND a moment before refusing.
+		a.awaitSession(hello.Session, joinGrace)
+	}
 	route, status := a.admit(rc, &hello, src)
 	reply := stripe.Reply{Status: status}
 	var eph *stripe.Ephemeral
@@ -187,6 +193,11 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		fail("bad confirm", err)
 		return
 	}
+	if hello.Pool {
+		authenticated = true
+		a.holdPooled(rc, hello.Initiator, c, secrets)
+		return
+	}
 	codec, err := stripe.NewCodec(hello.Mode, &secrets.Keys, false, hello.Stream, route.ChunkSize)
 	if err != nil {
 		fail("building codec", err)
@@ -217,7 +228,7 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 	authenticated = true
 	a.leavePreAuth(c)
 	if running != nil {
-		if !running.replaceStream(newStream(running, int(hello.Stream), c, codec), rc.limits.PreAuthTimeout) {
+		if !running.waitEstablished(rc.limits.PreAuthTimeout) || !running.replaceStream(newStream(running, int(hello.Stream), c, codec), rc.limits.PreAuthTimeout) {
 			a.reject(rejectMismatch, "relay: replacement stream's session ended; reset", "session", hello.Session, "stream", hello.Stream)
 			reset(c)
 		}
@@ -243,6 +254,9 @@ func lookupServer(rc *runtimeConfig, h *stripe.Hello) (Whitelist, bool) {
 func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr) (Whitelist, stripe.Status) {
 	if h.Responder != rc.Name {
 		return Whitelist{}, stripe.StatusWrongResponder
+	}
+	if h.Pool {
+		return Whitelist{}, a.admitPooled(rc, h)
 	}
 	if a.ownKeys.contains(h.Ephemeral) {
 		return Whitelist{}, stripe.StatusReflected

@@ -471,7 +471,9 @@ func (s *session) joinable(h *stripe.Hello) stripe.Status {
 	if h.Join {
 		// A replacement joins a running session only; its JOIN frame
 		// must still prove the session key.
-		if s.aborted || s.isPeerDone() || !s.established.Load() {
+		// A session still connecting to its server (all its streams in,
+		// or bound from a pool) takes it once it starts (waitEstablished).
+		if s.aborted || s.isPeerDone() || !s.established.Load() && s.joined < s.n {
 			return stripe.StatusUnknownSession
 		}
 		return stripe.StatusAccepted
@@ -480,6 +482,19 @@ func (s *session) joinable(h *stripe.Hello) stripe.Status {
 		return stripe.StatusDuplicateStream
 	}
 	return stripe.StatusAccepted
+}
+
+// waitEstablished waits, at most timeout, for the session to start; false
+// if it did not (it aborted, or it is still connecting).
+func (s *session) waitEstablished(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for !s.established.Load() {
+		if s.isAborted() || time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
 }
 
 // start runs the relay goroutines of a session whose streams and end-host
@@ -492,15 +507,30 @@ func (s *session) start() {
 		return
 	}
 	s.established.Store(true)
-	s.live = s.n
+	// A session bound from a warm pool may start with streams missing;
+	// they join as replacements.
+	live := 0
+	for _, st := range s.streams {
+		if st != nil {
+			live++
+		}
+	}
+	s.live = live
+	s.healthy.Store(int32(live))
+	// Once established, a replacement may attach (and start itself)
+	// at any moment: start the streams present now.
+	streams := append([]*stream(nil), s.streams...)
 	s.mu.Unlock()
 	a := s.agent
 	a.log.Debug("relay: session established", s.logAttrs()...)
-	s.wg.Add(3 + 2*s.n)
+	s.wg.Add(3 + 2*live)
 	go s.readHost()
 	go s.writeHost()
 	go s.supervise()
-	for _, st := range s.streams {
+	for _, st := range streams {
+		if st == nil {
+			continue
+		}
 		st.running.Store(2)
 		go st.writeLoop()
 		go st.readLoop()
@@ -1700,8 +1730,8 @@ func (st *stream) readLoop() {
 				return
 			}
 			continue
-		case stripe.FrameJoin:
-			fail(AbortProtocol, "read", errors.New("JOIN on a stream already attached"))
+		case stripe.FrameJoin, stripe.FrameBind:
+			fail(AbortProtocol, "read", fmt.Errorf("%s on a stream already attached", h.Type))
 			return
 		}
 		if g := s.granted.Load(); (h.Type == stripe.FrameData && h.Seq >= g) || (h.Type == stripe.FrameFin && h.Seq > g) {

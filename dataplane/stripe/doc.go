@@ -32,7 +32,8 @@
 // Byte credit (CREDIT, below) replaced queue length x streams as the flow
 // control. Acknowledgement (ACK), retransmission and joins of replacement
 // streams (JOIN) make a session survive the loss of streams (see "Lost
-// streams" below). BIND, pooled streams bound to a session, is reserved.
+// streams" below). BIND binds a pooled, already authenticated stream to a
+// new session (see "Pooled streams" below).
 //
 // # Handshake (per stream)
 //
@@ -48,7 +49,8 @@
 //	  4   1 version (2)
 //	  5   1 kind (1 hello)
 //	  6   1 mode: 0 none, 1 aes-256-gcm
-//	  7   1 flags: 0, or 1 (JOIN: a replacement stream, see below)
+//	  7   1 flags: 0, 1 (JOIN: a replacement stream), or 2 (POOL: a
+//	        pooled stream, see below)
 //	  8  64 initiator name: length (1..63), UTF-8 bytes, zero padding
 //	 72  64 responder name, likewise: the agent this hello is meant for
 //	136  32 initiator ephemeral X25519 public key (fresh per stream)
@@ -116,7 +118,7 @@
 // Header, 16 bytes:
 //
 //	off len field
-//	  0   1 type: 1 DATA, 2 FIN, 3 ABORT, 4 CREDIT, 5 ACK, 6 JOIN (7 reserved)
+//	  0   1 type: 1 DATA, 2 FIN, 3 ABORT, 4 CREDIT, 5 ACK, 6 JOIN, 7 BIND
 //	  1   1 flags: 0, or on DATA and FIN 1 (RETRANSMIT, see "Lost streams")
 //	  2   2 stream index (must be the index of the stream it arrives on)
 //	  4   4 body length
@@ -130,10 +132,10 @@
 // credit of the direction opposite to the one it travels in (8 bytes,
 // below). ACK carries how many frames (DATA and FIN) of the opposite
 // direction were delivered to the end host (8 bytes). JOIN carries a
-// 32-byte proof (below).
+// 32-byte proof (below), BIND a 152-byte body (below).
 //
 // Sequence spaces: DATA and FIN numbers lie below 2^63. Control frames
-// (CREDIT, ACK, JOIN) lie in [2^63, 2^64-1): each stream numbers the
+// (CREDIT, ACK, JOIN, BIND) lie in [2^63, 2^64-1): each stream numbers the
 // control frames it sends in its direction 2^63 + 0, 2^63 + 1, ... by one,
 // all types in one count, so the nonce of a control frame never meets a
 // data nonce or another control nonce, and the receiver refuses a control
@@ -280,13 +282,73 @@
 // sequences afresh. The initiator retries a failed join with exponential
 // backoff (50 ms doubling to 2 s).
 //
-// BIND (type 7, reserved for the warm pool) will reuse JOIN's design: a
-// pooled stream's handshake names no session; its BIND frame carries a
-// fresh nonce and the session's id and shape, the session's frame keys on
-// that stream are derived from the stream's secret and the nonce (so no
-// key serves two sessions), and the session key of a session bound over a
-// pool stream comes from its stream 0's bind the way it comes from stream
-// 0's handshake here.
+// # Pooled streams: BIND
+//
+// A client-side agent may keep streams open and authenticated before any
+// session needs them (the warm pool), so a new session starts without a
+// TCP or key exchange across the WAN. A pooled stream runs the handshake
+// above with the hello flag POOL (2; never together with JOIN) and names
+// no session: its session id, stream index, stream count, chunk size,
+// queue length and both addresses are zero. The responder admits it only
+// for an initiator that is the client-side agent of one of its own
+// whitelist entries, under its pre-auth limits and its bound on idle
+// pooled streams per peer (else StatusPoolRefused); the confirm
+// completes the handshake and the stream idles (TCP keepalive only: no
+// frames while idle).
+//
+// The handshake's keys of a pooled stream (Up, Down) seal only BIND
+// frames, so its frame codec is built with chunk size BindBodySize; the
+// 32 bytes at 96..128 of its key material are not a session key but the
+// stream's secret S_0. Binds of a stream count generations g = 0, 1, ...:
+// a stream may be bound again after its session ended.
+//
+// BIND (type 7, Up, a control frame numbered ControlSeq(g) under the
+// pooled stream's own keys), body 152 bytes:
+//
+//	off len field
+//	  0   8 generation g (exactly the stream's next)
+//	  8  16 nonce (fresh random)
+//	 24  16 session id
+//	 40   2 stream index (< stream count)
+//	 42   2 stream count (>= 1)
+//	 44   4 chunk size (1 .. 16 MiB)
+//	 48   4 queue length
+//	 52  18 original client address and port
+//	 70  18 original server address and port
+//	 88  32 join proof: zero on stream 0; else MAC(session key,
+//	        "sos v2 bind join" || session id || th || g)
+//	120  32 MAC(S_g, "sos v2 bind" || th || bytes 0..120)
+//
+// th is the pooled stream's transcript hash. The MAC is in the body, so a
+// BIND is authenticated in mode none too. Keys of the bound session on
+// this stream: okm = HKDF-SHA256(secret = S_g, salt = nonce, info =
+// "sosappliance v2 bind keys" || th || g || session id, 96 bytes): Up,
+// Down, and (used on stream 0 only) the session key. Then both ends
+// ratchet S_{g+1} = HKDF-SHA256(secret = S_g, salt = th, info =
+// "sosappliance v2 bind ratchet" || g, 32 bytes) and forget S_g, so no key
+// serves two sessions (the nonce and g differ, and the secret moved on)
+// and a stream's later state reveals nothing of the sessions it carried
+// before. A replayed BIND fails: on its own stream S_g is gone (and g is
+// spent); on another stream th differs.
+//
+// The responder checks the BIND as it checks a hello (its whitelist entry
+// for client and server names the initiator, the shape is that entry's,
+// its session limits), and for a stream other than 0 the join proof under
+// the session key of the session named; a refused or unverifiable bind
+// resets the stream. The session key of a session whose stream 0 was
+// bound is the one its BIND derived (bytes 64..96 above); a session whose
+// stream 0 was a fresh stream takes it from that handshake, and pooled
+// streams bind into it with their proof just the same. Frames of the
+// session follow the BIND at once, under the bound keys; the BIND counts
+// as the stream's Up control frame 0 of the session (as a JOIN does), so
+// the session's control frames on it start at 2^63 + 1 Up and 2^63 Down.
+// The responder starts a session whose stream 0 was bound at once (it
+// connects to the server as soon as that BIND arrives) instead of
+// gathering all its streams; every stream not bound from the pool joins
+// the running session as JOIN describes. Because such a JOIN may overtake
+// the BIND of stream 0 (another connection), a responder that does not
+// hold the session a JOIN names waits a moment (500 ms) for it before
+// refusing it as StatusUnknownSession.
 //
 // # Half-close and abort
 //

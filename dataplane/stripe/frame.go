@@ -59,6 +59,8 @@ const (
 	FrameAck FrameType = 5
 	// FrameJoin attaches a replacement stream to a running session.
 	FrameJoin FrameType = 6
+	// FrameBind attaches a pooled stream to a session.
+	FrameBind FrameType = 7
 )
 
 func (t FrameType) String() string {
@@ -75,14 +77,16 @@ func (t FrameType) String() string {
 		return "ACK"
 	case FrameJoin:
 		return "JOIN"
+	case FrameBind:
+		return "BIND"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
 
 // Control reports whether frames of the type number themselves in the
-// control space of their stream (CREDIT, ACK, JOIN).
+// control space of their stream (CREDIT, ACK, JOIN, BIND).
 func (t FrameType) Control() bool {
-	return t == FrameCredit || t == FrameAck || t == FrameJoin
+	return t == FrameCredit || t == FrameAck || t == FrameJoin || t == FrameBind
 }
 
 // Direction names one of the two directions of a session.
@@ -134,7 +138,7 @@ func ParseHeader(b []byte) (Header, error) {
 		Seq:    binary.BigEndian.Uint64(b[8:]),
 	}
 	switch {
-	case h.Type < FrameData || h.Type > FrameJoin:
+	case h.Type < FrameData || h.Type > FrameBind:
 		return Header{}, fmt.Errorf("%w: unknown type %d", ErrFrame, b[0])
 	case h.Flags&^FlagRetransmit != 0 || (h.Flags != 0 && h.Type != FrameData && h.Type != FrameFin):
 		return Header{}, fmt.Errorf("%w: %s with flags %#x", ErrFrame, h.Type, h.Flags)
@@ -315,6 +319,10 @@ func (c *Codec) checkBody(typ FrameType, n int) error {
 	case FrameJoin:
 		if n != JoinBodySize {
 			return fmt.Errorf("%w: JOIN body of %d bytes", ErrFrame, n)
+		}
+	case FrameBind:
+		if n != BindBodySize {
+			return fmt.Errorf("%w: BIND body of %d bytes", ErrFrame, n)
 		}
 	default:
 		return fmt.Errorf("%w: unknown type %d", ErrFrame, typ)

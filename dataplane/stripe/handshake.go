@@ -98,6 +98,7 @@ const (
 	StatusShapeMismatch
 	StatusReflected
 	StatusUnknownSession
+	StatusPoolRefused
 	statusCount
 )
 
@@ -133,6 +134,8 @@ func (s Status) String() string {
 		return "hello carries this agent's own key (reflected)"
 	case StatusUnknownSession:
 		return "join names no running session of this agent (it lost the session's state)"
+	case StatusPoolRefused:
+		return "pooled stream refused (no pool for this peer, or its pool is full)"
 	}
 	return fmt.Sprintf("status(%d)", uint8(s))
 }
@@ -206,10 +209,20 @@ type Hello struct {
 	// HelloJoin): the responder admits it only into a session it holds,
 	// once the stream's JOIN frame proves the session key.
 	Join bool
+	// Pool marks a pooled stream (hello flag HelloPool): it names no
+	// session, so Session, Stream, Streams, ChunkSize, QueueLength,
+	// Client and Server are all zero; a BIND attaches it to a session
+	// later.
+	Pool bool
 }
 
-// HelloJoin is the hello flag of a replacement stream.
-const HelloJoin = 0x01
+// Hello flags.
+const (
+	// HelloJoin is the hello flag of a replacement stream.
+	HelloJoin = 0x01
+	// HelloPool is the hello flag of a pooled stream.
+	HelloPool = 0x02
+)
 
 func validName(s string) bool {
 	if s == "" || len(s) > MaxNameSize || !utf8.ValidString(s) {
@@ -233,6 +246,14 @@ func (h *Hello) validate() error {
 		return fmt.Errorf("%w: responder name %q", ErrInvalid, h.Responder)
 	case h.Ephemeral == PublicKey{}:
 		return fmt.Errorf("%w: no ephemeral key", ErrInvalid)
+	case h.Pool && h.Join:
+		return fmt.Errorf("%w: hello both pooled and joining", ErrInvalid)
+	case h.Pool:
+		if h.Session != (SessionID{}) || h.Stream != 0 || h.Streams != 0 || h.ChunkSize != 0 || h.QueueLength != 0 ||
+			h.Client.IsValid() || h.Server.IsValid() {
+			return fmt.Errorf("%w: pooled hello names a session", ErrInvalid)
+		}
+		return nil
 	case h.Streams == 0:
 		return fmt.Errorf("%w: stream count 0", ErrInvalid)
 	case h.Stream >= h.Streams:
@@ -255,7 +276,10 @@ func (h *Hello) Marshal(key *HandshakeKey) ([HelloSize]byte, error) {
 	}
 	putPreamble(b[:], kindHello, byte(h.Mode))
 	if h.Join {
-		b[7] = HelloJoin
+		b[7] |= HelloJoin
+	}
+	if h.Pool {
+		b[7] |= HelloPool
 	}
 	putName(b[8:72], h.Initiator)
 	putName(b[72:136], h.Responder)
@@ -282,12 +306,13 @@ func ParseHello(b []byte, key *HandshakeKey) (Hello, error) {
 	if !hmac.Equal(want[:], b[232:HelloSize]) {
 		return h, ErrMAC
 	}
-	if b[7]&^HelloJoin != 0 {
+	if b[7]&^(HelloJoin|HelloPool) != 0 {
 		return h, fmt.Errorf("%w: hello flags %#x", ErrInvalid, b[7])
 	}
 	var err error
 	h.Mode = Mode(b[6])
 	h.Join = b[7]&HelloJoin != 0
+	h.Pool = b[7]&HelloPool != 0
 	if h.Initiator, err = getName(b[8:72]); err != nil {
 		return Hello{}, err
 	}

@@ -145,7 +145,7 @@ func TestJoinProof(t *testing.T) {
 	if err := resp.VerifyJoin(&wrong, h.Session, proof[:]); !errors.Is(err, ErrMAC) {
 		t.Errorf("proof under another key: %v", err)
 	}
-	hb[7] = 0x02
+	hb[7] = 0x04
 	if _, err := ParseHello(hb[:], testKey(t)); err == nil {
 		t.Errorf("unknown hello flag accepted")
 	}

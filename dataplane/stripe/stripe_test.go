@@ -251,7 +251,9 @@ func TestCreditRoundTrip(t *testing.T) {
 		{Header{Type: FrameJoin, Length: 32, Seq: 3}, false},
 		{Header{Type: FrameAck, Flags: FlagRetransmit, Length: 8, Seq: ControlSeq(0)}, false},
 		{Header{Type: FrameFin, Flags: FlagRetransmit, Length: 8, Seq: 9}, true},
-		{Header{Type: 7, Length: 8, Seq: ControlSeq(0)}, false},
+		{Header{Type: FrameBind, Length: BindBodySize, Seq: ControlSeq(0)}, true},
+		{Header{Type: FrameBind, Length: BindBodySize, Seq: 2}, false},
+		{Header{Type: 8, Length: 8, Seq: ControlSeq(0)}, false},
 	} {
 		c.h.Put(hdr[:])
 		if _, err := ParseHeader(hdr[:]); (err == nil) != c.ok {
@@ -616,7 +618,7 @@ func TestFrameRejects(t *testing.T) {
 		{Type: 4, Stream: 2, Length: 20, Seq: 1},
 		{Type: FrameData, Flags: 2, Stream: 2, Length: 20, Seq: 1},
 		{Type: FrameCredit, Flags: FlagRetransmit, Stream: 2, Length: 8, Seq: ControlSeq(0)},
-		{Type: 7, Stream: 2, Length: 20, Seq: ControlSeq(0)},
+		{Type: 8, Stream: 2, Length: 20, Seq: ControlSeq(0)},
 		{Type: FrameAbort, Stream: 2, Length: 20, Seq: 1},
 		{Type: FrameData, Stream: 2, Length: 20, Seq: AbortSeq},
 	}

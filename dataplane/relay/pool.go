@@ -1,0 +1,678 @@
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sosappliance/sosappliance/dataplane/agentspec"
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
+)
+
+// poolKeepalive is the idle time before TCP keepalive probes on a pooled
+// stream: the only traffic of an idle stream, one probe per stream every
+// this long, so a pool can be left running.
+const poolKeepalive = 60 * time.Second
+
+// streamPool is a client-side agent's warm pool toward one peer agent:
+// streams already open and authenticated (stripe "Pooled streams"),
+// idle until a session binds them. It refills in the background up to its
+// target, at least MinIdle and at most Max; a miss (a session that found
+// it empty) raises the target toward Max, and idle streams beyond MinIdle
+// that wait longer than IdleTimeout are closed, lowering it again.
+type streamPool struct {
+	a        *Agent
+	peer     netip.AddrPort
+	peerName string
+	spec     agentspec.Pool
+
+	mu      sync.Mutex
+	idle    []*pooledStream
+	opening int
+	target  int
+	wake    chan struct{}
+
+	refills atomic.Uint64 // streams opened into the pool
+	claims  atomic.Uint64 // streams taken from it by sessions
+	misses  atomic.Uint64 // streams a session wanted and did not find
+	died    atomic.Uint64 // idle streams found dead
+	expired atomic.Uint64 // idle streams closed by the idle timeout
+}
+
+// pooledStream is one idle stream of a pool.
+type pooledStream struct {
+	conn    *net.TCPConn
+	secrets *stripe.Secrets
+	bind    *stripe.PoolStream
+	since   time.Time
+	// claimed is set by the session that takes the stream; the idle
+	// watcher then stops without closing it.
+	claimed atomic.Bool
+	watched chan struct{} // closed when the idle watcher returned
+}
+
+// PoolStats is a snapshot of one pool.
+type PoolStats struct {
+	Peer     netip.AddrPort
+	PeerName string
+	Idle     int
+	Opening  int
+	Target   int
+	MinIdle  int
+	Max      int
+	Refills  uint64
+	Claims   uint64
+	Misses   uint64
+	Died     uint64
+	Expired  uint64
+}
+
+// poolsOf groups the client-side routes with a pool by peer, each pool
+// sized by the largest setting of its routes.
+func poolsOf(routes []Whitelist) map[netip.AddrPort]*streamPool {
+	out := make(map[netip.AddrPort]*streamPool)
+	for _, w := range routes {
+		if w.Pool.MinIdle <= 0 {
+			continue
+		}
+		// A route spread over several far agents keeps a pool toward
+		// each: a connection claims from the one its bucket goes to.
+		peers := w.Peers
+		if len(peers) == 0 {
+			peers = []agentspec.Peer{{Name: w.PeerName, Addr: w.Peer}}
+		}
+		spec := w.Pool.WithDefaults()
+		for _, peer := range peers {
+			if !peer.Addr.IsValid() {
+				continue
+			}
+			p, ok := out[peer.Addr]
+			if !ok {
+				out[peer.Addr] = &streamPool{peer: peer.Addr, peerName: peer.Name, spec: spec, target: spec.MinIdle, wake: make(chan struct{}, 1)}
+				continue
+			}
+			p.spec.MinIdle = max(p.spec.MinIdle, spec.MinIdle)
+			p.spec.Max = max(p.spec.Max, spec.Max)
+			p.spec.IdleTimeout = max(p.spec.IdleTimeout, spec.IdleTimeout)
+			p.target = p.spec.MinIdle
+		}
+	}
+	return out
+}
+
+func (p *streamPool) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run keeps the pool filled until the agent stops.
+func (p *streamPool) run(stop <-chan struct{}) {
+	defer p.a.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	tick := time.NewTicker(max(p.spec.IdleTimeout/4, 10*time.Millisecond))
+	defer tick.Stop()
+	var openers sync.WaitGroup
+	defer func() {
+		openers.Wait()
+		p.closeAll()
+	}()
+	for {
+		p.expire(time.Now())
+		for !p.a.stopping.Load() && p.wantOne() {
+			openers.Add(1)
+			go func() {
+				defer openers.Done()
+				p.open(ctx)
+			}()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// wantOne reserves the opening of one stream when the pool is below its
+// target.
+func (p *streamPool) wantOne() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.idle)+p.opening >= min(p.target, p.spec.Max) {
+		return false
+	}
+	p.opening++
+	return true
+}
+
+// open opens one pooled stream, within the agent's handshakes in flight
+// toward the peer; a failure waits a backoff before the slot is given
+// back, so an unreachable peer costs one attempt per backoff.
+func (p *streamPool) open(ctx context.Context) {
+	ps, err := p.handshake(ctx)
+	if err == nil {
+		p.mu.Lock()
+		p.opening--
+		p.idle = append(p.idle, ps)
+		p.mu.Unlock()
+		p.refills.Add(1)
+		go p.watch(ps)
+		return
+	}
+	if ctx.Err() == nil {
+		p.a.limited.log(p.a.log, "pool-open", "relay: opening a pooled stream failed", "peer", p.peer, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(poolBackoff):
+		}
+	}
+	p.mu.Lock()
+	p.opening--
+	p.mu.Unlock()
+	p.poke()
+}
+
+// poolBackoff is the wait after a failed pooled stream before the next.
+const poolBackoff = 500 * time.Millisecond
+
+func (p *streamPool) handshake(ctx context.Context) (*pooledStream, error) {
+	rc := p.a.cfg.Load()
+	slots := p.a.slotsFor(p.peer)
+	select {
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	ctx, cancel := context.WithTimeout(ctx, rc.limits.PreAuthTimeout)
+	defer cancel()
+	d := net.Dialer{}
+	c, err := d.DialContext(ctx, network(p.peer.Addr()), p.peer.String())
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", p.peer, err)
+	}
+	conn := c.(*net.TCPConn)
+	deadline, _ := ctx.Deadline()
+	_ = conn.SetDeadline(deadline)
+	fail := func(err error) (*pooledStream, error) {
+		_ = conn.Close()
+		return nil, err
+	}
+	eph, err := stripe.NewEphemeral(rand.Reader)
+	if err != nil {
+		return fail(err)
+	}
+	pub := eph.Public()
+	p.a.ownKeys.add(pub)
+	defer p.a.ownKeys.remove(pub)
+	hello := stripe.Hello{Mode: rc.mode, Initiator: rc.Name, Responder: p.peerName, Ephemeral: pub, Pool: true}
+	hb, err := hello.Marshal(rc.key)
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := conn.Write(hb[:]); err != nil {
+		return fail(fmt.Errorf("send hello: %w", err))
+	}
+	var rb [stripe.ReplySize]byte
+	if _, err := io.ReadFull(conn, rb[:]); err != nil {
+		return fail(fmt.Errorf("read reply: %w", err))
+	}
+	reply, err := stripe.ParseReply(hb[:], rb[:], rc.key)
+	if err != nil {
+		return fail(fmt.Errorf("peer %s: %w", p.peer, err))
+	}
+	if reply.Status != stripe.StatusAccepted {
+		return fail(fmt.Errorf("peer %s refused a pooled stream: %s", p.peer, reply.Status))
+	}
+	secrets, err := stripe.Finish(rc.key, eph, reply.Ephemeral, hb[:], rb[:])
+	if err != nil {
+		return fail(err)
+	}
+	confirm := secrets.Confirm()
+	if _, err := conn.Write(confirm[:]); err != nil {
+		return fail(fmt.Errorf("send confirm: %w", err))
+	}
+	_ = conn.SetDeadline(time.Time{})
+	if err := keepIdle(conn); err != nil {
+		return fail(err)
+	}
+	return &pooledStream{conn: conn, secrets: secrets, bind: secrets.PoolStream(), since: time.Now(), watched: make(chan struct{})}, nil
+}
+
+// keepIdle turns on the TCP keepalive of an idle pooled stream.
+func keepIdle(c *net.TCPConn) error {
+	return c.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: poolKeepalive, Interval: poolKeepalive / 4, Count: 4})
+}
+
+// watch waits on an idle stream: the responder sends nothing on it before
+// a bind, so anything a read returns (end of file, reset, keepalive
+// failure, bytes) means the stream is gone, unless a session claimed it.
+func (p *streamPool) watch(ps *pooledStream) {
+	defer close(ps.watched)
+	var one [1]byte
+	_, err := ps.conn.Read(one[:])
+	if ps.claimed.Load() {
+		return
+	}
+	if p.remove(ps) {
+		p.died.Add(1)
+		p.a.limited.log(p.a.log, "pool-died", "relay: an idle pooled stream died", "peer", p.peer, "err", err)
+		reset(ps.conn)
+		p.poke()
+	}
+}
+
+func (p *streamPool) remove(ps *pooledStream) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, q := range p.idle {
+		if q == ps {
+			p.idle = append(p.idle[:i], p.idle[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// take claims up to n idle streams for a session, newest first (the
+// oldest are the likeliest to have died unnoticed); a shortfall counts as
+// misses and raises the target so the next session finds more.
+func (p *streamPool) take(n int) []*pooledStream {
+	p.mu.Lock()
+	k := min(n, len(p.idle))
+	got := make([]*pooledStream, 0, k)
+	for range k {
+		ps := p.idle[len(p.idle)-1]
+		p.idle = p.idle[:len(p.idle)-1]
+		got = append(got, ps)
+	}
+	if miss := n - k; miss > 0 {
+		p.target = min(p.spec.Max, p.target+miss)
+		p.misses.Add(uint64(miss))
+	}
+	p.mu.Unlock()
+	for _, ps := range got {
+		ps.claimed.Store(true)
+		// Stop the watcher; the claimant owns the stream once it returned.
+		_ = ps.conn.SetReadDeadline(time.Unix(1, 0))
+		<-ps.watched
+		_ = ps.conn.SetReadDeadline(time.Time{})
+	}
+	p.claims.Add(uint64(k))
+	p.poke()
+	return got
+}
+
+// expire closes idle streams beyond MinIdle that waited longer than
+// IdleTimeout, and lowers the target with them.
+func (p *streamPool) expire(now time.Time) {
+	p.mu.Lock()
+	var old []*pooledStream
+	for len(p.idle) > p.spec.MinIdle && now.Sub(p.idle[0].since) >= p.spec.IdleTimeout {
+		old = append(old, p.idle[0])
+		p.idle = p.idle[1:]
+	}
+	if len(old) > 0 {
+		p.target = max(p.spec.MinIdle, p.target-len(old))
+	}
+	p.mu.Unlock()
+	for _, ps := range old {
+		ps.claimed.Store(true)
+		_ = ps.conn.Close()
+		p.expired.Add(1)
+	}
+}
+
+func (p *streamPool) closeAll() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, ps := range idle {
+		ps.claimed.Store(true)
+		_ = ps.conn.Close()
+		<-ps.watched
+	}
+}
+
+func (p *streamPool) stats() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return PoolStats{
+		Peer: p.peer, PeerName: p.peerName, Idle: len(p.idle), Opening: p.opening, Target: p.target,
+		MinIdle: p.spec.MinIdle, Max: p.spec.Max,
+		Refills: p.refills.Load(), Claims: p.claims.Load(), Misses: p.misses.Load(),
+		Died: p.died.Load(), Expired: p.expired.Load(),
+	}
+}
+
+// admitPooled decides a pooled hello on the server side: its initiator
+// must be the client-side agent of one of this agent's server-side
+// entries, and that peer may hold at most MaxPooledPerPeer idle pooled
+// streams here.
+func (a *Agent) admitPooled(rc *runtimeConfig, h *stripe.Hello) stripe.Status {
+	if a.ownKeys.contains(h.Ephemeral) {
+		return stripe.StatusReflected
+	}
+	if h.Mode != rc.mode {
+		return stripe.StatusModeMismatch
+	}
+	known := false
+	for _, w := range rc.Server {
+		known = known || w.PeerName == h.Initiator
+	}
+	if !known {
+		return stripe.StatusUnknownInitiator
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.draining:
+		return stripe.StatusShuttingDown
+	case len(a.pooled[h.Initiator]) >= rc.limits.MaxPooledPerPeer:
+		return stripe.StatusPoolRefused
+	}
+	return stripe.StatusAccepted
+}
+
+// holdPooled keeps an authenticated pooled stream of initiator idle, within
+// the bound of its peer (checked again here: admission only answered the
+// hello), until it ends. It holds a socket and this goroutine's stack and
+// nothing else: no frame buffer until a bind.
+func (a *Agent) holdPooled(rc *runtimeConfig, initiator string, c *net.TCPConn, secrets *stripe.Secrets) {
+	a.leavePreAuth(c)
+	a.mu.Lock()
+	conns := a.pooled[initiator]
+	if a.draining || len(conns) >= rc.limits.MaxPooledPerPeer {
+		a.mu.Unlock()
+		a.reject(rejectSessionLimit, "relay: pooled stream beyond the peer's bound; reset", "initiator", initiator)
+		reset(c)
+		return
+	}
+	if conns == nil {
+		conns = make(map[*net.TCPConn]struct{})
+		a.pooled[initiator] = conns
+	}
+	conns[c] = struct{}{}
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(conns, c)
+		if len(conns) == 0 {
+			delete(a.pooled, initiator)
+		}
+		a.mu.Unlock()
+	}()
+	_ = c.SetDeadline(time.Time{})
+	if err := keepIdle(c); err != nil {
+		reset(c)
+		return
+	}
+	var hdr [stripe.HeaderSize]byte
+	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		// The client-side agent closed it (idle timeout, shutdown) or
+		// it died.
+		_ = c.Close()
+		return
+	}
+	if err := a.acceptBind(rc, initiator, c, secrets, hdr); err != nil {
+		a.counters.handshakeFailures.Add(1)
+		a.limited.log(a.log, "bind", "relay: bad bind on a pooled stream; reset", "initiator", initiator, "err", err)
+		reset(c)
+	}
+}
+
+// acceptBind reads the BIND whose header is hdr and attaches the pooled
+// stream to its session: stream 0's bind creates the session and connects
+// to the server at once; a later stream's bind, once its proof is checked
+// under the session key, joins the running session as a replacement does.
+func (a *Agent) acceptBind(rc *runtimeConfig, initiator string, c *net.TCPConn, secrets *stripe.Secrets, hdr [stripe.HeaderSize]byte) error {
+	_ = c.SetDeadline(time.Now().Add(rc.limits.PreAuthTimeout))
+	pc, err := stripe.NewCodec(rc.mode, &secrets.Keys, false, 0, stripe.BindBodySize)
+	if err != nil {
+		return err
+	}
+	ps := secrets.PoolStream()
+	h, err := stripe.ParseHeader(hdr[:])
+	if err == nil {
+		err = pc.CheckHeader(h)
+	}
+	if err != nil {
+		return err
+	}
+	if h.Type != stripe.FrameBind || h.Seq != stripe.ControlSeq(ps.Generation()) {
+		return fmt.Errorf("%s %#x on a pooled stream, want BIND", h.Type, h.Seq)
+	}
+	body := make([]byte, h.Length)
+	if _, err := io.ReadFull(c, body); err != nil {
+		return fmt.Errorf("reading bind: %w", err)
+	}
+	plain, err := pc.Open(h, hdr[:], body)
+	if err != nil {
+		return err
+	}
+	b, bound, err := ps.AcceptBind(plain)
+	if err != nil {
+		return err
+	}
+	if f := a.testBindFault.Load(); f != nil && (*f)(b.Stream) {
+		return fmt.Errorf("test fault: pooled stream %d dies at its bind", b.Stream)
+	}
+	hello := stripe.Hello{
+		Mode: rc.mode, Initiator: initiator, Responder: rc.Name, Session: b.Session,
+		Stream: b.Stream, Streams: b.Streams, ChunkSize: b.ChunkSize, QueueLength: b.QueueLength,
+		Client: b.Client, Server: b.Server, Join: b.Stream != 0,
+	}
+	src := unmapAddrPort(c.RemoteAddr().(*net.TCPAddr).AddrPort()).Addr()
+	var running *session
+	if hello.Join {
+		// Stream 0's bind travels on another connection.
+		running = a.awaitSession(b.Session, joinGrace)
+	}
+	route, status := a.admit(rc, &hello, src)
+	if status != stripe.StatusAccepted {
+		return fmt.Errorf("session %s stream %d refused: %s", b.Session, b.Stream, status)
+	}
+	codec, err := stripe.NewCodec(rc.mode, &bound.Keys, false, b.Stream, route.ChunkSize)
+	if err != nil {
+		return err
+	}
+	if err := tuneConn(c, rc.streamTuningFor(route.ChunkSize)); err != nil {
+		return err
+	}
+	_ = c.SetDeadline(time.Time{})
+	if hello.Join {
+		if running == nil {
+			a.mu.Lock()
+			running = a.byID[b.Session]
+			a.mu.Unlock()
+			if running == nil {
+				return fmt.Errorf("session %s ended", b.Session)
+			}
+		}
+		running.mu.Lock()
+		key := running.sessionKey
+		running.mu.Unlock()
+		if err := ps.VerifyBindProof(&key, &b); err != nil {
+			return err
+		}
+		if !running.waitEstablished(rc.limits.PreAuthTimeout) || !running.replaceStream(newStream(running, int(b.Stream), c, codec), rc.limits.PreAuthTimeout) {
+			return errors.New("the session ended before its bound stream joined")
+		}
+		return nil
+	}
+	return a.bindSession(rc, route, &hello, c, codec, bound.SessionKey)
+}
+
+// bindSession creates a server-side session on its bound stream 0 and
+// connects to the server at once: the streams still to come join as
+// replacements, so the session never waits for them.
+func (a *Agent) bindSession(rc *runtimeConfig, w Whitelist, h *stripe.Hello, c *net.TCPConn, codec *stripe.Codec, key *[32]byte) error {
+	a.mu.Lock()
+	if _, ok := a.byID[h.Session]; ok || a.draining {
+		a.mu.Unlock()
+		return fmt.Errorf("session %s exists already or the agent is stopping", h.Session)
+	}
+	s, err := a.newReservedSession(rc, sessionParams{
+		id: h.Session, side: serverSide, whitelist: w.Name, peer: h.Initiator,
+		client: h.Client, server: h.Server,
+		streams: w.Streams, chunkSize: w.ChunkSize, queueLength: w.QueueLength,
+		mode: h.Mode, stallTimeout: rc.limits.StallTimeout, reconnectTimeout: rc.limits.ReconnectTimeout,
+	})
+	if err != nil {
+		a.mu.Unlock()
+		return err
+	}
+	a.sessions[s] = struct{}{}
+	a.byID[s.id] = s
+	a.counters.sessionsStarted.Add(1)
+	s.mu.Lock()
+	s.streams[0] = newStream(s, 0, c, codec)
+	s.sessionKey = *key
+	// Not gathering: connectServer owns the session from here.
+	s.joined = s.n
+	s.mu.Unlock()
+	// The BIND took the stream's Up control index 0.
+	s.creditMu.Lock()
+	s.credits.ResetStream(0, 1)
+	s.creditMu.Unlock()
+	a.mu.Unlock()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.connectServer(s, rc)
+	}()
+	return nil
+}
+
+// PooledStreams counts the idle pooled streams the server side holds for
+// each client-side agent.
+func (a *Agent) PooledStreams() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]int, len(a.pooled))
+	for who, conns := range a.pooled {
+		out[who] = len(conns)
+	}
+	return out
+}
+
+// Pools is a snapshot of the client side's pools, one per peer.
+func (a *Agent) Pools() []PoolStats {
+	out := make([]PoolStats, 0, len(a.pools))
+	for _, p := range a.pools {
+		out = append(out, p.stats())
+	}
+	return out
+}
+
+// bindPooled claims pooled streams for a new client-side session and
+// BINDs them as its streams 0, 1, ...: no round trip, the session may
+// start at once; its other streams are nil and join as replacements
+// (supervise). It returns how many streams it bound; 0 leaves the session
+// to open all its streams as before.
+func (a *Agent) bindPooled(s *session, rc *runtimeConfig, pool *streamPool) int {
+	claimed := pool.take(s.n)
+	tuning := rc.streamTuningFor(s.chunkSize)
+	var key *[32]byte
+	bound := 0
+	for _, ps := range claimed {
+		if bound == s.n {
+			_ = ps.conn.Close()
+			continue
+		}
+		st, k, err := a.bindOne(s, rc, ps, bound, key, tuning)
+		if err != nil {
+			pool.died.Add(1)
+			a.limited.log(a.log, "pool-bind", "relay: binding a pooled stream failed", "peer", pool.peer, "err", err)
+			reset(ps.conn)
+			continue
+		}
+		if bound == 0 {
+			key = k
+			s.mu.Lock()
+			s.sessionKey = *k
+			s.mu.Unlock()
+		}
+		s.mu.Lock()
+		s.streams[bound] = st
+		s.mu.Unlock()
+		bound++
+	}
+	return bound
+}
+
+// bindOne sends the BIND of pooled stream ps as stream index of s and
+// returns the session's stream on it (and, for index 0, the session key).
+func (a *Agent) bindOne(s *session, rc *runtimeConfig, ps *pooledStream, index int, key *[32]byte, tuning streamTuning) (*stream, *[32]byte, error) {
+	b := stripe.Bind{
+		Session: s.id, Stream: uint16(index), Streams: uint16(s.n),
+		ChunkSize: uint32(s.chunkSize), QueueLength: uint32(s.queueLength), Client: s.client, Server: s.server,
+	}
+	gen := ps.bind.Generation()
+	body, bound, err := ps.bind.NewBind(rand.Reader, b, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	pc, err := stripe.NewCodec(rc.mode, &ps.secrets.Keys, true, 0, stripe.BindBodySize)
+	if err != nil {
+		return nil, nil, err
+	}
+	buf := make([]byte, pc.FrameBufferSize())
+	copy(buf[stripe.HeaderSize:], body[:])
+	frame, err := pc.Seal(buf, stripe.FrameBind, stripe.ControlSeq(gen), stripe.BindBodySize)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := tuneConn(ps.conn, tuning); err != nil {
+		return nil, nil, err
+	}
+	_ = ps.conn.SetWriteDeadline(time.Now().Add(rc.limits.PreAuthTimeout))
+	if _, err := ps.conn.Write(frame); err != nil {
+		return nil, nil, fmt.Errorf("send bind: %w", err)
+	}
+	_ = ps.conn.SetWriteDeadline(time.Time{})
+	codec, err := stripe.NewCodec(rc.mode, &bound.Keys, true, uint16(index), s.chunkSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	st := newStream(s, index, ps.conn, codec)
+	st.ctlSeq = 1 // the BIND counts as the stream's control frame 0, as a JOIN does
+	return st, bound.SessionKey, nil
+}
+
+// joinGrace bounds how long a JOIN waits for the session it names to
+// appear (its stream 0's BIND still on its way) before it is refused.
+const joinGrace = 500 * time.Millisecond
+
+// awaitSession waits, at most d, until the server side holds session id.
+func (a *Agent) awaitSession(id stripe.SessionID, d time.Duration) *session {
+	deadline := time.Now().Add(d)
+	for {
+		a.mu.Lock()
+		s := a.byID[id]
+		a.mu.Unlock()
+		if s != nil || time.Now().After(deadline) || a.stopping.Load() {
+			return s
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
