@@ -234,6 +234,57 @@ func (a *Agent) openStreams(s *session, rc *runtimeConfig, peer netip.AddrPort) 
 	return first
 }
 
+// initiate runs the initiator's side of a stream handshake on conn:
+// the hello (with a fresh ephemeral key, which this agent refuses to meet
+// as a responder while it is in flight), the reply, the confirm. It
+// returns the stream's secrets; a refusal names the peer and the reason.
+func (a *Agent) initiate(conn *net.TCPConn, rc *runtimeConfig, peer netip.AddrPort, hello stripe.Hello) (*stripe.Secrets, error) {
+	eph, err := stripe.NewEphemeral(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	hello.Ephemeral = eph.Public()
+	a.ownKeys.add(hello.Ephemeral)
+	defer a.ownKeys.remove(hello.Ephemeral)
+	hb, err := hello.Marshal(rc.key)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Write(hb[:]); err != nil {
+		return nil, fmt.Errorf("send hello: %w", err)
+	}
+	var rb [stripe.ReplySize]byte
+	if _, err := io.ReadFull(conn, rb[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+			return nil, fmt.Errorf("read reply: peer %s closed the handshake without answering "+
+				"(wrong pre-shared key, or an agent of protocol version 1): %w", peer, err)
+		}
+		return nil, fmt.Errorf("read reply: %w", err)
+	}
+	reply, err := stripe.ParseReply(hb[:], rb[:], rc.key)
+	if err != nil {
+		if stripe.IsVersionRefusal(rb[:]) {
+			return nil, fmt.Errorf("peer %s refused: %s", peer, stripe.StatusVersion)
+		}
+		return nil, fmt.Errorf("peer %s: %w", peer, err)
+	}
+	if reply.Status == stripe.StatusUnknownSession {
+		return nil, fmt.Errorf("peer %s refused: %w", peer, errUnknownSession)
+	}
+	if reply.Status != stripe.StatusAccepted {
+		return nil, fmt.Errorf("peer %s refused: %s", peer, reply.Status)
+	}
+	secrets, err := stripe.Finish(rc.key, eph, reply.Ephemeral, hb[:], rb[:])
+	if err != nil {
+		return nil, err
+	}
+	confirm := secrets.Confirm()
+	if _, err := conn.Write(confirm[:]); err != nil {
+		return nil, fmt.Errorf("send confirm: %w", err)
+	}
+	return secrets, nil
+}
+
 // openStream dials and authenticates stream index of s; join makes it a
 // replacement of a lost stream of the running session (hello flag JOIN,
 // then the JOIN frame).
@@ -255,58 +306,19 @@ func (a *Agent) openStream(ctx context.Context, s *session, rc *runtimeConfig, p
 		return nil, err
 	}
 
-	eph, err := stripe.NewEphemeral(rand.Reader)
-	if err != nil {
-		return fail(err)
-	}
-	pub := eph.Public()
-	a.ownKeys.add(pub)
-	defer a.ownKeys.remove(pub)
 	hello := stripe.Hello{
-		Mode: rc.mode, Initiator: rc.Name, Responder: s.peer, Ephemeral: pub,
+		Mode: rc.mode, Initiator: rc.Name, Responder: s.peer,
 		Stream: uint16(index), Streams: uint16(s.n),
 		ChunkSize: uint32(s.chunkSize), QueueLength: uint32(s.queueLength),
 		Session: s.id, Client: s.client, Server: s.server, Join: join,
 	}
-	hb, err := hello.Marshal(rc.key)
-	if err != nil {
-		return fail(err)
-	}
-	if _, err := conn.Write(hb[:]); err != nil {
-		return fail(fmt.Errorf("send hello: %w", err))
-	}
-	var rb [stripe.ReplySize]byte
-	if _, err := io.ReadFull(conn, rb[:]); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
-			return fail(fmt.Errorf("read reply: peer %s closed the handshake without answering "+
-				"(wrong pre-shared key, or an agent of protocol version 1): %w", peer, err))
-		}
-		return fail(fmt.Errorf("read reply: %w", err))
-	}
-	reply, err := stripe.ParseReply(hb[:], rb[:], rc.key)
-	if err != nil {
-		if stripe.IsVersionRefusal(rb[:]) {
-			return fail(fmt.Errorf("peer %s refused: %s", peer, stripe.StatusVersion))
-		}
-		return fail(fmt.Errorf("peer %s: %w", peer, err))
-	}
-	if reply.Status == stripe.StatusUnknownSession {
-		return fail(fmt.Errorf("peer %s refused: %w", peer, errUnknownSession))
-	}
-	if reply.Status != stripe.StatusAccepted {
-		return fail(fmt.Errorf("peer %s refused: %s", peer, reply.Status))
-	}
-	secrets, err := stripe.Finish(rc.key, eph, reply.Ephemeral, hb[:], rb[:])
+	secrets, err := a.initiate(conn, rc, peer, hello)
 	if err != nil {
 		return fail(err)
 	}
 	codec, err := stripe.NewCodec(rc.mode, &secrets.Keys, true, uint16(index), s.chunkSize)
 	if err != nil {
 		return fail(err)
-	}
-	confirm := secrets.Confirm()
-	if _, err := conn.Write(confirm[:]); err != nil {
-		return fail(fmt.Errorf("send confirm: %w", err))
 	}
 	if join {
 		s.mu.Lock()

@@ -216,39 +216,10 @@ func (p *streamPool) handshake(ctx context.Context) (*pooledStream, error) {
 		_ = conn.Close()
 		return nil, err
 	}
-	eph, err := stripe.NewEphemeral(rand.Reader)
+	hello := stripe.Hello{Mode: rc.mode, Initiator: rc.Name, Responder: p.peerName, Pool: true}
+	secrets, err := p.a.initiate(conn, rc, p.peer, hello)
 	if err != nil {
 		return fail(err)
-	}
-	pub := eph.Public()
-	p.a.ownKeys.add(pub)
-	defer p.a.ownKeys.remove(pub)
-	hello := stripe.Hello{Mode: rc.mode, Initiator: rc.Name, Responder: p.peerName, Ephemeral: pub, Pool: true}
-	hb, err := hello.Marshal(rc.key)
-	if err != nil {
-		return fail(err)
-	}
-	if _, err := conn.Write(hb[:]); err != nil {
-		return fail(fmt.Errorf("send hello: %w", err))
-	}
-	var rb [stripe.ReplySize]byte
-	if _, err := io.ReadFull(conn, rb[:]); err != nil {
-		return fail(fmt.Errorf("read reply: %w", err))
-	}
-	reply, err := stripe.ParseReply(hb[:], rb[:], rc.key)
-	if err != nil {
-		return fail(fmt.Errorf("peer %s: %w", p.peer, err))
-	}
-	if reply.Status != stripe.StatusAccepted {
-		return fail(fmt.Errorf("peer %s refused a pooled stream: %s", p.peer, reply.Status))
-	}
-	secrets, err := stripe.Finish(rc.key, eph, reply.Ephemeral, hb[:], rb[:])
-	if err != nil {
-		return fail(err)
-	}
-	confirm := secrets.Confirm()
-	if _, err := conn.Write(confirm[:]); err != nil {
-		return fail(fmt.Errorf("send confirm: %w", err))
 	}
 	_ = conn.SetDeadline(time.Time{})
 	if err := keepIdle(conn); err != nil {
