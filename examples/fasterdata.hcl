@@ -69,12 +69,15 @@ tuning "dtn-100g" {
 
 tuning "dtn-10g" {
   base = "fasterdata-10g"
-  # The fasterdata pages this profile comes from give no 10G buffer
-  # sizes, so the file sets them; and this path carries no jumbo frames,
-  # so the file's MTU overrides the profile's 9000.
+  # The profile's 10G buffers let one connection grow to 32 MiB, which
+  # fills 10 Gbit/s up to about 27 ms; this path is 100 ms long (10 Gbit/s
+  # x 100 ms = 125 MB), so the file raises them; and this path carries no
+  # jumbo frames, so the file's MTU overrides the profile's 9000.
   sysctl = {
-    "net.core.rmem_max" = "67108864"
-    "net.core.wmem_max" = "67108864"
+    "net.core.rmem_max" = "268435456"
+    "net.core.wmem_max" = "268435456"
+    "net.ipv4.tcp_rmem" = "4096 87380 134217728"
+    "net.ipv4.tcp_wmem" = "4096 65536 134217728"
   }
   interface "eth1" {
     mtu = 1500

@@ -309,6 +309,7 @@ node "ctl" { tuning = ["t"] }`, func(t *testing.T, c *Config) {
   }
   interface "eth2" {
     mtu = 1500
+    txqueuelen = 1000
   }
 }
 node "ctl" { tuning = ["dtn"] }`, func(t *testing.T, c *Config) {
@@ -324,6 +325,9 @@ node "ctl" { tuning = ["dtn"] }`, func(t *testing.T, c *Config) {
 				{"net.core.wmem_max", "2147483647", "profile fasterdata-40g (test.hcl:29)", false},
 				{"net.core.default_qdisc", "fq", "profile fasterdata-40g (test.hcl:29)", true},
 				{"net.ipv4.tcp_mtu_probing", "1", "profile fasterdata-40g (test.hcl:29)", false},
+				{"net.ipv4.tcp_rmem", "4096 87380 268435456", "profile fasterdata-40g (test.hcl:29)", false},
+				{"net.ipv4.tcp_wmem", "4096 65536 268435456", "profile fasterdata-40g (test.hcl:29)", false},
+				{"net.ipv4.tcp_no_metrics_save", "1", "profile fasterdata-40g (test.hcl:29)", false},
 			}
 			for _, tt := range tests {
 				o := tu.SysctlOrigins[tt.key]
@@ -340,8 +344,12 @@ node "ctl" { tuning = ["dtn"] }`, func(t *testing.T, c *Config) {
 				!strings.HasPrefix(eth1.MTUOrigin.Source, "https://fasterdata.es.net/") || eth1.IRQOrigin.String() != "test.hcl:34" {
 				t.Errorf("eth1: mtu %d from %s, irq from %s", eth1.MTU, eth1.MTUOrigin, eth1.IRQOrigin)
 			}
-			if eth2.MTU != 1500 || eth2.MTUOrigin.String() != "test.hcl:37" || eth2.TxQueueLen != -1 {
-				t.Errorf("eth2: mtu %d from %s", eth2.MTU, eth2.MTUOrigin)
+			if eth2.MTU != 1500 || eth2.MTUOrigin.String() != "test.hcl:37" || eth2.TxQueueLen != 1000 || eth2.TxQueueLenOrigin.String() != "test.hcl:38" {
+				t.Errorf("eth2: mtu %d from %s, txqueuelen %d from %s", eth2.MTU, eth2.MTUOrigin, eth2.TxQueueLen, eth2.TxQueueLenOrigin)
+			}
+			if eth1.TxQueueLen != 10000 || eth1.TxQueueLenOrigin.String() != "profile fasterdata-40g (test.hcl:29)" ||
+				!strings.Contains(eth1.TxQueueLenOrigin.Source, "fasterdata-tuning") {
+				t.Errorf("eth1: txqueuelen %d from %s (%s)", eth1.TxQueueLen, eth1.TxQueueLenOrigin, eth1.TxQueueLenOrigin.Source)
 			}
 			if len(tu.Notes) == 0 || !strings.Contains(strings.Join(tu.Notes, "\n"), "irqbalance") {
 				t.Errorf("notes: %q", tu.Notes)

@@ -823,11 +823,12 @@ func applyBase(t *Tuning, p profiles.Profile) {
 		t.Sysctl[s.Key] = s.Value
 		t.SysctlOrigins[s.Key] = from(s.Source, s.Optional)
 	}
-	if p.MTU > 0 {
-		for _, it := range t.Interfaces {
-			if it.MTU == 0 {
-				it.MTU, it.MTUOrigin = p.MTU, from(p.MTUSource, false)
-			}
+	for _, it := range t.Interfaces {
+		if p.MTU > 0 && it.MTU == 0 {
+			it.MTU, it.MTUOrigin = p.MTU, from(p.MTUSource, false)
+		}
+		if p.TxQueueLen > 0 && it.TxQueueLen < 0 {
+			it.TxQueueLen, it.TxQueueLenOrigin = p.TxQueueLen, from(p.TxQueueLenSource, false)
 		}
 	}
 	t.Notes = p.Notes

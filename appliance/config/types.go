@@ -293,7 +293,8 @@ type InterfaceTuning struct {
 	TxQueueLen int // -1: leave alone
 	IRQCPUs    []int
 	Range      hcl.Range
-	// Where each setting came from: the file, or for MTU the base profile.
+	// Where each setting came from: the file, or for MTU and txqueuelen the
+	// base profile.
 	MTUOrigin, TxQueueLenOrigin, IRQOrigin Origin
 }
 

@@ -273,13 +273,18 @@ func TestCompileTuningProfileOrigins(t *testing.T) {
 	}{
 		{"dtn-east", item.KindSysctl, "net.core.default_qdisc", "fq", "profile fasterdata-100g (" + file + ":60)", true},
 		{"dtn-east", item.KindSysctl, "net.core.rmem_max", "2147483647", "profile fasterdata-100g (" + file + ":60)", false},
+		{"dtn-east", item.KindSysctl, "net.ipv4.tcp_rmem", "4096 87380 1073741824", "profile fasterdata-100g (" + file + ":60)", false},
 		{"dtn-east", item.KindInterface, "ens1f0/mtu", "9000", "profile fasterdata-100g (" + file + ":60)", false},
+		{"dtn-east", item.KindInterface, "ens1f0/txqueuelen", "10000", "profile fasterdata-100g (" + file + ":60)", false},
 		{"dtn-east", item.KindIRQ, "ens1f0", "0-7", file + ":65", false},
 		{"dtn-east", item.KindSteering, item.SteeringKeyNftables, "", "agent dtn-east", false},
 		{"dtn-west", item.KindSysctl, "net.core.default_qdisc", "fq", "profile fasterdata-10g (" + file + ":71)", true},
-		{"dtn-west", item.KindSysctl, "net.core.rmem_max", "67108864", file + ":76", false},
+		{"dtn-west", item.KindSysctl, "net.core.rmem_max", "268435456", file + ":77", false},
+		{"dtn-west", item.KindSysctl, "net.ipv4.tcp_rmem", "4096 87380 134217728", file + ":79", false},
+		{"dtn-west", item.KindSysctl, "net.ipv4.tcp_no_metrics_save", "1", "profile fasterdata-10g (" + file + ":71)", false},
 		{"dtn-west", item.KindSysctl, "net.ipv4.tcp_mtu_probing", "1", "profile fasterdata-10g (" + file + ":71)", false},
-		{"dtn-west", item.KindInterface, "eth1/mtu", "1500", file + ":80", false},
+		{"dtn-west", item.KindInterface, "eth1/mtu", "1500", file + ":83", false},
+		{"dtn-west", item.KindInterface, "eth1/txqueuelen", "10000", "profile fasterdata-10g (" + file + ":71)", false},
 	}
 	compiled := map[string]*Desired{}
 	for _, tt := range tests {
@@ -309,11 +314,11 @@ func TestCompileTuningProfileOrigins(t *testing.T) {
 	if east.Agents[0].Relay.Congestion != "htcp" {
 		t.Errorf("congestion %q", east.Agents[0].Relay.Congestion)
 	}
-	if len(east.Notes) != 3 || !strings.HasPrefix(east.Notes[0], "fasterdata-100g: Interrupt Binding") {
+	if len(east.Notes) != 4 || !strings.HasPrefix(east.Notes[0], "fasterdata-100g: Interrupt Binding") {
 		t.Errorf("notes = %q", east.Notes)
 	}
 	for _, it := range compiled["dtn-west"].Items {
-		if it.Kind == item.KindSysctl && it.Key == "net.core.wmem_max" && it.Origin != file+":77" {
+		if it.Kind == item.KindSysctl && it.Key == "net.core.wmem_max" && it.Origin != file+":78" {
 			t.Errorf("wmem_max from %q", it.Origin)
 		}
 	}

@@ -2,6 +2,7 @@ package profiles
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -19,7 +20,7 @@ func TestTable(t *testing.T) {
 		}
 		sources := map[string]bool{}
 		for _, s := range p.Sources {
-			if !strings.HasPrefix(s.URL, "https://fasterdata.es.net/") || s.Date == "" || s.Title == "" {
+			if !(strings.HasPrefix(s.URL, "https://fasterdata.es.net/") || s.URL == script.URL) || s.Date == "" || s.Title == "" {
 				t.Errorf("%s: source %+v lacks its page, title or date", name, s)
 			}
 			sources[s.URL] = true
@@ -44,9 +45,60 @@ func TestTable(t *testing.T) {
 		if p.MTU != 0 && !sources[p.MTUSource] {
 			t.Errorf("%s: mtu cites %q", name, p.MTUSource)
 		}
+		if p.TxQueueLen != 0 && !sources[p.TxQueueLenSource] {
+			t.Errorf("%s: txqueuelen cites %q", name, p.TxQueueLenSource)
+		}
+		// Every profile sets the buffers: the maxima and the TCP triples,
+		// whose largest value the maxima must allow.
+		for _, key := range []string{"net.core.rmem_max", "net.core.wmem_max", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"} {
+			if !seen[key] {
+				t.Errorf("%s sets no %s", name, key)
+			}
+		}
+		value := map[string]string{}
+		for _, s := range p.Sysctls {
+			value[s.Key] = s.Value
+		}
+		for tcp, core := range map[string]string{"net.ipv4.tcp_rmem": "net.core.rmem_max", "net.ipv4.tcp_wmem": "net.core.wmem_max"} {
+			f := strings.Fields(value[tcp])
+			if len(f) != 3 {
+				t.Errorf("%s: %s = %q is not a triple", name, tcp, value[tcp])
+				continue
+			}
+			if atoi(t, f[2]) > atoi(t, value[core]) {
+				t.Errorf("%s: %s allows %s, above %s = %s", name, tcp, f[2], core, value[core])
+			}
+		}
 	}
 	if _, ok := Lookup("fasterdata-1g"); ok {
 		t.Errorf("unknown profile found")
+	}
+}
+
+func atoi(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	return n
+}
+
+// The buffers grow with the NIC speed.
+func TestBuffersGrowWithSpeed(t *testing.T) {
+	largest := func(name string) int64 {
+		p, _ := Lookup(name)
+		for _, s := range p.Sysctls {
+			if s.Key == "net.ipv4.tcp_rmem" {
+				f := strings.Fields(s.Value)
+				return atoi(t, f[len(f)-1])
+			}
+		}
+		t.Fatalf("%s has no tcp_rmem", name)
+		return 0
+	}
+	if a, b, c := largest("fasterdata-10g"), largest("fasterdata-40g"), largest("fasterdata-100g"); !(a < b && b < c) {
+		t.Fatalf("tcp_rmem maxima 10g %d, 40g %d, 100g %d do not grow", a, b, c)
 	}
 }
 
