@@ -398,10 +398,14 @@ func TestShutdownDrainsFinishingSessions(t *testing.T) {
 		defer cancel()
 		done <- p.a.Shutdown(ctx)
 	}()
-	// New connections are refused while the live one finishes.
+	// New connections are refused while the live one finishes. A probe
+	// that got in before Shutdown closed the listener is a session of its
+	// own, which the shutdown aborts: count them.
+	probes := 0
 	testsupport.Eventually(t, 30*time.Second, "listener closed", func() bool {
 		conn, err := net.DialTimeout("tcp4", p.entry.String(), time.Second)
 		if err == nil {
+			probes++
 			conn.Close()
 		}
 		return err != nil
@@ -414,8 +418,11 @@ func TestShutdownDrainsFinishingSessions(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("shutdown after the session finished: %v", err)
 	}
-	if st := p.a.Stats().Totals; st.SessionsCompleted != 1 || st.SessionsAborted != 0 {
-		t.Errorf("totals after drain: %+v", st)
+	// The drained session completed; only probes that got in before the
+	// listener closed were aborted, and for the shutdown.
+	if st := p.a.Stats().Totals; st.SessionsCompleted != 1 || st.SessionsAborted > uint64(probes) ||
+		st.SessionsAborted != st.Aborts["shutdown"] {
+		t.Errorf("totals after drain (%d probes got in): %+v", probes, st)
 	}
 }
 
