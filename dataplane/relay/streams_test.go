@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"encoding/hex"
 	"io"
 	mrand "math/rand/v2"
 	"net"
@@ -11,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
@@ -248,4 +250,46 @@ func TestAutoStreamsHostLimited(t *testing.T) {
 		t.Fatalf("the server received %d bytes, differing from the %d sent", len(b), len(want))
 	}
 	requireClean(t, p, 1)
+}
+
+// TestFreshStreamOfStartedSessionRefused: once a session started on its
+// stream 0, a key holder's fresh hello for another of its streams gets an
+// authenticated refusal: the session's streams join it, proving its key.
+func TestFreshStreamOfStartedSessionRefused(t *testing.T) {
+	p := startPair(t, pairOptions{streams: 8}, echo)
+	hold := make(chan struct{})
+	p.b.testJoinHold.Store(&hold)
+	defer close(hold)
+	c := p.dial(t)
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	echoOpen(t, c, patternBytes(64<<10, 5))
+	s := onlySession(p.b)
+	if s == nil {
+		t.Fatal("no session at the server side")
+	}
+	id, err := hex.DecodeString(s.ID)
+	if err != nil || len(id) != len(stripe.SessionID{}) {
+		t.Fatalf("session id %q: %v", s.ID, err)
+	}
+	_, _, hb := helloFrom(t, p, func(h *stripe.Hello) {
+		copy(h.Session[:], id)
+		h.Stream, h.Client, h.Server = 3, s.Client, s.Server
+	})
+	conn, rb, err := sendHello(t, p.b.Addrs().Data, hb[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	key, _ := stripe.NewHandshakeKey(testPSK)
+	r, err := stripe.ParseReply(hb[:], rb[:], key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != stripe.StatusDuplicateStream {
+		t.Errorf("a fresh hello for stream 3 of a started session: %v, want %v", r.Status, stripe.StatusDuplicateStream)
+	}
+	if n := streamsUp(p.b); n != 1 {
+		t.Errorf("%d streams at the server side, want stream 0 alone (the joins are held)", n)
+	}
 }
