@@ -11,9 +11,14 @@ import (
 // the running session, while the session is limited by its streams (not
 // by an end host) and the last doubling raised its rate by autoGain at
 // least. A doubling that did not stops the growth: the count stays.
+// A count's rate is its plateau: the rate is measured again, span after
+// span, while it still rises by autoGain from one span to the next (the
+// streams' congestion control is still starting up, which on a long path
+// takes many round trips), at most autoSpans times.
 const (
 	autoFirstStreams = 4
 	autoGain         = 1.1
+	autoSpans        = 8
 	// A new count is given autoSettle round trips (at least
 	// autoSettleMin) to ramp up before its rate is measured over
 	// autoSpan round trips (at least autoSpanMin).
@@ -36,10 +41,11 @@ type autoChoice struct {
 	// the session's count of credit waits at the last tick.
 	limited, ticks int
 	creditWaits    uint64
-	// rate is the session's rate at the previous count, bit/s.
-	rate float64
-	// steps records the counts and rates measured, for the log.
-	steps int
+	// rate is the session's rate at the previous count, bit/s; last the
+	// rate of the current count's previous span, spans how many spans
+	// it has measured.
+	rate, last float64
+	spans      int
 }
 
 // chooseStreams runs one housekeeping step of the auto stream count.
@@ -68,6 +74,7 @@ func (s *session) chooseStreams(now time.Time) {
 	switch {
 	case live < target:
 		au.since, au.markAt = time.Time{}, time.Time{}
+		au.last, au.spans = 0, 0
 		return
 	case au.since.IsZero():
 		au.since = now
@@ -95,6 +102,15 @@ func (s *session) chooseStreams(now time.Time) {
 		au.markAt, au.markBytes, au.limited, au.ticks = now, moved, 0, 0
 		return
 	}
+	au.spans++
+	if au.spans < autoSpans && (au.last == 0 || rate >= autoGain*au.last) {
+		// Still rising: no plateau yet.
+		au.last = rate
+		au.markAt, au.markBytes, au.limited, au.ticks = now, moved, 0, 0
+		return
+	}
+	rate = max(rate, au.last)
+	au.last, au.spans = 0, 0
 	a := s.agent
 	if au.rate > 0 && rate < autoGain*au.rate {
 		au.done = true
@@ -103,7 +119,6 @@ func (s *session) chooseStreams(now time.Time) {
 		return
 	}
 	au.rate = rate
-	au.steps++
 	next := min(2*target, s.n)
 	s.target.Store(int32(next))
 	au.since, au.markAt = time.Time{}, time.Time{}
