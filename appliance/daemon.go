@@ -802,7 +802,7 @@ func (d *Daemon) Status() Status {
 				Streams: s.Streams, ReorderDepth: s.ReorderDepth, BytesUp: s.BytesUp, BytesDown: s.BytesDown,
 				Throughput: s.ThroughputUp + s.ThroughputDown, AgeSeconds: s.Age.Seconds(),
 				StreamsLive: int(s.StreamsLive), StreamsLost: s.StreamsLost, StreamsReplaced: s.StreamsReplaced,
-				ReinjectedBytes: s.ReinjectedBytes,
+				ReinjectedBytes: s.ReinjectedBytes, StreamsChosen: s.StreamsChosen, AutoStreams: s.AutoStreams,
 			})
 		}
 	}
@@ -871,6 +871,9 @@ func (d *Daemon) liveStats() liveStats {
 			ls.Throughput += s.ThroughputUp + s.ThroughputDown
 			ls.ReorderDepth = max(ls.ReorderDepth, s.ReorderDepth)
 			ls.Stalls += s.Stalls
+			if s.AutoStreams {
+				ls.AutoStreams = ls.AutoStreams.add(names[i], s.Whitelist, s.StreamsChosen)
+			}
 		}
 	}
 	if ctl != nil {

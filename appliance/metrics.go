@@ -39,6 +39,31 @@ type liveStats struct {
 	MemoryLimit       int64
 	LostStreams       LostStreams
 	Pools             []PoolStatus
+	// AutoStreams are the stream counts live sessions of streams = "auto"
+	// whitelists chose, per agent and whitelist.
+	AutoStreams autoStreamStats
+}
+
+// autoStreamStat is the stream counts chosen by the live sessions of one
+// streams = "auto" whitelist at one agent: how many sessions, the fewest
+// and the most streams.
+type autoStreamStat struct {
+	Agent, Whitelist string
+	Sessions         int
+	Min, Max         int
+}
+
+type autoStreamStats []autoStreamStat
+
+func (l autoStreamStats) add(agent, whitelist string, chosen int) autoStreamStats {
+	for i := range l {
+		if l[i].Agent == agent && l[i].Whitelist == whitelist {
+			l[i].Sessions++
+			l[i].Min, l[i].Max = min(l[i].Min, chosen), max(l[i].Max, chosen)
+			return l
+		}
+	}
+	return append(l, autoStreamStat{Agent: agent, Whitelist: whitelist, Sessions: 1, Min: chosen, Max: chosen})
 }
 
 // agentStat is one agent as the controller sees it.
@@ -106,32 +131,33 @@ func (m *metrics) setConfig(hash string) {
 }
 
 var (
-	descSessions   = prometheus.NewDesc("sosappliance_sessions", "Live accelerated sessions.", nil, nil)
-	descBytes      = prometheus.NewDesc("sosappliance_session_bytes_total", "Bytes relayed by live and finished sessions, by direction.", []string{"direction"}, nil)
-	descThroughput = prometheus.NewDesc("sosappliance_throughput_bits_per_second", "Sum of the live sessions' recent throughput.", nil, nil)
-	descReorder    = prometheus.NewDesc("sosappliance_reorder_depth_chunks", "Largest reorder window occupancy among live sessions.", nil, nil)
-	descStalls     = prometheus.NewDesc("sosappliance_stream_stalls_total", "Stripe streams that stalled past their timeout.", nil, nil)
-	descAborts     = prometheus.NewDesc("sosappliance_session_aborts_total", "Sessions aborted.", nil, nil)
-	descFlowMods   = prometheus.NewDesc("sosappliance_flow_mods_total", "OpenFlow flow mods sent to switches.", nil, nil)
-	descSwitches   = prometheus.NewDesc("sosappliance_switches", "Declared switches, by connection state.", []string{"state"}, nil)
-	descAgentsDown = prometheus.NewDesc("sosappliance_agents_down", "Agents the controller sees as unhealthy (their steering is withdrawn).", nil, nil)
-	descFallbacks  = prometheus.NewDesc("sosappliance_fallbacks_total", "Steered connections carried direct, unaccelerated, because their stripes could not be opened.", nil, nil)
-	descRefusals   = prometheus.NewDesc("sosappliance_refusals_total", "Connections and streams refused or evicted by an agent, by reason.", []string{"reason"}, nil)
-	descHSFailures = prometheus.NewDesc("sosappliance_handshake_failures_total", "Stream handshakes that failed authentication or broke off.", nil, nil)
-	descAgentUp    = prometheus.NewDesc("sosappliance_agent_up", "1 while the controller sees the agent healthy.", []string{"agent"}, nil)
-	descAgentSess  = prometheus.NewDesc("sosappliance_agent_sessions", "Live sessions the agent last reported to the controller.", []string{"agent"}, nil)
-	descAgentShare = prometheus.NewDesc("sosappliance_agent_share_ratio", "The agent's part of a spread whitelist's buckets at one side, after fail-over.", []string{"agent", "whitelist", "side"}, nil)
-	descMemory     = prometheus.NewDesc("sosappliance_session_memory_bytes", "Session memory the agents reserved, and their cap.", []string{"kind"}, nil)
-	descLost       = prometheus.NewDesc("sosappliance_streams_lost_total", "Stripe streams lost (reset, failed or stalled) in live sessions.", nil, nil)
-	descReplaced   = prometheus.NewDesc("sosappliance_streams_replaced_total", "Lost stripe streams replaced by an authenticated join.", nil, nil)
-	descReinjected = prometheus.NewDesc("sosappliance_reinjected_bytes_total", "Payload bytes sent again on surviving streams after their stream was lost.", nil, nil)
-	descDuplicates = prometheus.NewDesc("sosappliance_duplicate_frames_total", "Authenticated duplicate frames dropped by a receiver.", nil, nil)
-	poolLabels     = []string{"agent", "peer"}
-	descPoolIdle   = prometheus.NewDesc("sosappliance_pool_idle_streams", "Idle authenticated streams in a client-side agent's warm pool toward a far agent.", poolLabels, nil)
-	descPoolClaims = prometheus.NewDesc("sosappliance_pool_claims_total", "Pooled streams bound to new sessions.", poolLabels, nil)
-	descPoolMisses = prometheus.NewDesc("sosappliance_pool_misses_total", "Streams new sessions wanted from the pool and did not find (opened as before).", poolLabels, nil)
-	descPoolRefill = prometheus.NewDesc("sosappliance_pool_refills_total", "Streams opened into the pool.", poolLabels, nil)
-	descPoolDied   = prometheus.NewDesc("sosappliance_pool_died_total", "Pooled streams found dead while idle or at bind time.", poolLabels, nil)
+	descSessions    = prometheus.NewDesc("sosappliance_sessions", "Live accelerated sessions.", nil, nil)
+	descBytes       = prometheus.NewDesc("sosappliance_session_bytes_total", "Bytes relayed by live and finished sessions, by direction.", []string{"direction"}, nil)
+	descThroughput  = prometheus.NewDesc("sosappliance_throughput_bits_per_second", "Sum of the live sessions' recent throughput.", nil, nil)
+	descReorder     = prometheus.NewDesc("sosappliance_reorder_depth_chunks", "Largest reorder window occupancy among live sessions.", nil, nil)
+	descStalls      = prometheus.NewDesc("sosappliance_stream_stalls_total", "Stripe streams that stalled past their timeout.", nil, nil)
+	descAborts      = prometheus.NewDesc("sosappliance_session_aborts_total", "Sessions aborted.", nil, nil)
+	descFlowMods    = prometheus.NewDesc("sosappliance_flow_mods_total", "OpenFlow flow mods sent to switches.", nil, nil)
+	descSwitches    = prometheus.NewDesc("sosappliance_switches", "Declared switches, by connection state.", []string{"state"}, nil)
+	descAgentsDown  = prometheus.NewDesc("sosappliance_agents_down", "Agents the controller sees as unhealthy (their steering is withdrawn).", nil, nil)
+	descFallbacks   = prometheus.NewDesc("sosappliance_fallbacks_total", "Steered connections carried direct, unaccelerated, because their stripes could not be opened.", nil, nil)
+	descRefusals    = prometheus.NewDesc("sosappliance_refusals_total", "Connections and streams refused or evicted by an agent, by reason.", []string{"reason"}, nil)
+	descHSFailures  = prometheus.NewDesc("sosappliance_handshake_failures_total", "Stream handshakes that failed authentication or broke off.", nil, nil)
+	descAgentUp     = prometheus.NewDesc("sosappliance_agent_up", "1 while the controller sees the agent healthy.", []string{"agent"}, nil)
+	descAgentSess   = prometheus.NewDesc("sosappliance_agent_sessions", "Live sessions the agent last reported to the controller.", []string{"agent"}, nil)
+	descAgentShare  = prometheus.NewDesc("sosappliance_agent_share_ratio", "The agent's part of a spread whitelist's buckets at one side, after fail-over.", []string{"agent", "whitelist", "side"}, nil)
+	descMemory      = prometheus.NewDesc("sosappliance_session_memory_bytes", "Session memory the agents reserved, and their cap.", []string{"kind"}, nil)
+	descLost        = prometheus.NewDesc("sosappliance_streams_lost_total", "Stripe streams lost (reset, failed or stalled) in live sessions.", nil, nil)
+	descReplaced    = prometheus.NewDesc("sosappliance_streams_replaced_total", "Lost stripe streams replaced by an authenticated join.", nil, nil)
+	descReinjected  = prometheus.NewDesc("sosappliance_reinjected_bytes_total", "Payload bytes sent again on surviving streams after their stream was lost.", nil, nil)
+	descDuplicates  = prometheus.NewDesc("sosappliance_duplicate_frames_total", "Authenticated duplicate frames dropped by a receiver.", nil, nil)
+	poolLabels      = []string{"agent", "peer"}
+	descAutoStreams = prometheus.NewDesc("sosappliance_auto_streams", `Streams chosen by the live sessions of a streams = "auto" whitelist: the fewest and the most (stat min, max).`, []string{"agent", "whitelist", "stat"}, nil)
+	descPoolIdle    = prometheus.NewDesc("sosappliance_pool_idle_streams", "Idle authenticated streams in a client-side agent's warm pool toward a far agent.", poolLabels, nil)
+	descPoolClaims  = prometheus.NewDesc("sosappliance_pool_claims_total", "Pooled streams bound to new sessions.", poolLabels, nil)
+	descPoolMisses  = prometheus.NewDesc("sosappliance_pool_misses_total", "Streams new sessions wanted from the pool and did not find (opened as before).", poolLabels, nil)
+	descPoolRefill  = prometheus.NewDesc("sosappliance_pool_refills_total", "Streams opened into the pool.", poolLabels, nil)
+	descPoolDied    = prometheus.NewDesc("sosappliance_pool_died_total", "Pooled streams found dead while idle or at bind time.", poolLabels, nil)
 )
 
 type liveCollector struct{ live func() liveStats }
@@ -140,7 +166,7 @@ func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descBytes, descThroughput, descReorder, descStalls, descAborts, descFlowMods, descSwitches, descAgentsDown,
 		descFallbacks, descRefusals, descHSFailures, descMemory, descLost, descReplaced, descReinjected, descDuplicates,
 		descAgentUp, descAgentSess, descAgentShare,
-		descPoolIdle, descPoolClaims, descPoolMisses, descPoolRefill, descPoolDied} {
+		descPoolIdle, descPoolClaims, descPoolMisses, descPoolRefill, descPoolDied, descAutoStreams} {
 		ch <- d
 	}
 }
@@ -186,6 +212,10 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReplaced, prometheus.CounterValue, float64(s.LostStreams.Replaced))
 	ch <- prometheus.MustNewConstMetric(descReinjected, prometheus.CounterValue, float64(s.LostStreams.ReinjectedBytes))
 	ch <- prometheus.MustNewConstMetric(descDuplicates, prometheus.CounterValue, float64(s.LostStreams.DuplicatesDropped))
+	for _, a := range s.AutoStreams {
+		ch <- prometheus.MustNewConstMetric(descAutoStreams, prometheus.GaugeValue, float64(a.Min), a.Agent, a.Whitelist, "min")
+		ch <- prometheus.MustNewConstMetric(descAutoStreams, prometheus.GaugeValue, float64(a.Max), a.Agent, a.Whitelist, "max")
+	}
 	for _, p := range s.Pools {
 		ch <- prometheus.MustNewConstMetric(descPoolIdle, prometheus.GaugeValue, float64(p.Idle), p.Agent, p.Peer)
 		ch <- prometheus.MustNewConstMetric(descPoolClaims, prometheus.CounterValue, float64(p.Claims), p.Agent, p.Peer)

@@ -158,6 +158,20 @@ type SessionStatus struct {
 	StreamsLost     uint64 `json:"streams_lost"`
 	StreamsReplaced uint64 `json:"streams_replaced"`
 	ReinjectedBytes uint64 `json:"reinjected_bytes"`
+	// StreamsChosen is how many of Streams the session keeps open: all,
+	// or under streams = "auto" (AutoStreams, client side) the count it
+	// chose so far; Streams is then the whitelist's max_streams.
+	StreamsChosen int  `json:"streams_chosen"`
+	AutoStreams   bool `json:"auto_streams,omitempty"`
+}
+
+// streamsText is a session's STREAMS column: live/total, or under
+// streams = "auto" live/chosen with the maximum.
+func (x SessionStatus) streamsText() string {
+	if x.AutoStreams {
+		return fmt.Sprintf("%d/%d (auto, max %d)", x.StreamsLive, x.StreamsChosen, x.Streams)
+	}
+	return fmt.Sprintf("%d/%d", x.StreamsLive, x.Streams)
 }
 
 // WriteText renders the status for a terminal.
@@ -230,8 +244,8 @@ func (s *Status) WriteText(w io.Writer) {
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  AGENT\tWHITELIST\tCLIENT\tSERVER\tSTREAMS\tLOST/REPLACED\tREINJECTED\tTHROUGHPUT\tAGE")
 		for _, x := range s.Sessions {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d/%d\t%d/%d\t%d B\t%s\t%s\n", x.Agent, x.Whitelist, x.Client, x.Server,
-				x.StreamsLive, x.Streams, x.StreamsLost, x.StreamsReplaced, x.ReinjectedBytes,
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d/%d\t%d B\t%s\t%s\n", x.Agent, x.Whitelist, x.Client, x.Server,
+				x.streamsText(), x.StreamsLost, x.StreamsReplaced, x.ReinjectedBytes,
 				formatRate(x.Throughput), (time.Duration(x.AgeSeconds) * time.Second).String())
 		}
 		tw.Flush()

@@ -29,9 +29,15 @@ const (
 	DefaultRelayPort     = 9876
 	DefaultHealthPort    = 9878
 	DefaultStreams       = 64
-	DefaultChunkSize     = 60000
-	DefaultQueueLength   = 0 // no bound: the receive window follows the path
-	MaxChunkSize         = 16 << 20
+	// DefaultAutoMaxStreams is a whitelist's max_streams under
+	// streams = "auto".
+	DefaultAutoMaxStreams = 64
+	// StreamsAuto is the value of streams that lets each session choose
+	// its stream count.
+	StreamsAuto        = "auto"
+	DefaultChunkSize   = 60000
+	DefaultQueueLength = 0 // no bound: the receive window follows the path
+	MaxChunkSize       = 16 << 20
 
 	DefaultSessionMemory  = agentspec.DefaultSessionMemory
 	DefaultMaxStreams     = agentspec.DefaultMaxStreams
@@ -615,7 +621,7 @@ func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
 var whitelistSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "clients", Required: true}, {Name: "server"}, {Name: "servers"},
 	{Name: "server_port"}, {Name: "server_ports"}, {Name: "direction"},
-	{Name: "streams"}, {Name: "chunk_size"},
+	{Name: "streams"}, {Name: "max_streams"}, {Name: "chunk_size"},
 	{Name: "queue_length"}, {Name: "client_agent"}, {Name: "server_agent"},
 	{Name: "client_agents"}, {Name: "server_agents"},
 }}
@@ -642,7 +648,6 @@ func decodeWhitelist(b *hcl.Block, diags *hcl.Diagnostics) *Whitelist {
 	w := &Whitelist{
 		Name:         b.Labels[0],
 		Direction:    a.str("direction", DirectionClient),
-		Streams:      int(a.integer("streams", DefaultStreams, 1, 1<<16)),
 		ChunkSize:    int(a.byteSize("chunk_size", DefaultChunkSize, 512, MaxChunkSize)),
 		QueueLength:  int(a.integer("queue_length", DefaultQueueLength, 0, 1024)),
 		ClientAgent:  a.str("client_agent", ""),
@@ -653,6 +658,7 @@ func decodeWhitelist(b *hcl.Block, diags *hcl.Diagnostics) *Whitelist {
 		ClientsRange: a.rng("clients"),
 		StreamsRange: a.rng("streams"),
 	}
+	decodeStreams(a, w)
 	for _, pair := range [][2]string{{"client_agent", "client_agents"}, {"server_agent", "server_agents"}} {
 		if a.has(pair[0]) && a.has(pair[1]) {
 			a.errorf(pair[1], "whitelist %q sets both %s and %s", fmt.Sprintf("Keep one: %s names one agent, %s a subset of the site's agents.", pair[0], pair[1]), w.Name, pair[0], pair[1])
@@ -676,6 +682,40 @@ func decodeWhitelist(b *hcl.Block, diags *hcl.Diagnostics) *Whitelist {
 		w.Server, w.ServerPort = w.Servers[0].Addr(), w.Ports[0].Lo
 	}
 	return w
+}
+
+// decodeStreams reads streams, a count or "auto", and max_streams, the
+// most streams an auto session may open (only with "auto").
+func decodeStreams(a *attrs, w *Whitelist) {
+	w.Streams = DefaultStreams
+	if a.has("streams") {
+		v, d := a.m["streams"].Expr.Value(nil)
+		switch {
+		case d.HasErrors():
+			*a.diags = append(*a.diags, d...)
+		case v.Type() == cty.String && v.IsKnown() && !v.IsNull():
+			if v.AsString() != StreamsAuto {
+				a.errorf("streams", "whitelist %q: streams must be a number or %q, not %q", fmt.Sprintf(`Write streams = 16 for a fixed count, or streams = %q to let each session open streams while they raise its rate, up to max_streams.`, StreamsAuto), w.Name, StreamsAuto, v.AsString())
+				break
+			}
+			w.AutoStreams = true
+		default:
+			w.Streams = int(a.integer("streams", DefaultStreams, 1, 1<<16))
+		}
+	}
+	if !a.has("max_streams") {
+		if w.AutoStreams {
+			w.Streams = DefaultAutoMaxStreams
+		}
+		return
+	}
+	w.MaxStreamsRange = a.rng("max_streams")
+	n := int(a.integer("max_streams", DefaultAutoMaxStreams, 1, 1<<16))
+	if !w.AutoStreams {
+		a.errorf("max_streams", "whitelist %q sets max_streams without streams = %q", fmt.Sprintf(`max_streams bounds the stream count a session chooses itself; with a fixed count, streams alone says how many. Write streams = %q, or drop max_streams.`, StreamsAuto), w.Name, StreamsAuto)
+		return
+	}
+	w.Streams = n
 }
 
 // decodeServers reads server (one address) or servers (prefixes or

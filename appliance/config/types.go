@@ -217,8 +217,13 @@ type Whitelist struct {
 	// whitelist that names exactly one of each; zero otherwise.
 	Server     netip.Addr
 	ServerPort uint16
-	Streams    int
-	ChunkSize  int
+	// Streams is the session's stream count; with AutoStreams
+	// (streams = "auto") it is max_streams, the most a session opens:
+	// each starts with a few and opens more while they raise its rate.
+	// Memory and limit checks count the maximum.
+	Streams     int
+	AutoStreams bool
+	ChunkSize   int
 	// QueueLength, when not 0, bounds a session's receive window at
 	// queue_length x streams chunks (never below the initial window).
 	// It no longer sizes throughput: the window follows the path (byte
@@ -240,11 +245,12 @@ type Whitelist struct {
 	ClientSite   string
 	ServerSite   string
 
-	Range        hcl.Range
-	ClientsRange hcl.Range
-	ServerRange  hcl.Range
-	PortsRange   hcl.Range
-	StreamsRange hcl.Range
+	Range           hcl.Range
+	ClientsRange    hcl.Range
+	ServerRange     hcl.Range
+	PortsRange      hcl.Range
+	StreamsRange    hcl.Range
+	MaxStreamsRange hcl.Range
 }
 
 // Whitelist directions.

@@ -200,12 +200,21 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 				Detail:  `Name the listening ports with server_ports = ["5201", "50000-51000"] unless every connection between these hosts should cross the agents.`,
 				Subject: w.Range.Ptr()})
 		}
-		if w.Streams > cfg.Limits.MaxStreams {
-			add(w.StreamsRange, fmt.Sprintf("Lower streams or raise limits.max_streams (now %d).", cfg.Limits.MaxStreams),
+		streamsRange := w.StreamsRange
+		if w.AutoStreams && w.MaxStreamsRange.Filename != "" {
+			streamsRange = w.MaxStreamsRange
+		}
+		switch {
+		case w.Streams <= cfg.Limits.MaxStreams:
+		case w.AutoStreams:
+			add(streamsRange, fmt.Sprintf("Lower the whitelist's max_streams (the default under streams = \"auto\" is %d) or raise limits.max_streams (now %d).", DefaultAutoMaxStreams, cfg.Limits.MaxStreams),
+				"Whitelist %q lets a session open up to %d streams, more than limits.max_streams %d", w.Name, w.Streams, cfg.Limits.MaxStreams)
+		default:
+			add(streamsRange, fmt.Sprintf("Lower streams or raise limits.max_streams (now %d).", cfg.Limits.MaxStreams),
 				"Whitelist %q asks for %d streams, more than max_streams %d", w.Name, w.Streams, cfg.Limits.MaxStreams)
 		}
 		if mem := w.SessionMemory(); mem > cfg.Limits.SessionMemory {
-			rng := w.StreamsRange
+			rng := streamsRange
 			if rng.Filename == "" {
 				rng = w.Range
 			}

@@ -357,6 +357,7 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 				Servers:     slices.Clone(e.servers),
 				Ports:       slices.Clone(w.Ports),
 				Streams:     w.Streams,
+				AutoStreams: w.AutoStreams,
 				ChunkSize:   w.ChunkSize,
 				QueueLength: w.QueueLength,
 			}

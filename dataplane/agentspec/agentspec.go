@@ -103,6 +103,11 @@ type Route struct {
 	Streams     int
 	ChunkSize   int
 	QueueLength int
+	// AutoStreams (streams = "auto") makes Streams the most streams a
+	// session may use: the client side starts with a few and opens more
+	// while they raise the session's rate. The shape on the wire is
+	// still Streams, so both sides agree without knowing.
+	AutoStreams bool
 	// Peer is the data address (address:data_port) of the server-side
 	// agent; client side only.
 	Peer netip.AddrPort
@@ -217,11 +222,12 @@ type Limits struct {
 	// peer, so a peer's own stripes never evict each other.
 	MaxPreAuthPerSource int
 	// MaxHalfOpenPerSource bounds server-side sessions from one source
-	// address that are still gathering their streams; more are refused
-	// with a session limit.
+	// address that are still gathering their streams (fresh streams came,
+	// but not the stream 0 a session starts on); more are refused with a
+	// session limit.
 	MaxHalfOpenPerSource int
 	// PreAuthTimeout bounds a stream's handshake, and the time a session
-	// waits for all its streams to join.
+	// gathering streams waits for its stream 0.
 	PreAuthTimeout time.Duration
 	// StallTimeout aborts a session whose delivery waits this long for a
 	// missing frame while later frames are held: one stream is stuck

@@ -137,10 +137,16 @@ type Agent struct {
 	// testBindFault, set by tests before Start, makes the server side
 	// reset a pooled stream as its BIND arrives, as if it had died idle.
 	testBindFault atomic.Pointer[func(stream uint16) bool]
-	ownKeys       ownKeys
-	counters      counters
-	recent        abortLog
-	limited       limitedLog
+	// testJoinHold, set by tests, makes the server side hold every JOIN
+	// hello until the channel is closed: a slow responder.
+	testJoinHold atomic.Pointer[chan struct{}]
+	// testDialed, set by tests, sees every session stream the client
+	// side dials (to cap its rate, as a path would cap each stream).
+	testDialed atomic.Pointer[func(c *net.TCPConn) error]
+	ownKeys    ownKeys
+	counters   counters
+	recent     abortLog
+	limited    limitedLog
 
 	stop chan struct{}
 	wg   sync.WaitGroup

@@ -451,7 +451,8 @@ func TestUnreachablePeerCarriesDirect(t *testing.T) {
 }
 
 // TestHalfOpenSessionsBounded: a key holder announcing sessions of two
-// streams and joining one, over and over, holds at most the per-source
+// streams and joining only stream 1 (a session starts on its stream 0,
+// so without it the session gathers), over and over, holds at most the per-source
 // bound of half-open sessions and their reserved memory; the agent-wide
 // memory cap is never exceeded; genuine sessions from another source run.
 func TestHalfOpenSessionsBounded(t *testing.T) {
@@ -466,7 +467,7 @@ func TestHalfOpenSessionsBounded(t *testing.T) {
 	}()
 	refused := 0
 	for range 3 * halfOpen {
-		h, eph, hb := helloFrom(t, p, func(h *stripe.Hello) { h.Streams = 2 })
+		h, eph, hb := helloFrom(t, p, func(h *stripe.Hello) { h.Streams, h.Stream = 2, 1 })
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 9)}}
 		nc, err := d.Dial("tcp4", p.b.Addrs().Data.String())
 		if err != nil {

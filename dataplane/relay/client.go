@@ -53,6 +53,7 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		id: id, side: clientSide, whitelist: w.Name, peer: w.PeerName, client: client, server: server,
 		streams: w.Streams, chunkSize: w.ChunkSize, queueLength: w.QueueLength, mode: rc.mode,
 		stallTimeout: rc.limits.StallTimeout, reconnectTimeout: rc.limits.ReconnectTimeout, peerAddr: w.Peer,
+		autoStreams: w.AutoStreams,
 	})
 	if err != nil {
 		a.reject(rejectMemoryLimit, "relay: connection not accelerated; carrying direct", "client", client,
@@ -82,7 +83,7 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		s.start()
 		return
 	}
-	if err := a.openStreams(s, rc, w.Peer); err != nil {
+	if err := a.openFirstStream(s, rc, w.Peer); err != nil {
 		if len(w.Peers) > 0 {
 			// The next connections of this bucket go to a live agent
 			// of the far site.
@@ -190,48 +191,29 @@ func (a *Agent) slotsFor(peer netip.AddrPort) chan struct{} {
 	return ch
 }
 
-// openStreams dials and authenticates every stream of a client-side session
-// in parallel, at most HandshakesInFlight at a time toward the peer; any
-// failure fails them all.
-func (a *Agent) openStreams(s *session, rc *runtimeConfig, peer netip.AddrPort) error {
+// openFirstStream dials and authenticates stream 0 of a client-side
+// session, which the session starts on: its other streams join the
+// running session (supervise, JOIN), at most HandshakesInFlight
+// handshakes at a time toward the peer, so data flows half a round trip
+// after stream 0's handshake whatever the stream count.
+func (a *Agent) openFirstStream(s *session, rc *runtimeConfig, peer netip.AddrPort) error {
 	ctx, cancel := context.WithTimeout(s.ctx, rc.limits.PreAuthTimeout)
 	defer cancel()
-	tuning := rc.streamTuningFor(s.chunkSize)
 	slots := a.slotsFor(peer)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	for i := range s.n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var st *stream
-			var err error
-			select {
-			case slots <- struct{}{}:
-				st, err = a.openStream(ctx, s, rc, peer, i, tuning, false)
-				<-slots
-			case <-ctx.Done():
-				err = context.Cause(ctx)
-			}
-			if err != nil {
-				// The first failure is the cause; the others are mostly
-				// the cancellation it triggers.
-				mu.Lock()
-				if first == nil {
-					first = &StreamError{Stream: i, Op: "open", Err: err}
-				}
-				mu.Unlock()
-				cancel()
-				return
-			}
-			s.mu.Lock()
-			s.streams[i] = st
-			s.mu.Unlock()
-		}()
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return &StreamError{Stream: 0, Op: "open", Err: context.Cause(ctx)}
 	}
-	wg.Wait()
-	return first
+	st, err := a.openStream(ctx, s, rc, peer, 0, rc.streamTuningFor(s.chunkSize), false)
+	<-slots
+	if err != nil {
+		return &StreamError{Stream: 0, Op: "open", Err: err}
+	}
+	s.mu.Lock()
+	s.streams[0] = st
+	s.mu.Unlock()
+	return nil
 }
 
 // initiate runs the initiator's side of a stream handshake on conn:
@@ -295,6 +277,12 @@ func (a *Agent) openStream(ctx context.Context, s *session, rc *runtimeConfig, p
 		return nil, fmt.Errorf("dial %s: %w", peer, err)
 	}
 	conn := c.(*net.TCPConn)
+	if f := a.testDialed.Load(); f != nil {
+		if err := (*f)(conn); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+	}
 	// The context cancels the dial; the deadline bounds the handshake,
 	// and closing the connection on cancel stops a sibling's wait early.
 	deadline, _ := ctx.Deadline()

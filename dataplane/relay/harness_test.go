@@ -148,6 +148,8 @@ type pairOptions struct {
 	serverWhitelist func(entry Whitelist) []Whitelist
 	// pool is the client-side entry's warm pool.
 	pool agentspec.Pool
+	// autoStreams makes the entry streams = "auto" (streams its maximum).
+	autoStreams bool
 }
 
 // pair is a client-side agent A and a server-side agent B on loopback, in
@@ -183,6 +185,7 @@ func startPair(t testing.TB, opt pairOptions, handle func(c *net.TCPConn)) *pair
 		Streams:     opt.streams,
 		ChunkSize:   opt.chunk,
 		QueueLength: opt.queue,
+		AutoStreams: opt.autoStreams,
 		PeerName:    "agent-a",
 	}
 	wlB := []Whitelist{entry}

@@ -561,12 +561,12 @@ func (a *Agent) Pools() []PoolStats {
 // (supervise). It returns how many streams it bound; 0 leaves the session
 // to open all its streams as before.
 func (a *Agent) bindPooled(s *session, rc *runtimeConfig, pool *streamPool) int {
-	claimed := pool.take(s.n)
+	claimed := pool.take(int(s.target.Load()))
 	tuning := rc.streamTuningFor(s.chunkSize)
 	var key *[32]byte
 	bound := 0
 	for _, ps := range claimed {
-		if bound == s.n {
+		if bound == int(s.target.Load()) {
 			_ = ps.conn.Close()
 			continue
 		}

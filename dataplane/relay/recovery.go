@@ -61,15 +61,23 @@ func (s *session) supervise() {
 	}
 	slots := make([]slot, s.n)
 	results := make(chan joinResult, s.n)
+	// Joins still waiting for a handshake slot when the session is done
+	// need not run.
+	joins, stopJoins := context.WithCancel(s.ctx)
+	defer stopJoins()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		now := time.Now()
 		wait := time.Duration(-1)
+		// The free slots below the target: lost streams, and streams
+		// the session has not opened yet (those only while it is not
+		// complete).
+		target, complete := int(s.target.Load()), s.isCompleted()
 		s.mu.Lock()
 		var free []int
-		for i, st := range s.streams {
-			if st == nil {
+		for i, st := range s.streams[:target] {
+			if st == nil && (s.slotUsed[i] || !complete) {
 				free = append(free, i)
 			}
 		}
@@ -89,7 +97,7 @@ func (s *session) supervise() {
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
-				results <- joinResult{i, s.rejoin(i)}
+				results <- joinResult{i, s.rejoin(joins, i)}
 			}()
 		}
 		var tc <-chan time.Time
@@ -131,19 +139,21 @@ func (s *session) supervise() {
 	}
 }
 
-// rejoin opens and authenticates a replacement for stream i and attaches
-// it to the session.
-func (s *session) rejoin(i int) error {
+// rejoin opens and authenticates stream i (a replacement, or one the
+// session had not opened yet) as a JOIN and attaches it to the session.
+func (s *session) rejoin(parent context.Context, i int) error {
 	a := s.agent
 	rc := a.cfg.Load()
-	ctx, cancel := context.WithTimeout(s.ctx, rc.limits.PreAuthTimeout)
-	defer cancel()
 	slots := a.slotsFor(s.peerAddr)
 	select {
 	case slots <- struct{}{}:
-	case <-ctx.Done():
-		return context.Cause(ctx)
+	case <-parent.Done():
+		return context.Cause(parent)
 	}
+	// The handshake's time runs from its slot: thousands of streams
+	// wait their turn first.
+	ctx, cancel := context.WithTimeout(parent, rc.limits.PreAuthTimeout)
+	defer cancel()
 	st, err := a.openStream(ctx, s, rc, s.peerAddr, i, rc.streamTuningFor(s.chunkSize), true)
 	<-slots
 	if err != nil {
@@ -174,6 +184,8 @@ func (s *session) attach(st *stream, responder bool) bool {
 		return false
 	}
 	s.streams[st.index] = st
+	replacement := s.slotUsed[st.index]
+	s.slotUsed[st.index] = true
 	s.reasm.ResetStream(st.index)
 	s.live++
 	s.noStreamsSince = time.Time{}
@@ -188,8 +200,10 @@ func (s *session) attach(st *stream, responder bool) bool {
 	s.credits.ResetStream(st.index, next)
 	s.creditMu.Unlock()
 	s.healthy.Add(1)
-	s.streamsJoined.Add(1)
-	s.agent.counters.streamsReplaced.Add(1)
+	if replacement {
+		s.streamsJoined.Add(1)
+		s.agent.counters.streamsReplaced.Add(1)
+	}
 	go st.writeLoop()
 	go st.readLoop()
 	return true

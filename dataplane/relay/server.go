@@ -151,6 +151,12 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		fail("bad hello", err)
 		return
 	}
+	if hold := a.testJoinHold.Load(); hold != nil && hello.Join {
+		select {
+		case <-*hold:
+		case <-a.stop:
+		}
+	}
 	if hello.Join {
 		// A session bound from a pool starts before its other streams
 		// join: their JOIN may overtake the BIND of its stream 0 (on
@@ -305,8 +311,10 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr) (White
 }
 
 // join attaches an authenticated stream to its session, creating the
-// session on its first stream, and starts the session once all streams
-// are in.
+// session on its first stream, and starts the session once its stream 0
+// is in (the initiator opens the others as JOINs of the running
+// session). A session whose fresh streams other than 0 came first
+// gathers them, counted as half-open, until its stream 0 arrives.
 func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.Addr, c *net.TCPConn, codec *stripe.Codec, sessionKey *[32]byte) {
 	a.mu.Lock()
 	s, ok := a.byID[h.Session]
@@ -360,6 +368,11 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 		s.sessionKey = *sessionKey
 	}
 	s.joined++
+	if h.Stream == 0 {
+		// A session starts on its stream 0: the others join the
+		// running session (JOIN), so data flows before they are in.
+		s.joined = s.n
+	}
 	complete := s.joined == s.n
 	s.mu.Unlock()
 	if complete {

@@ -104,6 +104,10 @@ type sessionParams struct {
 	// long; peerAddr is where a client-side session opens replacements.
 	reconnectTimeout time.Duration
 	peerAddr         netip.AddrPort
+	// autoStreams (client side): the whitelist's streams = "auto"; the
+	// session starts with a few of its streams and opens more while they
+	// raise its rate (autostreams.go).
+	autoStreams bool
 }
 
 // session is one accelerated connection at one agent: the end-host leg and
@@ -120,6 +124,15 @@ type session struct {
 
 	host    *net.TCPConn
 	streams []*stream
+	// slotUsed (guarded by mu) marks the stream slots that ever held a
+	// stream: a stream joining a slot that never had one is the
+	// session's own (opened after it started), not a replacement.
+	slotUsed []bool
+	// target is how many streams (slots 0 .. target-1) the client side
+	// keeps open: all n, or with auto streams the count chosen so far;
+	// auto is that choice's state, touched by housekeeping only.
+	target atomic.Int32
+	auto   *autoChoice
 
 	sendPool *bufPool
 	recvPool *bufPool
@@ -270,6 +283,7 @@ func newSession(a *Agent, p sessionParams, windowCap int, sessionCap int64) (*se
 		ctx:           ctx,
 		cancel:        cancel,
 		streams:       make([]*stream, p.streams),
+		slotUsed:      make([]bool, p.streams),
 		sendPool:      newBufPool(size, stripe.SendBudget(n)),
 		sessionCap:    sessionCap,
 		resendWake:    make(chan struct{}, 1),
@@ -294,6 +308,11 @@ func newSession(a *Agent, p sessionParams, windowCap int, sessionCap int64) (*se
 	s.creditFrames.Store(credits.Frames())
 	s.healthy.Store(int32(p.streams))
 	s.lastProgress, s.lastTick = s.started, s.started
+	s.target.Store(int32(p.streams))
+	if p.autoStreams && p.side == clientSide {
+		s.target.Store(int32(min(autoFirstStreams, p.streams)))
+		s.auto = &autoChoice{}
+	}
 	return s, nil
 }
 
@@ -478,7 +497,9 @@ func (s *session) joinable(h *stripe.Hello) stripe.Status {
 		}
 		return stripe.StatusAccepted
 	}
-	if s.aborted || s.established.Load() || s.streams[h.Stream] != nil {
+	// A fresh stream attaches only while the session gathers: once its
+	// stream 0 is in, the others must JOIN.
+	if s.aborted || s.established.Load() || s.joined >= s.n || s.streams[h.Stream] != nil {
 		return stripe.StatusDuplicateStream
 	}
 	return stripe.StatusAccepted
@@ -510,9 +531,10 @@ func (s *session) start() {
 	// A session bound from a warm pool may start with streams missing;
 	// they join as replacements.
 	live := 0
-	for _, st := range s.streams {
+	for i, st := range s.streams {
 		if st != nil {
 			live++
+			s.slotUsed[i] = true
 		}
 	}
 	s.live = live
@@ -1025,6 +1047,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 && s.established.Load() {
 		s.noteArrivals(dt)
 		s.growWindow(now)
+		s.chooseStreams(now)
 	}
 	if sent != s.lastSent || delivered != s.lastDelivered {
 		s.lastProgress = now

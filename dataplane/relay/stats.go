@@ -124,7 +124,12 @@ type SessionStats struct {
 	// StreamsLive is how many of Streams are up now; StreamsLost,
 	// StreamsReplaced, ReinjectedFrames/Bytes and DuplicatesDropped are
 	// the session's share of the totals of the same names.
-	StreamsLive, StreamsLost, StreamsReplaced            uint64
+	StreamsLive, StreamsLost, StreamsReplaced uint64
+	// StreamsChosen is how many of Streams the session keeps open: all
+	// of them, or with AutoStreams (streams = "auto", client side) the
+	// count chosen so far.
+	StreamsChosen                                        int
+	AutoStreams                                          bool
 	ReinjectedFrames, ReinjectedBytes, DuplicatesDropped uint64
 	PerStream                                            []StreamStats
 }
@@ -363,6 +368,7 @@ func (s *session) stats(now time.Time) SessionStats {
 	}
 	s.mu.Unlock()
 	ss.StreamsLive = uint64(len(streams))
+	ss.StreamsChosen, ss.AutoStreams = int(s.target.Load()), s.autoStreams
 	ss.StreamsLost, ss.StreamsReplaced = s.streamsLost.Load(), s.streamsJoined.Load()
 	ss.ReinjectedFrames, ss.ReinjectedBytes = s.resentFrames.Load(), s.resentBytes.Load()
 	ss.DuplicatesDropped = s.duplicates.Load()

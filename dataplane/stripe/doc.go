@@ -35,6 +35,31 @@
 // streams" below). BIND binds a pooled, already authenticated stream to a
 // new session (see "Pooled streams" below).
 //
+// # Session start: stream 0 first, the others join
+//
+// A session starts on its stream 0. The initiator opens stream 0 with a
+// fresh hello (or binds it from its warm pool, see BIND) and starts the
+// session as soon as its handshake is done; the responder starts the
+// session (connects to the server) as soon as stream 0's confirm is
+// verified. Every other stream joins the running session as JOIN
+// describes ("Lost streams" below), with the session key stream 0's
+// handshake derived, so data flows half a round trip after stream 0's
+// handshake whatever the stream count. The initiator runs at most a fixed
+// number of handshakes at a time toward one responder (64, below the
+// responder's pre-auth cap per source), so thousands of streams join in
+// waves. A fresh hello for a stream other than 0 is accepted only while
+// the session's stream 0 has not arrived (the session gathers, counted
+// against the responder's bound of half-open sessions per source, and
+// starts when stream 0 comes); once the session started, a fresh hello of
+// it is refused (StatusDuplicateStream): its streams join.
+//
+// A session need not open all its streams: the stream count of the
+// hello is the most it may use (the responder's whitelist takes it as
+// the shape, and sizes its memory checks by it), and an initiator may
+// keep slots empty and join them later, as one whose whitelist lets each
+// session choose its stream count does (it opens a few, then more while
+// they raise the session's rate). Slots never opened are not losses.
+//
 // # Handshake (per stream)
 //
 // K_auth = HKDF-SHA256(secret=PSK, salt="", info="sosappliance v2 handshake

@@ -42,6 +42,8 @@ type Whitelist struct {
 	Streams     int
 	ChunkSize   int
 	QueueLength int
+	// AutoStreams writes streams = "auto" with Streams as max_streams.
+	AutoStreams bool
 }
 
 // SetWhitelist adds the whitelist, or replaces the one of the same name.
@@ -59,10 +61,15 @@ func (c *ConfigFile) SetWhitelist(w Whitelist) {
 	b.SetAttributeValue("clients", cty.ListVal(clients))
 	b.SetAttributeValue("server", cty.StringVal(w.Server))
 	b.SetAttributeValue("server_port", cty.NumberIntVal(int64(w.ServerPort)))
-	for _, a := range []struct {
+	counts := []struct {
 		name string
 		v    int
-	}{{"streams", w.Streams}, {"chunk_size", w.ChunkSize}, {"queue_length", w.QueueLength}} {
+	}{{"streams", w.Streams}, {"chunk_size", w.ChunkSize}, {"queue_length", w.QueueLength}}
+	if w.AutoStreams {
+		b.SetAttributeValue("streams", cty.StringVal("auto"))
+		counts[0].name = "max_streams"
+	}
+	for _, a := range counts {
 		if a.v > 0 {
 			b.SetAttributeValue(a.name, cty.NumberIntVal(int64(a.v)))
 		}

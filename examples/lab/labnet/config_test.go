@@ -22,6 +22,8 @@ func TestConfigEditsKeepTheFileValid(t *testing.T) {
 		ServerPort: 5400, Streams: 4, ChunkSize: 10000, QueueLength: 5})
 	cf.SetWhitelist(Whitelist{Name: "iperf", Clients: []string{"10.10.1.0/24"}, Server: "10.10.2.10",
 		ServerPort: 5201, Streams: 8, ChunkSize: 60000})
+	cf.SetWhitelist(Whitelist{Name: "bench-auto-60000", Clients: []string{"10.10.1.0/24"}, Server: "10.10.2.10",
+		ServerPort: 5401, Streams: 32, ChunkSize: 60000, AutoStreams: true})
 	if !cf.RemoveWhitelist("http") {
 		t.Error("http whitelist not found")
 	}
@@ -38,13 +40,18 @@ func TestConfigEditsKeepTheFileValid(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, w := range cfg.Whitelists {
-		got[w.Name] = strings.Join([]string{fmt.Sprint(w.Servers), portrange.Join(w.Ports), itoa(w.Streams), itoa(w.ChunkSize), itoa(w.QueueLength)}, " ")
+		streams := itoa(w.Streams)
+		if w.AutoStreams {
+			streams = "auto<=" + streams
+		}
+		got[w.Name] = strings.Join([]string{fmt.Sprint(w.Servers), portrange.Join(w.Ports), streams, itoa(w.ChunkSize), itoa(w.QueueLength)}, " ")
 	}
 	want := map[string]string{
-		"iperf":         "[10.10.2.10/32] 5201 8 60000 0", // queue_length left out: no bound
-		"bench-4-10000": "[10.10.2.10/32] 5400 4 10000 5",
-		"range":         "[10.10.2.8/29] 50000-50063 16 60000 0",
-		"http6":         "[fd10:10:0:2::10/128] 8081 64 60000 0",
+		"iperf":            "[10.10.2.10/32] 5201 8 60000 0", // queue_length left out: no bound
+		"bench-4-10000":    "[10.10.2.10/32] 5400 4 10000 5",
+		"bench-auto-60000": "[10.10.2.10/32] 5401 auto<=32 60000 0",
+		"range":            "[10.10.2.8/29] 50000-50063 16 60000 0",
+		"http6":            "[fd10:10:0:2::10/128] 8081 64 60000 0",
 	}
 	if len(got) != len(want) {
 		t.Errorf("whitelists %v, want %v", got, want)

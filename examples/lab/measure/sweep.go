@@ -15,6 +15,9 @@ const (
 	ModeDirect       = "direct"
 	ModeParallel     = "parallel"
 	ModeSosappliance = "sosappliance"
+	// ModeAuto is sosappliance with streams = "auto": Streams is the
+	// count the session chose (0 if it could not be read).
+	ModeAuto = "sosappliance-auto"
 )
 
 // Point is one cell of the benchmark in one run: a mode, a stream count
@@ -154,7 +157,22 @@ type cellKey struct {
 }
 
 func key(p Point) cellKey {
+	if p.Mode == ModeAuto {
+		// One cell whatever each run chose.
+		return cellKey{p.Mode, 0, p.ChunkSize, max(p.Concurrent, 1)}
+	}
 	return cellKey{p.Mode, p.Streams, p.ChunkSize, max(p.Concurrent, 1)}
+}
+
+// chosen collects the stream counts the auto cells chose over the runs.
+func chosen(points []Point) map[cellKey][]float64 {
+	c := map[cellKey][]float64{}
+	for _, p := range points {
+		if p.Mode == ModeAuto {
+			c[key(p)] = append(c[key(p)], float64(p.Streams))
+		}
+	}
+	return c
 }
 
 // group collects each cell's throughputs over the runs, in Mbit/s.
@@ -172,6 +190,7 @@ func group(points []Point) map[cellKey][]float64 {
 // runs.
 func Medians(points []Point) []Point {
 	g := group(points)
+	counts := chosen(points)
 	seen := map[cellKey]bool{}
 	var out []Point
 	for _, p := range points {
@@ -182,6 +201,9 @@ func Medians(points []Point) []Point {
 		seen[k] = true
 		m := Point{Mode: p.Mode, Streams: p.Streams, ChunkSize: p.ChunkSize, Run: 0}
 		m.Result.ReceivedBps = Summarise(g[k]).Median * 1e6
+		if p.Mode == ModeAuto {
+			m.Streams = int(Summarise(counts[k]).Median + 0.5)
+		}
 		out = append(out, m)
 	}
 	return out
@@ -200,8 +222,10 @@ func WriteTable(w io.Writer, points []Point) error {
 			single = append(single, p)
 		}
 	}
+	auto := false
 	for _, p := range single {
-		if p.Mode == ModeSosappliance && !slices.Contains(chunks, p.ChunkSize) {
+		auto = auto || p.Mode == ModeAuto
+		if (p.Mode == ModeSosappliance || p.Mode == ModeAuto) && !slices.Contains(chunks, p.ChunkSize) {
 			chunks = append(chunks, p.ChunkSize)
 		}
 		if p.Mode == ModeParallel || p.Mode == ModeSosappliance {
@@ -228,6 +252,20 @@ func WriteTable(w io.Writer, points []Point) error {
 		fmt.Fprintf(tw, "%d\t%s\t", n, Summarise(g[cellKey{ModeParallel, n, 0, 1}]))
 		for _, c := range chunks {
 			fmt.Fprintf(tw, "%s\t", Summarise(g[cellKey{ModeSosappliance, n, c, 1}]))
+		}
+		fmt.Fprintln(tw)
+	}
+	if auto {
+		// streams = "auto": the rate, then the counts the runs chose.
+		counts := chosen(single)
+		fmt.Fprint(tw, "auto\t-\t")
+		for _, c := range chunks {
+			k := cellKey{ModeAuto, 0, c, 1}
+			cell := Summarise(g[k]).String()
+			if n := Summarise(counts[k]); n.N > 0 {
+				cell += " @" + Summary{Median: n.Median, Min: n.Min, Max: n.Max, N: n.N}.String()
+			}
+			fmt.Fprintf(tw, "%s\t", cell)
 		}
 		fmt.Fprintln(tw)
 	}

@@ -150,3 +150,39 @@ func TestSharingTable(t *testing.T) {
 		t.Errorf("no sharing sweep printed %q (%v)", none.String(), err)
 	}
 }
+
+// TestAutoRow: the streams = "auto" cells make one row of the table, the
+// rate and the stream counts the runs chose, whatever each chose; the
+// median point carries the median count.
+func TestAutoRow(t *testing.T) {
+	pt := func(mode string, streams, chunk, run int, mbps float64) Point {
+		return Point{Mode: mode, Streams: streams, ChunkSize: chunk, Run: run, Result: Result{ReceivedBps: mbps * 1e6}}
+	}
+	points := []Point{
+		pt(ModeParallel, 16, 0, 1, 480), pt(ModeSosappliance, 16, 60000, 1, 440), pt(ModeAuto, 16, 60000, 1, 455),
+		pt(ModeParallel, 16, 0, 2, 490), pt(ModeSosappliance, 16, 60000, 2, 450), pt(ModeAuto, 32, 60000, 2, 465),
+	}
+	var table bytes.Buffer
+	if err := WriteTable(&table, points); err != nil {
+		t.Fatal(err)
+	}
+	want := `  streams    iperf3 -P N            sos chunk 60000
+       16  485 (480-490)              445 (440-450)
+     auto              -  460 (455-465) @24 (16-32)
+`
+	if table.String() != want {
+		t.Errorf("table:\n%s\nwant:\n%s", table.String(), want)
+	}
+	var csvb bytes.Buffer
+	if err := WriteCSV(&csvb, points); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadCSV(&csvb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Medians(back)
+	if len(m) != 3 || m[2].Mode != ModeAuto || m[2].Streams != 24 || m[2].Result.ReceivedBps != 460e6 {
+		t.Errorf("medians %+v", m)
+	}
+}

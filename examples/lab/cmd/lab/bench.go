@@ -36,6 +36,7 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	concurrentFlag := fs.String("concurrent", "", "sharing sweep: concurrent connection counts K (e.g. 2,4,8), each connection its own sosappliance session")
 	concStreams := fs.Int("concurrent-streams", 16, "stripes of each session in the sharing sweep")
 	concChunk := fs.Int("concurrent-chunk", 60000, "chunk size of each session in the sharing sweep")
+	autoMax := fs.Int("auto-max", 64, `the auto column: one session per chunk size with streams = "auto" and this max_streams; 0 leaves it out`)
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -55,6 +56,9 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if *runs < 1 {
 		return fmt.Errorf("--runs %d: want at least one run", *runs)
+	}
+	if *autoMax < 0 {
+		return fmt.Errorf("--auto-max %d: want a stream count, or 0 for no auto column", *autoMax)
 	}
 	if *concStreams < 1 || *concChunk < 1 {
 		return fmt.Errorf("--concurrent-streams and --concurrent-chunk must be positive")
@@ -83,6 +87,8 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		wl             labnet.Whitelist
 		// sharingOnly: the sharing sweep's shape, not in the main sweep.
 		sharingOnly bool
+		// auto: streams = "auto" with max_streams streams.
+		auto bool
 	}
 	var cells []cell
 	if opts.Sosappliance != "" {
@@ -95,7 +101,17 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				cells = append(cells, cell{streams: n, chunk: c, wl: wl})
 			}
 		}
-		if len(concurrent) > 0 && !slices.ContainsFunc(cells, func(c cell) bool { return c.streams == *concStreams && c.chunk == *concChunk }) {
+		for _, c := range chunks {
+			if *autoMax == 0 {
+				break
+			}
+			wl := base
+			wl.Name = fmt.Sprintf("bench-auto-c%d", c)
+			wl.ServerPort = benchBasePort + len(cells)
+			wl.Streams, wl.ChunkSize, wl.AutoStreams = *autoMax, c, true
+			cells = append(cells, cell{streams: *autoMax, chunk: c, wl: wl, auto: true})
+		}
+		if len(concurrent) > 0 && !slices.ContainsFunc(cells, func(c cell) bool { return !c.auto && c.streams == *concStreams && c.chunk == *concChunk }) {
 			wl := base
 			wl.Name = fmt.Sprintf("bench-s%d-c%d", *concStreams, *concChunk)
 			wl.ServerPort = benchBasePort + len(cells)
@@ -141,16 +157,25 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		sweep = append(sweep, job{measure.Point{Mode: measure.ModeParallel, Streams: n},
 			measure.Transfer{Label: fmt.Sprintf("iperf3 -P %d", n), Port: tf.directPort, Parallel: n}})
 		for _, c := range cells {
-			if c.streams == n && !c.sharingOnly {
+			if c.streams == n && !c.sharingOnly && !c.auto {
 				sweep = append(sweep, job{measure.Point{Mode: measure.ModeSosappliance, Streams: n, ChunkSize: c.chunk},
 					measure.Transfer{Label: fmt.Sprintf("sosappliance %d streams, chunk %d", n, c.chunk), Port: c.wl.ServerPort, Parallel: 1}})
 			}
 		}
 	}
+	// The auto column: the session chooses its stream count.
+	autoWhitelist := map[int]string{}
+	for _, c := range cells {
+		if c.auto {
+			autoWhitelist[c.chunk] = c.wl.Name
+			sweep = append(sweep, job{measure.Point{Mode: measure.ModeAuto, ChunkSize: c.chunk},
+				measure.Transfer{Label: fmt.Sprintf("sosappliance auto streams (max %d), chunk %d", c.streams, c.chunk), Port: c.wl.ServerPort, Parallel: 1}})
+		}
+	}
 	// The sharing sweep: K connections at once, each its own session; its
 	// baselines are iperf3 -P K and one session of the same shape alone.
 	for _, c := range cells {
-		if c.streams != *concStreams || c.chunk != *concChunk || len(concurrent) == 0 {
+		if c.auto || c.streams != *concStreams || c.chunk != *concChunk || len(concurrent) == 0 {
 			continue
 		}
 		if c.sharingOnly {
@@ -183,8 +208,24 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		j.tr.Duration, j.tr.Omit = tf.duration, tf.omit
 		label := fmt.Sprintf("[%2d/%d] %s", i+1, len(jobs), j.tr.Label)
 		bar := newProgressBar(stdout, label)
-		res, err := measure.Run(ctx, lab, j.tr, bar.update)
+		update := bar.update
+		chosen := 0
+		if j.point.Mode == measure.ModeAuto {
+			// The count the session chose, from the agents' status
+			// while it runs (it ends with the transfer).
+			update = func(s measure.Sample) {
+				bar.update(s)
+				if s.Flowing {
+					chosen = max(chosen, autoChosen(ctx, lab, autoWhitelist[j.point.ChunkSize]))
+				}
+			}
+		}
+		res, err := measure.Run(ctx, lab, j.tr, update)
 		bar.finish(res, err)
+		if j.point.Mode == measure.ModeAuto {
+			j.point.Streams = chosen
+			fmt.Fprintf(stdout, "  auto chose %d streams\n", chosen)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return err
@@ -239,6 +280,12 @@ func benchChart(points []measure.Point, wan labnet.WAN) plot.Chart {
 			continue
 		case measure.ModeParallel:
 			name = "end-host parallel, iperf3 -P N"
+		case measure.ModeAuto:
+			// At the stream count it chose (median over the runs).
+			if p.Streams == 0 {
+				continue
+			}
+			name = fmt.Sprintf("sosappliance auto, chunk %d", p.ChunkSize)
 		default:
 			name = fmt.Sprintf("sosappliance, chunk %d", p.ChunkSize)
 		}
@@ -259,6 +306,21 @@ func benchChart(points []measure.Point, wan labnet.WAN) plot.Chart {
 		c.Levels = append(c.Levels, plot.Level{Name: "link " + labnet.FormatRate(float64(wan.Rate)), Color: plot.Palette[5], Y: float64(wan.Rate) / 1e6})
 	}
 	return c
+}
+
+// autoChosen is the most streams a live session of the whitelist chose at
+// any agent of the lab, 0 if none could be read.
+func autoChosen(ctx context.Context, lab *labnet.Lab, whitelist string) int {
+	chosen := 0
+	for _, n := range lab.Nodes() {
+		if n.Agent == nil {
+			continue
+		}
+		if c, err := lab.AutoStreamsChosen(ctx, n.Name, whitelist); err == nil {
+			chosen = max(chosen, c)
+		}
+	}
+	return chosen
 }
 
 func writeFile(path string, write func(io.Writer) error) error {

@@ -33,6 +33,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"bench-wan", "--streams", "1,x"}, 1, "--streams"},
 		{[]string{"bench-wan", "--concurrent", "4,0"}, 1, "--concurrent"},
 		{[]string{"bench-wan", "--runs", "0"}, 1, "--runs 0"},
+		{[]string{"bench-wan", "--auto-max", "-1"}, 1, "--auto-max -1"},
 		{[]string{"demo", "--kill-streams", "many"}, 2, "kill-streams"},
 		{[]string{"demo", "-h"}, 0, "-kill-streams"},
 		{[]string{"up", "-h"}, 0, "-rtt"},
