@@ -126,6 +126,7 @@ var (
 	descReplaced   = prometheus.NewDesc("sosappliance_streams_replaced_total", "Lost stripe streams replaced by an authenticated join.", nil, nil)
 	descReinjected = prometheus.NewDesc("sosappliance_reinjected_bytes_total", "Payload bytes sent again on surviving streams after their stream was lost.", nil, nil)
 	descDuplicates = prometheus.NewDesc("sosappliance_duplicate_frames_total", "Authenticated duplicate frames dropped by a receiver.", nil, nil)
+	descHeadOfLine = prometheus.NewDesc("sosappliance_head_of_line_reinjected_bytes_total", "Payload bytes sent again on a healthy stream while the stream carrying them was in loss recovery and delivery waited for them.", nil, nil)
 	poolLabels     = []string{"agent", "peer"}
 	descPoolIdle   = prometheus.NewDesc("sosappliance_pool_idle_streams", "Idle authenticated streams in a client-side agent's warm pool toward a far agent.", poolLabels, nil)
 	descPoolClaims = prometheus.NewDesc("sosappliance_pool_claims_total", "Pooled streams bound to new sessions.", poolLabels, nil)
@@ -138,7 +139,7 @@ type liveCollector struct{ live func() liveStats }
 
 func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descBytes, descThroughput, descReorder, descStalls, descAborts, descFlowMods, descSwitches, descAgentsDown,
-		descFallbacks, descRefusals, descHSFailures, descMemory, descLost, descReplaced, descReinjected, descDuplicates,
+		descFallbacks, descRefusals, descHSFailures, descMemory, descLost, descReplaced, descReinjected, descDuplicates, descHeadOfLine,
 		descAgentUp, descAgentSess, descAgentShare,
 		descPoolIdle, descPoolClaims, descPoolMisses, descPoolRefill, descPoolDied} {
 		ch <- d
@@ -186,6 +187,7 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReplaced, prometheus.CounterValue, float64(s.LostStreams.Replaced))
 	ch <- prometheus.MustNewConstMetric(descReinjected, prometheus.CounterValue, float64(s.LostStreams.ReinjectedBytes))
 	ch <- prometheus.MustNewConstMetric(descDuplicates, prometheus.CounterValue, float64(s.LostStreams.DuplicatesDropped))
+	ch <- prometheus.MustNewConstMetric(descHeadOfLine, prometheus.CounterValue, float64(s.LostStreams.HeadOfLineBytes))
 	for _, p := range s.Pools {
 		ch <- prometheus.MustNewConstMetric(descPoolIdle, prometheus.GaugeValue, float64(p.Idle), p.Agent, p.Peer)
 		ch <- prometheus.MustNewConstMetric(descPoolClaims, prometheus.CounterValue, float64(p.Claims), p.Agent, p.Peer)

@@ -86,7 +86,20 @@ type chunk struct {
 	sealed  bool
 	ackedBy bool
 	resent  bool
+	// Head-of-line reinjection (see watchBlocking), guarded by sendMu
+	// like the fields above and written by a writer only while busy:
+	// when its last write returned and where it lies in that stream's
+	// bytes, every live stream that sealed it (none may seal it again:
+	// one key, one nonce), and whether it was reinjected already (once
+	// at most).
+	sentAt           time.Time
+	startOff, endOff uint64
+	sealedOn         []*stream
+	hol              bool
 }
+
+// sealedBy reports whether st sealed the chunk before (under st's key).
+func (c *chunk) sealedBy(st *stream) bool { return slices.Contains(c.sealedOn, st) }
 
 func (c *chunk) payload() []byte { return c.buf[stripe.HeaderSize : stripe.HeaderSize+c.n] }
 
@@ -195,6 +208,15 @@ type session struct {
 	resentFrames   atomic.Uint64
 	resentBytes    atomic.Uint64
 	duplicates     atomic.Uint64
+	// Head-of-line reinjection: frames (and payload bytes) sent again on
+	// a healthy stream while the stream carrying them was in loss
+	// recovery, and when an ACK last moved (unix nanoseconds).
+	holFrames   atomic.Uint64
+	holBytes    atomic.Uint64
+	lastAckMove atomic.Int64
+	// pathRTT is the largest smoothed RTT of the streams, from
+	// housekeeping (nanoseconds).
+	pathRTT atomic.Int64
 
 	// mu guards the reassembler and the wait/wake state around it, the
 	// join state, and the abort flag.
@@ -223,16 +245,23 @@ type session struct {
 	stalls         atomic.Uint64
 
 	// Touched by housekeeping only.
-	lastProgress   time.Time
-	lastSent       uint64
-	lastDelivered  uint64
-	lastTick       time.Time
-	stallCounted   time.Time
-	rateSent       atomic.Uint64 // float64 bits, bit/s
-	rateDelivered  atomic.Uint64
-	lastArrived    uint64    // frames read from the streams at the last tick
-	checkArrived   uint64    // ... at the window's last growth check
-	arrivalPeak    float64   // frames/s: the highest recent arrival rate, decaying
+	lastProgress  time.Time
+	lastSent      uint64
+	lastDelivered uint64
+	lastTick      time.Time
+	stallCounted  time.Time
+	rateSent      atomic.Uint64 // float64 bits, bit/s
+	rateDelivered atomic.Uint64
+	lastArrived   uint64  // frames read from the streams at the last tick
+	checkArrived  uint64  // ... at the window's last growth check
+	arrivalPeak   float64 // frames/s: the highest recent arrival rate, decaying
+	// The last arrivalTicks ticks' arrivals and lengths, over which the
+	// arrival rate is measured.
+	arrivalRing [arrivalTicks]struct {
+		frames uint64
+		dt     float64
+	}
+	arrivalTick    int
 	lastGrowCheck  time.Time // the window's last growth check
 	wg             sync.WaitGroup
 	finishOnce     sync.Once
@@ -387,14 +416,29 @@ const (
 	// arrivalDecay is what the arrival rate's peak keeps per housekeeping
 	// tick (a half-life of about 3.5 s at 250 ms).
 	arrivalDecay = 0.95
+	// arrivalTicks is how many housekeeping ticks (about a second) the
+	// arrival rate is measured over. Over one tick, the burst a stream
+	// delivers once its loss is repaired (a round trip of its frames at
+	// once) and readers catching up after a pause counted as the path's
+	// rate: a 64-stream window grew to 2,711 frames (163 MB) where a few
+	// hundred did.
+	arrivalTicks = 4
 )
 
 // noteArrivals updates the arrival rate's decaying peak; housekeeping only.
 func (s *session) noteArrivals(dt float64) {
 	arrived := s.framesArrived.Load()
-	rate := float64(arrived-s.lastArrived) / dt
+	r := &s.arrivalRing[s.arrivalTick%arrivalTicks]
+	r.frames, r.dt = arrived-s.lastArrived, dt
+	s.arrivalTick++
 	s.lastArrived = arrived
-	s.arrivalPeak = max(rate, s.arrivalPeak*arrivalDecay)
+	var frames uint64
+	var span float64
+	for _, r := range s.arrivalRing {
+		frames += r.frames
+		span += r.dt
+	}
+	s.arrivalPeak = max(float64(frames)/span, s.arrivalPeak*arrivalDecay)
 }
 
 // growWindow is the receive window's autotuning, from housekeeping.
@@ -523,10 +567,11 @@ func (s *session) start() {
 	s.mu.Unlock()
 	a := s.agent
 	a.log.Debug("relay: session established", s.logAttrs()...)
-	s.wg.Add(3 + 2*live)
+	s.wg.Add(4 + 2*live)
 	go s.readHost()
 	go s.writeHost()
 	go s.supervise()
+	go s.watchBlocking()
 	for _, st := range streams {
 		if st == nil {
 			continue
@@ -770,6 +815,7 @@ func (s *session) growRetention() {
 // sequence order).
 func (s *session) retain(c *chunk) {
 	c.on, c.busy, c.sealed, c.ackedBy, c.resent = nil, false, false, false, false
+	c.sentAt, c.startOff, c.endOff, c.sealedOn, c.hol = time.Time{}, 0, 0, c.sealedOn[:0], false
 	s.sendMu.Lock()
 	s.retained = append(s.retained, c)
 	s.sendMu.Unlock()
@@ -797,6 +843,7 @@ func (s *session) acknowledged(acked uint64) {
 		if len(s.retained) == 0 {
 			s.retained = s.retained[:0:0]
 		}
+		s.lastAckMove.Store(time.Now().UnixNano())
 	}
 	s.sendMu.Unlock()
 	if s.sendFin.Load() && acked > s.finSeq.Load() && !s.finAcked.Swap(true) {
@@ -927,7 +974,7 @@ func (s *session) writeHost() {
 			err = s.updateGapLocked()
 		}
 		next := s.reasm.Next()
-		ackStep := uint64(max(s.window/8, 1))
+		ackStep := uint64(min(max(s.window/8, 1), maxAckStep))
 		if !fin {
 			s.grantLocked()
 		}
@@ -958,6 +1005,13 @@ func (s *session) writeHost() {
 // frames; an ACK each time would be a packet per frame on the reverse
 // path, and a sender waiting on its retention loses at most this long.
 const idleAckSpacing = 10 * time.Millisecond
+
+// maxAckStep bounds how many frames delivery may move before it wakes a
+// writer for an ACK: the sender judges a frame overdue by how long it
+// stays unacknowledged (watchBlocking), so ACKs must not lag delivery by
+// much more than the idle spacing. 16 frames of 60000 bytes are 15 ms of
+// a 500 Mbit/s session.
+const maxAckStep = 16
 
 // wakeControl asks a writer to send control frames (CREDIT, ACK).
 func (s *session) wakeControl() {
@@ -1012,6 +1066,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 {
 		s.rateSent.Store(f64bits(float64(sent-s.lastSent) * 8 / dt))
 		s.rateDelivered.Store(f64bits(float64(delivered-s.lastDelivered) * 8 / dt))
+		var rtt time.Duration
 		for _, st := range s.establishedStreams() {
 			bs, br := st.bytesSent.Load(), st.bytesRecv.Load()
 			st.rateSent.Store(f64bits(float64(bs-st.prevSent) * 8 / dt))
@@ -1019,7 +1074,11 @@ func (s *session) tick(now time.Time, lim Limits) {
 			st.prevSent, st.prevRecv = bs, br
 			if info, ok := readTCPInfo(st.conn); ok {
 				st.tuneLowat(info)
+				rtt = max(rtt, info.rtt)
 			}
+		}
+		if rtt > 0 {
+			s.pathRTT.Store(int64(rtt))
 		}
 	}
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 && s.established.Load() {
@@ -1250,12 +1309,15 @@ func (st *stream) writeLoop() {
 			return
 		}
 		batch = batch[:0]
-		batch = s.takeResend(st, batch)
+		// In recovery: new chunks, and chunks taken back from a stream in
+		// recovery, are left to the healthy streams.
+		troubled := sendq != nil && st.troubled() && s.healthy.Load() > 0
+		batch = s.takeResend(st, batch, troubled)
 		control := false
 		if len(batch) == 0 {
-			if sendq != nil && st.troubled() && s.healthy.Load() > 0 {
-				// In recovery: leave new chunks to the healthy streams and
-				// look again shortly.
+			if troubled {
+				// Look again shortly (frames of a lost stream, which it
+				// may take, wake no troubled writer: at most a probe late).
 				if probe == nil {
 					probe = time.NewTimer(troubleProbe)
 				} else {
@@ -1264,8 +1326,9 @@ func (st *stream) writeLoop() {
 				select {
 				case <-probe.C:
 					continue
-				case <-s.resendWake:
-					continue
+				case <-s.completeCh:
+					st.finishWrite()
+					return
 				case <-st.dead:
 					return
 				case <-s.abortCh:
@@ -1316,6 +1379,7 @@ func (st *stream) writeLoop() {
 		}
 		iov = iov[:0]
 		var wire uint64
+		base := st.bytesSent.Load() // this writer alone adds to it
 		// Control frames ride with whatever this writer sends.
 		if credit := s.creditPending.Load(); credit > s.creditSent.Load() {
 			frame, err := st.sealControl(st.ctlBuf[:], stripe.FrameCredit, credit)
@@ -1351,9 +1415,15 @@ func (st *stream) writeLoop() {
 				s.abort(AbortProtocol, &StreamError{Stream: st.index, Op: "seal", Err: err})
 				return
 			}
-			c.sealed = true // only this writer touches a busy chunk's buffer
+			// Only this writer touches a busy chunk's buffer and fields.
+			c.sealed = true
+			if !c.sealedBy(st) {
+				c.sealedOn = append(c.sealedOn, st)
+			}
+			c.startOff = base + wire
 			iov = append(iov, frame)
 			wire += uint64(len(frame))
+			c.endOff = base + wire
 		}
 		var err error
 		if len(iov) == 1 {
@@ -1366,7 +1436,7 @@ func (st *stream) writeLoop() {
 			st.lose(&StreamError{Stream: st.index, Op: "write", Err: err})
 			return
 		}
-		s.written(batch)
+		s.written(batch, time.Now())
 		st.bytesSent.Add(wire)
 		st.framesSent.Add(uint64(len(batch)))
 		batch = batch[:0]
@@ -1429,27 +1499,35 @@ func (s *session) claim(st *stream, batch []*chunk) []*chunk {
 	return out
 }
 
-// takeResend takes frames waiting to be sent again, up to a batch.
-func (s *session) takeResend(st *stream, batch []*chunk) []*chunk {
+// takeResend takes frames waiting to be sent again, up to a batch, in
+// sequence order. It leaves a frame this stream sealed before (its key
+// never seals one nonce twice) and, when troubled, frames taken back from
+// a stream in recovery, to the other writers.
+func (s *session) takeResend(st *stream, batch []*chunk, troubled bool) []*chunk {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	if len(s.resend) == 0 {
 		return batch
 	}
-	k := 0
-	for k < len(s.resend) && len(batch) < maxWriteFrames {
-		c := s.resend[k]
-		s.resend[k] = nil
-		k++
-		if c.ackedBy {
+	keep := s.resend[:0]
+	took := 0
+	for _, c := range s.resend {
+		switch {
+		case c.ackedBy:
 			s.sendPool.put(c)
-			continue
+		case len(batch) >= maxWriteFrames || c.sealedBy(st) || c.hol && troubled:
+			keep = append(keep, c)
+		default:
+			c.on, c.busy = st, true
+			batch = append(batch, c)
+			took++
 		}
-		c.on, c.busy = st, true
-		batch = append(batch, c)
 	}
-	s.resend = s.resend[k:]
-	if len(s.resend) > 0 {
+	clear(s.resend[len(keep):])
+	s.resend = keep
+	if took > 0 && len(keep) > 0 {
+		// More for the others; a writer that could take none wakes no
+		// one (it would wake itself): watchBlocking wakes them again.
 		select {
 		case s.resendWake <- struct{}{}:
 		default:
@@ -1458,12 +1536,12 @@ func (s *session) takeResend(st *stream, batch []*chunk) []*chunk {
 	return batch
 }
 
-// written releases a batch after its write: frames stay retained until
-// acknowledged, unless an ACK came meanwhile.
-func (s *session) written(batch []*chunk) {
+// written releases a batch after its write at now: frames stay retained
+// until acknowledged, unless an ACK came meanwhile.
+func (s *session) written(batch []*chunk, now time.Time) {
 	s.sendMu.Lock()
 	for _, c := range batch {
-		c.busy = false
+		c.busy, c.sentAt = false, now
 		if c.ackedBy {
 			s.sendPool.put(c)
 		}
@@ -1478,7 +1556,7 @@ func (st *stream) writerExit(batch []*chunk) {
 	s := st.s
 	defer st.exited()
 	if !st.isLost() {
-		s.written(batch)
+		s.written(batch, time.Now())
 		return
 	}
 	if !st.inTrouble {
