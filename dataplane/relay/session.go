@@ -255,12 +255,8 @@ type session struct {
 	lastArrived   uint64  // frames read from the streams at the last tick
 	checkArrived  uint64  // ... at the window's last growth check
 	arrivalPeak   float64 // frames/s: the highest recent arrival rate, decaying
-	// The last arrivalTicks ticks' arrivals and lengths, over which the
-	// arrival rate is measured.
-	arrivalRing [arrivalTicks]struct {
-		frames uint64
-		dt     float64
-	}
+	// The arrival rates (frames/s) of the last arrivalTicks ticks.
+	arrivalRing    [arrivalTicks]float64
 	arrivalTick    int
 	lastGrowCheck  time.Time // the window's last growth check
 	wg             sync.WaitGroup
@@ -416,29 +412,27 @@ const (
 	// arrivalDecay is what the arrival rate's peak keeps per housekeeping
 	// tick (a half-life of about 3.5 s at 250 ms).
 	arrivalDecay = 0.95
-	// arrivalTicks is how many housekeeping ticks (about a second) the
-	// arrival rate is measured over. Over one tick, the burst a stream
-	// delivers once its loss is repaired (a round trip of its frames at
-	// once) and readers catching up after a pause counted as the path's
-	// rate: a 64-stream window grew to 2,711 frames (163 MB) where a few
-	// hundred did.
-	arrivalTicks = 4
+	// arrivalTicks is how many housekeeping ticks the arrival rate is
+	// taken over: the median of their rates. One tick's rate counts as
+	// the path's rate the burst a stream delivers once its loss is
+	// repaired (a round trip of its frames at once), and readers catching
+	// up after a pause: 64-stream windows grew to 2,711 and 3,026 frames
+	// (163 and 182 MB) on the lab's 500 Mbit/s path, whose arrivals then
+	// peaked at three times the link rate for one tick. The median drops
+	// such a tick and lags a rising rate by one tick only.
+	arrivalTicks = 3
 )
 
 // noteArrivals updates the arrival rate's decaying peak; housekeeping only.
 func (s *session) noteArrivals(dt float64) {
 	arrived := s.framesArrived.Load()
-	r := &s.arrivalRing[s.arrivalTick%arrivalTicks]
-	r.frames, r.dt = arrived-s.lastArrived, dt
+	s.arrivalRing[s.arrivalTick%arrivalTicks] = float64(arrived-s.lastArrived) / dt
 	s.arrivalTick++
 	s.lastArrived = arrived
-	var frames uint64
-	var span float64
-	for _, r := range s.arrivalRing {
-		frames += r.frames
-		span += r.dt
-	}
-	s.arrivalPeak = max(float64(frames)/span, s.arrivalPeak*arrivalDecay)
+	rates := s.arrivalRing
+	n := min(s.arrivalTick, arrivalTicks) // the ticks measured so far
+	slices.Sort(rates[:n])
+	s.arrivalPeak = max(rates[n/2], s.arrivalPeak*arrivalDecay)
 }
 
 // growWindow is the receive window's autotuning, from housekeeping.
@@ -1284,8 +1278,9 @@ func (st *stream) tuneLowat(info tcpInfo) {
 // That is the scheduler: TCP_NOTSENT_LOWAT keeps a stream's write waiting
 // while its socket holds unsent data above the mark, so only streams that
 // would send a chunk at once pull one, and a stream in loss recovery pulls
-// nothing new while another stream is healthy. Frames to send again after
-// a stream was lost go first. Writers also carry the CREDIT and ACK
+// nothing new while a quarter of the streams is healthy. Frames to send
+// again (after a stream was lost, or taken back from a stream in recovery:
+// see watchBlocking) go first. Writers also carry the CREDIT and ACK
 // frames of the receive direction, whichever is free first.
 func (st *stream) writeLoop() {
 	s := st.s
@@ -1310,8 +1305,14 @@ func (st *stream) writeLoop() {
 		}
 		batch = batch[:0]
 		// In recovery: new chunks, and chunks taken back from a stream in
-		// recovery, are left to the healthy streams.
-		troubled := sendq != nil && st.troubled() && s.healthy.Load() > 0
+		// recovery, are left to the healthy streams, as long as a quarter
+		// of the streams is healthy. A loss burst in the WAN's queue can
+		// put nearly all streams in recovery at once (60 of 64 in the
+		// lab), and the few left, each paced at its share of the path,
+		// cannot carry the session: it then fell to nothing for a
+		// quarter second while the recovering streams (BBR keeps sending
+		// through recovery) could have carried it.
+		troubled := sendq != nil && st.troubled() && 4*int(s.healthy.Load()) >= s.n
 		batch = s.takeResend(st, batch, troubled)
 		control := false
 		if len(batch) == 0 {
