@@ -387,33 +387,3 @@ func TestGrantBefore(t *testing.T) {
 		t.Errorf("grant before the history: %d, want the oldest kept %d", g, want)
 	}
 }
-
-// TestArrivalRateIgnoresBursts: the window's growth bound takes the
-// arrival rate as the median of the last ticks, so the one tick in which
-// a repaired stream (or a reader catching up) delivers a burst does not
-// count as the path's rate, while a rate that rises is followed.
-func TestArrivalRateIgnoresBursts(t *testing.T) {
-	s := &session{}
-	tick := func(frames uint64) float64 {
-		s.framesArrived.Add(frames)
-		s.noteArrivals(0.25)
-		return s.arrivalPeak
-	}
-	if got := tick(100); got != 400 {
-		t.Fatalf("first tick: %v frames/s, want 400", got)
-	}
-	tick(100)
-	if got := tick(1000); got != 400 {
-		t.Errorf("after a burst tick: %v frames/s, want 400 (the median)", got)
-	}
-	tick(200)
-	if got := tick(200); got != 800 {
-		t.Errorf("after the rate rose: %v frames/s, want 800", got)
-	}
-	// The peak decays, slowly, once the rate falls.
-	tick(10)
-	tick(10)
-	if got := tick(10); got >= 800 || got < 800*arrivalDecay*arrivalDecay*arrivalDecay-1e-9 {
-		t.Errorf("after the rate fell: %v frames/s, want the peak decaying from 800", got)
-	}
-}

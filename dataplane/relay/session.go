@@ -245,19 +245,16 @@ type session struct {
 	stalls         atomic.Uint64
 
 	// Touched by housekeeping only.
-	lastProgress  time.Time
-	lastSent      uint64
-	lastDelivered uint64
-	lastTick      time.Time
-	stallCounted  time.Time
-	rateSent      atomic.Uint64 // float64 bits, bit/s
-	rateDelivered atomic.Uint64
-	lastArrived   uint64  // frames read from the streams at the last tick
-	checkArrived  uint64  // ... at the window's last growth check
-	arrivalPeak   float64 // frames/s: the highest recent arrival rate, decaying
-	// The arrival rates (frames/s) of the last arrivalTicks ticks.
-	arrivalRing    [arrivalTicks]float64
-	arrivalTick    int
+	lastProgress   time.Time
+	lastSent       uint64
+	lastDelivered  uint64
+	lastTick       time.Time
+	stallCounted   time.Time
+	rateSent       atomic.Uint64 // float64 bits, bit/s
+	rateDelivered  atomic.Uint64
+	lastArrived    uint64    // frames read from the streams at the last tick
+	checkArrived   uint64    // ... at the window's last growth check
+	arrivalPeak    float64   // frames/s: the highest recent arrival rate, decaying
 	lastGrowCheck  time.Time // the window's last growth check
 	wg             sync.WaitGroup
 	finishOnce     sync.Once
@@ -412,27 +409,22 @@ const (
 	// arrivalDecay is what the arrival rate's peak keeps per housekeeping
 	// tick (a half-life of about 3.5 s at 250 ms).
 	arrivalDecay = 0.95
-	// arrivalTicks is how many housekeeping ticks the arrival rate is
-	// taken over: the median of their rates. One tick's rate counts as
-	// the path's rate the burst a stream delivers once its loss is
-	// repaired (a round trip of its frames at once), and readers catching
-	// up after a pause: 64-stream windows grew to 2,711 and 3,026 frames
-	// (163 and 182 MB) on the lab's 500 Mbit/s path, whose arrivals then
-	// peaked at three times the link rate for one tick. The median drops
-	// such a tick and lags a rising rate by one tick only.
-	arrivalTicks = 3
+	// The peak is one tick's rate, bursts included. A burst (a repaired
+	// stream delivering a round trip of its frames at once) inflates it
+	// and 64-stream windows overshoot (2,711 and 3,026 frames, 163 and
+	// 182 MB, on the lab's 500 Mbit/s path); but a session limited by its
+	// window arrives in bursts too, so smoothing the rate (the mean over a
+	// second, the median of three ticks: both tried in the lab) kept those
+	// windows at 530-1,030 frames, the sender always waiting for credit
+	// and the session at 230-290 Mbit/s instead of about 400.
 )
 
 // noteArrivals updates the arrival rate's decaying peak; housekeeping only.
 func (s *session) noteArrivals(dt float64) {
 	arrived := s.framesArrived.Load()
-	s.arrivalRing[s.arrivalTick%arrivalTicks] = float64(arrived-s.lastArrived) / dt
-	s.arrivalTick++
+	rate := float64(arrived-s.lastArrived) / dt
 	s.lastArrived = arrived
-	rates := s.arrivalRing
-	n := min(s.arrivalTick, arrivalTicks) // the ticks measured so far
-	slices.Sort(rates[:n])
-	s.arrivalPeak = max(rates[n/2], s.arrivalPeak*arrivalDecay)
+	s.arrivalPeak = max(rate, s.arrivalPeak*arrivalDecay)
 }
 
 // growWindow is the receive window's autotuning, from housekeeping.

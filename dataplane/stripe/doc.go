@@ -186,9 +186,7 @@
 // arrived within a round trip) and delivery to the end host ran dry
 // meanwhile. Each growth at most doubles the window, and never takes it
 // beyond four times the highest recent arrival rate (frames read from the
-// streams in any order; this implementation takes the median of three
-// quarter-second rates, so the burst a stream delivers once its loss is
-// repaired does not count as the path's rate) x that RTT, nor beyond its session memory cap, the
+// streams in any order) x that RTT, nor beyond its session memory cap, the
 // agent's memory cap, 2^20 frames and, when the hello's queue length is
 // not 0, queue length x streams frames (never below the initial window).
 // A session limited by its end host never runs dry and does not grow. The
