@@ -387,3 +387,36 @@ func TestGrantBefore(t *testing.T) {
 		t.Errorf("grant before the history: %d, want the oldest kept %d", g, want)
 	}
 }
+
+// TestPeerWindows: a session may grow its window to the largest of the
+// sessions that share its path (same peer, same side), so one that
+// started later is not held below the first for ever; sessions with
+// another peer or on the other side do not count.
+func TestPeerWindows(t *testing.T) {
+	mk := func(peer string, sd side, frames int64, chunk int) *session {
+		s := &session{sessionParams: sessionParams{peer: peer, side: sd, chunkSize: chunk}}
+		s.windowNow.Store(frames)
+		return s
+	}
+	first := mk("agent-b", clientSide, 1390, 60000)
+	late := mk("agent-b", clientSide, 101, 60000)
+	other := mk("agent-c", clientSide, 5000, 60000)
+	server := mk("agent-b", serverSide, 7000, 60000)
+	small := mk("agent-b", clientSide, 300, 1000)
+	notePeerWindows([]*session{first, late, other, server, small})
+	for _, c := range []struct {
+		name string
+		s    *session
+		want int64
+	}{
+		{"first", first, 1390 * 60000},
+		{"late", late, 1390 * 60000},
+		{"small chunks", small, 1390 * 60000},
+		{"other peer", other, 5000 * 60000},
+		{"other side", server, 7000 * 60000},
+	} {
+		if got := c.s.peerWindow.Load(); got != c.want {
+			t.Errorf("%s: peer window %d bytes, want %d", c.name, got, c.want)
+		}
+	}
+}

@@ -217,6 +217,10 @@ type session struct {
 	// pathRTT is the largest smoothed RTT of the streams, from
 	// housekeeping (nanoseconds).
 	pathRTT atomic.Int64
+	// peerWindow is the largest receive window, in bytes, of this agent's
+	// sessions with the same peer and side (the same path), from
+	// housekeeping: a session limited by its window may grow to it.
+	peerWindow atomic.Int64
 
 	// mu guards the reassembler and the wait/wake state around it, the
 	// join state, and the abort flag.
@@ -457,7 +461,13 @@ func (s *session) growWindow(now time.Time) {
 	if !limited || !drained || window >= capacity {
 		return
 	}
-	bound := growthRTTs * s.arrivalPeak * rtt.Seconds()
+	// Sessions sharing the path may grow to the largest window among them
+	// whatever their own arrival rate: the rate a session gets is bounded
+	// by its window, so a session that started later (or lost more) would
+	// otherwise stay below the one that grew first, for ever (the window
+	// never shrinks). Four lab sessions of 16 stripes held windows of
+	// 101, 250, 314 and 1,390 frames and got 30 to 78 Mbit/s each.
+	bound := max(growthRTTs*s.arrivalPeak*rtt.Seconds(), float64(s.peerWindow.Load()/int64(s.chunkSize)))
 	if bound <= float64(window) {
 		return
 	}
@@ -2035,3 +2045,20 @@ func (sp *sizedPools) pool(size int) *sync.Pool {
 
 func (sp *sizedPools) get(size int) *chunk { return sp.pool(size).Get().(*chunk) }
 func (sp *sizedPools) put(c *chunk)        { sp.pool(len(c.buf)).Put(c) }
+
+// notePeerWindows gives every session the largest receive window (bytes)
+// among the sessions with its peer and side; housekeeping only.
+func notePeerWindows(list []*session) {
+	type path struct {
+		peer string
+		side side
+	}
+	most := make(map[path]int64, 4)
+	for _, s := range list {
+		k := path{s.peer, s.side}
+		most[k] = max(most[k], s.windowNow.Load()*int64(s.chunkSize))
+	}
+	for _, s := range list {
+		s.peerWindow.Store(most[path{s.peer, s.side}])
+	}
+}
