@@ -156,7 +156,8 @@ func ParseHeader(b []byte) (Header, error) {
 
 // Codec seals the frames one stream sends and opens the frames it receives.
 // A Codec is used by one sending and one receiving goroutine at a time; the
-// two halves share no mutable state.
+// two halves share no mutable state, and Unseal, which keeps none, may run
+// beside both.
 type Codec struct {
 	stream    uint16
 	chunkSize int
