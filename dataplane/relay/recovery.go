@@ -343,6 +343,7 @@ func (st *stream) sendView() sendView {
 type holCandidate struct {
 	c                *chunk
 	st               *stream
+	seq              uint64
 	startOff, endOff uint64
 	sentAt           time.Time
 }
@@ -361,7 +362,7 @@ func (s *session) reinjectBlocking(now time.Time, scratch []holCandidate) []holC
 	span := min(len(s.retained), max(2*s.n, 16), holSpanMax)
 	for _, c := range s.retained[:span] {
 		if c.on != nil && !c.busy && !c.hol && !c.ackedBy && c.sealed && now.Sub(c.sentAt) >= holSlackMin && !c.on.isLost() {
-			scratch = append(scratch, holCandidate{c, c.on, c.startOff, c.endOff, c.sentAt})
+			scratch = append(scratch, holCandidate{c, c.on, c.seq, c.startOff, c.endOff, c.sentAt})
 		}
 	}
 	s.sendMu.Unlock()
@@ -411,7 +412,14 @@ func (s *session) reinjectBlocking(now time.Time, scratch []holCandidate) []holC
 	s.sendMu.Lock()
 	for _, p := range picked {
 		c, st := p.c, p.st
-		// Still where it was found: nothing else took it meanwhile.
+		// Still retained (an ACK may have freed it meanwhile, and its
+		// buffer may already hold the next chunk read from the end host:
+		// retained frames are consecutive, so its place tells) and where
+		// it was found.
+		if len(s.retained) == 0 || p.seq < s.retained[0].seq || p.seq-s.retained[0].seq >= uint64(len(s.retained)) ||
+			s.retained[p.seq-s.retained[0].seq] != c {
+			continue
+		}
 		if c.on != st || c.busy || c.hol || c.ackedBy || !c.sealed || st.isLost() {
 			continue
 		}
