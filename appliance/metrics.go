@@ -151,6 +151,7 @@ var (
 	descReplaced    = prometheus.NewDesc("sosappliance_streams_replaced_total", "Lost stripe streams replaced by an authenticated join.", nil, nil)
 	descReinjected  = prometheus.NewDesc("sosappliance_reinjected_bytes_total", "Payload bytes sent again on surviving streams after their stream was lost.", nil, nil)
 	descDuplicates  = prometheus.NewDesc("sosappliance_duplicate_frames_total", "Authenticated duplicate frames dropped by a receiver.", nil, nil)
+	descHeadOfLine  = prometheus.NewDesc("sosappliance_head_of_line_reinjected_bytes_total", "Payload bytes sent again on a healthy stream while the stream carrying them was in loss recovery and delivery waited for them.", nil, nil)
 	poolLabels      = []string{"agent", "peer"}
 	descAutoStreams = prometheus.NewDesc("sosappliance_auto_streams", `Streams chosen by the live sessions of a streams = "auto" whitelist: the fewest and the most (stat min, max).`, []string{"agent", "whitelist", "stat"}, nil)
 	descPoolIdle    = prometheus.NewDesc("sosappliance_pool_idle_streams", "Idle authenticated streams in a client-side agent's warm pool toward a far agent.", poolLabels, nil)
@@ -164,7 +165,7 @@ type liveCollector struct{ live func() liveStats }
 
 func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descBytes, descThroughput, descReorder, descStalls, descAborts, descFlowMods, descSwitches, descAgentsDown,
-		descFallbacks, descRefusals, descHSFailures, descMemory, descLost, descReplaced, descReinjected, descDuplicates,
+		descFallbacks, descRefusals, descHSFailures, descMemory, descLost, descReplaced, descReinjected, descDuplicates, descHeadOfLine,
 		descAgentUp, descAgentSess, descAgentShare,
 		descPoolIdle, descPoolClaims, descPoolMisses, descPoolRefill, descPoolDied, descAutoStreams} {
 		ch <- d

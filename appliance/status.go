@@ -67,13 +67,17 @@ func poolStatuses(agent string, ps []relay.PoolStats) []PoolStatus {
 
 // LostStreams counts what the local agents did about lost stripe
 // streams: lost, replaced by a join, frames and bytes sent again on
-// the surviving streams, and duplicate copies dropped.
+// the surviving streams, and duplicate copies dropped. HeadOfLine counts
+// the frames and bytes sent again on a healthy stream while the live
+// stream carrying them was in loss recovery and delivery waited for them.
 type LostStreams struct {
 	Lost              uint64 `json:"lost"`
 	Replaced          uint64 `json:"replaced"`
 	ReinjectedFrames  uint64 `json:"reinjected_frames"`
 	ReinjectedBytes   uint64 `json:"reinjected_bytes"`
 	DuplicatesDropped uint64 `json:"duplicates_dropped"`
+	HeadOfLineFrames  uint64 `json:"head_of_line_frames"`
+	HeadOfLineBytes   uint64 `json:"head_of_line_bytes"`
 }
 
 func (l *LostStreams) add(t relay.Totals) {
@@ -82,6 +86,8 @@ func (l *LostStreams) add(t relay.Totals) {
 	l.ReinjectedFrames += t.ReinjectedFrames
 	l.ReinjectedBytes += t.ReinjectedBytes
 	l.DuplicatesDropped += t.DuplicatesDropped
+	l.HeadOfLineFrames += t.HeadOfLineFrames
+	l.HeadOfLineBytes += t.HeadOfLineBytes
 }
 
 // ApplyInfo describes the last convergence.
@@ -239,6 +245,10 @@ func (s *Status) WriteText(w io.Writer) {
 	if l := s.LostStreams; l != (LostStreams{}) {
 		fmt.Fprintf(w, "lost streams: %d lost, %d replaced, %d bytes reinjected (%d frames), %d duplicates dropped\n",
 			l.Lost, l.Replaced, l.ReinjectedBytes, l.ReinjectedFrames, l.DuplicatesDropped)
+		if l.HeadOfLineFrames > 0 {
+			fmt.Fprintf(w, "head of line: %d bytes (%d frames) sent again around streams in loss recovery\n",
+				l.HeadOfLineBytes, l.HeadOfLineFrames)
+		}
 	}
 	if len(s.Sessions) > 0 {
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -14,7 +14,7 @@ import (
 func TestStatusShowsLostStreams(t *testing.T) {
 	var st Status
 	st.LostStreams.add(relay.Totals{StreamsLost: 7, StreamsReplaced: 6, ReinjectedFrames: 40, ReinjectedBytes: 2400000, DuplicatesDropped: 3})
-	st.LostStreams.add(relay.Totals{StreamsLost: 1})
+	st.LostStreams.add(relay.Totals{StreamsLost: 1, HeadOfLineFrames: 5, HeadOfLineBytes: 300000})
 	st.Sessions = []SessionStatus{{Agent: "agent-a", Whitelist: "w", Streams: 64, StreamsLive: 63, StreamsLost: 8, StreamsReplaced: 7, ReinjectedBytes: 2400000}}
 	var b bytes.Buffer
 	st.WriteText(&b)
@@ -27,7 +27,7 @@ func TestStatusShowsLostStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"lost_streams":{"lost":8,"replaced":6,"reinjected_frames":40,"reinjected_bytes":2400000,"duplicates_dropped":3}`, `"streams_live":63`} {
+	for _, want := range []string{`"lost_streams":{"lost":8,"replaced":6,"reinjected_frames":40,"reinjected_bytes":2400000,"duplicates_dropped":3,"head_of_line_frames":5,"head_of_line_bytes":300000}`, `"streams_live":63`} {
 		if !strings.Contains(string(js), want) {
 			t.Errorf("status JSON lacks %s: %s", want, js)
 		}

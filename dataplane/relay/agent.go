@@ -478,6 +478,7 @@ func (a *Agent) housekeeping() {
 				list = append(list, s)
 			}
 			a.mu.Unlock()
+			notePeerWindows(list)
 			rc := a.cfg.Load()
 			for _, s := range list {
 				s.tick(now, rc.limits)

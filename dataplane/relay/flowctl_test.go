@@ -129,8 +129,11 @@ func TestHeldStreamIsRoutedAround(t *testing.T) {
 // TestStreamHeldMidTransfer holds one stream's frames in the man in the
 // middle for three seconds in the middle of a transfer, with no hint to
 // the scheduler but what the stream's socket shows. Delivery waits for the
-// held frames (there is no reinjection yet), but nothing is lost, nothing
-// aborts, and memory stays under the caps throughout.
+// held frame: the man in the middle read it, so the stream's TCP
+// acknowledged it, and a frame that reached the far agent's TCP is not
+// reinjected (TestBlockingFrameIsReinjected holds one that did not). But
+// nothing is lost, nothing aborts, and memory stays under the caps
+// throughout.
 func TestStreamHeldMidTransfer(t *testing.T) {
 	const size = 64 << 20
 	const heldIdx = 2
@@ -152,7 +155,9 @@ func TestStreamHeldMidTransfer(t *testing.T) {
 	c := p.dial(t)
 	defer c.Close()
 	var sent []byte
+	sendDone := make(chan struct{})
 	go func() {
+		defer close(sendDone)
 		sent, _ = sendPattern(c, 22, size, rand.New(rand.NewPCG(22, 1)), false)
 		_ = c.CloseWrite()
 	}()
@@ -163,6 +168,7 @@ func TestStreamHeldMidTransfer(t *testing.T) {
 	t.Logf("delivered %d bytes while stream %d was held", sink.n.Load()-(heldAt.Load()-1), heldIdx)
 	close(release)
 	<-sink.done
+	<-sendDone
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
 	if sink.n.Load() != size || !bytes.Equal(sink.sum, sent) {
@@ -171,6 +177,97 @@ func TestStreamHeldMidTransfer(t *testing.T) {
 	for _, ag := range []*Agent{p.a, p.b} {
 		if n := ag.Stats().Totals.SessionsAborted; n != 0 {
 			t.Errorf("aborted: %+v", ag.Stats().RecentAborts)
+		}
+	}
+}
+
+// TestBlockingFrameIsReinjected holds one stream's frames in the man in
+// the middle in the middle of a transfer, and the client-side agent's
+// view of that stream (TCP_INFO's loss recovery, which loopback cannot
+// produce) says it is recovering, as a stream whose segment was lost
+// does. The frames stuck on it hold the server side's delivery; the
+// client side must take them back and send them again on the healthy
+// streams, so delivery goes on: the whole transfer reaches the server,
+// byte for byte, while the stream is still held, without losing a stream
+// (the stall timeout is far away) and with memory under the caps. The
+// extra bytes are counted and bounded; the copies that arrive second,
+// once the stream is released, are dropped as duplicates.
+func TestBlockingFrameIsReinjected(t *testing.T) {
+	const size = 64 << 20
+	const heldIdx = 2
+	const chunk = 65536
+	var heldAt atomic.Int64
+	var holding sync.Once
+	release := make(chan struct{})
+	sink := newCountingSink()
+	lim := Limits{StallTimeout: 30 * time.Second}
+	p := startPair(t, pairOptions{streams: 6, chunk: chunk, queue: -1, encryption: EncryptionAESGCM, viaMITM: true,
+		limitsA: lim, limitsB: lim}, sink.handle)
+	p.a.testTrouble = func(stream int) bool { return stream == heldIdx && heldAt.Load() != 0 }
+	p.mitm.hold = func(ms *mitmStream, dir stripe.Direction, frame []byte) {
+		if ms.index != heldIdx || dir != stripe.Up || frame[0] != byte(stripe.FrameData) ||
+			binary.BigEndian.Uint64(frame[8:]) < 200 {
+			return
+		}
+		holding.Do(func() { heldAt.Store(sink.n.Load() + 1) })
+		<-release
+	}
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	c := p.dial(t)
+	defer c.Close()
+	var sent []byte
+	var sendErr error
+	sendDone := make(chan struct{})
+	go func() {
+		defer close(sendDone)
+		sent, sendErr = sendPattern(c, 23, size, rand.New(rand.NewPCG(23, 1)), false)
+		_ = c.CloseWrite()
+	}()
+	testsupport.Eventually(t, 30*time.Second, "the stream to be held", func() bool { return heldAt.Load() != 0 })
+	select {
+	case <-sink.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("delivery stopped behind the held stream: %d of %d bytes reached the server, %d of them after the hold began",
+			sink.n.Load(), size, sink.n.Load()-(heldAt.Load()-1))
+	}
+	<-sendDone
+	checkMemory(t, p)
+	if sendErr != nil {
+		t.Fatal(sendErr)
+	}
+	sink.mu.Lock()
+	if sink.n.Load() != size || !bytes.Equal(sink.sum, sent) {
+		t.Fatalf("server got %d of %d bytes, hash equal %v", sink.n.Load(), size, bytes.Equal(sink.sum, sent))
+	}
+	sink.mu.Unlock()
+	tot := p.a.Stats().Totals
+	t.Logf("delivered %d bytes after the hold began; %d frames (%d bytes) reinjected", size-(heldAt.Load()-1), tot.HeadOfLineFrames, tot.HeadOfLineBytes)
+	if tot.HeadOfLineFrames == 0 || tot.HeadOfLineBytes == 0 {
+		t.Errorf("nothing reinjected: %+v", tot)
+	}
+	if limit := uint64(size/holBudgetDiv + holBudgetFrames*chunk); tot.HeadOfLineBytes > limit {
+		t.Errorf("reinjected %d bytes, above the bound of %d", tot.HeadOfLineBytes, limit)
+	}
+	close(release)
+	testsupport.Eventually(t, 30*time.Second, "the held copies dropped as duplicates", func() bool {
+		return p.b.Stats().Totals.DuplicatesDropped > 0
+	})
+	testsupport.Eventually(t, 30*time.Second, "the session to complete at both agents", func() bool {
+		return p.a.Stats().Totals.SessionsCompleted == 1 && p.b.Stats().Totals.SessionsCompleted == 1
+	})
+	for _, ag := range []*Agent{p.a, p.b} {
+		st := ag.Stats().Totals
+		if st.SessionsAborted != 0 {
+			t.Errorf("aborted: %+v", ag.Stats().RecentAborts)
+		}
+		if st.StreamsLost != 0 {
+			t.Errorf("%d streams lost: the held stream's frames were resent as a lost stream's, not reinjected", st.StreamsLost)
 		}
 	}
 }
@@ -288,5 +385,38 @@ func TestGrantBefore(t *testing.T) {
 	// Older than the history: the oldest remembered grant, a lower bound.
 	if g, want := s.grantBeforeLocked(t0), initial+uint64(10*9); g != want {
 		t.Errorf("grant before the history: %d, want the oldest kept %d", g, want)
+	}
+}
+
+// TestPeerWindows: a session may grow its window to the largest of the
+// sessions that share its path (same peer, same side), so one that
+// started later is not held below the first for ever; sessions with
+// another peer or on the other side do not count.
+func TestPeerWindows(t *testing.T) {
+	mk := func(peer string, sd side, frames int64, chunk int) *session {
+		s := &session{sessionParams: sessionParams{peer: peer, side: sd, chunkSize: chunk}}
+		s.windowNow.Store(frames)
+		return s
+	}
+	first := mk("agent-b", clientSide, 1390, 60000)
+	late := mk("agent-b", clientSide, 101, 60000)
+	other := mk("agent-c", clientSide, 5000, 60000)
+	server := mk("agent-b", serverSide, 7000, 60000)
+	small := mk("agent-b", clientSide, 300, 1000)
+	notePeerWindows([]*session{first, late, other, server, small})
+	for _, c := range []struct {
+		name string
+		s    *session
+		want int64
+	}{
+		{"first", first, 1390 * 60000},
+		{"late", late, 1390 * 60000},
+		{"small chunks", small, 1390 * 60000},
+		{"other peer", other, 5000 * 60000},
+		{"other side", server, 7000 * 60000},
+	} {
+		if got := c.s.peerWindow.Load(); got != c.want {
+			t.Errorf("%s: peer window %d bytes, want %d", c.name, got, c.want)
+		}
 	}
 }

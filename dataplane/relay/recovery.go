@@ -1,11 +1,13 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
@@ -276,4 +278,188 @@ func (s *session) replaceStream(st *stream, timeout time.Duration) bool {
 		}
 	}
 	return s.attach(st, true)
+}
+
+// Head-of-line reinjection. A frame stuck on a stream in loss recovery
+// holds the peer's delivery, and so the credit of the whole session,
+// until that stream's TCP has repaired the loss, while every other stream
+// could carry it. The sender watches the oldest frames the peer has not
+// acknowledged (the ACK is cumulative: the first of them is the one
+// delivery waits for, the next ones wait behind it). A frame is taken
+// back and sent again on a healthy stream, with FlagRetransmit, when
+//   - its stream's TCP has not acknowledged it (it has not reached the far
+//     agent: a frame the far agent's TCP holds arrives without help), and
+//   - its stream is in loss recovery and the frame is overdue (written
+//     longer ago than the stream's RTT plus holSlack) or still unsent
+//     after holSlack, or, on any stream, it is overdue twice over.
+//
+// The copy that arrives second is a duplicate and is dropped after
+// authentication. A frame is reinjected at most once, only the first
+// holSpan unacknowledged frames are looked at, and a session reinjects at
+// most a tenth of the payload it sent (plus holBudgetFrames frames); the
+// frames and bytes are counted (HeadOfLineFrames, HeadOfLineBytes).
+const (
+	holProbeMin     = 2 * time.Millisecond
+	holProbeMax     = 10 * time.Millisecond
+	holSlackMin     = 40 * time.Millisecond
+	holSpanMax      = 256
+	holBudgetDiv    = 10
+	holBudgetFrames = 16
+)
+
+// watchBlocking runs as long as the session does and looks for blocking
+// frames about every sixteenth of a round trip.
+func (s *session) watchBlocking() {
+	defer s.wg.Done()
+	t := time.NewTimer(holProbeMax)
+	defer t.Stop()
+	var scratch []holCandidate
+	for {
+		select {
+		case <-t.C:
+		case <-s.abortCh:
+			return
+		case <-s.completeCh:
+			return
+		}
+		scratch = s.reinjectBlocking(time.Now(), scratch[:0])
+		t.Reset(min(max(time.Duration(s.pathRTT.Load())/16, holProbeMin), holProbeMax))
+	}
+}
+
+// sendView is what a stream's socket says of the frames given to it, in
+// the stream's own byte count (stream.bytesSent).
+type sendView struct {
+	ok, troubled bool
+	rtt          time.Duration
+	acked        uint64 // the peer's TCP acknowledged every byte below
+	sent         uint64 // every byte below left the socket at least once
+}
+
+func (st *stream) sendView() sendView {
+	written := st.bytesSent.Load() // before the socket: see readSendQueue
+	q, ok := readSendQueue(st.conn)
+	if !ok {
+		return sendView{}
+	}
+	v := sendView{ok: true, rtt: q.rtt, troubled: q.caState >= tcpCARecovery || q.rtoRetrans > 0,
+		acked: written - min(written, uint64(q.outq)), sent: written - min(written, uint64(q.notsent))}
+	if hook := st.s.agent.testTrouble; hook != nil && hook(st.index) {
+		// The hook stands for what loopback cannot show: a stream in
+		// recovery, whose frames have not reached the far agent.
+		v.troubled, v.acked = true, 0
+	}
+	return v
+}
+
+// holCandidate is a retained frame as reinjectBlocking found it under
+// sendMu: on which stream, where in its bytes, and when it was written.
+type holCandidate struct {
+	c                *chunk
+	st               *stream
+	seq              uint64
+	startOff, endOff uint64
+	sentAt           time.Time
+}
+
+// reinjectBlocking takes back the blocking frames (see above) and queues
+// them for the healthy streams. It returns scratch for reuse.
+func (s *session) reinjectBlocking(now time.Time, scratch []holCandidate) []holCandidate {
+	s.sendMu.Lock()
+	if len(s.resend) > 0 {
+		// A writer that could take none of them did not pass the wake on.
+		select {
+		case s.resendWake <- struct{}{}:
+		default:
+		}
+	}
+	span := min(len(s.retained), max(2*s.n, 16), holSpanMax)
+	for _, c := range s.retained[:span] {
+		if c.on != nil && !c.busy && !c.hol && !c.ackedBy && c.sealed && now.Sub(c.sentAt) >= holSlackMin && !c.on.isLost() {
+			scratch = append(scratch, holCandidate{c, c.on, c.seq, c.startOff, c.endOff, c.sentAt})
+		}
+	}
+	s.sendMu.Unlock()
+	if len(scratch) == 0 || s.healthy.Load() <= 0 ||
+		s.holBytes.Load() >= s.sentBytes.Load()/holBudgetDiv+uint64(holBudgetFrames*s.chunkSize) {
+		return scratch
+	}
+	// One look at each stream's socket; a handful of streams at most hold
+	// the oldest frames.
+	type look struct {
+		st *stream
+		v  sendView
+	}
+	var looks [8]look
+	seen := looks[:0]
+	view := func(st *stream) (sendView, bool) {
+		for _, l := range seen {
+			if l.st == st {
+				return l.v, true
+			}
+		}
+		if len(seen) == cap(seen) {
+			return sendView{}, false
+		}
+		v := st.sendView()
+		seen = append(seen, look{st, v})
+		return v, true
+	}
+	picked := scratch[:0]
+	for _, c := range scratch {
+		v, ok := view(c.st)
+		if !ok || !v.ok || c.endOff <= v.acked {
+			continue
+		}
+		age := now.Sub(c.sentAt)
+		slack := max(v.rtt/8, holSlackMin)
+		overdue := age > v.rtt+slack
+		unsent := c.startOff >= v.sent
+		if v.troubled && (overdue || unsent) || age > 2*v.rtt+slack {
+			picked = append(picked, c)
+		}
+	}
+	if len(picked) == 0 {
+		return scratch
+	}
+	var frames, bytes uint64
+	s.sendMu.Lock()
+	for _, p := range picked {
+		c, st := p.c, p.st
+		// Still retained (an ACK may have freed it meanwhile, and its
+		// buffer may already hold the next chunk read from the end host:
+		// retained frames are consecutive, so its place tells) and where
+		// it was found.
+		if len(s.retained) == 0 || p.seq < s.retained[0].seq || p.seq-s.retained[0].seq >= uint64(len(s.retained)) ||
+			s.retained[p.seq-s.retained[0].seq] != c {
+			continue
+		}
+		if c.on != st || c.busy || c.hol || c.ackedBy || !c.sealed || st.isLost() {
+			continue
+		}
+		if err := st.codec.Unseal(c.buf); err != nil {
+			s.sendMu.Unlock()
+			s.abort(AbortProtocol, &StreamError{Stream: st.index, Op: "unseal", Err: err})
+			return scratch
+		}
+		c.on, c.sealed, c.resent, c.hol = nil, false, true, true
+		s.resend = append(s.resend, c)
+		frames++
+		bytes += uint64(c.n)
+	}
+	if frames > 0 {
+		slices.SortFunc(s.resend, func(a, b *chunk) int { return cmp.Compare(a.seq, b.seq) })
+	}
+	s.sendMu.Unlock()
+	if frames > 0 {
+		s.holFrames.Add(frames)
+		s.holBytes.Add(bytes)
+		s.agent.counters.holFrames.Add(frames)
+		s.agent.counters.holBytes.Add(bytes)
+		select {
+		case s.resendWake <- struct{}{}:
+		default:
+		}
+	}
+	return scratch
 }

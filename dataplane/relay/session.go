@@ -86,7 +86,20 @@ type chunk struct {
 	sealed  bool
 	ackedBy bool
 	resent  bool
+	// Head-of-line reinjection (see watchBlocking), guarded by sendMu
+	// like the fields above and written by a writer only while busy:
+	// when its last write returned and where it lies in that stream's
+	// bytes, every live stream that sealed it (none may seal it again:
+	// one key, one nonce), and whether it was reinjected already (once
+	// at most).
+	sentAt           time.Time
+	startOff, endOff uint64
+	sealedOn         []*stream
+	hol              bool
 }
+
+// sealedBy reports whether st sealed the chunk before (under st's key).
+func (c *chunk) sealedBy(st *stream) bool { return slices.Contains(c.sealedOn, st) }
 
 func (c *chunk) payload() []byte { return c.buf[stripe.HeaderSize : stripe.HeaderSize+c.n] }
 
@@ -208,6 +221,19 @@ type session struct {
 	resentFrames   atomic.Uint64
 	resentBytes    atomic.Uint64
 	duplicates     atomic.Uint64
+	// Head-of-line reinjection: frames (and payload bytes) sent again on
+	// a healthy stream while the stream carrying them was in loss
+	// recovery, and when an ACK last moved (unix nanoseconds).
+	holFrames   atomic.Uint64
+	holBytes    atomic.Uint64
+	lastAckMove atomic.Int64
+	// pathRTT is the largest smoothed RTT of the streams, from
+	// housekeeping (nanoseconds).
+	pathRTT atomic.Int64
+	// peerWindow is the largest receive window, in bytes, of this agent's
+	// sessions with the same peer and side (the same path), from
+	// housekeeping: a session limited by its window may grow to it.
+	peerWindow atomic.Int64
 
 	// mu guards the reassembler and the wait/wake state around it, the
 	// join state, and the abort flag.
@@ -406,6 +432,14 @@ const (
 	// arrivalDecay is what the arrival rate's peak keeps per housekeeping
 	// tick (a half-life of about 3.5 s at 250 ms).
 	arrivalDecay = 0.95
+	// The peak is one tick's rate, bursts included. A burst (a repaired
+	// stream delivering a round trip of its frames at once) inflates it
+	// and 64-stream windows overshoot (2,711 and 3,026 frames, 163 and
+	// 182 MB, on the lab's 500 Mbit/s path); but a session limited by its
+	// window arrives in bursts too, so smoothing the rate (the mean over a
+	// second, the median of three ticks: both tried in the lab) kept those
+	// windows at 530-1,030 frames, the sender always waiting for credit
+	// and the session at 230-290 Mbit/s instead of about 400.
 )
 
 // noteArrivals updates the arrival rate's decaying peak; housekeeping only.
@@ -446,7 +480,13 @@ func (s *session) growWindow(now time.Time) {
 	if !limited || !drained || window >= capacity {
 		return
 	}
-	bound := growthRTTs * s.arrivalPeak * rtt.Seconds()
+	// Sessions sharing the path may grow to the largest window among them
+	// whatever their own arrival rate: the rate a session gets is bounded
+	// by its window, so a session that started later (or lost more) would
+	// otherwise stay below the one that grew first, for ever (the window
+	// never shrinks). Four lab sessions of 16 stripes held windows of
+	// 101, 250, 314 and 1,390 frames and got 30 to 78 Mbit/s each.
+	bound := max(growthRTTs*s.arrivalPeak*rtt.Seconds(), float64(s.peerWindow.Load()/int64(s.chunkSize)))
 	if bound <= float64(window) {
 		return
 	}
@@ -545,10 +585,11 @@ func (s *session) start() {
 	s.mu.Unlock()
 	a := s.agent
 	a.log.Debug("relay: session established", s.logAttrs()...)
-	s.wg.Add(3 + 2*live)
+	s.wg.Add(4 + 2*live)
 	go s.readHost()
 	go s.writeHost()
 	go s.supervise()
+	go s.watchBlocking()
 	for _, st := range streams {
 		if st == nil {
 			continue
@@ -792,6 +833,7 @@ func (s *session) growRetention() {
 // sequence order).
 func (s *session) retain(c *chunk) {
 	c.on, c.busy, c.sealed, c.ackedBy, c.resent = nil, false, false, false, false
+	c.sentAt, c.startOff, c.endOff, c.sealedOn, c.hol = time.Time{}, 0, 0, c.sealedOn[:0], false
 	s.sendMu.Lock()
 	s.retained = append(s.retained, c)
 	s.sendMu.Unlock()
@@ -819,6 +861,7 @@ func (s *session) acknowledged(acked uint64) {
 		if len(s.retained) == 0 {
 			s.retained = s.retained[:0:0]
 		}
+		s.lastAckMove.Store(time.Now().UnixNano())
 	}
 	s.sendMu.Unlock()
 	if s.sendFin.Load() && acked > s.finSeq.Load() && !s.finAcked.Swap(true) {
@@ -949,7 +992,7 @@ func (s *session) writeHost() {
 			err = s.updateGapLocked()
 		}
 		next := s.reasm.Next()
-		ackStep := uint64(max(s.window/8, 1))
+		ackStep := uint64(min(max(s.window/8, 1), maxAckStep))
 		if !fin {
 			s.grantLocked()
 		}
@@ -980,6 +1023,13 @@ func (s *session) writeHost() {
 // frames; an ACK each time would be a packet per frame on the reverse
 // path, and a sender waiting on its retention loses at most this long.
 const idleAckSpacing = 10 * time.Millisecond
+
+// maxAckStep bounds how many frames delivery may move before it wakes a
+// writer for an ACK: the sender judges a frame overdue by how long it
+// stays unacknowledged (watchBlocking), so ACKs must not lag delivery by
+// much more than the idle spacing. 16 frames of 60000 bytes are 15 ms of
+// a 500 Mbit/s session.
+const maxAckStep = 16
 
 // wakeControl asks a writer to send control frames (CREDIT, ACK).
 func (s *session) wakeControl() {
@@ -1034,6 +1084,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 {
 		s.rateSent.Store(f64bits(float64(sent-s.lastSent) * 8 / dt))
 		s.rateDelivered.Store(f64bits(float64(delivered-s.lastDelivered) * 8 / dt))
+		var rtt time.Duration
 		for _, st := range s.establishedStreams() {
 			bs, br := st.bytesSent.Load(), st.bytesRecv.Load()
 			st.rateSent.Store(f64bits(float64(bs-st.prevSent) * 8 / dt))
@@ -1041,7 +1092,11 @@ func (s *session) tick(now time.Time, lim Limits) {
 			st.prevSent, st.prevRecv = bs, br
 			if info, ok := readTCPInfo(st.conn); ok {
 				st.tuneLowat(info)
+				rtt = max(rtt, info.rtt)
 			}
+		}
+		if rtt > 0 {
+			s.pathRTT.Store(int64(rtt))
 		}
 	}
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 && s.established.Load() {
@@ -1248,8 +1303,9 @@ func (st *stream) tuneLowat(info tcpInfo) {
 // That is the scheduler: TCP_NOTSENT_LOWAT keeps a stream's write waiting
 // while its socket holds unsent data above the mark, so only streams that
 // would send a chunk at once pull one, and a stream in loss recovery pulls
-// nothing new while another stream is healthy. Frames to send again after
-// a stream was lost go first. Writers also carry the CREDIT and ACK
+// nothing new while a quarter of the streams is healthy. Frames to send
+// again (after a stream was lost, or taken back from a stream in recovery:
+// see watchBlocking) go first. Writers also carry the CREDIT and ACK
 // frames of the receive direction, whichever is free first.
 func (st *stream) writeLoop() {
 	s := st.s
@@ -1273,12 +1329,21 @@ func (st *stream) writeLoop() {
 			return
 		}
 		batch = batch[:0]
-		batch = s.takeResend(st, batch)
+		// In recovery: new chunks, and chunks taken back from a stream in
+		// recovery, are left to the healthy streams, as long as a quarter
+		// of the streams is healthy. A loss burst in the WAN's queue can
+		// put nearly all streams in recovery at once (60 of 64 in the
+		// lab), and the few left, each paced at its share of the path,
+		// cannot carry the session: it then fell to nothing for a
+		// quarter second while the recovering streams (BBR keeps sending
+		// through recovery) could have carried it.
+		troubled := sendq != nil && st.troubled() && 4*int(s.healthy.Load()) >= s.n
+		batch = s.takeResend(st, batch, troubled)
 		control := false
 		if len(batch) == 0 {
-			if sendq != nil && st.troubled() && s.healthy.Load() > 0 {
-				// In recovery: leave new chunks to the healthy streams and
-				// look again shortly.
+			if troubled {
+				// Look again shortly (frames of a lost stream, which it
+				// may take, wake no troubled writer: at most a probe late).
 				if probe == nil {
 					probe = time.NewTimer(troubleProbe)
 				} else {
@@ -1287,8 +1352,9 @@ func (st *stream) writeLoop() {
 				select {
 				case <-probe.C:
 					continue
-				case <-s.resendWake:
-					continue
+				case <-s.completeCh:
+					st.finishWrite()
+					return
 				case <-st.dead:
 					return
 				case <-s.abortCh:
@@ -1339,6 +1405,7 @@ func (st *stream) writeLoop() {
 		}
 		iov = iov[:0]
 		var wire uint64
+		base := st.bytesSent.Load() // this writer alone adds to it
 		// Control frames ride with whatever this writer sends.
 		if credit := s.creditPending.Load(); credit > s.creditSent.Load() {
 			frame, err := st.sealControl(st.ctlBuf[:], stripe.FrameCredit, credit)
@@ -1374,9 +1441,15 @@ func (st *stream) writeLoop() {
 				s.abort(AbortProtocol, &StreamError{Stream: st.index, Op: "seal", Err: err})
 				return
 			}
-			c.sealed = true // only this writer touches a busy chunk's buffer
+			// Only this writer touches a busy chunk's buffer and fields.
+			c.sealed = true
+			if !c.sealedBy(st) {
+				c.sealedOn = append(c.sealedOn, st)
+			}
+			c.startOff = base + wire
 			iov = append(iov, frame)
 			wire += uint64(len(frame))
+			c.endOff = base + wire
 		}
 		var err error
 		if len(iov) == 1 {
@@ -1389,7 +1462,7 @@ func (st *stream) writeLoop() {
 			st.lose(&StreamError{Stream: st.index, Op: "write", Err: err})
 			return
 		}
-		s.written(batch)
+		s.written(batch, time.Now())
 		st.bytesSent.Add(wire)
 		st.framesSent.Add(uint64(len(batch)))
 		batch = batch[:0]
@@ -1452,27 +1525,35 @@ func (s *session) claim(st *stream, batch []*chunk) []*chunk {
 	return out
 }
 
-// takeResend takes frames waiting to be sent again, up to a batch.
-func (s *session) takeResend(st *stream, batch []*chunk) []*chunk {
+// takeResend takes frames waiting to be sent again, up to a batch, in
+// sequence order. It leaves a frame this stream sealed before (its key
+// never seals one nonce twice) and, when troubled, frames taken back from
+// a stream in recovery, to the other writers.
+func (s *session) takeResend(st *stream, batch []*chunk, troubled bool) []*chunk {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	if len(s.resend) == 0 {
 		return batch
 	}
-	k := 0
-	for k < len(s.resend) && len(batch) < maxWriteFrames {
-		c := s.resend[k]
-		s.resend[k] = nil
-		k++
-		if c.ackedBy {
+	keep := s.resend[:0]
+	took := 0
+	for _, c := range s.resend {
+		switch {
+		case c.ackedBy:
 			s.sendPool.put(c)
-			continue
+		case len(batch) >= maxWriteFrames || c.sealedBy(st) || c.hol && troubled:
+			keep = append(keep, c)
+		default:
+			c.on, c.busy = st, true
+			batch = append(batch, c)
+			took++
 		}
-		c.on, c.busy = st, true
-		batch = append(batch, c)
 	}
-	s.resend = s.resend[k:]
-	if len(s.resend) > 0 {
+	clear(s.resend[len(keep):])
+	s.resend = keep
+	if took > 0 && len(keep) > 0 {
+		// More for the others; a writer that could take none wakes no
+		// one (it would wake itself): watchBlocking wakes them again.
 		select {
 		case s.resendWake <- struct{}{}:
 		default:
@@ -1481,12 +1562,12 @@ func (s *session) takeResend(st *stream, batch []*chunk) []*chunk {
 	return batch
 }
 
-// written releases a batch after its write: frames stay retained until
-// acknowledged, unless an ACK came meanwhile.
-func (s *session) written(batch []*chunk) {
+// written releases a batch after its write at now: frames stay retained
+// until acknowledged, unless an ACK came meanwhile.
+func (s *session) written(batch []*chunk, now time.Time) {
 	s.sendMu.Lock()
 	for _, c := range batch {
-		c.busy = false
+		c.busy, c.sentAt = false, now
 		if c.ackedBy {
 			s.sendPool.put(c)
 		}
@@ -1501,7 +1582,7 @@ func (st *stream) writerExit(batch []*chunk) {
 	s := st.s
 	defer st.exited()
 	if !st.isLost() {
-		s.written(batch)
+		s.written(batch, time.Now())
 		return
 	}
 	if !st.inTrouble {
@@ -1987,3 +2068,20 @@ func (sp *sizedPools) pool(size int) *sync.Pool {
 
 func (sp *sizedPools) get(size int) *chunk { return sp.pool(size).Get().(*chunk) }
 func (sp *sizedPools) put(c *chunk)        { sp.pool(len(c.buf)).Put(c) }
+
+// notePeerWindows gives every session the largest receive window (bytes)
+// among the sessions with its peer and side; housekeeping only.
+func notePeerWindows(list []*session) {
+	type path struct {
+		peer string
+		side side
+	}
+	most := make(map[path]int64, 4)
+	for _, s := range list {
+		k := path{s.peer, s.side}
+		most[k] = max(most[k], s.windowNow.Load()*int64(s.chunkSize))
+	}
+	for _, s := range list {
+		s.peerWindow.Store(most[path{s.peer, s.side}])
+	}
+}

@@ -292,3 +292,38 @@ func setNotsentLowat(c *net.TCPConn, v int) error {
 	}
 	return serr
 }
+
+// sendQueue is a stream socket's send side: TCP_INFO and SIOCOUTQ (bytes
+// written and not yet acknowledged by the peer's TCP, sent or not).
+type sendQueue struct {
+	tcpInfo
+	outq int
+}
+
+func readSendQueue(c *net.TCPConn) (sendQueue, bool) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return sendQueue{}, false
+	}
+	var info *unix.TCPInfo
+	var outq int
+	var ierr, qerr error
+	if err := rc.Control(func(fd uintptr) {
+		// The queue first: bytes written after it only make the
+		// caller's count of acknowledged bytes smaller (see sendView).
+		outq, qerr = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
+		info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil || ierr != nil || qerr != nil {
+		return sendQueue{}, false
+	}
+	return sendQueue{tcpInfo: tcpInfo{
+		retransmits: info.Total_retrans,
+		rtt:         time.Duration(info.Rtt) * time.Microsecond,
+		cwnd:        info.Snd_cwnd,
+		caState:     info.Ca_state,
+		rtoRetrans:  info.Retransmits,
+		notsent:     info.Notsent_bytes,
+		pacingRate:  info.Pacing_rate,
+		state:       info.State,
+	}, outq: outq}, true
+}

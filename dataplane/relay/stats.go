@@ -131,7 +131,10 @@ type SessionStats struct {
 	StreamsChosen                                        int
 	AutoStreams                                          bool
 	ReinjectedFrames, ReinjectedBytes, DuplicatesDropped uint64
-	PerStream                                            []StreamStats
+	// HeadOfLineFrames and HeadOfLineBytes are the session's share of
+	// the totals of the same names.
+	HeadOfLineFrames, HeadOfLineBytes uint64
+	PerStream                         []StreamStats
 }
 
 // StreamStats describes one stream of a session.
@@ -183,6 +186,13 @@ type Totals struct {
 	// payload bytes) sent again after the stream carrying them was lost;
 	// DuplicatesDropped the authenticated copies the receiver dropped.
 	ReinjectedFrames, ReinjectedBytes, DuplicatesDropped uint64
+	// HeadOfLineFrames and HeadOfLineBytes count frames (and their
+	// payload bytes) sent again on a healthy stream while the stream
+	// carrying them, alive, was in loss recovery and the peer's delivery
+	// waited for them (head-of-line reinjection; bounded to a tenth of
+	// what a session sends). The copy that arrives second is counted in
+	// DuplicatesDropped at the peer.
+	HeadOfLineFrames, HeadOfLineBytes uint64
 }
 
 // AbortRecord is one aborted session, kept for status output.
@@ -209,6 +219,8 @@ type counters struct {
 	resentFrames      atomic.Uint64
 	resentBytes       atomic.Uint64
 	duplicates        atomic.Uint64
+	holFrames         atomic.Uint64
+	holBytes          atomic.Uint64
 	aborts            map[string]*atomic.Uint64
 	rejected          map[string]*atomic.Uint64
 }
@@ -321,6 +333,7 @@ func (a *Agent) Stats() Stats {
 	st.Totals.StreamsLost, st.Totals.StreamsReplaced = c.streamsLost.Load(), c.streamsReplaced.Load()
 	st.Totals.ReinjectedFrames, st.Totals.ReinjectedBytes = c.resentFrames.Load(), c.resentBytes.Load()
 	st.Totals.DuplicatesDropped = c.duplicates.Load()
+	st.Totals.HeadOfLineFrames, st.Totals.HeadOfLineBytes = c.holFrames.Load(), c.holBytes.Load()
 	st.Totals.MemoryReserved = a.memReserved.Load()
 	st.Totals.MemoryLimit = a.cfg.Load().limits.Memory
 	st.Totals.Aborts = make(map[string]uint64, len(c.aborts))
@@ -372,6 +385,7 @@ func (s *session) stats(now time.Time) SessionStats {
 	ss.StreamsLost, ss.StreamsReplaced = s.streamsLost.Load(), s.streamsJoined.Load()
 	ss.ReinjectedFrames, ss.ReinjectedBytes = s.resentFrames.Load(), s.resentBytes.Load()
 	ss.DuplicatesDropped = s.duplicates.Load()
+	ss.HeadOfLineFrames, ss.HeadOfLineBytes = s.holFrames.Load(), s.holBytes.Load()
 	ss.Memory += int64(len(streams)) * stripe.StreamReadBuffer
 	switch {
 	case s.isAborted():

@@ -250,8 +250,9 @@
 // independently: the credit moves with the window, the acknowledgement
 // with delivery. A receiver's ACK rides with whatever frames a stream
 // writes next (a CREDIT, DATA) whenever delivery moved since the last ACK,
-// and it wakes a writer for one once an eighth of its window was
-// delivered since the last one, or when delivery runs dry with frames
+// and it wakes a writer for one once an eighth of its window, at most 16
+// frames, was delivered since the last one (a sender judges a frame
+// overdue by how long it stays unacknowledged, below), or when delivery runs dry with frames
 // delivered and not acknowledged (at most one such ACK in 10 ms), so
 // a sender whose retention is smaller than the receiver's window still
 // progresses. When a stream is lost the current CREDIT and ACK go again
@@ -286,6 +287,20 @@
 // on a stream that never sent it). A retransmitted frame may be numbered
 // below its stream's previous frame; it does not move that stream's read
 // position. Retransmitted frames lie within the credit already used.
+//
+// Head-of-line reinjection. A sender may also send a retained frame again
+// while the stream that carried it is alive: when the frame holds the
+// receiver's delivery (it is among the oldest unacknowledged frames) and
+// is stuck on its stream (that stream is in loss recovery and the frame
+// is overdue or still unsent, and the stream's TCP has not acknowledged
+// it). It goes, with FlagRetransmit, on another stream that never sealed
+// that sequence before (one key never seals two frames with one nonce);
+// both copies are authentic, and whichever arrives second is dropped as
+// a duplicate. The receiver cannot tell this from a retransmission after
+// a loss and needs no rule of its own. How much a sender reinjects is its
+// own choice (this implementation: each frame at most once, at most a
+// tenth of what the session sent); the receiver's memory is unaffected,
+// since a duplicate is dropped as soon as it is authenticated.
 //
 // JOIN. The initiator replaces a lost stream (index i) by a new TCP
 // connection running the handshake above with the hello flag JOIN and

@@ -156,7 +156,8 @@ func ParseHeader(b []byte) (Header, error) {
 
 // Codec seals the frames one stream sends and opens the frames it receives.
 // A Codec is used by one sending and one receiving goroutine at a time; the
-// two halves share no mutable state.
+// two halves share no mutable state, and Unseal, which keeps none, may run
+// beside both.
 type Codec struct {
 	stream    uint16
 	chunkSize int
@@ -263,7 +264,10 @@ func (c *Codec) SealFlags(buf []byte, typ FrameType, flags uint8, seq uint64, n 
 // Unseal turns a frame this codec sealed back into its plaintext body in
 // place (buf[HeaderSize:HeaderSize+n], n as sealed), so a sender can send
 // the chunk again on another stream, under that stream's key. It is the
-// sending half's inverse of Seal and touches no receive state.
+// sending half's inverse of Seal and touches no receive state. It keeps
+// no scratch state of its own, so it may run while the stream's writer
+// seals other frames (a frame stuck on a stream in loss recovery is taken
+// back while the stream goes on).
 func (c *Codec) Unseal(buf []byte) error {
 	h, err := ParseHeader(buf)
 	if err != nil {
@@ -276,7 +280,10 @@ func (c *Codec) Unseal(buf []byte) error {
 		return nil
 	}
 	body := buf[HeaderSize : HeaderSize+int(h.Length)]
-	if _, err := c.send.aead.Open(body[:0], c.send.nonceFor(h.Seq), body, buf[:HeaderSize]); err != nil {
+	var nonce [12]byte
+	binary.BigEndian.PutUint32(nonce[0:4], uint32(c.send.dir))
+	binary.BigEndian.PutUint64(nonce[4:12], h.Seq)
+	if _, err := c.send.aead.Open(body[:0], nonce[:], body, buf[:HeaderSize]); err != nil {
 		return fmt.Errorf("%w: unseal %s seq %d", ErrOpen, h.Type, h.Seq)
 	}
 	return nil
