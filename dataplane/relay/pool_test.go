@@ -3,6 +3,7 @@ package relay
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"io"
 	mrand "math/rand/v2"
 	"net"
@@ -264,15 +265,40 @@ func TestSessionBindsPooledStreams(t *testing.T) {
 	}
 }
 
-// TestPoolBurst: a burst of connections on a small pool: the first bind
-// pooled streams, the rest open theirs as before; none fails.
+// TestPoolBurst: a burst of 1,000 connections on a small pool: the first
+// bind pooled streams, the rest open theirs as before; none fails, and the
+// pool stays within its max on both ends all through.
 func TestPoolBurst(t *testing.T) {
 	// Limits that admit the burst, so only the pool is under test.
 	lim := Limits{MaxSessions: 1024, MaxHalfOpenPerSource: 1024}
 	p := startPair(t, pairOptions{streams: 2, chunk: 1000, queue: 2, limitsA: lim, limitsB: lim,
 		pool: agentspec.Pool{MinIdle: 4, Max: 8}}, echo)
 	testsupport.Eventually(t, 30*time.Second, "a full pool", func() bool { return onlyPool(t, p.a).Idle == 4 })
-	const n = 100
+	const n = 1000
+	// The pool's limits hold all through the burst: never more streams
+	// idle or opening than its max, never more held at the server side
+	// than the client side has.
+	stop := make(chan struct{})
+	watched := make(chan string, 1)
+	go func() {
+		defer close(watched)
+		for {
+			st := onlyPool(t, p.a)
+			if st.Idle+st.Opening > st.Max || st.Target > st.Max {
+				watched <- fmt.Sprintf("pool beyond its max: %+v", st)
+				return
+			}
+			if held := p.b.PooledStreams()["agent-a"]; held > st.Max+st.Opening {
+				watched <- fmt.Sprintf("server side holds %d idle pooled streams, client side %+v", held, st)
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
 	errs := make(chan error, n)
 	for i := range n {
 		go func() {
@@ -296,6 +322,10 @@ func TestPoolBurst(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Errorf("connection: %v", err)
 		}
+	}
+	close(stop)
+	if msg, ok := <-watched; ok {
+		t.Error(msg)
 	}
 	st := onlyPool(t, p.a)
 	if st.Claims == 0 || st.Misses == 0 || st.Claims > st.Refills {
