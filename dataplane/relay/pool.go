@@ -44,6 +44,9 @@ type streamPool struct {
 	misses  atomic.Uint64 // streams a session wanted and did not find
 	died    atomic.Uint64 // idle streams found dead
 	expired atomic.Uint64 // idle streams closed by the idle timeout
+	// refounds counts sessions founded again after their first bind was
+	// lost (see refound).
+	refounds atomic.Uint64
 }
 
 // pooledStream is one idle stream of a pool.
@@ -72,6 +75,7 @@ type PoolStats struct {
 	Misses   uint64
 	Died     uint64
 	Expired  uint64
+	Refounds uint64
 }
 
 // poolsOf groups the client-side routes with a pool by peer, each pool
@@ -331,7 +335,7 @@ func (p *streamPool) stats() PoolStats {
 		Peer: p.peer, PeerName: p.peerName, Idle: len(p.idle), Opening: p.opening, Target: p.target,
 		MinIdle: p.spec.MinIdle, Max: p.spec.Max,
 		Refills: p.refills.Load(), Claims: p.claims.Load(), Misses: p.misses.Load(),
-		Died: p.died.Load(), Expired: p.expired.Load(),
+		Died: p.died.Load(), Expired: p.expired.Load(), Refounds: p.refounds.Load(),
 	}
 }
 
@@ -565,6 +569,7 @@ func (a *Agent) bindPooled(s *session, rc *runtimeConfig, pool *streamPool) int 
 	tuning := rc.streamTuningFor(s.chunkSize)
 	var key *[32]byte
 	bound := 0
+	defer func() { s.fromPool = bound > 0 }()
 	for _, ps := range claimed {
 		if bound == s.n {
 			_ = ps.conn.Close()
@@ -646,4 +651,71 @@ func (a *Agent) awaitSession(id stripe.SessionID, d time.Duration) *session {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// A session bound from the pool starts before the far agent knows it: the
+// BIND of its stream 0 founds it there. If that stream had died while idle
+// and no reset reached this agent, the far agent never founded the
+// session: the binds of the other streams wait for it in vain and are
+// refused, and so are their joins, as for an unknown session. Until the far
+// agent has sent anything on the session (heard), nothing of it can have
+// reached the server, and every byte the client sent is still retained
+// here. So the session is founded again: a fresh pooled stream is bound as
+// its stream 0 (new per-bind keys, a new session key), the retained frames
+// go again, and the other streams join under the new key.
+
+// unfounded reports whether a join refused as an unknown session means
+// the far agent never founded s (rather than lost it).
+func (s *session) unfounded() bool { return s.fromPool && !s.heard.Load() }
+
+// refound answers the refusal of stream i's join in an unfounded session.
+// For a stream other than 0 it takes stream 0 out, which may still look
+// alive here and is the one whose bind never arrived, and returns an
+// error, so that the slot tries again once stream 0 founded the session
+// again. For stream 0 it binds a fresh pooled stream.
+func (s *session) refound(i int, rc *runtimeConfig) error {
+	if i != 0 {
+		s.mu.Lock()
+		st0, again := s.streams[0], s.refoundings > 0
+		s.mu.Unlock()
+		// Once founded again, a refusal may have been on its way
+		// before the new bind arrived: leave the new stream 0 alone.
+		if st0 != nil && !again {
+			st0.lose(&StreamError{Stream: 0, Op: "bind", Err: errors.New("the far agent never founded the session")})
+		}
+		return fmt.Errorf("stream %d: %w: waiting for stream 0 to found the session again", i, errUnknownSession)
+	}
+	a := s.agent
+	pool := a.pools[s.peerAddr]
+	if pool == nil {
+		return errors.New("no pool toward the far agent to found the session again")
+	}
+	var ps *pooledStream
+	if got := pool.take(1); len(got) == 1 {
+		ps = got[0]
+	} else {
+		ctx, cancel := context.WithTimeout(s.ctx, rc.limits.PreAuthTimeout)
+		defer cancel()
+		var err error
+		if ps, err = pool.handshake(ctx); err != nil {
+			return fmt.Errorf("founding the session again: %w", err)
+		}
+	}
+	st, key, err := a.bindOne(s, rc, ps, 0, nil, rc.streamTuningFor(s.chunkSize))
+	if err != nil {
+		reset(ps.conn)
+		return fmt.Errorf("founding the session again: %w", err)
+	}
+	s.mu.Lock()
+	s.sessionKey = *key
+	s.refoundings++
+	s.mu.Unlock()
+	if !s.attach(st, false) {
+		reset(ps.conn)
+		return nil
+	}
+	pool.refounds.Add(1)
+	a.limited.log(a.log, "refound", "relay: the far agent never received a pooled session's first bind; founded it again on a fresh stream",
+		s.logAttrs()...)
+	return nil
 }

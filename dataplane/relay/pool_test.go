@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -343,8 +344,8 @@ func TestPoolBurst(t *testing.T) {
 // TestPooledStreamDeadAtBind: pooled streams that die as their BIND
 // arrives (the server side resets them) lose nothing: the frames the
 // client side sent on them go again on the surviving streams, and
-// replacements join the running session. Stream 0's bind is the one it
-// cannot lose (see the report of issue 15): the fault spares it.
+// replacements join the running session. Stream 0, whose bind founds the
+// session, is TestPooledStreamZeroDeadAtBind's.
 func TestPooledStreamDeadAtBind(t *testing.T) {
 	p := startPair(t, pairOptions{streams: 4, chunk: 1000, queue: 2, pool: agentspec.Pool{MinIdle: 4, Max: 4}}, echo)
 	testsupport.Eventually(t, 30*time.Second, "a full pool", func() bool { return onlyPool(t, p.a).Idle == 4 })
@@ -361,6 +362,54 @@ func TestPooledStreamDeadAtBind(t *testing.T) {
 	testsupport.Eventually(t, 30*time.Second, "the session complete on both ends", func() bool {
 		return p.a.Stats().Totals.SessionsCompleted == 1 && p.b.Stats().Totals.SessionsCompleted == 1
 	})
+}
+
+// TestPooledStreamZeroDeadAtBind: stream 0 of a pooled session, whose
+// BIND founds the session at the far agent, was dead a moment before it
+// was bound: the far agent resets it as the bind arrives (its death
+// reaches the client side only then), or holds it without a word (no
+// reset ever reaches the client side). Either way the far agent never
+// founds the session, refuses the other streams' binds and joins as for an
+// unknown session, and the client side, which has heard nothing of the
+// session, founds it again on a fresh pooled stream: every byte arrives,
+// both ways, and nothing is carried direct.
+func TestPooledStreamZeroDeadAtBind(t *testing.T) {
+	for _, silent := range []bool{false, true} {
+		name := map[bool]string{false: "reset", true: "silent"}[silent]
+		t.Run(name, func(t *testing.T) {
+			p := startPair(t, pairOptions{streams: 4, chunk: 1000, queue: 2, pool: agentspec.Pool{MinIdle: 4, Max: 4}}, echo)
+			testsupport.Eventually(t, 30*time.Second, "a full pool", func() bool { return onlyPool(t, p.a).Idle == 4 })
+			var once atomic.Bool
+			fault := func(stream uint16) bool {
+				if stream != 0 || !once.CompareAndSwap(false, true) {
+					return false
+				}
+				if silent {
+					// Hold the stream, reading nothing more and
+					// answering nothing, past the point where the
+					// client side has founded the session again.
+					time.Sleep(3 * time.Second)
+				}
+				return true
+			}
+			p.b.testBindFault.Store(&fault)
+			echoThrough(t, p, 1<<20, 5)
+			if !once.Load() {
+				t.Fatal("the fault never struck stream 0's bind")
+			}
+			if st := onlyPool(t, p.a); st.Refounds != 1 {
+				t.Errorf("pool %+v: want the session founded again once", st)
+			}
+			if f := p.a.Stats().Totals.Fallbacks; f != 0 {
+				t.Errorf("%d connections carried direct", f)
+			}
+			testsupport.Eventually(t, 30*time.Second, "the session complete on both ends", func() bool {
+				return p.a.Stats().Totals.SessionsCompleted == 1 && p.b.Stats().Totals.SessionsCompleted == 1
+			})
+			// A second session on the same pool is carried as usual.
+			echoThrough(t, p, 64<<10, 6)
+		})
+	}
 }
 
 // A route spread over several far agents (several agents per site) keeps

@@ -154,6 +154,13 @@ type session struct {
 	// firstFrame caps the payload of the first flight's frames (set by
 	// start, before readHost runs).
 	firstFrame int
+	// fromPool: the client side bound the session's first streams from
+	// its warm pool; heard: the far agent sent a frame on it. A pooled
+	// session the far agent never heard from can be founded again
+	// (refound, pool.go).
+	fromPool    bool
+	heard       atomic.Bool
+	refoundings int // guarded by mu
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -1808,6 +1815,7 @@ func (st *stream) readLoop() {
 				}
 				return
 			}
+			s.heard.Store(true)
 			continue
 		case stripe.FrameJoin, stripe.FrameBind:
 			fail(AbortProtocol, "read", fmt.Errorf("%s on a stream already attached", h.Type))
@@ -1851,6 +1859,7 @@ func (st *stream) readLoop() {
 			fail(AbortProtocol, "read", err)
 			return
 		}
+		s.heard.Store(true)
 		c.typ, c.n, c.seq = h.Type, len(plain), h.Seq
 		if h.Type == stripe.FrameFin {
 			c.total, _ = stripe.ParseFinBody(plain)
