@@ -337,8 +337,7 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 				StallTimeout:         l.StallTimeout,
 				HalfClosedIdle:       l.IdleTimeout,
 				ReconnectTimeout:     l.ReconnectTimeout,
-				// Not in the configuration yet: the one default.
-				MaxPooledPerPeer: agentspec.DefaultMaxPooledPerPeer,
+				MaxPooledPerPeer:     pooledPerPeer(l.PooledPerPeer),
 			},
 		},
 	}
@@ -518,4 +517,13 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// pooledPerPeer is the relay's bound on a peer's idle pooled streams:
+// limits.pooled_per_peer = 0 turns them off.
+func pooledPerPeer(n int) int {
+	if n == 0 {
+		return agentspec.NoPooledStreams
+	}
+	return n
 }

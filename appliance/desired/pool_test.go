@@ -50,3 +50,27 @@ func TestPoolReachesClientRoutes(t *testing.T) {
 		t.Errorf("relay spec with a pool: %v", err)
 	}
 }
+
+// TestPooledPerPeerReachesTheRelay: limits.pooled_per_peer bounds the idle
+// pooled streams every agent holds per peer; 0 turns them off.
+func TestPooledPerPeerReachesTheRelay(t *testing.T) {
+	for set, want := range map[int]int{
+		config.DefaultPooledPerPeer: agentspec.DefaultMaxPooledPerPeer,
+		32:                          32,
+		0:                           agentspec.NoPooledStreams,
+	} {
+		cfg := loadExample(t)
+		cfg.Limits.PooledPerPeer = set
+		d, err := Compile(cfg, "agent-clemson")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc := d.Agents[0].Relay
+		if got := rc.Limits.MaxPooledPerPeer; got != want {
+			t.Errorf("pooled_per_peer %d: relay bound %d, want %d", set, got, want)
+		}
+		if got := rc.Limits.WithDefaults().MaxPooledPerPeer; got != want {
+			t.Errorf("pooled_per_peer %d: the relay's defaults make it %d, want %d", set, got, want)
+		}
+	}
+}

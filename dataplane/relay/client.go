@@ -264,7 +264,7 @@ func (a *Agent) initiate(conn *net.TCPConn, rc *runtimeConfig, peer netip.AddrPo
 	reply, err := stripe.ParseReply(hb[:], rb[:], rc.key)
 	if err != nil {
 		if stripe.IsVersionRefusal(rb[:]) {
-			return nil, fmt.Errorf("peer %s refused: %s", peer, stripe.StatusVersion)
+			return nil, fmt.Errorf("peer %s refused: %w", peer, refusal{stripe.StatusVersion})
 		}
 		return nil, fmt.Errorf("peer %s: %w", peer, err)
 	}
@@ -272,7 +272,7 @@ func (a *Agent) initiate(conn *net.TCPConn, rc *runtimeConfig, peer netip.AddrPo
 		return nil, fmt.Errorf("peer %s refused: %w", peer, errUnknownSession)
 	}
 	if reply.Status != stripe.StatusAccepted {
-		return nil, fmt.Errorf("peer %s refused: %s", peer, reply.Status)
+		return nil, fmt.Errorf("peer %s refused: %w", peer, refusal{reply.Status})
 	}
 	secrets, err := stripe.Finish(rc.key, eph, reply.Ephemeral, hb[:], rb[:])
 	if err != nil {
@@ -284,6 +284,11 @@ func (a *Agent) initiate(conn *net.TCPConn, rc *runtimeConfig, peer netip.AddrPo
 	}
 	return secrets, nil
 }
+
+// refusal is a responder's answer to a hello other than acceptance.
+type refusal struct{ status stripe.Status }
+
+func (r refusal) Error() string { return r.status.String() }
 
 // openStream dials and authenticates stream index of s; join makes it a
 // replacement of a lost stream of the running session (hello flag JOIN,

@@ -38,6 +38,15 @@ type streamPool struct {
 	opening int
 	target  int
 	wake    chan struct{}
+	// After a failed open the pool pauses, doubling the pause with each
+	// failure in a row up to poolBackoffMax, and then probes with one
+	// stream at a time until one opens: a far agent that refuses pooled
+	// streams (or cannot parse a pooled hello) costs one handshake per
+	// pause, not one per slot every poolBackoff.
+	fails      int
+	pauseUntil time.Time
+	lastErr    error
+	refused    stripe.Status // the far agent's last authenticated refusal; 0 if none
 
 	refills atomic.Uint64 // streams opened into the pool
 	claims  atomic.Uint64 // streams taken from it by sessions
@@ -76,6 +85,14 @@ type PoolStats struct {
 	Died     uint64
 	Expired  uint64
 	Refounds uint64
+	// Failures counts failed opens in a row; RetryAt is when the pool
+	// tries again (zero when it is not pausing); Refused is the far
+	// agent's refusal ("" when it did not refuse) and LastError the last
+	// failure.
+	Failures  int
+	RetryAt   time.Time
+	Refused   string
+	LastError string
 }
 
 // poolsOf groups the client-side routes with a pool by peer, each pool
@@ -137,34 +154,56 @@ func (p *streamPool) run(stop <-chan struct{}) {
 		openers.Wait()
 		p.closeAll()
 	}()
+	resume := time.NewTimer(time.Hour)
+	defer resume.Stop()
 	for {
-		p.expire(time.Now())
-		for !p.a.stopping.Load() && p.wantOne() {
+		now := time.Now()
+		p.expire(now)
+		for !p.a.stopping.Load() && p.wantOne(now) {
 			openers.Add(1)
 			go func() {
 				defer openers.Done()
 				p.open(ctx)
 			}()
 		}
+		var resumed <-chan time.Time
+		if d := p.paused(now); d > 0 {
+			resume.Reset(d)
+			resumed = resume.C
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.wake:
 		case <-tick.C:
+		case <-resumed:
+		}
+		if resumed != nil && !resume.Stop() {
+			select {
+			case <-resume.C:
+			default:
+			}
 		}
 	}
 }
 
 // wantOne reserves the opening of one stream when the pool is below its
-// target.
-func (p *streamPool) wantOne() bool {
+// target and not pausing; after failures, one stream at a time.
+func (p *streamPool) wantOne(now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.idle)+p.opening >= min(p.target, p.spec.Max) {
+	if len(p.idle)+p.opening >= min(p.target, p.spec.Max) || now.Before(p.pauseUntil) || (p.fails > 0 && p.opening > 0) {
 		return false
 	}
 	p.opening++
 	return true
+}
+
+// paused is how long the pool still waits before it tries again.
+func (p *streamPool) paused(now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pauseUntil.Sub(now)
 }
 
 // open opens one pooled stream, within the agent's handshakes in flight
@@ -176,26 +215,52 @@ func (p *streamPool) open(ctx context.Context) {
 		p.mu.Lock()
 		p.opening--
 		p.idle = append(p.idle, ps)
+		p.fails, p.pauseUntil, p.lastErr, p.refused = 0, time.Time{}, nil, 0
 		p.mu.Unlock()
 		p.refills.Add(1)
 		go p.watch(ps)
+		p.poke()
 		return
 	}
-	if ctx.Err() == nil {
-		p.a.limited.log(p.a.log, "pool-open", "relay: opening a pooled stream failed", "peer", p.peer, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(poolBackoff):
-		}
+	if ctx.Err() != nil {
+		p.mu.Lock()
+		p.opening--
+		p.mu.Unlock()
+		return
 	}
+	var r refusal
+	refused := errors.As(err, &r)
 	p.mu.Lock()
 	p.opening--
+	// Opens that failed together (those in flight when the first
+	// failed) count once.
+	now := time.Now()
+	if !now.Before(p.pauseUntil) {
+		p.fails++
+		p.pauseUntil = now.Add(min(poolBackoff<<min(p.fails-1, 16), poolBackoffMax))
+	}
+	pause := p.pauseUntil.Sub(now)
+	p.lastErr = err
+	if refused {
+		p.refused = r.status
+	}
 	p.mu.Unlock()
+	if refused {
+		p.a.limited.log(p.a.log, "pool-refused", "relay: the far agent refuses pooled streams; the pool waits before it asks again",
+			"peer", p.peer, "status", r.status, "retry_in", pause)
+	} else {
+		p.a.limited.log(p.a.log, "pool-open", "relay: opening a pooled stream failed; the pool waits before it tries again",
+			"peer", p.peer, "err", err, "retry_in", pause)
+	}
 	p.poke()
 }
 
-// poolBackoff is the wait after a failed pooled stream before the next.
-const poolBackoff = 500 * time.Millisecond
+// poolBackoff is the pause after the first failed pooled stream; it
+// doubles with each failure in a row, up to poolBackoffMax.
+const (
+	poolBackoff    = 500 * time.Millisecond
+	poolBackoffMax = 5 * time.Minute
+)
 
 func (p *streamPool) handshake(ctx context.Context) (*pooledStream, error) {
 	rc := p.a.cfg.Load()
@@ -331,12 +396,23 @@ func (p *streamPool) closeAll() {
 func (p *streamPool) stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return PoolStats{
+	st := PoolStats{
 		Peer: p.peer, PeerName: p.peerName, Idle: len(p.idle), Opening: p.opening, Target: p.target,
 		MinIdle: p.spec.MinIdle, Max: p.spec.Max,
 		Refills: p.refills.Load(), Claims: p.claims.Load(), Misses: p.misses.Load(),
 		Died: p.died.Load(), Expired: p.expired.Load(), Refounds: p.refounds.Load(),
+		Failures: p.fails,
 	}
+	if p.fails > 0 {
+		st.RetryAt = p.pauseUntil
+		if p.lastErr != nil {
+			st.LastError = p.lastErr.Error()
+		}
+	}
+	if p.refused != 0 {
+		st.Refused = p.refused.String()
+	}
+	return st
 }
 
 // admitPooled decides a pooled hello on the server side: its initiator

@@ -436,3 +436,32 @@ func TestPoolsOfSpreadRoutes(t *testing.T) {
 		t.Errorf("pool toward b2: %s %+v target %d", p.peerName, p.spec, p.target)
 	}
 }
+
+// TestPoolRefusedBacksOff: a far agent that accepts no pooled streams
+// (limits.pooled_per_peer = 0) refuses each pooled hello with an
+// authenticated StatusPoolRefused. The pool recognises it, says so in its
+// stats, and pauses, doubling the pause with every refusal and asking with
+// one stream at a time, instead of one handshake per slot every 500 ms;
+// connections meanwhile open their streams as before.
+func TestPoolRefusedBacksOff(t *testing.T) {
+	p := startPair(t, pairOptions{streams: 2, chunk: 1000, queue: 2, pool: agentspec.Pool{MinIdle: 8, Max: 8},
+		limitsB: Limits{MaxPooledPerPeer: agentspec.NoPooledStreams}}, echo)
+	testsupport.Eventually(t, 30*time.Second, "the pool refused", func() bool { return onlyPool(t, p.a).Refused != "" })
+	st := onlyPool(t, p.a)
+	if st.Refused != stripe.StatusPoolRefused.String() || st.Idle != 0 || st.RetryAt.IsZero() {
+		t.Errorf("a refused pool: %+v", st)
+	}
+	// 2.5 s: refusals at about 0, 0.5 and 1.5 s (the next at 3.5 s),
+	// where a slot each every 500 ms would have been some 40.
+	time.Sleep(2500 * time.Millisecond)
+	if st := onlyPool(t, p.a); st.Failures < 2 || st.Failures > 4 || st.Refills != 0 {
+		t.Errorf("after 2.5 s of refusals: %+v; want 2 to 4 attempts, none open", st)
+	}
+	echoThrough(t, p, 64<<10, 7)
+	if f := p.a.Stats().Totals.Fallbacks; f != 0 {
+		t.Errorf("%d connections carried direct", f)
+	}
+	if n := p.b.PooledStreams()["agent-a"]; n != 0 {
+		t.Errorf("the far agent holds %d pooled streams with pooled streams off", n)
+	}
+}
