@@ -368,7 +368,7 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 					// switch steers the server's replies to.
 					for _, name := range e.serverAgents {
 						p := cfg.Agent(name)
-						r.Peers = append(r.Peers, agentspec.Peer{Name: p.Name, Addr: p.DataAddr()})
+						r.Peers = append(r.Peers, agentspec.Peer{Name: p.Name, Addr: p.DataAddr(), Pool: cfg.PoolToward(p.Name)})
 					}
 					r.Spread, r.SpreadBits = cfg.Spread.Mode, cfg.SpreadBits()
 				}

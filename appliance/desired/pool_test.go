@@ -74,3 +74,31 @@ func TestPooledPerPeerReachesTheRelay(t *testing.T) {
 		}
 	}
 }
+
+// TestSpreadRoutePoolPerFarAgent: a route spread over several far agents
+// keeps a pool toward each sized by that agent's own pool block, and none
+// toward an agent without one.
+func TestSpreadRoutePoolPerFarAgent(t *testing.T) {
+	cfg, _, diags := config.LoadFile("../../examples/two-agents.hcl")
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	cfg.Pools = []*config.Pool{{Peer: "west-2", MinIdle: 4, Max: 12, IdleTimeout: time.Minute}}
+	d, err := Compile(cfg, "east-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bulk := d.Agents[0].Relay.Client[0]
+	if len(bulk.Peers) != 2 {
+		t.Fatalf("bulk: %+v", bulk)
+	}
+	for _, p := range bulk.Peers {
+		want := agentspec.Pool{}
+		if p.Name == "west-2" {
+			want = agentspec.Pool{MinIdle: 4, Max: 12, IdleTimeout: time.Minute}
+		}
+		if p.Pool != want {
+			t.Errorf("far agent %s: pool %+v, want %+v", p.Name, p.Pool, want)
+		}
+	}
+}

@@ -131,6 +131,9 @@ type Route struct {
 type Peer struct {
 	Name string
 	Addr netip.AddrPort
+	// Pool sizes the warm pool toward this agent (its own pool block);
+	// zero: no pool.
+	Pool Pool
 }
 
 // Admits reports whether a server entry accepts sessions opened by the

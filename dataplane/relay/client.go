@@ -73,7 +73,7 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		a.carryDirect(rc, host, client, server, w.Name, err)
 		return
 	}
-	if pool := a.pools[w.Peer]; pool != nil && a.bindPooled(s, rc, pool) > 0 {
+	if pool := a.poolFor(w.Peer); pool != nil && a.bindPooled(s, rc, pool) > 0 {
 		// Streams bound from the pool: start now; the others join the
 		// running session as replacements do.
 		s.mu.Lock()

@@ -38,6 +38,8 @@ type streamPool struct {
 	opening int
 	target  int
 	wake    chan struct{}
+	// quit stops this pool alone (a reload dropped it).
+	quit chan struct{}
 	// After a failed open the pool pauses, doubling the pause with each
 	// failure in a row up to poolBackoffMax, and then probes with one
 	// stream at a time until one opens: a far agent that refuses pooled
@@ -100,23 +102,22 @@ type PoolStats struct {
 func poolsOf(routes []Whitelist) map[netip.AddrPort]*streamPool {
 	out := make(map[netip.AddrPort]*streamPool)
 	for _, w := range routes {
-		if w.Pool.MinIdle <= 0 {
-			continue
-		}
 		// A route spread over several far agents keeps a pool toward
-		// each: a connection claims from the one its bucket goes to.
+		// each (sized by that agent's own pool block): a connection
+		// claims from the one its bucket goes to.
 		peers := w.Peers
 		if len(peers) == 0 {
-			peers = []agentspec.Peer{{Name: w.PeerName, Addr: w.Peer}}
+			peers = []agentspec.Peer{{Name: w.PeerName, Addr: w.Peer, Pool: w.Pool}}
 		}
-		spec := w.Pool.WithDefaults()
 		for _, peer := range peers {
-			if !peer.Addr.IsValid() {
+			if !peer.Addr.IsValid() || peer.Pool.MinIdle <= 0 {
 				continue
 			}
+			spec := peer.Pool.WithDefaults()
 			p, ok := out[peer.Addr]
 			if !ok {
-				out[peer.Addr] = &streamPool{peer: peer.Addr, peerName: peer.Name, spec: spec, target: spec.MinIdle, wake: make(chan struct{}, 1)}
+				out[peer.Addr] = &streamPool{peer: peer.Addr, peerName: peer.Name, spec: spec, target: spec.MinIdle,
+					wake: make(chan struct{}, 1), quit: make(chan struct{})}
 				continue
 			}
 			p.spec.MinIdle = max(p.spec.MinIdle, spec.MinIdle)
@@ -143,11 +144,12 @@ func (p *streamPool) run(stop <-chan struct{}) {
 	go func() {
 		select {
 		case <-stop:
+		case <-p.quit:
 		case <-ctx.Done():
 		}
 		cancel()
 	}()
-	tick := time.NewTicker(max(p.spec.IdleTimeout/4, 10*time.Millisecond))
+	tick := time.NewTimer(p.tickEvery())
 	defer tick.Stop()
 	var openers sync.WaitGroup
 	defer func() {
@@ -178,6 +180,13 @@ func (p *streamPool) run(stop <-chan struct{}) {
 		case <-tick.C:
 		case <-resumed:
 		}
+		if !tick.Stop() {
+			select {
+			case <-tick.C:
+			default:
+			}
+		}
+		tick.Reset(p.tickEvery())
 		if resumed != nil && !resume.Stop() {
 			select {
 			case <-resume.C:
@@ -185,6 +194,70 @@ func (p *streamPool) run(stop <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// tickEvery is how often the pool looks for streams past the idle
+// timeout.
+func (p *streamPool) tickEvery() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return max(p.spec.IdleTimeout/4, 10*time.Millisecond)
+}
+
+// poolFor is the client side's pool toward peer, nil if none.
+func (a *Agent) poolFor(peer netip.AddrPort) *streamPool {
+	a.poolsMu.Lock()
+	defer a.poolsMu.Unlock()
+	return a.pools[peer]
+}
+
+// reconcilePools applies a reload's pools: a pool kept (same peer address
+// and name) takes
+// its new size at once, closing idle streams beyond a lower max; a new
+// one starts; one the configuration dropped stops and closes its idle
+// streams. Streams sessions claimed belong to them and live on.
+func (a *Agent) reconcilePools(rc *runtimeConfig) {
+	next := poolsOf(rc.Client)
+	a.poolsMu.Lock()
+	defer a.poolsMu.Unlock()
+	for peer, p := range a.pools {
+		if np, ok := next[peer]; ok && np.peerName == p.peerName {
+			p.resize(np.spec)
+			continue
+		}
+		close(p.quit)
+		delete(a.pools, peer)
+	}
+	for peer, np := range next {
+		if _, ok := a.pools[peer]; ok {
+			continue
+		}
+		np.a = a
+		a.pools[peer] = np
+		if a.started {
+			a.wg.Add(1)
+			go np.run(a.stop)
+		}
+	}
+}
+
+// resize gives a running pool its new size.
+func (p *streamPool) resize(spec agentspec.Pool) {
+	p.mu.Lock()
+	p.spec = spec
+	p.target = min(max(p.target, spec.MinIdle), spec.Max)
+	var surplus []*pooledStream
+	for len(p.idle) > spec.Max {
+		surplus = append(surplus, p.idle[0])
+		p.idle = p.idle[1:]
+	}
+	p.mu.Unlock()
+	for _, ps := range surplus {
+		ps.claimed.Store(true)
+		_ = ps.conn.Close()
+		p.expired.Add(1)
+	}
+	p.poke()
 }
 
 // wantOne reserves the opening of one stream when the pool is below its
@@ -628,8 +701,14 @@ func (a *Agent) PooledStreams() map[string]int {
 
 // Pools is a snapshot of the client side's pools, one per peer.
 func (a *Agent) Pools() []PoolStats {
-	out := make([]PoolStats, 0, len(a.pools))
+	a.poolsMu.Lock()
+	pools := make([]*streamPool, 0, len(a.pools))
 	for _, p := range a.pools {
+		pools = append(pools, p)
+	}
+	a.poolsMu.Unlock()
+	out := make([]PoolStats, 0, len(pools))
+	for _, p := range pools {
 		out = append(out, p.stats())
 	}
 	return out
@@ -762,7 +841,7 @@ func (s *session) refound(i int, rc *runtimeConfig) error {
 		return fmt.Errorf("stream %d: %w: waiting for stream 0 to found the session again", i, errUnknownSession)
 	}
 	a := s.agent
-	pool := a.pools[s.peerAddr]
+	pool := a.poolFor(s.peerAddr)
 	if pool == nil {
 		return errors.New("no pool toward the far agent to found the session again")
 	}

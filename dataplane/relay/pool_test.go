@@ -270,8 +270,9 @@ func TestSessionBindsPooledStreams(t *testing.T) {
 // bind pooled streams, the rest open theirs as before; none fails, and the
 // pool stays within its max on both ends all through.
 func TestPoolBurst(t *testing.T) {
-	// Limits that admit the burst, so only the pool is under test.
-	lim := Limits{MaxSessions: 1024, MaxHalfOpenPerSource: 1024}
+	// Limits that admit the burst, so only the pool is under test (and a
+	// loaded machine, or the race detector, does not time handshakes out).
+	lim := Limits{MaxSessions: 1024, MaxHalfOpenPerSource: 1024, PreAuthTimeout: 2 * time.Minute}
 	p := startPair(t, pairOptions{streams: 2, chunk: 1000, queue: 2, limitsA: lim, limitsB: lim,
 		pool: agentspec.Pool{MinIdle: 4, Max: 8}}, echo)
 	testsupport.Eventually(t, 30*time.Second, "a full pool", func() bool { return onlyPool(t, p.a).Idle == 4 })
@@ -414,20 +415,22 @@ func TestPooledStreamZeroDeadAtBind(t *testing.T) {
 
 // A route spread over several far agents (several agents per site) keeps
 // one pool toward each of them, since a connection claims its streams from
-// the pool of the agent its bucket goes to; routes toward one agent share
-// its pool, sized by the largest of their settings.
+// the pool of the agent its bucket goes to, sized by that agent's own pool
+// block; routes toward one agent share its pool, sized by the largest of
+// their settings.
 func TestPoolsOfSpreadRoutes(t *testing.T) {
 	b1 := netip.MustParseAddrPort("10.0.0.1:7000")
 	b2 := netip.MustParseAddrPort("10.0.0.2:7000")
 	routes := []Whitelist{
 		{Name: "spread", Peer: b1, PeerName: "b1", Pool: agentspec.Pool{MinIdle: 4},
-			Peers: []agentspec.Peer{{Name: "b1", Addr: b1}, {Name: "b2", Addr: b2}}},
+			Peers: []agentspec.Peer{{Name: "b1", Addr: b1, Pool: agentspec.Pool{MinIdle: 4}}, {Name: "b2", Addr: b2, Pool: agentspec.Pool{MinIdle: 2}},
+				{Name: "b3", Addr: netip.MustParseAddrPort("10.0.0.4:7000")}}},
 		{Name: "one", Peer: b2, PeerName: "b2", Pool: agentspec.Pool{MinIdle: 6, Max: 10}},
 		{Name: "nopool", Peer: netip.MustParseAddrPort("10.0.0.3:7000"), PeerName: "b3"},
 	}
 	pools := poolsOf(routes)
 	if len(pools) != 2 || pools[b1] == nil || pools[b2] == nil {
-		t.Fatalf("pools %v, want one toward each of b1 and b2", pools)
+		t.Fatalf("pools %v, want one toward each of b1 and b2 (b3 has no pool block)", pools)
 	}
 	if p := pools[b1]; p.peerName != "b1" || p.spec.MinIdle != 4 {
 		t.Errorf("pool toward b1: %s %+v", p.peerName, p.spec)
@@ -463,5 +466,73 @@ func TestPoolRefusedBacksOff(t *testing.T) {
 	}
 	if n := p.b.PooledStreams()["agent-a"]; n != 0 {
 		t.Errorf("the far agent holds %d pooled streams with pooled streams off", n)
+	}
+}
+
+// TestPoolReloadResizes: a reload resizes a running pool (a larger
+// min_idle fills it, a lower max closes the surplus on both ends), drops a
+// pool whose block is gone (its idle streams closed, the far agent's too)
+// and starts one that is new, while a live session bound from the pool
+// goes on untouched and delivers every byte.
+func TestPoolReloadResizes(t *testing.T) {
+	p := startPair(t, pairOptions{streams: 2, chunk: 1000, queue: 2, pool: agentspec.Pool{MinIdle: 2, Max: 4}}, echo)
+	testsupport.Eventually(t, 30*time.Second, "a full pool", func() bool { return onlyPool(t, p.a).Idle == 2 })
+	// A session on pooled streams, alive across the reloads.
+	live := p.dial(t)
+	defer live.Close()
+	_ = live.SetDeadline(time.Now().Add(60 * time.Second))
+	roundTripOn := func(msg string) {
+		t.Helper()
+		if _, err := live.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(live, buf); err != nil || string(buf) != msg {
+			t.Fatalf("live session: %q, %v", buf, err)
+		}
+	}
+	roundTripOn("before the reloads")
+	if st := onlyPool(t, p.a); st.Claims != 2 {
+		t.Fatalf("the live session did not bind from the pool: %+v", st)
+	}
+	reload := func(pool agentspec.Pool) {
+		t.Helper()
+		cfg := p.a.cfg.Load().Config
+		cfg.PSK = testPSK
+		cfg.Client = append([]Whitelist(nil), cfg.Client...)
+		cfg.Client[0].Pool = pool
+		if err := p.a.Update(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func() int { return p.b.PooledStreams()["agent-a"] }
+
+	reload(agentspec.Pool{MinIdle: 6, Max: 8, IdleTimeout: time.Minute})
+	testsupport.Eventually(t, 30*time.Second, "the pool grown to min_idle 6", func() bool {
+		st := onlyPool(t, p.a)
+		return st.Idle == 6 && st.MinIdle == 6 && st.Max == 8 && held() == 6
+	})
+	roundTripOn("after growing")
+
+	reload(agentspec.Pool{MinIdle: 1, Max: 1})
+	testsupport.Eventually(t, 30*time.Second, "the pool cut to max 1 on both ends", func() bool {
+		st := onlyPool(t, p.a)
+		return st.Idle == 1 && st.Max == 1 && held() == 1
+	})
+	roundTripOn("after shrinking")
+
+	reload(agentspec.Pool{})
+	if ps := p.a.Pools(); len(ps) != 0 {
+		t.Fatalf("pools after the pool was removed: %+v", ps)
+	}
+	testsupport.Eventually(t, 30*time.Second, "the far agent's pooled streams closed", func() bool { return held() == 0 })
+	roundTripOn("after removing the pool")
+
+	reload(agentspec.Pool{MinIdle: 3, Max: 3})
+	testsupport.Eventually(t, 30*time.Second, "a new pool filled", func() bool { return onlyPool(t, p.a).Idle == 3 && held() == 3 })
+	roundTripOn("after adding a pool again")
+	echoThrough(t, p, 256<<10, 8)
+	if f := p.a.Stats().Totals.Fallbacks; f != 0 {
+		t.Errorf("%d connections carried direct", f)
 	}
 }
