@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -104,5 +106,37 @@ func TestObjectServer(t *testing.T) {
 	}
 	if _, err := NewObjectServer(MaxObject + 1); err == nil {
 		t.Error("an object above MaxObject was accepted")
+	}
+}
+
+// TestTTFBResults: every bench-ttfb CSV kept under examples/lab/results
+// reads back and has a warm and a direct cell for each size.
+func TestTTFBResults(t *testing.T) {
+	paths, err := filepath.Glob("../results/bench-ttfb-*.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) == 0 {
+		t.Fatal("no bench-ttfb results under examples/lab/results")
+	}
+	for _, path := range paths {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs, err := ReadFetchCSV(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		warm := 0
+		for _, c := range SummariseFetches(fs) {
+			if c.Mode == FetchWarm && c.FirstByteRatio > 0 {
+				warm++
+			}
+		}
+		if warm == 0 {
+			t.Errorf("%s: no warm-pool cell with a direct baseline", path)
+		}
 	}
 }
