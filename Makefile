@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin/sosappliance
 
-.PHONY: all build test unit lint fuzz bench deps lab-bin demo bench-wan packages clean
+.PHONY: all build test unit lint fuzz bench deps lab-bin demo bench-wan bench-ttfb packages clean
 
 all: build
 
@@ -51,6 +51,13 @@ demo: deps lab-bin
 # writes out/bench-wan.csv and out/bench-wan.png and prints the table.
 bench-wan: deps lab-bin
 	bin/lab bench-wan $(LAB_FLAGS)
+
+# Time to first byte and total time of 20 GETs each of 1 kB, 100 kB and
+# 1 MB with curl, direct and through the agents, with a cold pool (no pool
+# block) and a warm one; prints medians and ratios against direct and
+# writes examples/lab/results/bench-ttfb-DATE.csv.
+bench-ttfb: deps lab-bin
+	bin/lab bench-ttfb $(LAB_FLAGS)
 
 # Debian packages the lab and the tests use.
 deps:

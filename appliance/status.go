@@ -53,13 +53,23 @@ type PoolStatus struct {
 	Refills uint64 `json:"refills"`
 	Died    uint64 `json:"died"`
 	Expired uint64 `json:"expired"`
+	// Refused is the far agent's refusal of pooled streams, Failures the
+	// failed opens in a row and RetryIn the pause before the next.
+	Refused  string  `json:"refused,omitempty"`
+	Failures int     `json:"failures,omitempty"`
+	RetryIn  float64 `json:"retry_in_seconds,omitempty"`
 }
 
 func poolStatuses(agent string, ps []relay.PoolStats) []PoolStatus {
 	out := make([]PoolStatus, 0, len(ps))
 	for _, p := range ps {
-		out = append(out, PoolStatus{Agent: agent, Peer: p.PeerName, Address: p.Peer.String(), Idle: p.Idle, Target: p.Target,
-			MinIdle: p.MinIdle, Max: p.Max, Claims: p.Claims, Misses: p.Misses, Refills: p.Refills, Died: p.Died, Expired: p.Expired})
+		ps := PoolStatus{Agent: agent, Peer: p.PeerName, Address: p.Peer.String(), Idle: p.Idle, Target: p.Target,
+			MinIdle: p.MinIdle, Max: p.Max, Claims: p.Claims, Misses: p.Misses, Refills: p.Refills, Died: p.Died, Expired: p.Expired,
+			Refused: p.Refused, Failures: p.Failures}
+		if !p.RetryAt.IsZero() {
+			ps.RetryIn = max(time.Until(p.RetryAt), 0).Round(time.Millisecond).Seconds()
+		}
+		out = append(out, ps)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Peer < out[j].Peer })
 	return out
@@ -240,6 +250,14 @@ func (s *Status) WriteText(w io.Writer) {
 				p.MinIdle, p.Max, p.Claims, p.Misses, p.Refills, p.Died, p.Expired)
 		}
 		tw.Flush()
+		for _, p := range s.Pools {
+			switch {
+			case p.Refused != "":
+				fmt.Fprintf(w, "  pool of %s toward %s: refused by %s (%s); %d attempts, next in %.0f s\n", p.Agent, p.Peer, p.Peer, p.Refused, p.Failures, p.RetryIn)
+			case p.Failures > 0:
+				fmt.Fprintf(w, "  pool of %s toward %s: %d failed opens in a row; next in %.0f s\n", p.Agent, p.Peer, p.Failures, p.RetryIn)
+			}
+		}
 	}
 	fmt.Fprintf(w, "\nsessions: %d\n", len(s.Sessions))
 	if l := s.LostStreams; l != (LostStreams{}) {

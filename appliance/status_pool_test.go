@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/relay"
 )
@@ -32,6 +33,20 @@ func TestStatusAndMetricsShowPools(t *testing.T) {
 	want := `"pools":[{"agent":"agent-a","peer":"agent-b","address":"10.2.0.2:9877","idle":6,"target":8,"min_idle":4,"max":16,"claims":24,"misses":5,"refills":30,"died":2,"expired":1}]`
 	if !strings.Contains(string(js), want) {
 		t.Errorf("status JSON lacks %s: %s", want, js)
+	}
+
+	// A pool whose far agent refuses pooled streams says so.
+	refused := Status{Pools: poolStatuses("agent-a", []relay.PoolStats{{
+		Peer: netip.MustParseAddrPort("10.2.0.2:9877"), PeerName: "agent-b", MinIdle: 4, Max: 16, Target: 4,
+		Failures: 3, RetryAt: time.Now().Add(4 * time.Second), Refused: "pooled stream refused",
+	}})}
+	b.Reset()
+	refused.WriteText(&b)
+	if !strings.Contains(b.String(), "refused by agent-b (pooled stream refused); 3 attempts, next in 4 s") {
+		t.Errorf("status text of a refused pool:\n%s", b.String())
+	}
+	if js, _ := json.Marshal(refused); !strings.Contains(string(js), `"refused":"pooled stream refused","failures":3,"retry_in_seconds":`) {
+		t.Errorf("status JSON of a refused pool: %s", js)
 	}
 
 	m := newMetrics(func() liveStats { return liveStats{Pools: pools} })

@@ -49,6 +49,7 @@ const (
 	// gathering their streams.
 	DefaultPreauthPerSource  = agentspec.DefaultMaxPreAuthPerSource
 	DefaultHalfOpenPerSource = agentspec.DefaultMaxHalfOpenPerSource
+	DefaultPooledPerPeer     = agentspec.DefaultMaxPooledPerPeer
 	DefaultStallTimeout      = agentspec.DefaultStallTimeout
 	DefaultIdleTimeout       = agentspec.DefaultHalfClosedIdle
 	DefaultReconnectTimeout  = agentspec.DefaultReconnectTimeout
@@ -448,6 +449,7 @@ var limitsSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "stall_timeout"}, {Name: "idle_timeout"},
 	{Name: "reconnect_timeout"},
 	{Name: "memory"}, {Name: "preauth_per_source"}, {Name: "half_open_per_source"},
+	{Name: "pooled_per_peer"},
 }}
 
 func decodeLimits(b *hcl.Block, diags *hcl.Diagnostics) Limits {
@@ -464,6 +466,8 @@ func decodeLimits(b *hcl.Block, diags *hcl.Diagnostics) Limits {
 		Memory:             a.byteSize("memory", 0, 1<<20, 1<<50),
 		PreauthPerSource:   int(a.integer("preauth_per_source", DefaultPreauthPerSource, 1, 1<<20)),
 		HalfOpenPerSource:  int(a.integer("half_open_per_source", DefaultHalfOpenPerSource, 1, 1<<20)),
+		PooledPerPeer:      int(a.integer("pooled_per_peer", DefaultPooledPerPeer, 0, 1<<16)),
+		PooledPerPeerRange: a.rng("pooled_per_peer"),
 		Range:              b.DefRange,
 		SessionMemoryRange: a.rng("session_memory"),
 		MaxStreamsRange:    a.rng("max_streams"),

@@ -68,6 +68,10 @@ func validatePools(cfg *Config, add func(rng hcl.Range, hint, format string, arg
 		if cfg.Agent(p.Peer) == nil {
 			add(p.Range, "Name the server-side agent the client-side agents keep streams open to.", "pool names agent %q, which no site declares", p.Peer)
 		}
+		if bound := cfg.Limits.PooledPerPeer; p.Max > bound {
+			add(p.Range, fmt.Sprintf("Lower the pool's max, or raise limits.pooled_per_peer (%s).", where(cfg.Limits)),
+				"pool %q: max %d is above limits.pooled_per_peer %d; agent %q would refuse the streams beyond it", p.Peer, p.Max, bound, p.Peer)
+		}
 	}
 }
 
@@ -80,4 +84,12 @@ func (c *Config) PoolToward(agent string) agentspec.Pool {
 		}
 	}
 	return agentspec.Pool{}
+}
+
+// where names the place of limits.pooled_per_peer, or its default.
+func where(l Limits) string {
+	if l.PooledPerPeerRange.Filename == "" {
+		return fmt.Sprintf("default %d", DefaultPooledPerPeer)
+	}
+	return l.PooledPerPeerRange.String()
 }

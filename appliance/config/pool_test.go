@@ -32,12 +32,23 @@ func TestPoolBlock(t *testing.T) {
 	if got := c.PoolToward("agent-b"); got != (agentspec.Pool{MinIdle: 16, Max: 100, IdleTimeout: 90 * time.Second}) {
 		t.Errorf("pool %+v", got)
 	}
+	if c.Limits.PooledPerPeer != DefaultPooledPerPeer {
+		t.Errorf("limits.pooled_per_peer defaults to %d, want %d", c.Limits.PooledPerPeer, DefaultPooledPerPeer)
+	}
+	c = mustParse(t, base("limits {\n  pooled_per_peer = 0\n}\n"))
+	if c.Limits.PooledPerPeer != 0 {
+		t.Errorf("limits.pooled_per_peer = 0 decoded as %d", c.Limits.PooledPerPeer)
+	}
 	for src, want := range map[string]string{
 		`pool "agent-x" {}`: `pool names agent "agent-x"`,
-		`pool "agent-b" {}` + "\n" + `pool "agent-b" {}`:      `Duplicate pool toward agent "agent-b"`,
-		`pool "agent-b" {` + "\n  min_idle = 8\n  max = 4\n}": "max 4 is below min_idle 8",
-		`pool "agent-b" {` + "\n  min_idle = 0\n}":            "min_idle",
-		`pool "agent-b" {` + "\n  depth = 3\n}":               "depth",
+		`pool "agent-b" {}` + "\n" + `pool "agent-b" {}`:                                 `Duplicate pool toward agent "agent-b"`,
+		`pool "agent-b" {` + "\n  min_idle = 8\n  max = 4\n}":                            "max 4 is below min_idle 8",
+		`pool "agent-b" {` + "\n  min_idle = 0\n}":                                       "min_idle",
+		`pool "agent-b" {` + "\n  depth = 3\n}":                                          "depth",
+		"limits {\n  pooled_per_peer = 0\n}\n" + `pool "agent-b" {}`:                     "max 64 is above limits.pooled_per_peer 0",
+		"limits {\n  pooled_per_peer = 16\n}\n" + `pool "agent-b" {` + "\n  max = 32\n}": "max 32 is above limits.pooled_per_peer 16",
+		"limits {\n  pooled_per_peer = -1\n}":                                            "pooled_per_peer must be between 0 and 65536",
+		"limits {\n  pooled_per_peer = 70000\n}":                                         "pooled_per_peer must be between 0 and 65536",
 	} {
 		_, diags := parseString(t, base(src))
 		if !diags.HasErrors() || !strings.Contains(diags.Error(), want) || !strings.Contains(diags.Error(), ".hcl:") {

@@ -100,9 +100,14 @@ type Limits struct {
 	ReconnectTimeout time.Duration
 	// Memory caps the buffers of all sessions of an agent together; 0
 	// means a quarter of the node's RAM, decided by the agent.
-	Memory             int64
-	PreauthPerSource   int
-	HalfOpenPerSource  int
+	Memory            int64
+	PreauthPerSource  int
+	HalfOpenPerSource int
+	// PooledPerPeer bounds the idle pooled streams a server-side agent
+	// holds for each client-side agent; 0 turns pooled streams off (they
+	// are refused, and the pools toward the agent pause).
+	PooledPerPeer      int
+	PooledPerPeerRange hcl.Range
 	Range              hcl.Range
 	SessionMemoryRange hcl.Range
 	MaxStreamsRange    hcl.Range

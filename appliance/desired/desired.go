@@ -337,8 +337,7 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 				StallTimeout:         l.StallTimeout,
 				HalfClosedIdle:       l.IdleTimeout,
 				ReconnectTimeout:     l.ReconnectTimeout,
-				// Not in the configuration yet: the one default.
-				MaxPooledPerPeer: agentspec.DefaultMaxPooledPerPeer,
+				MaxPooledPerPeer:     pooledPerPeer(l.PooledPerPeer),
 			},
 		},
 	}
@@ -370,7 +369,7 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 					// switch steers the server's replies to.
 					for _, name := range e.serverAgents {
 						p := cfg.Agent(name)
-						r.Peers = append(r.Peers, agentspec.Peer{Name: p.Name, Addr: p.DataAddr()})
+						r.Peers = append(r.Peers, agentspec.Peer{Name: p.Name, Addr: p.DataAddr(), Pool: cfg.PoolToward(p.Name)})
 					}
 					r.Spread, r.SpreadBits = cfg.Spread.Mode, cfg.SpreadBits()
 				}
@@ -519,4 +518,13 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// pooledPerPeer is the relay's bound on a peer's idle pooled streams:
+// limits.pooled_per_peer = 0 turns them off.
+func pooledPerPeer(n int) int {
+	if n == 0 {
+		return agentspec.NoPooledStreams
+	}
+	return n
 }

@@ -50,3 +50,55 @@ func TestPoolReachesClientRoutes(t *testing.T) {
 		t.Errorf("relay spec with a pool: %v", err)
 	}
 }
+
+// TestPooledPerPeerReachesTheRelay: limits.pooled_per_peer bounds the idle
+// pooled streams every agent holds per peer; 0 turns them off.
+func TestPooledPerPeerReachesTheRelay(t *testing.T) {
+	for set, want := range map[int]int{
+		config.DefaultPooledPerPeer: agentspec.DefaultMaxPooledPerPeer,
+		32:                          32,
+		0:                           agentspec.NoPooledStreams,
+	} {
+		cfg := loadExample(t)
+		cfg.Limits.PooledPerPeer = set
+		d, err := Compile(cfg, "agent-clemson")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc := d.Agents[0].Relay
+		if got := rc.Limits.MaxPooledPerPeer; got != want {
+			t.Errorf("pooled_per_peer %d: relay bound %d, want %d", set, got, want)
+		}
+		if got := rc.Limits.WithDefaults().MaxPooledPerPeer; got != want {
+			t.Errorf("pooled_per_peer %d: the relay's defaults make it %d, want %d", set, got, want)
+		}
+	}
+}
+
+// TestSpreadRoutePoolPerFarAgent: a route spread over several far agents
+// keeps a pool toward each sized by that agent's own pool block, and none
+// toward an agent without one.
+func TestSpreadRoutePoolPerFarAgent(t *testing.T) {
+	cfg, _, diags := config.LoadFile("../../examples/two-agents.hcl")
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	cfg.Pools = []*config.Pool{{Peer: "west-2", MinIdle: 4, Max: 12, IdleTimeout: time.Minute}}
+	d, err := Compile(cfg, "east-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bulk := d.Agents[0].Relay.Client[0]
+	if len(bulk.Peers) != 2 {
+		t.Fatalf("bulk: %+v", bulk)
+	}
+	for _, p := range bulk.Peers {
+		want := agentspec.Pool{}
+		if p.Name == "west-2" {
+			want = agentspec.Pool{MinIdle: 4, Max: 12, IdleTimeout: time.Minute}
+		}
+		if p.Pool != want {
+			t.Errorf("far agent %s: pool %+v, want %+v", p.Name, p.Pool, want)
+		}
+	}
+}

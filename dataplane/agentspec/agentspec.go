@@ -136,6 +136,9 @@ type Route struct {
 type Peer struct {
 	Name string
 	Addr netip.AddrPort
+	// Pool sizes the warm pool toward this agent (its own pool block);
+	// zero: no pool.
+	Pool Pool
 }
 
 // Admits reports whether a server entry accepts sessions opened by the
@@ -247,9 +250,14 @@ type Limits struct {
 	// MaxPooledPerPeer bounds the idle pooled streams a server-side agent
 	// holds for one client-side agent; more are refused
 	// (StatusPoolRefused), so a peer holding pooled streams cannot grow
-	// this agent's memory without bound.
+	// this agent's memory without bound. NoPooledStreams refuses every
+	// pooled stream; zero is the default.
 	MaxPooledPerPeer int
 }
+
+// NoPooledStreams is MaxPooledPerPeer of an agent that accepts no pooled
+// streams (limits.pooled_per_peer = 0).
+const NoPooledStreams = -1
 
 // Defaults of Limits: the one set, used by the configuration where the
 // file is silent and by the relay for a zero field.
@@ -280,7 +288,9 @@ func (l Limits) WithDefaults() Limits {
 	def(&l.MaxPreAuth, DefaultMaxPreAuth)
 	def(&l.MaxPreAuthPerSource, DefaultMaxPreAuthPerSource)
 	def(&l.MaxHalfOpenPerSource, DefaultMaxHalfOpenPerSource)
-	def(&l.MaxPooledPerPeer, DefaultMaxPooledPerPeer)
+	if l.MaxPooledPerPeer == 0 || l.MaxPooledPerPeer < NoPooledStreams {
+		l.MaxPooledPerPeer = DefaultMaxPooledPerPeer
+	}
 	if l.SessionMemory <= 0 {
 		l.SessionMemory = DefaultSessionMemory
 	}

@@ -123,11 +123,13 @@ type Agent struct {
 	direct map[*net.TCPConn]*net.TCPConn
 	// handshakeSlots bounds the handshakes in flight toward each peer.
 	handshakeSlots map[netip.AddrPort]chan struct{}
-	// pools are the client side's warm pools, by peer (fixed at New:
-	// an Update does not resize them); pooled holds the server side's
-	// idle pooled streams by initiator, bounded by MaxPooledPerPeer.
-	pools  map[netip.AddrPort]*streamPool
-	pooled map[string]map[*net.TCPConn]struct{}
+	// pools are the client side's warm pools, by peer (guarded by
+	// poolsMu: an Update resizes, adds and stops them); pooled holds the
+	// server side's idle pooled streams by initiator, bounded by
+	// MaxPooledPerPeer.
+	poolsMu sync.Mutex
+	pools   map[netip.AddrPort]*streamPool
+	pooled  map[string]map[*net.TCPConn]struct{}
 
 	stopping    atomic.Bool  // draining, readable without mu
 	memReserved atomic.Int64 // of Limits.Memory, by live sessions
@@ -210,10 +212,12 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.started = true
 	a.wg.Add(1)
 	go a.housekeeping()
+	a.poolsMu.Lock()
 	for _, p := range a.pools {
 		a.wg.Add(1)
 		go p.run(a.stop)
 	}
+	a.poolsMu.Unlock()
 	a.log.Info("relay started", "transparent", rc.TransparentListen, "data", rc.DataListen,
 		"health", rc.HealthListen, "encryption", rc.mode, "name", rc.Name, "client_routes", len(rc.Client), "server_routes", len(rc.Server))
 	return nil
@@ -243,6 +247,7 @@ func (a *Agent) Update(cfg Config) error {
 		}
 	}
 	a.cfg.Store(rc)
+	a.reconcilePools(rc)
 	a.log.Info("relay configuration updated", "client_routes", len(rc.Client), "server_routes", len(rc.Server), "encryption", rc.mode)
 	return nil
 }

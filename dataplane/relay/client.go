@@ -74,7 +74,7 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		a.carryDirect(rc, host, client, server, w.Name, err)
 		return
 	}
-	if pool := a.pools[w.Peer]; pool != nil && a.bindPooled(s, rc, pool) > 0 {
+	if pool := a.poolFor(w.Peer); pool != nil && a.bindPooled(s, rc, pool) > 0 {
 		// Streams bound from the pool: start now; the others join the
 		// running session as replacements do.
 		s.mu.Lock()
@@ -246,7 +246,7 @@ func (a *Agent) initiate(conn *net.TCPConn, rc *runtimeConfig, peer netip.AddrPo
 	reply, err := stripe.ParseReply(hb[:], rb[:], rc.key)
 	if err != nil {
 		if stripe.IsVersionRefusal(rb[:]) {
-			return nil, fmt.Errorf("peer %s refused: %s", peer, stripe.StatusVersion)
+			return nil, fmt.Errorf("peer %s refused: %w", peer, refusal{stripe.StatusVersion})
 		}
 		return nil, fmt.Errorf("peer %s: %w", peer, err)
 	}
@@ -254,7 +254,7 @@ func (a *Agent) initiate(conn *net.TCPConn, rc *runtimeConfig, peer netip.AddrPo
 		return nil, fmt.Errorf("peer %s refused: %w", peer, errUnknownSession)
 	}
 	if reply.Status != stripe.StatusAccepted {
-		return nil, fmt.Errorf("peer %s refused: %s", peer, reply.Status)
+		return nil, fmt.Errorf("peer %s refused: %w", peer, refusal{reply.Status})
 	}
 	secrets, err := stripe.Finish(rc.key, eph, reply.Ephemeral, hb[:], rb[:])
 	if err != nil {
@@ -266,6 +266,11 @@ func (a *Agent) initiate(conn *net.TCPConn, rc *runtimeConfig, peer netip.AddrPo
 	}
 	return secrets, nil
 }
+
+// refusal is a responder's answer to a hello other than acceptance.
+type refusal struct{ status stripe.Status }
+
+func (r refusal) Error() string { return r.status.String() }
 
 // openStream dials and authenticates stream index of s; join makes it a
 // replacement of a lost stream of the running session (hello flag JOIN,

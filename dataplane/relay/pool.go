@@ -38,12 +38,26 @@ type streamPool struct {
 	opening int
 	target  int
 	wake    chan struct{}
+	// quit stops this pool alone (a reload dropped it).
+	quit chan struct{}
+	// After a failed open the pool pauses, doubling the pause with each
+	// failure in a row up to poolBackoffMax, and then probes with one
+	// stream at a time until one opens: a far agent that refuses pooled
+	// streams (or cannot parse a pooled hello) costs one handshake per
+	// pause, not one per slot every poolBackoff.
+	fails      int
+	pauseUntil time.Time
+	lastErr    error
+	refused    stripe.Status // the far agent's last authenticated refusal; 0 if none
 
 	refills atomic.Uint64 // streams opened into the pool
 	claims  atomic.Uint64 // streams taken from it by sessions
 	misses  atomic.Uint64 // streams a session wanted and did not find
 	died    atomic.Uint64 // idle streams found dead
 	expired atomic.Uint64 // idle streams closed by the idle timeout
+	// refounds counts sessions founded again after their first bind was
+	// lost (see refound).
+	refounds atomic.Uint64
 }
 
 // pooledStream is one idle stream of a pool.
@@ -72,6 +86,15 @@ type PoolStats struct {
 	Misses   uint64
 	Died     uint64
 	Expired  uint64
+	Refounds uint64
+	// Failures counts failed opens in a row; RetryAt is when the pool
+	// tries again (zero when it is not pausing); Refused is the far
+	// agent's refusal ("" when it did not refuse) and LastError the last
+	// failure.
+	Failures  int
+	RetryAt   time.Time
+	Refused   string
+	LastError string
 }
 
 // poolsOf groups the client-side routes with a pool by peer, each pool
@@ -79,23 +102,22 @@ type PoolStats struct {
 func poolsOf(routes []Whitelist) map[netip.AddrPort]*streamPool {
 	out := make(map[netip.AddrPort]*streamPool)
 	for _, w := range routes {
-		if w.Pool.MinIdle <= 0 {
-			continue
-		}
 		// A route spread over several far agents keeps a pool toward
-		// each: a connection claims from the one its bucket goes to.
+		// each (sized by that agent's own pool block): a connection
+		// claims from the one its bucket goes to.
 		peers := w.Peers
 		if len(peers) == 0 {
-			peers = []agentspec.Peer{{Name: w.PeerName, Addr: w.Peer}}
+			peers = []agentspec.Peer{{Name: w.PeerName, Addr: w.Peer, Pool: w.Pool}}
 		}
-		spec := w.Pool.WithDefaults()
 		for _, peer := range peers {
-			if !peer.Addr.IsValid() {
+			if !peer.Addr.IsValid() || peer.Pool.MinIdle <= 0 {
 				continue
 			}
+			spec := peer.Pool.WithDefaults()
 			p, ok := out[peer.Addr]
 			if !ok {
-				out[peer.Addr] = &streamPool{peer: peer.Addr, peerName: peer.Name, spec: spec, target: spec.MinIdle, wake: make(chan struct{}, 1)}
+				out[peer.Addr] = &streamPool{peer: peer.Addr, peerName: peer.Name, spec: spec, target: spec.MinIdle,
+					wake: make(chan struct{}, 1), quit: make(chan struct{})}
 				continue
 			}
 			p.spec.MinIdle = max(p.spec.MinIdle, spec.MinIdle)
@@ -122,45 +144,139 @@ func (p *streamPool) run(stop <-chan struct{}) {
 	go func() {
 		select {
 		case <-stop:
+		case <-p.quit:
 		case <-ctx.Done():
 		}
 		cancel()
 	}()
-	tick := time.NewTicker(max(p.spec.IdleTimeout/4, 10*time.Millisecond))
+	tick := time.NewTimer(p.tickEvery())
 	defer tick.Stop()
 	var openers sync.WaitGroup
 	defer func() {
 		openers.Wait()
 		p.closeAll()
 	}()
+	resume := time.NewTimer(time.Hour)
+	defer resume.Stop()
 	for {
-		p.expire(time.Now())
-		for !p.a.stopping.Load() && p.wantOne() {
+		now := time.Now()
+		p.expire(now)
+		for !p.a.stopping.Load() && p.wantOne(now) {
 			openers.Add(1)
 			go func() {
 				defer openers.Done()
 				p.open(ctx)
 			}()
 		}
+		var resumed <-chan time.Time
+		if d := p.paused(now); d > 0 {
+			resume.Reset(d)
+			resumed = resume.C
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.wake:
 		case <-tick.C:
+		case <-resumed:
+		}
+		if !tick.Stop() {
+			select {
+			case <-tick.C:
+			default:
+			}
+		}
+		tick.Reset(p.tickEvery())
+		if resumed != nil && !resume.Stop() {
+			select {
+			case <-resume.C:
+			default:
+			}
 		}
 	}
 }
 
-// wantOne reserves the opening of one stream when the pool is below its
-// target.
-func (p *streamPool) wantOne() bool {
+// tickEvery is how often the pool looks for streams past the idle
+// timeout.
+func (p *streamPool) tickEvery() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.idle)+p.opening >= min(p.target, p.spec.Max) {
+	return max(p.spec.IdleTimeout/4, 10*time.Millisecond)
+}
+
+// poolFor is the client side's pool toward peer, nil if none.
+func (a *Agent) poolFor(peer netip.AddrPort) *streamPool {
+	a.poolsMu.Lock()
+	defer a.poolsMu.Unlock()
+	return a.pools[peer]
+}
+
+// reconcilePools applies a reload's pools: a pool kept (same peer address
+// and name) takes
+// its new size at once, closing idle streams beyond a lower max; a new
+// one starts; one the configuration dropped stops and closes its idle
+// streams. Streams sessions claimed belong to them and live on.
+func (a *Agent) reconcilePools(rc *runtimeConfig) {
+	next := poolsOf(rc.Client)
+	a.poolsMu.Lock()
+	defer a.poolsMu.Unlock()
+	for peer, p := range a.pools {
+		if np, ok := next[peer]; ok && np.peerName == p.peerName {
+			p.resize(np.spec)
+			continue
+		}
+		close(p.quit)
+		delete(a.pools, peer)
+	}
+	for peer, np := range next {
+		if _, ok := a.pools[peer]; ok {
+			continue
+		}
+		np.a = a
+		a.pools[peer] = np
+		if a.started {
+			a.wg.Add(1)
+			go np.run(a.stop)
+		}
+	}
+}
+
+// resize gives a running pool its new size.
+func (p *streamPool) resize(spec agentspec.Pool) {
+	p.mu.Lock()
+	p.spec = spec
+	p.target = min(max(p.target, spec.MinIdle), spec.Max)
+	var surplus []*pooledStream
+	for len(p.idle) > spec.Max {
+		surplus = append(surplus, p.idle[0])
+		p.idle = p.idle[1:]
+	}
+	p.mu.Unlock()
+	for _, ps := range surplus {
+		ps.claimed.Store(true)
+		_ = ps.conn.Close()
+		p.expired.Add(1)
+	}
+	p.poke()
+}
+
+// wantOne reserves the opening of one stream when the pool is below its
+// target and not pausing; after failures, one stream at a time.
+func (p *streamPool) wantOne(now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.idle)+p.opening >= min(p.target, p.spec.Max) || now.Before(p.pauseUntil) || (p.fails > 0 && p.opening > 0) {
 		return false
 	}
 	p.opening++
 	return true
+}
+
+// paused is how long the pool still waits before it tries again.
+func (p *streamPool) paused(now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pauseUntil.Sub(now)
 }
 
 // open opens one pooled stream, within the agent's handshakes in flight
@@ -172,26 +288,52 @@ func (p *streamPool) open(ctx context.Context) {
 		p.mu.Lock()
 		p.opening--
 		p.idle = append(p.idle, ps)
+		p.fails, p.pauseUntil, p.lastErr, p.refused = 0, time.Time{}, nil, 0
 		p.mu.Unlock()
 		p.refills.Add(1)
 		go p.watch(ps)
+		p.poke()
 		return
 	}
-	if ctx.Err() == nil {
-		p.a.limited.log(p.a.log, "pool-open", "relay: opening a pooled stream failed", "peer", p.peer, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(poolBackoff):
-		}
+	if ctx.Err() != nil {
+		p.mu.Lock()
+		p.opening--
+		p.mu.Unlock()
+		return
 	}
+	var r refusal
+	refused := errors.As(err, &r)
 	p.mu.Lock()
 	p.opening--
+	// Opens that failed together (those in flight when the first
+	// failed) count once.
+	now := time.Now()
+	if !now.Before(p.pauseUntil) {
+		p.fails++
+		p.pauseUntil = now.Add(min(poolBackoff<<min(p.fails-1, 16), poolBackoffMax))
+	}
+	pause := p.pauseUntil.Sub(now)
+	p.lastErr = err
+	if refused {
+		p.refused = r.status
+	}
 	p.mu.Unlock()
+	if refused {
+		p.a.limited.log(p.a.log, "pool-refused", "relay: the far agent refuses pooled streams; the pool waits before it asks again",
+			"peer", p.peer, "status", r.status, "retry_in", pause)
+	} else {
+		p.a.limited.log(p.a.log, "pool-open", "relay: opening a pooled stream failed; the pool waits before it tries again",
+			"peer", p.peer, "err", err, "retry_in", pause)
+	}
 	p.poke()
 }
 
-// poolBackoff is the wait after a failed pooled stream before the next.
-const poolBackoff = 500 * time.Millisecond
+// poolBackoff is the pause after the first failed pooled stream; it
+// doubles with each failure in a row, up to poolBackoffMax.
+const (
+	poolBackoff    = 500 * time.Millisecond
+	poolBackoffMax = 5 * time.Minute
+)
 
 func (p *streamPool) handshake(ctx context.Context) (*pooledStream, error) {
 	rc := p.a.cfg.Load()
@@ -327,12 +469,23 @@ func (p *streamPool) closeAll() {
 func (p *streamPool) stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return PoolStats{
+	st := PoolStats{
 		Peer: p.peer, PeerName: p.peerName, Idle: len(p.idle), Opening: p.opening, Target: p.target,
 		MinIdle: p.spec.MinIdle, Max: p.spec.Max,
 		Refills: p.refills.Load(), Claims: p.claims.Load(), Misses: p.misses.Load(),
-		Died: p.died.Load(), Expired: p.expired.Load(),
+		Died: p.died.Load(), Expired: p.expired.Load(), Refounds: p.refounds.Load(),
+		Failures: p.fails,
 	}
+	if p.fails > 0 {
+		st.RetryAt = p.pauseUntil
+		if p.lastErr != nil {
+			st.LastError = p.lastErr.Error()
+		}
+	}
+	if p.refused != 0 {
+		st.Refused = p.refused.String()
+	}
+	return st
 }
 
 // admitPooled decides a pooled hello on the server side: its initiator
@@ -548,8 +701,14 @@ func (a *Agent) PooledStreams() map[string]int {
 
 // Pools is a snapshot of the client side's pools, one per peer.
 func (a *Agent) Pools() []PoolStats {
-	out := make([]PoolStats, 0, len(a.pools))
+	a.poolsMu.Lock()
+	pools := make([]*streamPool, 0, len(a.pools))
 	for _, p := range a.pools {
+		pools = append(pools, p)
+	}
+	a.poolsMu.Unlock()
+	out := make([]PoolStats, 0, len(pools))
+	for _, p := range pools {
 		out = append(out, p.stats())
 	}
 	return out
@@ -565,6 +724,7 @@ func (a *Agent) bindPooled(s *session, rc *runtimeConfig, pool *streamPool) int 
 	tuning := rc.streamTuningFor(s.chunkSize)
 	var key *[32]byte
 	bound := 0
+	defer func() { s.fromPool = bound > 0 }()
 	for _, ps := range claimed {
 		if bound == int(s.target.Load()) {
 			_ = ps.conn.Close()
@@ -646,4 +806,71 @@ func (a *Agent) awaitSession(id stripe.SessionID, d time.Duration) *session {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// A session bound from the pool starts before the far agent knows it: the
+// BIND of its stream 0 founds it there. If that stream had died while idle
+// and no reset reached this agent, the far agent never founded the
+// session: the binds of the other streams wait for it in vain and are
+// refused, and so are their joins, as for an unknown session. Until the far
+// agent has sent anything on the session (heard), nothing of it can have
+// reached the server, and every byte the client sent is still retained
+// here. So the session is founded again: a fresh pooled stream is bound as
+// its stream 0 (new per-bind keys, a new session key), the retained frames
+// go again, and the other streams join under the new key.
+
+// unfounded reports whether a join refused as an unknown session means
+// the far agent never founded s (rather than lost it).
+func (s *session) unfounded() bool { return s.fromPool && !s.heard.Load() }
+
+// refound answers the refusal of stream i's join in an unfounded session.
+// For a stream other than 0 it takes stream 0 out, which may still look
+// alive here and is the one whose bind never arrived, and returns an
+// error, so that the slot tries again once stream 0 founded the session
+// again. For stream 0 it binds a fresh pooled stream.
+func (s *session) refound(i int, rc *runtimeConfig) error {
+	if i != 0 {
+		s.mu.Lock()
+		st0, again := s.streams[0], s.refoundings > 0
+		s.mu.Unlock()
+		// Once founded again, a refusal may have been on its way
+		// before the new bind arrived: leave the new stream 0 alone.
+		if st0 != nil && !again {
+			st0.lose(&StreamError{Stream: 0, Op: "bind", Err: errors.New("the far agent never founded the session")})
+		}
+		return fmt.Errorf("stream %d: %w: waiting for stream 0 to found the session again", i, errUnknownSession)
+	}
+	a := s.agent
+	pool := a.poolFor(s.peerAddr)
+	if pool == nil {
+		return errors.New("no pool toward the far agent to found the session again")
+	}
+	var ps *pooledStream
+	if got := pool.take(1); len(got) == 1 {
+		ps = got[0]
+	} else {
+		ctx, cancel := context.WithTimeout(s.ctx, rc.limits.PreAuthTimeout)
+		defer cancel()
+		var err error
+		if ps, err = pool.handshake(ctx); err != nil {
+			return fmt.Errorf("founding the session again: %w", err)
+		}
+	}
+	st, key, err := a.bindOne(s, rc, ps, 0, nil, rc.streamTuningFor(s.chunkSize))
+	if err != nil {
+		reset(ps.conn)
+		return fmt.Errorf("founding the session again: %w", err)
+	}
+	s.mu.Lock()
+	s.sessionKey = *key
+	s.refoundings++
+	s.mu.Unlock()
+	if !s.attach(st, false) {
+		reset(ps.conn)
+		return nil
+	}
+	pool.refounds.Add(1)
+	a.limited.log(a.log, "refound", "relay: the far agent never received a pooled session's first bind; founded it again on a fresh stream",
+		s.logAttrs()...)
+	return nil
 }

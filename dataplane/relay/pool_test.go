@@ -3,11 +3,13 @@ package relay
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"io"
 	mrand "math/rand/v2"
 	"net"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -264,15 +266,41 @@ func TestSessionBindsPooledStreams(t *testing.T) {
 	}
 }
 
-// TestPoolBurst: a burst of connections on a small pool: the first bind
-// pooled streams, the rest open theirs as before; none fails.
+// TestPoolBurst: a burst of 1,000 connections on a small pool: the first
+// bind pooled streams, the rest open theirs as before; none fails, and the
+// pool stays within its max on both ends all through.
 func TestPoolBurst(t *testing.T) {
-	// Limits that admit the burst, so only the pool is under test.
-	lim := Limits{MaxSessions: 1024, MaxHalfOpenPerSource: 1024}
+	// Limits that admit the burst, so only the pool is under test (and a
+	// loaded machine, or the race detector, does not time handshakes out).
+	lim := Limits{MaxSessions: 1024, MaxHalfOpenPerSource: 1024, PreAuthTimeout: 2 * time.Minute}
 	p := startPair(t, pairOptions{streams: 2, chunk: 1000, queue: 2, limitsA: lim, limitsB: lim,
 		pool: agentspec.Pool{MinIdle: 4, Max: 8}}, echo)
 	testsupport.Eventually(t, 30*time.Second, "a full pool", func() bool { return onlyPool(t, p.a).Idle == 4 })
-	const n = 100
+	const n = 1000
+	// The pool's limits hold all through the burst: never more streams
+	// idle or opening than its max, never more held at the server side
+	// than the client side has.
+	stop := make(chan struct{})
+	watched := make(chan string, 1)
+	go func() {
+		defer close(watched)
+		for {
+			st := onlyPool(t, p.a)
+			if st.Idle+st.Opening > st.Max || st.Target > st.Max {
+				watched <- fmt.Sprintf("pool beyond its max: %+v", st)
+				return
+			}
+			if held := p.b.PooledStreams()["agent-a"]; held > st.Max+st.Opening {
+				watched <- fmt.Sprintf("server side holds %d idle pooled streams, client side %+v", held, st)
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
 	errs := make(chan error, n)
 	for i := range n {
 		go func() {
@@ -297,6 +325,10 @@ func TestPoolBurst(t *testing.T) {
 			t.Errorf("connection: %v", err)
 		}
 	}
+	close(stop)
+	if msg, ok := <-watched; ok {
+		t.Error(msg)
+	}
 	st := onlyPool(t, p.a)
 	if st.Claims == 0 || st.Misses == 0 || st.Claims > st.Refills {
 		t.Errorf("after the burst: %+v", st)
@@ -313,8 +345,8 @@ func TestPoolBurst(t *testing.T) {
 // TestPooledStreamDeadAtBind: pooled streams that die as their BIND
 // arrives (the server side resets them) lose nothing: the frames the
 // client side sent on them go again on the surviving streams, and
-// replacements join the running session. Stream 0's bind is the one it
-// cannot lose (see the report of issue 15): the fault spares it.
+// replacements join the running session. Stream 0, whose bind founds the
+// session, is TestPooledStreamZeroDeadAtBind's.
 func TestPooledStreamDeadAtBind(t *testing.T) {
 	p := startPair(t, pairOptions{streams: 4, chunk: 1000, queue: 2, pool: agentspec.Pool{MinIdle: 4, Max: 4}}, echo)
 	testsupport.Eventually(t, 30*time.Second, "a full pool", func() bool { return onlyPool(t, p.a).Idle == 4 })
@@ -333,27 +365,179 @@ func TestPooledStreamDeadAtBind(t *testing.T) {
 	})
 }
 
+// TestPooledStreamZeroDeadAtBind: stream 0 of a pooled session, whose
+// BIND founds the session at the far agent, was dead a moment before it
+// was bound: the far agent resets it as the bind arrives (its death
+// reaches the client side only then), or holds it without a word (no
+// reset ever reaches the client side). Either way the far agent never
+// founds the session, refuses the other streams' binds and joins as for an
+// unknown session, and the client side, which has heard nothing of the
+// session, founds it again on a fresh pooled stream: every byte arrives,
+// both ways, and nothing is carried direct.
+func TestPooledStreamZeroDeadAtBind(t *testing.T) {
+	for _, silent := range []bool{false, true} {
+		name := map[bool]string{false: "reset", true: "silent"}[silent]
+		t.Run(name, func(t *testing.T) {
+			p := startPair(t, pairOptions{streams: 4, chunk: 1000, queue: 2, pool: agentspec.Pool{MinIdle: 4, Max: 4}}, echo)
+			testsupport.Eventually(t, 30*time.Second, "a full pool", func() bool { return onlyPool(t, p.a).Idle == 4 })
+			var once atomic.Bool
+			fault := func(stream uint16) bool {
+				if stream != 0 || !once.CompareAndSwap(false, true) {
+					return false
+				}
+				if silent {
+					// Hold the stream, reading nothing more and
+					// answering nothing, past the point where the
+					// client side has founded the session again.
+					time.Sleep(3 * time.Second)
+				}
+				return true
+			}
+			p.b.testBindFault.Store(&fault)
+			echoThrough(t, p, 1<<20, 5)
+			if !once.Load() {
+				t.Fatal("the fault never struck stream 0's bind")
+			}
+			if st := onlyPool(t, p.a); st.Refounds != 1 {
+				t.Errorf("pool %+v: want the session founded again once", st)
+			}
+			if f := p.a.Stats().Totals.Fallbacks; f != 0 {
+				t.Errorf("%d connections carried direct", f)
+			}
+			testsupport.Eventually(t, 30*time.Second, "the session complete on both ends", func() bool {
+				return p.a.Stats().Totals.SessionsCompleted == 1 && p.b.Stats().Totals.SessionsCompleted == 1
+			})
+			// A second session on the same pool is carried as usual.
+			echoThrough(t, p, 64<<10, 6)
+		})
+	}
+}
+
 // A route spread over several far agents (several agents per site) keeps
 // one pool toward each of them, since a connection claims its streams from
-// the pool of the agent its bucket goes to; routes toward one agent share
-// its pool, sized by the largest of their settings.
+// the pool of the agent its bucket goes to, sized by that agent's own pool
+// block; routes toward one agent share its pool, sized by the largest of
+// their settings.
 func TestPoolsOfSpreadRoutes(t *testing.T) {
 	b1 := netip.MustParseAddrPort("10.0.0.1:7000")
 	b2 := netip.MustParseAddrPort("10.0.0.2:7000")
 	routes := []Whitelist{
 		{Name: "spread", Peer: b1, PeerName: "b1", Pool: agentspec.Pool{MinIdle: 4},
-			Peers: []agentspec.Peer{{Name: "b1", Addr: b1}, {Name: "b2", Addr: b2}}},
+			Peers: []agentspec.Peer{{Name: "b1", Addr: b1, Pool: agentspec.Pool{MinIdle: 4}}, {Name: "b2", Addr: b2, Pool: agentspec.Pool{MinIdle: 2}},
+				{Name: "b3", Addr: netip.MustParseAddrPort("10.0.0.4:7000")}}},
 		{Name: "one", Peer: b2, PeerName: "b2", Pool: agentspec.Pool{MinIdle: 6, Max: 10}},
 		{Name: "nopool", Peer: netip.MustParseAddrPort("10.0.0.3:7000"), PeerName: "b3"},
 	}
 	pools := poolsOf(routes)
 	if len(pools) != 2 || pools[b1] == nil || pools[b2] == nil {
-		t.Fatalf("pools %v, want one toward each of b1 and b2", pools)
+		t.Fatalf("pools %v, want one toward each of b1 and b2 (b3 has no pool block)", pools)
 	}
 	if p := pools[b1]; p.peerName != "b1" || p.spec.MinIdle != 4 {
 		t.Errorf("pool toward b1: %s %+v", p.peerName, p.spec)
 	}
 	if p := pools[b2]; p.peerName != "b2" || p.spec.MinIdle != 6 || p.spec.Max != 10 || p.target != 6 {
 		t.Errorf("pool toward b2: %s %+v target %d", p.peerName, p.spec, p.target)
+	}
+}
+
+// TestPoolRefusedBacksOff: a far agent that accepts no pooled streams
+// (limits.pooled_per_peer = 0) refuses each pooled hello with an
+// authenticated StatusPoolRefused. The pool recognises it, says so in its
+// stats, and pauses, doubling the pause with every refusal and asking with
+// one stream at a time, instead of one handshake per slot every 500 ms;
+// connections meanwhile open their streams as before.
+func TestPoolRefusedBacksOff(t *testing.T) {
+	p := startPair(t, pairOptions{streams: 2, chunk: 1000, queue: 2, pool: agentspec.Pool{MinIdle: 8, Max: 8},
+		limitsB: Limits{MaxPooledPerPeer: agentspec.NoPooledStreams}}, echo)
+	testsupport.Eventually(t, 30*time.Second, "the pool refused", func() bool { return onlyPool(t, p.a).Refused != "" })
+	st := onlyPool(t, p.a)
+	if st.Refused != stripe.StatusPoolRefused.String() || st.Idle != 0 || st.RetryAt.IsZero() {
+		t.Errorf("a refused pool: %+v", st)
+	}
+	// 2.5 s: refusals at about 0, 0.5 and 1.5 s (the next at 3.5 s),
+	// where a slot each every 500 ms would have been some 40.
+	time.Sleep(2500 * time.Millisecond)
+	if st := onlyPool(t, p.a); st.Failures < 2 || st.Failures > 4 || st.Refills != 0 {
+		t.Errorf("after 2.5 s of refusals: %+v; want 2 to 4 attempts, none open", st)
+	}
+	echoThrough(t, p, 64<<10, 7)
+	if f := p.a.Stats().Totals.Fallbacks; f != 0 {
+		t.Errorf("%d connections carried direct", f)
+	}
+	if n := p.b.PooledStreams()["agent-a"]; n != 0 {
+		t.Errorf("the far agent holds %d pooled streams with pooled streams off", n)
+	}
+	// The first round asks for at most min_idle (8) at once, then one
+	// per pause.
+	if r := p.b.Stats().Totals.Rejected["pool_limit"]; r < 1 || r > 12 {
+		t.Errorf("the far agent counted %d pooled streams refused, want at most the 8 of the first round and one per pause", r)
+	}
+}
+
+// TestPoolReloadResizes: a reload resizes a running pool (a larger
+// min_idle fills it, a lower max closes the surplus on both ends), drops a
+// pool whose block is gone (its idle streams closed, the far agent's too)
+// and starts one that is new, while a live session bound from the pool
+// goes on untouched and delivers every byte.
+func TestPoolReloadResizes(t *testing.T) {
+	p := startPair(t, pairOptions{streams: 2, chunk: 1000, queue: 2, pool: agentspec.Pool{MinIdle: 2, Max: 4}}, echo)
+	testsupport.Eventually(t, 30*time.Second, "a full pool", func() bool { return onlyPool(t, p.a).Idle == 2 })
+	// A session on pooled streams, alive across the reloads.
+	live := p.dial(t)
+	defer live.Close()
+	_ = live.SetDeadline(time.Now().Add(60 * time.Second))
+	roundTripOn := func(msg string) {
+		t.Helper()
+		if _, err := live.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(live, buf); err != nil || string(buf) != msg {
+			t.Fatalf("live session: %q, %v", buf, err)
+		}
+	}
+	roundTripOn("before the reloads")
+	if st := onlyPool(t, p.a); st.Claims != 2 {
+		t.Fatalf("the live session did not bind from the pool: %+v", st)
+	}
+	reload := func(pool agentspec.Pool) {
+		t.Helper()
+		cfg := p.a.cfg.Load().Config
+		cfg.PSK = testPSK
+		cfg.Client = append([]Whitelist(nil), cfg.Client...)
+		cfg.Client[0].Pool = pool
+		if err := p.a.Update(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func() int { return p.b.PooledStreams()["agent-a"] }
+
+	reload(agentspec.Pool{MinIdle: 6, Max: 8, IdleTimeout: time.Minute})
+	testsupport.Eventually(t, 30*time.Second, "the pool grown to min_idle 6", func() bool {
+		st := onlyPool(t, p.a)
+		return st.Idle == 6 && st.MinIdle == 6 && st.Max == 8 && held() == 6
+	})
+	roundTripOn("after growing")
+
+	reload(agentspec.Pool{MinIdle: 1, Max: 1})
+	testsupport.Eventually(t, 30*time.Second, "the pool cut to max 1 on both ends", func() bool {
+		st := onlyPool(t, p.a)
+		return st.Idle == 1 && st.Max == 1 && held() == 1
+	})
+	roundTripOn("after shrinking")
+
+	reload(agentspec.Pool{})
+	if ps := p.a.Pools(); len(ps) != 0 {
+		t.Fatalf("pools after the pool was removed: %+v", ps)
+	}
+	testsupport.Eventually(t, 30*time.Second, "the far agent's pooled streams closed", func() bool { return held() == 0 })
+	roundTripOn("after removing the pool")
+
+	reload(agentspec.Pool{MinIdle: 3, Max: 3})
+	testsupport.Eventually(t, 30*time.Second, "a new pool filled", func() bool { return onlyPool(t, p.a).Idle == 3 && held() == 3 })
+	roundTripOn("after adding a pool again")
+	echoThrough(t, p, 256<<10, 8)
+	if f := p.a.Stats().Totals.Fallbacks; f != 0 {
+		t.Errorf("%d connections carried direct", f)
 	}
 }

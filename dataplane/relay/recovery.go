@@ -165,6 +165,9 @@ func (s *session) rejoin(parent context.Context, i int) error {
 				s.peerDoneOnce.Do(func() { close(s.peerDone) })
 				return nil
 			}
+			if s.unfounded() {
+				return s.refound(i, rc)
+			}
 			s.abort(AbortPeer, &StreamError{Stream: i, Op: "join", Err: err})
 		}
 		return err

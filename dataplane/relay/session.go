@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -63,6 +64,42 @@ const (
 	lowatTime = 20 * time.Millisecond
 	maxLowat  = 4 << 20
 )
+
+// The first flight: a session's first frames, one per stream, are cut to
+// what the peer's receive window of a fresh or long idle stream takes in
+// one round trip (Linux opens it at a few jumbo segments, 17-64 kB, and
+// widens it only as data arrives). A full 60 kB chunk on such a stream
+// arrives a round trip late, and with it the first byte, which the far end
+// can deliver only once its whole frame opened; cut, the first chunks
+// travel side by side on as many streams and all arrive after one round
+// trip (a pooled session's first byte in one WAN round trip).
+const (
+	// defaultFirstWindow stands for the receive window when TCP_INFO does
+	// not report it (kernels before 6.2): ten 1460-byte segments.
+	defaultFirstWindow = 14600
+	// firstFrameSlack leaves room in that window for the frame's header
+	// and tag and the CREDIT and ACK frames that ride with it.
+	firstFrameSlack = 4*stripe.HeaderSize + 4*stripe.TagSize + 2*stripe.CreditBodySize
+	minFirstFrame   = 4096
+)
+
+// firstFrameFor sizes the first flight's frames from the smallest receive
+// window the far end advertises on the session's streams.
+func firstFrameFor(streams []*stream, chunkSize int) int {
+	wnd := 0
+	for _, st := range streams {
+		if st == nil {
+			continue
+		}
+		if info, ok := readTCPInfo(st.conn); ok && info.sndWnd > 0 && (wnd == 0 || int(info.sndWnd) < wnd) {
+			wnd = int(info.sndWnd)
+		}
+	}
+	if wnd == 0 {
+		wnd = defaultFirstWindow
+	}
+	return min(chunkSize, max(wnd-firstFrameSlack, minFirstFrame))
+}
 
 // minLowat is the floor of a stream's TCP_NOTSENT_LOWAT: two chunks, at
 // least 64 KiB.
@@ -131,6 +168,16 @@ type session struct {
 	sessionParams
 	n       int
 	started time.Time
+	// firstFrame caps the payload of the first flight's frames (set by
+	// start, before readHost runs).
+	firstFrame int
+	// fromPool: the client side bound the session's first streams from
+	// its warm pool; heard: the far agent sent a frame on it. A pooled
+	// session the far agent never heard from can be founded again
+	// (refound, pool.go).
+	fromPool    bool
+	heard       atomic.Bool
+	refoundings int // guarded by mu
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -583,6 +630,7 @@ func (s *session) start() {
 	// at any moment: start the streams present now.
 	streams := append([]*stream(nil), s.streams...)
 	s.mu.Unlock()
+	s.firstFrame = firstFrameFor(streams, s.chunkSize)
 	a := s.agent
 	a.log.Debug("relay: session established", s.logAttrs()...)
 	s.wg.Add(4 + 2*live)
@@ -741,7 +789,15 @@ func (s *session) readHost() {
 		if !ok {
 			return
 		}
-		n, err := s.host.Read(c.buf[stripe.HeaderSize : stripe.HeaderSize+s.chunkSize])
+		size, first := s.chunkSize, total < uint64(s.n)*uint64(s.firstFrame)
+		if first {
+			size = s.firstFrame
+		}
+		buf := c.buf[stripe.HeaderSize : stripe.HeaderSize+size]
+		n, err := s.host.Read(buf)
+		if first && seq > 0 && err == nil && n < size {
+			n, err = s.topUp(buf, n)
+		}
 		if n > 0 {
 			c.typ, c.n, c.seq = stripe.FrameData, n, seq
 			seq++
@@ -787,6 +843,31 @@ func (s *session) readHost() {
 		return
 	}
 }
+
+// topUp fills a first-flight frame after the first (which leaves at once,
+// for the first byte) with what the end host sends within coalesceWait:
+// a frame takes one chunk of the peer's credit however little it holds,
+// and an end host's burst arrives a segment per read, so frames sent as
+// read would spend the first round trip's credit on a fraction of what
+// the streams could carry.
+func (s *session) topUp(buf []byte, n int) (int, error) {
+	_ = s.host.SetReadDeadline(time.Now().Add(coalesceWait))
+	defer s.host.SetReadDeadline(time.Time{})
+	for n < len(buf) {
+		m, err := s.host.Read(buf[n:])
+		n += m
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// coalesceWait bounds how long a first-flight frame waits to fill.
+const coalesceWait = time.Millisecond
 
 // getSendBuf takes a frame buffer for the next chunk. When the pool is
 // used up it first widens the retention (reserving it from the agent's
@@ -1386,6 +1467,11 @@ func (st *stream) writeLoop() {
 				batch = append(batch, c)
 				bytes := c.n
 				limit := min(int(st.lowat.Load()), maxWriteBytes)
+				if c.typ == stripe.FrameData && c.seq < uint64(s.n) && !c.resent {
+					// A first-flight frame travels alone: the next one
+					// goes to the next stream, whose window is still open.
+					limit = 0
+				}
 			gather:
 				for len(batch) < maxWriteFrames && bytes < limit {
 					select {
@@ -1833,6 +1919,7 @@ func (st *stream) readLoop() {
 				}
 				return
 			}
+			s.heard.Store(true)
 			continue
 		case stripe.FrameJoin, stripe.FrameBind:
 			fail(AbortProtocol, "read", fmt.Errorf("%s on a stream already attached", h.Type))
@@ -1876,6 +1963,7 @@ func (st *stream) readLoop() {
 			fail(AbortProtocol, "read", err)
 			return
 		}
+		s.heard.Store(true)
 		c.typ, c.n, c.seq = h.Type, len(plain), h.Seq
 		if h.Type == stripe.FrameFin {
 			c.total, _ = stripe.ParseFinBody(plain)

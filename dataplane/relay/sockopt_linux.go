@@ -240,6 +240,7 @@ type tcpInfo struct {
 	notsent     uint32 // tcpi_notsent_bytes
 	pacingRate  uint64 // tcpi_pacing_rate, bytes/s
 	state       uint8  // tcpi_state: TCP_ESTABLISHED, TCP_CLOSE_WAIT, ...
+	sndWnd      uint32 // tcpi_snd_wnd: the peer's receive window (Linux 6.2+; 0 before)
 }
 
 func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
@@ -263,6 +264,7 @@ func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
 		notsent:     info.Notsent_bytes,
 		pacingRate:  info.Pacing_rate,
 		state:       info.State,
+		sndWnd:      info.Snd_wnd,
 	}, true
 }
 

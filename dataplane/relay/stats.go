@@ -41,12 +41,13 @@ const (
 	rejectIdentity       = "identity" // wrong responder, unknown initiator, or our own key reflected
 	rejectShape          = "shape"    // shape differs from the server side's whitelist
 	rejectPreAuthEvicted = "preauth_evicted"
+	rejectPoolLimit      = "pool_limit" // pooled streams beyond limits.pooled_per_peer, or turned off
 )
 
 var abortKinds = []string{AbortStream, AbortProtocol, AbortPeer, AbortStall, AbortIdle, AbortEndpoint, AbortMemory, AbortSetup, AbortShutdown}
 var rejectKinds = []string{rejectNotWhitelisted, rejectSessionLimit, rejectStreamLimit, rejectMemoryLimit,
 	rejectShuttingDown, rejectMismatch, rejectModeMismatch, rejectVersion, rejectIdentity,
-	rejectShape, rejectPreAuthEvicted}
+	rejectShape, rejectPreAuthEvicted, rejectPoolLimit}
 
 // RejectReasons are the keys of Totals.Rejected, in a fixed order.
 func RejectReasons() []string { return slices.Clone(rejectKinds) }
@@ -71,6 +72,8 @@ func rejectKindOf(st stripe.Status) string {
 		return rejectIdentity
 	case stripe.StatusShapeMismatch:
 		return rejectShape
+	case stripe.StatusPoolRefused:
+		return rejectPoolLimit
 	}
 	return rejectMismatch
 }

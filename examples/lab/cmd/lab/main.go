@@ -26,6 +26,8 @@ commands:
   demo        bring the lab up, run direct, end-host parallel and sosappliance
               transfers, print them side by side, tear down
   bench-wan   sweep streams and chunk sizes; write a CSV and a PNG plot
+  bench-ttfb  time to first byte and total of small GETs: direct, through the
+              agents with a cold pool and with a warm one; write a CSV
   up          bring a lab up and leave it running (remove it with lab down)
   down        remove labs brought up with lab up, and any left by a crash
   list        show the labs on this machine
@@ -39,11 +41,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmds := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
-		"demo":      cmdDemo,
-		"bench-wan": cmdBenchWAN,
-		"up":        cmdUp,
-		"down":      cmdDown,
-		"list":      cmdList,
+		"demo":       cmdDemo,
+		"bench-wan":  cmdBenchWAN,
+		"bench-ttfb": cmdBenchTTFB,
+		"up":         cmdUp,
+		"down":       cmdDown,
+		"list":       cmdList,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
