@@ -36,6 +36,8 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"demo", "--kill-streams", "many"}, 2, "kill-streams"},
 		{[]string{"demo", "-h"}, 0, "-kill-streams"},
 		{[]string{"up", "-h"}, 0, "-rtt"},
+		{[]string{"up", "-h"}, 0, "-agents"},
+		{[]string{"up", "--agents", "3", "--state-dir", empty}, 1, "--agents 3"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(c.args, &out, &errb)
