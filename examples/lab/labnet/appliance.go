@@ -43,6 +43,10 @@ type Whitelist struct {
 	Streams     int
 	ChunkSize   int
 	QueueLength int
+	// ClientAgents and ServerAgents name a subset of the sites' agents;
+	// empty uses them all.
+	ClientAgents []string
+	ServerAgents []string
 }
 
 // SetWhitelist adds the whitelist, or replaces the one of the same name.
@@ -60,6 +64,18 @@ func (c *ConfigFile) SetWhitelist(w Whitelist) {
 	b.SetAttributeValue("clients", cty.ListVal(clients))
 	b.SetAttributeValue("server", cty.StringVal(w.Server))
 	b.SetAttributeValue("server_port", cty.NumberIntVal(int64(w.ServerPort)))
+	for _, a := range []struct {
+		name   string
+		agents []string
+	}{{"client_agents", w.ClientAgents}, {"server_agents", w.ServerAgents}} {
+		if len(a.agents) > 0 {
+			vals := make([]cty.Value, len(a.agents))
+			for i, n := range a.agents {
+				vals[i] = cty.StringVal(n)
+			}
+			b.SetAttributeValue(a.name, cty.ListVal(vals))
+		}
+	}
 	for _, a := range []struct {
 		name string
 		v    int

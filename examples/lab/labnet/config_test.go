@@ -155,6 +155,18 @@ func TestSecondAgentsConfig(t *testing.T) {
 	if got := fmt.Sprint(sites[0].agentHosts, sites[1].agentHosts); got != "[agent-a agent-a2] [agent-b agent-b2]" {
 		t.Errorf("agent hosts %s", got)
 	}
+	// A whitelist may name one agent of each site.
+	cf.SetWhitelist(Whitelist{Name: "one-pair", Clients: []string{"10.10.1.0/24"}, Server: "10.10.2.10", ServerPort: 5700,
+		ClientAgents: []string{"agent-a2"}, ServerAgents: []string{"agent-b"}})
+	if cfg, err := cf.check("edited.hcl"); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, w := range cfg.Whitelists {
+			if w.Name == "one-pair" && fmt.Sprint(w.ClientAgents, w.ServerAgents) != "[agent-a2] [agent-b]" {
+				t.Errorf("one-pair uses %v and %v", w.ClientAgents, w.ServerAgents)
+			}
+		}
+	}
 	// A config that already has two agents per site is left alone.
 	again, err := cf.check("edited.hcl")
 	if err != nil {

@@ -362,6 +362,25 @@ func TestProcStatReadsThisProcess(t *testing.T) {
 	if err := recycled.Signal(syscall.SIGKILL); err != nil {
 		t.Errorf("signal to a recycled pid: %v", err)
 	}
+	// CPU time: this process's grows while it computes; a recycled pid
+	// has none.
+	before, err := self.CPUTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for x, deadline := uint64(1), time.Now().Add(200*time.Millisecond); time.Now().Before(deadline); x = x*6364136223846793005 + 1 {
+		_ = x
+	}
+	after, err := self.CPUTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-before < 50*time.Millisecond {
+		t.Errorf("CPU time grew %v over 200 ms of computing", after-before)
+	}
+	if _, err := recycled.CPUTime(); err == nil {
+		t.Error("CPU time of a recycled pid")
+	}
 }
 
 // TestUpWithTwoAgentsPerSite brings up the network of `lab up --agents 2`:
