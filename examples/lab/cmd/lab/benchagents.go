@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -36,18 +38,22 @@ type agentsCell struct {
 	Run    int
 	Bps    float64
 	// CPU is each agent's CPU use over the transfer, in cores (1.0 is
-	// one core busy), in the order of agentNames.
-	CPU []float64
+	// one core busy), in the order of agentNames; Busy is the whole
+	// machine's, kernel included.
+	CPU  []float64
+	Busy float64
 }
 
 type agentsBench struct {
-	k          []int
-	runs       int
-	streams    int
-	chunk      int
-	out        string
-	tf         transferFlags
-	agentNames []string // lab nodes: site a's agents, then site b's
+	k       []int
+	runs    int
+	streams int
+	chunk   int
+	out     string
+	tf      transferFlags
+	// agentNames are the lab processes whose CPU use is measured: site
+	// a's agents, site b's, then the switch and the WAN emulator.
+	agentNames []string
 }
 
 // benchAgents runs the comparison; lf.agents is 2.
@@ -97,6 +103,13 @@ func benchAgents(ctx context.Context, lf labFlags, b agentsBench, stdout io.Writ
 			b.agentNames = append(b.agentNames, n.Name)
 		}
 	}
+	// Beside the agents, the lab's userspace switch and WAN emulator,
+	// which share the same cores.
+	for _, n := range []string{"ovs-vswitchd", "wanem"} {
+		if lab.Process(n) != nil {
+			b.agentNames = append(b.agentNames, n)
+		}
+	}
 	if _, err := measure.Server(ctx, lab, benchOnePairPort, benchTwoPairsPort); err != nil {
 		return err
 	}
@@ -143,6 +156,7 @@ func runAgentsCell(ctx context.Context, lab *labnet.Lab, b agentsBench, tr measu
 	if err != nil {
 		return agentsCell{}, err
 	}
+	busy, total, _ := machineCPU()
 	start := time.Now()
 	res, err := measure.Run(ctx, lab, tr, bar.update)
 	bar.finish(res, err)
@@ -158,7 +172,39 @@ func runAgentsCell(ctx context.Context, lab *labnet.Lab, b agentsBench, tr measu
 	for i := range before {
 		c.CPU = append(c.CPU, (after[i]-before[i]).Seconds()/wall.Seconds())
 	}
+	if busyAfter, totalAfter, err := machineCPU(); err == nil && totalAfter > total {
+		c.Busy = float64(busyAfter-busy) / float64(totalAfter-total) * float64(runtime.NumCPU())
+	}
 	return c, nil
+}
+
+// machineCPU reads the machine's busy and total CPU time (all cores, in
+// ticks) from /proc/stat: busy includes the kernel's softirq work, which
+// no process is charged for.
+func machineCPU() (busy, total uint64, err error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("/proc/stat: %q", line)
+	}
+	for i, x := range f[1:] {
+		if i >= 8 {
+			break // guest time is already in user
+		}
+		n, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		total += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, total, nil
 }
 
 func agentCPU(lab *labnet.Lab, names []string) ([]time.Duration, error) {
@@ -182,6 +228,7 @@ func writeAgentsCSV(w io.Writer, names []string, cells []agentsCell) error {
 	for _, n := range names {
 		cols = append(cols, "cpu_"+n)
 	}
+	cols = append(cols, "cpu_machine")
 	if _, err := fmt.Fprintln(w, strings.Join(cols, ",")); err != nil {
 		return err
 	}
@@ -190,6 +237,7 @@ func writeAgentsCSV(w io.Writer, names []string, cells []agentsCell) error {
 		for _, x := range c.CPU {
 			row = append(row, fmt.Sprintf("%.3f", x))
 		}
+		row = append(row, fmt.Sprintf("%.3f", c.Busy))
 		if _, err := fmt.Fprintln(w, strings.Join(row, ",")); err != nil {
 			return err
 		}
@@ -205,7 +253,7 @@ func writeAgentsTable(w io.Writer, names []string, cells []agentsCell) {
 	for _, n := range names {
 		head += "CPU " + n + "\t"
 	}
-	fmt.Fprintln(tw, head+"two/one\t")
+	fmt.Fprintf(tw, "%smachine (of %d)\ttwo/one\t\n", head, runtime.NumCPU())
 	var ks []int
 	for _, c := range cells {
 		if !slices.Contains(ks, c.K) {
@@ -215,13 +263,14 @@ func writeAgentsTable(w io.Writer, names []string, cells []agentsCell) {
 	for _, k := range ks {
 		var mbps [3]float64
 		for _, agents := range []int{1, 2} {
-			var bps []float64
+			var bps, busy []float64
 			cpu := make([][]float64, len(names))
 			for _, c := range cells {
 				if c.K != k || c.Agents != agents {
 					continue
 				}
 				bps = append(bps, c.Bps)
+				busy = append(busy, c.Busy)
 				for i, x := range c.CPU {
 					cpu[i] = append(cpu[i], x)
 				}
@@ -234,6 +283,7 @@ func writeAgentsTable(w io.Writer, names []string, cells []agentsCell) {
 			for i := range names {
 				line += fmt.Sprintf("%.2f\t", median(cpu[i]))
 			}
+			line += fmt.Sprintf("%.2f\t", median(busy))
 			ratio := ""
 			if agents == 2 && mbps[1] > 0 {
 				ratio = fmt.Sprintf("%.2f", mbps[2]/mbps[1])

@@ -142,7 +142,7 @@ func TestAgentsTable(t *testing.T) {
 	if err := writeAgentsCSV(&csv, names, cells); err != nil {
 		t.Fatal(err)
 	}
-	if lines := strings.Split(strings.TrimSpace(csv.String()), "\n"); len(lines) != 5 || lines[0] != "concurrent,agents_per_site,run,mbps,cpu_a,cpu_a2,cpu_b,cpu_b2" {
+	if lines := strings.Split(strings.TrimSpace(csv.String()), "\n"); len(lines) != 5 || lines[0] != "concurrent,agents_per_site,run,mbps,cpu_a,cpu_a2,cpu_b,cpu_b2,cpu_machine" {
 		t.Errorf("csv:\n%s", csv.String())
 	}
 }
