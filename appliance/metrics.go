@@ -144,8 +144,11 @@ type liveCollector struct{ live func() liveStats }
 func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descBytes, descThroughput, descReorder, descStalls, descAborts, descFlowMods, descSwitches, descAgentsDown,
 		descFallbacks, descRefusals, descHSFailures, descMemory, descLost, descReplaced, descReinjected, descDuplicates,
-		descAgentUp, descAgentSess, descAgentShare, descAgentBytes, descAgentStart, descAgentRate,
+		descAgentUp, descAgentSess, descAgentShare,
 		descPoolIdle, descPoolClaims, descPoolMisses, descPoolRefill, descPoolDied} {
+		ch <- d
+	}
+	for _, d := range []*prometheus.Desc{descAgentBytes, descAgentStart, descAgentRate} {
 		ch <- d
 	}
 }

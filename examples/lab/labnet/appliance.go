@@ -36,17 +36,19 @@ func (c *ConfigFile) Body() *hclwrite.Body { return c.file.Body() }
 
 // Whitelist is a whitelist block as the lab writes one.
 type Whitelist struct {
-	Name        string
-	Clients     []string
-	Server      string
-	ServerPort  int
-	Streams     int
-	ChunkSize   int
-	QueueLength int
+	Name       string
+	Clients    []string
+	Server     string
+	ServerPort int
+
 	// ClientAgents and ServerAgents name a subset of the sites' agents;
 	// empty uses them all.
 	ClientAgents []string
 	ServerAgents []string
+
+	Streams     int
+	ChunkSize   int
+	QueueLength int
 }
 
 // SetWhitelist adds the whitelist, or replaces the one of the same name.
@@ -65,6 +67,14 @@ func (c *ConfigFile) SetWhitelist(w Whitelist) {
 	b.SetAttributeValue("server", cty.StringVal(w.Server))
 	b.SetAttributeValue("server_port", cty.NumberIntVal(int64(w.ServerPort)))
 	for _, a := range []struct {
+		name string
+		v    int
+	}{{"streams", w.Streams}, {"chunk_size", w.ChunkSize}, {"queue_length", w.QueueLength}} {
+		if a.v > 0 {
+			b.SetAttributeValue(a.name, cty.NumberIntVal(int64(a.v)))
+		}
+	}
+	for _, a := range []struct {
 		name   string
 		agents []string
 	}{{"client_agents", w.ClientAgents}, {"server_agents", w.ServerAgents}} {
@@ -74,14 +84,6 @@ func (c *ConfigFile) SetWhitelist(w Whitelist) {
 				vals[i] = cty.StringVal(n)
 			}
 			b.SetAttributeValue(a.name, cty.ListVal(vals))
-		}
-	}
-	for _, a := range []struct {
-		name string
-		v    int
-	}{{"streams", w.Streams}, {"chunk_size", w.ChunkSize}, {"queue_length", w.QueueLength}} {
-		if a.v > 0 {
-			b.SetAttributeValue(a.name, cty.NumberIntVal(int64(a.v)))
 		}
 	}
 }
