@@ -123,9 +123,6 @@ var (
 	descAgentUp    = prometheus.NewDesc("sosappliance_agent_up", "1 while the controller sees the agent healthy.", []string{"agent"}, nil)
 	descAgentSess  = prometheus.NewDesc("sosappliance_agent_sessions", "Live sessions the agent last reported to the controller.", []string{"agent"}, nil)
 	descAgentShare = prometheus.NewDesc("sosappliance_agent_share_ratio", "The agent's part of a spread whitelist's buckets at one side, after fail-over.", []string{"agent", "whitelist", "side"}, nil)
-	descAgentBytes = prometheus.NewDesc("sosappliance_agent_bytes_total", "Payload a local agent relayed over its lifetime, by direction (up: client to server).", []string{"agent", "direction"}, nil)
-	descAgentStart = prometheus.NewDesc("sosappliance_agent_sessions_started_total", "Sessions a local agent started over its lifetime.", []string{"agent"}, nil)
-	descAgentRate  = prometheus.NewDesc("sosappliance_agent_throughput_bits_per_second", "Sum of a local agent's live sessions' recent throughput, both directions.", []string{"agent"}, nil)
 	descMemory     = prometheus.NewDesc("sosappliance_session_memory_bytes", "Session memory the agents reserved, and their cap.", []string{"kind"}, nil)
 	descLost       = prometheus.NewDesc("sosappliance_streams_lost_total", "Stripe streams lost (reset, failed or stalled) in live sessions.", nil, nil)
 	descReplaced   = prometheus.NewDesc("sosappliance_streams_replaced_total", "Lost stripe streams replaced by an authenticated join.", nil, nil)
@@ -148,7 +145,7 @@ func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 		descPoolIdle, descPoolClaims, descPoolMisses, descPoolRefill, descPoolDied} {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descAgentBytes, descAgentStart, descAgentRate} {
+	for _, d := range localAgentDescs {
 		ch <- d
 	}
 }
@@ -188,12 +185,7 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descAgentShare, prometheus.GaugeValue, float64(sh.Buckets)/float64(sh.Of), a.Name, sh.Whitelist, sh.Side)
 		}
 	}
-	for _, a := range s.Local {
-		ch <- prometheus.MustNewConstMetric(descAgentBytes, prometheus.CounterValue, float64(a.BytesUp), a.Name, "up")
-		ch <- prometheus.MustNewConstMetric(descAgentBytes, prometheus.CounterValue, float64(a.BytesDown), a.Name, "down")
-		ch <- prometheus.MustNewConstMetric(descAgentStart, prometheus.CounterValue, float64(a.SessionsStarted), a.Name)
-		ch <- prometheus.MustNewConstMetric(descAgentRate, prometheus.GaugeValue, a.Throughput, a.Name)
-	}
+	collectLocalAgents(ch, s.Local)
 	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.MemoryReserved), "reserved")
 	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.MemoryLimit), "limit")
 	ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(s.LostStreams.Lost))
