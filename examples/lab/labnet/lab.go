@@ -787,9 +787,10 @@ func tailLines(s string, n int) string {
 }
 
 // StrayNamespaces returns lab namespaces that belong to no lab: no lab
-// directory under stateDir has their id, and nothing runs inside them. A
-// namespace with processes in it may belong to a lab kept under another
-// state directory, so it is never called a stray.
+// directory under stateDir (or the default one) has their id, nothing runs
+// inside them, and they are older than a minute. A namespace with
+// processes in it, or a young one, may belong to a lab kept under another
+// state directory or still being built, so it is never called a stray.
 func StrayNamespaces(stateDir string) ([]string, error) {
 	all, err := listNetns()
 	if err != nil {
@@ -802,7 +803,16 @@ func StrayNamespaces(stateDir string) ([]string, error) {
 			continue
 		}
 		id, _, _ := strings.Cut(rest, "-")
-		if _, err := os.Stat(filepath.Join(stateDir, id)); !os.IsNotExist(err) {
+		owned := false
+		for _, dir := range []string{stateDir, DefaultStateDir} {
+			if _, err := os.Stat(filepath.Join(dir, id)); !os.IsNotExist(err) {
+				owned = true
+			}
+		}
+		if owned {
+			continue
+		}
+		if st, err := os.Stat(filepath.Join("/var/run/netns", ns)); err != nil || time.Since(st.ModTime()) < time.Minute {
 			continue
 		}
 		if pids, err := netnsPids(ns); err != nil || len(pids) > 0 {

@@ -461,3 +461,25 @@ func TestUpWithTwoAgentsPerSite(t *testing.T) {
 	}
 	assertGone(t, rec)
 }
+
+// A lab namespace that nothing runs in and no lab directory names is a
+// stray only once it is older than a minute: a younger one may belong to a
+// lab under another state directory that is still being built (`lab down
+// --state-dir X` must not take another lab's namespaces away).
+func TestYoungNamespaceIsNoStray(t *testing.T) {
+	requireLab(t)
+	ns := NamespacePrefix + fmt.Sprintf("y%03x", os.Getpid()%4096) + "-probe"
+	if _, err := run(context.Background(), "ip", "netns", "add", ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = deleteNetns(ns) })
+	strays, err := StrayNamespaces(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range strays {
+		if s == ns {
+			t.Fatalf("a namespace created a moment ago is called a stray: %v", strays)
+		}
+	}
+}
