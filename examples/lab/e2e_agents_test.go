@@ -55,16 +55,21 @@ func TestLabTwoAgentsPerSite(t *testing.T) {
 			return nil
 		}})
 	t.Cleanup(func() {
-		// Beyond upLab's tails: every agent's warnings and errors.
+		// Beyond upLab's tails: every node's log but the completed
+		// sessions, and the switches' flows.
 		if t.Failed() {
 			for _, n := range lab.Nodes() {
 				var keep []string
 				for _, line := range strings.Split(lab.LogTail(n.Name, 5000), "\n") {
-					if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+					if !strings.Contains(line, "session completed") {
 						keep = append(keep, line)
 					}
 				}
-				t.Logf("--- %s warnings ---\n%s", n.Name, strings.Join(keep, "\n"))
+				t.Logf("--- %s log, completed sessions left out ---\n%s", n.Name, strings.Join(keep, "\n"))
+			}
+			for _, br := range lab.Bridges() {
+				flows, _ := lab.Ofctl(context.Background(), "dump-flows", br)
+				t.Logf("--- %s flows ---\n%s", br, flows)
 			}
 		}
 	})
