@@ -49,6 +49,8 @@ demo: deps lab-bin
 
 # Streams 1..64 x chunks 10000/60000/65000 against direct and iperf3 -P N;
 # writes out/bench-wan.csv and out/bench-wan.png and prints the table.
+# LAB_FLAGS="--agents 2 --concurrent 4,16" instead compares one agent per
+# site with two (K concurrent connections, CPU per agent, out/bench-agents.csv).
 bench-wan: deps lab-bin
 	bin/lab bench-wan $(LAB_FLAGS)
 

@@ -792,8 +792,7 @@ func (d *Daemon) Status() Status {
 	for _, name := range names {
 		rs := relays[name].Stats()
 		healthy, why := relays[name].Health()
-		st.Agents = append(st.Agents, AgentStatus{Name: name, Healthy: healthy, Local: true,
-			Detail: fmt.Sprintf("%s, %d session(s), %d stream(s)", why, rs.Totals.SessionsActive, rs.Totals.StreamsActive)})
+		st.Agents = append(st.Agents, localAgentStatus(name, healthy, why, rs))
 		st.LostStreams.add(rs.Totals)
 		st.Pools = append(st.Pools, poolStatuses(name, relays[name].Pools())...)
 		for _, s := range rs.Sessions {
@@ -852,6 +851,8 @@ func (d *Daemon) liveStats() liveStats {
 	for i, r := range relays {
 		ls.Pools = append(ls.Pools, poolStatuses(names[i], r.Pools())...)
 		rs := r.Stats()
+		healthy, why := r.Health()
+		ls.Local = append(ls.Local, localAgentStatus(names[i], healthy, why, rs))
 		ls.Sessions += rs.Totals.SessionsActive
 		ls.BytesUp += rs.Totals.BytesUp
 		ls.BytesDown += rs.Totals.BytesDown

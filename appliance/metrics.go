@@ -31,6 +31,8 @@ type liveStats struct {
 	// Agents are the controller's view of each agent (controller node
 	// only): health, reported sessions and bucket shares.
 	Agents []agentStat
+	// Local are this node's own agents with their lifetime counters.
+	Local []AgentStatus
 	// Of the agents' stripe data ports and client sides.
 	Fallbacks         uint64
 	HandshakeFailures uint64
@@ -170,6 +172,9 @@ func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 		descPoolIdle, descPoolClaims, descPoolMisses, descPoolRefill, descPoolDied, descAutoStreams} {
 		ch <- d
 	}
+	for _, d := range localAgentDescs {
+		ch <- d
+	}
 }
 
 func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
@@ -207,6 +212,7 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descAgentShare, prometheus.GaugeValue, float64(sh.Buckets)/float64(sh.Of), a.Name, sh.Whitelist, sh.Side)
 		}
 	}
+	collectLocalAgents(ch, s.Local)
 	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.MemoryReserved), "reserved")
 	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.MemoryLimit), "limit")
 	ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(s.LostStreams.Lost))

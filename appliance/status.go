@@ -143,6 +143,39 @@ type AgentStatus struct {
 	// its part of each spread whitelist.
 	Sessions int           `json:"sessions,omitempty"`
 	Shares   []ShareStatus `json:"shares,omitempty"`
+	// A local agent's own counters: sessions it started over its
+	// lifetime, payload it relayed each way, and the live sessions'
+	// recent throughput, so the split of a site's load over its agents
+	// shows per agent.
+	SessionsStarted uint64  `json:"sessions_started,omitempty"`
+	BytesUp         uint64  `json:"bytes_up,omitempty"`
+	BytesDown       uint64  `json:"bytes_down,omitempty"`
+	Throughput      float64 `json:"throughput_bps,omitempty"`
+}
+
+// localAgentStatus is a local relay's line of `status`.
+func localAgentStatus(name string, healthy bool, why string, rs relay.Stats) AgentStatus {
+	as := AgentStatus{Name: name, Healthy: healthy, Local: true,
+		SessionsStarted: rs.Totals.SessionsStarted, BytesUp: rs.Totals.BytesUp, BytesDown: rs.Totals.BytesDown}
+	for _, s := range rs.Sessions {
+		as.Throughput += s.ThroughputUp + s.ThroughputDown
+	}
+	as.Detail = fmt.Sprintf("%s, %d session(s), %d stream(s), %d started, %s relayed, %s",
+		why, rs.Totals.SessionsActive, rs.Totals.StreamsActive, as.SessionsStarted,
+		formatBytes(as.BytesUp+as.BytesDown), formatRate(as.Throughput))
+	return as
+}
+
+func formatBytes(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }
 
 // ShareStatus is an agent's buckets of one spread whitelist on one switch.

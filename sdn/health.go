@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sosappliance/sosappliance/sdn/flows"
@@ -149,6 +150,14 @@ type agentState struct {
 // observe records one result and reports whether the agent's state flipped
 // (its first result counts as a flip when it is a failure, since unknown
 // agents are treated as up).
+// conclusive reports whether a failed check proves the agent is gone
+// rather than slow: its host refused the connection, so nothing listens on
+// the port (the daemon died or stopped). A timeout, which a congested path
+// also causes, is not conclusive and needs fall failures in a row; a
+// refusal takes the agent down at once, so that a site with several agents
+// moves a dead agent's share to the others within one health interval.
+func conclusive(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
 func (s *agentState) observe(err error, now time.Time, rise, fall int) bool {
 	s.lastCheck = now
 	if err != nil {
@@ -167,8 +176,11 @@ func (s *agentState) observe(err error, now time.Time, rise, fall int) bool {
 	}
 	s.streak++
 	need := fall
-	if ok {
+	switch {
+	case ok:
 		need = rise
+	case conclusive(err):
+		need = 1
 	}
 	if s.streak < need {
 		return false

@@ -45,6 +45,34 @@ func TestAgentStateHysteresis(t *testing.T) {
 	}
 }
 
+// A refused check (nothing listens: the agent died) takes a healthy
+// agent down at once; a timeout or any other failure needs fall of them in
+// a row.
+func TestAgentStateFallsAtOnceWhenRefused(t *testing.T) {
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := closed.Addr().String()
+	closed.Close()
+	refused := checkAgent(context.Background(), AgentHealth{HTTP: addr}, 2*time.Second)
+	if !conclusive(refused) {
+		t.Fatalf("%v is not conclusive", refused)
+	}
+	now := time.Now()
+	var s agentState
+	s.observe(nil, now, 2, 3)
+	if s.observe(context.DeadlineExceeded, now, 2, 3) || s.observe(errors.New("GET /healthz: 500"), now, 2, 3) || !s.healthy {
+		t.Fatalf("two inconclusive failures took it down: %+v", s)
+	}
+	var t2 agentState
+	t2.observe(nil, now, 2, 3)
+	if !t2.observe(refused, now, 2, 3) || t2.healthy {
+		t.Fatalf("a refusal did not take it down: %+v", t2)
+	}
+	// Coming back still needs rise successes.
+	if t2.observe(nil, now, 2, 3) || !t2.observe(nil, now, 2, 3) {
+		t.Fatalf("rise: %+v", t2)
+	}
+}
+
 func TestCheckAgent(t *testing.T) {
 	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" {

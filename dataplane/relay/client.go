@@ -130,6 +130,9 @@ func (a *Agent) carryDirect(rc *runtimeConfig, host *net.TCPConn, client, server
 		return
 	}
 	far := c.(*net.TCPConn)
+	// As a session's: should this process die, both ends see a reset.
+	_ = host.SetLinger(0)
+	_ = far.SetLinger(0)
 	a.setDirectPeer(host, far)
 	var wg sync.WaitGroup
 	var failed sync.Once
@@ -146,6 +149,8 @@ func (a *Agent) carryDirect(rc *runtimeConfig, host *net.TCPConn, client, server
 	go pipe(far, host)
 	go pipe(host, far)
 	wg.Wait()
+	_ = host.SetLinger(-1)
+	_ = far.SetLinger(-1)
 	_ = host.Close()
 	_ = far.Close()
 }

@@ -615,6 +615,10 @@ func (s *session) start() {
 		return
 	}
 	s.established.Store(true)
+	// Until the session ends gracefully, its end-host connection closes
+	// with a reset: if this process dies, the kernel resets the end host
+	// instead of sending a FIN it would take for a complete transfer.
+	_ = s.host.SetLinger(0)
 	// A session bound from a warm pool may start with streams missing;
 	// they join as replacements.
 	live := 0
@@ -715,6 +719,7 @@ func (s *session) finish() {
 					_ = st.conn.Close()
 				}
 			}
+			_ = s.host.SetLinger(-1) // the orderly close start turned off
 			_ = s.host.Close()
 		}
 		s.mu.Lock()

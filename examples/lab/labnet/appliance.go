@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,10 +36,16 @@ func (c *ConfigFile) Body() *hclwrite.Body { return c.file.Body() }
 
 // Whitelist is a whitelist block as the lab writes one.
 type Whitelist struct {
-	Name        string
-	Clients     []string
-	Server      string
-	ServerPort  int
+	Name       string
+	Clients    []string
+	Server     string
+	ServerPort int
+
+	// ClientAgents and ServerAgents name a subset of the sites' agents;
+	// empty uses them all.
+	ClientAgents []string
+	ServerAgents []string
+
 	Streams     int
 	ChunkSize   int
 	QueueLength int
@@ -72,6 +79,18 @@ func (c *ConfigFile) SetWhitelist(w Whitelist) {
 	for _, a := range counts {
 		if a.v > 0 {
 			b.SetAttributeValue(a.name, cty.NumberIntVal(int64(a.v)))
+		}
+	}
+	for _, a := range []struct {
+		name   string
+		agents []string
+	}{{"client_agents", w.ClientAgents}, {"server_agents", w.ServerAgents}} {
+		if len(a.agents) > 0 {
+			vals := make([]cty.Value, len(a.agents))
+			for i, n := range a.agents {
+				vals[i] = cty.StringVal(n)
+			}
+			b.SetAttributeValue(a.name, cty.ListVal(vals))
 		}
 	}
 }
@@ -150,6 +169,15 @@ func (l *Lab) writeConfig() error {
 			}
 		}
 	}
+	if l.opts.Agents > 1 {
+		first, err := cf.check(l.ConfigPath())
+		if err != nil {
+			return err
+		}
+		if err := cf.addSecondAgents(first); err != nil {
+			return fmt.Errorf("lab config: %w", err)
+		}
+	}
 	if l.opts.EditConfig != nil {
 		if err := l.opts.EditConfig(cf); err != nil {
 			return fmt.Errorf("lab config: %w", err)
@@ -224,11 +252,17 @@ func (l *Lab) Nodes() []Node {
 	defer l.mu.Unlock()
 	nodes := []Node{{Name: l.cfg.Controller.Node, Host: SwitchHost}}
 	for _, s := range l.sites {
-		nodes = append(nodes, Node{Name: s.agent.Node, Host: s.agentHost, Agent: s.agent})
+		nodes = append(nodes, Node{Name: s.agents[0].Node, Host: s.agentHosts[0], Agent: s.agents[0]})
 	}
-	// Further controllers come last, so the first three stay as they were.
+	// Further controllers and agents come last, so the first three stay
+	// as they were.
 	for _, c := range l.cfg.Controllers[1:] {
 		nodes = append(nodes, Node{Name: c.Node, Host: SwitchHost})
+	}
+	for _, s := range l.sites {
+		for j, ag := range s.agents[1:] {
+			nodes = append(nodes, Node{Name: ag.Node, Host: s.agentHosts[j+1], Agent: ag})
+		}
 	}
 	return nodes
 }
@@ -406,7 +440,7 @@ func (l *Lab) Steered(ctx context.Context) (map[string]bool, error) {
 		if !m.Exact() {
 			match = fmt.Sprintf("%#x/%#x", m.Value, m.Mask)
 		}
-		ok, err := l.matchSteered(ctx, w.ClientSite, w.ServerSite, "tp_dst="+match, "tp_src="+match)
+		ok, err := l.matchSteered(ctx, w.ClientSite, w.ServerSite, "tp_dst="+match, "tp_src="+match, w.ClientAgents, w.ServerAgents)
 		if err != nil {
 			return nil, err
 		}
@@ -422,43 +456,59 @@ func (l *Lab) Steered(ctx context.Context) (map[string]bool, error) {
 // port's whitelist is removed.
 func (l *Lab) PortSteered(ctx context.Context, port int) (bool, error) {
 	l.mu.Lock()
-	client, server := l.sites[0].agent.Site, l.sites[1].agent.Site
+	client, server := l.sites[0].agents[0].Site, l.sites[1].agents[0].Site
 	l.mu.Unlock()
-	return l.matchSteered(ctx, client, server, "tp_dst="+strconv.Itoa(port), "tp_src="+strconv.Itoa(port))
+	return l.matchSteered(ctx, client, server, "tp_dst="+strconv.Itoa(port), "tp_src="+strconv.Itoa(port), nil, nil)
 }
 
 // matchSteered reports whether the client site's switch steers request to
-// its agent and the server site's switch steers reply to its agent.
-func (l *Lab) matchSteered(ctx context.Context, clientSite, serverSite, request, reply string) (bool, error) {
+// its agents and the server site's switch steers reply to its agents. With
+// clientAgents and serverAgents (a whitelist's) it must steer to each of
+// them; without, to some agent of the site (after a fail-over the dead one
+// has no flows left).
+func (l *Lab) matchSteered(ctx context.Context, clientSite, serverSite, request, reply string, clientAgents, serverAgents []string) (bool, error) {
 	l.mu.Lock()
-	all := l.sites
+	sites := l.sites
 	l.mu.Unlock()
-	var sites []site
-	var matches []string
-	for _, s := range all {
-		switch s.agent.Site {
+	for _, s := range sites {
+		var match string
+		var want []string
+		switch s.agents[0].Site {
 		case clientSite:
-			sites, matches = append(sites, s), append(matches, request)
+			match, want = request, clientAgents
 		case serverSite:
-			sites, matches = append(sites, s), append(matches, reply)
+			match, want = reply, serverAgents
+		default:
+			continue
 		}
-	}
-	for i, s := range sites {
 		dump, err := l.ovs.ofctl(ctx, "dump-flows", s.sw.Name)
 		if err != nil {
 			return false, err
 		}
-		if !hasSteering(dump, matches[i], s.agent) {
+		n := 0
+		for _, ag := range s.agents {
+			if !hasSteering(dump, match, ag) {
+				if slices.Contains(want, ag.Name) {
+					return false, nil
+				}
+				continue
+			}
+			n++
+		}
+		if n == 0 {
 			return false, nil
 		}
 	}
 	return true, nil
 }
 
+// hasSteering finds a flow in an ovs-ofctl dump that matches on match
+// (e.g. "tp_dst=5201", alone or beside a spread partition) and steers to
+// the agent.
 func hasSteering(dump, match string, agent *config.Agent) bool {
 	action := "set_field:" + agent.MAC.String() + "->eth_dst"
 	for _, line := range strings.Split(dump, "\n") {
-		if strings.Contains(line, match+" ") && strings.Contains(line, action) {
+		if (strings.Contains(line, match+" ") || strings.Contains(line, match+",")) && strings.Contains(line, action) {
 			return true
 		}
 	}

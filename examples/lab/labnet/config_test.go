@@ -117,3 +117,72 @@ func TestLabSitesRejectsConfigsTheLabCannotWire(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// Two agents per site (lab --agents 2): the lab's copy gets a second agent
+// at each site, valid, on port 5 with the next MAC and address, and every
+// whitelist uses both agents of each of its sites.
+func TestSecondAgentsConfig(t *testing.T) {
+	cf, err := openConfig("../sos.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := cf.check("sos.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cf.addSecondAgents(first); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := cf.check("edited.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]string{
+		"agent-a2": {"lab-agent-a2", "02:5a:00:00:01:03 10.10.1.3 5"},
+		"agent-b2": {"lab-agent-b2", "02:5a:00:00:02:03 10.10.2.3 5"},
+	}
+	for name, w := range want {
+		a := cfg.Agent(name)
+		if a == nil {
+			t.Fatalf("no agent %s:\n%s", name, cf.file.Bytes())
+		}
+		if got := fmt.Sprintf("%s %s %d", a.MAC, a.Address, a.SwitchPort); a.Node != w[0] || got != w[1] || len(a.Tuning) != 1 {
+			t.Errorf("agent %s: node %s, %s, tuning %v; want %v", name, a.Node, got, a.Tuning, w)
+		}
+	}
+	for _, w := range cfg.Whitelists {
+		if len(w.ClientAgents) != 2 || len(w.ServerAgents) != 2 {
+			t.Errorf("whitelist %s uses %v and %v, want both agents of each site", w.Name, w.ClientAgents, w.ServerAgents)
+		}
+	}
+	sites, err := labSites(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(sites[0].agentHosts, sites[1].agentHosts); got != "[agent-a agent-a2] [agent-b agent-b2]" {
+		t.Errorf("agent hosts %s", got)
+	}
+	// A whitelist may name one agent of each site.
+	cf.SetWhitelist(Whitelist{Name: "one-pair", Clients: []string{"10.10.1.0/24"}, Server: "10.10.2.10", ServerPort: 5700,
+		ClientAgents: []string{"agent-a2"}, ServerAgents: []string{"agent-b"}})
+	if cfg, err := cf.check("edited.hcl"); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, w := range cfg.Whitelists {
+			if w.Name == "one-pair" && fmt.Sprint(w.ClientAgents, w.ServerAgents) != "[agent-a2] [agent-b]" {
+				t.Errorf("one-pair uses %v and %v", w.ClientAgents, w.ServerAgents)
+			}
+		}
+	}
+	// A config that already has two agents per site is left alone.
+	again, err := cf.check("edited.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cf.addSecondAgents(again); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := cf.check("edited.hcl"); err != nil || len(cfg.Sites[0].Agents) != 2 {
+		t.Errorf("second edit: %v", err)
+	}
+}

@@ -45,9 +45,15 @@ func (l *Lab) enableIPv6(ctx context.Context) error {
 		if i == 1 {
 			addr = ServerAddr6
 		}
-		hosts = append(hosts,
-			host{l.Namespace(s.host), "eth0", s.hostMAC, addr},
-			host{l.Namespace(s.agentHost), s.agent.Interface, s.agent.MAC.String(), agentAddrs6[i]})
+		hosts = append(hosts, host{l.Namespace(s.host), "eth0", s.hostMAC, addr})
+		for j, ag := range s.agents {
+			// The second agent takes the address after the first's.
+			a := agentAddrs6[i]
+			for range j {
+				a = a.Next()
+			}
+			hosts = append(hosts, host{l.Namespace(s.agentHosts[j]), ag.Interface, ag.MAC.String(), a})
+		}
 	}
 	for _, h := range hosts {
 		if _, err := runIn(ctx, h.ns, "sysctl", "-q", "-w",

@@ -65,9 +65,10 @@ const MTU = 9000
 // OpenFlow port numbers on each bridge; an agent's port comes from the
 // config (switch_port) and must not collide with these.
 const (
-	hostOFPort = 1
-	wanOFPort  = 3
-	ctlOFPort  = 4
+	hostOFPort    = 1
+	wanOFPort     = 3
+	ctlOFPort     = 4
+	client2OFPort = 6 // the second client of a lab with two agents per site
 )
 
 // UntunedSysctls are the stock Linux TCP buffer limits the client and
@@ -138,6 +139,9 @@ type Options struct {
 	// Controllers is 2 for a second controller and a three-member etcd
 	// they elect the master on (ha.go); 0 or 1 for the one controller.
 	Controllers int
+	// Agents is 2 for a second agent at every site and a second client
+	// at the first (agents.go); 0 or 1 for what the config declares.
+	Agents int
 }
 
 // Lab is a running lab.
@@ -157,13 +161,15 @@ type Lab struct {
 
 // site is one side of the lab as the config describes it.
 type site struct {
-	letter    string // "a" or "b": names the veths in the switch namespace
-	sw        *config.Switch
-	agent     *config.Agent
-	host      Host
-	hostAddr  netip.Addr
-	hostMAC   string
-	agentHost Host
+	letter   string // "a" or "b": names the veths in the switch namespace
+	sw       *config.Switch
+	host     Host
+	hostAddr netip.Addr
+	hostMAC  string
+	// agents are the site's agents in the config's order, each in the
+	// namespace of the same index of agentHosts.
+	agents     []*config.Agent
+	agentHosts []Host
 }
 
 // Up builds a lab. On failure or when ctx ends it removes whatever it made.
@@ -173,6 +179,9 @@ func Up(ctx context.Context, opts Options) (lab *Lab, err error) {
 	}
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
+	}
+	if opts.Agents < 0 || opts.Agents > maxAgentsPerSite {
+		return nil, fmt.Errorf("lab: %d agents per site; the lab wires 1 or %d", opts.Agents, maxAgentsPerSite)
 	}
 	if err := CheckPrerequisites(opts); err != nil {
 		return nil, err
@@ -273,8 +282,8 @@ func CheckPrerequisites(opts Options) error {
 }
 
 // labSites maps the config onto the lab: two sites (client and server) or
-// three (a third host behind its own agent), one switch and one agent
-// each; the hosts' addresses inside them.
+// three (a third host behind its own agent), one switch and one or two
+// agents each; the hosts' addresses inside them.
 func labSites(cfg *config.Config) ([]site, error) {
 	if len(cfg.Sites) != 2 && len(cfg.Sites) != 3 {
 		return nil, fmt.Errorf("lab config: the lab has two or three sites, the config %d", len(cfg.Sites))
@@ -284,28 +293,31 @@ func labSites(cfg *config.Config) ([]site, error) {
 	agents := [3]Host{AgentA, AgentB, AgentC}
 	addrs := [3]netip.Addr{ClientAddr, ServerAddr, HostCAddr}
 	for i, s := range cfg.Sites {
-		if len(s.Switches) != 1 || len(s.Agents) != 1 {
-			return sites, fmt.Errorf("lab config: site %q needs one switch and one agent", s.Name)
+		if len(s.Switches) != 1 || len(s.Agents) < 1 || len(s.Agents) > maxAgentsPerSite {
+			return sites, fmt.Errorf("lab config: site %q needs one switch and one or two agents", s.Name)
 		}
-		ag := s.Agents[0]
 		if cfg.SiteOf(addrs[i]) != s {
 			return sites, fmt.Errorf("lab config: the lab's %s %s is not in site %q", hosts[i], addrs[i], s.Name)
 		}
-		switch ag.SwitchPort {
-		case hostOFPort, wanOFPort, ctlOFPort:
-			return sites, fmt.Errorf("lab config: agent %q switch_port %d is taken by the lab's wiring (host 1, WAN 3, controller 4)", ag.Name, ag.SwitchPort)
+		for _, ag := range s.Agents {
+			switch ag.SwitchPort {
+			case hostOFPort, wanOFPort, ctlOFPort, client2OFPort:
+				return sites, fmt.Errorf("lab config: agent %q switch_port %d is taken by the lab's wiring (host 1, WAN 3, controller 4, second client 6)", ag.Name, ag.SwitchPort)
+			}
 		}
 		if s.Switches[0].Connect != "" {
 			return sites, fmt.Errorf("lab config: switch %q: the lab's switches dial the controller; remove connect", s.Switches[0].Name)
 		}
 		sites[i] = site{
-			letter:    string(rune('a' + i)),
-			sw:        s.Switches[0],
-			agent:     ag,
-			host:      hosts[i],
-			hostAddr:  addrs[i],
-			hostMAC:   fmt.Sprintf("02:5a:00:00:%02x:0a", i+1),
-			agentHost: agents[i],
+			letter:   string(rune('a' + i)),
+			sw:       s.Switches[0],
+			host:     hosts[i],
+			hostAddr: addrs[i],
+			hostMAC:  fmt.Sprintf("02:5a:00:00:%02x:0a", i+1),
+			agents:   s.Agents,
+		}
+		for j := range s.Agents {
+			sites[i].agentHosts = append(sites[i].agentHosts, agentHost(agents[i], j))
 		}
 	}
 	if cfg.Controller == nil {
@@ -473,11 +485,16 @@ func (l *Lab) buildNetwork(ctx context.Context) error {
 	for _, s := range l.sites {
 		links = append(links,
 			veth{ns: l.Namespace(s.host), name: "eth0", mac: s.hostMAC, addr: prefix(s.hostAddr),
-				peerNS: sw, peer: s.letter + "-" + string(s.host)},
-			veth{ns: l.Namespace(s.agentHost), name: s.agent.Interface, mac: s.agent.MAC.String(), addr: prefix(s.agent.Address),
-				peerNS: sw, peer: s.letter + "-agent"},
-			veth{ns: l.Namespace(WANHost), name: "wan-" + s.letter, peerNS: sw, peer: s.letter + "-wan"},
-		)
+				peerNS: sw, peer: s.letter + "-" + string(s.host)})
+		for j, ag := range s.agents {
+			links = append(links, veth{ns: l.Namespace(s.agentHosts[j]), name: ag.Interface, mac: ag.MAC.String(), addr: prefix(ag.Address),
+				peerNS: sw, peer: agentPortName(s.letter, j)})
+		}
+		links = append(links, veth{ns: l.Namespace(WANHost), name: "wan-" + s.letter, peerNS: sw, peer: s.letter + "-wan"})
+	}
+	if l.secondClient() {
+		links = append(links, veth{ns: l.Namespace(Client2), name: "eth0", mac: client2MAC, addr: prefix(Client2Addr),
+			peerNS: sw, peer: "a-" + string(Client2)})
 	}
 	links = append(links, veth{ns: sw, name: "ctl0", mac: "02:5a:00:00:01:01", addr: prefix(ControllerAddr), peerNS: sw, peer: "a-ctl"})
 	for _, v := range links {
@@ -485,7 +502,7 @@ func (l *Lab) buildNetwork(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, h := range []Host{Client, Server} {
+	for _, h := range l.endHosts() {
 		args := []string{"-q", "-w"}
 		for _, k := range sortedKeys(UntunedSysctls) {
 			args = append(args, k+"="+UntunedSysctls[k])
@@ -560,11 +577,16 @@ func (l *Lab) startSwitches(ctx context.Context) error {
 	for _, s := range l.sites {
 		b := bridge{name: s.sw.Name, datapathID: s.sw.DatapathID, ports: []bridgePort{
 			{name: s.letter + "-" + string(s.host), ofport: hostOFPort},
-			{name: s.letter + "-agent", ofport: s.agent.SwitchPort},
 			{name: s.letter + "-wan", ofport: wanOFPort},
 		}}
+		for j, ag := range s.agents {
+			b.ports = append(b.ports, bridgePort{name: agentPortName(s.letter, j), ofport: ag.SwitchPort})
+		}
 		if s.letter == "a" {
 			b.ports = append(b.ports, bridgePort{name: "a-ctl", ofport: ctlOFPort})
+			if l.secondClient() {
+				b.ports = append(b.ports, bridgePort{name: "a-" + string(Client2), ofport: client2OFPort})
+			}
 		}
 		if l.Appliance() {
 			b.controllers = targets
@@ -765,9 +787,10 @@ func tailLines(s string, n int) string {
 }
 
 // StrayNamespaces returns lab namespaces that belong to no lab: no lab
-// directory under stateDir has their id, and nothing runs inside them. A
-// namespace with processes in it may belong to a lab kept under another
-// state directory, so it is never called a stray.
+// directory under stateDir (or the default one) has their id, nothing runs
+// inside them, and they are older than a minute. A namespace with
+// processes in it, or a young one, may belong to a lab kept under another
+// state directory or still being built, so it is never called a stray.
 func StrayNamespaces(stateDir string) ([]string, error) {
 	all, err := listNetns()
 	if err != nil {
@@ -780,7 +803,16 @@ func StrayNamespaces(stateDir string) ([]string, error) {
 			continue
 		}
 		id, _, _ := strings.Cut(rest, "-")
-		if _, err := os.Stat(filepath.Join(stateDir, id)); !os.IsNotExist(err) {
+		owned := false
+		for _, dir := range []string{stateDir, DefaultStateDir} {
+			if _, err := os.Stat(filepath.Join(dir, id)); !os.IsNotExist(err) {
+				owned = true
+			}
+		}
+		if owned {
+			continue
+		}
+		if st, err := os.Stat(filepath.Join("/var/run/netns", ns)); err != nil || time.Since(st.ModTime()) < time.Minute {
 			continue
 		}
 		if pids, err := netnsPids(ns); err != nil || len(pids) > 0 {

@@ -362,4 +362,124 @@ func TestProcStatReadsThisProcess(t *testing.T) {
 	if err := recycled.Signal(syscall.SIGKILL); err != nil {
 		t.Errorf("signal to a recycled pid: %v", err)
 	}
+	// CPU time: this process's grows while it computes; a recycled pid
+	// has none.
+	before, err := self.CPUTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for x, deadline := uint64(1), time.Now().Add(200*time.Millisecond); time.Now().Before(deadline); x = x*6364136223846793005 + 1 {
+		_ = x
+	}
+	after, err := self.CPUTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-before < 50*time.Millisecond {
+		t.Errorf("CPU time grew %v over 200 ms of computing", after-before)
+	}
+	if _, err := recycled.CPUTime(); err == nil {
+		t.Error("CPU time of a recycled pid")
+	}
+}
+
+// TestUpWithTwoAgentsPerSite brings up the network of `lab up --agents 2`:
+// a second agent namespace on port 5 of each bridge with the config's next
+// MAC and address, a second client on port 6 of br-a with a path to the
+// server, and Down removes all of it.
+func TestUpWithTwoAgentsPerSite(t *testing.T) {
+	requireLab(t)
+	ctx := context.Background()
+	opts := plainOptions(t)
+	opts.Agents = 2
+	lab, err := Up(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lab.Down() })
+	rec := lab.ledger.snapshot()
+
+	if got, want := len(labNamespaces(t, lab.ID)), len(allHosts)+3; got != want {
+		t.Errorf("%d namespaces, want %d", got, want)
+	}
+	for _, c := range []struct {
+		host     Host
+		mac, ip  string
+		bridge   string
+		port, of string
+	}{
+		{agentHost(AgentA, 1), "02:5a:00:00:01:03", "10.10.1.3/16", "br-a", "a-agent2", "5"},
+		{agentHost(AgentB, 1), "02:5a:00:00:02:03", "10.10.2.3/16", "br-b", "b-agent2", "5"},
+		{Client2, client2MAC, "10.10.1.11/16", "br-a", "a-client-2", "6"},
+	} {
+		out, err := run(ctx, "ip", "-n", lab.Namespace(c.host), "-o", "addr", "show", "dev", "eth0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, c.ip) {
+			t.Errorf("%s: want %s: %s", c.host, c.ip, out)
+		}
+		link, _ := run(ctx, "ip", "-n", lab.Namespace(c.host), "-o", "link", "show", "dev", "eth0")
+		if !strings.Contains(link, "link/ether "+c.mac) || !strings.Contains(link, "mtu 9000") {
+			t.Errorf("%s: want MAC %s, MTU 9000: %s", c.host, c.mac, link)
+		}
+		of, err := lab.Vsctl(ctx, "get", "interface", c.port, "ofport")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(of) != c.of {
+			t.Errorf("%s ofport %s, want %s", c.port, of, c.of)
+		}
+	}
+	if got := fmt.Sprint(lab.Clients()); got != "[client client-2]" {
+		t.Errorf("clients %s", got)
+	}
+	if n := len(lab.SiteAgents(0)) + len(lab.SiteAgents(1)); n != 4 {
+		t.Errorf("%d agents, want 4", n)
+	}
+	// The second client reaches the server across the WAN.
+	ln, err := lab.Listen(Server, "tcp", ServerAddr.String()+":7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := lab.Dial(dctx, Client2, "tcp", ServerAddr.String()+":7")
+	if err != nil {
+		t.Fatalf("second client to server: %v", err)
+	}
+	c.Close()
+
+	if err := lab.Down(); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, rec)
+}
+
+// A lab namespace that nothing runs in and no lab directory names is a
+// stray only once it is older than a minute: a younger one may belong to a
+// lab under another state directory that is still being built (`lab down
+// --state-dir X` must not take another lab's namespaces away).
+func TestYoungNamespaceIsNoStray(t *testing.T) {
+	requireLab(t)
+	ns := NamespacePrefix + fmt.Sprintf("y%03x", os.Getpid()%4096) + "-probe"
+	if _, err := run(context.Background(), "ip", "netns", "add", ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = deleteNetns(ns) })
+	strays, err := StrayNamespaces(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range strays {
+		if s == ns {
+			t.Fatalf("a namespace created a moment ago is called a stray: %v", strays)
+		}
+	}
 }

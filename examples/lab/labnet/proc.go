@@ -126,3 +126,37 @@ func startIn(ns, logPath string, env []string, persistent bool, name string, arg
 	}
 	return cmd, nil
 }
+
+// CPUTime is the processor time (user and system) a lab process has used
+// so far, from /proc/PID/stat.
+func (p ProcessRef) CPUTime() (time.Duration, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", p.PID)
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", p.PID, len(fields))
+	}
+	if start, _ := strconv.ParseUint(fields[19], 10, 64); start != p.Start {
+		return 0, fmt.Errorf("%s (pid %d) is gone", p.Name, p.PID)
+	}
+	// utime and stime, fields 14 and 15, in clock ticks.
+	var ticks uint64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", p.PID, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat times: 100 on every
+// Linux architecture the lab runs on.
+const clockTicks = 100

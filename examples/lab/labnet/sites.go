@@ -27,6 +27,12 @@ func (l *Lab) hosts() []Host {
 	if len(l.sites) == 3 {
 		hs = append(hs, HostC, AgentC)
 	}
+	for _, s := range l.sites {
+		hs = append(hs, s.agentHosts[1:]...)
+	}
+	if l.secondClient() {
+		hs = append(hs, Client2)
+	}
 	return hs
 }
 

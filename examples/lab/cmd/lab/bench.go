@@ -63,6 +63,13 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *concStreams < 1 || *concChunk < 1 {
 		return fmt.Errorf("--concurrent-streams and --concurrent-chunk must be positive")
 	}
+	if lf.agents > 1 {
+		// One against two agents per site (benchagents.go).
+		if len(concurrent) == 0 {
+			concurrent = []int{8}
+		}
+		return benchAgents(ctx, lf, agentsBench{k: concurrent, runs: *runs, streams: *concStreams, chunk: *concChunk, out: *out, tf: tf}, stdout)
+	}
 	opts, err := lf.options(stdout)
 	if err != nil {
 		return err

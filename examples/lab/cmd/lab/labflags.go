@@ -26,6 +26,7 @@ type labFlags struct {
 	noAppliance  bool
 	sites        int
 	controllers  int
+	agents       int
 }
 
 // threeSitesConfig is the lab's config for --sites 3.
@@ -46,6 +47,7 @@ func (f *labFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.noAppliance, "no-appliance", false, "bring up the network only: no controller, no agents, switches forward normally")
 	fs.IntVar(&f.sites, "sites", 2, "sites on the emulated WAN: 2, or 3 (a third host behind its own agent; takes "+threeSitesConfig+" unless -config says otherwise)")
 	fs.IntVar(&f.controllers, "controllers", 1, "1, or 2 for a second controller and a three-member etcd they elect the OpenFlow master on")
+	fs.IntVar(&f.agents, "agents", 1, "agents per site: 1, or 2 for a second agent at every site and a second client (client-2), connections spread over both")
 }
 
 func (f *labFlags) options(progress io.Writer) (labnet.Options, error) {
@@ -80,6 +82,10 @@ func (f *labFlags) options(progress io.Writer) (labnet.Options, error) {
 		return labnet.Options{}, fmt.Errorf("--controllers %d: the lab runs 1 or 2", f.controllers)
 	}
 	opts.Controllers = f.controllers
+	if f.agents < 1 || f.agents > 2 {
+		return labnet.Options{}, fmt.Errorf("--agents %d: the lab runs 1 or 2 agents per site", f.agents)
+	}
+	opts.Agents = f.agents
 	if !f.noAppliance {
 		opts.Sosappliance = f.sosappliance
 	}

@@ -41,6 +41,8 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"demo", "--kill-streams", "many"}, 2, "kill-streams"},
 		{[]string{"demo", "-h"}, 0, "-kill-streams"},
 		{[]string{"up", "-h"}, 0, "-rtt"},
+		{[]string{"up", "-h"}, 0, "-agents"},
+		{[]string{"up", "--agents", "3", "--state-dir", empty}, 1, "--agents 3"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(c.args, &out, &errb)
@@ -122,3 +124,30 @@ func TestBenchChartFromPoints(t *testing.T) {
 }
 
 func newFlagSet() *flag.FlagSet { return flag.NewFlagSet("test", flag.ContinueOnError) }
+
+// The agents benchmark's table: medians per K and agents per site, each
+// agent's CPU, and the two/one ratio on the two-agent line.
+func TestAgentsTable(t *testing.T) {
+	names := []string{"a", "a2", "b", "b2"}
+	cells := []agentsCell{
+		{K: 8, Agents: 1, Run: 1, Bps: 400e6, CPU: []float64{0.9, 0, 0.8, 0}},
+		{K: 8, Agents: 1, Run: 2, Bps: 500e6, CPU: []float64{0.95, 0, 0.85, 0}},
+		{K: 8, Agents: 2, Run: 1, Bps: 700e6, CPU: []float64{0.5, 0.5, 0.45, 0.45}},
+		{K: 8, Agents: 2, Run: 2, Bps: 650e6, CPU: []float64{0.55, 0.5, 0.4, 0.5}},
+	}
+	var b bytes.Buffer
+	writeAgentsTable(&b, names, cells)
+	out := b.String()
+	for _, want := range []string{"CPU a2", "two/one", "450", "675", "1.50", "0.93"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	var csv bytes.Buffer
+	if err := writeAgentsCSV(&csv, names, cells); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(csv.String()), "\n"); len(lines) != 5 || lines[0] != "concurrent,agents_per_site,run,mbps,cpu_a,cpu_a2,cpu_b,cpu_b2,cpu_machine" {
+		t.Errorf("csv:\n%s", csv.String())
+	}
+}

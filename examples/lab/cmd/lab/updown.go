@@ -45,6 +45,16 @@ e.g.
 Logs and the lab's sos.hcl are in %[9]s. Remove it with: lab down
 `, lab.ID, lab.Namespace(labnet.Client), labnet.ClientAddr, lab.Namespace(labnet.Server), labnet.ServerAddr,
 		lab.Namespace(labnet.AgentA), lab.Namespace(labnet.AgentB), lab.Namespace(labnet.SwitchHost), lab.Dir)
+	if clients := lab.Clients(); len(clients) > 1 {
+		var agents []string
+		for i := range lab.SiteHosts() {
+			for _, n := range lab.SiteAgents(i)[1:] {
+				agents = append(agents, lab.Namespace(n.Host))
+			}
+		}
+		fmt.Fprintf(stdout, "Two agents per site: also %s; a second client %s (%s). Connections spread over both agent pairs.\n",
+			strings.Join(agents, ", "), lab.Namespace(labnet.Client2), labnet.Client2Addr)
+	}
 	if len(lab.SiteHosts()) == 3 {
 		fmt.Fprintf(stdout, "The third site: host %s (%s) behind agent %s.\n",
 			lab.Namespace(labnet.HostC), labnet.HostCAddr, lab.Namespace(labnet.AgentC))
