@@ -278,8 +278,11 @@ func TestPoolBurst(t *testing.T) {
 	testsupport.Eventually(t, 30*time.Second, "a full pool", func() bool { return onlyPool(t, p.a).Idle == 4 })
 	const n = 1000
 	// The pool's limits hold all through the burst: never more streams
-	// idle or opening than its max, never more held at the server side
-	// than the client side has.
+	// idle or opening than its max at the client side, never more held at
+	// the server side than its own bound. The server side may briefly
+	// hold more than the client's max: a claimed stream stays "pooled"
+	// there until its BIND arrives, while the client has refilled already;
+	// the two agree once the burst is over (checked below).
 	stop := make(chan struct{})
 	watched := make(chan string, 1)
 	go func() {
@@ -290,7 +293,7 @@ func TestPoolBurst(t *testing.T) {
 				watched <- fmt.Sprintf("pool beyond its max: %+v", st)
 				return
 			}
-			if held := p.b.PooledStreams()["agent-a"]; held > st.Max+st.Opening {
+			if held := p.b.PooledStreams()["agent-a"]; held > agentspec.DefaultMaxPooledPerPeer {
 				watched <- fmt.Sprintf("server side holds %d idle pooled streams, client side %+v", held, st)
 				return
 			}
