@@ -1096,6 +1096,14 @@ func (c *Controller) healthRound(ctx context.Context) bool {
 			changed = true
 			if r.err != nil {
 				c.log.Warn("agent down: withdrawing the steering of its whitelists", "agent", r.name, "err", r.err)
+				// Fail over now, not when the round's slowest check
+				// returns (up to the health timeout later): the dead
+				// agent's share gets no new connections meanwhile. A
+				// return waits for the round's end, so that the pins read
+				// from the survivors this round are in its flows.
+				c.mu.Lock()
+				c.kickLocked()
+				c.mu.Unlock()
 			} else {
 				c.log.Info("agent up: restoring the steering of its whitelists", "agent", r.name)
 			}
