@@ -241,8 +241,15 @@ func testSpread(ctx context.Context, t *testing.T, lab *labnet.Lab, src *sourceS
 				t.Errorf("%s relayed %d bytes down for %d sessions, want %d", a.Name, d.BytesDown, d.SessionsStarted, d.SessionsStarted*uint64(size))
 			}
 		}
-		if sum != conns {
+		switch {
+		case sum < conns:
 			t.Errorf("site %d's agents started %d sessions for %d connections (the rest went direct)", site, sum, conns)
+		case sum > conns && alone:
+			t.Errorf("site %d's agents started %d sessions for %d connections", site, sum, conns)
+		case sum > conns:
+			// Beside live transfers a session started before the count
+			// (a probe of the fail-over, at its far end) may land in it.
+			t.Logf("site %d's agents started %d sessions for %d connections, with other transfers live", site, sum, conns)
 		}
 	}
 }
