@@ -255,6 +255,11 @@ func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
 	}); err != nil || ierr != nil {
 		return tcpInfo{}, false
 	}
+	return fromTCPInfo(info), true
+}
+
+// fromTCPInfo keeps what the relay reads of a socket's TCP_INFO.
+func fromTCPInfo(info *unix.TCPInfo) tcpInfo {
 	return tcpInfo{
 		retransmits: info.Total_retrans,
 		rtt:         time.Duration(info.Rtt) * time.Microsecond,
@@ -265,7 +270,7 @@ func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
 		pacingRate:  info.Pacing_rate,
 		state:       info.State,
 		sndWnd:      info.Snd_wnd,
-	}, true
+	}
 }
 
 // tcpCloseWait is tcpi_state of a connection whose peer sent a FIN (and
@@ -318,14 +323,5 @@ func readSendQueue(c *net.TCPConn) (sendQueue, bool) {
 	}); err != nil || ierr != nil || qerr != nil {
 		return sendQueue{}, false
 	}
-	return sendQueue{tcpInfo: tcpInfo{
-		retransmits: info.Total_retrans,
-		rtt:         time.Duration(info.Rtt) * time.Microsecond,
-		cwnd:        info.Snd_cwnd,
-		caState:     info.Ca_state,
-		rtoRetrans:  info.Retransmits,
-		notsent:     info.Notsent_bytes,
-		pacingRate:  info.Pacing_rate,
-		state:       info.State,
-	}, outq: outq}, true
+	return sendQueue{tcpInfo: fromTCPInfo(info), outq: outq}, true
 }
