@@ -690,14 +690,17 @@ func (s *session) abort(kind string, err error) bool {
 	return did
 }
 
-func (s *session) isAborted() bool {
+// closed reports whether ch, a channel that is only ever closed, is.
+func closed(ch <-chan struct{}) bool {
 	select {
-	case <-s.abortCh:
+	case <-ch:
 		return true
 	default:
 		return false
 	}
 }
+
+func (s *session) isAborted() bool { return closed(s.abortCh) }
 
 // finish closes a session whose goroutines have all returned: gracefully
 // if it completed, with resets if it aborted.
@@ -1266,23 +1269,9 @@ func (s *session) tick(now time.Time, lim Limits) {
 	}
 }
 
-func (s *session) isPeerDone() bool {
-	select {
-	case <-s.peerDone:
-		return true
-	default:
-		return false
-	}
-}
+func (s *session) isPeerDone() bool { return closed(s.peerDone) }
 
-func (s *session) isCompleted() bool {
-	select {
-	case <-s.completeCh:
-		return true
-	default:
-		return false
-	}
-}
+func (s *session) isCompleted() bool { return closed(s.completeCh) }
 
 // establishedStreams returns the live streams once the session started.
 func (s *session) establishedStreams() []*stream {
@@ -1739,14 +1728,7 @@ func (st *stream) exited() {
 	}
 }
 
-func (st *stream) isLost() bool {
-	select {
-	case <-st.dead:
-		return true
-	default:
-		return false
-	}
-}
+func (st *stream) isLost() bool { return closed(st.dead) }
 
 // lose takes a stream out of its session: it resets the connection (so
 // both its goroutines return and the peer sees the loss at once); the
