@@ -33,7 +33,8 @@ type joinResult struct {
 // supervise lives as long as the session runs. At the client side it
 // opens replacements for lost streams; at both it keeps the session's
 // goroutine count above zero while no stream is up, so the session ends
-// only by completing or aborting.
+// only by completing or aborting. It bounds the end of a complete session
+// (endStreams).
 func (s *session) supervise() {
 	defer s.wg.Done()
 	// A complete session lingers until the peer is complete too (a FIN
@@ -47,8 +48,10 @@ func (s *session) supervise() {
 			case <-s.abortCh:
 				return
 			case <-peerDone:
+				s.endStreams(s.stallTimeout)
 				return
 			case <-linger:
+				s.endStreams(0)
 				return
 			case <-completeCh:
 				linger = time.After(s.reconnectTimeout)
@@ -111,8 +114,10 @@ func (s *session) supervise() {
 		case <-s.abortCh:
 			return
 		case <-peerDone:
+			s.endStreams(s.stallTimeout)
 			return
 		case <-linger:
+			s.endStreams(0)
 			return
 		case <-completeCh:
 			linger = time.After(s.reconnectTimeout)
@@ -137,6 +142,28 @@ func (s *session) supervise() {
 			case <-timer.C:
 			default:
 			}
+		}
+	}
+}
+
+// endStreams bounds the end of a complete session. The session ends
+// once every stream's reader has seen the peer's half-close, but a stream
+// that went silent (its path holds its frames: the peer's final ACK and
+// FIN on it never come) has nothing outstanding once the data went on the
+// others, so no stall timeout fires for it, and its reader would wait for
+// ever. Once the peer is complete (or the linger is over), each stream
+// still up gets grace to finish, then its reads and writes fail and it is
+// closed with the session, which counts as completed: nothing of it was
+// lost. No stream attaches after this (attach refuses once the peer is
+// done).
+func (s *session) endStreams(grace time.Duration) {
+	s.peerDoneOnce.Do(func() { close(s.peerDone) })
+	deadline := time.Now().Add(grace)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.streams {
+		if st != nil {
+			_ = st.conn.SetDeadline(deadline)
 		}
 	}
 }

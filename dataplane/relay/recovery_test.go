@@ -3,9 +3,12 @@ package relay
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -115,21 +118,53 @@ func TestTransferSurvivesStreamKills(t *testing.T) {
 // closing it (its frames stop, its connection stays up). Past the stall
 // timeout the receiver resets it, its frames go on the other streams, the
 // client side replaces it and the transfer completes intact.
+//
+// The freeze is armed only once the first part of the upload has reached
+// the end server; the stream that carries the next data frame is frozen.
+// So the frozen frame is a first copy written to an idle stream (its TCP
+// acknowledged it at once: no head-of-line reinjection took it back and
+// delivered it elsewhere, which would leave nothing for the stall timeout
+// to find). The client then holds the rest of its
+// upload until the server side lost the stream and the client side
+// replaced it: the session cannot complete first.
 func TestSilentStreamReplaced(t *testing.T) {
 	lim := Limits{StallTimeout: time.Second, HalfClosedIdle: time.Minute}
 	p := startPair(t, pairOptions{streams: 8, chunk: 16384, queue: 2, viaMITM: true, limitsA: lim, limitsB: lim}, nil)
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
-	fc := &frameCounter{}
+	var armed atomic.Bool
 	var frozen atomic.Pointer[mitmStream]
 	p.mitm.hold = func(ms *mitmStream, dir stripe.Direction, frame []byte) {
-		if dir == stripe.Up && ms.index == 3 && frame[0] == byte(stripe.FrameData) && fc.next(ms, dir, frame) == 5 &&
-			frozen.CompareAndSwap(nil, ms) {
+		if armed.Load() && dir == stripe.Up && frame[0] == byte(stripe.FrameData) &&
+			frame[1]&stripe.FlagRetransmit == 0 && frozen.CompareAndSwap(nil, ms) {
 			<-release // hold this frame and everything after it on this connection
 		}
 	}
-	const up, down = 48 << 20, 1 << 20
-	res := duplex(t, p, 5, up, down, false)
+	const prefix, up, down = 8 << 20, 32 << 20, 1 << 20
+	var frozenAt int64 // bytes the client had written when the freeze came
+	waited := false
+	gate := func(written int64, got *atomic.Int64) error {
+		switch {
+		case written == prefix:
+			if !waitFor(30*time.Second, func() bool { return got.Load() == prefix }) {
+				return fmt.Errorf("the first %d bytes did not reach the server", prefix)
+			}
+			armed.Store(true)
+		case frozenAt == 0 && frozen.Load() != nil:
+			frozenAt = written
+		case frozenAt != 0 && !waited && written >= frozenAt+2<<20:
+			// Frames after the frozen one are held at the server side:
+			// delivery waits on the frozen stream.
+			waited = true
+			if !waitFor(30*time.Second, func() bool {
+				return p.b.Stats().Totals.StreamsLost > 0 && p.a.Stats().Totals.StreamsReplaced > 0
+			}) {
+				return fmt.Errorf("frozen stream not lost and replaced: %+v / %+v", p.a.Stats().Totals, p.b.Stats().Totals)
+			}
+		}
+		return nil
+	}
+	res := gatedDuplex(t, p, 5, up, down, prefix, gate)
 	res.check(t, up, down)
 	if frozen.Load() == nil {
 		t.Fatal("no stream was frozen")
@@ -138,10 +173,175 @@ func TestSilentStreamReplaced(t *testing.T) {
 		return p.a.Stats().Totals.SessionsCompleted == 1 && p.b.Stats().Totals.SessionsCompleted == 1
 	})
 	ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
-	t.Logf("server side lost %d streams, client side replaced %d and reinjected %d bytes", tb.StreamsLost, ta.StreamsReplaced, ta.ReinjectedBytes)
+	t.Logf("frozen after %d bytes; server side lost %d streams, client side replaced %d and reinjected %d bytes",
+		frozenAt, tb.StreamsLost, ta.StreamsReplaced, ta.ReinjectedBytes)
 	if tb.StreamsLost == 0 || ta.StreamsReplaced == 0 || ta.ReinjectedBytes == 0 {
 		t.Errorf("want the frozen stream lost, replaced and its frames reinjected: %+v / %+v", ta, tb)
 	}
+	if n := ta.SessionsAborted + tb.SessionsAborted; n != 0 {
+		t.Errorf("%d aborts: %+v %+v", n, p.a.Stats().RecentAborts, p.b.Stats().RecentAborts)
+	}
+}
+
+// TestCompleteSessionEndsWithSilentStream: one stream goes silent toward
+// the server side for good (the man in the middle forwards none of its
+// frames and keeps its connection up) and the client side sees it in
+// loss recovery, so it is given no data. Every byte goes on the other
+// streams and is acknowledged both ways: nothing on the silent stream is
+// missing, so no stall timeout fires for it, and the peer's final ACK and
+// FIN on it never arrive. The session must still complete at both agents,
+// counted as completed, not aborted, with no stream counted lost, and its
+// streams closed. The bound is no timing claim: before, the server side
+// waited for that FIN for ever; it now waits a stall timeout at most.
+func TestCompleteSessionEndsWithSilentStream(t *testing.T) {
+	const silentIdx = 3
+	lim := Limits{StallTimeout: 2 * time.Second, ReconnectTimeout: 3 * time.Second, HalfClosedIdle: time.Minute}
+	p := startPair(t, pairOptions{streams: 8, chunk: 16384, viaMITM: true, limitsA: lim, limitsB: lim}, nil)
+	p.a.testTrouble = func(stream int) bool { return stream == silentIdx }
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	var silent atomic.Pointer[mitmStream]
+	var held atomic.Int64
+	p.mitm.hold = func(ms *mitmStream, dir stripe.Direction, frame []byte) {
+		// Its JOIN goes through (the stream is attached at both sides);
+		// everything after it is held.
+		if dir == stripe.Up && ms.index == silentIdx && frame[0] != byte(stripe.FrameJoin) &&
+			(silent.CompareAndSwap(nil, ms) || silent.Load() == ms) {
+			held.Add(1)
+			<-release
+		}
+	}
+	const up, down = 16 << 20, 4 << 20
+	res := duplex(t, p, 7, up, down, false)
+	res.check(t, up, down)
+	bound := lim.StallTimeout + lim.ReconnectTimeout + 10*time.Second
+	testsupport.Eventually(t, bound, "the silent stream to hold the client's final frame", func() bool { return held.Load() > 0 })
+	testsupport.Eventually(t, bound, "both agents to complete the session", func() bool {
+		return p.a.Stats().Totals.SessionsCompleted == 1 && p.b.Stats().Totals.SessionsCompleted == 1
+	})
+	ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
+	if ta.SessionsAborted+tb.SessionsAborted != 0 {
+		t.Errorf("aborts: %+v %+v", p.a.Stats().RecentAborts, p.b.Stats().RecentAborts)
+	}
+	if ta.StreamsLost+tb.StreamsLost != 0 {
+		t.Errorf("streams lost: %d client side, %d server side; want the silent stream never missed", ta.StreamsLost, tb.StreamsLost)
+	}
+	if ta.SessionsActive+tb.SessionsActive+ta.StreamsActive+tb.StreamsActive != 0 {
+		t.Errorf("left open: %+v / %+v", ta, tb)
+	}
+	t.Logf("silent stream held %d frames; head-of-line reinjected %d frames", held.Load(), ta.HeadOfLineFrames)
+}
+
+// waitFor polls cond every 5 ms until it holds or timeout passes; it
+// reports whether it held. For goroutines other than the test's (which
+// use testsupport.Eventually).
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(timeout); ; time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+	}
+}
+
+// gatedWriter hands what it writes to w in pieces that end at every
+// multiple of step, and calls gate at each piece's end with the count
+// written so far and the end server's received count.
+type gatedWriter struct {
+	w       io.Writer
+	step    int64
+	written int64
+	got     *atomic.Int64
+	gate    func(written int64, got *atomic.Int64) error
+}
+
+func (g *gatedWriter) Write(b []byte) (int, error) {
+	n := 0
+	for len(b) > 0 {
+		k := min(int64(len(b)), g.step-g.written%g.step)
+		m, err := g.w.Write(b[:k])
+		n += m
+		g.written += int64(m)
+		if err != nil {
+			return n, err
+		}
+		if g.written%g.step == 0 {
+			if err := g.gate(g.written, g.got); err != nil {
+				return n, err
+			}
+		}
+		b = b[k:]
+	}
+	return n, nil
+}
+
+// gatedDuplex is duplex (without pauses) whose upload passes a gate at
+// every step bytes: the gate may hold the client's writes until the
+// session got where the test wants it.
+func gatedDuplex(t *testing.T, p *pair, seed uint64, up, down, step int64, gate func(written int64, got *atomic.Int64) error) duplexResult {
+	t.Helper()
+	var res duplexResult
+	var got atomic.Int64
+	srvDone := make(chan struct{})
+	p.server.setHandler(func(c *net.TCPConn) {
+		defer close(srvDone)
+		defer c.Close()
+		recvDone := make(chan struct{})
+		go func() {
+			defer close(recvDone)
+			hr := &hashingReader{r: c, h: sha256.New()}
+			n, err := io.Copy(io.Discard, countingReader{hr, &got})
+			res.upN, res.upGot = n, hr.h.Sum(nil)
+			if err != nil {
+				res.srvErr = fmt.Errorf("server read: %w", err)
+			}
+		}()
+		var err error
+		res.downSent, err = sendPattern(c, seed+1, down, rand.New(rand.NewPCG(seed, 2)), false)
+		if err != nil {
+			res.srvErr = fmt.Errorf("server write: %w", err)
+		} else {
+			_ = c.CloseWrite()
+		}
+		<-recvDone
+	})
+	c := p.dial(t)
+	defer c.Close()
+	sendDone := make(chan struct{})
+	go func() {
+		defer close(sendDone)
+		var err error
+		g := &gatedWriter{w: c, step: step / 64, got: &got, gate: gate}
+		res.upSent, err = sendPattern(g, seed, up, rand.New(rand.NewPCG(seed, 4)), false)
+		if err != nil {
+			res.clientErr = fmt.Errorf("client write: %w", err)
+			reset(c)
+			return
+		}
+		_ = c.CloseWrite()
+	}()
+	n, h, err := receiveAll(c, rand.New(rand.NewPCG(seed, 5)), false)
+	res.downN, res.downGot = n, h
+	<-sendDone
+	if err != nil && res.clientErr == nil {
+		res.clientErr = fmt.Errorf("client read: %w", err)
+	}
+	<-srvDone
+	return res
+}
+
+// countingReader counts what passes through into n.
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (cr countingReader) Read(p []byte) (int, error) {
+	k, err := cr.r.Read(p)
+	cr.n.Add(int64(k))
+	return k, err
 }
 
 // TestAllStreamsLostAborts kills every stream at once and refuses new
