@@ -157,7 +157,8 @@ func TestSilentStreamReplaced(t *testing.T) {
 			// delivery waits on the frozen stream.
 			waited = true
 			if !waitFor(30*time.Second, func() bool {
-				return p.b.Stats().Totals.StreamsLost > 0 && p.a.Stats().Totals.StreamsReplaced > 0
+				tb := p.b.Stats().Totals
+				return tb.StreamsLost > 0 && tb.StreamsReplaced > 0 && p.a.Stats().Totals.StreamsReplaced > 0
 			}) {
 				return fmt.Errorf("frozen stream not lost and replaced: %+v / %+v", p.a.Stats().Totals, p.b.Stats().Totals)
 			}
@@ -175,8 +176,11 @@ func TestSilentStreamReplaced(t *testing.T) {
 	ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
 	t.Logf("frozen after %d bytes; server side lost %d streams, client side replaced %d and reinjected %d bytes",
 		frozenAt, tb.StreamsLost, ta.StreamsReplaced, ta.ReinjectedBytes)
-	if tb.StreamsLost == 0 || ta.StreamsReplaced == 0 || ta.ReinjectedBytes == 0 {
+	if tb.StreamsLost == 0 || ta.StreamsReplaced == 0 || tb.StreamsReplaced == 0 || ta.ReinjectedBytes == 0 {
 		t.Errorf("want the frozen stream lost, replaced and its frames reinjected: %+v / %+v", ta, tb)
+	}
+	if tb.HandshakeFailures != 0 {
+		t.Errorf("server side counted %d handshake failures", tb.HandshakeFailures)
 	}
 	if n := ta.SessionsAborted + tb.SessionsAborted; n != 0 {
 		t.Errorf("%d aborts: %+v %+v", n, p.a.Stats().RecentAborts, p.b.Stats().RecentAborts)
