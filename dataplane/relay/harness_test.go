@@ -150,6 +150,9 @@ type pairOptions struct {
 	pool agentspec.Pool
 	// autoStreams makes the entry streams = "auto" (streams its maximum).
 	autoStreams bool
+	// troubleA, if set, is the client-side agent's testTrouble, set
+	// before it starts (a write after Start races its sessions' reads).
+	troubleA func(stream int) bool
 }
 
 // pair is a client-side agent A and a server-side agent B on loopback, in
@@ -213,7 +216,7 @@ func startPair(t testing.TB, opt pairOptions, handle func(c *net.TCPConn)) *pair
 		p.mitm = newMITM(t, entry.Peer)
 		entry.Peer = p.mitm.addr
 	}
-	p.a = startAgentLogging(t, Config{
+	p.a = startAgentWith(t, Config{
 		Name:              "agent-a",
 		TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"),
 		PSK:               testPSK,
@@ -222,7 +225,7 @@ func startPair(t testing.TB, opt pairOptions, handle func(c *net.TCPConn)) *pair
 		Limits:            opt.limitsA,
 		SocketBuffer:      opt.socketBuffer,
 		Congestion:        opt.congestion,
-	}, srv.addr, log)
+	}, srv.addr, log, func(a *Agent) { a.testTrouble = opt.troubleA })
 	p.entry = p.a.Addrs().Transparent
 	return p
 }
@@ -234,11 +237,21 @@ func startAgent(t testing.TB, cfg Config, dst netip.AddrPort) *Agent {
 
 func startAgentLogging(t testing.TB, cfg Config, dst netip.AddrPort, log *slog.Logger) *Agent {
 	t.Helper()
+	return startAgentWith(t, cfg, dst, log, nil)
+}
+
+// startAgentWith is startAgentLogging that lets prep set the agent's test
+// hooks before it starts.
+func startAgentWith(t testing.TB, cfg Config, dst netip.AddrPort, log *slog.Logger, prep func(*Agent)) *Agent {
+	t.Helper()
 	a, err := New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.os = loopbackTransparency(dst)
+	if prep != nil {
+		prep(a)
+	}
 	if err := a.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
