@@ -591,7 +591,9 @@ func (l *Lab) startSwitches(ctx context.Context) error {
 		if l.Appliance() {
 			b.controllers = targets
 		}
-		if err := l.ovs.addBridge(ctx, b); err != nil {
+		// The switch's port sockets get buffers a switch port would
+		// have (see switchPortBuffer).
+		if err := withSocketBufferDefaults(switchPortBuffer, func() error { return l.ovs.addBridge(ctx, b) }); err != nil {
 			return err
 		}
 		if !l.Appliance() {

@@ -115,6 +115,10 @@ func assertGone(t *testing.T, rec Record) {
 func TestUpBuildsTheTopologyAndDownRemovesIt(t *testing.T) {
 	requireLab(t)
 	ctx := context.Background()
+	defaults := map[string]string{}
+	for _, name := range []string{"rmem_default", "wmem_default"} {
+		defaults[name] = readSysctl(t, name)
+	}
 	lab, err := Up(ctx, plainOptions(t))
 	if err != nil {
 		t.Fatal(err)
@@ -191,6 +195,14 @@ func TestUpBuildsTheTopologyAndDownRemovesIt(t *testing.T) {
 	// The lab's OVS is private: its database lives in the lab directory.
 	if _, err := os.Stat(filepath.Join(lab.Dir, "ovs", "conf.db")); err != nil {
 		t.Error(err)
+	}
+	// Every port socket of the switch has a switch port's buffer, and the
+	// machine's defaults are back as they were.
+	assertPortBuffers(t, lab, 7)
+	for name, want := range defaults {
+		if got := readSysctl(t, name); got != want {
+			t.Errorf("%s is %q after lab up, was %q before", name, got, want)
+		}
 	}
 
 	if err := lab.Down(); err != nil {
@@ -481,5 +493,39 @@ func TestYoungNamespaceIsNoStray(t *testing.T) {
 		if s == ns {
 			t.Fatalf("a namespace created a moment ago is called a stray: %v", strays)
 		}
+	}
+}
+
+func readSysctl(t *testing.T, name string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("/proc/sys/net/core", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(raw))
+}
+
+// assertPortBuffers checks that the switch reads and writes each of its
+// ports (want of them) through a socket of switchPortBuffer bytes.
+func assertPortBuffers(t *testing.T, lab *Lab, want int) {
+	t.Helper()
+	out, err := lab.Run(context.Background(), SwitchHost, "ss", "-0", "-m", "-p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := 0
+	for line := range strings.SplitSeq(out, "\n") {
+		if !strings.Contains(line, "ovs-vswitchd") || strings.Contains(line, "[0]:*") {
+			continue
+		}
+		ports++
+		for _, buf := range []string{"rb", "tb"} {
+			if !strings.Contains(line, fmt.Sprintf(",%s%d,", buf, switchPortBuffer)) && !strings.Contains(line, fmt.Sprintf("(%s%d,", buf, switchPortBuffer)) {
+				t.Errorf("switch port socket without a %s of %d bytes: %s", buf, switchPortBuffer, strings.TrimSpace(line))
+			}
+		}
+	}
+	if ports != want {
+		t.Errorf("%d switch port sockets, want %d:\n%s", ports, want, out)
 	}
 }
