@@ -329,8 +329,17 @@ func TestHostileCredit(t *testing.T) {
 			if _, err := c.Write([]byte("x")); err != nil {
 				t.Fatal(err)
 			}
-			testsupport.Eventually(t, 30*time.Second, "the session at both agents", func() bool {
-				return len(p.a.Stats().Sessions) == 1 && len(p.b.Stats().Sessions) == 1
+			// Every stream up at both agents: the streams after 0 join
+			// the running session, and a frame written into a stream's
+			// handshake would break the handshake, not test the credit.
+			testsupport.Eventually(t, 30*time.Second, "the session's every stream at both agents", func() bool {
+				for _, ag := range []*Agent{p.a, p.b} {
+					ss := ag.Stats().Sessions
+					if len(ss) != 1 || ss[0].StreamsLive != uint64(ss[0].Streams) {
+						return false
+					}
+				}
+				return true
 			})
 			for _, f := range tc.frames {
 				idx := int(binary.BigEndian.Uint16(f[2:]))
