@@ -76,8 +76,8 @@ func TestHeldStreamIsRoutedAround(t *testing.T) {
 	held.Store(true)
 	release := make(chan struct{})
 	sink := newCountingSink()
-	p := startPair(t, pairOptions{streams: 4, chunk: 32768, queue: -1, encryption: EncryptionAESGCM, viaMITM: true}, sink.handle)
-	p.a.testTrouble = func(stream int) bool { return stream == heldIdx && held.Load() }
+	p := startPair(t, pairOptions{streams: 4, chunk: 32768, queue: -1, encryption: EncryptionAESGCM, viaMITM: true,
+		troubleA: func(stream int) bool { return stream == heldIdx && held.Load() }}, sink.handle)
 	p.mitm.hold = func(ms *mitmStream, dir stripe.Direction, _ []byte) {
 		if ms.index == heldIdx && dir == stripe.Up && held.Load() {
 			<-release
@@ -87,7 +87,9 @@ func TestHeldStreamIsRoutedAround(t *testing.T) {
 	defer c.Close()
 	var sent []byte
 	var sendErr error
+	sendDone := make(chan struct{})
 	go func() {
+		defer close(sendDone)
 		sent, sendErr = sendPattern(c, 21, size, rand.New(rand.NewPCG(21, 1)), false)
 		_ = c.CloseWrite()
 	}()
@@ -116,6 +118,7 @@ func TestHeldStreamIsRoutedAround(t *testing.T) {
 	held.Store(false)
 	close(release)
 	<-sink.done
+	<-sendDone
 	if sendErr != nil {
 		t.Fatal(sendErr)
 	}
@@ -202,8 +205,7 @@ func TestBlockingFrameIsReinjected(t *testing.T) {
 	sink := newCountingSink()
 	lim := Limits{StallTimeout: 30 * time.Second}
 	p := startPair(t, pairOptions{streams: 6, chunk: chunk, queue: -1, encryption: EncryptionAESGCM, viaMITM: true,
-		limitsA: lim, limitsB: lim}, sink.handle)
-	p.a.testTrouble = func(stream int) bool { return stream == heldIdx && heldAt.Load() != 0 }
+		limitsA: lim, limitsB: lim, troubleA: func(stream int) bool { return stream == heldIdx && heldAt.Load() != 0 }}, sink.handle)
 	p.mitm.hold = func(ms *mitmStream, dir stripe.Direction, frame []byte) {
 		if ms.index != heldIdx || dir != stripe.Up || frame[0] != byte(stripe.FrameData) ||
 			binary.BigEndian.Uint64(frame[8:]) < 200 {
@@ -327,8 +329,17 @@ func TestHostileCredit(t *testing.T) {
 			if _, err := c.Write([]byte("x")); err != nil {
 				t.Fatal(err)
 			}
-			testsupport.Eventually(t, 30*time.Second, "the session at both agents", func() bool {
-				return len(p.a.Stats().Sessions) == 1 && len(p.b.Stats().Sessions) == 1
+			// Every stream up at both agents: the streams after 0 join
+			// the running session, and a frame written into a stream's
+			// handshake would break the handshake, not test the credit.
+			testsupport.Eventually(t, 30*time.Second, "the session's every stream at both agents", func() bool {
+				for _, ag := range []*Agent{p.a, p.b} {
+					ss := ag.Stats().Sessions
+					if len(ss) != 1 || ss[0].StreamsLive != uint64(ss[0].Streams) {
+						return false
+					}
+				}
+				return true
 			})
 			for _, f := range tc.frames {
 				idx := int(binary.BigEndian.Uint16(f[2:]))

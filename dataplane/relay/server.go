@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
@@ -100,15 +101,26 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 	remote := c.RemoteAddr().String()
 	src := unmapAddrPort(c.RemoteAddr().(*net.TCPAddr).AddrPort()).Addr()
 	_ = c.SetDeadline(time.Now().Add(rc.limits.PreAuthTimeout))
+	// helloValid: the hello carried the key's MAC, so a hang-up after it
+	// is a key holder's (or a replay's) and no proof of an attack.
+	helloValid := false
 	fail := func(msg string, err error) {
 		if a.stopping.Load() {
 			reset(c)
 			return
 		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
 			a.counters.preauthTimeouts.Add(1)
 			a.limited.log(a.log, "preauth-timeout", "relay: handshake timed out; reset", "remote", remote)
-		} else {
+		case helloValid && hungUp(err):
+			// Typically a client-side agent that gave up a stream it no
+			// longer needs: its session completed or aborted while the
+			// handshake ran. Counted apart from handshake failures.
+			a.counters.hellosAbandoned.Add(1)
+			a.limited.log(a.log, "handshake-abandoned", "relay: peer hung up after a valid hello ("+msg+"); reset",
+				"remote", remote, "err", err)
+		default:
 			a.counters.handshakeFailures.Add(1)
 			a.limited.log(a.log, "handshake", "relay: "+msg+"; reset", "remote", remote, "err", err)
 		}
@@ -151,6 +163,7 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		fail("bad hello", err)
 		return
 	}
+	helloValid = true
 	if hold := a.testJoinHold.Load(); hold != nil && hello.Join {
 		select {
 		case <-*hold:
@@ -217,7 +230,16 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		running = a.byID[hello.Session]
 		a.mu.Unlock()
 		if running == nil {
-			fail("join for a session that ended", errUnknownSession)
+			// The session ended after admit found it, so the peer holds
+			// an acceptance and its confirm proved the key: a late join
+			// (the client side's session completed meanwhile), refused
+			// as a join for an unknown session is, not a handshake
+			// failure.
+			if !a.stopping.Load() {
+				a.reject(rejectMismatch, "relay: replacement stream's session ended during its handshake; reset",
+					"remote", remote, "session", hello.Session, "stream", hello.Stream, "err", errUnknownSession)
+			}
+			reset(c)
 			return
 		}
 		if err := readJoin(c, codec, secrets, running); err != nil {
@@ -246,6 +268,13 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		key = &k
 	}
 	a.join(rc, route, &hello, src, c, codec, key)
+}
+
+// hungUp reports whether err is the peer closing or resetting the
+// connection, not a fault in what it sent.
+func hungUp(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // lookupServer finds the server-side entry of a session.

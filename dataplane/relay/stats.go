@@ -176,6 +176,11 @@ type Totals struct {
 	Rejected          map[string]uint64
 	PreAuthTimeouts   uint64
 	HandshakeFailures uint64
+	// HandshakesAbandoned counts peers that hung up (closed or reset)
+	// after a hello with a valid MAC, before the handshake finished: a
+	// client-side agent giving up a stream it no longer needs, or a
+	// replayed hello. Not counted in HandshakeFailures.
+	HandshakesAbandoned uint64
 	// Fallbacks counts steered connections carried direct, unaccelerated,
 	// because their streams could not be opened.
 	Fallbacks uint64
@@ -216,6 +221,7 @@ type counters struct {
 	bytesDown         atomic.Uint64
 	preauthTimeouts   atomic.Uint64
 	handshakeFailures atomic.Uint64
+	hellosAbandoned   atomic.Uint64
 	fallbacks         atomic.Uint64
 	streamsLost       atomic.Uint64
 	streamsReplaced   atomic.Uint64
@@ -332,6 +338,7 @@ func (a *Agent) Stats() Stats {
 	st.Totals.BytesUp, st.Totals.BytesDown = c.bytesUp.Load(), c.bytesDown.Load()
 	st.Totals.PreAuthTimeouts = c.preauthTimeouts.Load()
 	st.Totals.HandshakeFailures = c.handshakeFailures.Load()
+	st.Totals.HandshakesAbandoned = c.hellosAbandoned.Load()
 	st.Totals.Fallbacks = c.fallbacks.Load()
 	st.Totals.StreamsLost, st.Totals.StreamsReplaced = c.streamsLost.Load(), c.streamsReplaced.Load()
 	st.Totals.ReinjectedFrames, st.Totals.ReinjectedBytes = c.resentFrames.Load(), c.resentBytes.Load()

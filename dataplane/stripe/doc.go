@@ -405,7 +405,13 @@
 // So a lost FIN is retransmitted like any frame, and a stream that ends
 // cleanly (a TCP FIN) before both directions are finished means the far
 // agent's process ended: the session aborts (a network failure resets a
-// stream or leaves it silent; those are losses).
+// stream or leaves it silent; those are losses). Once the peer is
+// complete, a stream whose FIN has not come within the stall timeout (its
+// path went silent and, with nothing outstanding on it, no stall fires) is
+// closed; when the linger (the reconnect timeout) runs out first, the
+// session ends with the streams still up. Either way the session counts as completed and no
+// stream as lost: this side had delivered all it received and had its own
+// data acknowledged.
 //
 // A session aborts (ABORT on the surviving streams, each then half-closed
 // and reset a moment later; both agents reset (RST) their end-host

@@ -1,0 +1,224 @@
+package relay
+
+import (
+	"bytes"
+	"encoding/hex"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
+)
+
+// liveSession opens a session through the pair, echoes a first message,
+// waits until every stream joined at both agents (the streams after 0
+// join the running session; those joins are over then) and returns the
+// client connection and the server side's view of the session.
+func liveSession(t *testing.T, p *pair) (*net.TCPConn, SessionStats, stripe.SessionID) {
+	t.Helper()
+	c := p.dial(t)
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.Write([]byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, 5)); err != nil {
+		t.Fatal(err)
+	}
+	testsupport.Eventually(t, 30*time.Second, "every stream joined at both agents", func() bool {
+		for _, ag := range []*Agent{p.a, p.b} {
+			st := ag.Stats()
+			if len(st.Sessions) != 1 || st.Sessions[0].StreamsLive != uint64(st.Sessions[0].Streams) || st.Totals.PreAuthActive != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	live := p.b.Stats().Sessions[0]
+	var id stripe.SessionID
+	if _, err := hex.Decode(id[:], []byte(live.ID)); err != nil {
+		t.Fatal(err)
+	}
+	return c, live, id
+}
+
+// acceptedHello sends the hello that mutate makes of agent-a's to the
+// server-side agent, requires it accepted, and returns the connection and
+// the handshake's secrets.
+func acceptedHello(t *testing.T, p *pair, mutate func(h *stripe.Hello)) (*net.TCPConn, *stripe.Secrets) {
+	t.Helper()
+	key, _ := stripe.NewHandshakeKey(testPSK)
+	_, eph, hb := helloFrom(t, p, mutate)
+	conn, rb, err := sendHello(t, p.b.Addrs().Data, hb[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	r, err := stripe.ParseReply(hb[:], rb[:], key)
+	if err != nil || r.Status != stripe.StatusAccepted {
+		t.Fatalf("reply %v, %v; want accepted", r.Status, err)
+	}
+	secrets, err := stripe.Finish(key, eph, r.Ephemeral, hb[:], rb[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, secrets
+}
+
+// TestJoinForUnknownSessionRefused: a JOIN for a session the server-side
+// agent does not hold gets the authenticated unknown-session refusal and
+// is counted as Rejected[session_mismatch], not as a handshake failure
+// (it is what a client-side agent sends when the far agent restarted, or
+// when its session ended there first).
+func TestJoinForUnknownSessionRefused(t *testing.T) {
+	p := startPair(t, pairOptions{}, echo)
+	key, _ := stripe.NewHandshakeKey(testPSK)
+	_, _, hb := helloFrom(t, p, func(h *stripe.Hello) { h.Join, h.Stream = true, 3 })
+	conn, rb, err := sendHello(t, p.b.Addrs().Data, hb[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if r, err := stripe.ParseReply(hb[:], rb[:], key); err != nil || r.Status != stripe.StatusUnknownSession {
+		t.Fatalf("join for an unknown session: %v, %v; want %v", r.Status, err, stripe.StatusUnknownSession)
+	}
+	if _, err := conn.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("after the refusal: %v, want an orderly close", err)
+	}
+	testsupport.Eventually(t, 30*time.Second, "the refusal counted", func() bool {
+		return p.b.Stats().Totals.Rejected[rejectMismatch] == 1
+	})
+	if st := p.b.Stats().Totals; st.HandshakeFailures != 0 || st.HandshakesAbandoned != 0 {
+		t.Errorf("counted %d handshake failures, %d abandoned; want none", st.HandshakeFailures, st.HandshakesAbandoned)
+	}
+}
+
+// TestJoinForSessionEndedDuringHandshake: a JOIN hello for a live session
+// is accepted, then the session completes before the joiner's confirm
+// arrives (a client-side agent's replacement stream that its session no
+// longer needed). The valid confirm finds no session: the stream is reset
+// and counted as Rejected[session_mismatch], not as a handshake failure,
+// and nothing reaches the end server.
+func TestJoinForSessionEndedDuringHandshake(t *testing.T) {
+	lim := Limits{PreAuthTimeout: time.Minute}
+	p := startPair(t, pairOptions{limitsB: lim, viaMITM: true}, echo)
+	c, live, id := liveSession(t, p)
+	// The client-side agent's own late joins, if its session opens any
+	// as it ends, do not reach the server side: only the test's counts.
+	p.mitm.refuse.Store(true)
+	conn, secrets := acceptedHello(t, p, func(h *stripe.Hello) { h.Session, h.Client, h.Stream, h.Join = id, live.Client, 3, true })
+
+	// The session completes while the join waits for its confirm.
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(c); err != nil {
+		t.Fatal(err)
+	}
+	testsupport.Eventually(t, 30*time.Second, "the session to complete at the server side", func() bool {
+		st := p.b.Stats()
+		return st.Totals.SessionsCompleted == 1 && len(st.Sessions) == 0
+	})
+	accepted := p.server.accepted()
+
+	confirm := secrets.Confirm()
+	if _, err := conn.Write(confirm[:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, conn); !isReset(err) {
+		t.Errorf("late join: %v, want a reset", err)
+	}
+	testsupport.Eventually(t, 30*time.Second, "the late join counted", func() bool {
+		return p.b.Stats().Totals.Rejected[rejectMismatch] == 1
+	})
+	st := p.b.Stats().Totals
+	if st.HandshakeFailures != 0 || st.HandshakesAbandoned != 0 {
+		t.Errorf("counted %d handshake failures, %d abandoned; want none", st.HandshakeFailures, st.HandshakesAbandoned)
+	}
+	if st.SessionsStarted != 1 || st.SessionsAborted != 0 {
+		t.Errorf("sessions started %d, aborted %d; want 1 and 0", st.SessionsStarted, st.SessionsAborted)
+	}
+	if got := p.server.accepted(); got != accepted {
+		t.Errorf("the late join made the agent connect to the server")
+	}
+}
+
+// TestHangUpAfterValidHello: a peer that hangs up (closes or resets)
+// after its valid hello was accepted, before it finished the handshake,
+// is counted in HandshakesAbandoned, not as a handshake failure; one that
+// sends a wrong confirm, or a hello with a bad MAC, still is a handshake
+// failure. No session is created by any of them and the agent serves on.
+func TestHangUpAfterValidHello(t *testing.T) {
+	p := startPair(t, pairOptions{viaMITM: true}, echo)
+	c, live, id := liveSession(t, p)
+	p.mitm.refuse.Store(true) // only the test's handshakes reach the server side
+	ofLive := func(h *stripe.Hello) { h.Session, h.Client, h.Stream, h.Join = id, live.Client, 3, true }
+	resetConn := func(conn *net.TCPConn) {
+		_ = conn.SetLinger(0)
+		_ = conn.Close()
+	}
+	cases := []struct {
+		name     string
+		mutate   func(h *stripe.Hello)
+		then     func(conn *net.TCPConn, s *stripe.Secrets)
+		abandons bool
+	}{
+		{"reset before the confirm", nil, func(conn *net.TCPConn, _ *stripe.Secrets) { resetConn(conn) }, true},
+		{"close before the confirm", nil, func(conn *net.TCPConn, _ *stripe.Secrets) { _ = conn.Close() }, true},
+		{"join reset before its JOIN frame", ofLive, func(conn *net.TCPConn, s *stripe.Secrets) {
+			confirm := s.Confirm()
+			_, _ = conn.Write(confirm[:])
+			resetConn(conn)
+		}, true},
+		{"wrong confirm", nil, func(conn *net.TCPConn, s *stripe.Secrets) {
+			confirm := s.Confirm()
+			confirm[0] ^= 1
+			_, _ = conn.Write(confirm[:])
+			_, _ = io.Copy(io.Discard, conn)
+		}, false},
+	}
+	for _, tc := range cases {
+		before := p.b.Stats().Totals
+		conn, secrets := acceptedHello(t, p, tc.mutate)
+		tc.then(conn, secrets)
+		testsupport.Eventually(t, 30*time.Second, tc.name+" counted", func() bool {
+			st := p.b.Stats().Totals
+			return st.HandshakesAbandoned+st.HandshakeFailures > before.HandshakesAbandoned+before.HandshakeFailures
+		})
+		st := p.b.Stats().Totals
+		abandoned, failed := st.HandshakesAbandoned-before.HandshakesAbandoned, st.HandshakeFailures-before.HandshakeFailures
+		if tc.abandons && (abandoned != 1 || failed != 0) {
+			t.Errorf("%s: %d abandoned, %d handshake failures; want 1 abandoned", tc.name, abandoned, failed)
+		}
+		if !tc.abandons && (abandoned != 0 || failed != 1) {
+			t.Errorf("%s: %d abandoned, %d handshake failures; want 1 failure", tc.name, abandoned, failed)
+		}
+	}
+	// A hello that fails its MAC, then a hang-up: a handshake failure.
+	_, _, hb := helloFrom(t, p, nil)
+	hb[150] ^= 1
+	before := p.b.Stats().Totals
+	conn, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(p.b.Addrs().Data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = conn.Write(hb[:])
+	_ = conn.Close()
+	testsupport.Eventually(t, 30*time.Second, "the bad hello counted", func() bool {
+		return p.b.Stats().Totals.HandshakeFailures > before.HandshakeFailures
+	})
+	if st := p.b.Stats().Totals; st.HandshakesAbandoned != before.HandshakesAbandoned {
+		t.Errorf("a bad hello counted as abandoned")
+	}
+	if st := p.b.Stats(); len(st.Sessions) != 1 || st.Totals.SessionsStarted != 1 || st.Totals.StreamsReplaced != 0 {
+		t.Errorf("the hang-ups touched the sessions: %d live, %d started, %d streams replaced",
+			len(st.Sessions), st.Totals.SessionsStarted, st.Totals.StreamsReplaced)
+	}
+	msg := bytes.Repeat([]byte("still fine "), 10000)
+	go func() { _, _ = c.Write(msg); _ = c.CloseWrite() }()
+	got, err := io.ReadAll(c)
+	if err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("session after the hang-ups: %d bytes, %v", len(got), err)
+	}
+}
