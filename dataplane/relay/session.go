@@ -277,6 +277,10 @@ type session struct {
 	// pathRTT is the largest smoothed RTT of the streams, from
 	// housekeeping (nanoseconds).
 	pathRTT atomic.Int64
+	// pacer caps the streams' pacing (housekeeping only); paceShare is
+	// each stream's cap in bytes/s, 0 while none is set.
+	pacer     stripePacer
+	paceShare atomic.Uint64
 	// peerWindow is the largest receive window, in bytes, of this agent's
 	// sessions with the same peer and side (the same path), from
 	// housekeeping: a session limited by its window may grow to it.
@@ -1174,7 +1178,9 @@ func (s *session) tick(now time.Time, lim Limits) {
 		s.rateSent.Store(f64bits(float64(sent-s.lastSent) * 8 / dt))
 		s.rateDelivered.Store(f64bits(float64(delivered-s.lastDelivered) * 8 / dt))
 		var rtt time.Duration
-		for _, st := range s.establishedStreams() {
+		var delivered, resent, notsent uint64
+		streams := s.establishedStreams()
+		for _, st := range streams {
 			bs, br := st.bytesSent.Load(), st.bytesRecv.Load()
 			st.rateSent.Store(f64bits(float64(bs-st.prevSent) * 8 / dt))
 			st.rateRecv.Store(f64bits(float64(br-st.prevRecv) * 8 / dt))
@@ -1182,10 +1188,20 @@ func (s *session) tick(now time.Time, lim Limits) {
 			if info, ok := readTCPInfo(st.conn); ok {
 				st.tuneLowat(info)
 				rtt = max(rtt, info.rtt)
+				if st.deliveredPrimed {
+					// Segments, modulo 2^32.
+					delivered += uint64(info.delivered-st.prevDelivered) * uint64(info.mss)
+					resent += uint64(info.retransmits-st.prevResent) * uint64(info.mss)
+				}
+				st.prevDelivered, st.prevResent, st.deliveredPrimed = info.delivered, info.retransmits, true
+				notsent += uint64(info.notsent)
 			}
 		}
 		if rtt > 0 {
 			s.pathRTT.Store(int64(rtt))
+		}
+		if s.established.Load() {
+			s.pace(now, streams, delivered, resent, notsent, dt, rtt)
 		}
 	}
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 && s.established.Load() {
@@ -1341,6 +1357,13 @@ type stream struct {
 	// previous counts).
 	prevSent, prevRecv uint64
 	rateSent, rateRecv atomic.Uint64 // float64 bits, bit/s
+	// Pacing (housekeeping only): TCP's delivered segments at the last
+	// tick (once primed) and the pacing cap set on the socket, bytes/s
+	// (0: none). See stripePacer.
+	prevDelivered   uint32
+	prevResent      uint32
+	deliveredPrimed bool
+	paceCap         float64
 }
 
 func newStream(s *session, index int, conn *net.TCPConn, codec *stripe.Codec) *stream {

@@ -241,6 +241,8 @@ type tcpInfo struct {
 	pacingRate  uint64 // tcpi_pacing_rate, bytes/s
 	state       uint8  // tcpi_state: TCP_ESTABLISHED, TCP_CLOSE_WAIT, ...
 	sndWnd      uint32 // tcpi_snd_wnd: the peer's receive window (Linux 6.2+; 0 before)
+	delivered   uint32 // tcpi_delivered: segments delivered, SACKed ones included
+	mss         uint32 // tcpi_snd_mss
 }
 
 func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
@@ -270,6 +272,8 @@ func fromTCPInfo(info *unix.TCPInfo) tcpInfo {
 		pacingRate:  info.Pacing_rate,
 		state:       info.State,
 		sndWnd:      info.Snd_wnd,
+		delivered:   info.Delivered,
+		mss:         info.Snd_mss,
 	}
 }
 
@@ -283,6 +287,38 @@ const tcpCloseWait = 8
 func peerClosed(c *net.TCPConn) bool {
 	info, ok := readTCPInfo(c)
 	return ok && info.state == tcpCloseWait
+}
+
+// setMaxPacingRate sets SO_MAX_PACING_RATE (bytes/s; noPacingCap for
+// none) on a connected stream.
+func setMaxPacingRate(c *net.TCPConn, v uint64) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, v)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// maxPacingRate reads a stream's SO_MAX_PACING_RATE.
+func maxPacingRate(c *net.TCPConn) (uint64, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var v uint64
+	var gerr error
+	if err := rc.Control(func(fd uintptr) {
+		v, gerr = unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE)
+	}); err != nil {
+		return 0, err
+	}
+	return v, gerr
 }
 
 // setNotsentLowat sets TCP_NOTSENT_LOWAT on a connected stream.

@@ -1,0 +1,213 @@
+package relay
+
+import (
+	"math"
+	"time"
+)
+
+// Stripe pacing. Each stream's congestion control sees only its own
+// share of the session, and with many streams their sum overshoots the
+// path: a stream the scheduler leaves idle part of the time looks
+// application-limited to BBR, whose start-up ignores such rounds, so most
+// of a session's streams stay in start-up and pace at 2.89 times their
+// share. With 16 and 64 streams on the lab's 500 Mbit/s path the streams
+// paced at 1.1-2 Gbit/s together, all of them were often in loss
+// recovery at once, and 15-20 % of what they sent was sent again.
+//
+// So the sending side of a session measures what its streams deliver
+// together (the segments TCP counts delivered, selectively acknowledged
+// ones included, over the last second or two round trips: a repaired
+// loss releases a round trip of cumulative ACKs at once, and one tick's
+// acknowledged bytes overstated the path twofold) and,
+// once that rate stops growing, caps each stream's pacing rate
+// (SO_MAX_PACING_RATE) at its share of the best recent rate. The share
+// cycles like BBR's probe: a tick at 1.25 times, one at 0.75, six at 1,
+// so the session finds more room when the path has it and drains the
+// queue it built. Until the rate levels off (start-up) nothing is capped:
+// the streams' own start-up finds the path. Ticks at which the session
+// had nothing waiting to send (the end host or the peer's credit held it
+// back) do not lower the rate.
+const (
+	// pacingGrowth is what a tick's rate must exceed the best start-up
+	// rate by to count as growth, and pacingFlatTicks how many ticks
+	// without growth (and at least as many round trips) end start-up.
+	pacingGrowth    = 1.25
+	pacingFlatTicks = 3
+	// pacingStartupLoss also ends start-up: the streams sent this share
+	// of what they delivered again, over the span. Random loss on a long
+	// path is well below it; a queue the streams overflowed is far above
+	// (10-20 % with 64 streams in the lab).
+	pacingStartupLoss = 0.02
+	// The best rate is the highest over pacingWindowRTTs round trips,
+	// at least pacingWindowMin.
+	pacingWindowRTTs = 10
+	pacingWindowMin  = 2 * time.Second
+	// A rate is measured over the last pacingSpanMin or pacingSpanRTTs
+	// round trips of ticks, whichever is longer, at most pacingSpanTicks.
+	pacingSpanMin   = 500 * time.Millisecond
+	pacingSpanRTTs  = 2
+	pacingSpanTicks = 32
+	// pacingMinShare is the least a stream is capped at, in bytes/s.
+	pacingMinShare = 16 << 10
+	// pacingRetune is the relative change of a stream's cap below which
+	// the socket keeps the cap it has.
+	pacingRetune = 0.05
+)
+
+// pacingGains is the probe cycle, one entry per housekeeping tick.
+var pacingGains = [...]float64{1.25, 1.25, 0.75, 1, 1, 1, 1, 1}
+
+// noPacingCap is SO_MAX_PACING_RATE's "no cap".
+const noPacingCap = math.MaxUint64
+
+type rateSample struct {
+	at   time.Time
+	rate float64 // bytes/s
+}
+
+// pacingTick is one housekeeping tick's delivery.
+type pacingTick struct {
+	bytes, resent uint64  // delivered, and sent again
+	dt            float64 // seconds
+	appLimited    bool
+}
+
+// stripePacer decides a session's pacing; housekeeping only.
+type stripePacer struct {
+	cruising  bool      // start-up is over
+	fullRate  float64   // the best start-up rate
+	flat      int       // ticks since start-up last grew
+	grewAt    time.Time // when start-up last grew
+	samples   []rateSample
+	best      float64 // the best rate of the window, kept while no sample is in it
+	phase     int
+	lastTotal float64 // the last aggregate cap, for status and tests
+	ticks     [pacingSpanTicks]pacingTick
+	nticks    int // ticks recorded in all
+}
+
+// tick records one housekeeping tick and returns, over the span, the
+// delivery rate (bytes/s), the share of it sent again, and whether the
+// session was held back by something other than its streams at any tick.
+func (p *stripePacer) tick(d pacingTick, rtt time.Duration) (rate, resent float64, appLimited bool) {
+	p.ticks[p.nticks%pacingSpanTicks] = d
+	p.nticks++
+	span := max(pacingSpanMin, pacingSpanRTTs*rtt).Seconds()
+	var sum, again uint64
+	var secs float64
+	for i := 0; i < min(p.nticks, pacingSpanTicks) && secs < span; i++ {
+		t := p.ticks[(p.nticks-1-i)%pacingSpanTicks]
+		sum += t.bytes
+		again += t.resent
+		secs += t.dt
+		appLimited = appLimited || t.appLimited
+	}
+	if secs <= 0 || sum == 0 {
+		return 0, 0, true
+	}
+	return float64(sum) / secs, float64(again) / float64(sum), appLimited
+}
+
+// update takes one tick's delivery (bytes delivered and sent again over
+// dt seconds, and whether the session was held back by something other
+// than its streams) and the path's round trip. It returns the pacing
+// rate all of the session's streams may use together, in bytes/s, or 0
+// for no cap.
+func (p *stripePacer) update(now time.Time, d pacingTick, rtt time.Duration) float64 {
+	rate, resent, appLimited := p.tick(d, rtt)
+	window := max(pacingWindowMin, pacingWindowRTTs*rtt)
+	keep := p.samples[:0]
+	for _, s := range p.samples {
+		if now.Sub(s.at) <= window {
+			keep = append(keep, s)
+		}
+	}
+	p.samples = keep
+	if !appLimited || rate > p.best {
+		p.samples = append(p.samples, rateSample{now, rate})
+	}
+	if len(p.samples) > 0 {
+		p.best = p.windowBest()
+	}
+	if !p.cruising {
+		if appLimited {
+			return 0
+		}
+		overflowed := resent > pacingStartupLoss && p.best > 0
+		if !overflowed && (p.grewAt.IsZero() || rate >= pacingGrowth*p.fullRate) {
+			p.fullRate = max(p.fullRate, rate)
+			p.flat = 0
+			p.grewAt = now
+			return 0
+		}
+		p.flat++
+		if !overflowed && (p.flat < pacingFlatTicks || now.Sub(p.grewAt) < pacingFlatTicks*rtt || p.best <= 0) {
+			return 0
+		}
+		p.cruising = true
+		p.phase = 0
+	}
+	total := pacingGains[p.phase] * p.best
+	p.phase = (p.phase + 1) % len(pacingGains)
+	p.lastTotal = total
+	return total
+}
+
+func (p *stripePacer) windowBest() float64 {
+	b := 0.0
+	for _, s := range p.samples {
+		b = max(b, s.rate)
+	}
+	return b
+}
+
+// streamShare divides the session's pacing rate among its live streams.
+// It does not favour the streams out of loss recovery: those in recovery
+// carry only what they hold, so the session then sends below its rate,
+// which is when the path has least room.
+func streamShare(total float64, live int) float64 {
+	if total <= 0 || live <= 0 {
+		return 0
+	}
+	return max(total/float64(live), pacingMinShare)
+}
+
+// pace applies one tick of the session's pacing to its live streams;
+// housekeeping only. delivered and resent are the bytes TCP delivered
+// on them and sent again since the last tick, over dt seconds; notsent
+// what their sockets hold unsent.
+func (s *session) pace(now time.Time, streams []*stream, delivered, resent, notsent uint64, dt float64, rtt time.Duration) {
+	if len(streams) == 0 || dt <= 0 || rtt <= 0 {
+		return
+	}
+	// Nothing waiting to be sent: the end host (or the peer's credit),
+	// not the streams, set this tick's rate.
+	appLimited := len(s.sendq) == 0 && notsent < uint64(len(streams)*s.chunkSize)
+	total := s.pacer.update(now, pacingTick{bytes: delivered, resent: resent, dt: dt, appLimited: appLimited}, rtt)
+	share := streamShare(total, len(streams))
+	s.paceShare.Store(uint64(share))
+	for _, st := range streams {
+		st.applyPacing(share)
+	}
+}
+
+// applyPacing sets the stream's pacing cap to share bytes/s (0: none),
+// when it moved by more than pacingRetune.
+func (st *stream) applyPacing(share float64) {
+	cur := st.paceCap
+	if share <= 0 {
+		if cur == 0 {
+			return
+		}
+		if setMaxPacingRate(st.conn, noPacingCap) == nil {
+			st.paceCap = 0
+		}
+		return
+	}
+	if cur > 0 && math.Abs(share-cur) <= pacingRetune*cur {
+		return
+	}
+	if setMaxPacingRate(st.conn, uint64(share)) == nil {
+		st.paceCap = share
+	}
+}

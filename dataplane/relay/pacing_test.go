@@ -1,0 +1,168 @@
+package relay
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+const tick = 250 * time.Millisecond
+
+// feed runs the pacer over rates (bytes/s), one per tick from t0, and
+// returns the caps it chose.
+func feed(p *stripePacer, t0 time.Time, rtt time.Duration, appLimited bool, rates ...float64) ([]float64, time.Time) {
+	caps := make([]float64, len(rates))
+	now := t0
+	for i, r := range rates {
+		now = now.Add(tick)
+		caps[i] = p.update(now, pacingTick{bytes: uint64(r * tick.Seconds()), dt: tick.Seconds(), appLimited: appLimited}, rtt)
+	}
+	return caps, now
+}
+
+func TestPacerStartupLeavesStreamsUncapped(t *testing.T) {
+	var p stripePacer
+	// Doubling every tick: start-up goes on, nothing is capped.
+	caps, _ := feed(&p, time.Now(), 200*time.Millisecond, false, 1e6, 2e6, 4e6, 8e6, 16e6, 32e6)
+	for i, c := range caps {
+		if c != 0 {
+			t.Fatalf("tick %d: cap %v during start-up", i, c)
+		}
+	}
+	if p.cruising {
+		t.Fatal("start-up ended while the rate kept doubling")
+	}
+}
+
+func flat(rate float64, n int) []float64 {
+	r := make([]float64, n)
+	for i := range r {
+		r[i] = rate
+	}
+	return r
+}
+
+func TestPacerCapsAtTheBestRateOnceItLevelsOff(t *testing.T) {
+	var p stripePacer
+	rtt := 200 * time.Millisecond
+	_, now := feed(&p, time.Now(), rtt, false, 1e6, 4e6, 16e6, 60e6)
+	// The rate levels off at 62e6: capped within a few ticks, not at the
+	// first flat one.
+	caps, now := feed(&p, now, rtt, false, flat(62e6, 12)...)
+	first := -1
+	for i, c := range caps {
+		if c != 0 {
+			first = i
+			break
+		}
+	}
+	if first < pacingFlatTicks-1 {
+		t.Fatalf("capped at flat tick %d (%v): start-up needs %d ticks without growth", first, caps, pacingFlatTicks)
+	}
+	// Once the measurement has settled, one probe cycle is 1.25, 0.75
+	// and six times 1 of the rate: on average what the path delivered.
+	_, now = feed(&p, now, rtt, false, flat(62e6, 8)...)
+	cycle, _ := feed(&p, now, rtt, false, flat(62e6, len(pacingGains))...)
+	counts := map[float64]int{}
+	sum := 0.0
+	for _, c := range cycle {
+		counts[c]++
+		sum += c
+	}
+	if counts[1.25*62e6] != 1 || counts[0.75*62e6] != 1 || counts[62e6] != 6 {
+		t.Errorf("one cycle's caps %v, want one at 1.25x, one at 0.75x and six at 1x of 62e6", cycle)
+	}
+	if mean := sum / float64(len(cycle)); math.Abs(mean-62e6) > 1 {
+		t.Errorf("mean cap over a cycle %v, want the rate 62e6", mean)
+	}
+}
+
+func TestPacerStartupNeedsRoundTripsAsWellAsTicks(t *testing.T) {
+	// A 2 s round trip: a rate flat for three 250 ms ticks, or for less
+	// than three round trips, is no plateau.
+	var p stripePacer
+	rtt := 2 * time.Second
+	caps, now := feed(&p, time.Now(), rtt, false, 1e6, 10e6, 10e6, 10e6, 10e6, 10e6)
+	for _, c := range caps {
+		if c != 0 {
+			t.Fatalf("capped after a few flat ticks of a 2 s round trip: %v", caps)
+		}
+	}
+	caps, _ = feed(&p, now, rtt, false, flat(10e6, 48)...)
+	if caps[len(caps)-1] == 0 {
+		t.Fatal("never capped while flat for 12 s, six round trips")
+	}
+}
+
+func TestPacerAppLimitedTicksDoNotLowerTheRate(t *testing.T) {
+	var p stripePacer
+	rtt := 100 * time.Millisecond
+	_, now := feed(&p, time.Now(), rtt, false, append([]float64{1e6}, flat(50e6, 12)...)...)
+	if !p.cruising {
+		t.Fatal("no plateau")
+	}
+	// The end host sends little for 10 s: the best rate is held.
+	_, now = feed(&p, now, rtt, true, flat(1e6, 40)...)
+	if p.best != 50e6 {
+		t.Fatalf("best rate %v after application-limited ticks, want 50e6 kept", p.best)
+	}
+	// Application-limited ticks above the best still raise it.
+	_, now = feed(&p, now, rtt, true, flat(70e6, 8)...)
+	if p.best != 70e6 {
+		t.Fatalf("best rate %v, want 70e6 from faster application-limited ticks", p.best)
+	}
+	// Ticks the streams themselves held low lower it once the window
+	// (2 s here) has passed.
+	_, _ = feed(&p, now, rtt, false, flat(1e6, 40)...)
+	if p.best != 1e6 {
+		t.Fatalf("best rate %v after 10 s of stream-limited 1e6, want 1e6", p.best)
+	}
+}
+
+func TestStreamShare(t *testing.T) {
+	for _, c := range []struct {
+		total float64
+		live  int
+		want  float64
+	}{
+		{0, 8, 0},
+		{80e6, 8, 10e6},
+		{80e6, 1, 80e6},
+		{1e3, 4, pacingMinShare},
+		{80e6, 0, 0},
+	} {
+		if got := streamShare(c.total, c.live); got != c.want {
+			t.Errorf("streamShare(%v, %d) = %v, want %v", c.total, c.live, got, c.want)
+		}
+	}
+}
+
+func TestPacerStartupEndsWhenTheStreamsOverflowThePath(t *testing.T) {
+	// Doubling, but 10 % of what arrives was sent again: the streams
+	// overflowed a queue, start-up is over and the rate is capped.
+	var p stripePacer
+	rtt := 200 * time.Millisecond
+	now := time.Now()
+	var caps []float64
+	for i, r := range []float64{1e6, 2e6, 4e6, 8e6, 16e6} {
+		now = now.Add(tick)
+		b := uint64(r * tick.Seconds())
+		resent := uint64(0)
+		if i >= 3 {
+			resent = b / 10
+		}
+		caps = append(caps, p.update(now, pacingTick{bytes: b, resent: resent, dt: tick.Seconds()}, rtt))
+	}
+	if caps[2] != 0 || caps[4] == 0 || !p.cruising {
+		t.Fatalf("caps %v: want none while clean, one once 10 %% is sent again", caps)
+	}
+	// Random loss (0.1 %) does not end a start-up.
+	var q stripePacer
+	for _, r := range []float64{1e6, 2e6, 4e6, 8e6} {
+		now = now.Add(tick)
+		b := uint64(r * tick.Seconds())
+		if c := q.update(now, pacingTick{bytes: b, resent: b / 1000, dt: tick.Seconds()}, rtt); c != 0 {
+			t.Fatalf("capped at %v for 0.1 %% sent again", c)
+		}
+	}
+}
