@@ -859,6 +859,7 @@ func (d *Daemon) liveStats() liveStats {
 		ls.Aborts += rs.Totals.SessionsAborted
 		ls.Fallbacks += rs.Totals.Fallbacks
 		ls.HandshakeFailures += rs.Totals.HandshakeFailures
+		ls.HandshakesAbandoned += rs.Totals.HandshakesAbandoned
 		ls.LostStreams.add(rs.Totals)
 		ls.MemoryReserved += rs.Totals.MemoryReserved
 		ls.MemoryLimit += rs.Totals.MemoryLimit

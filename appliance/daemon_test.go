@@ -333,6 +333,7 @@ func TestDaemonMetrics(t *testing.T) {
 		`sosappliance_fallbacks_total 0`,
 		`sosappliance_refusals_total{reason="identity"} 0`,
 		`sosappliance_handshake_failures_total 0`,
+		`sosappliance_handshakes_abandoned_total 0`,
 		`sosappliance_session_memory_bytes{kind="reserved"} 0`,
 		`sosappliance_streams_lost_total 0`,
 		`sosappliance_streams_replaced_total 0`,

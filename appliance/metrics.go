@@ -36,11 +36,14 @@ type liveStats struct {
 	// Of the agents' stripe data ports and client sides.
 	Fallbacks         uint64
 	HandshakeFailures uint64
-	Refusals          map[string]uint64
-	MemoryReserved    int64
-	MemoryLimit       int64
-	LostStreams       LostStreams
-	Pools             []PoolStatus
+	// HandshakesAbandoned are peers that hung up after a valid hello,
+	// kept apart from the failures (see relay.Totals).
+	HandshakesAbandoned uint64
+	Refusals            map[string]uint64
+	MemoryReserved      int64
+	MemoryLimit         int64
+	LostStreams         LostStreams
+	Pools               []PoolStatus
 	// AutoStreams are the stream counts live sessions of streams = "auto"
 	// whitelists chose, per agent and whitelist.
 	AutoStreams autoStreamStats
@@ -145,6 +148,7 @@ var (
 	descFallbacks   = prometheus.NewDesc("sosappliance_fallbacks_total", "Steered connections carried direct, unaccelerated, because their stripes could not be opened.", nil, nil)
 	descRefusals    = prometheus.NewDesc("sosappliance_refusals_total", "Connections and streams refused or evicted by an agent, by reason.", []string{"reason"}, nil)
 	descHSFailures  = prometheus.NewDesc("sosappliance_handshake_failures_total", "Stream handshakes that failed authentication or broke off.", nil, nil)
+	descHSAbandoned = prometheus.NewDesc("sosappliance_handshakes_abandoned_total", "Stream handshakes the peer hung up on after a valid hello (an agent giving up a stream, or a replay); not counted as failures.", nil, nil)
 	descAgentUp     = prometheus.NewDesc("sosappliance_agent_up", "1 while the controller sees the agent healthy.", []string{"agent"}, nil)
 	descAgentSess   = prometheus.NewDesc("sosappliance_agent_sessions", "Live sessions the agent last reported to the controller.", []string{"agent"}, nil)
 	descAgentShare  = prometheus.NewDesc("sosappliance_agent_share_ratio", "The agent's part of a spread whitelist's buckets at one side, after fail-over.", []string{"agent", "whitelist", "side"}, nil)
@@ -167,7 +171,7 @@ type liveCollector struct{ live func() liveStats }
 
 func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descBytes, descThroughput, descReorder, descStalls, descAborts, descFlowMods, descSwitches, descAgentsDown,
-		descFallbacks, descRefusals, descHSFailures, descMemory, descLost, descReplaced, descReinjected, descDuplicates, descHeadOfLine,
+		descFallbacks, descRefusals, descHSFailures, descHSAbandoned, descMemory, descLost, descReplaced, descReinjected, descDuplicates, descHeadOfLine,
 		descAgentUp, descAgentSess, descAgentShare,
 		descPoolIdle, descPoolClaims, descPoolMisses, descPoolRefill, descPoolDied, descAutoStreams} {
 		ch <- d
@@ -192,6 +196,7 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descAgentsDown, prometheus.GaugeValue, float64(s.AgentsDown))
 	ch <- prometheus.MustNewConstMetric(descFallbacks, prometheus.CounterValue, float64(s.Fallbacks))
 	ch <- prometheus.MustNewConstMetric(descHSFailures, prometheus.CounterValue, float64(s.HandshakeFailures))
+	ch <- prometheus.MustNewConstMetric(descHSAbandoned, prometheus.CounterValue, float64(s.HandshakesAbandoned))
 	for _, reason := range relay.RejectReasons() {
 		ch <- prometheus.MustNewConstMetric(descRefusals, prometheus.CounterValue, float64(s.Refusals[reason]), reason)
 	}

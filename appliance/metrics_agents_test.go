@@ -1,9 +1,6 @@
 package appliance
 
 import (
-	"io"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
 )
@@ -17,18 +14,7 @@ func TestMetricsPerAgent(t *testing.T) {
 			{Name: "a2", Up: false, Shares: []agentShare{{Whitelist: "bulk", Side: "client", Buckets: 0, Of: 16}}},
 		}}
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := m.serveOn(ln)
-	t.Cleanup(stop)
-	resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := scrapeMetrics(t, m)
 	for _, want := range []string{
 		`sosappliance_agent_up{agent="a1"} 1`,
 		`sosappliance_agent_up{agent="a2"} 0`,

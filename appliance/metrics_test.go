@@ -135,3 +135,40 @@ func closedByServer(c net.Conn, deadline time.Time) error {
 	}
 	return nil // EOF or reset: closed
 }
+
+// Hang-ups after a valid hello reach /metrics next to the handshake
+// failures, each from its own counter.
+func TestMetricsHandshakeCounters(t *testing.T) {
+	m := newMetrics(func() liveStats { return liveStats{HandshakeFailures: 3, HandshakesAbandoned: 7} })
+	body := scrapeMetrics(t, m)
+	for _, want := range []string{
+		"# TYPE sosappliance_handshakes_abandoned_total counter",
+		"\nsosappliance_handshake_failures_total 3\n",
+		"\nsosappliance_handshakes_abandoned_total 7\n",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("no %q in\n%s", want, body)
+		}
+	}
+}
+
+// scrapeMetrics serves m on a loopback port for the test and returns one
+// scrape of /metrics.
+func scrapeMetrics(t *testing.T, m *metrics) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.serveOn(ln))
+	resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}

@@ -3,9 +3,6 @@ package appliance
 import (
 	"bytes"
 	"encoding/json"
-	"io"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
 )
@@ -41,17 +38,7 @@ func TestStatusShowsAutoStreams(t *testing.T) {
 	}
 	auto = auto.add("agent-b", "auto", 4)
 	m := newMetrics(func() liveStats { return liveStats{AutoStreams: auto} })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.serveOn(ln))
-	resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := scrapeMetrics(t, m)
 	for _, want := range []string{
 		`sosappliance_auto_streams{agent="agent-a",stat="min",whitelist="auto"} 8`,
 		`sosappliance_auto_streams{agent="agent-a",stat="max",whitelist="auto"} 32`,

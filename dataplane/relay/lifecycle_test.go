@@ -181,6 +181,49 @@ func TestServerUnreachableResetsClient(t *testing.T) {
 	p := startPair(t, pairOptions{}, echo)
 	_ = p.server.ln.Close() // nothing listens at the server address now
 	dialExpectReset(t, p, "server refused")
+	expectServerUnreachableAborts(t, p)
+}
+
+// TestServerUnreachableAbortAfterRefusal: the server-side agent's ABORT,
+// which names the unreachable server, reaches the client side only after
+// that agent refused one of the session's joins as an unknown session (it
+// had aborted): the client side still aborts for the reason in the ABORT,
+// not for a lost session.
+func TestServerUnreachableAbortAfterRefusal(t *testing.T) {
+	p := startPair(t, pairOptions{viaMITM: true}, echo)
+	_ = p.server.ln.Close()
+	// Set under the mitm's lock, which every connection takes before its
+	// pumps start: the dial below reaches the mitm through the agents'
+	// sockets, which order nothing for the race detector.
+	p.mitm.mu.Lock()
+	p.mitm.hold = func(ms *mitmStream, dir stripe.Direction, frame []byte) {
+		if dir != stripe.Down || stripe.FrameType(frame[0]) != stripe.FrameAbort {
+			return
+		}
+		// Bounded: a run in which no join is refused goes on (and
+		// fails below: it did not mount the race).
+		for range 200 {
+			if p.b.Stats().Totals.Rejected[rejectMismatch] > 0 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		// The refusal (a handshake reply, not held) has been written;
+		// let it reach the client side first.
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.mitm.mu.Unlock()
+	dialExpectReset(t, p, "server refused")
+	expectServerUnreachableAborts(t, p)
+	if p.b.Stats().Totals.Rejected[rejectMismatch] == 0 {
+		t.Errorf("no join was refused: %+v", p.b.Stats().Totals.Rejected)
+	}
+}
+
+// expectServerUnreachableAborts checks that both sides aborted, each for
+// the server-side agent's failure to connect to the server.
+func expectServerUnreachableAborts(t *testing.T, p *pair) {
+	t.Helper()
 	testsupport.Eventually(t, 30*time.Second, "aborts recorded", func() bool {
 		return len(p.a.Stats().RecentAborts) == 1 && len(p.b.Stats().RecentAborts) == 1
 	})

@@ -19,6 +19,9 @@ import (
 const (
 	joinBackoffMin = 50 * time.Millisecond
 	joinBackoffMax = 2 * time.Second
+	// peerAbortGrace bounds how long a join refused as an unknown
+	// session waits for the peer's ABORT (awaitPeerAbort).
+	peerAbortGrace = 500 * time.Millisecond
 )
 
 // errUnknownSession is the far agent's refusal of a join: it does not
@@ -195,6 +198,7 @@ func (s *session) rejoin(parent context.Context, i int) error {
 			if s.unfounded() {
 				return s.refound(i, rc)
 			}
+			s.awaitPeerAbort(parent, peerAbortGrace)
 			s.abort(AbortPeer, &StreamError{Stream: i, Op: "join", Err: err})
 		}
 		return err
@@ -204,6 +208,37 @@ func (s *session) rejoin(parent context.Context, i int) error {
 		return nil
 	}
 	return nil
+}
+
+// awaitPeerAbort waits, at most d, for the session to abort before a join
+// refused as an unknown session aborts it. A far agent that aborted the
+// session (its server unreachable, say) refuses the joins still in flight
+// as unknown, and its ABORT, which names the real reason, comes on a
+// stream that is up, on another connection than the refusal: it may come
+// a moment later. Once no stream is up nothing can carry an ABORT (a far
+// agent that restarted reset them all), so the wait ends there too.
+func (s *session) awaitPeerAbort(parent context.Context, d time.Duration) {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		s.mu.Lock()
+		live := s.live
+		s.mu.Unlock()
+		if live == 0 {
+			return
+		}
+		select {
+		case <-s.abortCh:
+			return
+		case <-parent.Done():
+			return
+		case <-deadline.C:
+			return
+		case <-poll.C:
+		}
+	}
 }
 
 // attach puts a replacement stream into its free slot and starts it.
