@@ -1,9 +1,14 @@
 package relay
 
 import (
+	"io"
 	"math"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 const tick = 250 * time.Millisecond
@@ -165,4 +170,101 @@ func TestPacerStartupEndsWhenTheStreamsOverflowThePath(t *testing.T) {
 			t.Fatalf("capped at %v for 0.1 %% sent again", c)
 		}
 	}
+}
+
+// TestStripePacingCapsStreams runs an upload on loopback until its rate
+// levels off: the client side then caps every stream's SO_MAX_PACING_RATE
+// at its share, the server side (which sends only control frames) caps
+// nothing, and every byte arrives. A session of fewer than
+// pacingMinStreams streams is never capped (TestFewStreamsNotPaced).
+func TestStripePacingCapsStreams(t *testing.T) {
+	testStripePacing(t, pacingMinStreams, true)
+}
+
+func TestFewStreamsNotPaced(t *testing.T) {
+	testStripePacing(t, pacingMinStreams-1, false)
+}
+
+func testStripePacing(t *testing.T, streams int, wantCaps bool) {
+	var received atomic.Int64
+	p := startPair(t, pairOptions{streams: streams, chunk: 65536, queue: -1}, func(c *net.TCPConn) {
+		defer c.Close()
+		n, _ := io.Copy(io.Discard, c)
+		received.Add(n)
+	})
+	c := p.dial(t)
+	stop := make(chan struct{})
+	var sent atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 256<<10)
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			select {
+			case <-stop:
+				done <- c.CloseWrite()
+				return
+			default:
+			}
+			n, err := c.Write(buf)
+			sent.Add(int64(n))
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- c.CloseWrite()
+	}()
+	capped := func(a *Agent) (share uint64, caps []uint64) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for s := range a.sessions {
+			share = s.paceShare.Load()
+			for _, st := range s.establishedStreams() {
+				v, err := maxPacingRate(st.conn)
+				if err != nil {
+					t.Error(err)
+				}
+				caps = append(caps, v)
+			}
+		}
+		return share, caps
+	}
+	var share uint64
+	var caps []uint64
+	if !wantCaps {
+		// Long enough for a start-up to end (TestStripePacingCapsStreams
+		// caps within about 4 s).
+		end := time.Now().Add(8 * time.Second)
+		for time.Now().Before(end) {
+			share, caps = capped(p.a)
+			for i, v := range caps {
+				if share != 0 || (v != noPacingCap && v != 0) {
+					t.Fatalf("a session of %d streams paced: share %d, stream %d capped at %d", streams, share, i, v)
+				}
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	} else {
+		testsupport.Eventually(t, 45*time.Second, "the client side to cap its streams' pacing", func() bool {
+			share, caps = capped(p.a)
+			return share > 0 && len(caps) == streams
+		})
+		for i, v := range caps {
+			// The cap moves with the probe cycle; each socket holds a
+			// value set within pacingRetune of some share, never "no cap".
+			if v == noPacingCap || v == 0 {
+				t.Errorf("stream %d: SO_MAX_PACING_RATE %d while the session's share is %d", i, v, share)
+			}
+		}
+		if bShare, bCaps := capped(p.b); bShare != 0 {
+			t.Errorf("server side capped its streams at %d (%v) with nothing to send", bShare, bCaps)
+		}
+		t.Logf("share %d bytes/s per stream (%.1f Gbit/s for the session)", share, float64(share)*float64(streams)*8/1e9)
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	testsupport.Eventually(t, 30*time.Second, "every byte at the server", func() bool { return received.Load() == sent.Load() })
 }
