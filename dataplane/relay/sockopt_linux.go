@@ -289,51 +289,42 @@ func peerClosed(c *net.TCPConn) bool {
 	return ok && info.state == tcpCloseWait
 }
 
-// setMaxPacingRate sets SO_MAX_PACING_RATE (bytes/s; noPacingCap for
-// none) on a connected stream.
-func setMaxPacingRate(c *net.TCPConn, v uint64) error {
+// onSocket runs fn on a connected stream's file descriptor.
+func onSocket(c *net.TCPConn, fn func(fd int) error) error {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return err
 	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, v)
-	}); err != nil {
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
 		return err
 	}
-	return serr
+	return ferr
+}
+
+// setMaxPacingRate sets SO_MAX_PACING_RATE (bytes/s; noPacingCap for
+// none) on a connected stream.
+func setMaxPacingRate(c *net.TCPConn, v uint64) error {
+	return onSocket(c, func(fd int) error {
+		return unix.SetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, v)
+	})
 }
 
 // maxPacingRate reads a stream's SO_MAX_PACING_RATE.
 func maxPacingRate(c *net.TCPConn) (uint64, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
 	var v uint64
-	var gerr error
-	if err := rc.Control(func(fd uintptr) {
-		v, gerr = unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE)
-	}); err != nil {
-		return 0, err
-	}
-	return v, gerr
+	err := onSocket(c, func(fd int) (err error) {
+		v, err = unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE)
+		return err
+	})
+	return v, err
 }
 
 // setNotsentLowat sets TCP_NOTSENT_LOWAT on a connected stream.
 func setNotsentLowat(c *net.TCPConn, v int) error {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, v)
-	}); err != nil {
-		return err
-	}
-	return serr
+	return onSocket(c, func(fd int) error {
+		return unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, v)
+	})
 }
 
 // sendQueue is a stream socket's send side: TCP_INFO and SIOCOUTQ (bytes
