@@ -70,14 +70,10 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		return benchAgents(ctx, lf, agentsBench{k: concurrent, runs: *runs, streams: *concStreams, chunk: *concChunk, out: *out, tf: tf}, stdout)
 	}
-	opts, err := lf.options(stdout)
+	opts, err := lf.freshOptions(stdout)
 	if err != nil {
 		return err
 	}
-	if err := refuseIfUp(opts.StateDir); err != nil {
-		return err
-	}
-	warnOtherLabs(opts.StateDir, stdout)
 	base, err := demoWhitelist(opts.Config, tf, 1)
 	if err != nil {
 		return err

@@ -58,14 +58,10 @@ type agentsBench struct {
 
 // benchAgents runs the comparison; lf.agents is 2.
 func benchAgents(ctx context.Context, lf labFlags, b agentsBench, stdout io.Writer) error {
-	opts, err := lf.options(stdout)
+	opts, err := lf.freshOptions(stdout)
 	if err != nil {
 		return err
 	}
-	if err := refuseIfUp(opts.StateDir); err != nil {
-		return err
-	}
-	warnOtherLabs(opts.StateDir, stdout)
 	cfg, src, diags := config.LoadFile(opts.Config)
 	if diags.HasErrors() {
 		var sb strings.Builder

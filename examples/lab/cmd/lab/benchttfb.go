@@ -78,17 +78,13 @@ func cmdBenchTTFB(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	minIdle := cmp0(*poolIdle, *streams)
 	maxIdle := cmp0(*poolMax, max(minIdle, *streams))
-	opts, err := lf.options(stdout)
+	opts, err := lf.freshOptions(stdout)
 	if err != nil {
 		return err
 	}
 	if opts.Sosappliance == "" {
 		return errors.New("bench-ttfb compares the appliance with direct; drop --no-appliance")
 	}
-	if err := refuseIfUp(opts.StateDir); err != nil {
-		return err
-	}
-	warnOtherLabs(opts.StateDir, stdout)
 	base, err := demoWhitelist(opts.Config, transferFlags{whitelist: "http", directPort: ttfbDirectPort}, *streams)
 	if err != nil {
 		return err

@@ -52,14 +52,10 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
-	opts, err := lf.options(stdout)
+	opts, err := lf.freshOptions(stdout)
 	if err != nil {
 		return err
 	}
-	if err := refuseIfUp(opts.StateDir); err != nil {
-		return err
-	}
-	warnOtherLabs(opts.StateDir, stdout)
 	wl, err := demoWhitelist(opts.Config, tf, *streams)
 	if err != nil {
 		return err

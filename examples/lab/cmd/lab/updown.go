@@ -62,6 +62,21 @@ Logs and the lab's sos.hcl are in %[9]s. Remove it with: lab down
 	return nil
 }
 
+// freshOptions is lf.options for a command that brings up a lab of its
+// own: refused while a `lab up` lab runs, with a word about labs of other
+// processes.
+func (lf labFlags) freshOptions(w io.Writer) (labnet.Options, error) {
+	opts, err := lf.options(w)
+	if err != nil {
+		return opts, err
+	}
+	if err := refuseIfUp(opts.StateDir); err != nil {
+		return opts, err
+	}
+	warnOtherLabs(opts.StateDir, w)
+	return opts, nil
+}
+
 // refuseIfUp stops a second `lab up` (or a demo) while a lab brought up by
 // hand is still running: it would share the CPU and skew every figure.
 func refuseIfUp(stateDir string) error {
