@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
@@ -242,7 +241,7 @@ func (a *Agent) initiate(conn *net.TCPConn, rc *runtimeConfig, peer netip.AddrPo
 	}
 	var rb [stripe.ReplySize]byte
 	if _, err := io.ReadFull(conn, rb[:]); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+		if hungUp(err) {
 			return nil, fmt.Errorf("read reply: peer %s closed the handshake without answering "+
 				"(wrong pre-shared key, or an agent of protocol version 1): %w", peer, err)
 		}

@@ -86,16 +86,15 @@ type pacingTick struct {
 
 // stripePacer decides a session's pacing; housekeeping only.
 type stripePacer struct {
-	cruising  bool      // start-up is over
-	fullRate  float64   // the best start-up rate
-	flat      int       // ticks since start-up last grew
-	grewAt    time.Time // when start-up last grew
-	samples   []rateSample
-	best      float64 // the best rate of the window, kept while no sample is in it
-	phase     int
-	lastTotal float64 // the last aggregate cap, for status and tests
-	ticks     [pacingSpanTicks]pacingTick
-	nticks    int // ticks recorded in all
+	cruising bool      // start-up is over
+	fullRate float64   // the best start-up rate
+	flat     int       // ticks since start-up last grew
+	grewAt   time.Time // when start-up last grew
+	samples  []rateSample
+	best     float64 // the best rate of the window, kept while no sample is in it
+	phase    int
+	ticks    [pacingSpanTicks]pacingTick
+	nticks   int // ticks recorded in all
 }
 
 // tick records one housekeeping tick and returns, over the span, the
@@ -161,7 +160,6 @@ func (p *stripePacer) update(now time.Time, d pacingTick, rtt time.Duration) flo
 	}
 	total := pacingGains[p.phase] * p.best
 	p.phase = (p.phase + 1) % len(pacingGains)
-	p.lastTotal = total
 	return total
 }
 

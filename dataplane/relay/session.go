@@ -501,16 +501,11 @@ func (s *session) noteArrivals(dt float64) {
 	s.arrivalPeak = max(rate, s.arrivalPeak*arrivalDecay)
 }
 
-// growWindow is the receive window's autotuning, from housekeeping.
-func (s *session) growWindow(now time.Time) {
+// growWindow is the receive window's autotuning, from housekeeping; rtt
+// is the largest smoothed RTT of the streams at this tick.
+func (s *session) growWindow(now time.Time, rtt time.Duration) {
 	if s.recvFin.Load() {
 		return
-	}
-	var rtt time.Duration
-	for _, st := range s.establishedStreams() {
-		if info, ok := readTCPInfo(st.conn); ok {
-			rtt = max(rtt, info.rtt)
-		}
 	}
 	elapsed := now.Sub(s.lastGrowCheck)
 	if elapsed < rtt || elapsed <= 0 {
@@ -1174,11 +1169,13 @@ func (s *session) updateGapLocked() error {
 // housekeeping goroutine only.
 func (s *session) tick(now time.Time, lim Limits) {
 	sent, delivered := s.sentBytes.Load(), s.deliveredBytes.Load()
+	// rtt is the largest smoothed RTT of the streams at this tick.
+	var rtt time.Duration
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 {
 		s.rateSent.Store(f64bits(float64(sent-s.lastSent) * 8 / dt))
 		s.rateDelivered.Store(f64bits(float64(delivered-s.lastDelivered) * 8 / dt))
-		var rtt time.Duration
-		var delivered, resent, notsent uint64
+		// What TCP delivered and sent again on the streams (pacing).
+		var tcpDelivered, resent, notsent uint64
 		streams := s.establishedStreams()
 		for _, st := range streams {
 			bs, br := st.bytesSent.Load(), st.bytesRecv.Load()
@@ -1190,7 +1187,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 				rtt = max(rtt, info.rtt)
 				if st.deliveredPrimed {
 					// Segments, modulo 2^32.
-					delivered += uint64(info.delivered-st.prevDelivered) * uint64(info.mss)
+					tcpDelivered += uint64(info.delivered-st.prevDelivered) * uint64(info.mss)
 					resent += uint64(info.retransmits-st.prevResent) * uint64(info.mss)
 				}
 				st.prevDelivered, st.prevResent, st.deliveredPrimed = info.delivered, info.retransmits, true
@@ -1201,12 +1198,12 @@ func (s *session) tick(now time.Time, lim Limits) {
 			s.pathRTT.Store(int64(rtt))
 		}
 		if s.established.Load() {
-			s.pace(now, streams, delivered, resent, notsent, dt, rtt)
+			s.pace(now, streams, tcpDelivered, resent, notsent, dt, rtt)
 		}
 	}
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 && s.established.Load() {
 		s.noteArrivals(dt)
-		s.growWindow(now)
+		s.growWindow(now, rtt)
 		s.chooseStreams(now)
 	}
 	if sent != s.lastSent || delivered != s.lastDelivered {
