@@ -85,14 +85,7 @@ func TestHeldStreamIsRoutedAround(t *testing.T) {
 	}
 	c := p.dial(t)
 	defer c.Close()
-	var sent []byte
-	var sendErr error
-	sendDone := make(chan struct{})
-	go func() {
-		defer close(sendDone)
-		sent, sendErr = sendPattern(c, 21, size, rand.New(rand.NewPCG(21, 1)), false)
-		_ = c.CloseWrite()
-	}()
+	sendDone := sendPatternAsync(c, 21, size)
 	// Delivery goes on while the stream is held: at least a quarter of the
 	// transfer reaches the server, and the hold lasts two seconds at least.
 	holdEnd := time.Now().Add(2 * time.Second)
@@ -118,7 +111,7 @@ func TestHeldStreamIsRoutedAround(t *testing.T) {
 	held.Store(false)
 	close(release)
 	<-sink.done
-	<-sendDone
+	sent, sendErr := sendDone.wait()
 	if sendErr != nil {
 		t.Fatal(sendErr)
 	}
@@ -157,13 +150,7 @@ func TestStreamHeldMidTransfer(t *testing.T) {
 	}
 	c := p.dial(t)
 	defer c.Close()
-	var sent []byte
-	sendDone := make(chan struct{})
-	go func() {
-		defer close(sendDone)
-		sent, _ = sendPattern(c, 22, size, rand.New(rand.NewPCG(22, 1)), false)
-		_ = c.CloseWrite()
-	}()
+	sendDone := sendPatternAsync(c, 22, size)
 	testsupport.Eventually(t, 30*time.Second, "the stream to be held", func() bool { return heldAt.Load() != 0 })
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		checkMemory(t, p)
@@ -171,7 +158,7 @@ func TestStreamHeldMidTransfer(t *testing.T) {
 	t.Logf("delivered %d bytes while stream %d was held", sink.n.Load()-(heldAt.Load()-1), heldIdx)
 	close(release)
 	<-sink.done
-	<-sendDone
+	sent, _ := sendDone.wait()
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
 	if sink.n.Load() != size || !bytes.Equal(sink.sum, sent) {
@@ -223,14 +210,7 @@ func TestBlockingFrameIsReinjected(t *testing.T) {
 	}()
 	c := p.dial(t)
 	defer c.Close()
-	var sent []byte
-	var sendErr error
-	sendDone := make(chan struct{})
-	go func() {
-		defer close(sendDone)
-		sent, sendErr = sendPattern(c, 23, size, rand.New(rand.NewPCG(23, 1)), false)
-		_ = c.CloseWrite()
-	}()
+	sendDone := sendPatternAsync(c, 23, size)
 	testsupport.Eventually(t, 30*time.Second, "the stream to be held", func() bool { return heldAt.Load() != 0 })
 	select {
 	case <-sink.done:
@@ -238,7 +218,7 @@ func TestBlockingFrameIsReinjected(t *testing.T) {
 		t.Fatalf("delivery stopped behind the held stream: %d of %d bytes reached the server, %d of them after the hold began",
 			sink.n.Load(), size, sink.n.Load()-(heldAt.Load()-1))
 	}
-	<-sendDone
+	sent, sendErr := sendDone.wait()
 	checkMemory(t, p)
 	if sendErr != nil {
 		t.Fatal(sendErr)
@@ -430,4 +410,29 @@ func TestPeerWindows(t *testing.T) {
 			t.Errorf("%s: peer window %d bytes, want %d", c.name, got, c.want)
 		}
 	}
+}
+
+// asyncSend is a sendPattern running in its own goroutine.
+type asyncSend struct {
+	done chan struct{}
+	sent []byte
+	err  error
+}
+
+// sendPatternAsync sends size bytes of the seed's pattern on c, then
+// half-closes it, in a goroutine of its own.
+func sendPatternAsync(c *net.TCPConn, seed uint64, size int64) *asyncSend {
+	a := &asyncSend{done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		a.sent, a.err = sendPattern(c, seed, size, rand.New(rand.NewPCG(seed, 1)), false)
+		_ = c.CloseWrite()
+	}()
+	return a
+}
+
+// wait returns what the sender sent (its hash) and its error, once it is done.
+func (a *asyncSend) wait() ([]byte, error) {
+	<-a.done
+	return a.sent, a.err
 }
