@@ -277,10 +277,11 @@ type session struct {
 	// pathRTT is the largest smoothed RTT of the streams, from
 	// housekeeping (nanoseconds).
 	pathRTT atomic.Int64
-	// pacer caps the streams' pacing (housekeeping only); paceShare is
-	// each stream's cap in bytes/s, 0 while none is set.
-	pacer     stripePacer
-	paceShare atomic.Uint64
+	// pacer caps the streams' pacing (housekeeping only); paceTotal is
+	// the session's pacing rate and paceShare each stream's cap, in
+	// bytes/s, 0 while none is set.
+	pacer                stripePacer
+	paceTotal, paceShare atomic.Uint64
 	// peerWindow is the largest receive window, in bytes, of this agent's
 	// sessions with the same peer and side (the same path), from
 	// housekeeping: a session limited by its window may grow to it.
@@ -1176,13 +1177,18 @@ func (s *session) tick(now time.Time, lim Limits) {
 		s.rateDelivered.Store(f64bits(float64(delivered-s.lastDelivered) * 8 / dt))
 		// What TCP delivered and sent again on the streams (pacing).
 		var tcpDelivered, resent, notsent uint64
+		recovering := 0
 		streams := s.establishedStreams()
 		for _, st := range streams {
 			bs, br := st.bytesSent.Load(), st.bytesRecv.Load()
 			st.rateSent.Store(f64bits(float64(bs-st.prevSent) * 8 / dt))
 			st.rateRecv.Store(f64bits(float64(br-st.prevRecv) * 8 / dt))
 			st.prevSent, st.prevRecv = bs, br
-			if info, ok := readTCPInfo(st.conn); ok {
+			info, ok := readTCPInfo(st.conn)
+			if st.inRecovery(info, ok) {
+				recovering++
+			}
+			if ok {
 				st.tuneLowat(info)
 				rtt = max(rtt, info.rtt)
 				if st.deliveredPrimed {
@@ -1198,7 +1204,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 			s.pathRTT.Store(int64(rtt))
 		}
 		if s.established.Load() {
-			s.pace(now, streams, tcpDelivered, resent, notsent, dt, rtt)
+			s.pace(now, streams, recovering, tcpDelivered, resent, notsent, dt, rtt)
 		}
 	}
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 && s.established.Load() {
@@ -1787,12 +1793,8 @@ func (st *stream) lose(err error) {
 // ca_state Recovery or Loss, or RTO retransmits outstanding), and keeps
 // the session's count of healthy streams.
 func (st *stream) troubled() bool {
-	bad := false
-	if hook := st.s.agent.testTrouble; hook != nil {
-		bad = hook(st.index)
-	} else if info, ok := readTCPInfo(st.conn); ok {
-		bad = info.caState >= tcpCARecovery || info.rtoRetrans > 0
-	}
+	info, ok := readTCPInfo(st.conn)
+	bad := st.inRecovery(info, ok)
 	if bad != st.inTrouble {
 		st.inTrouble = bad
 		if bad {
@@ -1803,6 +1805,15 @@ func (st *stream) troubled() bool {
 		}
 	}
 	return bad
+}
+
+// inRecovery says whether TCP_INFO (ok: read) shows the stream in loss
+// recovery: ca_state Recovery or Loss, or RTO retransmits outstanding.
+func (st *stream) inRecovery(info tcpInfo, ok bool) bool {
+	if hook := st.s.agent.testTrouble; hook != nil {
+		return hook(st.index)
+	}
+	return ok && (info.caState >= tcpCARecovery || info.rtoRetrans > 0)
 }
 
 // sendAbort writes an ABORT frame with the session's reason, best effort
