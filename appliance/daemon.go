@@ -802,6 +802,7 @@ func (d *Daemon) Status() Status {
 				Throughput: s.ThroughputUp + s.ThroughputDown, AgeSeconds: s.Age.Seconds(),
 				StreamsLive: int(s.StreamsLive), StreamsLost: s.StreamsLost, StreamsReplaced: s.StreamsReplaced,
 				ReinjectedBytes: s.ReinjectedBytes, StreamsChosen: s.StreamsChosen, AutoStreams: s.AutoStreams,
+				WindowBytes: s.Window, CreditWaits: s.CreditWaits, PacingBps: s.PacingRate, StreamsRecovering: s.StreamsRecovering,
 			})
 		}
 	}

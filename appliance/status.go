@@ -212,6 +212,15 @@ type SessionStatus struct {
 	// chose so far; Streams is then the whitelist's max_streams.
 	StreamsChosen int  `json:"streams_chosen"`
 	AutoStreams   bool `json:"auto_streams,omitempty"`
+	// WindowBytes is the session's receive window (the credit it grants
+	// its peer beyond what it delivered), CreditWaits how often its
+	// sending direction waited for the peer's; PacingBps the rate its
+	// sending side paces its streams at together (0: not paced), and
+	// StreamsRecovering how many of them are in loss recovery.
+	WindowBytes       int     `json:"window_bytes"`
+	CreditWaits       uint64  `json:"credit_waits"`
+	PacingBps         float64 `json:"pacing_bps"`
+	StreamsRecovering int     `json:"streams_recovering"`
 }
 
 // streamsText is a session's STREAMS column: live/total, or under

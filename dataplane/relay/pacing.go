@@ -19,12 +19,14 @@ import (
 // ones included, over the last tick or round trip. (Cumulatively
 // acknowledged bytes are no measure: a repaired loss releases a round
 // trip of them at once, and one tick's overstated the path twofold.)
-// Start-up ends once that rate stops growing, or once the streams send
-// more than pacingStartupLoss of it again. From then on each stream's
+// Start-up ends once that rate stops growing, once the streams send more
+// than pacingStartupLoss of it again, or once their round trips show a
+// queue (pacingQueueRTT). From then on each stream's
 // pacing rate (SO_MAX_PACING_RATE) is capped at its share of the best
 // recent rate. The share cycles like BBR's probe: a tick at 1.25 times,
 // one at 0.75, six at 1, so the session finds more room when the path has
-// it and drains the queue it built. Until then nothing is capped: the
+// it and drains the queue it built; the cycle starts at its 0.75, which
+// drains start-up's queue. Until then nothing is capped: the
 // streams' own start-up finds the path. Ticks at which the session had
 // nothing waiting to send (the end host or the peer's credit held it
 // back) do not lower the rate. The rate is shared among the streams not
@@ -47,6 +49,14 @@ const (
 	// path is well below it; a queue the streams overflowed is far above
 	// (10-20 % with 64 streams in the lab).
 	pacingStartupLoss = 0.02
+	// pacingQueueRTT ends start-up too: the streams' mean smoothed round
+	// trip is this many times the least any of them saw, so a queue of a
+	// quarter of the path's bandwidth-delay product builds ahead of the
+	// bottleneck. BBR's start-up, pacing at 2.89 times the rate, fills a
+	// queue of one product within a round trip or two after that; waiting
+	// for the rate to level off (three ticks) overflowed it, and put all
+	// 16 streams of a lab session in loss recovery at once.
+	pacingQueueRTT = 1.25
 	// The best rate is the highest over pacingWindowRTTs round trips,
 	// at least pacingWindowMin.
 	pacingWindowRTTs = 10
@@ -67,8 +77,11 @@ const (
 	pacingRetune = 0.05
 )
 
-// pacingGains is the probe cycle, one entry per housekeeping tick.
+// pacingGains is the probe cycle, one entry per housekeeping tick;
+// pacingDrainPhase is its drain, where cruising starts.
 var pacingGains = [...]float64{1.25, 0.75, 1, 1, 1, 1, 1, 1}
+
+const pacingDrainPhase = 1
 
 // noPacingCap is SO_MAX_PACING_RATE's "no cap".
 const noPacingCap = math.MaxUint64
@@ -83,6 +96,9 @@ type pacingTick struct {
 	bytes, resent uint64  // delivered, and sent again
 	dt            float64 // seconds
 	appLimited    bool
+	// queued: the streams' round trip is pacingQueueRTT times the least
+	// they saw or more, so a queue builds on the path.
+	queued bool
 }
 
 // stripePacer decides a session's pacing; housekeeping only.
@@ -145,7 +161,7 @@ func (p *stripePacer) update(now time.Time, d pacingTick, rtt time.Duration) flo
 		if appLimited {
 			return 0
 		}
-		overflowed := resent > pacingStartupLoss && p.best > 0
+		overflowed := (resent > pacingStartupLoss || d.queued) && p.best > 0
 		if !overflowed && (p.grewAt.IsZero() || rate >= pacingGrowth*p.fullRate) {
 			p.fullRate = max(p.fullRate, rate)
 			p.flat = 0
@@ -156,8 +172,9 @@ func (p *stripePacer) update(now time.Time, d pacingTick, rtt time.Duration) flo
 		if !overflowed && (p.flat < pacingFlatTicks || now.Sub(p.grewAt) < pacingFlatTicks*rtt || p.best <= 0) {
 			return 0
 		}
+		// The first tick drains the queue start-up built.
 		p.cruising = true
-		p.phase = 0
+		p.phase = pacingDrainPhase
 	}
 	total := pacingGains[p.phase] * p.best
 	p.phase = (p.phase + 1) % len(pacingGains)
@@ -199,8 +216,8 @@ func streamShare(total float64, live, recovering int) float64 {
 // recovery; delivered and resent are the bytes TCP delivered on them and
 // sent again since the last tick, over dt seconds; notsent what their
 // sockets hold unsent.
-func (s *session) pace(now time.Time, streams []*stream, recovering int, delivered, resent, notsent uint64, dt float64, rtt time.Duration) {
-	if len(streams) == 0 || dt <= 0 || rtt <= 0 {
+func (s *session) pace(now time.Time, streams []*stream, recovering int, d pacingTick, notsent uint64, rtt time.Duration) {
+	if len(streams) == 0 || d.dt <= 0 || rtt <= 0 {
 		return
 	}
 	if len(streams) < pacingMinStreams {
@@ -215,8 +232,8 @@ func (s *session) pace(now time.Time, streams []*stream, recovering int, deliver
 	}
 	// Nothing waiting to be sent: the end host (or the peer's credit),
 	// not the streams, set this tick's rate.
-	appLimited := len(s.sendq) == 0 && notsent < uint64(len(streams)*s.chunkSize)
-	total := s.pacer.update(now, pacingTick{bytes: delivered, resent: resent, dt: dt, appLimited: appLimited}, rtt)
+	d.appLimited = len(s.sendq) == 0 && notsent < uint64(len(streams)*s.chunkSize)
+	total := s.pacer.update(now, d, rtt)
 	share := streamShare(total, len(streams), recovering)
 	s.paceTotal.Store(uint64(total))
 	s.paceShare.Store(uint64(share))

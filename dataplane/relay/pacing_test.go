@@ -183,6 +183,33 @@ func TestPacerStartupEndsWhenTheStreamsOverflowThePath(t *testing.T) {
 	}
 }
 
+func TestPacerStartupEndsWhenAQueueBuilds(t *testing.T) {
+	// Still doubling, but at the fourth tick the round trips show a
+	// queue: start-up is over, and the first cap drains (0.75 times the
+	// best rate), then the cycle probes.
+	var p stripePacer
+	rtt := 200 * time.Millisecond
+	now := time.Now()
+	var caps []float64
+	for i, r := range []float64{1e6, 2e6, 4e6, 8e6, 16e6, 16e6} {
+		now = now.Add(tick)
+		caps = append(caps, p.update(now, pacingTick{bytes: uint64(r * tick.Seconds()), dt: tick.Seconds(), queued: i >= 3}, rtt))
+	}
+	if caps[2] != 0 || !p.cruising {
+		t.Fatalf("caps %v: want none before the queue, then capped", caps)
+	}
+	if caps[3] != 0.75*8e6 || caps[4] != 1.0*16e6 || caps[5] != 1.0*16e6 {
+		t.Errorf("caps %v: want the drain (0.75 x 8e6) first, then 1 x the best", caps)
+	}
+	// A queue while the session is held back by an end host tells
+	// nothing about the path.
+	var q stripePacer
+	now = now.Add(tick)
+	if c := q.update(now, pacingTick{bytes: 1e6, dt: tick.Seconds(), queued: true, appLimited: true}, rtt); c != 0 || q.cruising {
+		t.Fatalf("application-limited tick with a queue: cap %v, cruising %v", c, q.cruising)
+	}
+}
+
 // TestStripePacingCapsStreams runs an upload on loopback until its rate
 // levels off: the client side then caps every stream's SO_MAX_PACING_RATE
 // at its share, the server side (which sends only control frames) caps
@@ -291,6 +318,11 @@ func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool) 
 		}
 		t.Logf("share %d bytes/s per stream (%.1f Gbit/s for the session, %d of %d streams in recovery)",
 			share, float64(total)*8/1e9, recovering, streams)
+		// Status shows the session's pacing rate and its streams in
+		// recovery.
+		if ss := p.a.Stats().Sessions; len(ss) != 1 || ss[0].PacingRate <= 0 || ss[0].StreamsRecovering != recovering {
+			t.Errorf("client-side stats %+v: want one session with a pacing rate and %d streams in recovery", ss, recovering)
+		}
 		if bShare, bCaps := capped(p.b); bShare != 0 {
 			t.Errorf("server side capped its streams at %d (%v) with nothing to send", bShare, bCaps)
 		}

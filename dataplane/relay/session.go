@@ -282,6 +282,9 @@ type session struct {
 	// bytes/s, 0 while none is set.
 	pacer                stripePacer
 	paceTotal, paceShare atomic.Uint64
+	// recovering is how many streams housekeeping last found in loss
+	// recovery.
+	recovering atomic.Int32
 	// peerWindow is the largest receive window, in bytes, of this agent's
 	// sessions with the same peer and side (the same path), from
 	// housekeeping: a session limited by its window may grow to it.
@@ -1178,6 +1181,10 @@ func (s *session) tick(now time.Time, lim Limits) {
 		// What TCP delivered and sent again on the streams (pacing).
 		var tcpDelivered, resent, notsent uint64
 		recovering := 0
+		// The streams' mean smoothed RTT against the least any of them
+		// saw: a queue on the path (pacing).
+		var sumRTT, minRTT time.Duration
+		nRTT := 0
 		streams := s.establishedStreams()
 		for _, st := range streams {
 			bs, br := st.bytesSent.Load(), st.bytesRecv.Load()
@@ -1191,6 +1198,13 @@ func (s *session) tick(now time.Time, lim Limits) {
 			if ok {
 				st.tuneLowat(info)
 				rtt = max(rtt, info.rtt)
+				if info.rtt > 0 && info.minRTT > 0 {
+					sumRTT += info.rtt
+					nRTT++
+					if minRTT == 0 || info.minRTT < minRTT {
+						minRTT = info.minRTT
+					}
+				}
 				if st.deliveredPrimed {
 					// Segments, modulo 2^32.
 					tcpDelivered += uint64(info.delivered-st.prevDelivered) * uint64(info.mss)
@@ -1200,11 +1214,13 @@ func (s *session) tick(now time.Time, lim Limits) {
 				notsent += uint64(info.notsent)
 			}
 		}
+		s.recovering.Store(int32(recovering))
 		if rtt > 0 {
 			s.pathRTT.Store(int64(rtt))
 		}
 		if s.established.Load() {
-			s.pace(now, streams, recovering, tcpDelivered, resent, notsent, dt, rtt)
+			queued := nRTT > 0 && float64(sumRTT)/float64(nRTT) >= pacingQueueRTT*float64(minRTT)
+			s.pace(now, streams, recovering, pacingTick{bytes: tcpDelivered, resent: resent, dt: dt, queued: queued}, notsent, rtt)
 		}
 	}
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 && s.established.Load() {

@@ -120,6 +120,11 @@ type SessionStats struct {
 	// CreditWaits counts the times the sending direction waited for the
 	// peer's credit.
 	CreditWaits uint64
+	// PacingRate is the rate, in bit/s, the sending side paces the
+	// session's streams at together (0: not paced); StreamsRecovering how
+	// many of its streams were in loss recovery at the last housekeeping.
+	PacingRate        float64
+	StreamsRecovering int
 	// Memory is the frame-buffer memory the session holds (receive
 	// window, send retention, read buffers); MemoryMax the most it may
 	// hold: its session memory cap.
@@ -383,6 +388,8 @@ func (s *session) stats(now time.Time) SessionStats {
 	ss.MemoryMax = min(s.sessionCap, stripe.SessionMemory(s.n, s.chunkSize, s.windowCap)+
 		stripe.RetainFootprint(s.chunkSize, stripe.MaxWindowFrames))
 	ss.CreditWaits = s.creditWaits.Load()
+	ss.PacingRate = 8 * float64(s.paceTotal.Load())
+	ss.StreamsRecovering = int(s.recovering.Load())
 	streams := make([]*stream, 0, len(s.streams))
 	for _, st := range s.streams {
 		if st != nil && !st.isLost() {
