@@ -142,6 +142,10 @@ type Agent struct {
 	// testJoinHold, set by tests, makes the server side hold every JOIN
 	// hello until the channel is closed: a slow responder.
 	testJoinHold atomic.Pointer[chan struct{}]
+	// testPaceCeiling, set by tests, is a rate (bytes/s) no stream's
+	// pacing cap exceeds: a path that limits each flow, which loopback
+	// has not.
+	testPaceCeiling atomic.Uint64
 	// testDialed, set by tests, sees every session stream the client
 	// side dials (to cap its rate, as a path would cap each stream).
 	testDialed atomic.Pointer[func(c *net.TCPConn) error]

@@ -103,6 +103,7 @@ type pacingTick struct {
 
 // stripePacer decides a session's pacing; housekeeping only.
 type stripePacer struct {
+	streams  int       // live streams at the last tick
 	cruising bool      // start-up is over
 	fullRate float64   // the best start-up rate
 	flat     int       // ticks since start-up last grew
@@ -181,6 +182,11 @@ func (p *stripePacer) update(now time.Time, d pacingTick, rtt time.Duration) flo
 	return total
 }
 
+// restart begins a new start-up, keeping the rates measured.
+func (p *stripePacer) restart() {
+	p.cruising, p.fullRate, p.flat, p.grewAt = false, 0, 0, time.Time{}
+}
+
 func (p *stripePacer) windowBest() float64 {
 	b := 0.0
 	for _, s := range p.samples {
@@ -230,6 +236,12 @@ func (s *session) pace(now time.Time, streams []*stream, recovering int, d pacin
 		}
 		return
 	}
+	if len(streams) > s.pacer.streams && s.pacer.streams > 0 {
+		// More streams (auto's next count, a replacement): they may
+		// carry more than the best rate so far, so start-up again.
+		s.pacer.restart()
+	}
+	s.pacer.streams = len(streams)
 	// Nothing waiting to be sent: the end host (or the peer's credit),
 	// not the streams, set this tick's rate.
 	d.appLimited = len(s.sendq) == 0 && notsent < uint64(len(streams)*s.chunkSize)
@@ -245,6 +257,9 @@ func (s *session) pace(now time.Time, streams []*stream, recovering int, d pacin
 // applyPacing sets the stream's pacing cap to share bytes/s (0: none),
 // when it moved by more than pacingRetune.
 func (st *stream) applyPacing(share float64) {
+	if ceiling := float64(st.s.agent.testPaceCeiling.Load()); ceiling > 0 && (share <= 0 || share > ceiling) {
+		share = ceiling
+	}
 	cur := st.paceCap
 	if share <= 0 {
 		if cur == 0 {

@@ -175,6 +175,8 @@ func paceStreams(a *Agent, rate int) {
 		return serr
 	}
 	a.testDialed.Store(&f)
+	// The session's own pacing keeps to the same rate per stream.
+	a.testPaceCeiling.Store(uint64(rate))
 }
 
 // TestAutoStreamsGrowToMax: under streams = "auto" a session whose
