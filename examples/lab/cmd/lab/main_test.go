@@ -78,7 +78,7 @@ func TestComparisonShowsRatiosAndTargets(t *testing.T) {
 		{Transfer: measure.Transfer{Label: "sosappliance, 1 TCP connection, 64 stripes"}, ReceivedBps: 410e6},
 	}
 	var b bytes.Buffer
-	if missed := printComparison(&b, wan, results); missed {
+	if missed := printComparison(&b, wan, results, 0, false); missed {
 		t.Errorf("410 of 500 Mbit/s against 435 and 95 meets every target:\n%s", b.String())
 	}
 	for _, want := range []string{"95 Mbit/s", "435 Mbit/s", "410 Mbit/s", "4.6x", "82%", "0.94", "met"} {
@@ -88,8 +88,39 @@ func TestComparisonShowsRatiosAndTargets(t *testing.T) {
 	}
 	results[2].ReceivedBps = 390e6
 	b.Reset()
-	if missed := printComparison(&b, wan, results); !missed || strings.Count(b.String(), "MISSED") != 2 {
+	if missed := printComparison(&b, wan, results, 0, false); !missed || strings.Count(b.String(), "MISSED") != 2 {
 		t.Errorf("390 Mbit/s misses the link and parallel targets, not direct:\n%s", b.String())
+	}
+	// The slowest second after the start-up: 251 of 500 is half the link.
+	results[2].ReceivedBps = 410e6
+	b.Reset()
+	if missed := printComparison(&b, wan, results, 251e6, true); missed || !strings.Contains(b.String(), "50% of the link each second      50%  met") {
+		t.Errorf("a slowest second of 251 Mbit/s meets the per-second target:\n%s", b.String())
+	}
+	b.Reset()
+	if missed := printComparison(&b, wan, results, 174e6, true); !missed || !strings.Contains(b.String(), "35%  MISSED") {
+		t.Errorf("a second of 174 Mbit/s misses the per-second target:\n%s", b.String())
+	}
+}
+
+func TestSlowestSecondLeavesStartUpAndDrainOut(t *testing.T) {
+	total := 20 * time.Second
+	var samples []measure.Sample
+	add := func(flowing bool, elapsed time.Duration, bps float64) {
+		samples = append(samples, measure.Sample{Flowing: flowing, Elapsed: elapsed, Total: total, Bps: bps})
+	}
+	if _, ok := slowestSecond(samples); ok {
+		t.Fatal("a slowest second without samples")
+	}
+	add(false, 0, 0)                 // opening connections
+	add(true, 1*time.Second, 50e6)   // start-up: left out
+	add(true, 3*time.Second, 90e6)   // still the first three seconds
+	add(true, 4*time.Second, 480e6)  // measured
+	add(true, 9*time.Second, 260e6)  // the slowest
+	add(true, 20*time.Second, 470e6) // the measured time's last second
+	add(true, 21*time.Second, 30e6)  // draining: left out
+	if got, ok := slowestSecond(samples); !ok || got != 260e6 {
+		t.Errorf("slowest second %v (%v), want 260e6", got, ok)
 	}
 }
 
