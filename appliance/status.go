@@ -217,10 +217,10 @@ type SessionStatus struct {
 	// sending direction waited for the peer's; PacingBps the rate its
 	// sending side paces its streams at together (0: not paced), and
 	// StreamsRecovering how many of them are in loss recovery.
-	WindowBytes       int     `json:"window_bytes"`
-	CreditWaits       uint64  `json:"credit_waits"`
-	PacingBps         float64 `json:"pacing_bps"`
-	StreamsRecovering int     `json:"streams_recovering"`
+	WindowBytes       int     `json:"window_bytes,omitempty"`
+	CreditWaits       uint64  `json:"credit_waits,omitempty"`
+	PacingBps         float64 `json:"pacing_bps,omitempty"`
+	StreamsRecovering int     `json:"streams_recovering,omitempty"`
 }
 
 // streamsText is a session's STREAMS column: live/total, or under

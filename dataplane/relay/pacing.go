@@ -26,11 +26,13 @@ import (
 // recent rate. The share cycles like BBR's probe: a tick at 1.25 times,
 // one at 0.75, six at 1, so the session finds more room when the path has
 // it and drains the queue it built; the cycle starts at its 0.75, which
-// drains start-up's queue. Until then nothing is capped: the
-// streams' own start-up finds the path. Ticks at which the session had
-// nothing waiting to send (the end host or the peer's credit held it
-// back) do not lower the rate. The rate is shared among the streams not
-// in loss recovery (streamShare).
+// drains start-up's queue. Nothing is capped during start-up: the
+// streams' own start-up finds the path. A session whose stream count
+// grows beyond what it had (auto's next count) starts up again, its caps
+// lifted, so the new count can show what it carries. Ticks at which the
+// session had nothing waiting to send (the end host or the peer's credit
+// held it back) do not lower the rate. The rate is shared among the
+// streams not in loss recovery (streamShare).
 //
 // Measured in the lab (bench-wan, 500 Mbit/s, 200 ms, 0.1 %): 64 stripes
 // went from 448-460 to 473-480 Mbit/s, and with the share among the
@@ -57,6 +59,10 @@ const (
 	// for the rate to level off (three ticks) overflowed it, and put all
 	// 16 streams of a lab session in loss recovery at once.
 	pacingQueueRTT = 1.25
+	// pacingQueueMin is the least queueing delay that counts, and
+	// pacingQueueTicks how many ticks in a row must show it.
+	pacingQueueMin   = 5 * time.Millisecond
+	pacingQueueTicks = 2
 	// The best rate is the highest over pacingWindowRTTs round trips,
 	// at least pacingWindowMin.
 	pacingWindowRTTs = 10
@@ -96,14 +102,15 @@ type pacingTick struct {
 	bytes, resent uint64  // delivered, and sent again
 	dt            float64 // seconds
 	appLimited    bool
-	// queued: the streams' round trip is pacingQueueRTT times the least
-	// they saw or more, so a queue builds on the path.
+	// queued: the streams' round trips show a queue on the path
+	// (queueBuilt).
 	queued bool
 }
 
 // stripePacer decides a session's pacing; housekeeping only.
 type stripePacer struct {
-	streams  int       // live streams at the last tick
+	peak     int       // the most live streams since the last start-up
+	queued   int       // consecutive ticks whose round trips showed a queue
 	cruising bool      // start-up is over
 	fullRate float64   // the best start-up rate
 	flat     int       // ticks since start-up last grew
@@ -162,7 +169,12 @@ func (p *stripePacer) update(now time.Time, d pacingTick, rtt time.Duration) flo
 		if appLimited {
 			return 0
 		}
-		overflowed := (resent > pacingStartupLoss || d.queued) && p.best > 0
+		if d.queued {
+			p.queued++
+		} else {
+			p.queued = 0
+		}
+		overflowed := (resent > pacingStartupLoss || p.queued >= pacingQueueTicks) && p.best > 0
 		if !overflowed && (p.grewAt.IsZero() || rate >= pacingGrowth*p.fullRate) {
 			p.fullRate = max(p.fullRate, rate)
 			p.flat = 0
@@ -182,9 +194,20 @@ func (p *stripePacer) update(now time.Time, d pacingTick, rtt time.Duration) flo
 	return total
 }
 
-// restart begins a new start-up, keeping the rates measured.
-func (p *stripePacer) restart() {
-	p.cruising, p.fullRate, p.flat, p.grewAt = false, 0, 0, time.Time{}
+// noteStreams takes the tick's live stream count. More streams than the
+// session had since its last start-up (auto's next count) may carry more
+// than the best rate so far, so the pacer starts up again; a replacement
+// of a lost stream only comes back to the count it had, and does not.
+func (p *stripePacer) noteStreams(live int) (restarted bool) {
+	if live <= p.peak {
+		return false
+	}
+	restarted = p.peak > 0
+	p.peak = live
+	if restarted {
+		p.cruising, p.fullRate, p.flat, p.grewAt, p.queued = false, 0, 0, time.Time{}, 0
+	}
+	return restarted
 }
 
 func (p *stripePacer) windowBest() float64 {
@@ -195,11 +218,19 @@ func (p *stripePacer) windowBest() float64 {
 	return b
 }
 
+// carriersOnly is the scheduler's rule: the streams in loss recovery get
+// no new chunks while a quarter or more of the live streams is healthy.
+// Below that the streams in recovery carry new chunks too: a loss burst
+// in the WAN's queue can put nearly all streams in recovery at once, and
+// the few left could not carry the session.
+func carriersOnly(healthy, live int) bool {
+	return live > 0 && 4*healthy >= live
+}
+
 // streamShare divides the session's pacing rate among the live streams
-// that carry new chunks: those not in loss recovery, as long as they are
-// a quarter of the streams (the scheduler's rule: below that, the streams
-// in recovery take new chunks too). A stream in recovery sends only what
-// it holds, and with random loss on a long path one is nearly always in
+// that carry new chunks: those not in loss recovery, under the
+// scheduler's rule (carriersOnly). A stream in recovery sends only what it
+// holds, and with random loss on a long path one is nearly always in
 // recovery: at 0.1 % on the lab's path, about one of a session's streams
 // at a time. Dividing the rate among all of them left a fifth of it
 // unused at 4 streams (356 Mbit/s paced against 428-464 unpaced) and
@@ -211,21 +242,30 @@ func streamShare(total float64, live, recovering int) float64 {
 		return 0
 	}
 	carriers := live - min(max(recovering, 0), live)
-	if 4*carriers < live || carriers == 0 {
+	if carriers == 0 || !carriersOnly(carriers, live) {
 		carriers = live
 	}
 	return max(total/float64(carriers), pacingMinShare)
 }
 
+// queueBuilt says whether the streams' mean smoothed round trip shows a
+// queue on the path: pacingQueueRTT times the least any of them saw, and
+// at least pacingQueueMin above it (on a short path, delayed ACKs and
+// scheduling move the round trip by more than a quarter).
+func queueBuilt(mean, least time.Duration) bool {
+	return least > 0 && float64(mean) >= pacingQueueRTT*float64(least) && mean-least >= pacingQueueMin
+}
+
 // pace applies one tick of the session's pacing to its live streams;
 // housekeeping only. recovering is how many of them are in loss
-// recovery; delivered and resent are the bytes TCP delivered on them and
-// sent again since the last tick, over dt seconds; notsent what their
+// recovery; d what TCP delivered on them and sent again since the last
+// tick, and whether their round trips show a queue; notsent what their
 // sockets hold unsent.
 func (s *session) pace(now time.Time, streams []*stream, recovering int, d pacingTick, notsent uint64, rtt time.Duration) {
 	if len(streams) == 0 || d.dt <= 0 || rtt <= 0 {
 		return
 	}
+	s.pacer.noteStreams(len(streams))
 	if len(streams) < pacingMinStreams {
 		// One stream: nothing to share, no cap (and none left from when the
 		// session had more).
@@ -236,12 +276,6 @@ func (s *session) pace(now time.Time, streams []*stream, recovering int, d pacin
 		}
 		return
 	}
-	if len(streams) > s.pacer.streams && s.pacer.streams > 0 {
-		// More streams (auto's next count, a replacement): they may
-		// carry more than the best rate so far, so start-up again.
-		s.pacer.restart()
-	}
-	s.pacer.streams = len(streams)
 	// Nothing waiting to be sent: the end host (or the peer's credit),
 	// not the streams, set this tick's rate.
 	d.appLimited = len(s.sendq) == 0 && notsent < uint64(len(streams)*s.chunkSize)

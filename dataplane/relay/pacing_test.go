@@ -184,9 +184,9 @@ func TestPacerStartupEndsWhenTheStreamsOverflowThePath(t *testing.T) {
 }
 
 func TestPacerStartupEndsWhenAQueueBuilds(t *testing.T) {
-	// Still doubling, but at the fourth tick the round trips show a
-	// queue: start-up is over, and the first cap drains (0.75 times the
-	// best rate), then the cycle probes.
+	// Still doubling, but from the fourth tick the round trips show a
+	// queue: after two such ticks start-up is over, and the first cap
+	// drains (0.75 times the best rate), then the cycle goes on at 1.
 	var p stripePacer
 	rtt := 200 * time.Millisecond
 	now := time.Now()
@@ -195,18 +195,86 @@ func TestPacerStartupEndsWhenAQueueBuilds(t *testing.T) {
 		now = now.Add(tick)
 		caps = append(caps, p.update(now, pacingTick{bytes: uint64(r * tick.Seconds()), dt: tick.Seconds(), queued: i >= 3}, rtt))
 	}
-	if caps[2] != 0 || !p.cruising {
-		t.Fatalf("caps %v: want none before the queue, then capped", caps)
+	if caps[3] != 0 || !p.cruising {
+		t.Fatalf("caps %v: want none before two ticks with a queue, then capped", caps)
 	}
-	if caps[3] != 0.75*8e6 || caps[4] != 1.0*16e6 || caps[5] != 1.0*16e6 {
-		t.Errorf("caps %v: want the drain (0.75 x 8e6) first, then 1 x the best", caps)
+	if caps[4] != 0.75*16e6 || caps[5] != 1.0*16e6 {
+		t.Errorf("caps %v: want the drain (0.75 x 16e6) first, then 1 x the best", caps)
+	}
+	// One tick with a queue alone (a round trip's noise) does not.
+	var q stripePacer
+	for i, r := range []float64{1e6, 2e6, 4e6, 8e6} {
+		now = now.Add(tick)
+		if c := q.update(now, pacingTick{bytes: uint64(r * tick.Seconds()), dt: tick.Seconds(), queued: i == 2}, rtt); c != 0 {
+			t.Fatalf("tick %d: capped at %v after one tick with a queue", i, c)
+		}
 	}
 	// A queue while the session is held back by an end host tells
 	// nothing about the path.
-	var q stripePacer
+	var h stripePacer
+	for range 3 {
+		now = now.Add(tick)
+		if c := h.update(now, pacingTick{bytes: 1e6, dt: tick.Seconds(), queued: true, appLimited: true}, rtt); c != 0 || h.cruising {
+			t.Fatalf("application-limited ticks with a queue: cap %v, cruising %v", c, h.cruising)
+		}
+	}
+}
+
+func TestQueueBuilt(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		mean, least time.Duration
+		want        bool
+	}{
+		{250 * ms, 200 * ms, true},
+		{249 * ms, 200 * ms, false},
+		{400 * ms, 200 * ms, true},
+		// On a short path a quarter is noise: 5 ms at least.
+		{2 * ms, 1 * ms, false},
+		{6 * ms, 1 * ms, true},
+		{80 * time.Microsecond, 40 * time.Microsecond, false},
+		{250 * ms, 0, false},
+	} {
+		if got := queueBuilt(c.mean, c.least); got != c.want {
+			t.Errorf("queueBuilt(%v, %v) = %v, want %v", c.mean, c.least, got, c.want)
+		}
+	}
+}
+
+func TestPacerStartsUpAgainWithMoreStreams(t *testing.T) {
+	var p stripePacer
+	rtt := 200 * time.Millisecond
+	if p.noteStreams(8) {
+		t.Fatal("the first count restarted start-up")
+	}
+	_, now := feed(&p, time.Now(), rtt, false, 1e6, 2e6, 4e6, 8e6, 8e6, 8e6, 8e6, 8e6)
+	if !p.cruising {
+		t.Fatal("not cruising after the rate levelled off")
+	}
+	// A lost stream and its replacement: back to the count it had.
+	if p.noteStreams(7) || p.noteStreams(8) || !p.cruising {
+		t.Fatalf("a replacement restarted start-up (cruising %v)", p.cruising)
+	}
+	// Auto's next count: start-up again, uncapped, keeping the rates.
+	if !p.noteStreams(16) || p.cruising {
+		t.Fatalf("16 streams after 8: cruising %v, want a new start-up", p.cruising)
+	}
 	now = now.Add(tick)
-	if c := q.update(now, pacingTick{bytes: 1e6, dt: tick.Seconds(), queued: true, appLimited: true}, rtt); c != 0 || q.cruising {
-		t.Fatalf("application-limited tick with a queue: cap %v, cruising %v", c, q.cruising)
+	if c := p.update(now, pacingTick{bytes: uint64(12e6 * tick.Seconds()), dt: tick.Seconds()}, rtt); c != 0 || p.best != 12e6 {
+		t.Fatalf("the new start-up capped at %v (best %v)", c, p.best)
+	}
+}
+
+func TestCarriersOnly(t *testing.T) {
+	for _, c := range []struct {
+		healthy, live int
+		want          bool
+	}{
+		{8, 8, true}, {2, 8, true}, {1, 8, false}, {1, 4, true}, {0, 4, false}, {0, 0, false},
+	} {
+		if got := carriersOnly(c.healthy, c.live); got != c.want {
+			t.Errorf("carriersOnly(%d, %d) = %v, want %v", c.healthy, c.live, got, c.want)
+		}
 	}
 }
 

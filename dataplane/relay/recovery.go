@@ -255,6 +255,7 @@ func (s *session) attach(st *stream, responder bool) bool {
 	s.slotUsed[st.index] = true
 	s.reasm.ResetStream(st.index)
 	s.live++
+	s.liveCount.Store(int32(s.live))
 	s.noStreamsSince = time.Time{}
 	st.running.Store(2)
 	s.wg.Add(2)

@@ -224,8 +224,9 @@ type session struct {
 	dataSent     atomic.Uint64 // DATA frames read from the end host
 	creditWake   chan struct{}
 	creditWaits  atomic.Uint64 // times the sender waited for credit
-	// healthy counts the streams not in loss recovery (scheduler).
-	healthy atomic.Int32
+	// healthy counts the streams not in loss recovery (scheduler), of
+	// liveCount, live's mirror for readers without mu.
+	healthy, liveCount atomic.Int32
 
 	// Send retention (guarded by sendMu): every frame read from the end
 	// host and not yet acknowledged, in sequence order, and the frames to
@@ -632,6 +633,7 @@ func (s *session) start() {
 		}
 	}
 	s.live = live
+	s.liveCount.Store(int32(live))
 	s.healthy.Store(int32(live))
 	// Once established, a replacement may attach (and start itself)
 	// at any moment: start the streams present now.
@@ -1219,7 +1221,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 			s.pathRTT.Store(int64(rtt))
 		}
 		if s.established.Load() {
-			queued := nRTT > 0 && float64(sumRTT)/float64(nRTT) >= pacingQueueRTT*float64(minRTT)
+			queued := nRTT > 0 && queueBuilt(sumRTT/time.Duration(nRTT), minRTT)
 			s.pace(now, streams, recovering, pacingTick{bytes: tcpDelivered, resent: resent, dt: dt, queued: queued}, notsent, rtt)
 		}
 	}
@@ -1454,7 +1456,7 @@ func (st *stream) writeLoop() {
 		// cannot carry the session: it then fell to nothing for a
 		// quarter second while the recovering streams (BBR keeps sending
 		// through recovery) could have carried it.
-		troubled := sendq != nil && st.troubled() && 4*int(s.healthy.Load()) >= s.n
+		troubled := sendq != nil && st.troubled() && carriersOnly(int(s.healthy.Load()), int(s.liveCount.Load()))
 		batch = s.takeResend(st, batch, troubled)
 		control := false
 		if len(batch) == 0 {
@@ -1787,6 +1789,7 @@ func (st *stream) lose(err error) {
 		reset(st.conn)
 		s.mu.Lock()
 		s.live--
+		s.liveCount.Store(int32(s.live))
 		if s.live == 0 {
 			s.noStreamsSince = time.Now()
 		}

@@ -184,7 +184,7 @@ func paceStreams(a *Agent, rate int) {
 // more while they raise its rate, up to the whitelist's maximum and no
 // further; status shows the count chosen. Every byte arrives.
 func TestAutoStreamsGrowToMax(t *testing.T) {
-	const max = 16
+	const max = 32 // two doublings from autoFirstStreams
 	p := startPair(t, pairOptions{streams: max, queue: -1, autoStreams: true}, echo)
 	paceStreams(p.a, 2<<20)
 	c := p.dial(t)

@@ -30,11 +30,12 @@ const (
 
 // slowestSecond is the lowest per-second rate among samples, from the
 // (barSkipSeconds+1)th second of data to the end of the measured time;
-// false when there is no such second.
+// false when there is no such second. A sample's rate is over the second
+// before it, so the first that counts is at barSkipSeconds+1 seconds.
 func slowestSecond(samples []measure.Sample) (float64, bool) {
 	low, ok := 0.0, false
 	for _, s := range samples {
-		if !s.Flowing || s.Elapsed <= barSkipSeconds*time.Second || s.Elapsed > s.Total {
+		if !s.Flowing || s.Elapsed < (barSkipSeconds+1)*time.Second || s.Elapsed > s.Total {
 			continue
 		}
 		if !ok || s.Bps < low {

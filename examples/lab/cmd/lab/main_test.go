@@ -112,13 +112,14 @@ func TestSlowestSecondLeavesStartUpAndDrainOut(t *testing.T) {
 	if _, ok := slowestSecond(samples); ok {
 		t.Fatal("a slowest second without samples")
 	}
-	add(false, 0, 0)                 // opening connections
-	add(true, 1*time.Second, 50e6)   // start-up: left out
-	add(true, 3*time.Second, 90e6)   // still the first three seconds
-	add(true, 4*time.Second, 480e6)  // measured
-	add(true, 9*time.Second, 260e6)  // the slowest
-	add(true, 20*time.Second, 470e6) // the measured time's last second
-	add(true, 21*time.Second, 30e6)  // draining: left out
+	add(false, 0, 0)                       // opening connections
+	add(true, 1*time.Second, 50e6)         // start-up: left out
+	add(true, 3*time.Second, 90e6)         // still the first three seconds
+	add(true, 3500*time.Millisecond, 80e6) // the second before it: half in them
+	add(true, 4*time.Second, 480e6)        // measured
+	add(true, 9*time.Second, 260e6)        // the slowest
+	add(true, 20*time.Second, 470e6)       // the measured time's last second
+	add(true, 21*time.Second, 30e6)        // draining: left out
 	if got, ok := slowestSecond(samples); !ok || got != 260e6 {
 		t.Errorf("slowest second %v (%v), want 260e6", got, ok)
 	}
