@@ -19,9 +19,8 @@ import (
 // ones included, over the last tick or round trip. (Cumulatively
 // acknowledged bytes are no measure: a repaired loss releases a round
 // trip of them at once, and one tick's overstated the path twofold.)
-// Start-up ends once that rate stops growing, once the streams send more
-// than pacingStartupLoss of it again, or once their round trips show a
-// queue (pacingQueueRTT). From then on each stream's
+// Start-up ends once that rate stops growing, or once the streams send
+// more than pacingStartupLoss of it again. From then on each stream's
 // pacing rate (SO_MAX_PACING_RATE) is capped at its share of the best
 // recent rate. The share cycles like BBR's probe: a tick at 1.25 times,
 // one at 0.75, six at 1, so the session finds more room when the path has
@@ -51,18 +50,6 @@ const (
 	// path is well below it; a queue the streams overflowed is far above
 	// (10-20 % with 64 streams in the lab).
 	pacingStartupLoss = 0.02
-	// pacingQueueRTT ends start-up too: the streams' mean smoothed round
-	// trip is this many times the least any of them saw, so a queue of a
-	// quarter of the path's bandwidth-delay product builds ahead of the
-	// bottleneck. BBR's start-up, pacing at 2.89 times the rate, fills a
-	// queue of one product within a round trip or two after that; waiting
-	// for the rate to level off (three ticks) overflowed it, and put all
-	// 16 streams of a lab session in loss recovery at once.
-	pacingQueueRTT = 1.25
-	// pacingQueueMin is the least queueing delay that counts, and
-	// pacingQueueTicks how many ticks in a row must show it.
-	pacingQueueMin   = 5 * time.Millisecond
-	pacingQueueTicks = 2
 	// The best rate is the highest over pacingWindowRTTs round trips,
 	// at least pacingWindowMin.
 	pacingWindowRTTs = 10
@@ -102,15 +89,11 @@ type pacingTick struct {
 	bytes, resent uint64  // delivered, and sent again
 	dt            float64 // seconds
 	appLimited    bool
-	// queued: the streams' round trips show a queue on the path
-	// (queueBuilt).
-	queued bool
 }
 
 // stripePacer decides a session's pacing; housekeeping only.
 type stripePacer struct {
 	peak     int       // the most live streams since the last start-up
-	queued   int       // consecutive ticks whose round trips showed a queue
 	cruising bool      // start-up is over
 	fullRate float64   // the best start-up rate
 	flat     int       // ticks since start-up last grew
@@ -169,12 +152,7 @@ func (p *stripePacer) update(now time.Time, d pacingTick, rtt time.Duration) flo
 		if appLimited {
 			return 0
 		}
-		if d.queued {
-			p.queued++
-		} else {
-			p.queued = 0
-		}
-		overflowed := (resent > pacingStartupLoss || p.queued >= pacingQueueTicks) && p.best > 0
+		overflowed := resent > pacingStartupLoss && p.best > 0
 		if !overflowed && (p.grewAt.IsZero() || rate >= pacingGrowth*p.fullRate) {
 			p.fullRate = max(p.fullRate, rate)
 			p.flat = 0
@@ -205,7 +183,7 @@ func (p *stripePacer) noteStreams(live int) (restarted bool) {
 	restarted = p.peak > 0
 	p.peak = live
 	if restarted {
-		p.cruising, p.fullRate, p.flat, p.grewAt, p.queued = false, 0, 0, time.Time{}, 0
+		p.cruising, p.fullRate, p.flat, p.grewAt = false, 0, 0, time.Time{}
 	}
 	return restarted
 }
@@ -248,19 +226,10 @@ func streamShare(total float64, live, recovering int) float64 {
 	return max(total/float64(carriers), pacingMinShare)
 }
 
-// queueBuilt says whether the streams' mean smoothed round trip shows a
-// queue on the path: pacingQueueRTT times the least any of them saw, and
-// at least pacingQueueMin above it (on a short path, delayed ACKs and
-// scheduling move the round trip by more than a quarter).
-func queueBuilt(mean, least time.Duration) bool {
-	return least > 0 && float64(mean) >= pacingQueueRTT*float64(least) && mean-least >= pacingQueueMin
-}
-
 // pace applies one tick of the session's pacing to its live streams;
 // housekeeping only. recovering is how many of them are in loss
 // recovery; d what TCP delivered on them and sent again since the last
-// tick, and whether their round trips show a queue; notsent what their
-// sockets hold unsent.
+// tick; notsent what their sockets hold unsent.
 func (s *session) pace(now time.Time, streams []*stream, recovering int, d pacingTick, notsent uint64, rtt time.Duration) {
 	if len(streams) == 0 || d.dt <= 0 || rtt <= 0 {
 		return

@@ -183,61 +183,23 @@ func TestPacerStartupEndsWhenTheStreamsOverflowThePath(t *testing.T) {
 	}
 }
 
-func TestPacerStartupEndsWhenAQueueBuilds(t *testing.T) {
-	// Still doubling, but from the fourth tick the round trips show a
-	// queue: after two such ticks start-up is over, and the first cap
-	// drains (0.75 times the best rate), then the cycle goes on at 1.
+func TestPacerCruisingStartsWithTheDrain(t *testing.T) {
+	// Once the rate levels off, the first cap drains the queue start-up
+	// built (0.75 times the best rate); then the cycle goes on at 1.
 	var p stripePacer
-	rtt := 200 * time.Millisecond
-	now := time.Now()
-	var caps []float64
-	for i, r := range []float64{1e6, 2e6, 4e6, 8e6, 16e6, 16e6} {
-		now = now.Add(tick)
-		caps = append(caps, p.update(now, pacingTick{bytes: uint64(r * tick.Seconds()), dt: tick.Seconds(), queued: i >= 3}, rtt))
-	}
-	if caps[3] != 0 || !p.cruising {
-		t.Fatalf("caps %v: want none before two ticks with a queue, then capped", caps)
-	}
-	if caps[4] != 0.75*16e6 || caps[5] != 1.0*16e6 {
-		t.Errorf("caps %v: want the drain (0.75 x 16e6) first, then 1 x the best", caps)
-	}
-	// One tick with a queue alone (a round trip's noise) does not.
-	var q stripePacer
-	for i, r := range []float64{1e6, 2e6, 4e6, 8e6} {
-		now = now.Add(tick)
-		if c := q.update(now, pacingTick{bytes: uint64(r * tick.Seconds()), dt: tick.Seconds(), queued: i == 2}, rtt); c != 0 {
-			t.Fatalf("tick %d: capped at %v after one tick with a queue", i, c)
+	caps, _ := feed(&p, time.Now(), 200*time.Millisecond, false, 1e6, 2e6, 4e6, 8e6, 8e6, 8e6, 8e6, 8e6, 8e6)
+	first := -1
+	for i, c := range caps {
+		if c != 0 {
+			first = i
+			break
 		}
 	}
-	// A queue while the session is held back by an end host tells
-	// nothing about the path.
-	var h stripePacer
-	for range 3 {
-		now = now.Add(tick)
-		if c := h.update(now, pacingTick{bytes: 1e6, dt: tick.Seconds(), queued: true, appLimited: true}, rtt); c != 0 || h.cruising {
-			t.Fatalf("application-limited ticks with a queue: cap %v, cruising %v", c, h.cruising)
-		}
+	if first < 0 || first+1 >= len(caps) {
+		t.Fatalf("caps %v: never capped", caps)
 	}
-}
-
-func TestQueueBuilt(t *testing.T) {
-	ms := time.Millisecond
-	for _, c := range []struct {
-		mean, least time.Duration
-		want        bool
-	}{
-		{250 * ms, 200 * ms, true},
-		{249 * ms, 200 * ms, false},
-		{400 * ms, 200 * ms, true},
-		// On a short path a quarter is noise: 5 ms at least.
-		{2 * ms, 1 * ms, false},
-		{6 * ms, 1 * ms, true},
-		{80 * time.Microsecond, 40 * time.Microsecond, false},
-		{250 * ms, 0, false},
-	} {
-		if got := queueBuilt(c.mean, c.least); got != c.want {
-			t.Errorf("queueBuilt(%v, %v) = %v, want %v", c.mean, c.least, got, c.want)
-		}
+	if caps[first] != 0.75*8e6 || caps[first+1] != 8e6 {
+		t.Errorf("caps %v: want the drain (0.75 x 8e6) first, then 1 x the best", caps)
 	}
 }
 

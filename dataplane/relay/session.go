@@ -1183,10 +1183,6 @@ func (s *session) tick(now time.Time, lim Limits) {
 		// What TCP delivered and sent again on the streams (pacing).
 		var tcpDelivered, resent, notsent uint64
 		recovering := 0
-		// The streams' mean smoothed RTT against the least any of them
-		// saw: a queue on the path (pacing).
-		var sumRTT, minRTT time.Duration
-		nRTT := 0
 		streams := s.establishedStreams()
 		for _, st := range streams {
 			bs, br := st.bytesSent.Load(), st.bytesRecv.Load()
@@ -1200,13 +1196,6 @@ func (s *session) tick(now time.Time, lim Limits) {
 			if ok {
 				st.tuneLowat(info)
 				rtt = max(rtt, info.rtt)
-				if info.rtt > 0 && info.minRTT > 0 {
-					sumRTT += info.rtt
-					nRTT++
-					if minRTT == 0 || info.minRTT < minRTT {
-						minRTT = info.minRTT
-					}
-				}
 				if st.deliveredPrimed {
 					// Segments, modulo 2^32.
 					tcpDelivered += uint64(info.delivered-st.prevDelivered) * uint64(info.mss)
@@ -1221,8 +1210,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 			s.pathRTT.Store(int64(rtt))
 		}
 		if s.established.Load() {
-			queued := nRTT > 0 && queueBuilt(sumRTT/time.Duration(nRTT), minRTT)
-			s.pace(now, streams, recovering, pacingTick{bytes: tcpDelivered, resent: resent, dt: dt, queued: queued}, notsent, rtt)
+			s.pace(now, streams, recovering, pacingTick{bytes: tcpDelivered, resent: resent, dt: dt}, notsent, rtt)
 		}
 	}
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 && s.established.Load() {

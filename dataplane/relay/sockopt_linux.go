@@ -235,15 +235,14 @@ type tcpInfo struct {
 	retransmits uint32
 	rtt         time.Duration
 	cwnd        uint32
-	caState     uint8         // tcpi_ca_state: Open, Disorder, CWR, Recovery, Loss
-	rtoRetrans  uint8         // tcpi_retransmits: RTO retransmits outstanding
-	notsent     uint32        // tcpi_notsent_bytes
-	pacingRate  uint64        // tcpi_pacing_rate, bytes/s
-	state       uint8         // tcpi_state: TCP_ESTABLISHED, TCP_CLOSE_WAIT, ...
-	sndWnd      uint32        // tcpi_snd_wnd: the peer's receive window (Linux 6.2+; 0 before)
-	delivered   uint32        // tcpi_delivered: segments delivered, SACKed ones included
-	mss         uint32        // tcpi_snd_mss
-	minRTT      time.Duration // tcpi_min_rtt
+	caState     uint8  // tcpi_ca_state: Open, Disorder, CWR, Recovery, Loss
+	rtoRetrans  uint8  // tcpi_retransmits: RTO retransmits outstanding
+	notsent     uint32 // tcpi_notsent_bytes
+	pacingRate  uint64 // tcpi_pacing_rate, bytes/s
+	state       uint8  // tcpi_state: TCP_ESTABLISHED, TCP_CLOSE_WAIT, ...
+	sndWnd      uint32 // tcpi_snd_wnd: the peer's receive window (Linux 6.2+; 0 before)
+	delivered   uint32 // tcpi_delivered: segments delivered, SACKed ones included
+	mss         uint32 // tcpi_snd_mss
 }
 
 func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
@@ -275,7 +274,6 @@ func fromTCPInfo(info *unix.TCPInfo) tcpInfo {
 		sndWnd:      info.Snd_wnd,
 		delivered:   info.Delivered,
 		mss:         info.Snd_mss,
-		minRTT:      time.Duration(info.Min_rtt) * time.Microsecond,
 	}
 }
 
