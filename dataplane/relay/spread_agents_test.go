@@ -76,14 +76,21 @@ func TestClientSideSpreadsOverFarAgents(t *testing.T) {
 	}
 	n1, n2 := started(0), started(1)
 	t.Logf("64 connections: b1 carried %d, b2 %d", n1, n2)
-	if n1+n2 != 64 || n1 < 22 || n2 < 22 { // 35 % of 64 is 22.4
-		t.Fatalf("spread b1 %d b2 %d, want each between 35 and 65 %% of 64", n1, n2)
+	// Each connection's bucket comes from its ephemeral port, which the
+	// kernel picks at random: each far agent's count is binomial (64,
+	// 1/2): 35-65 % fails about one run in a hundred (once in 20 here,
+	// and once in a package run), 25-75 % fails
+	// about one in 30,000; a spread that is broken gives 0 or 64.
+	if n1+n2 != 64 || n1 < 16 || n2 < 16 {
+		t.Fatalf("spread b1 %d b2 %d, want each between 25 and 75 %% of 64", n1, n2)
 	}
 
 	// A long transfer runs through b1 while b2 goes away: its client
 	// port is in one of b1's buckets (bit 1 clear: bucket (port>>1)&15 even).
 	var c *net.TCPConn
-	for port := 40000; port < 40400 && c == nil; port += 4 {
+	// (A port the last run used waits out TIME_WAIT: -count runs need
+	// many candidates.)
+	for port := 40000; port < 48000 && c == nil; port += 4 {
 		c, _ = net.DialTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}, net.TCPAddrFromAddrPort(at))
 	}
 	if c == nil {
