@@ -34,9 +34,10 @@ import (
 // streams not in loss recovery (streamShare).
 //
 // Measured in the lab (bench-wan, 500 Mbit/s, 200 ms, 0.1 %): 64 stripes
-// went from 448-460 to 473-480 Mbit/s, and with the share among the
-// streams out of recovery 8 went from 452-455 to 470 and 16 from 400-463
-// to 491. A session of one stream is not paced. Rates measured over a
+// went from 448-460 to 473-480 Mbit/s; pacing every session, with the
+// share among the streams out of recovery, 8 went from 452-455 to 469-480
+// and 16 from 400-463 to 471-478 (3 runs). A session of one stream is not
+// paced. Rates measured over a
 // second, or a two-tick probe, settled too low and probed too slowly
 // (331-406).
 const (
@@ -212,8 +213,8 @@ func carriersOnly(healthy, live int) bool {
 // recovery: at 0.1 % on the lab's path, about one of a session's streams
 // at a time. Dividing the rate among all of them left a fifth of it
 // unused at 4 streams (356 Mbit/s paced against 428-464 unpaced) and
-// held 16 at 442-452; divided among the carriers, 4 streams ran at 440
-// and 16 at 491. A stream in recovery keeps the same cap for its
+// held 16 at 442-452; divided among the carriers, 4 streams ran at
+// 437-452 and 16 at 471-478. A stream in recovery keeps the same cap for its
 // retransmissions and for when it is out.
 func streamShare(total float64, live, recovering int) float64 {
 	if total <= 0 || live <= 0 {
