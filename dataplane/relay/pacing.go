@@ -35,11 +35,10 @@ import (
 //
 // Measured in the lab (bench-wan, 500 Mbit/s, 200 ms, 0.1 %): 64 stripes
 // went from 448-460 to 473-480 Mbit/s; pacing every session, with the
-// share among the streams out of recovery, 8 went from 452-455 to 469-480
-// and 16 from 400-463 to 471-478 (3 runs). A session of one stream is not
-// paced. Rates measured over a
-// second, or a two-tick probe, settled too low and probed too slowly
-// (331-406).
+// share among the streams out of recovery, 8 went from 452-455 to
+// 469-480 and 16 from 400-463 to 471-478 (3 runs). A session of one
+// stream is not paced. Rates measured over a second, or a two-tick
+// probe, settled too low and probed too slowly (331-406).
 const (
 	// pacingGrowth is what a tick's rate must exceed the best start-up
 	// rate by to count as growth, and pacingFlatTicks how many ticks
@@ -208,14 +207,14 @@ func carriersOnly(healthy, live int) bool {
 
 // streamShare divides the session's pacing rate among the live streams
 // that carry new chunks: those not in loss recovery, under the
-// scheduler's rule (carriersOnly). A stream in recovery sends only what it
-// holds, and with random loss on a long path one is nearly always in
+// scheduler's rule (carriersOnly). A stream in recovery sends only what
+// it holds, and with random loss on a long path one is nearly always in
 // recovery: at 0.1 % on the lab's path, about one of a session's streams
 // at a time. Dividing the rate among all of them left a fifth of it
 // unused at 4 streams (356 Mbit/s paced against 428-464 unpaced) and
 // held 16 at 442-452; divided among the carriers, 4 streams ran at
-// 437-452 and 16 at 471-478. A stream in recovery keeps the same cap for its
-// retransmissions and for when it is out.
+// 437-452 and 16 at 471-478. A stream in recovery keeps the same cap for
+// its retransmissions and for when it is out.
 func streamShare(total float64, live, recovering int) float64 {
 	if total <= 0 || live <= 0 {
 		return 0

@@ -408,7 +408,7 @@ func (st *stream) sendView() sendView {
 	if !ok {
 		return sendView{}
 	}
-	v := sendView{ok: true, rtt: q.rtt, troubled: q.caState >= tcpCARecovery || q.rtoRetrans > 0,
+	v := sendView{ok: true, rtt: q.rtt, troubled: lossRecovery(q.caState, q.rtoRetrans),
 		acked: written - min(written, uint64(q.outq)), sent: written - min(written, uint64(q.notsent))}
 	if hook := st.s.agent.testTrouble; hook != nil && hook(st.index) {
 		// The hook stands for what loopback cannot show: a stream in

@@ -1820,7 +1820,7 @@ func (st *stream) inRecovery(info tcpInfo, ok bool) bool {
 	if hook := st.s.agent.testTrouble; hook != nil {
 		return hook(st.index)
 	}
-	return ok && (info.caState >= tcpCARecovery || info.rtoRetrans > 0)
+	return ok && lossRecovery(info.caState, info.rtoRetrans)
 }
 
 // sendAbort writes an ABORT frame with the session's reason, best effort

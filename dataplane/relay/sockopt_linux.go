@@ -230,6 +230,13 @@ func socketError(c *net.TCPConn) error {
 // (4, after an RTO) is above it.
 const tcpCARecovery = 3
 
+// lossRecovery says whether a stream whose TCP_INFO shows caState and
+// rtoRetrans is in loss recovery: fast recovery, Loss, or RTO
+// retransmits outstanding.
+func lossRecovery(caState, rtoRetrans uint8) bool {
+	return caState >= tcpCARecovery || rtoRetrans > 0
+}
+
 // tcpInfo is what stats, the scheduler and the window read from TCP_INFO.
 type tcpInfo struct {
 	retransmits uint32

@@ -116,7 +116,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	var results []measure.Result
 	var timelines []timeline
-	// The sosappliance run's slowest second (the last run's).
+	// The sosappliance run's slowest second.
 	var slowest float64
 	var slowestOK bool
 	for i := range runs {
@@ -125,7 +125,8 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		tl := timeline{Label: runs[i].Label}
 		var samples []measure.Sample
 		stopKilling := func() {}
-		if lab.Appliance() && runs[i].Port == wl.ServerPort {
+		sosRun := lab.Appliance() && runs[i].Port == wl.ServerPort
+		if sosRun {
 			stopKilling = startKilling(ctx, lab, *kill, stdout)
 		}
 		res, err := measure.Run(ctx, lab, runs[i], func(s measure.Sample) {
@@ -140,10 +141,9 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		results = append(results, res)
 		timelines = append(timelines, tl)
-		slowest, slowestOK = slowestSecond(samples)
-	}
-	if len(results) < 3 {
-		slowestOK = false
+		if sosRun {
+			slowest, slowestOK = slowestSecond(samples)
+		}
 	}
 	missed := printComparison(stdout, lab.WAN(), results, slowest, slowestOK)
 	csvPath := filepath.Join(*out, "demo-throughput.csv")
