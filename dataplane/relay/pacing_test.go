@@ -4,9 +4,12 @@ import (
 	"io"
 	"math"
 	"net"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
@@ -357,6 +360,170 @@ func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool) 
 			t.Errorf("server side capped its streams at %d (%v) with nothing to send", bShare, bCaps)
 		}
 	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	testsupport.Eventually(t, 30*time.Second, "every byte at the server", func() bool { return received.Load() == sent.Load() })
+}
+
+func TestPacerDrainHoldsWhileTheQueueLasts(t *testing.T) {
+	rtt := 200 * time.Millisecond
+	// The path carries 8e6 bytes/s: 1.6e6 bytes is its BDP.
+	run := func(inflight func(drainTick int) uint64) []float64 {
+		var p stripePacer
+		_, now := feed(&p, time.Now(), rtt, false, 1e6, 2e6, 4e6, 8e6, 8e6, 8e6)
+		var caps []float64
+		drain := 0
+		for range 12 {
+			now = now.Add(tick)
+			c := p.update(now, pacingTick{bytes: uint64(8e6 * tick.Seconds()), dt: tick.Seconds(), inflight: inflight(drain), minRTT: rtt}, rtt)
+			if c != 0 {
+				caps = append(caps, c)
+				drain++
+			}
+		}
+		return caps
+	}
+	drains := func(caps []float64) int {
+		n := 0
+		for n < len(caps) && caps[n] == 0.75*8e6 {
+			n++
+		}
+		if n == len(caps) || caps[n] != 8e6 {
+			t.Fatalf("caps %v: want drains, then 1 x the best", caps)
+		}
+		return n
+	}
+	// The queue is gone by the drain's third tick.
+	if n := drains(run(func(i int) uint64 {
+		if i < 2 {
+			return 3e6
+		}
+		return 1.5e6
+	})); n != 2 {
+		t.Errorf("%d drain ticks while twice the BDP was in flight for 2 ticks, want 2", n)
+	}
+	// A queue that does not go (or in-flight bytes lost, not queued):
+	// the drain is bounded.
+	if n := drains(run(func(int) uint64 { return 3e6 })); n != pacingDrainTicks {
+		t.Errorf("%d drain ticks with twice the BDP in flight throughout, want %d", n, pacingDrainTicks)
+	}
+	// Nothing queued: one drain tick, as before.
+	if n := drains(run(func(int) uint64 { return 1e6 })); n != 1 {
+		t.Errorf("%d drain ticks with less than the BDP in flight, want 1", n)
+	}
+}
+
+func TestStartupWindow(t *testing.T) {
+	rtt := 200 * time.Millisecond
+	var p stripePacer
+	if w := p.startupWindow(rtt, 1<<20); w != 0 {
+		t.Fatalf("window %d before any rate was measured", w)
+	}
+	feed(&p, time.Now(), rtt, false, 1e6, 2e6, 4e6, 8e6)
+	if p.cruising {
+		t.Fatal("start-up ended while the rate kept doubling")
+	}
+	// startupGain x the best rate x the least RTT, never below the floor.
+	if w, want := p.startupWindow(rtt, 1<<20), int(startupGain*8e6*rtt.Seconds()); w != want {
+		t.Errorf("window %d, want %d", w, want)
+	}
+	if w := p.startupWindow(rtt, 4<<20); w != 4<<20 {
+		t.Errorf("window %d, want the floor %d", w, 4<<20)
+	}
+	if w := p.startupWindow(0, 1<<20); w != 0 {
+		t.Errorf("window %d without a measured RTT", w)
+	}
+	feed(&p, time.Now().Add(10*time.Second), rtt, false, flat(8e6, 8)...)
+	if !p.cruising {
+		t.Fatal("not cruising after the rate levelled off")
+	}
+	if w := p.startupWindow(rtt, 1<<20); w != 0 {
+		t.Errorf("window %d once start-up is over", w)
+	}
+}
+
+func sendBuffer(t *testing.T, c *net.TCPConn) int {
+	var v int
+	if err := onSocket(c, func(fd int) (err error) {
+		v, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestStartupWindowBoundsManyStreams runs an upload of startupMinStreams
+// streams on loopback: while its pacing starts up, the client side holds
+// every stream's send buffer to its share of the start-up window; once
+// start-up is over (the pacing rate is set) every stream has the
+// configured buffer back; every byte arrives.
+func TestStartupWindowBoundsManyStreams(t *testing.T) {
+	const chunk, buffer = 65536, 4 << 20
+	var received atomic.Int64
+	p := startPair(t, pairOptions{streams: startupMinStreams, chunk: chunk, queue: -1, socketBuffer: buffer}, func(c *net.TCPConn) {
+		defer c.Close()
+		n, _ := io.Copy(io.Discard, c)
+		received.Add(n)
+	})
+	c := p.dial(t)
+	stop := make(chan struct{})
+	var sent atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 256<<10)
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			select {
+			case <-stop:
+				done <- c.CloseWrite()
+				return
+			default:
+			}
+			n, err := c.Write(buf)
+			sent.Add(int64(n))
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- c.CloseWrite()
+	}()
+	// The kernel reports twice what was set.
+	full := 2 * buffer
+	look := func() (bufs []int, paced bool) {
+		p.a.mu.Lock()
+		defer p.a.mu.Unlock()
+		for s := range p.a.sessions {
+			paced = s.paceTotal.Load() > 0
+			for _, st := range s.establishedStreams() {
+				bufs = append(bufs, sendBuffer(t, st.conn))
+			}
+		}
+		return bufs, paced
+	}
+	var bufs []int
+	testsupport.Eventually(t, 30*time.Second, "start-up to bound every stream's send buffer", func() bool {
+		var paced bool
+		bufs, paced = look()
+		if paced || len(bufs) != startupMinStreams {
+			return false
+		}
+		for _, b := range bufs {
+			if b >= full || b < startupMinFrames*chunk {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("start-up: send buffers %d..%d bytes (configured %d)", slices.Min(bufs), slices.Max(bufs), full)
+	testsupport.Eventually(t, 45*time.Second, "the configured send buffers back once start-up is over", func() bool {
+		var paced bool
+		bufs, paced = look()
+		return paced && len(bufs) == startupMinStreams && slices.Min(bufs) == full && slices.Max(bufs) == full
+	})
 	close(stop)
 	if err := <-done; err != nil {
 		t.Fatal(err)

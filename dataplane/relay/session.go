@@ -327,6 +327,7 @@ type session struct {
 	rateDelivered  atomic.Uint64
 	lastArrived    uint64    // frames read from the streams at the last tick
 	checkArrived   uint64    // ... at the window's last growth check
+	wmemMax        int       // see sendBufferFull; -1: unknown
 	arrivalPeak    float64   // frames/s: the highest recent arrival rate, decaying
 	lastGrowCheck  time.Time // the window's last growth check
 	wg             sync.WaitGroup
@@ -1181,7 +1182,8 @@ func (s *session) tick(now time.Time, lim Limits) {
 		s.rateSent.Store(f64bits(float64(sent-s.lastSent) * 8 / dt))
 		s.rateDelivered.Store(f64bits(float64(delivered-s.lastDelivered) * 8 / dt))
 		// What TCP delivered and sent again on the streams (pacing).
-		var tcpDelivered, resent, notsent uint64
+		var tcpDelivered, resent, notsent, inflight uint64
+		var minRTT time.Duration
 		recovering := 0
 		streams := s.establishedStreams()
 		for _, st := range streams {
@@ -1196,6 +1198,9 @@ func (s *session) tick(now time.Time, lim Limits) {
 			if ok {
 				st.tuneLowat(info)
 				rtt = max(rtt, info.rtt)
+				if info.minRTT > 0 && (minRTT == 0 || info.minRTT < minRTT) {
+					minRTT = info.minRTT
+				}
 				if st.deliveredPrimed {
 					// Segments, modulo 2^32.
 					tcpDelivered += uint64(info.delivered-st.prevDelivered) * uint64(info.mss)
@@ -1203,6 +1208,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 				}
 				st.prevDelivered, st.prevResent, st.deliveredPrimed = info.delivered, info.retransmits, true
 				notsent += uint64(info.notsent)
+				inflight += uint64(info.unacked) * uint64(info.mss)
 			}
 		}
 		s.recovering.Store(int32(recovering))
@@ -1210,7 +1216,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 			s.pathRTT.Store(int64(rtt))
 		}
 		if s.established.Load() {
-			s.pace(now, streams, recovering, pacingTick{bytes: tcpDelivered, resent: resent, dt: dt}, notsent, rtt)
+			s.pace(now, streams, recovering, pacingTick{bytes: tcpDelivered, resent: resent, dt: dt, inflight: inflight, minRTT: minRTT}, notsent, rtt)
 		}
 	}
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 && s.established.Load() {
@@ -1373,6 +1379,9 @@ type stream struct {
 	prevResent      uint32
 	deliveredPrimed bool
 	paceCap         float64
+	// sendCap is the send buffer start-up set on the socket, bytes (0:
+	// the configured one). See startupWindow.
+	sendCap int
 }
 
 func newStream(s *session, index int, conn *net.TCPConn, codec *stripe.Codec) *stream {

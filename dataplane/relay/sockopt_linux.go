@@ -241,6 +241,7 @@ func lossRecovery(caState, rtoRetrans uint8) bool {
 type tcpInfo struct {
 	retransmits uint32
 	rtt         time.Duration
+	minRTT      time.Duration // tcpi_min_rtt
 	cwnd        uint32
 	caState     uint8  // tcpi_ca_state: Open, Disorder, CWR, Recovery, Loss
 	rtoRetrans  uint8  // tcpi_retransmits: RTO retransmits outstanding
@@ -250,6 +251,7 @@ type tcpInfo struct {
 	sndWnd      uint32 // tcpi_snd_wnd: the peer's receive window (Linux 6.2+; 0 before)
 	delivered   uint32 // tcpi_delivered: segments delivered, SACKed ones included
 	mss         uint32 // tcpi_snd_mss
+	unacked     uint32 // tcpi_unacked: segments in flight (lost and SACKed ones included)
 }
 
 func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
@@ -272,6 +274,7 @@ func fromTCPInfo(info *unix.TCPInfo) tcpInfo {
 	return tcpInfo{
 		retransmits: info.Total_retrans,
 		rtt:         time.Duration(info.Rtt) * time.Microsecond,
+		minRTT:      time.Duration(info.Min_rtt) * time.Microsecond,
 		cwnd:        info.Snd_cwnd,
 		caState:     info.Ca_state,
 		rtoRetrans:  info.Retransmits,
@@ -281,6 +284,7 @@ func fromTCPInfo(info *unix.TCPInfo) tcpInfo {
 		sndWnd:      info.Snd_wnd,
 		delivered:   info.Delivered,
 		mss:         info.Snd_mss,
+		unacked:     info.Unacked,
 	}
 }
 
@@ -325,6 +329,17 @@ func maxPacingRate(c *net.TCPConn) (uint64, error) {
 		return err
 	})
 	return v, err
+}
+
+// setSendBuffer sets SO_SNDBUF (SO_SNDBUFFORCE where allowed) on a
+// connected stream; the kernel doubles v for its bookkeeping.
+func setSendBuffer(c *net.TCPConn, v int) error {
+	return onSocket(c, func(fd int) error {
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, v) == nil {
+			return nil
+		}
+		return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, v)
+	})
 }
 
 // setNotsentLowat sets TCP_NOTSENT_LOWAT on a connected stream.
