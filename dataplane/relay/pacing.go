@@ -109,7 +109,11 @@ const (
 // BDP plus the lab's queue and still overflowed it. Sessions of fewer
 // streams are left alone: each stream's BBR sees more of the path, and
 // bounding 4 and 8 stripes this way slowed their start-up (bench-wan, 2
-// runs: 385 and 428 Mbit/s, where the tree without it had 438 and 471).
+// runs: 385 and 428 Mbit/s, where the tree without it had 438 and 471)
+// from the first tick's low rate. A start-up again after auto's next
+// count is bounded whatever the count: its best rate is already the
+// path's, and the old streams' BBR, still in its start-up, and the new
+// ones' would overflow a full path together.
 const (
 	startupGain       = 1.5
 	startupMinStreams = 32
@@ -144,7 +148,10 @@ type pacingTick struct {
 
 // stripePacer decides a session's pacing; housekeeping only.
 type stripePacer struct {
-	peak     int       // the most live streams since the last start-up
+	peak int // the most live streams since the last start-up
+	// again: the current start-up is a restart (more streams once it
+	// cruised), which the start-up window bounds whatever the count.
+	again    bool
 	cruising bool      // start-up is over
 	fullRate float64   // the best start-up rate
 	flat     int       // ticks since start-up last grew
@@ -245,6 +252,10 @@ func (p *stripePacer) noteStreams(live int) (restarted bool) {
 	restarted = p.peak > 0
 	p.peak = live
 	if restarted {
+		// Streams joining a new session bring it to its count during
+		// its first start-up; only auto's next count comes once it
+		// cruised.
+		p.again = p.cruising
 		p.cruising, p.draining, p.fullRate, p.flat, p.grewAt = false, false, 0, 0, time.Time{}
 	}
 	return restarted
@@ -319,7 +330,7 @@ func (s *session) pace(now time.Time, streams []*stream, recovering int, d pacin
 		st.applyPacing(share)
 	}
 	per := 0
-	if len(streams) >= startupMinStreams {
+	if len(streams) >= startupMinStreams || s.pacer.again {
 		per = s.pacer.startupWindow(d.minRTT, int(stripe.InitialCredit(s.n, s.chunkSize))) / len(streams)
 	}
 	if per > 0 {

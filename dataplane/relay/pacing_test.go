@@ -221,8 +221,16 @@ func TestPacerStartsUpAgainWithMoreStreams(t *testing.T) {
 		t.Fatalf("a replacement restarted start-up (cruising %v)", p.cruising)
 	}
 	// Auto's next count: start-up again, uncapped, keeping the rates.
+	if p.again {
+		t.Fatal("the first start-up counts as a restart")
+	}
 	if !p.noteStreams(16) || p.cruising {
 		t.Fatalf("16 streams after 8: cruising %v, want a new start-up", p.cruising)
+	}
+	// The restart is bounded by the start-up window from the best rate
+	// so far, whatever the stream count.
+	if w, want := p.startupWindow(rtt, 1<<20), int(startupGain*8e6*rtt.Seconds()); !p.again || w != want {
+		t.Fatalf("restart: again %v, start-up window %d, want %d", p.again, w, want)
 	}
 	now = now.Add(tick)
 	if c := p.update(now, pacingTick{bytes: uint64(12e6 * tick.Seconds()), dt: tick.Seconds()}, rtt); c != 0 || p.best != 12e6 {
@@ -281,28 +289,7 @@ func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool) 
 		received.Add(n)
 	})
 	c := p.dial(t)
-	stop := make(chan struct{})
-	var sent atomic.Int64
-	done := make(chan error, 1)
-	go func() {
-		buf := make([]byte, 256<<10)
-		deadline := time.Now().Add(60 * time.Second)
-		for time.Now().Before(deadline) {
-			select {
-			case <-stop:
-				done <- c.CloseWrite()
-				return
-			default:
-			}
-			n, err := c.Write(buf)
-			sent.Add(int64(n))
-			if err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- c.CloseWrite()
-	}()
+	up := startUpload(c)
 	var total uint64
 	capped := func(a *Agent) (share uint64, caps []uint64) {
 		a.mu.Lock()
@@ -360,11 +347,10 @@ func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool) 
 			t.Errorf("server side capped its streams at %d (%v) with nothing to send", bShare, bCaps)
 		}
 	}
-	close(stop)
-	if err := <-done; err != nil {
+	if err := up.finish(); err != nil {
 		t.Fatal(err)
 	}
-	testsupport.Eventually(t, 30*time.Second, "every byte at the server", func() bool { return received.Load() == sent.Load() })
+	testsupport.Eventually(t, 30*time.Second, "every byte at the server", func() bool { return received.Load() == up.sent.Load() })
 }
 
 func TestPacerDrainHoldsWhileTheQueueLasts(t *testing.T) {
@@ -469,28 +455,7 @@ func TestStartupWindowBoundsManyStreams(t *testing.T) {
 		received.Add(n)
 	})
 	c := p.dial(t)
-	stop := make(chan struct{})
-	var sent atomic.Int64
-	done := make(chan error, 1)
-	go func() {
-		buf := make([]byte, 256<<10)
-		deadline := time.Now().Add(60 * time.Second)
-		for time.Now().Before(deadline) {
-			select {
-			case <-stop:
-				done <- c.CloseWrite()
-				return
-			default:
-			}
-			n, err := c.Write(buf)
-			sent.Add(int64(n))
-			if err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- c.CloseWrite()
-	}()
+	up := startUpload(c)
 	// The kernel reports twice what was set.
 	full := 2 * buffer
 	look := func() (bufs []int, paced bool) {
@@ -524,9 +489,46 @@ func TestStartupWindowBoundsManyStreams(t *testing.T) {
 		bufs, paced = look()
 		return paced && len(bufs) == startupMinStreams && slices.Min(bufs) == full && slices.Max(bufs) == full
 	})
-	close(stop)
-	if err := <-done; err != nil {
+	if err := up.finish(); err != nil {
 		t.Fatal(err)
 	}
-	testsupport.Eventually(t, 30*time.Second, "every byte at the server", func() bool { return received.Load() == sent.Load() })
+	testsupport.Eventually(t, 30*time.Second, "every byte at the server", func() bool { return received.Load() == up.sent.Load() })
+}
+
+// upload writes to c until finished (at most a minute), then half-closes
+// it.
+type upload struct {
+	stop chan struct{}
+	done chan error
+	sent atomic.Int64
+}
+
+func startUpload(c *net.TCPConn) *upload {
+	u := &upload{stop: make(chan struct{}), done: make(chan error, 1)}
+	go func() {
+		buf := make([]byte, 256<<10)
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			select {
+			case <-u.stop:
+				u.done <- c.CloseWrite()
+				return
+			default:
+			}
+			n, err := c.Write(buf)
+			u.sent.Add(int64(n))
+			if err != nil {
+				u.done <- err
+				return
+			}
+		}
+		u.done <- c.CloseWrite()
+	}()
+	return u
+}
+
+// finish stops the writes and returns the first error of the upload.
+func (u *upload) finish() error {
+	close(u.stop)
+	return <-u.done
 }
