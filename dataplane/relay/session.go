@@ -312,6 +312,9 @@ type session struct {
 	writersDone atomic.Int32
 	sendFin     atomic.Bool // end host finished sending: FIN queued
 	recvFin     atomic.Bool // peer's FIN delivered: end host half-closed
+	// recvAcked: the ACK of the peer's FIN is pending for the writers
+	// (set after recvFin; see checkComplete).
+	recvAcked atomic.Bool
 
 	sentBytes      atomic.Uint64 // end host -> streams payload
 	deliveredBytes atomic.Uint64 // streams -> end host payload
@@ -965,10 +968,15 @@ func (s *session) acknowledged(acked uint64) {
 }
 
 // checkComplete marks the session complete once both directions are
-// finished: our FIN acknowledged, the peer's FIN delivered. Writers then
-// send their final ACK and half-close.
+// finished: our FIN acknowledged, the peer's FIN delivered and its ACK
+// pending. Writers then send their final ACK and half-close. Delivered
+// alone is not enough: our FIN's ACK may complete the session, from a
+// reader, between the two, and the writers would half-close every
+// stream without the ACK of the peer's FIN, leaving the peer's session
+// unfinished and each of its streams with a FIN it takes for the end of
+// this agent's process (it aborted so once, in a loaded test run).
 func (s *session) checkComplete() {
-	if !s.finAcked.Load() || !s.recvFin.Load() {
+	if !s.finAcked.Load() || !s.recvAcked.Load() {
 		return
 	}
 	s.mu.Lock()
@@ -1103,6 +1111,9 @@ func (s *session) writeHost() {
 			s.recvFin.Store(true)
 		}
 		s.ackPending.Store(next)
+		if fin {
+			s.recvAcked.Store(true)
+		}
 		if fin || next-s.ackSent.Load() >= ackStep {
 			s.wakeControl()
 		}
@@ -1112,6 +1123,11 @@ func (s *session) writeHost() {
 		}
 	}
 }
+
+// finSettle bounds how long a stream's reader that met the peer's
+// half-close waits for this side's completion once the peer's FIN is
+// delivered (only two stores in writeHost stand between them).
+const finSettle = time.Second
 
 // idleAckSpacing is the least time between two ACKs sent because delivery
 // ran dry. A WAN-bound transfer runs dry between nearly every pair of
@@ -1915,6 +1931,16 @@ func (st *stream) readLoop() {
 				// Both directions may be finished with the goroutine that
 				// finished the last one yet to say so.
 				s.checkComplete()
+				if !s.isCompleted() && s.recvFin.Load() {
+					// The peer's FIN is delivered and its ACK about to be
+					// pending (recvAcked comes next in writeHost): the
+					// peer may have completed on that ACK already.
+					select {
+					case <-s.completeCh:
+					case <-s.abortCh:
+					case <-time.After(finSettle):
+					}
+				}
 			}
 			if errors.Is(err, io.EOF) && s.isCompleted() {
 				// The peer half-closed: it is complete too.
