@@ -35,8 +35,9 @@ import (
 // is capped during start-up: the streams' own start-up finds the path
 // (a session of many streams has its bytes in flight bounded instead:
 // "Start-up window" below). A session whose stream count
-// grows beyond what it had (auto's next count) starts up again, its caps
-// lifted, so the new count can show what it carries. Ticks at which the
+// grows beyond what it had (auto's next count) starts up again, its rate
+// caps lifted (its bytes in flight bounded by the start-up window), so
+// the new count can show what it carries. Ticks at which the
 // session had nothing waiting to send (the end host or the peer's credit
 // held it back) do not lower the rate. The rate is shared among the
 // streams not in loss recovery (streamShare).
@@ -255,7 +256,7 @@ func (p *stripePacer) noteStreams(live int) (restarted bool) {
 		// Streams joining a new session bring it to its count during
 		// its first start-up; only auto's next count comes once it
 		// cruised.
-		p.again = p.cruising
+		p.again = p.again || p.cruising
 		p.cruising, p.draining, p.fullRate, p.flat, p.grewAt = false, false, 0, 0, time.Time{}
 	}
 	return restarted
@@ -330,7 +331,7 @@ func (s *session) pace(now time.Time, streams []*stream, recovering int, d pacin
 		st.applyPacing(share)
 	}
 	per := 0
-	if len(streams) >= startupMinStreams || s.pacer.again {
+	if s.pacer.peak >= startupMinStreams || s.pacer.again {
 		per = s.pacer.startupWindow(d.minRTT, int(stripe.InitialCredit(s.n, s.chunkSize))) / len(streams)
 	}
 	if per > 0 {
@@ -359,28 +360,33 @@ func (p *stripePacer) startupWindow(minRTT time.Duration, floor int) int {
 // taken, as TCP_NOTSENT_LOWAT keeps the unsent part small and the
 // congestion window the rest.
 func (st *stream) applySendCap(per int) {
-	full := st.s.sendBufferFull()
-	if full <= 0 {
-		return
-	}
-	if per >= 2*full {
-		per = 0
-	}
 	cur := st.sendCap
 	if per == 0 {
-		if cur != 0 && setSendBuffer(st.conn, full) == nil {
+		if cur != 0 && setSendBuffer(st.conn, st.sendFull, st.sendFallback) == nil {
 			st.sendCap = 0
 		}
 		return
 	}
-	if cur > 0 && math.Abs(float64(per-cur)) <= pacingRetune*float64(cur) {
-		return
+	full, fallback := st.sendFull, st.sendFallback
+	if cur == 0 {
+		// The buffer to come back to is the one the socket has now.
+		full, fallback = st.s.sendBufferFull()
+		if full <= 0 {
+			return
+		}
 	}
 	// The buffer holds the unsent bytes too (up to the stream's
 	// TCP_NOTSENT_LOWAT), and the kernel counts each buffer's overhead
 	// against it and doubles what it is given.
-	if setSendBuffer(st.conn, max((per+per/8+int(st.lowat.Load()))/2, 1)) == nil {
-		st.sendCap = per
+	v := max((per+per/8+int(st.lowat.Load()))/2, 1)
+	if v >= full {
+		v = full
+	}
+	if cur > 0 && math.Abs(float64(v-cur)) <= pacingRetune*float64(cur) {
+		return
+	}
+	if setSendBuffer(st.conn, v, fallback) == nil {
+		st.sendCap, st.sendFull, st.sendFallback = v, full, fallback
 	}
 }
 
@@ -409,12 +415,16 @@ func (st *stream) applyPacing(share float64) {
 }
 
 // sendBufferFull is what a stream's send buffer is once start-up is
-// over: the configured one, or, for the kernel's autotuning, its maximum
-// (net.ipv4.tcp_wmem's third field), as autotuning cannot be restored
-// once a buffer was set; 0 if neither is known. Housekeeping only.
-func (s *session) sendBufferFull() int {
+// over: the configured one (set as the agent tunes its sockets, falling
+// back to SO_SNDBUF, capped at net.core.wmem_max, without CAP_NET_ADMIN),
+// or, for the kernel's autotuning, its maximum (net.ipv4.tcp_wmem's third
+// field), as autotuning cannot be restored once a buffer was set, and
+// only with SO_SNDBUFFORCE (fallback false): capped at wmem_max it could
+// be far below what autotuning gives. 0 if neither is known.
+// Housekeeping only.
+func (s *session) sendBufferFull() (size int, fallback bool) {
 	if conf := s.agent.cfg.Load().SocketBuffer; conf > 0 {
-		return conf
+		return conf, true
 	}
 	if s.wmemMax == 0 {
 		s.wmemMax = -1
@@ -427,5 +437,5 @@ func (s *session) sendBufferFull() int {
 			}
 		}
 	}
-	return max(s.wmemMax, 0)
+	return max(s.wmemMax, 0), false
 }

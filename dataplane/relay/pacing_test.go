@@ -232,6 +232,10 @@ func TestPacerStartsUpAgainWithMoreStreams(t *testing.T) {
 	if w, want := p.startupWindow(rtt, 1<<20), int(startupGain*8e6*rtt.Seconds()); !p.again || w != want {
 		t.Fatalf("restart: again %v, start-up window %d, want %d", p.again, w, want)
 	}
+	// The new count's streams join over several ticks: still a restart.
+	if !p.noteStreams(24) || !p.again {
+		t.Fatalf("a later joiner of the new count: again %v, want still a restart", p.again)
+	}
 	now = now.Add(tick)
 	if c := p.update(now, pacingTick{bytes: uint64(12e6 * tick.Seconds()), dt: tick.Seconds()}, rtt); c != 0 || p.best != 12e6 {
 		t.Fatalf("the new start-up capped at %v (best %v)", c, p.best)

@@ -1224,7 +1224,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 				}
 				st.prevDelivered, st.prevResent, st.deliveredPrimed = info.delivered, info.retransmits, true
 				notsent += uint64(info.notsent)
-				inflight += uint64(info.unacked) * uint64(info.mss)
+				inflight += uint64(info.inFlight) * uint64(info.mss)
 			}
 		}
 		s.recovering.Store(int32(recovering))
@@ -1395,9 +1395,11 @@ type stream struct {
 	prevResent      uint32
 	deliveredPrimed bool
 	paceCap         float64
-	// sendCap is the send buffer start-up set on the socket, bytes (0:
-	// the configured one). See startupWindow.
-	sendCap int
+	// sendCap is the send buffer start-up set on the socket, as given
+	// to the kernel (0: none), and sendFull (with sendFallback) the one
+	// to set again after it. See startupWindow.
+	sendCap, sendFull int
+	sendFallback      bool
 }
 
 func newStream(s *session, index int, conn *net.TCPConn, codec *stripe.Codec) *stream {

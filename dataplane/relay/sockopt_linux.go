@@ -251,7 +251,7 @@ type tcpInfo struct {
 	sndWnd      uint32 // tcpi_snd_wnd: the peer's receive window (Linux 6.2+; 0 before)
 	delivered   uint32 // tcpi_delivered: segments delivered, SACKed ones included
 	mss         uint32 // tcpi_snd_mss
-	unacked     uint32 // tcpi_unacked: segments in flight (lost and SACKed ones included)
+	inFlight    uint32 // segments in flight: tcpi_unacked - sacked - lost + retrans
 }
 
 func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
@@ -284,7 +284,7 @@ func fromTCPInfo(info *unix.TCPInfo) tcpInfo {
 		sndWnd:      info.Snd_wnd,
 		delivered:   info.Delivered,
 		mss:         info.Snd_mss,
-		unacked:     info.Unacked,
+		inFlight:    info.Unacked - min(info.Unacked, info.Sacked+info.Lost) + info.Retrans,
 	}
 }
 
@@ -331,12 +331,14 @@ func maxPacingRate(c *net.TCPConn) (uint64, error) {
 	return v, err
 }
 
-// setSendBuffer sets SO_SNDBUF (SO_SNDBUFFORCE where allowed) on a
-// connected stream; the kernel doubles v for its bookkeeping.
-func setSendBuffer(c *net.TCPConn, v int) error {
+// setSendBuffer sets SO_SNDBUFFORCE on a connected stream, or, where
+// that is not allowed and fallback holds, SO_SNDBUF (capped at
+// net.core.wmem_max); the kernel doubles v for its bookkeeping.
+func setSendBuffer(c *net.TCPConn, v int, fallback bool) error {
 	return onSocket(c, func(fd int) error {
-		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, v) == nil {
-			return nil
+		err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, v)
+		if err == nil || !fallback {
+			return err
 		}
 		return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, v)
 	})
