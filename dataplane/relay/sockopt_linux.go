@@ -47,10 +47,8 @@ func (t streamTuning) apply(fd int) error {
 		if b.size <= 0 {
 			continue
 		}
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, b.force, b.size); err != nil {
-			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, b.capped, b.size); err != nil {
-				return fmt.Errorf("%s %d: %w", b.name, b.size, err)
-			}
+		if err := setBuffer(fd, b.force, b.capped, b.size, true); err != nil {
+			return fmt.Errorf("%s %d: %w", b.name, b.size, err)
 		}
 	}
 	if t.notsentLowat > 0 {
@@ -331,16 +329,22 @@ func maxPacingRate(c *net.TCPConn) (uint64, error) {
 	return v, err
 }
 
-// setSendBuffer sets SO_SNDBUFFORCE on a connected stream, or, where
-// that is not allowed and fallback holds, SO_SNDBUF (capped at
-// net.core.wmem_max); the kernel doubles v for its bookkeeping.
+// setBuffer sets a socket buffer with its SO_*BUFFORCE option (which
+// lifts the net.core maximum with CAP_NET_ADMIN) or, where that is not
+// allowed and fallback holds, with the capped option; the kernel doubles
+// v for its bookkeeping.
+func setBuffer(fd, force, capped, v int, fallback bool) error {
+	err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, v)
+	if err == nil || !fallback {
+		return err
+	}
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, capped, v)
+}
+
+// setSendBuffer sets a connected stream's send buffer (setBuffer).
 func setSendBuffer(c *net.TCPConn, v int, fallback bool) error {
 	return onSocket(c, func(fd int) error {
-		err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, v)
-		if err == nil || !fallback {
-			return err
-		}
-		return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, v)
+		return setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, v, fallback)
 	})
 }
 
