@@ -49,6 +49,29 @@ type Result struct {
 	// PerConnectionBps is what the receiver saw on each of iperf3's -P
 	// connections, in iperf3's order; its sum is ReceivedBps.
 	PerConnectionBps []float64
+	// ServerSeconds and ClientSeconds are each end's per-second rates,
+	// as iperf3 read or wrote them; ReceiverSeconds picks the receiver's.
+	ServerSeconds, ClientSeconds []Interval
+}
+
+// Interval is one of iperf3's per-second reports over the measured time
+// (the omitted slow start is left out). Start and End are seconds since
+// the measured time began on that end's clock; the last interval may be
+// shorter or longer than a second.
+type Interval struct {
+	Start, End float64
+	Bps        float64
+}
+
+// ReceiverSeconds are the per-second rates the receiving application read:
+// the server's, or the client's under Reverse. Unlike the interface's
+// rate in Sample, they start and stop with the test on the receiver's
+// clock, so no second of them holds time after the sender stopped.
+func (r Result) ReceiverSeconds() []Interval {
+	if r.Reverse {
+		return r.ClientSeconds
+	}
+	return r.ServerSeconds
 }
 
 // Sample is the state of a running transfer, taken about once a second.
@@ -72,7 +95,9 @@ type Progress func(Sample)
 func Server(ctx context.Context, lab *labnet.Lab, ports ...int) ([]*labnet.Process, error) {
 	var procs []*labnet.Process
 	for _, port := range ports {
-		p, err := lab.Start(fmt.Sprintf("iperf3-server-%d", port), labnet.Server, "iperf3", "-s", "-p", strconv.Itoa(port))
+		// -J makes the server's report JSON, which the client fetches
+		// (--get-server-output) for the receiver's per-second rates.
+		p, err := lab.Start(fmt.Sprintf("iperf3-server-%d", port), labnet.Server, "iperf3", "-s", "-J", "-p", strconv.Itoa(port))
 		if err != nil {
 			return procs, err
 		}
@@ -114,7 +139,7 @@ func Run(ctx context.Context, lab *labnet.Lab, tr Transfer, progress Progress) (
 	secs := func(d time.Duration) string { return strconv.Itoa(int(d.Round(time.Second) / time.Second)) }
 	args := []string{"-c", labnet.ServerAddr.String(), "-p", strconv.Itoa(tr.Port),
 		"-t", secs(tr.Duration), "-O", secs(tr.Omit), "-P", strconv.Itoa(tr.Parallel),
-		"--connect-timeout", "10000", "-J"}
+		"--connect-timeout", "10000", "-J", "--get-server-output"}
 	if tr.Reverse {
 		args = append(args, "-R")
 	}
@@ -209,8 +234,11 @@ func RxBytes(ctx context.Context, lab *labnet.Lab, h labnet.Host) (int64, error)
 
 // iperfReport is the part of iperf3's -J output the lab reads.
 type iperfReport struct {
-	Error string `json:"error"`
-	Start struct {
+	Error     string          `json:"error"`
+	Intervals []iperfInterval `json:"intervals"`
+	// Server is the server's own report (--get-server-output, server -J).
+	Server *iperfReport `json:"server_output_json"`
+	Start  struct {
 		Connected []struct {
 			LocalHost  string `json:"local_host"`
 			LocalPort  int    `json:"local_port"`
@@ -238,6 +266,27 @@ type iperfReport struct {
 	} `json:"end"`
 }
 
+type iperfInterval struct {
+	Sum struct {
+		Start         float64 `json:"start"`
+		End           float64 `json:"end"`
+		BitsPerSecond float64 `json:"bits_per_second"`
+		Omitted       bool    `json:"omitted"`
+	} `json:"sum"`
+}
+
+// measured are the intervals of the measured time, the omitted slow
+// start left out.
+func measured(ivs []iperfInterval) []Interval {
+	var out []Interval
+	for _, iv := range ivs {
+		if !iv.Sum.Omitted {
+			out = append(out, Interval{Start: iv.Sum.Start, End: iv.Sum.End, Bps: iv.Sum.BitsPerSecond})
+		}
+	}
+	return out
+}
+
 // Parse reads iperf3's JSON report. The omitted slow start is already left
 // out of iperf3's sums.
 func Parse(report []byte) (Result, error) {
@@ -258,6 +307,11 @@ func Parse(report []byte) (Result, error) {
 		Retransmits: r.End.SumSent.Retransmits,
 		Bytes:       recv.Bytes,
 		Seconds:     recv.Seconds,
+
+		ClientSeconds: measured(r.Intervals),
+	}
+	if r.Server != nil {
+		res.ServerSeconds = measured(r.Server.Intervals)
 	}
 	for _, st := range r.End.Streams {
 		res.PerConnectionBps = append(res.PerConnectionBps, st.Receiver.BitsPerSecond)

@@ -2,6 +2,7 @@ package measure
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -68,7 +69,10 @@ func TestParseReadsIperfJSON(t *testing.T) {
 	report := []byte(`{"start":{"connected":[{"socket":5,"local_host":"10.10.1.10","local_port":40000,"remote_host":"10.10.2.10","remote_port":5201}]},
 "end":{"streams":[{"sender":{"bits_per_second":6e8},"receiver":{"bits_per_second":5.8e8}},{"sender":{"bits_per_second":4e8},"receiver":{"bits_per_second":3.8e8}}],
 "sum_sent":{"start":0,"end":10,"seconds":10,"bytes":1250000000,"bits_per_second":1e9,"retransmits":7,"sender":true},
-"sum_received":{"start":0,"end":10.2,"seconds":10.2,"bytes":1224000000,"bits_per_second":9.6e8,"sender":true}}}`)
+"sum_received":{"start":0,"end":10.2,"seconds":10.2,"bytes":1224000000,"bits_per_second":9.6e8,"sender":true}},
+"intervals":[{"sum":{"start":0,"end":1,"bits_per_second":1e8,"omitted":true}},{"sum":{"start":0,"end":1.0001,"bits_per_second":9e8,"omitted":false}}],
+"server_output_json":{"intervals":[{"sum":{"start":0,"end":1,"bits_per_second":5e7,"omitted":true}},
+{"sum":{"start":0,"end":1,"bits_per_second":8e8,"omitted":false}},{"sum":{"start":1,"end":2.003,"bits_per_second":9.5e8,"omitted":false}}]}}`)
 	r, err := Parse(report)
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +80,15 @@ func TestParseReadsIperfJSON(t *testing.T) {
 	if r.ReceivedBps != 9.6e8 || r.SentBps != 1e9 || r.Retransmits != 7 || r.Bytes != 1224000000 || r.Seconds != 10.2 ||
 		len(r.PerConnectionBps) != 2 || r.PerConnectionBps[0] != 5.8e8 || r.PerConnectionBps[1] != 3.8e8 {
 		t.Errorf("%+v", r)
+	}
+	wantServer := []Interval{{Start: 0, End: 1, Bps: 8e8}, {Start: 1, End: 2.003, Bps: 9.5e8}}
+	if !slices.Equal(r.ServerSeconds, wantServer) || !slices.Equal(r.ReceiverSeconds(), wantServer) ||
+		!slices.Equal(r.ClientSeconds, []Interval{{Start: 0, End: 1.0001, Bps: 9e8}}) {
+		t.Errorf("per-second rates: server %v, client %v", r.ServerSeconds, r.ClientSeconds)
+	}
+	r.Reverse = true
+	if !slices.Equal(r.ReceiverSeconds(), r.ClientSeconds) {
+		t.Errorf("under -R the receiver is the client: %v", r.ReceiverSeconds())
 	}
 	for _, bad := range []string{`{"error":"unable to connect to server: Connection refused"}`, `{}`, `not json`} {
 		if _, err := Parse([]byte(bad)); err == nil {

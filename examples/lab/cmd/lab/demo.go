@@ -18,8 +18,8 @@ import (
 
 // The acceptance bars of the demo: sosappliance against the link, the
 // end-host parallel transfer and the direct one; and its slowest second
-// against the link, leaving out the first barSkipSeconds seconds of data
-// (the stripes' start-up) and the drain after the measured time.
+// against the link, leaving out the test's first barSkipSeconds seconds
+// (the stripes' start-up).
 const (
 	barOfLink      = 0.80
 	barOfParallel  = 0.90
@@ -28,14 +28,22 @@ const (
 	barSkipSeconds = 3
 )
 
-// slowestSecond is the lowest per-second rate among samples, from the
-// (barSkipSeconds+1)th second of data to the end of the measured time;
-// false when there is no such second. A sample's rate is over the second
-// before it, so the first that counts is at barSkipSeconds+1 seconds.
-func slowestSecond(samples []measure.Sample) (float64, bool) {
+// slowestSecond is the lowest of the receiving iperf3's per-second rates
+// (Result.ReceiverSeconds) from the (barSkipSeconds+1)th second of its
+// test on, omit being the slow start before its measured time; false when
+// there is no such second. An interval under half a second, as the last
+// can be, is not a second and is left out.
+//
+// These are the receiver's own seconds, not the interface's: its test
+// stops when the client's end of test reaches it, so no second holds time
+// after the sender stopped. The interface's last second could, by up to a
+// second, as its seconds are counted from the sampling second in which
+// data began to arrive.
+func slowestSecond(seconds []measure.Interval, omit time.Duration) (float64, bool) {
 	low, ok := 0.0, false
-	for _, s := range samples {
-		if !s.Flowing || s.Elapsed < (barSkipSeconds+1)*time.Second || s.Elapsed > s.Total {
+	skip := barSkipSeconds - omit.Seconds()
+	for _, s := range seconds {
+		if s.Start < skip-1e-3 || s.End-s.Start < 0.5 {
 			continue
 		}
 		if !ok || s.Bps < low {
@@ -116,14 +124,14 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	var results []measure.Result
 	var timelines []timeline
-	// The sosappliance run's slowest second.
+	// The sosappliance run's seconds at the receiver, and its slowest.
+	var sosSeconds []measure.Interval
 	var slowest float64
 	var slowestOK bool
 	for i := range runs {
 		runs[i].Duration, runs[i].Omit = tf.duration, tf.omit
 		bar := newProgressBar(stdout, runs[i].Label)
 		tl := timeline{Label: runs[i].Label}
-		var samples []measure.Sample
 		stopKilling := func() {}
 		sosRun := lab.Appliance() && runs[i].Port == wl.ServerPort
 		if sosRun {
@@ -131,7 +139,6 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		res, err := measure.Run(ctx, lab, runs[i], func(s measure.Sample) {
 			tl.Samples = append(tl.Samples, timelineSample{Seconds: s.Waiting.Seconds(), Bps: s.Bps})
-			samples = append(samples, s)
 			bar.update(s)
 		})
 		bar.finish(res, err)
@@ -142,10 +149,18 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		results = append(results, res)
 		timelines = append(timelines, tl)
 		if sosRun {
-			slowest, slowestOK = slowestSecond(samples)
+			sosSeconds = res.ReceiverSeconds()
+			slowest, slowestOK = slowestSecond(sosSeconds, runs[i].Omit)
 		}
 	}
 	missed := printComparison(stdout, lab.WAN(), results, slowest, slowestOK)
+	if len(sosSeconds) > 0 {
+		fmt.Fprintf(stdout, "\nsosappliance at the server, each second of the measured time (Mbit/s):")
+		for _, s := range sosSeconds {
+			fmt.Fprintf(stdout, " %.0f", s.Bps/1e6)
+		}
+		fmt.Fprintln(stdout)
+	}
 	csvPath := filepath.Join(*out, "demo-throughput.csv")
 	pngPath := filepath.Join(*out, "demo-throughput.png")
 	if err := writeFile(csvPath, func(w io.Writer) error { return writeTimelines(w, timelines) }); err != nil {

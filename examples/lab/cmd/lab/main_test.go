@@ -103,25 +103,25 @@ func TestComparisonShowsRatiosAndTargets(t *testing.T) {
 	}
 }
 
-func TestSlowestSecondLeavesStartUpAndDrainOut(t *testing.T) {
-	total := 20 * time.Second
-	var samples []measure.Sample
-	add := func(flowing bool, elapsed time.Duration, bps float64) {
-		samples = append(samples, measure.Sample{Flowing: flowing, Elapsed: elapsed, Total: total, Bps: bps})
+func TestSlowestSecondLeavesStartUpAndShortIntervalsOut(t *testing.T) {
+	if _, ok := slowestSecond(nil, 3*time.Second); ok {
+		t.Fatal("a slowest second without seconds")
 	}
-	if _, ok := slowestSecond(samples); ok {
-		t.Fatal("a slowest second without samples")
+	// The measured time after a 3 s omit: all of it counts.
+	seconds := []measure.Interval{
+		{Start: 0, End: 1, Bps: 480e6},
+		{Start: 1, End: 2, Bps: 260e6}, // the slowest
+		{Start: 2, End: 3.001, Bps: 470e6},
+		{Start: 3.001, End: 3.2, Bps: 30e6}, // a last interval of 0.2 s
 	}
-	add(false, 0, 0)                       // opening connections
-	add(true, 1*time.Second, 50e6)         // start-up: left out
-	add(true, 3*time.Second, 90e6)         // still the first three seconds
-	add(true, 3500*time.Millisecond, 80e6) // the second before it: half in them
-	add(true, 4*time.Second, 480e6)        // measured
-	add(true, 9*time.Second, 260e6)        // the slowest
-	add(true, 20*time.Second, 470e6)       // the measured time's last second
-	add(true, 21*time.Second, 30e6)        // draining: left out
-	if got, ok := slowestSecond(samples); !ok || got != 260e6 {
+	if got, ok := slowestSecond(seconds, 3*time.Second); !ok || got != 260e6 {
 		t.Errorf("slowest second %v (%v), want 260e6", got, ok)
+	}
+	// Without an omit the first three seconds of the test are left out.
+	seconds[0].Bps, seconds[1].Bps, seconds[2].Bps = 50e6, 90e6, 80e6
+	seconds = append(seconds, measure.Interval{Start: 3.2, End: 4.2, Bps: 400e6})
+	if got, ok := slowestSecond(seconds, 0); !ok || got != 400e6 {
+		t.Errorf("slowest second without an omit %v (%v), want 400e6", got, ok)
 	}
 }
 
