@@ -66,7 +66,7 @@ type Interval struct {
 // ReceiverSeconds are the per-second rates the receiving application read:
 // the server's, or the client's under Reverse. Unlike the interface's
 // rate in Sample, they start and stop with the test on the receiver's
-// clock, so no second of them holds time after the sender stopped.
+// clock, so no second of them holds time after the test ended there.
 func (r Result) ReceiverSeconds() []Interval {
 	if r.Reverse {
 		return r.ClientSeconds

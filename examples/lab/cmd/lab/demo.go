@@ -35,10 +35,11 @@ const (
 // can be, is not a second and is left out.
 //
 // These are the receiver's own seconds, not the interface's: its test
-// stops when the client's end of test reaches it, so no second holds time
-// after the sender stopped. The interface's last second could, by up to a
-// second, as its seconds are counted from the sampling second in which
-// data began to arrive.
+// ends when the client's end of test reaches it, and it reads no more, so
+// no second holds time after that. The interface's last second could, by
+// up to a second, as its seconds are counted from the sampling second in
+// which data began to arrive; after the end a relay still holding data
+// delivers it into a receive window that closes.
 func slowestSecond(seconds []measure.Interval, omit time.Duration) (float64, bool) {
 	low, ok := 0.0, false
 	skip := barSkipSeconds - omit.Seconds()
