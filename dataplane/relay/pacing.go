@@ -378,10 +378,7 @@ func (st *stream) applySendCap(per int) {
 	// The buffer holds the unsent bytes too (up to the stream's
 	// TCP_NOTSENT_LOWAT), and the kernel counts each buffer's overhead
 	// against it and doubles what it is given.
-	v := max((per+per/8+int(st.lowat.Load()))/2, 1)
-	if v >= full {
-		v = full
-	}
+	v := min(max((per+per/8+int(st.lowat.Load()))/2, 1), full)
 	if cur > 0 && math.Abs(float64(v-cur)) <= pacingRetune*float64(cur) {
 		return
 	}
