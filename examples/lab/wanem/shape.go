@@ -21,12 +21,6 @@ import (
 	"time"
 )
 
-// DefaultBurst is the token-bucket credit used when Shape.Burst is zero.
-// Go timers wake late by tens of microseconds to milliseconds on a busy host;
-// two milliseconds of credit lets the bucket spend the time it overslept
-// instead of losing it.
-const DefaultBurst = 2 * time.Millisecond
-
 // MinDefaultQueueBytes is the floor of the queue sized from the
 // bandwidth-delay product when Shape.QueueBytes is zero, so that links with
 // little or no delay still absorb a few milliseconds of bursts.
@@ -50,9 +44,6 @@ type Shape struct {
 	// Seed seeds the loss generator; the same seed and the same arrivals
 	// lose the same frames.
 	Seed int64
-	// Burst is how much sending time the token bucket may save up; zero
-	// means DefaultBurst.
-	Burst time.Duration
 }
 
 // Config shapes the two directions of the WAN independently: AtoB for frames
@@ -83,9 +74,6 @@ func (s Shape) Validate() error {
 	if math.IsNaN(s.Loss) || s.Loss < 0 || s.Loss > 1 {
 		errs = append(errs, fmt.Errorf("loss %v is outside [0, 1]", s.Loss))
 	}
-	if s.Burst < 0 {
-		errs = append(errs, fmt.Errorf("burst %v is negative", s.Burst))
-	}
 	return errors.Join(errs...)
 }
 
@@ -112,14 +100,6 @@ func (s Shape) EffectiveQueueBytes() int {
 		return math.MaxInt32
 	}
 	return max(int(bdp), MinDefaultQueueBytes)
-}
-
-// EffectiveBurst is the token-bucket credit the shape runs with.
-func (s Shape) EffectiveBurst() time.Duration {
-	if s.Burst > 0 {
-		return s.Burst
-	}
-	return DefaultBurst
 }
 
 // ParseRate reads a rate the way tc writes one, in bits per second with an

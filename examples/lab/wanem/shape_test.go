@@ -75,13 +75,13 @@ func TestParseSize(t *testing.T) {
 }
 
 func TestConfigValidateReportsEveryField(t *testing.T) {
-	bad := Shape{Delay: -1, Rate: -1, QueueBytes: -1, Loss: 1.5, Burst: -1}
+	bad := Shape{Delay: -1, Rate: -1, QueueBytes: -1, Loss: 1.5}
 	err := Config{AtoB: bad, BtoA: Shape{Loss: -0.1}}.Validate()
 	if err == nil {
 		t.Fatal("Validate accepted negative and out-of-range fields")
 	}
 	for _, want := range []string{
-		"a->b: delay", "rate", "queue", "loss 1.5", "burst", "b->a: loss -0.1",
+		"a->b: delay", "rate", "queue", "loss 1.5", "b->a: loss -0.1",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
@@ -108,56 +108,5 @@ func TestEffectiveQueueBytes(t *testing.T) {
 		if got := tc.shape.EffectiveQueueBytes(); got != tc.want {
 			t.Errorf("%s: EffectiveQueueBytes = %d, want %d", tc.name, got, tc.want)
 		}
-	}
-}
-
-func TestTokenBucketWaitIsExactlyEnough(t *testing.T) {
-	// 1 Gbit/s = 125 bytes per microsecond; 2ms of credit = 250,000 bytes.
-	b := newTokenBucket(1e9, 2*time.Millisecond, simStart)
-	if !b.take(simStart, 250_000) {
-		t.Fatal("a full bucket refused its whole burst")
-	}
-	if b.take(simStart, 1) {
-		t.Fatal("an empty bucket paid for a byte")
-	}
-	wait := b.wait(simStart, 9000)
-	if wait != 72*time.Microsecond {
-		t.Errorf("wait for 9000 bytes = %v, want 72µs", wait)
-	}
-	if b.take(simStart.Add(wait-time.Microsecond), 9000) {
-		t.Error("paid for a frame before its wait was over")
-	}
-	if !b.take(simStart.Add(wait), 9000) {
-		t.Error("refused a frame once its wait was over")
-	}
-
-	// Credit saved while idle stops at the burst.
-	later := simStart.Add(time.Second)
-	if !b.take(later, 250_000) || b.take(later, 1) {
-		t.Error("an idle second saved more or less than the 2ms burst")
-	}
-}
-
-func TestTokenBucketFrameLargerThanBurst(t *testing.T) {
-	// 8 Mbit/s with 1ms of credit holds 1000 bytes; a 3000-byte frame must
-	// still pass and be paid back before the next one.
-	b := newTokenBucket(8e6, time.Millisecond, simStart)
-	if !b.take(simStart, 3000) {
-		t.Fatal("a full bucket refused a frame larger than its burst")
-	}
-	if w := b.wait(simStart, 3000); w != 3*time.Millisecond {
-		t.Errorf("after a 3000-byte frame the next waits %v, want 3ms", w)
-	}
-}
-
-func TestTokenBucketUnlimited(t *testing.T) {
-	b := newTokenBucket(0, DefaultBurst, simStart)
-	for range 1000 {
-		if !b.take(simStart, 65535) {
-			t.Fatal("an unlimited bucket refused a frame")
-		}
-	}
-	if w := b.wait(simStart, 65535); w != 0 {
-		t.Errorf("an unlimited bucket asks to wait %v", w)
 	}
 }

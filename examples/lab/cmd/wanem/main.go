@@ -42,7 +42,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&queue, "queue", "bdp", "drop-tail queue of each direction, e.g. 2MB or 4MiB; bdp sizes it to rate × 2×delay")
 	fs.Float64Var(&opts.shape.Loss, "loss", 0, "random loss probability of each direction, e.g. 0.001")
 	fs.Int64Var(&opts.shape.Seed, "seed", 1, "seed of the loss generators")
-	fs.DurationVar(&opts.shape.Burst, "burst", wanem.DefaultBurst, "sending time the token bucket may save up")
+	fs.Func("burst", "retired: the link keeps its own clock and loses no sending time to late wake-ups", func(string) error {
+		return errors.New("--burst is retired: the link keeps its own clock, so a late wake-up loses no sending time and there is no credit to size; drop the flag")
+	})
 	fs.DurationVar(&opts.statsEvery, "stats-every", 0, "print counters at this interval; 0 prints them only on SIGUSR1 and exit")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
@@ -102,8 +104,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	s := opts.shape
-	fmt.Fprintf(stderr, "wanem: joining %s and %s: delay=%v rate=%dbit/s queue=%dB loss=%v seed=%d burst=%v\n",
-		opts.ifA, opts.ifB, s.Delay, s.Rate, s.EffectiveQueueBytes(), s.Loss, s.Seed, s.EffectiveBurst())
+	fmt.Fprintf(stderr, "wanem: joining %s and %s: delay=%v rate=%dbit/s queue=%dB loss=%v seed=%d\n",
+		opts.ifA, opts.ifB, s.Delay, s.Rate, s.EffectiveQueueBytes(), s.Loss, s.Seed)
 
 	done := make(chan error, 1)
 	go func() { done <- em.Run(ctx) }()
