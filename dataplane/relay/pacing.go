@@ -128,6 +128,11 @@ var pacingGains = [...]float64{1.25, 0.75, 1, 1, 1, 1, 1, 1}
 
 const pacingDrainPhase = 1
 
+// mbps is a rate in bytes/s as Mbit/s, rounded to one decimal, for logs.
+func mbps(bytesPerSecond float64) float64 {
+	return math.Round(bytesPerSecond*8/1e5) / 10
+}
+
 // noPacingCap is SO_MAX_PACING_RATE's "no cap".
 const noPacingCap = math.MaxUint64
 
@@ -166,6 +171,16 @@ type stripePacer struct {
 	drainTicks int
 	ticks      [pacingSpanTicks]pacingTick
 	nticks     int // ticks recorded in all
+	// ended is how the last start-up ended, for the log.
+	ended startupEnd
+}
+
+// startupEnd is how a start-up ended: the best rate it cruises from and
+// the span's rate (bytes/s), the share of it sent again, and whether that
+// share (overflow) rather than a flat rate ended it.
+type startupEnd struct {
+	best, rate, resent float64
+	overflowed         bool
 }
 
 // tick records one housekeeping tick and returns, over the span, the
@@ -228,6 +243,7 @@ func (p *stripePacer) update(now time.Time, d pacingTick, rtt time.Duration) flo
 		}
 		// Cruising starts by draining the queue start-up built.
 		p.cruising, p.draining, p.drainTicks = true, true, 0
+		p.ended = startupEnd{best: p.best, rate: rate, resent: resent, overflowed: overflowed}
 	}
 	if p.draining {
 		if p.drainTicks < 1 || p.drainTicks < pacingDrainTicks && d.minRTT > 0 && float64(d.inflight) > p.best*d.minRTT.Seconds() {
@@ -323,7 +339,19 @@ func (s *session) pace(now time.Time, streams []*stream, recovering int, d pacin
 	// Nothing waiting to be sent: the end host (or the peer's credit),
 	// not the streams, set this tick's rate.
 	d.appLimited = len(s.sendq) == 0 && notsent < uint64(len(streams)*s.chunkSize)
+	cruised := s.pacer.cruising
 	total := s.pacer.update(now, d, rtt)
+	if e := s.pacer.ended; !cruised && s.pacer.cruising {
+		// A session that cruises far below its path's rate is slow for as
+		// long as the probe takes to climb; this line says where it began.
+		by := "flat rate"
+		if e.overflowed {
+			by = "overflow"
+		}
+		s.agent.log.Info("relay: pacing start-up over", append(s.logAttrs(),
+			"streams", len(streams), "best_mbps", mbps(e.best), "rate_mbps", mbps(e.rate),
+			"resent", math.Round(e.resent*1e4)/1e4, "by", by)...)
+	}
 	share := streamShare(total, len(streams), recovering)
 	s.paceTotal.Store(uint64(total))
 	s.paceShare.Store(uint64(share))

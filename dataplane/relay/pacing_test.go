@@ -67,6 +67,9 @@ func TestPacerCapsAtTheBestRateOnceItLevelsOff(t *testing.T) {
 	if first < pacingFlatTicks-1 {
 		t.Fatalf("capped at flat tick %d (%v): start-up needs %d ticks without growth", first, caps, pacingFlatTicks)
 	}
+	if e := p.ended; e.overflowed || e.best != 62e6 || e.rate != 62e6 || e.resent != 0 {
+		t.Errorf("start-up ended %+v, want by a flat rate of 62e6, nothing sent again", e)
+	}
 	// Once the measurement has settled, one probe cycle is 1.25, 0.75
 	// and six times 1 of the rate: on average what the path delivered.
 	_, now = feed(&p, now, rtt, false, flat(62e6, 8)...)
@@ -127,6 +130,15 @@ func TestPacerAppLimitedTicksDoNotLowerTheRate(t *testing.T) {
 	}
 }
 
+func TestMbps(t *testing.T) {
+	if got := mbps(62.5e6); got != 500 {
+		t.Errorf("mbps(62.5e6 bytes/s) = %v, want 500", got)
+	}
+	if got := mbps(1234567); got != 9.9 {
+		t.Errorf("mbps(1234567 bytes/s) = %v, want 9.9", got)
+	}
+}
+
 func TestStreamShare(t *testing.T) {
 	for _, c := range []struct {
 		total            float64
@@ -174,6 +186,10 @@ func TestPacerStartupEndsWhenTheStreamsOverflowThePath(t *testing.T) {
 	}
 	if caps[2] != 0 || caps[4] == 0 || !p.cruising {
 		t.Fatalf("caps %v: want none while clean, one once 10 %% is sent again", caps)
+	}
+	// The log says how it ended: at the first tick with 10 % sent again.
+	if e := p.ended; !e.overflowed || e.best != 8e6 || math.Abs(e.resent-0.1) > 0.01 {
+		t.Errorf("start-up ended %+v, want by overflow at a best of 8e6 with 10 %% sent again", e)
 	}
 	// Random loss (0.1 %) does not end a start-up.
 	var q stripePacer
