@@ -349,7 +349,7 @@ func (s *session) pace(now time.Time, streams []*stream, recovering int, d pacin
 			by = "overflow"
 		}
 		s.agent.log.Info("relay: pacing start-up over", append(s.logAttrs(),
-			"best_mbps", mbps(e.best), "rate_mbps", mbps(e.rate),
+			"live_streams", len(streams), "best_mbps", mbps(e.best), "rate_mbps", mbps(e.rate),
 			"resent", math.Round(e.resent*1e4)/1e4, "by", by)...)
 	}
 	share := streamShare(total, len(streams), recovering)
