@@ -50,6 +50,23 @@ type mitmStream struct {
 	wmu     [2]sync.Mutex
 	hello   []byte
 	confirm []byte
+	// shutA, shutB: a pump half-closed a, b (set before the call).
+	shutA, shutB atomic.Bool
+}
+
+func (ms *mitmStream) shut(c *net.TCPConn) bool {
+	if c == ms.a {
+		return ms.shutA.Load()
+	}
+	return ms.shutB.Load()
+}
+
+func (ms *mitmStream) markShut(c *net.TCPConn) {
+	if c == ms.a {
+		ms.shutA.Store(true)
+	} else {
+		ms.shutB.Store(true)
+	}
 }
 
 func newMITM(t testing.TB, target netip.AddrPort) *mitm {
@@ -144,7 +161,7 @@ func (m *mitm) serve(a *net.TCPConn) {
 func (m *mitm) pump(ms *mitmStream, dir stripe.Direction, from, to *net.TCPConn, handshake int) {
 	hs := make([]byte, handshake)
 	if _, err := io.ReadFull(from, hs); err != nil {
-		m.propagate(err, from, to)
+		m.propagate(ms, err, from, to)
 		return
 	}
 	if dir == stripe.Up {
@@ -158,7 +175,7 @@ func (m *mitm) pump(ms *mitmStream, dir stripe.Direction, from, to *net.TCPConn,
 	for {
 		hdr := make([]byte, stripe.HeaderSize)
 		if _, err := io.ReadFull(from, hdr); err != nil {
-			m.propagate(err, from, to)
+			m.propagate(ms, err, from, to)
 			return
 		}
 		n := binary.BigEndian.Uint32(hdr[4:8])
@@ -170,7 +187,7 @@ func (m *mitm) pump(ms *mitmStream, dir stripe.Direction, from, to *net.TCPConn,
 		frame := make([]byte, stripe.HeaderSize+int(n))
 		copy(frame, hdr)
 		if _, err := io.ReadFull(from, frame[stripe.HeaderSize:]); err != nil {
-			m.propagate(err, from, to)
+			m.propagate(ms, err, from, to)
 			return
 		}
 		if m.delay != nil {
@@ -193,8 +210,13 @@ func (m *mitm) pump(ms *mitmStream, dir stripe.Direction, from, to *net.TCPConn,
 	}
 }
 
-func (m *mitm) propagate(err error, from, to *net.TCPConn) {
-	if errors.Is(err, io.EOF) {
+// propagate passes on how from ended: a FIN as a FIN, anything else as
+// resets. End of file alone can be a reset whose error the other pump's
+// write took (see endedByFin); passed on as a FIN, it would look to the
+// agent past to like the far agent's orderly close.
+func (m *mitm) propagate(ms *mitmStream, err error, from, to *net.TCPConn) {
+	if errors.Is(err, io.EOF) && endedByFin(from, ms.shut(from)) {
+		ms.markShut(to)
 		_ = to.CloseWrite()
 		return
 	}

@@ -298,6 +298,17 @@ func peerClosed(c *net.TCPConn) bool {
 	return ok && info.state == tcpCloseWait
 }
 
+// endedByFin reports whether the end of file a read of c returned is the
+// peer's FIN rather than a reset. A reset's error is returned once, to the
+// first call that looks: when a write on c took it, the reader sees only
+// end of file. While this side has not half-closed (wroteFin false), the
+// state tells them apart: CLOSE_WAIT after a FIN, CLOSE after a reset.
+// Once it has, a clean close ends in CLOSE too, but then nothing writes to
+// c any more and the reader gets a reset's error itself.
+func endedByFin(c *net.TCPConn, wroteFin bool) bool {
+	return wroteFin || peerClosed(c)
+}
+
 // onSocket runs fn on a connected stream's file descriptor.
 func onSocket(c *net.TCPConn, fn func(fd int) error) error {
 	rc, err := c.SyscallConn()
