@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
@@ -136,17 +138,26 @@ func (a *Agent) carryDirect(rc *runtimeConfig, host *net.TCPConn, client, server
 	var wg sync.WaitGroup
 	var failed sync.Once
 	fail := func() { failed.Do(func() { reset(host); reset(far) }) }
-	pipe := func(dst, src *net.TCPConn) {
+	// shut[i]: the other pipe half-closed conns[i] (set before the call;
+	// see endedByFin).
+	conns := [2]*net.TCPConn{host, far}
+	var shut [2]atomic.Bool
+	pipe := func(dst, src int) {
 		defer wg.Done()
-		if _, err := io.Copy(dst, src); err != nil {
+		_, err := io.Copy(conns[dst], conns[src])
+		if err == nil && !endedByFin(conns[src], shut[src].Load()) {
+			err = syscall.ECONNRESET // a write to src took its reset's error
+		}
+		if err != nil {
 			fail()
 			return
 		}
-		_ = dst.CloseWrite()
+		shut[dst].Store(true)
+		_ = conns[dst].CloseWrite()
 	}
 	wg.Add(2)
-	go pipe(far, host)
-	go pipe(host, far)
+	go pipe(1, 0)
+	go pipe(0, 1)
 	wg.Wait()
 	_ = host.SetLinger(-1)
 	_ = far.SetLinger(-1)

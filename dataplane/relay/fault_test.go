@@ -13,11 +13,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
+	"golang.org/x/sys/unix"
 )
 
 func TestHalfCloseClientStillGetsFullReply(t *testing.T) {
@@ -609,4 +611,88 @@ func TestHalfClosedIdleTimeout(t *testing.T) {
 	if idle == 0 {
 		t.Errorf("no idle abort: %+v %+v", p.a.Stats().RecentAborts, p.b.Stats().RecentAborts)
 	}
+}
+
+// TestClientResetNeverEndsCleanly resets the client while its agent is
+// writing a download to it and its upload is idle. The agent's write to
+// the client takes the reset's error, and its read of the client then
+// sees only end of file: that must still end the session with a reset at
+// the server, never with a FIN that makes the truncated upload look
+// complete. Each round is one session.
+//
+// The end server writes too, so it cannot tell a FIN from a reset by its
+// read alone either: at end of file it asks the kernel whether a FIN
+// came (state CLOSE_WAIT).
+func TestClientResetNeverEndsCleanly(t *testing.T) {
+	const rounds, upload = 20, 64 << 10
+	ends := make(chan error, rounds)
+	p := startPair(t, pairOptions{streams: 4, chunk: 16384}, func(c *net.TCPConn) {
+		defer c.Close()
+		go func() {
+			buf := make([]byte, 256<<10)
+			for {
+				if _, err := c.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+		n, err := io.Copy(io.Discard, c)
+		if err == nil && n < upload {
+			err = io.ErrUnexpectedEOF
+		}
+		if err == nil {
+			err = syscall.ECONNRESET
+			if tcpState(t, c) == 8 { // CLOSE_WAIT
+				err = io.EOF // a FIN: the upload ended cleanly
+			}
+		}
+		ends <- err
+	})
+	for i := range rounds {
+		c := p.dial(t)
+		if _, err := c.Write(make([]byte, upload)); err != nil {
+			t.Fatal(err)
+		}
+		// Let the download fill the client's receive buffer, so that its
+		// agent is writing (or blocked writing) when the reset comes.
+		testsupport.Eventually(t, 30*time.Second, "the download to back up", func() bool {
+			for _, s := range p.a.Stats().Sessions {
+				if s.BytesDown > 1<<20 {
+					return true
+				}
+			}
+			return false
+		})
+		time.Sleep(20 * time.Millisecond)
+		reset(c)
+		select {
+		case err := <-ends:
+			if errors.Is(err, io.EOF) {
+				t.Errorf("round %d: the server saw the client's upload end cleanly; the client had reset", i)
+			} else if !isReset(err) {
+				t.Errorf("round %d: the server saw %v, want a reset", i, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: the server saw no end of the upload", i)
+		}
+		testsupport.Eventually(t, 30*time.Second, "both agents to abort the session", func() bool {
+			return p.a.Stats().Totals.SessionsAborted == uint64(i+1) && p.b.Stats().Totals.SessionsAborted == uint64(i+1)
+		})
+	}
+}
+
+// tcpState is the connection's tcpi_state, read with no help from the
+// relay's own TCP_INFO code.
+func tcpState(t *testing.T, c *net.TCPConn) uint8 {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	var info *unix.TCPInfo
+	if err := rc.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }); err != nil || info == nil {
+		t.Error(err)
+		return 0
+	}
+	return info.State
 }

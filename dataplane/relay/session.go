@@ -312,6 +312,9 @@ type session struct {
 	writersDone atomic.Int32
 	sendFin     atomic.Bool // end host finished sending: FIN queued
 	recvFin     atomic.Bool // peer's FIN delivered: end host half-closed
+	// hostShut: the end host's connection is half-closed by this agent,
+	// or about to be (set before the call; see endedByFin).
+	hostShut atomic.Bool
 	// recvAcked: the ACK of the peer's FIN is pending for the writers
 	// (set after recvFin; see checkComplete).
 	recvAcked atomic.Bool
@@ -835,6 +838,11 @@ func (s *session) readHost() {
 		if err == nil {
 			continue
 		}
+		if errors.Is(err, io.EOF) && !endedByFin(s.host, s.hostShut.Load()) {
+			// The end host reset, and a write to it took the error: its
+			// sending was cut short, not finished.
+			err = fmt.Errorf("end of file without a FIN: %w", syscall.ECONNRESET)
+		}
 		if errors.Is(err, io.EOF) {
 			fin, ok := s.getSendBuf()
 			if !ok {
@@ -1076,6 +1084,7 @@ func (s *session) writeHost() {
 				s.abort(AbortProtocol, fmt.Errorf("peer's FIN announces %d bytes, %d were delivered", want, delivered))
 				return
 			}
+			s.hostShut.Store(true)
 			if err := s.host.CloseWrite(); err != nil {
 				s.abort(AbortEndpoint, fmt.Errorf("%s half-close: %w", s.hostName(), err))
 				return
