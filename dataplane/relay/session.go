@@ -312,12 +312,12 @@ type session struct {
 	writersDone atomic.Int32
 	sendFin     atomic.Bool // end host finished sending: FIN queued
 	recvFin     atomic.Bool // peer's FIN delivered: end host half-closed
-	// hostShut: the end host's connection is half-closed by this agent,
-	// or about to be (set before the call; see endedByFin).
-	hostShut atomic.Bool
 	// recvAcked: the ACK of the peer's FIN is pending for the writers
 	// (set after recvFin; see checkComplete).
 	recvAcked atomic.Bool
+	// hostShut: the end host's connection is half-closed by this agent,
+	// or about to be (set before the call; see endedByFin).
+	hostShut atomic.Bool
 
 	sentBytes      atomic.Uint64 // end host -> streams payload
 	deliveredBytes atomic.Uint64 // streams -> end host payload
