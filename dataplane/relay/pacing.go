@@ -318,8 +318,9 @@ func streamShare(total float64, live, recovering int) float64 {
 
 // pace applies one tick of the session's pacing to its live streams;
 // housekeeping only. recovering is how many of them are in loss
-// recovery; d what TCP delivered on them and sent again since the last
-// tick; notsent what their sockets hold unsent.
+// recovery or in BBR's ProbeRTT (see spreadProbeRTT): not carriers for
+// streamShare; d what TCP delivered on them and sent again since the
+// last tick; notsent what their sockets hold unsent.
 func (s *session) pace(now time.Time, streams []*stream, recovering int, d pacingTick, notsent uint64, rtt time.Duration) {
 	if len(streams) == 0 || d.dt <= 0 || rtt <= 0 {
 		return
@@ -352,6 +353,7 @@ func (s *session) pace(now time.Time, streams []*stream, recovering int, d pacin
 			"live_streams", len(streams), "best_mbps", mbps(e.best), "rate_mbps", mbps(e.rate),
 			"resent", math.Round(e.resent*1e4)/1e4, "by", by)...)
 	}
+	s.spreadProbeRTT(now, streams)
 	share := streamShare(total, len(streams), recovering)
 	s.paceTotal.Store(uint64(total))
 	s.paceShare.Store(uint64(share))

@@ -283,6 +283,9 @@ type session struct {
 	// bytes/s, 0 while none is set.
 	pacer                stripePacer
 	paceTotal, paceShare atomic.Uint64
+	// probeSpreadDue: a start-up ran since spreadProbeRTT last scheduled
+	// restarts (housekeeping only).
+	probeSpreadDue bool
 	// recovering is how many streams housekeeping last found in loss
 	// recovery.
 	recovering atomic.Int32
@@ -1209,7 +1212,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 		// What TCP delivered and sent again on the streams (pacing).
 		var tcpDelivered, resent, notsent, inflight uint64
 		var minRTT time.Duration
-		recovering := 0
+		recovering, probing := 0, 0
 		streams := s.establishedStreams()
 		for _, st := range streams {
 			bs, br := st.bytesSent.Load(), st.bytesRecv.Load()
@@ -1219,6 +1222,8 @@ func (s *session) tick(now time.Time, lim Limits) {
 			info, ok := readTCPInfo(st.conn)
 			if st.inRecovery(info, ok) {
 				recovering++
+			} else if ok && probingRTT(info) {
+				probing++
 			}
 			if ok {
 				st.tuneLowat(info)
@@ -1241,7 +1246,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 			s.pathRTT.Store(int64(rtt))
 		}
 		if s.established.Load() {
-			s.pace(now, streams, recovering, pacingTick{bytes: tcpDelivered, resent: resent, dt: dt, inflight: inflight, minRTT: minRTT}, notsent, rtt)
+			s.pace(now, streams, recovering+probing, pacingTick{bytes: tcpDelivered, resent: resent, dt: dt, inflight: inflight, minRTT: minRTT}, notsent, rtt)
 		}
 	}
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 && s.established.Load() {
@@ -1409,6 +1414,12 @@ type stream struct {
 	// to set again after it. See startupWindow.
 	sendCap, sendFull int
 	sendFallback      bool
+	// ccScheduled and ccRestartAt: spreadProbeRTT scheduled the restart
+	// of the stream's BBR, due then (housekeeping only; zero: not due);
+	// ccRestarted is when it was done, in Unix nanoseconds (0: not yet).
+	ccScheduled bool
+	ccRestartAt time.Time
+	ccRestarted atomic.Int64
 }
 
 func newStream(s *session, index int, conn *net.TCPConn, codec *stripe.Codec) *stream {
