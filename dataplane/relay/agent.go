@@ -149,6 +149,7 @@ type Agent struct {
 	// testDialed, set by tests, sees every session stream the client
 	// side dials (to cap its rate, as a path would cap each stream).
 	testDialed atomic.Pointer[func(c *net.TCPConn) error]
+	wmem       wmemCache // see sendBufferFull
 	ownKeys    ownKeys
 	counters   counters
 	recent     abortLog

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
@@ -453,16 +454,42 @@ func (s *session) sendBufferFull() (size int, fallback bool) {
 	if conf := s.agent.cfg.Load().SocketBuffer; conf > 0 {
 		return conf, true
 	}
-	if s.wmemMax == 0 {
-		s.wmemMax = -1
-		if b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_wmem"); err == nil {
-			if f := strings.Fields(string(b)); len(f) == 3 {
-				if v, err := strconv.Atoi(f[2]); err == nil && v > 0 {
-					// The kernel doubles what it is given.
-					s.wmemMax = max(v/2, 1)
-				}
+	return s.agent.wmem.max(time.Now()), false
+}
+
+// wmemRefresh is how long the agent keeps net.ipv4.tcp_wmem's maximum
+// before it reads it again: the host's tuning may raise it while the
+// agent runs, and a session that starts later should see that.
+const wmemRefresh = 10 * time.Second
+
+// wmemCache is the autotuning's maximum send buffer as sendBufferFull
+// gives it (half of tcp_wmem's third field, as the kernel doubles what it
+// is given), read at most once per wmemRefresh for the whole agent.
+type wmemCache struct {
+	mu   sync.Mutex
+	at   time.Time
+	size int // 0: unknown
+	// read returns the sysctl's text; nil reads /proc.
+	read func() ([]byte, error)
+}
+
+func (w *wmemCache) max(now time.Time) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.at.IsZero() && now.Sub(w.at) < wmemRefresh {
+		return w.size
+	}
+	read := w.read
+	if read == nil {
+		read = func() ([]byte, error) { return os.ReadFile("/proc/sys/net/ipv4/tcp_wmem") }
+	}
+	w.at, w.size = now, 0
+	if b, err := read(); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 3 {
+			if v, err := strconv.Atoi(f[2]); err == nil && v > 0 {
+				w.size = max(v/2, 1)
 			}
 		}
 	}
-	return max(s.wmemMax, 0), false
+	return w.size
 }

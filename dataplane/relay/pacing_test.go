@@ -4,7 +4,10 @@ import (
 	"io"
 	"math"
 	"net"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -551,4 +554,51 @@ func startUpload(c *net.TCPConn) *upload {
 func (u *upload) finish() error {
 	close(u.stop)
 	return <-u.done
+}
+
+// The autotuning's maximum is read once per wmemRefresh for the whole
+// agent, follows a change after that, and is unknown (0) when the
+// sysctl cannot be read or parsed.
+func TestWmemCacheRereadsAfterRefresh(t *testing.T) {
+	text, reads := "4096\t16384\t4194304\n", 0
+	w := wmemCache{read: func() ([]byte, error) {
+		reads++
+		if text == "" {
+			return nil, os.ErrNotExist
+		}
+		return []byte(text), nil
+	}}
+	t0 := time.Unix(1000, 0)
+	if got := w.max(t0); got != 2097152 || reads != 1 {
+		t.Fatalf("first read: %d after %d reads, want 2097152 after 1", got, reads)
+	}
+	text = "4096 16384 67108864"
+	if got := w.max(t0.Add(wmemRefresh - time.Millisecond)); got != 2097152 || reads != 1 {
+		t.Fatalf("within the refresh: %d after %d reads, want the kept 2097152 after 1", got, reads)
+	}
+	now := t0.Add(wmemRefresh)
+	if got := w.max(now); got != 33554432 || reads != 2 {
+		t.Fatalf("after the refresh: %d after %d reads, want 33554432 after 2", got, reads)
+	}
+	for _, bad := range []string{"", "4096 16384", "4096 16384 lots", "4096 16384 0"} {
+		text = bad
+		now = now.Add(wmemRefresh)
+		if got := w.max(now); got != 0 {
+			t.Errorf("tcp_wmem %q: %d, want 0 (unknown)", bad, got)
+		}
+	}
+}
+
+// On this host, the agent's reader finds the real sysctl.
+func TestWmemCacheReadsProc(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_wmem")
+	if err != nil {
+		t.Fatalf("reading tcp_wmem: %v", err)
+	}
+	f := strings.Fields(string(b))
+	want, _ := strconv.Atoi(f[2])
+	var w wmemCache
+	if got := w.max(time.Now()); got != want/2 {
+		t.Fatalf("max = %d, want half of tcp_wmem's %d", got, want)
+	}
 }

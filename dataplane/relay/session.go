@@ -336,7 +336,6 @@ type session struct {
 	rateDelivered  atomic.Uint64
 	lastArrived    uint64    // frames read from the streams at the last tick
 	checkArrived   uint64    // ... at the window's last growth check
-	wmemMax        int       // see sendBufferFull; -1: unknown
 	arrivalPeak    float64   // frames/s: the highest recent arrival rate, decaying
 	lastGrowCheck  time.Time // the window's last growth check
 	wg             sync.WaitGroup
