@@ -436,3 +436,48 @@ func (a *asyncSend) wait() ([]byte, error) {
 	<-a.done
 	return a.sent, a.err
 }
+
+// TestStallNear checks when a frame on a stream in recovery is worth a
+// copy: only when the session would run out of credit, or of retention
+// at its cap, within a round trip at its send rate.
+func TestStallNear(t *testing.T) {
+	const chunk = 60000
+	// 500 Mbit/s for 200 ms is 12.5 MB: 208.3 frames, so 209 are soon.
+	const soon = 209
+	fresh := func() *session {
+		s := &session{sessionParams: sessionParams{chunkSize: chunk}}
+		s.pathRTT.Store(int64(200 * time.Millisecond))
+		s.rateSent.Store(f64bits(500e6))
+		s.dataSent.Store(1000)
+		s.retainFrames.Store(4096)
+		return s
+	}
+	cases := []struct {
+		name     string
+		set      func(s *session)
+		retained int
+		want     bool
+	}{
+		{"no RTT yet", func(s *session) { s.pathRTT.Store(0); s.creditFrames.Store(1 << 20) }, 0, true},
+		{"no rate yet", func(s *session) { s.rateSent.Store(0); s.creditFrames.Store(1 << 20) }, 0, true},
+		{"credit for a round trip", func(s *session) { s.creditFrames.Store(1000 + soon) }, 100, false},
+		{"credit for less", func(s *session) { s.creditFrames.Store(1000 + soon - 1) }, 100, true},
+		{"credit used up", func(s *session) { s.creditFrames.Store(1000) }, 100, true},
+		{"retention can grow", func(s *session) { s.creditFrames.Store(1 << 20) }, 4000, false},
+		{"retention at its cap, room for a round trip", func(s *session) {
+			s.creditFrames.Store(1 << 20)
+			s.retainFull.Store(true)
+		}, 4096 - soon, false},
+		{"retention at its cap, room for less", func(s *session) {
+			s.creditFrames.Store(1 << 20)
+			s.retainFull.Store(true)
+		}, 4096 - soon + 1, true},
+	}
+	for _, tc := range cases {
+		s := fresh()
+		tc.set(s)
+		if got := s.stallNear(tc.retained); got != tc.want {
+			t.Errorf("%s: stallNear(%d) = %v, want %v", tc.name, tc.retained, got, tc.want)
+		}
+	}
+}

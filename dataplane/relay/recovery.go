@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"slices"
 	"time"
@@ -355,9 +356,15 @@ func (s *session) replaceStream(st *stream, timeout time.Duration) bool {
 // back and sent again on a healthy stream, with FlagRetransmit, when
 //   - its stream's TCP has not acknowledged it (it has not reached the far
 //     agent: a frame the far agent's TCP holds arrives without help), and
-//   - its stream is in loss recovery and the frame is overdue (written
+//   - its stream is in loss recovery, the frame is overdue (written
 //     longer ago than the stream's RTT plus holSlack) or still unsent
-//     after holSlack, or, on any stream, it is overdue twice over.
+//     after holSlack, and the session would stall on it soon (stallNear),
+//     or, on any stream, it is overdue twice over.
+//
+// A stream in recovery repairs its loss within about a round trip, and
+// while the peer's credit and the retention last the other streams go on
+// sending, so a copy made then only spends the WAN on bytes that arrive
+// anyway: traced at 16 stripes, 1.5-2.6 % of a session's bytes went twice.
 //
 // The copy that arrives second is a duplicate and is dropped after
 // authentication. A frame is reinjected at most once, only the first
@@ -439,7 +446,8 @@ func (s *session) reinjectBlocking(now time.Time, scratch []holCandidate) []holC
 		default:
 		}
 	}
-	span := min(len(s.retained), max(2*s.n, 16), holSpanMax)
+	retained := len(s.retained)
+	span := min(retained, max(2*s.n, 16), holSpanMax)
 	for _, c := range s.retained[:span] {
 		if c.on != nil && !c.busy && !c.hol && !c.ackedBy && c.sealed && now.Sub(c.sentAt) >= holSlackMin && !c.on.isLost() {
 			scratch = append(scratch, holCandidate{c, c.on, c.seq, c.startOff, c.endOff, c.sentAt})
@@ -472,6 +480,7 @@ func (s *session) reinjectBlocking(now time.Time, scratch []holCandidate) []holC
 		return v, true
 	}
 	picked := scratch[:0]
+	near := -1 // stallNear, asked once
 	for _, c := range scratch {
 		v, ok := view(c.st)
 		if !ok || !v.ok || c.endOff <= v.acked {
@@ -481,8 +490,20 @@ func (s *session) reinjectBlocking(now time.Time, scratch []holCandidate) []holC
 		slack := max(v.rtt/8, holSlackMin)
 		overdue := age > v.rtt+slack
 		unsent := c.startOff >= v.sent
-		if v.troubled && (overdue || unsent) || age > 2*v.rtt+slack {
+		if age > 2*v.rtt+slack {
 			picked = append(picked, c)
+			continue
+		}
+		if v.troubled && (overdue || unsent) {
+			if near < 0 {
+				near = 0
+				if s.stallNear(retained) {
+					near = 1
+				}
+			}
+			if near == 1 {
+				picked = append(picked, c)
+			}
 		}
 	}
 	if len(picked) == 0 {
@@ -528,4 +549,21 @@ func (s *session) reinjectBlocking(now time.Time, scratch []holCandidate) []holC
 		}
 	}
 	return scratch
+}
+
+// stallNear tells whether the session runs out of room to send within
+// about a round trip at its send rate: of the peer's credit, or, with its
+// retention at the session's cap, of send buffers (retained frames are
+// held). Without a measured rate and RTT it says yes.
+func (s *session) stallNear(retained int) bool {
+	rtt := time.Duration(s.pathRTT.Load())
+	rate := math.Float64frombits(s.rateSent.Load())
+	if rtt <= 0 || rate <= 0 {
+		return true
+	}
+	soon := uint64(rate/8*rtt.Seconds()/float64(s.chunkSize)) + 1
+	if s.creditFrames.Load() < s.dataSent.Load()+soon {
+		return true
+	}
+	return s.retainFull.Load() && s.retainFrames.Load()-int64(retained) < int64(soon)
 }

@@ -293,7 +293,10 @@
 // receiver's delivery (it is among the oldest unacknowledged frames) and
 // is stuck on its stream (that stream is in loss recovery and the frame
 // is overdue or still unsent, and the stream's TCP has not acknowledged
-// it). It goes, with FlagRetransmit, on another stream that never sealed
+// it). This implementation also waits until the session would otherwise
+// run out of credit or retention within a round trip, or the frame is
+// overdue twice over: the stream's TCP usually repairs the loss first,
+// and a copy sent before then only spends the path twice. It goes, with FlagRetransmit, on another stream that never sealed
 // that sequence before (one key never seals two frames with one nonce);
 // both copies are authentic, and whichever arrives second is dropped as
 // a duplicate. The receiver cannot tell this from a retransmission after
