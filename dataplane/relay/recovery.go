@@ -480,7 +480,7 @@ func (s *session) reinjectBlocking(now time.Time, scratch []holCandidate) []holC
 		return v, true
 	}
 	picked := scratch[:0]
-	near := -1 // stallNear, asked once
+	near := s.stallNear(retained)
 	for _, c := range scratch {
 		v, ok := view(c.st)
 		if !ok || !v.ok || c.endOff <= v.acked {
@@ -494,16 +494,8 @@ func (s *session) reinjectBlocking(now time.Time, scratch []holCandidate) []holC
 			picked = append(picked, c)
 			continue
 		}
-		if v.troubled && (overdue || unsent) {
-			if near < 0 {
-				near = 0
-				if s.stallNear(retained) {
-					near = 1
-				}
-			}
-			if near == 1 {
-				picked = append(picked, c)
-			}
+		if v.troubled && (overdue || unsent) && near {
+			picked = append(picked, c)
 		}
 	}
 	if len(picked) == 0 {
