@@ -296,14 +296,15 @@
 // it). This implementation also waits until the session would otherwise
 // run out of credit or retention within a round trip, or the frame is
 // overdue twice over: the stream's TCP usually repairs the loss first,
-// and a copy sent before then only spends the path twice. It goes, with FlagRetransmit, on another stream that never sealed
-// that sequence before (one key never seals two frames with one nonce);
-// both copies are authentic, and whichever arrives second is dropped as
-// a duplicate. The receiver cannot tell this from a retransmission after
-// a loss and needs no rule of its own. How much a sender reinjects is its
-// own choice (this implementation: each frame at most once, at most a
-// tenth of what the session sent); the receiver's memory is unaffected,
-// since a duplicate is dropped as soon as it is authenticated.
+// and a copy sent before then only spends the path twice. It goes, with
+// FlagRetransmit, on another stream that never sealed that sequence
+// before (one key never seals two frames with one nonce); both copies are
+// authentic, and whichever arrives second is dropped as a duplicate. The
+// receiver cannot tell this from a retransmission after a loss and needs
+// no rule of its own. How much a sender reinjects is its own choice (this
+// implementation: each frame at most once, at most a tenth of what the
+// session sent); the receiver's memory is unaffected, since a duplicate
+// is dropped as soon as it is authenticated.
 //
 // JOIN. The initiator replaces a lost stream (index i) by a new TCP
 // connection running the handshake above with the hello flag JOIN and
