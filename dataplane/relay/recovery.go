@@ -490,11 +490,7 @@ func (s *session) reinjectBlocking(now time.Time, scratch []holCandidate) []holC
 		slack := max(v.rtt/8, holSlackMin)
 		overdue := age > v.rtt+slack
 		unsent := c.startOff >= v.sent
-		if age > 2*v.rtt+slack {
-			picked = append(picked, c)
-			continue
-		}
-		if v.troubled && (overdue || unsent) && near {
+		if v.troubled && (overdue || unsent) && near || age > 2*v.rtt+slack {
 			picked = append(picked, c)
 		}
 	}
