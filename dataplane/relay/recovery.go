@@ -356,10 +356,12 @@ func (s *session) replaceStream(st *stream, timeout time.Duration) bool {
 // back and sent again on a healthy stream, with FlagRetransmit, when
 //   - its stream's TCP has not acknowledged it (it has not reached the far
 //     agent: a frame the far agent's TCP holds arrives without help), and
-//   - its stream is in loss recovery, the frame is overdue (written
-//     longer ago than the stream's RTT plus holSlack) or still unsent
-//     after holSlack, and the session would stall on it soon (stallNear),
-//     or, on any stream, it is overdue twice over.
+//   - its stream is in loss recovery, the frame is overdue (all of it
+//     left the socket longer ago than the stream's RTT plus holSlack; a
+//     frame still queued in the socket is timed from its write) or still
+//     unsent after holSlack, and the session would stall on it soon
+//     (stallNear), or, on any stream, it is overdue twice over (still
+//     queued: written four round trips ago).
 //
 // A stream in recovery repairs its loss within about a round trip, and
 // while the peer's credit and the retention last the other streams go on
@@ -432,7 +434,7 @@ type holCandidate struct {
 	st               *stream
 	seq              uint64
 	startOff, endOff uint64
-	sentAt           time.Time
+	sentAt, leftAt   time.Time
 }
 
 // reinjectBlocking takes back the blocking frames (see above) and queues
@@ -450,7 +452,7 @@ func (s *session) reinjectBlocking(now time.Time, scratch []holCandidate) []holC
 	span := min(retained, max(2*s.n, 16), holSpanMax)
 	for _, c := range s.retained[:span] {
 		if c.on != nil && !c.busy && !c.hol && !c.ackedBy && c.sealed && now.Sub(c.sentAt) >= holSlackMin && !c.on.isLost() {
-			scratch = append(scratch, holCandidate{c, c.on, c.seq, c.startOff, c.endOff, c.sentAt})
+			scratch = append(scratch, holCandidate{c, c.on, c.seq, c.startOff, c.endOff, c.sentAt, c.leftAt})
 		}
 	}
 	s.sendMu.Unlock()
@@ -479,37 +481,40 @@ func (s *session) reinjectBlocking(now time.Time, scratch []holCandidate) []holC
 		seen = append(seen, look{st, v})
 		return v, true
 	}
-	picked := scratch[:0]
+	// Frames seen leaving their socket for the first time (stamped) and
+	// frames to take back (picked) share scratch: picked from the front,
+	// stamped from the back.
+	picked, stamped := scratch[:0], len(scratch)
 	near := s.stallNear(retained)
-	for _, c := range scratch {
+	for i := 0; i < stamped; i++ {
+		c := scratch[i]
 		v, ok := view(c.st)
-		if !ok || !v.ok || c.endOff <= v.acked {
+		if !ok {
 			continue
 		}
-		age := now.Sub(c.sentAt)
-		slack := max(v.rtt/8, holSlackMin)
-		overdue := age > v.rtt+slack
-		unsent := c.startOff >= v.sent
-		if v.troubled && (overdue || unsent) && near || age > 2*v.rtt+slack {
+		if c.leftAt.IsZero() && v.ok && c.endOff <= v.sent && c.endOff > v.acked {
+			stamped--
+			scratch[i], scratch[stamped] = scratch[stamped], c
+			i-- // the swapped-in candidate is looked at next
+			continue
+		}
+		if holDue(c, v, now, near) {
 			picked = append(picked, c)
 		}
 	}
-	if len(picked) == 0 {
+	if len(picked) == 0 && stamped == len(scratch) {
 		return scratch
 	}
 	var frames, bytes uint64
 	s.sendMu.Lock()
+	for _, p := range scratch[stamped:] {
+		if s.holdsLocked(p) {
+			p.c.leftAt = now
+		}
+	}
 	for _, p := range picked {
 		c, st := p.c, p.st
-		// Still retained (an ACK may have freed it meanwhile, and its
-		// buffer may already hold the next chunk read from the end host:
-		// retained frames are consecutive, so its place tells) and where
-		// it was found.
-		if len(s.retained) == 0 || p.seq < s.retained[0].seq || p.seq-s.retained[0].seq >= uint64(len(s.retained)) ||
-			s.retained[p.seq-s.retained[0].seq] != c {
-			continue
-		}
-		if c.on != st || c.busy || c.hol || c.ackedBy || !c.sealed || st.isLost() {
+		if !s.holdsLocked(p) || c.busy || c.hol || c.ackedBy || !c.sealed || st.isLost() {
 			continue
 		}
 		if err := st.codec.Unseal(c.buf); err != nil {
@@ -537,6 +542,50 @@ func (s *session) reinjectBlocking(now time.Time, scratch []holCandidate) []holC
 		}
 	}
 	return scratch
+}
+
+// holDue tells whether a blocking candidate is to be taken back now (see
+// above), by what its stream's socket says (v) and whether the session
+// would stall on it soon (near).
+//
+// A frame waits in its socket behind the stream's other frames before it
+// leaves: at 64 stripes of a 500 Mbit/s path a chunk of 60000 bytes takes
+// about 60 ms to leave, so timing a frame from its write took a tenth of
+// a 50 ms session's bytes for copies of frames that were merely queued.
+// In flight is timed from leaving the socket (a frame seen to have left
+// but not yet stamped has just left); still queued, from the write, with
+// more patience.
+func holDue(c holCandidate, v sendView, now time.Time, near bool) bool {
+	if !v.ok || c.endOff <= v.acked {
+		return false
+	}
+	age := now.Sub(c.sentAt)
+	slack := max(v.rtt/8, holSlackMin)
+	left, unsent := c.endOff <= v.sent, c.startOff >= v.sent
+	since := age
+	if left {
+		since = 0
+		if !c.leftAt.IsZero() {
+			since = now.Sub(c.leftAt)
+		}
+	}
+	overdue := since > v.rtt+slack
+	return v.troubled && (overdue || unsent) && near ||
+		left && since > 2*v.rtt+slack || !left && age > 4*v.rtt+slack
+}
+
+// holdsLocked tells whether the candidate's frame is still retained
+// (an ACK may have freed it meanwhile, and its buffer may already hold
+// the next chunk read from the end host: retained frames are consecutive,
+// so its place tells) and on the stream, from the write, where it was
+// found. The caller holds sendMu.
+func (s *session) holdsLocked(p holCandidate) bool {
+	c := p.c
+	if len(s.retained) == 0 || p.seq < s.retained[0].seq || p.seq-s.retained[0].seq >= uint64(len(s.retained)) ||
+		s.retained[p.seq-s.retained[0].seq] != c {
+		return false
+	}
+	return c.on == p.st && c.sentAt.Equal(p.sentAt)
 }
 
 // stallNear tells whether the session runs out of room to send within

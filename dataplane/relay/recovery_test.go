@@ -653,3 +653,52 @@ func TestRetentionWithinSessionCap(t *testing.T) {
 	stop()
 	res.check(t, up, down)
 }
+
+// TestHolDueTimesFramesFromLeavingTheSocket: the rule that takes a
+// blocking frame back times a frame in flight from when it left its
+// socket, not from its write, so a frame that merely queued behind its
+// stream's others is not copied; a frame stuck on a recovering stream,
+// or in flight twice over its RTT, still is.
+func TestHolDueTimesFramesFromLeavingTheSocket(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	const rtt = 50 * time.Millisecond // slack: holSlackMin, 40 ms
+	// The candidate's bytes are 1000..2000 of its stream.
+	frame := func(written, left time.Duration) holCandidate {
+		c := holCandidate{startOff: 1000, endOff: 2000, sentAt: ago(written)}
+		if left >= 0 {
+			c.leftAt = ago(left)
+		}
+		return c
+	}
+	inFlight := sendView{ok: true, rtt: rtt, acked: 500, sent: 2500}
+	queued := sendView{ok: true, rtt: rtt, acked: 500, sent: 1500}
+	unsent := sendView{ok: true, rtt: rtt, acked: 500, sent: 800}
+	troubled := func(v sendView) sendView { v.troubled = true; return v }
+	cases := []struct {
+		name string
+		c    holCandidate
+		v    sendView
+		near bool
+		want bool
+	}{
+		{"queued 200 ms, left 30 ms ago, healthy", frame(200*time.Millisecond, 30*time.Millisecond), inFlight, true, false},
+		{"queued 100 ms, left 10 ms ago, recovering", frame(100*time.Millisecond, 10*time.Millisecond), troubled(inFlight), true, false},
+		{"left 95 ms ago, recovering, stall near", frame(200*time.Millisecond, 95*time.Millisecond), troubled(inFlight), true, true},
+		{"left 95 ms ago, recovering, no stall near", frame(200*time.Millisecond, 95*time.Millisecond), troubled(inFlight), false, false},
+		{"left 150 ms ago, healthy", frame(300*time.Millisecond, 150*time.Millisecond), inFlight, false, true},
+		{"just seen to have left, not stamped", frame(500*time.Millisecond, -1), inFlight, true, false},
+		{"still queued, written 200 ms ago, healthy", frame(200*time.Millisecond, -1), queued, false, false},
+		{"still queued, written 250 ms ago, healthy", frame(250*time.Millisecond, -1), queued, false, true},
+		{"still queued, written 100 ms ago, recovering, stall near", frame(100*time.Millisecond, -1), troubled(queued), true, true},
+		{"unsent, recovering, stall near", frame(41*time.Millisecond, -1), troubled(unsent), true, true},
+		{"unsent, recovering, no stall near", frame(41*time.Millisecond, -1), troubled(unsent), false, false},
+		{"the far agent's TCP has it", frame(time.Second, time.Second), sendView{ok: true, rtt: rtt, acked: 2000, sent: 2500, troubled: true}, true, false},
+		{"no socket view", frame(time.Second, time.Second), sendView{}, true, false},
+	}
+	for _, tc := range cases {
+		if got := holDue(tc.c, tc.v, now, tc.near); got != tc.want {
+			t.Errorf("%s: holDue = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -125,11 +125,11 @@ type chunk struct {
 	resent  bool
 	// Head-of-line reinjection (see watchBlocking), guarded by sendMu
 	// like the fields above and written by a writer only while busy:
-	// when its last write returned and where it lies in that stream's
-	// bytes, every live stream that sealed it (none may seal it again:
-	// one key, one nonce), and whether it was reinjected already (once
-	// at most).
-	sentAt           time.Time
+	// when its last write returned, when watchBlocking first saw all of
+	// it leave the socket, and where it lies in that stream's bytes,
+	// every live stream that sealed it (none may seal it again: one key,
+	// one nonce), and whether it was reinjected already (once at most).
+	sentAt, leftAt   time.Time
 	startOff, endOff uint64
 	sealedOn         []*stream
 	hol              bool
@@ -941,7 +941,7 @@ func (s *session) growRetention() {
 // sequence order).
 func (s *session) retain(c *chunk) {
 	c.on, c.busy, c.sealed, c.ackedBy, c.resent = nil, false, false, false, false
-	c.sentAt, c.startOff, c.endOff, c.sealedOn, c.hol = time.Time{}, 0, 0, c.sealedOn[:0], false
+	c.sentAt, c.leftAt, c.startOff, c.endOff, c.sealedOn, c.hol = time.Time{}, time.Time{}, 0, 0, c.sealedOn[:0], false
 	s.sendMu.Lock()
 	s.retained = append(s.retained, c)
 	s.sendMu.Unlock()
@@ -1725,7 +1725,7 @@ func (s *session) takeResend(st *stream, batch []*chunk, troubled bool) []*chunk
 func (s *session) written(batch []*chunk, now time.Time) {
 	s.sendMu.Lock()
 	for _, c := range batch {
-		c.busy, c.sentAt = false, now
+		c.busy, c.sentAt, c.leftAt = false, now, time.Time{}
 		if c.ackedBy {
 			s.sendPool.put(c)
 		}

@@ -252,10 +252,10 @@
 // writes next (a CREDIT, DATA) whenever delivery moved since the last ACK,
 // and it wakes a writer for one once an eighth of its window, at most 16
 // frames, was delivered since the last one (a sender judges a frame
-// overdue by how long it stays unacknowledged, below), or when delivery runs dry with frames
-// delivered and not acknowledged (at most one such ACK in 10 ms), so
-// a sender whose retention is smaller than the receiver's window still
-// progresses. When a stream is lost the current CREDIT and ACK go again
+// overdue by how long it stays unacknowledged, below), or when delivery
+// runs dry with frames delivered and not acknowledged (at most one such
+// ACK in 10 ms), so a sender whose retention is smaller than the
+// receiver's window still progresses. When a stream is lost the current CREDIT and ACK go again
 // on another (they may have been lost with it). Once a session is
 // complete the final ACK goes on every stream it still has. On
 // each stream ACKs never go backwards; an ACK of more frames than were
@@ -293,10 +293,15 @@
 // receiver's delivery (it is among the oldest unacknowledged frames) and
 // is stuck on its stream (that stream is in loss recovery and the frame
 // is overdue or still unsent, and the stream's TCP has not acknowledged
-// it). This implementation also waits until the session would otherwise
-// run out of credit or retention within a round trip, or the frame is
-// overdue twice over: the stream's TCP usually repairs the loss first,
-// and a copy sent before then only spends the path twice. It goes, with
+// it). This implementation times a frame from when all of it left its
+// socket (a frame queued behind its stream's others is not lost; at 64
+// stripes a 60000-byte frame can wait tens of milliseconds to leave),
+// overdue being more than the stream's RTT plus a slack; and it also
+// waits until the session would otherwise run out of credit or retention
+// within a round trip, or the frame is overdue twice over (four times
+// from its write while it is still queued): the stream's TCP usually
+// repairs the loss first, and a copy sent before then only spends the
+// path twice. It goes, with
 // FlagRetransmit, on another stream that never sealed that sequence
 // before (one key never seals two frames with one nonce); both copies are
 // authentic, and whichever arrives second is dropped as a duplicate. The
