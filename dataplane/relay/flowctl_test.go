@@ -481,3 +481,35 @@ func TestStallNear(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowBoundCoversUnsentFrames checks how far a receive window may
+// grow by the path: growthRTTs round trips at the arrival peak plus what
+// the sender's streams hold unsent at their TCP_NOTSENT_LOWAT floor, or a
+// larger window among the sessions sharing the path.
+func TestWindowBoundCoversUnsentFrames(t *testing.T) {
+	// 500 Mbit/s of 60000-byte frames: 1041.67 frames/s; 4 round trips of
+	// 50 ms carry 208.3 of them.
+	const peak = 500e6 / 8 / 60000
+	cases := []struct {
+		name       string
+		peak       float64
+		rtt        time.Duration
+		streams    int
+		chunk      int
+		peerWindow int64
+		want       float64
+	}{
+		{"64 stripes at 50 ms: two unsent chunks each", peak, 50 * time.Millisecond, 64, 60000, 0, 4*peak*0.05 + 128},
+		{"one stripe", peak, 50 * time.Millisecond, 1, 60000, 0, 4*peak*0.05 + 2},
+		{"small chunks: the 64 KiB floor", 1000, 200 * time.Millisecond, 8, 16384, 0, 800 + 8*4},
+		{"no arrivals yet: the unsent part alone", 0, 200 * time.Millisecond, 16, 60000, 0, 32},
+		{"a larger window beside it", peak, 50 * time.Millisecond, 64, 60000, 600 * 60000, 600},
+		{"a smaller window beside it", peak, 50 * time.Millisecond, 64, 60000, 10 * 60000, 4*peak*0.05 + 128},
+	}
+	for _, tc := range cases {
+		got := windowBound(tc.peak, tc.rtt, tc.streams, tc.chunk, tc.peerWindow)
+		if d := got - tc.want; d > 1e-6 || d < -1e-6 {
+			t.Errorf("%s: windowBound = %.3f frames, want %.3f", tc.name, got, tc.want)
+		}
+	}
+}

@@ -211,13 +211,16 @@
 // arrived within a round trip) and delivery to the end host ran dry
 // meanwhile. Each growth at most doubles the window, and never takes it
 // beyond four times the highest recent arrival rate (frames read from the
-// streams in any order) x that RTT, nor beyond its session memory cap, the
-// agent's memory cap, 2^20 frames and, when the hello's queue length is
-// not 0, queue length x streams frames (never below the initial window).
-// A session limited by its end host never runs dry and does not grow. The
-// window never shrinks within a session. It grants new credit once it can
-// extend the grant by a quarter of its window. None of this is on the
-// wire: a receiver may size its window any way within these rules.
+// streams in any order) x that RTT plus two chunks (at least 64 KiB) per
+// stream (what a sender's sockets may hold unsent at the least
+// TCP_NOTSENT_LOWAT this implementation sets), nor beyond its session
+// memory cap, the agent's memory cap, 2^20 frames and, when the hello's
+// queue length is not 0, queue length x streams frames (never below the
+// initial window). A session limited by its end host never runs dry and
+// does not grow. The window never shrinks within a session. It grants new
+// credit once it can extend the grant by a quarter of its window. None of
+// this is on the wire: a receiver may size its window any way within these
+// rules.
 //
 // # Ordering and the reorder window
 //
