@@ -259,9 +259,9 @@ func testSpread(ctx context.Context, t *testing.T, lab *labnet.Lab, src *sourceS
 // spreadFalseFailure is how often testSpread may fail on an even spread
 // by chance alone.
 //
-// Linux picks a connection's source port with small random steps, so the
-// bucket (bits 1..Bits of the port) of each connection is close to a fair
-// coin between two agents. A fixed 35-65 % band failed an even spread
+// Linux steps a client's source ports by small random amounts (2-8
+// buckets apart on the lab's kernel; see package spread), so the bucket of
+// each connection, and so its agent of two, is close to a fair coin. A fixed 35-65 % band failed an even spread
 // about one run in 60 per round (22 or 42 of 64: 1.7 %); it failed once
 // with 42 of 64 in `CI=true make test`.
 const spreadFalseFailure = 1e-4

@@ -13,8 +13,10 @@
 //   - ModePort: bits 1..Bits of the client's TCP port. Bit 0 is skipped
 //     because Linux's connect() prefers even source ports (and bind() to
 //     port 0 odd ones), so bit 0 is nearly constant; consecutive
-//     connections of one client step through the buckets one by one, and
-//     many clients' hashed port offsets spread uniformly. Needs masked
+//     connections of one client step through the buckets by a few at a
+//     time (2-8 at random on the lab's Linux 6.18: the kernel adds small
+//     random increments to its port offsets), and many clients' hashed
+//     port offsets spread uniformly. Needs masked
 //     tcp_src/tcp_dst matches, which Open vSwitch supports.
 //   - ModeAddress: the low Bits bits of the client's IP address. Needs only
 //     masked ipv4_src/ipv4_dst (or ipv6) matches, which every OpenFlow 1.3
