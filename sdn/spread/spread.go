@@ -16,8 +16,8 @@
 //     connections of one client step through the buckets by a few at a
 //     time (2-8 at random on the lab's Linux 6.18: the kernel adds small
 //     random increments to its port offsets), and many clients' hashed
-//     port offsets spread uniformly. Needs masked
-//     tcp_src/tcp_dst matches, which Open vSwitch supports.
+//     port offsets spread uniformly. Needs masked tcp_src/tcp_dst
+//     matches, which Open vSwitch supports.
 //   - ModeAddress: the low Bits bits of the client's IP address. Needs only
 //     masked ipv4_src/ipv4_dst (or ipv6) matches, which every OpenFlow 1.3
 //     switch has, but is even only across many clients: every connection
