@@ -185,7 +185,7 @@ func TestPacerStartupEndsWhenTheStreamsOverflowThePath(t *testing.T) {
 		if i >= 3 {
 			resent = b / 10
 		}
-		caps = append(caps, p.update(now, pacingTick{bytes: b, resent: resent, dt: tick.Seconds()}, rtt))
+		caps = append(caps, p.update(now, delivery(b, resent), rtt))
 	}
 	if caps[2] != 0 || caps[4] == 0 || !p.cruising {
 		t.Fatalf("caps %v: want none while clean, one once 10 %% is sent again", caps)
@@ -199,8 +199,60 @@ func TestPacerStartupEndsWhenTheStreamsOverflowThePath(t *testing.T) {
 	for _, r := range []float64{1e6, 2e6, 4e6, 8e6} {
 		now = now.Add(tick)
 		b := uint64(r * tick.Seconds())
-		if c := q.update(now, pacingTick{bytes: b, resent: b / 1000, dt: tick.Seconds()}, rtt); c != 0 {
+		if c := q.update(now, delivery(b, b/1000), rtt); c != 0 {
 			t.Fatalf("capped at %v for 0.1 %% sent again", c)
+		}
+	}
+}
+
+// testMSS is the segment size delivery counts segments with.
+const testMSS = 1448
+
+// delivery is one tick's delivery of b bytes, resent of them sent again.
+func delivery(b, resent uint64) pacingTick {
+	return pacingTick{bytes: b, resent: resent, segs: b / testMSS, resentSegs: resent / testMSS, dt: tick.Seconds()}
+}
+
+func TestPacerStartupOutlivesAFewSegmentsSentAgain(t *testing.T) {
+	// The lab at 1 % loss: two start-ups of 16 stripes ended by overflow
+	// at their first ticks, 6 of about 63 segments sent again (2.9
+	// Mbit/s) and 2.5 % of about 750 (35 Mbit/s). Chance, not a queue:
+	// start-up goes on.
+	for _, c := range []struct {
+		rate   float64 // bytes/s
+		resent float64 // share sent again
+	}{{2.9e6 / 8, 0.1}, {34.6e6 / 8, 0.025}} {
+		var p stripePacer
+		now := time.Now()
+		for _, r := range []float64{c.rate, 2 * c.rate, 4 * c.rate} {
+			now = now.Add(tick)
+			b := uint64(r * tick.Seconds())
+			if cp := p.update(now, delivery(b, uint64(c.resent*float64(b))), 200*time.Millisecond); cp != 0 || p.cruising {
+				t.Fatalf("%.1f Mbit/s, %.1f %% sent again: start-up ended (%+v), capped at %v", mbps(r), 100*c.resent, p.ended, cp)
+			}
+		}
+	}
+}
+
+func TestOverflowingNeedsMoreThanChance(t *testing.T) {
+	for _, c := range []struct {
+		delivered, again uint64
+		want             bool
+	}{
+		{0, 0, false},
+		{63, 6, false},     // 10 %, a handful
+		{747, 19, false},   // 2.5 %
+		{1600, 32, false},  // 2 %
+		{8600, 172, false}, // exactly 2 %
+		{8600, 205, false}, // 2.4 %: within 3 standard deviations
+		{8600, 260, true},  // 3 %
+		{8600, 722, true},  // 8.4 %: an overflow the lab logged
+		{1381, 138, true},  // 10 % of a 2 MB tick
+		{300, 60, true},    // 20 % of a slow path's tick
+		{100, 30, false},   // 30 %, but fewer than pacingOverflowMin
+	} {
+		if got := overflowing(c.delivered, c.again); got != c.want {
+			t.Errorf("overflowing(%d delivered, %d again) = %v, want %v", c.delivered, c.again, got, c.want)
 		}
 	}
 }
