@@ -26,7 +26,8 @@ import (
 // acknowledged bytes are no measure: a repaired loss releases a round
 // trip of them at once, and one tick's overstated the path twofold.)
 // Start-up ends once that rate stops growing, or once the streams send
-// more than pacingStartupLoss of it again. From then on each stream's
+// more than pacingStartupLoss of it again (by more than chance over the
+// segments counted: overflowing). From then on each stream's
 // pacing rate (SO_MAX_PACING_RATE) is capped at its share of the best
 // recent rate. The share cycles like BBR's probe: a tick at 1.25 times,
 // one at 0.75, six at 1, so the session finds more room when the path has
