@@ -157,9 +157,8 @@ type rateSample struct {
 
 // pacingTick is one housekeeping tick's delivery.
 type pacingTick struct {
-	bytes, resent uint64 // delivered, and sent again
-	// segs and resentSegs are the same in segments.
-	segs, resentSegs uint64
+	bytes            uint64  // delivered
+	segs, resentSegs uint64  // delivered, and sent again, in segments
 	dt               float64 // seconds
 	appLimited       bool
 	// inflight is what the streams' TCP has in flight at the tick, and
@@ -200,28 +199,30 @@ type startupEnd struct {
 }
 
 // tick records one housekeeping tick and returns, over the span, the
-// delivery rate (bytes/s), the share of it sent again, whether the
-// segments sent again show an overflow (overflowing), and whether the
+// delivery rate (bytes/s), the share of its segments sent again, whether
+// those show an overflow (overflowing), and whether the
 // session was held back by something other than its streams at any tick.
 func (p *stripePacer) tick(d pacingTick, rtt time.Duration) (rate, resent float64, overflow, appLimited bool) {
 	p.ticks[p.nticks%pacingSpanTicks] = d
 	p.nticks++
 	span := max(pacingSpanMin, pacingSpanRTTs*rtt).Seconds()
-	var sum, again, segs, againSegs uint64
+	var sum, segs, again uint64
 	var secs float64
 	for i := 0; i < min(p.nticks, pacingSpanTicks) && secs < span; i++ {
 		t := p.ticks[(p.nticks-1-i)%pacingSpanTicks]
 		sum += t.bytes
-		again += t.resent
 		segs += t.segs
-		againSegs += t.resentSegs
+		again += t.resentSegs
 		secs += t.dt
 		appLimited = appLimited || t.appLimited
 	}
 	if secs <= 0 || sum == 0 {
 		return 0, 0, false, true
 	}
-	return float64(sum) / secs, float64(again) / float64(sum), overflowing(segs, againSegs), appLimited
+	if segs > 0 {
+		resent = float64(again) / float64(segs)
+	}
+	return float64(sum) / secs, resent, overflowing(segs, again), appLimited
 }
 
 // overflowing says whether again segments sent again, of delivered, show
@@ -233,9 +234,9 @@ func overflowing(delivered, again uint64) bool {
 	return float64(again) > max(expect+pacingLossZ*math.Sqrt(expect), pacingOverflowMin)
 }
 
-// update takes one tick's delivery (bytes delivered and sent again over
-// dt seconds, and whether the session was held back by something other
-// than its streams) and the path's round trip. It returns the pacing
+// update takes one tick's delivery (bytes and segments delivered and
+// segments sent again over dt seconds, and whether the session was held
+// back by something other than its streams) and the path's round trip. It returns the pacing
 // rate all of the session's streams may use together, in bytes/s, or 0
 // for no cap.
 func (p *stripePacer) update(now time.Time, d pacingTick, rtt time.Duration) float64 {

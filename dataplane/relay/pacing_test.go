@@ -210,7 +210,7 @@ const testMSS = 1448
 
 // delivery is one tick's delivery of b bytes, resent of them sent again.
 func delivery(b, resent uint64) pacingTick {
-	return pacingTick{bytes: b, resent: resent, segs: b / testMSS, resentSegs: resent / testMSS, dt: tick.Seconds()}
+	return pacingTick{bytes: b, segs: b / testMSS, resentSegs: resent / testMSS, dt: tick.Seconds()}
 }
 
 func TestPacerStartupOutlivesAFewSegmentsSentAgain(t *testing.T) {

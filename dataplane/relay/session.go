@@ -1229,7 +1229,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 		s.rateSent.Store(f64bits(float64(sent-s.lastSent) * 8 / dt))
 		s.rateDelivered.Store(f64bits(float64(delivered-s.lastDelivered) * 8 / dt))
 		// What TCP delivered and sent again on the streams (pacing).
-		var tcpDelivered, resent, segs, resentSegs, notsent, inflight uint64
+		var tcpDelivered, segs, resentSegs, notsent, inflight uint64
 		var minRTT time.Duration
 		recovering, probing := 0, 0
 		streams := s.establishedStreams()
@@ -1255,7 +1255,6 @@ func (s *session) tick(now time.Time, lim Limits) {
 					segs += uint64(info.delivered - st.prevDelivered)
 					resentSegs += uint64(info.retransmits - st.prevResent)
 					tcpDelivered += uint64(info.delivered-st.prevDelivered) * uint64(info.mss)
-					resent += uint64(info.retransmits-st.prevResent) * uint64(info.mss)
 				}
 				st.prevDelivered, st.prevResent, st.deliveredPrimed = info.delivered, info.retransmits, true
 				notsent += uint64(info.notsent)
@@ -1267,7 +1266,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 			s.pathRTT.Store(int64(rtt))
 		}
 		if s.established.Load() {
-			s.pace(now, streams, recovering+probing, pacingTick{bytes: tcpDelivered, resent: resent, segs: segs, resentSegs: resentSegs, dt: dt, inflight: inflight, minRTT: minRTT}, notsent, rtt)
+			s.pace(now, streams, recovering+probing, pacingTick{bytes: tcpDelivered, segs: segs, resentSegs: resentSegs, dt: dt, inflight: inflight, minRTT: minRTT}, notsent, rtt)
 		}
 	}
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 && s.established.Load() {
