@@ -41,13 +41,8 @@ import (
 // caps lifted (its bytes in flight bounded by the start-up window), so
 // the new count can show what it carries. Ticks at which the
 // session had nothing waiting to send (the end host or the peer's credit
-// held it back) do not lower the rate, and in start-up count neither as
-// growth nor as a flat rate. An overflow ends start-up at any tick: the
-// holes it leaves hold the reorder window, so the peer's credit, back,
-// and every tick after looks held back. (In the lab, 8 stripes, one such
-// session stayed in start-up, its streams uncapped, through five
-// overflows in six seconds.) The rate is shared among the streams not in
-// loss recovery (streamShare).
+// held it back) do not lower the rate. The rate is shared among the
+// streams not in loss recovery (streamShare).
 //
 // Measured in the lab (bench-wan, 500 Mbit/s, 200 ms, 0.1 %): 64 stripes
 // went from 448-460 to 473-480 Mbit/s; pacing every session, with the
@@ -261,13 +256,10 @@ func (p *stripePacer) update(now time.Time, d pacingTick, rtt time.Duration) flo
 		p.best = p.windowBest()
 	}
 	if !p.cruising {
-		// An overflow ends start-up even at a tick the session was held
-		// back (see the overview); growth or a flat rate there says
-		// nothing about the path.
-		overflowed := overflow && p.best > 0
-		if appLimited && !overflowed {
+		if appLimited {
 			return 0
 		}
+		overflowed := overflow && p.best > 0
 		if !overflowed && (p.grewAt.IsZero() || rate >= pacingGrowth*p.fullRate) {
 			p.fullRate = max(p.fullRate, rate)
 			p.flat = 0

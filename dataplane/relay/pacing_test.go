@@ -205,34 +205,6 @@ func TestPacerStartupEndsWhenTheStreamsOverflowThePath(t *testing.T) {
 	}
 }
 
-func TestPacerStartupOverflowEndsItWhileHeldBack(t *testing.T) {
-	// The lab at 8 stripes: the streams' start-up overflowed the queue,
-	// the holes held the reorder window and so the sender's credit, and
-	// every tick after looked held back by the peer. Skipping those
-	// ticks kept the session in start-up (and uncapped) for six seconds
-	// of overflows; the overflow must end it.
-	var p stripePacer
-	rtt := 200 * time.Millisecond
-	now := time.Now()
-	for _, r := range []float64{4e6, 16e6, 60e6} {
-		now = now.Add(tick)
-		p.update(now, delivery(uint64(r*tick.Seconds()), 0), rtt)
-	}
-	now = now.Add(tick)
-	d := delivery(uint64(62e6*tick.Seconds()), uint64(0.2*62e6*tick.Seconds()))
-	d.appLimited = true
-	if c := p.update(now, d, rtt); c == 0 || !p.cruising || !p.ended.overflowed {
-		t.Fatalf("a held-back tick with 20 %% sent again: cap %v, ended %+v, want start-up over by overflow", c, p.ended)
-	}
-	// Held-back ticks without an overflow still say nothing: a session
-	// the end host holds to a flat rate stays in start-up.
-	var q stripePacer
-	_, now = feed(&q, now, rtt, false, 4e6, 16e6)
-	if _, _ = feed(&q, now, rtt, true, flat(20e6, 40)...); q.cruising {
-		t.Fatalf("start-up ended (%+v) over held-back ticks without an overflow", q.ended)
-	}
-}
-
 // testMSS is the segment size delivery counts segments with.
 const testMSS = 1448
 
