@@ -37,6 +37,7 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	concStreams := fs.Int("concurrent-streams", 16, "stripes of each session in the sharing sweep")
 	concChunk := fs.Int("concurrent-chunk", 60000, "chunk size of each session in the sharing sweep")
 	autoMax := fs.Int("auto-max", 64, `the auto column: one session per chunk size with streams = "auto" and this max_streams; 0 leaves it out`)
+	keepLogs := fs.Bool("keep-logs", false, "copy the lab's logs (agents, controller, emulator, Open vSwitch, iperf3 servers) into --out/logs before the lab is removed; each session's lines name its whitelist, bench-sN-cC")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -139,6 +140,10 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer tearDown(lab, stdout)
+	if *keepLogs {
+		// Deferred after tearDown, so it runs before it.
+		defer keepLabLogs(lab.Dir, *out, stdout)
+	}
 	ports := []int{tf.directPort}
 	for _, c := range cells {
 		ports = append(ports, c.wl.ServerPort)
@@ -348,4 +353,45 @@ func intList(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// keepLabLogs copies the lab's logs into out/logs (--keep-logs): the lab's
+// directory goes with it, and a cell that collapsed can only be traced
+// from its agents' lines. A failure is reported, not fatal: the results
+// are written already.
+func keepLabLogs(labDir, out string, w io.Writer) {
+	dst := filepath.Join(out, "logs")
+	n, err := copyLogs(filepath.Join(labDir, "logs"), dst)
+	if err != nil {
+		fmt.Fprintf(w, "--keep-logs: %v (%d copied)\n", err, n)
+		return
+	}
+	fmt.Fprintf(w, "copied %d lab log(s) to %s\n", n, dst)
+}
+
+// copyLogs copies the *.log files of src into dst (created if need be)
+// and returns how many it copied.
+func copyLogs(src, dst string) (int, error) {
+	names, err := filepath.Glob(filepath.Join(src, "*.log"))
+	if err != nil {
+		return 0, err
+	}
+	if len(names) == 0 {
+		return 0, fmt.Errorf("no logs in %s", src)
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, name := range names {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return n, err
+		}
+		if err := os.WriteFile(filepath.Join(dst, filepath.Base(name)), data, 0o644); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
