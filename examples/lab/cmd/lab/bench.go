@@ -357,8 +357,9 @@ func intList(s string) ([]int, error) {
 
 // keepLabLogs copies the lab's logs into out/logs (--keep-logs): the lab's
 // directory goes with it, and a cell that collapsed can only be traced
-// from its agents' lines. A failure is reported, not fatal: the results
-// are written already.
+// from its agents' lines. It runs on the way out whether the sweep
+// finished or failed; its own failure is reported, not returned, so it
+// never hides the sweep's result or error.
 func keepLabLogs(labDir, out string, w io.Writer) {
 	dst := filepath.Join(out, "logs")
 	n, err := copyLogs(filepath.Join(labDir, "logs"), dst)
