@@ -200,8 +200,8 @@ type startupEnd struct {
 
 // tick records one housekeeping tick and returns, over the span, the
 // delivery rate (bytes/s), the share of its segments sent again, whether
-// those show an overflow (overflowing), and whether the
-// session was held back by something other than its streams at any tick.
+// those show an overflow (overflowing), and whether the session was held
+// back by something other than its streams at any tick.
 func (p *stripePacer) tick(d pacingTick, rtt time.Duration) (rate, resent float64, overflow, appLimited bool) {
 	p.ticks[p.nticks%pacingSpanTicks] = d
 	p.nticks++
@@ -236,9 +236,9 @@ func overflowing(delivered, again uint64) bool {
 
 // update takes one tick's delivery (bytes and segments delivered and
 // segments sent again over dt seconds, and whether the session was held
-// back by something other than its streams) and the path's round trip. It returns the pacing
-// rate all of the session's streams may use together, in bytes/s, or 0
-// for no cap.
+// back by something other than its streams) and the path's round trip.
+// It returns the pacing rate all of the session's streams may use
+// together, in bytes/s, or 0 for no cap.
 func (p *stripePacer) update(now time.Time, d pacingTick, rtt time.Duration) float64 {
 	rate, resent, overflow, appLimited := p.tick(d, rtt)
 	window := max(pacingWindowMin, pacingWindowRTTs*rtt)

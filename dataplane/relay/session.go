@@ -1252,9 +1252,10 @@ func (s *session) tick(now time.Time, lim Limits) {
 				}
 				if st.deliveredPrimed {
 					// Segments, modulo 2^32.
-					segs += uint64(info.delivered - st.prevDelivered)
+					delivered := uint64(info.delivered - st.prevDelivered)
+					segs += delivered
 					resentSegs += uint64(info.retransmits - st.prevResent)
-					tcpDelivered += uint64(info.delivered-st.prevDelivered) * uint64(info.mss)
+					tcpDelivered += delivered * uint64(info.mss)
 				}
 				st.prevDelivered, st.prevResent, st.deliveredPrimed = info.delivered, info.retransmits, true
 				notsent += uint64(info.notsent)

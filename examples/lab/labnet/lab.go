@@ -771,9 +771,13 @@ func (l *Lab) logTails() string {
 	return b.String()
 }
 
+// LogDir is where the lab's processes log, one NAME.log each; it goes
+// with the lab's directory.
+func (l *Lab) LogDir() string { return filepath.Join(l.Dir, "logs") }
+
 // LogTail returns the last lines of a lab process's log.
 func (l *Lab) LogTail(name string, lines int) string {
-	data, err := os.ReadFile(filepath.Join(l.Dir, "logs", name+".log"))
+	data, err := os.ReadFile(filepath.Join(l.LogDir(), name+".log"))
 	if err != nil {
 		return ""
 	}

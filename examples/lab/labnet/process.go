@@ -33,7 +33,7 @@ func (l *Lab) start(name string, h Host, env []string, prog string, args ...stri
 	if old, ok := l.procs[name]; ok && old.Ref.Alive() {
 		return nil, fmt.Errorf("start %s: already running (pid %d)", name, old.Ref.PID)
 	}
-	logPath := filepath.Join(l.Dir, "logs", name+".log")
+	logPath := filepath.Join(l.LogDir(), name+".log")
 	cmd, err := startIn(l.Namespace(h), logPath, env, l.opts.Persistent, prog, args...)
 	if err != nil {
 		return nil, err

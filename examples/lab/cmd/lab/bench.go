@@ -142,7 +142,7 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	defer tearDown(lab, stdout)
 	if *keepLogs {
 		// Deferred after tearDown, so it runs before it.
-		defer keepLabLogs(lab.Dir, *out, stdout)
+		defer keepLabLogs(lab.LogDir(), *out, stdout)
 	}
 	ports := []int{tf.directPort}
 	for _, c := range cells {
@@ -360,9 +360,9 @@ func intList(s string) ([]int, error) {
 // from its agents' lines. It runs on the way out whether the sweep
 // finished or failed; its own failure is reported, not returned, so it
 // never hides the sweep's result or error.
-func keepLabLogs(labDir, out string, w io.Writer) {
+func keepLabLogs(logDir, out string, w io.Writer) {
 	dst := filepath.Join(out, "logs")
-	n, err := copyLogs(filepath.Join(labDir, "logs"), dst)
+	n, err := copyLogs(logDir, dst)
 	if err != nil {
 		fmt.Fprintf(w, "--keep-logs: %v (%d copied)\n", err, n)
 		return
