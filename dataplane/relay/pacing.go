@@ -31,7 +31,8 @@ import (
 // pacing rate (SO_MAX_PACING_RATE) is capped at its share of the best
 // recent rate. The share cycles like BBR's probe: a tick at 1.25 times,
 // one at 0.75, six at 1, so the session finds more room when the path has
-// it and drains the queue it built. Cruising starts at the 0.75, held
+// it and drains the queue it built; a probe tick that ended held back
+// built none, and its drain tick stays at 1. Cruising starts at the 0.75, held
 // while the streams have more than the path's bandwidth-delay product in
 // flight (at most pacingDrainTicks), to drain start-up's queue. No rate
 // is capped during start-up: the streams' own start-up finds the path
@@ -282,9 +283,15 @@ func (p *stripePacer) update(now time.Time, d pacingTick, rtt time.Duration) flo
 		p.draining = false
 		p.phase = pacingDrainPhase + 1
 	}
-	total := pacingGains[p.phase] * p.best
+	gain := pacingGains[p.phase]
+	if p.phase == pacingDrainPhase && d.appLimited {
+		// The probe tick ended held back (by the peer's credit or the
+		// end host): it put no surplus in the queue for the drain to
+		// take out, and a drain would only leave the link idle.
+		gain = 1
+	}
 	p.phase = (p.phase + 1) % len(pacingGains)
-	return total
+	return gain * p.best
 }
 
 // noteStreams takes the tick's live stream count. More streams than the

@@ -654,3 +654,40 @@ func TestWmemCacheReadsProc(t *testing.T) {
 		t.Fatalf("max = %d, want half of tcp_wmem's %d", got, want)
 	}
 }
+
+// The drain tick undoes the probe tick's surplus: after a probe tick that
+// ended held back (nothing waiting to be sent, so the cap did not bind and
+// no queue was built) it stays at the best rate.
+func TestPacerSkipsTheDrainAfterAHeldBackProbe(t *testing.T) {
+	rtt := 200 * time.Millisecond
+	const rate = 8e6
+	cycle := func(heldBackProbe bool) []float64 {
+		var p stripePacer
+		_, now := feed(&p, time.Now(), rtt, false, 1e6, 2e6, 4e6, rate, rate, rate)
+		for !p.cruising || p.draining || p.phase != 0 {
+			now = now.Add(tick)
+			p.update(now, pacingTick{bytes: uint64(rate * tick.Seconds()), dt: tick.Seconds()}, rtt)
+		}
+		// One cycle from the probe: the tick recorded at the drain
+		// phase is the probe's.
+		caps := make([]float64, len(pacingGains))
+		for i := range caps {
+			now = now.Add(tick)
+			caps[i] = p.update(now, pacingTick{bytes: uint64(rate * tick.Seconds()), dt: tick.Seconds(),
+				appLimited: heldBackProbe && i == pacingDrainPhase}, rtt)
+		}
+		return caps
+	}
+	if c := cycle(false); c[0] != 1.25*rate || c[pacingDrainPhase] != 0.75*rate {
+		t.Errorf("a probe that was carried out: cycle %v, want 1.25x then 0.75x of %v", c, rate)
+	}
+	c := cycle(true)
+	if c[0] != 1.25*rate || c[pacingDrainPhase] != rate {
+		t.Errorf("a probe that ended held back: cycle %v, want 1.25x then 1x of %v", c, rate)
+	}
+	for i, v := range c {
+		if v < rate {
+			t.Errorf("a probe that ended held back: tick %d capped at %v, below the best rate %v", i, v, rate)
+		}
+	}
+}
