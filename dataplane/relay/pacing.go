@@ -32,10 +32,11 @@ import (
 // recent rate. The share cycles like BBR's probe: a tick at 1.25 times,
 // one at 0.75, six at 1, so the session finds more room when the path has
 // it and drains the queue it built; a probe tick that ended held back
-// built none, and its drain tick stays at 1. Cruising starts at the 0.75, held
-// while the streams have more than the path's bandwidth-delay product in
-// flight (at most pacingDrainTicks), to drain start-up's queue. No rate
-// is capped during start-up: the streams' own start-up finds the path
+// built none, and its drain tick stays at 1. Cruising starts at the 0.75,
+// held while the streams have more than the path's bandwidth-delay
+// product in flight (at most pacingDrainTicks), to drain start-up's
+// queue. No rate is capped during start-up: the streams' own start-up
+// finds the path
 // (a session of many streams has its bytes in flight bounded instead:
 // "Start-up window" below). A session whose stream count
 // grows beyond what it had (auto's next count) starts up again, its rate

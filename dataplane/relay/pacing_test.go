@@ -664,7 +664,10 @@ func TestPacerSkipsTheDrainAfterAHeldBackProbe(t *testing.T) {
 	cycle := func(heldBackProbe bool) []float64 {
 		var p stripePacer
 		_, now := feed(&p, time.Now(), rtt, false, 1e6, 2e6, 4e6, rate, rate, rate)
-		for !p.cruising || p.draining || p.phase != 0 {
+		for i := 0; !p.cruising || p.draining || p.phase != 0; i++ {
+			if i == 100 {
+				t.Fatal("no probe tick in 100 ticks of a flat rate")
+			}
 			now = now.Add(tick)
 			p.update(now, pacingTick{bytes: uint64(rate * tick.Seconds()), dt: tick.Seconds()}, rtt)
 		}
