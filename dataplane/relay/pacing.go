@@ -36,9 +36,8 @@ import (
 // held while the streams have more than the path's bandwidth-delay
 // product in flight (at most pacingDrainTicks), to drain start-up's
 // queue. No rate is capped during start-up: the streams' own start-up
-// finds the path
-// (a session of many streams has its bytes in flight bounded instead:
-// "Start-up window" below). A session whose stream count
+// finds the path (a session of many streams has its bytes in flight
+// bounded instead: "Start-up window" below). A session whose stream count
 // grows beyond what it had (auto's next count) starts up again, its rate
 // caps lifted (its bytes in flight bounded by the start-up window), so
 // the new count can show what it carries. Ticks at which the

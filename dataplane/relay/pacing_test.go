@@ -661,6 +661,9 @@ func TestWmemCacheReadsProc(t *testing.T) {
 func TestPacerSkipsTheDrainAfterAHeldBackProbe(t *testing.T) {
 	rtt := 200 * time.Millisecond
 	const rate = 8e6
+	flatTick := func(heldBack bool) pacingTick {
+		return pacingTick{bytes: uint64(rate * tick.Seconds()), dt: tick.Seconds(), appLimited: heldBack}
+	}
 	cycle := func(heldBackProbe bool) []float64 {
 		var p stripePacer
 		_, now := feed(&p, time.Now(), rtt, false, 1e6, 2e6, 4e6, rate, rate, rate)
@@ -669,15 +672,14 @@ func TestPacerSkipsTheDrainAfterAHeldBackProbe(t *testing.T) {
 				t.Fatal("no probe tick in 100 ticks of a flat rate")
 			}
 			now = now.Add(tick)
-			p.update(now, pacingTick{bytes: uint64(rate * tick.Seconds()), dt: tick.Seconds()}, rtt)
+			p.update(now, flatTick(false), rtt)
 		}
 		// One cycle from the probe: the tick recorded at the drain
 		// phase is the probe's.
 		caps := make([]float64, len(pacingGains))
 		for i := range caps {
 			now = now.Add(tick)
-			caps[i] = p.update(now, pacingTick{bytes: uint64(rate * tick.Seconds()), dt: tick.Seconds(),
-				appLimited: heldBackProbe && i == pacingDrainPhase}, rtt)
+			caps[i] = p.update(now, flatTick(heldBackProbe && i == pacingDrainPhase), rtt)
 		}
 		return caps
 	}
