@@ -562,7 +562,7 @@ func (l *Lab) startSwitches(ctx context.Context) error {
 	if _, err := l.ovs.vsctl(ctx, "--no-wait", "init"); err != nil {
 		return err
 	}
-	if _, err := l.start("ovs-vswitchd", SwitchHost, l.ovs.env, "ovs-vswitchd", l.ovs.switchArgs()...); err != nil {
+	if _, err := l.start("ovs-vswitchd", SwitchHost, l.ovs.switchEnv(), "ovs-vswitchd", l.ovs.switchArgs()...); err != nil {
 		return err
 	}
 	// A vsctl that waits for ovs-vswitchd to apply a change proves it runs.

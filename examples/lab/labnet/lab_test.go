@@ -199,6 +199,15 @@ func TestUpBuildsTheTopologyAndDownRemovesIt(t *testing.T) {
 	// Every port socket of the switch has a switch port's buffer, and the
 	// machine's defaults are back as they were.
 	assertPortBuffers(t, lab, 7)
+	// The switch daemon keeps the heap its packet buffers came from
+	// (switchMalloc).
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", lab.Process("ovs-vswitchd").Ref.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(env), "\x00GLIBC_TUNABLES=glibc.malloc.trim_threshold=67108864") {
+		t.Errorf("ovs-vswitchd runs without the lab's heap policy %q", switchMalloc)
+	}
 	for name, want := range defaults {
 		if got := readSysctl(t, name); got != want {
 			t.Errorf("%s is %q after lab up, was %q before", name, got, want)
@@ -509,23 +518,16 @@ func readSysctl(t *testing.T, name string) string {
 // ports (want of them) through a socket of switchPortBuffer bytes.
 func assertPortBuffers(t *testing.T, lab *Lab, want int) {
 	t.Helper()
-	out, err := lab.Run(context.Background(), SwitchHost, "ss", "-0", "-m", "-p")
+	socks, err := lab.SwitchPortSockets(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports := 0
-	for line := range strings.SplitSeq(out, "\n") {
-		if !strings.Contains(line, "ovs-vswitchd") || strings.Contains(line, "[0]:*") {
-			continue
-		}
-		ports++
-		for _, buf := range []string{"rb", "tb"} {
-			if !strings.Contains(line, fmt.Sprintf(",%s%d,", buf, switchPortBuffer)) && !strings.Contains(line, fmt.Sprintf("(%s%d,", buf, switchPortBuffer)) {
-				t.Errorf("switch port socket without a %s of %d bytes: %s", buf, switchPortBuffer, strings.TrimSpace(line))
-			}
+	for _, s := range socks {
+		if s.RecvBuffer != switchPortBuffer || s.SendBuffer != switchPortBuffer {
+			t.Errorf("switch port socket %s: buffers %d/%d, want %d", s.Port, s.RecvBuffer, s.SendBuffer, switchPortBuffer)
 		}
 	}
-	if ports != want {
-		t.Errorf("%d switch port sockets, want %d:\n%s", ports, want, out)
+	if len(socks) != want {
+		t.Errorf("%d switch port sockets, want %d: %+v", len(socks), want, socks)
 	}
 }

@@ -1,6 +1,7 @@
 package labnet
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -65,4 +66,89 @@ func withSocketBufferDefaults(size int, fn func() error) error {
 		restore = append(restore, func() error { return os.WriteFile(path, raw, 0o644) })
 	}
 	return fn()
+}
+
+// PortSocket is one of the switch daemon's AF_PACKET sockets as `ss -0 -m`
+// shows it: the port it reads and writes, its buffers, and how many
+// frames the kernel dropped because the buffer was full (sk_drops).
+type PortSocket struct {
+	Port                   string
+	RecvBuffer, SendBuffer int
+	Drops                  uint64
+}
+
+// SwitchPortSockets lists the switch daemon's port sockets (its unbound
+// socket, "[0]:*", left out). Their drops are loss the lab adds on its
+// own, before or after the emulated WAN, that no real switch port of the
+// same load would: bench-wan reports them with each transfer.
+func (l *Lab) SwitchPortSockets(ctx context.Context) ([]PortSocket, error) {
+	out, err := l.Run(ctx, SwitchHost, "ss", "-0", "-a", "-m", "-p")
+	if err != nil {
+		return nil, fmt.Errorf("switch port sockets: %w", err)
+	}
+	return parsePortSockets(out)
+}
+
+// SwitchDrops sums the drops of the switch's port sockets.
+func (l *Lab) SwitchDrops(ctx context.Context) (uint64, error) {
+	socks, err := l.SwitchPortSockets(ctx)
+	var sum uint64
+	for _, s := range socks {
+		sum += s.Drops
+	}
+	return sum, err
+}
+
+// parsePortSockets reads `ss -0 -a -m -p` lines such as
+//
+//	p_raw UNCONN 0 0 *:a-agent * users:(("ovs-vswitchd",pid=7,fd=40)) skmem:(r0,rb8388608,t0,tb8388608,f0,w0,o176,bl0,d7832)
+//
+// keeping the ovs-vswitchd sockets bound to a port.
+func parsePortSockets(out string) ([]PortSocket, error) {
+	var socks []PortSocket
+	for line := range strings.SplitSeq(out, "\n") {
+		if !strings.Contains(line, `"ovs-vswitchd"`) {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) < 5 || !strings.HasPrefix(fields[4], "*:") {
+			continue // the unbound socket, [0]:*
+		}
+		s := PortSocket{Port: strings.TrimPrefix(fields[4], "*:")}
+		_, mem, ok := strings.Cut(line, "skmem:(")
+		mem, _, closed := strings.Cut(mem, ")")
+		if !ok || !closed {
+			return nil, fmt.Errorf("switch port socket %s: no skmem in %q", s.Port, strings.TrimSpace(line))
+		}
+		seen := 0
+		for kv := range strings.SplitSeq(mem, ",") {
+			var dst *int
+			var drops bool
+			switch {
+			case strings.HasPrefix(kv, "rb"):
+				dst, kv = &s.RecvBuffer, kv[2:]
+			case strings.HasPrefix(kv, "tb"):
+				dst, kv = &s.SendBuffer, kv[2:]
+			case strings.HasPrefix(kv, "d"):
+				drops, kv = true, kv[1:]
+			default:
+				continue
+			}
+			n, err := strconv.ParseUint(kv, 10, 63)
+			if err != nil {
+				return nil, fmt.Errorf("switch port socket %s: skmem %q: %w", s.Port, mem, err)
+			}
+			if drops {
+				s.Drops = n
+			} else {
+				*dst = int(n)
+			}
+			seen++
+		}
+		if seen != 3 {
+			return nil, fmt.Errorf("switch port socket %s: skmem %q lacks rb, tb or d", s.Port, mem)
+		}
+		socks = append(socks, s)
+	}
+	return socks, nil
 }
