@@ -32,10 +32,17 @@ type Point struct {
 	Concurrent int // 0 or 1: one connection
 	Run        int // 1-based; points of several runs are summarised by median
 	Result     Result
+	// SwitchDrops counts the frames the lab's userspace switch dropped
+	// at its port sockets during the transfer (loss the lab added beside
+	// the emulated WAN's); -1 when it was not read.
+	SwitchDrops int64
 }
 
 var csvHeader = []string{"mode", "streams", "chunk_size", "concurrent", "run", "throughput_mbps", "sent_mbps",
-	"retransmits", "bytes", "seconds", "min_connection_mbps", "max_connection_mbps", "jain_fairness"}
+	"retransmits", "bytes", "seconds", "min_connection_mbps", "max_connection_mbps", "jain_fairness", "switch_drops"}
+
+// csvHeaderV1 is the header of results written before switch_drops.
+var csvHeaderV1 = csvHeader[:len(csvHeader)-1]
 
 // WriteCSV writes the points, one row each, with a header.
 func WriteCSV(w io.Writer, points []Point) error {
@@ -55,11 +62,15 @@ func WriteCSV(w io.Writer, points []Point) error {
 			lo, hi = f(slices.Min(r.PerConnectionBps)/1e6, 1), f(slices.Max(r.PerConnectionBps)/1e6, 1)
 			jain = f(Jain(r.PerConnectionBps), 3)
 		}
+		drops := ""
+		if p.SwitchDrops >= 0 {
+			drops = strconv.FormatInt(p.SwitchDrops, 10)
+		}
 		if err := cw.Write([]string{
 			p.Mode, strconv.Itoa(p.Streams), chunk, strconv.Itoa(max(p.Concurrent, 1)), strconv.Itoa(max(p.Run, 1)),
 			f(r.ReceivedBps/1e6, 1), f(r.SentBps/1e6, 1),
 			strconv.Itoa(r.Retransmits), strconv.FormatInt(r.Bytes, 10), f(r.Seconds, 2),
-			lo, hi, jain,
+			lo, hi, jain, drops,
 		}); err != nil {
 			return err
 		}
@@ -75,13 +86,16 @@ func ReadCSV(r io.Reader) ([]Point, error) {
 	if err != nil {
 		return nil, fmt.Errorf("benchmark csv: %w", err)
 	}
-	if len(rows) == 0 || !slices.Equal(rows[0], csvHeader) {
+	if len(rows) == 0 || !slices.Equal(rows[0], csvHeader) && !slices.Equal(rows[0], csvHeaderV1) {
 		return nil, fmt.Errorf("benchmark csv: header %v, want %v", rows[:min(len(rows), 1)], csvHeader)
 	}
 	var points []Point
 	for i, row := range rows[1:] {
-		p := Point{Mode: row[0]}
-		var errs [9]error
+		p := Point{Mode: row[0], SwitchDrops: -1}
+		var errs [10]error
+		if len(row) > 13 && row[13] != "" {
+			p.SwitchDrops, errs[9] = strconv.ParseInt(row[13], 10, 64)
+		}
 		p.Streams, errs[0] = strconv.Atoi(row[1])
 		if row[2] != "" {
 			p.ChunkSize, errs[1] = strconv.Atoi(row[2])

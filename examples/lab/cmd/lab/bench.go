@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -228,8 +229,10 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				}
 			}
 		}
+		dropsBefore, dropsErr := lab.SwitchDrops(ctx)
 		res, err := measure.Run(ctx, lab, j.tr, update)
 		bar.finish(res, err)
+		j.point.SwitchDrops = switchDropsSince(ctx, lab, dropsBefore, dropsErr, stdout)
 		if j.point.Mode == measure.ModeAuto {
 			j.point.Streams = chosen
 			fmt.Fprintf(stdout, "  auto chose %d streams\n", chosen)
@@ -264,6 +267,23 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintf(stdout, "\nwrote %s and %s\n", csvPath, pngPath)
 	return nil
+}
+
+// switchDropsSince reads the lab switch's port-socket drops again and
+// returns how many came since before, saying so when there were any: a
+// lab that drops frames in its own switch judges the transfers by a loss
+// rate the WAN was not set to. -1 when either reading failed.
+func switchDropsSince(ctx context.Context, lab *labnet.Lab, before uint64, beforeErr error, w io.Writer) int64 {
+	after, err := lab.SwitchDrops(ctx)
+	if err = errors.Join(beforeErr, err); err != nil {
+		fmt.Fprintf(w, "  switch drops not read: %v\n", err)
+		return -1
+	}
+	d := int64(after - before)
+	if d > 0 {
+		fmt.Fprintf(w, "  the lab's switch dropped %d frames at its port sockets (loss beside the WAN's; see labnet.SwitchPortSockets)\n", d)
+	}
+	return d
 }
 
 // benchChart plots throughput against streams (medians over the runs): one
