@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -75,13 +74,27 @@ func (o *ovs) serverArgs() []string {
 // page faults, with the daemon at 80-100 % of a core and its port
 // sockets dropping what agents sent (`ss -0 -m`: thousands of drops per
 // run on a-agent). A hardware switch has no such cost. A trim threshold
-// of 64 MiB keeps the freed buffers in the heap, and a fixed mmap
-// threshold keeps batch-sized blocks out of mmap (setting one turns off
-// glibc's sliding thresholds).
-const switchMalloc = "GLIBC_TUNABLES=glibc.malloc.trim_threshold=67108864:glibc.malloc.mmap_threshold=4194304"
+// of 64 MiB keeps the freed buffers in the heap.
+const switchMalloc = "GLIBC_TUNABLES=glibc.malloc.trim_threshold=67108864"
 
 // switchEnv is the environment the switch daemon runs with.
-func (o *ovs) switchEnv() []string { return append(slices.Clip(o.env), switchMalloc) }
+func (o *ovs) switchEnv() []string { return mergeTunables(o.env, switchMalloc) }
+
+// mergeTunables adds tunables (GLIBC_TUNABLES=...) to env, after any the
+// environment sets already (the later setting of a tunable wins).
+func mergeTunables(env []string, tunables string) []string {
+	const key = "GLIBC_TUNABLES="
+	out := make([]string, 0, len(env)+1)
+	var own []string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, key); ok {
+			own = append(own, v)
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, key+strings.Join(append(own, strings.TrimPrefix(tunables, key)), ":"))
+}
 
 func (o *ovs) switchArgs() []string {
 	return []string{"unix:" + o.dbSocket(),

@@ -69,8 +69,11 @@ func withSocketBufferDefaults(size int, fn func() error) error {
 }
 
 // PortSocket is one of the switch daemon's AF_PACKET sockets as `ss -0 -m`
-// shows it: the port it reads and writes, its buffers, and how many
-// frames the kernel dropped because the buffer was full (sk_drops).
+// shows it: the port it reads, its buffers, and how many frames the
+// kernel dropped since the socket was opened because its receive buffer
+// was full (sk_drops). These are receive-side drops only: the daemon
+// sends every port's frames through one unbound socket of its own, whose
+// losses would show in the interfaces' tx_dropped instead.
 type PortSocket struct {
 	Port                   string
 	RecvBuffer, SendBuffer int
@@ -80,30 +83,43 @@ type PortSocket struct {
 // SwitchPortSockets lists the switch daemon's port sockets (its unbound
 // socket, "[0]:*", left out). Their drops are loss the lab adds on its
 // own, before or after the emulated WAN, that no real switch port of the
-// same load would: bench-wan reports them with each transfer.
+// same load would: bench-wan reports them with each transfer
+// (DropsSince between two listings).
 func (l *Lab) SwitchPortSockets(ctx context.Context) ([]PortSocket, error) {
-	out, err := l.Run(ctx, SwitchHost, "ss", "-0", "-a", "-m", "-p")
+	out, err := l.Run(ctx, SwitchHost, "ss", "-H", "-0", "-a", "-m", "-p")
 	if err != nil {
 		return nil, fmt.Errorf("switch port sockets: %w", err)
 	}
 	return parsePortSockets(out)
 }
 
-// SwitchDrops sums the drops of the switch's port sockets.
-func (l *Lab) SwitchDrops(ctx context.Context) (uint64, error) {
-	socks, err := l.SwitchPortSockets(ctx)
-	var sum uint64
-	for _, s := range socks {
-		sum += s.Drops
+// DropsSince counts the port sockets' drops between two listings. A port
+// whose count went down, or that is new, had its socket opened again in
+// between (the switch restarted, a port was added again): all of its
+// drops are counted.
+func DropsSince(before, after []PortSocket) uint64 {
+	was := make(map[string]uint64, len(before))
+	for _, s := range before {
+		was[s.Port] = s.Drops
 	}
-	return sum, err
+	var sum uint64
+	for _, s := range after {
+		if old, ok := was[s.Port]; ok && s.Drops >= old {
+			sum += s.Drops - old
+		} else {
+			sum += s.Drops
+		}
+	}
+	return sum
 }
 
-// parsePortSockets reads `ss -0 -a -m -p` lines such as
+// parsePortSockets reads `ss -H -0 -a -m -p` lines such as
 //
 //	p_raw UNCONN 0 0 *:a-agent * users:(("ovs-vswitchd",pid=7,fd=40)) skmem:(r0,rb8388608,t0,tb8388608,f0,w0,o176,bl0,d7832)
 //
-// keeping the ovs-vswitchd sockets bound to a port.
+// keeping the ovs-vswitchd sockets bound to a port. The local address is
+// protocol:interface ("*" for every protocol); an interface of "*" is
+// the daemon's unbound socket.
 func parsePortSockets(out string) ([]PortSocket, error) {
 	var socks []PortSocket
 	for line := range strings.SplitSeq(out, "\n") {
@@ -111,10 +127,17 @@ func parsePortSockets(out string) ([]PortSocket, error) {
 			continue
 		}
 		fields := strings.Fields(line)
-		if len(fields) < 5 || !strings.HasPrefix(fields[4], "*:") {
+		if len(fields) < 5 {
+			return nil, fmt.Errorf("switch port socket: cannot read %q", strings.TrimSpace(line))
+		}
+		i := strings.LastIndexByte(fields[4], ':')
+		if i < 0 || i == len(fields[4])-1 {
+			return nil, fmt.Errorf("switch port socket: no interface in %q", strings.TrimSpace(line))
+		}
+		if fields[4][i+1:] == "*" {
 			continue // the unbound socket, [0]:*
 		}
-		s := PortSocket{Port: strings.TrimPrefix(fields[4], "*:")}
+		s := PortSocket{Port: fields[4][i+1:]}
 		_, mem, ok := strings.Cut(line, "skmem:(")
 		mem, _, closed := strings.Cut(mem, ")")
 		if !ok || !closed {

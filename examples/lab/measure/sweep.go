@@ -33,9 +33,10 @@ type Point struct {
 	Run        int // 1-based; points of several runs are summarised by median
 	Result     Result
 	// SwitchDrops counts the frames the lab's userspace switch dropped
-	// at its port sockets during the transfer (loss the lab added beside
-	// the emulated WAN's); -1 when it was not read.
-	SwitchDrops int64
+	// at its port sockets from just before the transfer to its end (loss
+	// the lab added beside the emulated WAN's), if SwitchDropsRead.
+	SwitchDrops     uint64
+	SwitchDropsRead bool
 }
 
 var csvHeader = []string{"mode", "streams", "chunk_size", "concurrent", "run", "throughput_mbps", "sent_mbps",
@@ -63,8 +64,8 @@ func WriteCSV(w io.Writer, points []Point) error {
 			jain = f(Jain(r.PerConnectionBps), 3)
 		}
 		drops := ""
-		if p.SwitchDrops >= 0 {
-			drops = strconv.FormatInt(p.SwitchDrops, 10)
+		if p.SwitchDropsRead {
+			drops = strconv.FormatUint(p.SwitchDrops, 10)
 		}
 		if err := cw.Write([]string{
 			p.Mode, strconv.Itoa(p.Streams), chunk, strconv.Itoa(max(p.Concurrent, 1)), strconv.Itoa(max(p.Run, 1)),
@@ -91,10 +92,11 @@ func ReadCSV(r io.Reader) ([]Point, error) {
 	}
 	var points []Point
 	for i, row := range rows[1:] {
-		p := Point{Mode: row[0], SwitchDrops: -1}
+		p := Point{Mode: row[0]}
 		var errs [10]error
 		if len(row) > 13 && row[13] != "" {
-			p.SwitchDrops, errs[9] = strconv.ParseInt(row[13], 10, 64)
+			p.SwitchDrops, errs[9] = strconv.ParseUint(row[13], 10, 64)
+			p.SwitchDropsRead = errs[9] == nil
 		}
 		p.Streams, errs[0] = strconv.Atoi(row[1])
 		if row[2] != "" {

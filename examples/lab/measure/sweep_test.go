@@ -9,14 +9,13 @@ import (
 
 func TestCSVRoundTripAndTable(t *testing.T) {
 	points := []Point{
-		{Mode: ModeDirect, Streams: 1, Result: Result{ReceivedBps: 92.4e6, SentBps: 93e6, Retransmits: 12, Bytes: 115500000, Seconds: 10.02}},
+		{Mode: ModeDirect, Streams: 1, Result: Result{ReceivedBps: 92.4e6, SentBps: 93e6, Retransmits: 12, Bytes: 115500000, Seconds: 10.02}, SwitchDropsRead: true},
 		{Mode: ModeParallel, Streams: 1, Result: Result{ReceivedBps: 90e6, SentBps: 90e6, Bytes: 1, Seconds: 10}},
 		{Mode: ModeSosappliance, Streams: 1, ChunkSize: 60000, Result: Result{ReceivedBps: 80e6, SentBps: 81e6, Bytes: 2, Seconds: 10}},
 		{Mode: ModeParallel, Streams: 64, Result: Result{ReceivedBps: 435e6, SentBps: 440e6, Retransmits: 3000, Bytes: 3, Seconds: 10.2}},
 		{Mode: ModeSosappliance, Streams: 64, ChunkSize: 10000, Result: Result{ReceivedBps: 401e6, SentBps: 402e6, Bytes: 4, Seconds: 10.1}},
-		{Mode: ModeSosappliance, Streams: 64, ChunkSize: 60000, Result: Result{ReceivedBps: 451.26e6, SentBps: 452e6, Bytes: 5, Seconds: 10.1}, SwitchDrops: 17},
+		{Mode: ModeSosappliance, Streams: 64, ChunkSize: 60000, Result: Result{ReceivedBps: 451.26e6, SentBps: 452e6, Bytes: 5, Seconds: 10.1}, SwitchDrops: 17, SwitchDropsRead: true},
 	}
-	points[1].SwitchDrops = -1 // not read
 	var buf bytes.Buffer
 	if err := WriteCSV(&buf, points); err != nil {
 		t.Fatal(err)
@@ -24,9 +23,9 @@ func TestCSVRoundTripAndTable(t *testing.T) {
 	wantCSV := `mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness,switch_drops
 direct,1,,1,1,92.4,93.0,12,115500000,10.02,,,,0
 parallel,1,,1,1,90.0,90.0,0,1,10.00,,,,
-sosappliance,1,60000,1,1,80.0,81.0,0,2,10.00,,,,0
-parallel,64,,1,1,435.0,440.0,3000,3,10.20,,,,0
-sosappliance,64,10000,1,1,401.0,402.0,0,4,10.10,,,,0
+sosappliance,1,60000,1,1,80.0,81.0,0,2,10.00,,,,
+parallel,64,,1,1,435.0,440.0,3000,3,10.20,,,,
+sosappliance,64,10000,1,1,401.0,402.0,0,4,10.10,,,,
 sosappliance,64,60000,1,1,451.3,452.0,0,5,10.10,,,,17
 `
 	if buf.String() != wantCSV {
@@ -37,7 +36,7 @@ sosappliance,64,60000,1,1,451.3,452.0,0,5,10.10,,,,17
 		t.Fatal(err)
 	}
 	if len(back) != len(points) || back[5].ChunkSize != 60000 || back[3].Result.Retransmits != 3000 || back[0].Result.ReceivedBps != 92.4e6 ||
-		back[5].SwitchDrops != 17 || back[1].SwitchDrops != -1 || back[0].SwitchDrops != 0 {
+		back[5].SwitchDrops != 17 || !back[5].SwitchDropsRead || back[1].SwitchDropsRead || !back[0].SwitchDropsRead || back[0].SwitchDrops != 0 {
 		t.Errorf("read back %+v", back)
 	}
 	// Results written before switch_drops still read, the drops unknown.
@@ -46,7 +45,7 @@ sosappliance,64,60000,1,1,451.3,452.0,0,5,10.10,,,,17
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(old) != 1 || old[0].Streams != 8 || old[0].Result.ReceivedBps != 470.1e6 || old[0].SwitchDrops != -1 {
+	if len(old) != 1 || old[0].Streams != 8 || old[0].Result.ReceivedBps != 470.1e6 || old[0].SwitchDropsRead {
 		t.Errorf("read back an old file: %+v", old)
 	}
 
@@ -70,7 +69,8 @@ func TestReadCSVRejectsOtherFiles(t *testing.T) {
 		// the header before the sharing sweep
 		"mode,streams,chunk_size,throughput_mbps,sent_mbps,retransmits,bytes,seconds\ndirect,1,,1,1,0,0,1\n",
 		"mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness\ndirect,x,,1,1,1,1,0,0,1,,,\n",
-		"mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness,switch_drops\ndirect,1,,1,1,1,1,0,0,1,,,,many\n"} {
+		"mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness,switch_drops\ndirect,1,,1,1,1,1,0,0,1,,,,many\n",
+		"mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness,switch_drops\ndirect,1,,1,1,1,1,0,0,1,,,,-5\n"} {
 		if _, err := ReadCSV(strings.NewReader(in)); err == nil {
 			t.Errorf("ReadCSV(%q) accepted it", in)
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -229,10 +228,12 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				}
 			}
 		}
-		dropsBefore, dropsErr := lab.SwitchDrops(ctx)
+		socksBefore, socksErr := lab.SwitchPortSockets(ctx)
 		res, err := measure.Run(ctx, lab, j.tr, update)
 		bar.finish(res, err)
-		j.point.SwitchDrops = switchDropsSince(ctx, lab, dropsBefore, dropsErr, stdout)
+		if ctx.Err() == nil {
+			j.point.SwitchDrops, j.point.SwitchDropsRead = switchDropsSince(ctx, lab, socksBefore, socksErr, stdout)
+		}
 		if j.point.Mode == measure.ModeAuto {
 			j.point.Streams = chosen
 			fmt.Fprintf(stdout, "  auto chose %d streams\n", chosen)
@@ -269,21 +270,26 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return nil
 }
 
-// switchDropsSince reads the lab switch's port-socket drops again and
-// returns how many came since before, saying so when there were any: a
-// lab that drops frames in its own switch judges the transfers by a loss
-// rate the WAN was not set to. -1 when either reading failed.
-func switchDropsSince(ctx context.Context, lab *labnet.Lab, before uint64, beforeErr error, w io.Writer) int64 {
-	after, err := lab.SwitchDrops(ctx)
-	if err = errors.Join(beforeErr, err); err != nil {
+// switchDropsSince lists the lab switch's port sockets again and returns
+// the drops since the listing before the transfer, saying so when there
+// were any: a lab that drops frames in its own switch judges the
+// transfers by a loss rate the WAN was not set to. read is false when
+// either listing failed.
+func switchDropsSince(ctx context.Context, lab *labnet.Lab, before []labnet.PortSocket, beforeErr error, w io.Writer) (drops uint64, read bool) {
+	err := beforeErr
+	var after []labnet.PortSocket
+	if err == nil {
+		after, err = lab.SwitchPortSockets(ctx)
+	}
+	if err != nil {
 		fmt.Fprintf(w, "  switch drops not read: %v\n", err)
-		return -1
+		return 0, false
 	}
-	d := int64(after - before)
-	if d > 0 {
-		fmt.Fprintf(w, "  the lab's switch dropped %d frames at its port sockets (loss beside the WAN's; see labnet.SwitchPortSockets)\n", d)
+	drops = labnet.DropsSince(before, after)
+	if drops > 0 {
+		fmt.Fprintf(w, "  the lab's switch dropped %d frames at its port sockets (loss beside the WAN's; see labnet.PortSocket)\n", drops)
 	}
-	return d
+	return drops, true
 }
 
 // benchChart plots throughput against streams (medians over the runs): one
