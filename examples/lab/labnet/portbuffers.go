@@ -143,32 +143,26 @@ func parsePortSockets(out string) ([]PortSocket, error) {
 		if !ok || !closed {
 			return nil, fmt.Errorf("switch port socket %s: no skmem in %q", s.Port, strings.TrimSpace(line))
 		}
-		seen := 0
+		var seen int
 		for kv := range strings.SplitSeq(mem, ",") {
-			var dst *int
-			var drops bool
-			switch {
-			case strings.HasPrefix(kv, "rb"):
-				dst, kv = &s.RecvBuffer, kv[2:]
-			case strings.HasPrefix(kv, "tb"):
-				dst, kv = &s.SendBuffer, kv[2:]
-			case strings.HasPrefix(kv, "d"):
-				drops, kv = true, kv[1:]
-			default:
+			key := strings.TrimRight(kv, "-0123456789")
+			if key != "rb" && key != "tb" && key != "d" {
 				continue
 			}
-			n, err := strconv.ParseUint(kv, 10, 63)
+			n, err := strconv.ParseUint(kv[len(key):], 10, 63)
 			if err != nil {
 				return nil, fmt.Errorf("switch port socket %s: skmem %q: %w", s.Port, mem, err)
 			}
-			if drops {
-				s.Drops = n
-			} else {
-				*dst = int(n)
+			switch key {
+			case "rb":
+				s.RecvBuffer, seen = int(n), seen|1
+			case "tb":
+				s.SendBuffer, seen = int(n), seen|2
+			case "d":
+				s.Drops, seen = n, seen|4
 			}
-			seen++
 		}
-		if seen != 3 {
+		if seen != 7 {
 			return nil, fmt.Errorf("switch port socket %s: skmem %q lacks rb, tb or d", s.Port, mem)
 		}
 		socks = append(socks, s)
