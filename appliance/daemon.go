@@ -849,6 +849,7 @@ func (d *Daemon) liveStats() liveStats {
 	ctl := d.controller()
 	d.mu.Unlock()
 	var ls liveStats
+	ls.FrameMemory = relay.FrameMemory()
 	for i, r := range relays {
 		ls.Pools = append(ls.Pools, poolStatuses(names[i], r.Pools())...)
 		rs := r.Stats()

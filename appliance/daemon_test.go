@@ -335,6 +335,8 @@ func TestDaemonMetrics(t *testing.T) {
 		`sosappliance_handshake_failures_total 0`,
 		`sosappliance_handshakes_abandoned_total 0`,
 		`sosappliance_session_memory_bytes{kind="reserved"} 0`,
+		`sosappliance_frame_buffer_bytes{state="in_use"}`,
+		`sosappliance_frame_buffer_bytes{state="released"}`,
 		`sosappliance_streams_lost_total 0`,
 		`sosappliance_streams_replaced_total 0`,
 		`sosappliance_reinjected_bytes_total 0`,

@@ -42,8 +42,10 @@ type liveStats struct {
 	Refusals            map[string]uint64
 	MemoryReserved      int64
 	MemoryLimit         int64
-	LostStreams         LostStreams
-	Pools               []PoolStatus
+	// FrameMemory is the process's frame buffers (all its agents).
+	FrameMemory relay.FrameMemoryStats
+	LostStreams LostStreams
+	Pools       []PoolStatus
 	// AutoStreams are the stream counts live sessions of streams = "auto"
 	// whitelists chose, per agent and whitelist.
 	AutoStreams autoStreamStats
@@ -153,6 +155,7 @@ var (
 	descAgentSess   = prometheus.NewDesc("sosappliance_agent_sessions", "Live sessions the agent last reported to the controller.", []string{"agent"}, nil)
 	descAgentShare  = prometheus.NewDesc("sosappliance_agent_share_ratio", "The agent's part of a spread whitelist's buckets at one side, after fail-over.", []string{"agent", "whitelist", "side"}, nil)
 	descMemory      = prometheus.NewDesc("sosappliance_session_memory_bytes", "Session memory the agents reserved, and their cap.", []string{"kind"}, nil)
+	descFrameMem    = prometheus.NewDesc("sosappliance_frame_buffer_bytes", "The process's frame buffers: held by sessions, free, and free with their pages handed back to the kernel.", []string{"state"}, nil)
 	descLost        = prometheus.NewDesc("sosappliance_streams_lost_total", "Stripe streams lost (reset, failed or stalled) in live sessions.", nil, nil)
 	descReplaced    = prometheus.NewDesc("sosappliance_streams_replaced_total", "Lost stripe streams replaced by an authenticated join.", nil, nil)
 	descReinjected  = prometheus.NewDesc("sosappliance_reinjected_bytes_total", "Payload bytes sent again on surviving streams after their stream was lost.", nil, nil)
@@ -171,7 +174,7 @@ type liveCollector struct{ live func() liveStats }
 
 func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descBytes, descThroughput, descReorder, descStalls, descAborts, descFlowMods, descSwitches, descAgentsDown,
-		descFallbacks, descRefusals, descHSFailures, descHSAbandoned, descMemory, descLost, descReplaced, descReinjected, descDuplicates, descHeadOfLine,
+		descFallbacks, descRefusals, descHSFailures, descHSAbandoned, descMemory, descFrameMem, descLost, descReplaced, descReinjected, descDuplicates, descHeadOfLine,
 		descAgentUp, descAgentSess, descAgentShare,
 		descPoolIdle, descPoolClaims, descPoolMisses, descPoolRefill, descPoolDied, descAutoStreams} {
 		ch <- d
@@ -220,6 +223,9 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	collectLocalAgents(ch, s.Local)
 	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.MemoryReserved), "reserved")
 	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.MemoryLimit), "limit")
+	ch <- prometheus.MustNewConstMetric(descFrameMem, prometheus.GaugeValue, float64(s.FrameMemory.InUse), "in_use")
+	ch <- prometheus.MustNewConstMetric(descFrameMem, prometheus.GaugeValue, float64(s.FrameMemory.Free), "free")
+	ch <- prometheus.MustNewConstMetric(descFrameMem, prometheus.GaugeValue, float64(s.FrameMemory.Released), "released")
 	ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(s.LostStreams.Lost))
 	ch <- prometheus.MustNewConstMetric(descReplaced, prometheus.CounterValue, float64(s.LostStreams.Replaced))
 	ch <- prometheus.MustNewConstMetric(descReinjected, prometheus.CounterValue, float64(s.LostStreams.ReinjectedBytes))

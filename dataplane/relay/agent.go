@@ -470,7 +470,8 @@ wait:
 	return err
 }
 
-// housekeeping enforces the timeouts and computes throughput.
+// housekeeping enforces the timeouts, computes throughput and trims the
+// process's idle frame memory.
 func (a *Agent) housekeeping() {
 	defer a.wg.Done()
 	const interval = 250 * time.Millisecond
@@ -493,6 +494,7 @@ func (a *Agent) housekeeping() {
 			for _, s := range list {
 				s.tick(now, rc.limits)
 			}
+			frames.trim(now)
 		}
 	}
 }

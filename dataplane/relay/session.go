@@ -2218,7 +2218,7 @@ func (p *bufPool) tryGet() (*chunk, bool) {
 	}
 	p.allocated.Add(1)
 	p.mu.Unlock()
-	return sharedChunks.get(p.size), true
+	return frames.get(p.size), true
 }
 
 // get blocks until a buffer is free or abort closes.
@@ -2253,25 +2253,9 @@ func (p *bufPool) release() {
 	p.free = nil
 	p.mu.Unlock()
 	for _, c := range free {
-		sharedChunks.put(c)
+		frames.put(c)
 	}
 }
-
-// sizedPools recycles frame buffers between sessions of the same chunk size.
-type sizedPools struct{ m sync.Map }
-
-var sharedChunks sizedPools
-
-func (sp *sizedPools) pool(size int) *sync.Pool {
-	if p, ok := sp.m.Load(size); ok {
-		return p.(*sync.Pool)
-	}
-	p, _ := sp.m.LoadOrStore(size, &sync.Pool{New: func() any { return &chunk{buf: make([]byte, size)} }})
-	return p.(*sync.Pool)
-}
-
-func (sp *sizedPools) get(size int) *chunk { return sp.pool(size).Get().(*chunk) }
-func (sp *sizedPools) put(c *chunk)        { sp.pool(len(c.buf)).Put(c) }
 
 // notePeerWindows gives every session the largest receive window (bytes)
 // among the sessions with its peer and side; housekeeping only.

@@ -1,0 +1,237 @@
+package relay
+
+import (
+	"os"
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Frame memory. Every byte a relay carries is copied into a frame buffer,
+// sealed or opened there, and copied out: at 8 Gbit/s on loopback the
+// buffers of one session of 8 stripes (its receive window and its send
+// retention, about 130 frames of 128 KiB once the window grew) are some
+// 4,000 pages of 4 KiB, more than a core's TLB reaches, and the AES-GCM
+// passes and the copies over them ran 8-12 % slower than over the 50
+// frames the relay kept before the send retention (BenchmarkRelay). So
+// frame buffers are carved out of slabs of whole 2 MiB pages that the
+// kernel is asked to back with transparent huge pages (MADV_HUGEPAGE;
+// with THP off or "never" they are ordinary pages), outside the Go heap.
+//
+// Buffers are recycled process-wide, per size, warmest first. A buffer
+// that no session holds stays mapped: it is never unmapped, so a stale
+// slice of it can never fault the process. Buffers that stayed free for a
+// whole trim period have their pages handed back to the kernel
+// (MADV_DONTNEED: they read as zeros and fault in again when next used),
+// so an idle agent does not keep its busiest moment's memory. A chunk a
+// session dropped without returning it (an abort leaves frames in queues)
+// gives its buffer back when the garbage collector finds it unreachable.
+
+// frameSlabTarget is the size a slab aims at: several frames of the
+// common chunk sizes per 2 MiB page, few slabs per session.
+const frameSlabTarget = 8 << 20
+
+const hugePageSize = 2 << 20
+
+// frameTrimEvery is the trim period: frames free throughout one are
+// released.
+const frameTrimEvery = 10 * time.Second
+
+type frameClass struct {
+	size   int // buffer length
+	stride int // distance between buffers in a slab: size rounded to a cache line
+
+	mu       sync.Mutex
+	free     []*chunk // a stack: the most recently returned on top
+	released int      // free[:released] had their pages released
+	minFree  int      // the fewest free buffers since the last trim
+	frames   int      // buffers carved so far (mapped or heap)
+	mapped   int64    // slab bytes mapped
+}
+
+type frameMemory struct {
+	mu       sync.Mutex
+	classes  map[int]*frameClass
+	lastTrim time.Time
+	// mapSlab maps a slab (nil: mmapSlab); tests make it fail.
+	mapSlab func(size int) ([]byte, error)
+}
+
+// frames is the process's frame memory: sessions of every agent in the
+// process share it, as they share the agent memory caps' accounting.
+var frames = newFrameMemory()
+
+func newFrameMemory() *frameMemory {
+	return &frameMemory{classes: map[int]*frameClass{}, lastTrim: time.Now(), mapSlab: mmapSlab}
+}
+
+func (m *frameMemory) class(size int) *frameClass {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	fc := m.classes[size]
+	if fc == nil {
+		fc = &frameClass{size: size, stride: (size + 63) &^ 63}
+		m.classes[size] = fc
+	}
+	return fc
+}
+
+// get returns a buffer of size bytes, reused if one is free.
+func (m *frameMemory) get(size int) *chunk {
+	fc := m.class(size)
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	if len(fc.free) == 0 {
+		m.carve(fc)
+	}
+	n := len(fc.free) - 1
+	c := fc.free[n]
+	fc.free[n] = nil
+	fc.free = fc.free[:n]
+	fc.released = min(fc.released, n)
+	fc.minFree = min(fc.minFree, n)
+	return c
+}
+
+// put returns a buffer that get handed out.
+func (m *frameMemory) put(c *chunk) {
+	fc := m.class(len(c.buf))
+	fc.mu.Lock()
+	fc.free = append(fc.free, c)
+	fc.mu.Unlock()
+}
+
+// carve adds a slab's buffers to the free list (fc.mu held). If no slab
+// can be mapped, one buffer comes from the Go heap.
+func (m *frameMemory) carve(fc *frameClass) {
+	per := max(frameSlabTarget/fc.stride, 1)
+	size := roundUp(per*fc.stride, hugePageSize)
+	per = size / fc.stride
+	slab, err := m.mapSlab(size)
+	if err != nil {
+		fc.frames++
+		fc.free = append(fc.free, &chunk{buf: make([]byte, fc.size)})
+		return
+	}
+	fc.mapped += int64(size)
+	fc.frames += per
+	// Pushed in reverse so that get hands out the slab in address order.
+	for i := per - 1; i >= 0; i-- {
+		fc.free = append(fc.free, fc.newChunk(slab[i*fc.stride:i*fc.stride+fc.size:i*fc.stride+fc.size]))
+	}
+}
+
+// newChunk wraps a slab buffer in a chunk that gives the buffer back if
+// it is dropped instead of returned.
+func (fc *frameClass) newChunk(buf []byte) *chunk {
+	c := &chunk{buf: buf}
+	runtime.AddCleanup(c, fc.reclaim, buf)
+	return c
+}
+
+// reclaim returns the buffer of a chunk that became unreachable without
+// being put back: nothing can touch it any more.
+func (fc *frameClass) reclaim(buf []byte) {
+	fc.mu.Lock()
+	fc.free = append(fc.free, fc.newChunk(buf))
+	fc.mu.Unlock()
+}
+
+// trim releases the pages of buffers that stayed free for a whole trim
+// period (at most once per period, whoever calls it).
+func (m *frameMemory) trim(now time.Time) {
+	m.mu.Lock()
+	if now.Sub(m.lastTrim) < frameTrimEvery {
+		m.mu.Unlock()
+		return
+	}
+	m.lastTrim = now
+	classes := make([]*frameClass, 0, len(m.classes))
+	for _, fc := range m.classes {
+		classes = append(classes, fc)
+	}
+	m.mu.Unlock()
+	for _, fc := range classes {
+		fc.trim()
+	}
+}
+
+func (fc *frameClass) trim() {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	for _, c := range fc.free[fc.released:min(fc.minFree, len(fc.free))] {
+		releasePages(c.buf)
+	}
+	fc.released = max(fc.released, min(fc.minFree, len(fc.free)))
+	fc.minFree = len(fc.free)
+}
+
+// FrameMemoryStats is the process's frame buffer memory, in bytes: held
+// by sessions, free and resident, and free with its pages released
+// (mapped, not resident). Buffers of a slab that could not be mapped
+// count as held or free like the others.
+type FrameMemoryStats struct {
+	InUse, Free, Released int64
+}
+
+// FrameMemory reports the process's frame buffer memory.
+func FrameMemory() FrameMemoryStats { return frames.stats() }
+
+func (m *frameMemory) stats() FrameMemoryStats {
+	m.mu.Lock()
+	classes := make([]*frameClass, 0, len(m.classes))
+	for _, fc := range m.classes {
+		classes = append(classes, fc)
+	}
+	m.mu.Unlock()
+	var st FrameMemoryStats
+	for _, fc := range classes {
+		fc.mu.Lock()
+		size := int64(fc.size)
+		st.InUse += int64(fc.frames-len(fc.free)) * size
+		st.Free += int64(len(fc.free)-fc.released) * size
+		st.Released += int64(fc.released) * size
+		fc.mu.Unlock()
+	}
+	return st
+}
+
+// mmapSlab maps size bytes (a multiple of 2 MiB) aligned to 2 MiB, so
+// that every 2 MiB of it can be one huge page, and asks for huge pages.
+func mmapSlab(size int) ([]byte, error) {
+	length := uintptr(size + hugePageSize)
+	p, err := unix.MmapPtr(-1, 0, nil, length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, err
+	}
+	addr := uintptr(p)
+	start := (addr + hugePageSize - 1) &^ (hugePageSize - 1)
+	// Unmap the unaligned head and tail; what is left is the slab.
+	if head := start - addr; head > 0 {
+		_ = unix.MunmapPtr(p, head)
+	}
+	if tail := addr + length - (start + uintptr(size)); tail > 0 {
+		_ = unix.MunmapPtr(unsafe.Add(p, start-addr+uintptr(size)), tail)
+	}
+	slab := unsafe.Slice((*byte)(unsafe.Add(p, start-addr)), size)
+	// Not fatal: without THP (or with it set to "never") the slab is
+	// ordinary pages.
+	_ = unix.Madvise(slab, unix.MADV_HUGEPAGE)
+	return slab, nil
+}
+
+// releasePages hands a free buffer's whole pages back to the kernel.
+func releasePages(buf []byte) {
+	page := os.Getpagesize()
+	start := int(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+	lo := roundUp(start, page) - start
+	hi := (start+len(buf))&^(page-1) - start
+	if hi > lo {
+		_ = unix.Madvise(buf[lo:hi], unix.MADV_DONTNEED)
+	}
+}
+
+func roundUp(n, to int) int { return (n + to - 1) / to * to }
