@@ -1547,24 +1547,39 @@ func (st *stream) writeLoop() {
 				}
 			}
 			var c *chunk
-			var ok bool
-			select {
-			case c, ok = <-sendq:
+			var ok, got bool
+			// A bulk session nearly always has a chunk queued: take it
+			// without the full select.
+			if sendq != nil {
+				select {
+				case c, ok = <-sendq:
+					got = true
+				default:
+				}
+			}
+			if got {
 				if !ok {
 					sendq = nil
 				}
-			case <-s.resendWake:
-				continue
-			case <-s.ctlWake:
-				control = true
-			case <-s.completeCh:
-				st.finishWrite()
-				return
-			case <-st.dead:
-				return
-			case <-s.abortCh:
-				st.sendAbort()
-				return
+			} else {
+				select {
+				case c, ok = <-sendq:
+					if !ok {
+						sendq = nil
+					}
+				case <-s.resendWake:
+					continue
+				case <-s.ctlWake:
+					control = true
+				case <-s.completeCh:
+					st.finishWrite()
+					return
+				case <-st.dead:
+					return
+				case <-s.abortCh:
+					st.sendAbort()
+					return
+				}
 			}
 			if ok {
 				batch = append(batch, c)
