@@ -1,8 +1,10 @@
 package relay
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/hex"
+	"errors"
 	"io"
 	mrand "math/rand/v2"
 	"net"
@@ -296,5 +298,44 @@ func TestFreshStreamOfStartedSessionRefused(t *testing.T) {
 	}
 	if n := streamsUp(p.b); n != 1 {
 		t.Errorf("%d streams at the server side, want stream 0 alone (the joins are held)", n)
+	}
+}
+
+// A stream switches between reading through its buffer and straight from
+// the socket as its frames change size; the bytes come in order either
+// way, whatever the buffer held at the switch.
+func TestStreamReadFullKeepsOrderAcrossModes(t *testing.T) {
+	ours, theirs := loopbackPair(t)
+	data := make([]byte, 400<<10)
+	for i := range data {
+		data[i] = byte(i * 7 / 3)
+	}
+	go func() {
+		_, _ = theirs.Write(data)
+		_ = theirs.CloseWrite()
+	}()
+	st := &stream{conn: ours, br: bufio.NewReaderSize(ours, 32<<10)}
+	var got []byte
+	// Small reads through the buffer, a large one while it holds bytes,
+	// direct reads once it is empty, and small ones again.
+	for i, n := range []int{16, 40, 100 << 10, 16, 60 << 10, 16, 16, 1000, 100 << 10, 16} {
+		st.bulk = i >= 2 && i < 8
+		p := make([]byte, n)
+		if err := st.readFull(p); err != nil {
+			t.Fatalf("read %d (%d bytes, bulk %v): %v", i, n, st.bulk, err)
+		}
+		got = append(got, p...)
+	}
+	rest := make([]byte, len(data)-len(got))
+	if err := st.readFull(rest); err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, rest...)
+	if string(got) != string(data) {
+		t.Fatal("bytes out of order")
+	}
+	st.bulk = true
+	if err := st.readFull(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Errorf("read at the end: %v, want EOF", err)
 	}
 }
