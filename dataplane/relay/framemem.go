@@ -1,8 +1,8 @@
 package relay
 
 import (
-	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -23,12 +23,15 @@ import (
 //
 // Buffers are recycled process-wide, per size, warmest first. A buffer
 // that no session holds stays mapped: it is never unmapped, so a stale
-// slice of it can never fault the process. Buffers that stayed free for a
-// whole trim period have their pages handed back to the kernel
-// (MADV_DONTNEED: they read as zeros and fault in again when next used),
-// so an idle agent does not keep its busiest moment's memory. A chunk a
-// session dropped without returning it (an abort leaves frames in queues)
-// gives its buffer back when the garbage collector finds it unreachable.
+// slice of it can never fault the process. A slab whose buffers all
+// stayed free for a whole trim period has its pages handed back to the
+// kernel (MADV_DONTNEED: they read as zeros and fault in again, as huge
+// pages, when next used), so an idle agent does not keep its busiest
+// moment's memory; slabs are released whole, because releasing part of a
+// huge page splits it into small ones. A chunk a session dropped without
+// returning it gives its buffer back when the garbage collector finds it
+// unreachable (a session returns what it retained when it ends; this is
+// for the rest).
 
 // frameSlabTarget is the size a slab aims at: several frames of the
 // common chunk sizes per 2 MiB page, few slabs per session.
@@ -48,8 +51,14 @@ type frameClass struct {
 	free     []*chunk // a stack: the most recently returned on top
 	released int      // free[:released] had their pages released
 	minFree  int      // the fewest free buffers since the last trim
-	frames   int      // buffers carved so far (mapped or heap)
+	frames   int      // buffers handed out or free (slab or heap)
 	mapped   int64    // slab bytes mapped
+}
+
+// frameSlab is one mapping of a class's buffers.
+type frameSlab struct {
+	mem    []byte
+	frames int
 }
 
 type frameMemory struct {
@@ -96,8 +105,13 @@ func (m *frameMemory) get(size int) *chunk {
 	return c
 }
 
-// put returns a buffer that get handed out.
+// put returns a buffer that get handed out. The chunk forgets its
+// session: a free chunk pointing at a stream would keep the session (and
+// every chunk it dropped) reachable for as long as the chunk waits.
 func (m *frameMemory) put(c *chunk) {
+	sealed := c.sealedOn[:cap(c.sealedOn)]
+	clear(sealed)
+	*c = chunk{buf: c.buf, slab: c.slab, sealedOn: sealed[:0]}
 	fc := m.class(len(c.buf))
 	fc.mu.Lock()
 	fc.free = append(fc.free, c)
@@ -110,33 +124,51 @@ func (m *frameMemory) carve(fc *frameClass) {
 	per := max(frameSlabTarget/fc.stride, 1)
 	size := roundUp(per*fc.stride, hugePageSize)
 	per = size / fc.stride
-	slab, err := m.mapSlab(size)
+	mem, err := m.mapSlab(size)
 	if err != nil {
+		// The collector frees a dropped heap buffer; it only leaves the
+		// count.
 		fc.frames++
-		fc.free = append(fc.free, &chunk{buf: make([]byte, fc.size)})
+		c := &chunk{buf: make([]byte, fc.size)}
+		runtime.AddCleanup(c, fc.forget, 0)
+		fc.free = append(fc.free, c)
 		return
 	}
+	slab := &frameSlab{mem: mem, frames: per}
 	fc.mapped += int64(size)
 	fc.frames += per
 	// Pushed in reverse so that get hands out the slab in address order.
 	for i := per - 1; i >= 0; i-- {
-		fc.free = append(fc.free, fc.newChunk(slab[i*fc.stride:i*fc.stride+fc.size:i*fc.stride+fc.size]))
+		fc.free = append(fc.free, fc.newChunk(slab, mem[i*fc.stride:i*fc.stride+fc.size:i*fc.stride+fc.size]))
 	}
+}
+
+// slabBuffer is a slab buffer without its chunk.
+type slabBuffer struct {
+	slab *frameSlab
+	buf  []byte
 }
 
 // newChunk wraps a slab buffer in a chunk that gives the buffer back if
 // it is dropped instead of returned.
-func (fc *frameClass) newChunk(buf []byte) *chunk {
-	c := &chunk{buf: buf}
-	runtime.AddCleanup(c, fc.reclaim, buf)
+func (fc *frameClass) newChunk(slab *frameSlab, buf []byte) *chunk {
+	c := &chunk{buf: buf, slab: slab}
+	runtime.AddCleanup(c, fc.reclaim, slabBuffer{slab, buf})
 	return c
 }
 
 // reclaim returns the buffer of a chunk that became unreachable without
 // being put back: nothing can touch it any more.
-func (fc *frameClass) reclaim(buf []byte) {
+func (fc *frameClass) reclaim(b slabBuffer) {
 	fc.mu.Lock()
-	fc.free = append(fc.free, fc.newChunk(buf))
+	fc.free = append(fc.free, fc.newChunk(b.slab, b.buf))
+	fc.mu.Unlock()
+}
+
+// forget counts out a dropped heap buffer.
+func (fc *frameClass) forget(int) {
+	fc.mu.Lock()
+	fc.frames--
 	fc.mu.Unlock()
 }
 
@@ -159,14 +191,56 @@ func (m *frameMemory) trim(now time.Time) {
 	}
 }
 
+// trim releases the slabs whose buffers are all free and were free for
+// the whole period: the buffers below the period's low-water mark of the
+// free stack, or released before. The pages are handed back outside the
+// class's lock, with those buffers out of the free list meanwhile.
 func (fc *frameClass) trim() {
 	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	for _, c := range fc.free[fc.released:min(fc.minFree, len(fc.free))] {
-		releasePages(c.buf)
-	}
-	fc.released = max(fc.released, min(fc.minFree, len(fc.free)))
+	lo, hi := fc.released, min(fc.minFree, len(fc.free))
 	fc.minFree = len(fc.free)
+	idle := map[*frameSlab]int{}
+	for _, c := range fc.free[:hi] {
+		if c.slab != nil {
+			idle[c.slab]++
+		}
+	}
+	var take []*chunk
+	keep := fc.free[:lo]
+	for _, c := range fc.free[lo:hi] {
+		if c.slab != nil && idle[c.slab] == c.slab.frames {
+			take = append(take, c)
+		} else {
+			keep = append(keep, c)
+		}
+	}
+	if len(take) == 0 {
+		fc.mu.Unlock()
+		return
+	}
+	// keep overwrote free[lo:] in place; the rest of the stack follows.
+	rest := len(fc.free) - hi
+	copy(fc.free[len(keep):], fc.free[hi:])
+	clear(fc.free[len(keep)+rest:])
+	fc.free = fc.free[:len(keep)+rest]
+	fc.frames -= len(take) // out of the books while released
+	fc.mu.Unlock()
+
+	done := map[*frameSlab]bool{}
+	for _, c := range take {
+		if !done[c.slab] {
+			done[c.slab] = true
+			_ = unix.Madvise(c.slab.mem, unix.MADV_DONTNEED)
+		}
+	}
+
+	fc.mu.Lock()
+	at := min(fc.released, len(fc.free))
+	fc.free = slices.Insert(fc.free, at, take...)
+	fc.released = at + len(take)
+	fc.frames += len(take)
+	fc.minFree = min(fc.minFree+len(take), len(fc.free))
+	fc.mu.Unlock()
 }
 
 // FrameMemoryStats is the process's frame buffer memory, in bytes: held
@@ -221,17 +295,6 @@ func mmapSlab(size int) ([]byte, error) {
 	// ordinary pages.
 	_ = unix.Madvise(slab, unix.MADV_HUGEPAGE)
 	return slab, nil
-}
-
-// releasePages hands a free buffer's whole pages back to the kernel.
-func releasePages(buf []byte) {
-	page := os.Getpagesize()
-	start := int(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
-	lo := roundUp(start, page) - start
-	hi := (start+len(buf))&^(page-1) - start
-	if hi > lo {
-		_ = unix.Madvise(buf[lo:hi], unix.MADV_DONTNEED)
-	}
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }

@@ -139,75 +139,89 @@ func resident(t *testing.T, buf []byte) (in, of int) {
 	return in, len(vec)
 }
 
-func TestFrameTrimReleasesOnlyBuffersFreeForAWholePeriod(t *testing.T) {
+func TestFrameTrimReleasesOnlySlabsFreeForAWholePeriod(t *testing.T) {
 	m := newFrameMemory()
 	const size = 128<<10 + 40
+	fc := m.class(size)
 	var got []*chunk
-	for range 20 {
+	for {
 		c := m.get(size)
 		for i := range c.buf {
 			c.buf[i] = 0xAA
 		}
 		got = append(got, c)
-	}
-	for _, c := range got {
-		m.put(c)
-	}
-	// The slab holds more than the 20 taken: the rest are free too.
-	fc := m.class(size)
-	fc.mu.Lock()
-	frames := int64(fc.frames)
-	fc.mu.Unlock()
-	now := time.Now()
-	// The first period saw the buffers in use: nothing is released.
-	m.trim(now.Add(frameTrimEvery))
-	if st := m.stats(); st.Released != 0 || st.Free != frames*size {
-		t.Fatalf("after a busy period: %+v, want all %d free and none released", st, frames)
-	}
-	// Five are taken and returned during the second period: the 15
-	// below them stayed free throughout.
-	var busy []*chunk
-	for range 5 {
-		busy = append(busy, m.get(size))
-	}
-	for _, c := range busy {
-		m.put(c)
-	}
-	m.trim(now.Add(2 * frameTrimEvery))
-	st := m.stats()
-	if st.Released != (frames-5)*size || st.Free != 5*size || st.InUse != 0 {
-		t.Fatalf("after an idle period: %+v, want %d released and 5 free", st, frames-5)
-	}
-	released, kept := 0, 0
-	for _, c := range got {
-		in, of := resident(t, c.buf)
-		switch {
-		case in == 0:
-			released++
-			if c.buf[len(c.buf)/2] != 0 {
-				t.Errorf("a released buffer still reads %#x", c.buf[len(c.buf)/2])
-			}
-		case in == of:
-			kept++
-			if c.buf[len(c.buf)/2] != 0xAA {
-				t.Errorf("a kept buffer lost its contents")
-			}
-		default:
-			t.Errorf("a buffer has %d of %d pages resident", in, of)
+		fc.mu.Lock()
+		slabs := fc.mapped / frameSlabTarget
+		fc.mu.Unlock()
+		if slabs == 2 {
+			break // the first buffer of the second slab
 		}
 	}
-	if released != 15 || kept != 5 {
-		t.Errorf("%d buffers released and %d resident, want 15 and 5", released, kept)
+	first, second := got[:len(got)-1], got[len(got)-1:]
+	per := int64(len(first))
+	held := first[0]
+	for _, c := range got[1:] {
+		m.put(c)
 	}
-	// Calls within the period do nothing more.
-	m.trim(now.Add(2*frameTrimEvery + time.Second))
-	// A released buffer is usable again.
-	for range 20 {
+	now := time.Now()
+	trim := func(period int) FrameMemoryStats {
+		m.trim(now.Add(time.Duration(period) * frameTrimEvery))
+		return m.stats()
+	}
+	// Period 1 saw every buffer in use: nothing is released.
+	if st := trim(1); st.Released != 0 || st.InUse != size {
+		t.Fatalf("after a busy period: %+v, want one buffer in use and none released", st)
+	}
+	// Period 2: the second slab stayed wholly free and goes; the first
+	// holds a buffer in use and stays.
+	if st := trim(2); st.Released != per*size || st.InUse != size || st.Free != (per-1)*size {
+		t.Fatalf("after period 2: %+v, want the second slab (%d buffers) released", st, per)
+	}
+	check := func(bufs []*chunk, kept bool) {
+		t.Helper()
+		// Residency first: reading a released buffer maps the zero
+		// page, a huge one for its whole 2 MiB.
+		for _, c := range bufs {
+			if in, of := resident(t, c.buf); kept && in != of || !kept && in != 0 {
+				t.Fatalf("a buffer has %d of %d pages resident, want it kept: %v", in, of, kept)
+			}
+		}
+		want := byte(0)
+		if kept {
+			want = 0xAA
+		}
+		for _, c := range bufs {
+			if got := c.buf[len(c.buf)/2]; got != want {
+				t.Fatalf("a buffer reads %#x, want %#x (kept: %v)", got, want, kept)
+			}
+		}
+	}
+	check(first[1:], true)
+	check(second, false)
+	// The held buffer comes back during period 3: the first slab was not
+	// free throughout it.
+	m.put(held)
+	if st := trim(3); st.Released != per*size {
+		t.Fatalf("after period 3: %+v, want still only the second slab released", st)
+	}
+	check(first[1:], true)
+	// Period 4 it was: now both are released.
+	if st := trim(4); st.Released != 2*per*size || st.Free != 0 || st.InUse != 0 {
+		t.Fatalf("after period 4: %+v, want both slabs released", st)
+	}
+	check(first, false)
+	// Calls within a period do nothing more, and released buffers serve
+	// again without a new slab.
+	m.trim(now.Add(4*frameTrimEvery + time.Second))
+	for range 2 * per {
 		c := m.get(size)
 		c.buf[0], c.buf[len(c.buf)-1] = 1, 1
 	}
-	if st := m.stats(); st.InUse != 20*size || st.Released != (frames-20)*size {
-		t.Errorf("20 taken again: %+v", st)
+	fc.mu.Lock()
+	mapped := fc.mapped
+	fc.mu.Unlock()
+	if st := m.stats(); st.InUse != 2*per*size || st.Released != 0 || mapped != 2*frameSlabTarget {
+		t.Errorf("all taken again: %+v, %d bytes mapped", st, mapped)
 	}
 }
 
@@ -277,5 +291,31 @@ func TestFrameMemoryWithoutSlabsUsesTheHeap(t *testing.T) {
 	m.trim(time.Now().Add(2 * frameTrimEvery)) // releasing a heap buffer's pages is harmless
 	if st := m.stats(); st.Free+st.Released != 1000 {
 		t.Errorf("stats %+v, want 1000 bytes free", st)
+	}
+}
+
+// A free chunk must not keep its last session reachable (its streams,
+// codecs and the frames it dropped) for as long as it waits.
+func TestReturnedFrameForgetsItsSession(t *testing.T) {
+	m := newFrameMemory()
+	c := m.get(60000 + 40)
+	st := &stream{}
+	c.on, c.busy, c.ackedBy, c.n = st, true, true, 100
+	c.sealedOn = append(c.sealedOn, st, st)
+	m.put(c)
+	d := m.get(60000 + 40)
+	if d != c {
+		t.Fatal("the chunk was not reused")
+	}
+	if d.on != nil || d.busy || d.ackedBy || d.n != 0 || len(d.sealedOn) != 0 {
+		t.Errorf("a returned chunk kept its state: %+v", d)
+	}
+	for i, s := range d.sealedOn[:cap(d.sealedOn)] {
+		if s != nil {
+			t.Errorf("sealedOn[%d] still points at a stream", i)
+		}
+	}
+	if d.slab == nil {
+		t.Error("a returned chunk lost its slab")
 	}
 }
