@@ -336,6 +336,7 @@ func TestDaemonMetrics(t *testing.T) {
 		`sosappliance_handshakes_abandoned_total 0`,
 		`sosappliance_session_memory_bytes{kind="reserved"} 0`,
 		`sosappliance_frame_buffer_bytes{state="in_use"}`,
+		`sosappliance_frame_buffer_bytes{state="free"}`,
 		`sosappliance_frame_buffer_bytes{state="released"}`,
 		`sosappliance_streams_lost_total 0`,
 		`sosappliance_streams_replaced_total 0`,

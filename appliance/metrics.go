@@ -155,7 +155,7 @@ var (
 	descAgentSess   = prometheus.NewDesc("sosappliance_agent_sessions", "Live sessions the agent last reported to the controller.", []string{"agent"}, nil)
 	descAgentShare  = prometheus.NewDesc("sosappliance_agent_share_ratio", "The agent's part of a spread whitelist's buckets at one side, after fail-over.", []string{"agent", "whitelist", "side"}, nil)
 	descMemory      = prometheus.NewDesc("sosappliance_session_memory_bytes", "Session memory the agents reserved, and their cap.", []string{"kind"}, nil)
-	descFrameMem    = prometheus.NewDesc("sosappliance_frame_buffer_bytes", "The process's frame buffers: held by sessions, free, and free with their pages handed back to the kernel.", []string{"state"}, nil)
+	descFrameMem    = prometheus.NewDesc("sosappliance_frame_buffer_bytes", "The process's frame buffers: held by sessions (or dropped by them and not yet collected), free, and free with their pages handed back to the kernel.", []string{"state"}, nil)
 	descLost        = prometheus.NewDesc("sosappliance_streams_lost_total", "Stripe streams lost (reset, failed or stalled) in live sessions.", nil, nil)
 	descReplaced    = prometheus.NewDesc("sosappliance_streams_replaced_total", "Lost stripe streams replaced by an authenticated join.", nil, nil)
 	descReinjected  = prometheus.NewDesc("sosappliance_reinjected_bytes_total", "Payload bytes sent again on surviving streams after their stream was lost.", nil, nil)

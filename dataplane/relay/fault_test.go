@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -695,4 +696,47 @@ func tcpState(t *testing.T, c *net.TCPConn) uint8 {
 		return 0
 	}
 	return info.State
+}
+
+// TestAbortedSessionsReturnTheirFrames resets the client in the middle of
+// uploads the server takes slowly, so that the client's agent holds many
+// frames (queued and sent, not acknowledged) when its session aborts. The
+// session must put them back when it ends, not leave them for the garbage
+// collector, which is off here: the process's frame memory in use comes
+// back to where it was before each session.
+func TestAbortedSessionsReturnTheirFrames(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	const rounds = 5
+	p := startPair(t, pairOptions{streams: 4, chunk: 16384}, func(c *net.TCPConn) {
+		defer c.Close()
+		buf := make([]byte, 4096)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	base := FrameMemory().InUse
+	for i := range rounds {
+		c := p.dial(t)
+		go func() {
+			buf := make([]byte, 64<<10)
+			for {
+				if _, err := c.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+		testsupport.Eventually(t, 30*time.Second, "the client's agent to hold frames", func() bool {
+			return FrameMemory().InUse > base+1<<20
+		})
+		reset(c)
+		testsupport.Eventually(t, 30*time.Second, "both agents to abort the session", func() bool {
+			return p.a.Stats().Totals.SessionsAborted == uint64(i+1) && p.b.Stats().Totals.SessionsAborted == uint64(i+1)
+		})
+		testsupport.Eventually(t, 10*time.Second, "the frames to come back", func() bool {
+			return FrameMemory().InUse <= base
+		})
+	}
 }
