@@ -82,7 +82,7 @@ func (m *frameMemory) class(size int) *frameClass {
 	defer m.mu.Unlock()
 	fc := m.classes[size]
 	if fc == nil {
-		fc = &frameClass{size: size, stride: (size + 63) &^ 63}
+		fc = &frameClass{size: size, stride: roundUp(size, 64)}
 		m.classes[size] = fc
 	}
 	return fc
@@ -172,23 +172,32 @@ func (fc *frameClass) forget(int) {
 	fc.mu.Unlock()
 }
 
-// trim releases the pages of buffers that stayed free for a whole trim
-// period (at most once per period, whoever calls it).
+// trim releases the slabs that stayed free for a whole trim period (at
+// most once per period, whoever calls it).
 func (m *frameMemory) trim(now time.Time) {
 	m.mu.Lock()
-	if now.Sub(m.lastTrim) < frameTrimEvery {
-		m.mu.Unlock()
+	due := now.Sub(m.lastTrim) >= frameTrimEvery
+	if due {
+		m.lastTrim = now
+	}
+	m.mu.Unlock()
+	if !due {
 		return
 	}
-	m.lastTrim = now
+	for _, fc := range m.snapshot() {
+		fc.trim()
+	}
+}
+
+// snapshot lists the classes, so that each is then locked alone.
+func (m *frameMemory) snapshot() []*frameClass {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	classes := make([]*frameClass, 0, len(m.classes))
 	for _, fc := range m.classes {
 		classes = append(classes, fc)
 	}
-	m.mu.Unlock()
-	for _, fc := range classes {
-		fc.trim()
-	}
+	return classes
 }
 
 // trim releases the slabs whose buffers are all free and were free for
@@ -219,10 +228,9 @@ func (fc *frameClass) trim() {
 		return
 	}
 	// keep overwrote free[lo:] in place; the rest of the stack follows.
-	rest := len(fc.free) - hi
-	copy(fc.free[len(keep):], fc.free[hi:])
-	clear(fc.free[len(keep)+rest:])
-	fc.free = fc.free[:len(keep)+rest]
+	n := len(fc.free)
+	fc.free = append(keep, fc.free[hi:]...)
+	clear(fc.free[len(fc.free):n])
 	fc.frames -= len(take) // out of the books while released
 	fc.mu.Unlock()
 
@@ -255,14 +263,8 @@ type FrameMemoryStats struct {
 func FrameMemory() FrameMemoryStats { return frames.stats() }
 
 func (m *frameMemory) stats() FrameMemoryStats {
-	m.mu.Lock()
-	classes := make([]*frameClass, 0, len(m.classes))
-	for _, fc := range m.classes {
-		classes = append(classes, fc)
-	}
-	m.mu.Unlock()
 	var st FrameMemoryStats
-	for _, fc := range classes {
+	for _, fc := range m.snapshot() {
 		fc.mu.Lock()
 		size := int64(fc.size)
 		st.InUse += int64(fc.frames-len(fc.free)) * size

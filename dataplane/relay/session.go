@@ -1564,33 +1564,26 @@ func (st *stream) writeLoop() {
 		batch = s.takeResend(st, batch, troubled)
 		control := false
 		if len(batch) == 0 {
+			// One wait for both modes. A troubled writer takes no new
+			// chunk and looks again shortly (frames of a lost stream,
+			// which it may take, wake no troubled writer: at most a
+			// probe late); the others take whatever comes first.
+			take, resend, ctl := sendq, s.resendWake, s.ctlWake
+			var again <-chan time.Time
 			if troubled {
-				// Look again shortly (frames of a lost stream, which it
-				// may take, wake no troubled writer: at most a probe late).
 				if probe == nil {
 					probe = time.NewTimer(troubleProbe)
 				} else {
 					probe.Reset(troubleProbe)
 				}
-				select {
-				case <-probe.C:
-					continue
-				case <-s.completeCh:
-					st.finishWrite()
-					return
-				case <-st.dead:
-					return
-				case <-s.abortCh:
-					st.sendAbort()
-					return
-				}
+				take, resend, ctl, again = nil, nil, nil, probe.C
 			}
 			var c *chunk
 			var ok, took bool
 			// A bulk session nearly always has a chunk queued: take it
 			// without the full select, unless the stream is lost (its
 			// writer leaves below instead of failing one more write).
-			fast := sendq
+			fast := take
 			if st.isLost() {
 				fast = nil
 			}
@@ -1599,12 +1592,14 @@ func (st *stream) writeLoop() {
 				took = true
 			default:
 				select {
-				case c, ok = <-sendq:
+				case c, ok = <-take:
 					took = true
-				case <-s.resendWake:
+				case <-resend:
 					continue
-				case <-s.ctlWake:
+				case <-ctl:
 					control = true
+				case <-again:
+					continue
 				case <-s.completeCh:
 					st.finishWrite()
 					return
