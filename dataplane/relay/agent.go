@@ -477,11 +477,23 @@ func (a *Agent) housekeeping() {
 	const interval = 250 * time.Millisecond
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	grow := time.NewTicker(growthCheck)
+	defer grow.Stop()
 	var list []*session
 	for {
 		select {
 		case <-a.stop:
 			return
+		case now := <-grow.C:
+			a.mu.Lock()
+			list = list[:0]
+			for s := range a.sessions {
+				list = append(list, s)
+			}
+			a.mu.Unlock()
+			for _, s := range list {
+				s.growTick(now)
+			}
 		case now := <-t.C:
 			a.mu.Lock()
 			list = list[:0]

@@ -513,3 +513,62 @@ func TestWindowBoundCoversUnsentFrames(t *testing.T) {
 		}
 	}
 }
+
+// TestCreditRoundTrip: a grant to a sender that had used all its credit
+// starts a sample, which the first frame beyond that sender's old grant
+// ends; a grant to a sender that still had credit starts none; a sample
+// far beyond the path's round trip (an end host that paused) is not
+// kept; the window's growth takes the median of the last samples.
+func TestCreditRoundTrip(t *testing.T) {
+	reasm, err := stripe.NewReassembler[*chunk](4, 65)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session{sessionParams: sessionParams{streams: 4, chunkSize: 60000}, n: 4, reasm: reasm, ctlWake: make(chan struct{}, 1)}
+	s.pathRTT.Store(int64(time.Millisecond))
+
+	// The sender holds credit to 16 and has sent up to 10: a grant to 32
+	// finds it still sending, so it times nothing.
+	s.window, s.lastGrant, s.highest = 32, 16, 10
+	s.grantLocked()
+	if s.lastGrant != 32 || !s.probeAt.IsZero() {
+		t.Fatalf("grant to 32 with credit left: last grant %d, probe %v; want 32 and no probe", s.lastGrant, s.probeAt)
+	}
+	// Frame 31 arrived: the sender used all of 32. The next grant times
+	// the trip to the first frame beyond 32.
+	s.highest = 32
+	s.window = 64
+	s.grantLocked()
+	if s.lastGrant != 64 || s.probeAt.IsZero() || s.probeEdge != 32 {
+		t.Fatalf("grant to 64 after the sender ran out: last grant %d, probe %v at edge %d; want 64 and a probe at 32", s.lastGrant, s.probeAt, s.probeEdge)
+	}
+	at := s.probeAt
+	s.noteFrameLocked(31, at.Add(time.Millisecond))
+	if s.creditLen != 0 {
+		t.Fatalf("a frame below the edge ended the sample")
+	}
+	s.noteFrameLocked(40, at.Add(3*time.Millisecond))
+	if s.creditLen != 1 || s.creditRTTs[0] != 3*time.Millisecond || !s.probeAt.IsZero() {
+		t.Fatalf("after the frame beyond the edge: %d samples, first %v, probe %v; want one of 3ms and no probe", s.creditLen, s.creditRTTs[0], s.probeAt)
+	}
+	if got := s.creditRTTLocked(); got != 3*time.Millisecond {
+		t.Errorf("credit RTT after one sample: %v, want 3ms", got)
+	}
+
+	// A second's wait on a 1 ms path is a pause, not a round trip.
+	s.probeAt, s.probeEdge = at, 64
+	s.noteFrameLocked(64, at.Add(time.Second))
+	if s.creditLen != 1 || !s.probeAt.IsZero() {
+		t.Errorf("a 1 s sample on a 1 ms path: %d samples kept, probe %v; want it dropped and the probe ended", s.creditLen, s.probeAt)
+	}
+
+	// Samples of 2 to 9 ms (the 3 ms one pushed out): the median of the
+	// last eight is the fifth smallest, 6 ms.
+	for ms := 2; ms <= 9; ms++ {
+		s.probeAt, s.probeEdge = at, 100
+		s.noteFrameLocked(100, at.Add(time.Duration(ms)*time.Millisecond))
+	}
+	if got := s.creditRTTLocked(); got != 6*time.Millisecond {
+		t.Errorf("credit RTT of 2..9 ms: %v, want the median 6ms", got)
+	}
+}

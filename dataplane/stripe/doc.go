@@ -201,17 +201,24 @@
 // the sender allocates. A DATA frame beyond the credit the receiver
 // granted, or a FIN numbered beyond it, aborts the session.
 //
-// The receiver sizes its window (granted credit minus what it delivered
-// to its end host) from what it measures, as Linux autotunes a receive
+// The receiver sizes its window (granted credit minus what it delivered to
+// its end host) from what it measures, as Linux autotunes a receive
 // buffer: it starts at the initial credit and grows while the window is
-// what limits the session, checked at most once per round trip (the
-// largest smoothed RTT of its streams, TCP_INFO): its sender used the
-// credit it had (a frame at the grant arrived, the frames received reach
-// the grant announced a round trip before, or half a window of frames
-// arrived within a round trip) and delivery to the end host ran dry
-// meanwhile. Each growth at most doubles the window, and never takes it
-// beyond four times the highest recent arrival rate (frames read from the
-// streams in any order) x that RTT plus two chunks (at least 64 KiB) per
+// what limits the session, checked at most once per round trip: its sender
+// used the credit it had (a frame at the grant arrived, the frames
+// received reach the grant announced a round trip before, or half a window
+// of frames arrived within a round trip) and delivery to the end host ran
+// dry meanwhile. The round trip is the longer of the largest smoothed RTT
+// of its streams (TCP_INFO) and the credit's own round trip, which this
+// implementation times as Linux times a receive window (from the window
+// advertised to the data at its edge): from a grant to a sender that had
+// used all its credit until the first frame beyond that sender's old grant
+// arrives, the median of the last eight, a sample more than twice the RTT
+// plus 20 ms being an end host's pause and dropped. On a short path the
+// credit's trip through both agents' queues is several TCP round trips.
+// Each growth at most doubles the window, and never takes it beyond four
+// times the highest recent arrival rate (frames read from the streams in
+// any order) x that round trip plus two chunks (at least 64 KiB) per
 // stream (what a sender's sockets may hold unsent at the least
 // TCP_NOTSENT_LOWAT this implementation sets), nor beyond its session
 // memory cap, the agent's memory cap, 2^20 frames and, when the hello's
