@@ -487,8 +487,10 @@ func (a *Agent) housekeeping() {
 		case now := <-grow.C:
 			a.mu.Lock()
 			list = list[:0]
-			for s := range a.sessions {
-				list = append(list, s)
+			if len(a.sessions) <= growthCheckSessions {
+				for s := range a.sessions {
+					list = append(list, s)
+				}
 			}
 			a.mu.Unlock()
 			for _, s := range list {
@@ -505,6 +507,7 @@ func (a *Agent) housekeeping() {
 			rc := a.cfg.Load()
 			for _, s := range list {
 				s.tick(now, rc.limits)
+				s.growTick(now)
 			}
 			frames.trim(now)
 		}

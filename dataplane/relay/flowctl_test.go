@@ -543,6 +543,12 @@ func TestCreditRoundTrip(t *testing.T) {
 		t.Fatalf("grant to 64 after the sender ran out: last grant %d, probe %v at edge %d; want 64 and a probe at 32", s.lastGrant, s.probeAt, s.probeEdge)
 	}
 	at := s.probeAt
+	// Another grant while the probe is open leaves it as it is.
+	s.highest, s.window = 64, 96
+	s.grantLocked()
+	if s.lastGrant != 96 || !s.probeAt.Equal(at) || s.probeEdge != 32 {
+		t.Fatalf("grant to 96 with a probe open: last grant %d, probe at edge %d (moved: %v); want 96 and the probe kept", s.lastGrant, s.probeEdge, !s.probeAt.Equal(at))
+	}
 	s.noteFrameLocked(31, at.Add(time.Millisecond))
 	if s.creditLen != 0 {
 		t.Fatalf("a frame below the edge ended the sample")
@@ -553,6 +559,9 @@ func TestCreditRoundTrip(t *testing.T) {
 	}
 	if got := s.creditRTTLocked(); got != 3*time.Millisecond {
 		t.Errorf("credit RTT after one sample: %v, want 3ms", got)
+	}
+	if got := time.Duration(s.creditRTT.Load()); got != 3*time.Millisecond {
+		t.Errorf("the growth check's copy of the credit RTT: %v, want 3ms", got)
 	}
 
 	// A second's wait on a 1 ms path is a pause, not a round trip.
@@ -570,5 +579,33 @@ func TestCreditRoundTrip(t *testing.T) {
 	}
 	if got := s.creditRTTLocked(); got != 6*time.Millisecond {
 		t.Errorf("credit RTT of 2..9 ms: %v, want the median 6ms", got)
+	}
+	if got := time.Duration(s.creditRTT.Load()); got != 6*time.Millisecond {
+		t.Errorf("the growth check's copy of the credit RTT: %v, want 6ms", got)
+	}
+}
+
+// TestWindowWaitsForARoundTrip: until a round trip is known (no tick's
+// srtt, no credit sample), a window that limits its session does not
+// grow, however often it is looked at: checks every growthCheck would
+// otherwise double it every 10 ms, up to the largest window on the path.
+func TestWindowWaitsForARoundTrip(t *testing.T) {
+	reasm, err := stripe.NewReassembler[*chunk](4, 33)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session{sessionParams: sessionParams{streams: 4, chunkSize: 60000}, n: 4, reasm: reasm, ctlWake: make(chan struct{}, 1)}
+	s.established.Store(true)
+	s.window, s.windowCap, s.lastGrant, s.highest = 32, 1<<20, 32, 32
+	s.granted.Store(32)
+	s.peerWindow.Store(4096 * 60000)
+	now := time.Unix(1000, 0)
+	for i := range 100 {
+		s.windowLimited, s.hostWaiting = true, true
+		s.framesArrived.Add(32)
+		s.growTick(now.Add(time.Duration(i) * growthCheck))
+	}
+	if s.window != 32 || s.windowNow.Load() != 0 {
+		t.Errorf("window %d (announced %d) after a second of checks with no round trip known, want 32 unchanged", s.window, s.windowNow.Load())
 	}
 }

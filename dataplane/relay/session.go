@@ -230,6 +230,7 @@ type session struct {
 	probeEdge     uint64
 	creditRTTs    [creditSamples]time.Duration
 	creditLen     int
+	creditRTT     atomic.Int64  // ns: creditRTTLocked as of the last sample
 	granted       atomic.Uint64 // frames
 	creditPending atomic.Uint64 // bytes: the credit the next CREDIT frame carries
 	ctlWake       chan struct{}
@@ -509,6 +510,7 @@ func (s *session) noteFrameLocked(seq uint64, now time.Time) {
 	if d := now.Sub(s.probeAt); d <= 2*time.Duration(s.pathRTT.Load())+creditQueueMost {
 		s.creditRTTs[s.creditLen%creditSamples] = d
 		s.creditLen++
+		s.creditRTT.Store(int64(s.creditRTTLocked()))
 	}
 	s.probeAt = time.Time{}
 }
@@ -569,7 +571,11 @@ const (
 	// session from its start grows within milliseconds, not at the next
 	// 250 ms tick.
 	growthCheck = 10 * time.Millisecond
-	growthRTTs  = 4
+	// growthCheckSessions is the most sessions an agent looks at every
+	// growthCheck; with more, every tick only (the walk is under the
+	// agent's lock).
+	growthCheckSessions = 1024
+	growthRTTs          = 4
 	// arrivalDecay is what the arrival rate's peak keeps per housekeeping
 	// tick (a half-life of about 3.5 s at 250 ms).
 	arrivalDecay = 0.95
@@ -611,16 +617,21 @@ func (s *session) noteArrivals(dt float64) {
 }
 
 // growTick checks the receive window's growth; housekeeping runs it every
-// growthCheck.
+// growthCheck and at every tick. A round trip has to pass since the last
+// check first, so most calls end at two loads.
 func (s *session) growTick(now time.Time) {
-	if s.established.Load() {
-		s.growWindow(now, time.Duration(s.pathRTT.Load()))
+	rtt := max(time.Duration(s.pathRTT.Load()), time.Duration(s.creditRTT.Load()))
+	if !s.established.Load() || !s.lastGrowCheck.IsZero() && now.Sub(s.lastGrowCheck) < rtt {
+		return
 	}
+	s.growWindow(now, rtt)
 }
 
 // growWindow is the receive window's autotuning, from housekeeping; rtt
-// is the largest smoothed RTT of the streams at the last tick, and the
-// check waits for the longer of it and the credit's round trip.
+// is the longer of the largest smoothed RTT of the streams at the last
+// tick and the credit's round trip. Until either is known (the first
+// tick's srtt, the first credit sample) the window stays: a check every
+// growthCheck would otherwise double it that often.
 func (s *session) growWindow(now time.Time, rtt time.Duration) {
 	if s.recvFin.Load() {
 		return
@@ -630,11 +641,8 @@ func (s *session) growWindow(now time.Time, rtt time.Duration) {
 		s.lastGrowCheck, s.checkArrived = now, arrived
 		return
 	}
-	s.mu.Lock()
-	rtt = max(rtt, s.creditRTTLocked())
-	s.mu.Unlock()
 	elapsed := now.Sub(s.lastGrowCheck)
-	if elapsed < rtt || elapsed <= 0 {
+	if rtt <= 0 || elapsed < rtt {
 		return // gather a round trip's worth of evidence first
 	}
 	rate := float64(arrived-s.checkArrived) / elapsed.Seconds()
@@ -659,7 +667,14 @@ func (s *session) growWindow(now time.Time, rtt time.Duration) {
 	// otherwise stay below the one that grew first, for ever (the window
 	// never shrinks). Four lab sessions of 16 stripes held windows of
 	// 101, 250, 314 and 1,390 frames and got 30 to 78 Mbit/s each.
-	bound := windowBound(max(s.arrivalPeak, rate), rtt, s.n, s.chunkSize, s.peerWindow.Load())
+	// The tick's peak once there is one: a round trip's rate includes
+	// bursts a quarter second's smooths (see arrivalDecay); before it,
+	// this check's own.
+	peak := s.arrivalPeak
+	if peak == 0 {
+		peak = rate
+	}
+	bound := windowBound(peak, rtt, s.n, s.chunkSize, s.peerWindow.Load())
 	if bound <= float64(window) {
 		return
 	}
