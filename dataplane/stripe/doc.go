@@ -214,8 +214,9 @@
 // advertised to the data at its edge): from a grant to a sender that had
 // used all its credit until the first frame beyond that sender's old grant
 // arrives, the median of the last eight, a sample more than twice the RTT
-// plus 20 ms being an end host's pause and dropped. On a short path the
-// credit's trip through both agents' queues is several TCP round trips.
+// plus 20 ms being an end host's pause and dropped; until it knows either
+// round trip it does not grow. On a short path the credit's trip through
+// both agents' queues is several TCP round trips.
 // Each growth at most doubles the window, and never takes it beyond four
 // times the highest recent arrival rate (frames read from the streams in
 // any order) x that round trip plus two chunks (at least 64 KiB) per
