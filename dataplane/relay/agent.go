@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"slices"
@@ -485,24 +486,12 @@ func (a *Agent) housekeeping() {
 		case <-a.stop:
 			return
 		case now := <-grow.C:
-			a.mu.Lock()
-			list = list[:0]
-			if len(a.sessions) <= growthCheckSessions {
-				for s := range a.sessions {
-					list = append(list, s)
-				}
-			}
-			a.mu.Unlock()
+			list = a.sessionList(list, growthCheckSessions)
 			for _, s := range list {
 				s.growTick(now)
 			}
 		case now := <-t.C:
-			a.mu.Lock()
-			list = list[:0]
-			for s := range a.sessions {
-				list = append(list, s)
-			}
-			a.mu.Unlock()
+			list = a.sessionList(list, math.MaxInt)
 			notePeerWindows(list)
 			rc := a.cfg.Load()
 			for _, s := range list {
@@ -512,6 +501,20 @@ func (a *Agent) housekeeping() {
 			frames.trim(now)
 		}
 	}
+}
+
+// sessionList refills list with the agent's sessions, or empties it when
+// there are more than most.
+func (a *Agent) sessionList(list []*session, most int) []*session {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	list = list[:0]
+	if len(a.sessions) <= most {
+		for s := range a.sessions {
+			list = append(list, s)
+		}
+	}
+	return list
 }
 
 // acceptLoop runs accept until the listener closes. Temporary errors (out

@@ -617,14 +617,12 @@ func (s *session) noteArrivals(dt float64) {
 }
 
 // growTick checks the receive window's growth; housekeeping runs it every
-// growthCheck and at every tick. A round trip has to pass since the last
-// check first, so most calls end at two loads.
+// growthCheck and at every tick. growWindow waits for a round trip since
+// its last check, so most calls end after a few loads.
 func (s *session) growTick(now time.Time) {
-	rtt := max(time.Duration(s.pathRTT.Load()), time.Duration(s.creditRTT.Load()))
-	if !s.established.Load() || !s.lastGrowCheck.IsZero() && now.Sub(s.lastGrowCheck) < rtt {
-		return
+	if s.established.Load() {
+		s.growWindow(now, max(time.Duration(s.pathRTT.Load()), time.Duration(s.creditRTT.Load())))
 	}
-	s.growWindow(now, rtt)
 }
 
 // growWindow is the receive window's autotuning, from housekeeping; rtt
