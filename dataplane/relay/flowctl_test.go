@@ -514,17 +514,25 @@ func TestWindowBoundCoversUnsentFrames(t *testing.T) {
 	}
 }
 
+// creditTestSession is a session of 4 streams of 60000-byte chunks with
+// a reassembler of reasmWindow frames, enough for grants and the window's
+// growth checks without streams or an agent.
+func creditTestSession(t *testing.T, reasmWindow int) *session {
+	t.Helper()
+	reasm, err := stripe.NewReassembler[*chunk](4, reasmWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &session{sessionParams: sessionParams{streams: 4, chunkSize: 60000}, n: 4, reasm: reasm, ctlWake: make(chan struct{}, 1)}
+}
+
 // TestCreditRoundTrip: a grant to a sender that had used all its credit
 // starts a sample, which the first frame beyond that sender's old grant
 // ends; a grant to a sender that still had credit starts none; a sample
 // far beyond the path's round trip (an end host that paused) is not
 // kept; the window's growth takes the median of the last samples.
 func TestCreditRoundTrip(t *testing.T) {
-	reasm, err := stripe.NewReassembler[*chunk](4, 65)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &session{sessionParams: sessionParams{streams: 4, chunkSize: 60000}, n: 4, reasm: reasm, ctlWake: make(chan struct{}, 1)}
+	s := creditTestSession(t, 65)
 	s.pathRTT.Store(int64(time.Millisecond))
 
 	// The sender holds credit to 16 and has sent up to 10: a grant to 32
@@ -590,11 +598,7 @@ func TestCreditRoundTrip(t *testing.T) {
 // grow, however often it is looked at: checks every growthCheck would
 // otherwise double it every 10 ms, up to the largest window on the path.
 func TestWindowWaitsForARoundTrip(t *testing.T) {
-	reasm, err := stripe.NewReassembler[*chunk](4, 33)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &session{sessionParams: sessionParams{streams: 4, chunkSize: 60000}, n: 4, reasm: reasm, ctlWake: make(chan struct{}, 1)}
+	s := creditTestSession(t, 33)
 	s.established.Store(true)
 	s.window, s.windowCap, s.lastGrant, s.highest = 32, 1<<20, 32, 32
 	s.granted.Store(32)

@@ -216,10 +216,10 @@
 // arrives, the median of the last eight, a sample more than twice the RTT
 // plus 20 ms being an end host's pause and dropped; until it knows either
 // round trip it does not grow. On a short path the credit's trip through
-// both agents' queues is several TCP round trips.
-// Each growth at most doubles the window, and never takes it beyond four
-// times the highest recent arrival rate (frames read from the streams in
-// any order) x that round trip plus two chunks (at least 64 KiB) per
+// both agents' queues is several TCP round trips. Each growth at most
+// doubles the window, and never takes it beyond four times the highest
+// recent arrival rate (frames read from the streams in any order) x that
+// round trip plus two chunks (at least 64 KiB) per
 // stream (what a sender's sockets may hold unsent at the least
 // TCP_NOTSENT_LOWAT this implementation sets), nor beyond its session
 // memory cap, the agent's memory cap, 2^20 frames and, when the hello's
