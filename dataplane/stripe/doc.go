@@ -219,9 +219,9 @@
 // both agents' queues is several TCP round trips. Each growth at most
 // doubles the window, and never takes it beyond four times the highest
 // recent arrival rate (frames read from the streams in any order) x that
-// round trip plus two chunks (at least 64 KiB) per
-// stream (what a sender's sockets may hold unsent at the least
-// TCP_NOTSENT_LOWAT this implementation sets), nor beyond its session
+// round trip plus two chunks (at least 64 KiB) per stream (what a
+// sender's sockets may hold unsent at the least TCP_NOTSENT_LOWAT this
+// implementation sets), nor beyond its session
 // memory cap, the agent's memory cap, 2^20 frames and, when the hello's
 // queue length is not 0, queue length x streams frames (never below the
 // initial window). A session limited by its end host never runs dry and
