@@ -339,3 +339,107 @@ func TestStreamReadFullKeepsOrderAcrossModes(t *testing.T) {
 		t.Errorf("read at the end: %v, want EOF", err)
 	}
 }
+
+// A bulk stream reads a body and up to a header more in one readv. The
+// frames come whole and in order however the sender's writes cut them
+// (a body with part of the next header, a header split in two, a body in
+// pieces), the reader never takes more than a header ahead, and an end
+// of file inside a frame is an unexpected one.
+func TestStreamReadAheadOfHeader(t *testing.T) {
+	const hs = stripe.HeaderSize
+	type frame struct{ hdr, body []byte }
+	var frames []frame
+	var wire []byte
+	for i, n := range []int{100 << 10, 100 << 10, 50 << 10, 30, 100 << 10, 120 << 10, 20 << 10} {
+		f := frame{hdr: make([]byte, hs), body: make([]byte, n)}
+		for j := range f.hdr {
+			f.hdr[j] = byte(i*31 + j)
+		}
+		for j := range f.body {
+			f.body[j] = byte(i + j*13)
+		}
+		frames = append(frames, f)
+		wire = append(append(wire, f.hdr...), f.body...)
+	}
+	// Cut points: inside the second header (5 bytes of it with the first
+	// body), 1 byte of the third header, a body in three pieces.
+	first := hs + len(frames[0].body)
+	cuts := []int{first + 5, first + hs + 1000, first + hs + len(frames[1].body) + 1, first + hs + len(frames[1].body) + 20000}
+	ours, theirs := loopbackPair(t)
+	st := &stream{conn: ours, br: bufio.NewReaderSize(ours, 32<<10), bulk: true}
+	st.raw, _ = ours.SyscallConn()
+	wrote := make(chan error, 1)
+	go func() {
+		at := 0
+		for _, c := range append(cuts, len(wire)) {
+			if _, err := theirs.Write(wire[at:c]); err != nil {
+				wrote <- err
+				return
+			}
+			at = c
+			time.Sleep(20 * time.Millisecond) // each piece read on its own
+		}
+		wrote <- theirs.CloseWrite()
+	}()
+	ahead := 0
+	for i, f := range frames {
+		if err := st.readHeader(); err != nil {
+			t.Fatalf("frame %d: header: %v", i, err)
+		}
+		if !bytes.Equal(st.hdr[:], f.hdr) {
+			t.Fatalf("frame %d: header %x, want %x", i, st.hdr, f.hdr)
+		}
+		body := make([]byte, len(f.body))
+		if err := st.readBody(body); err != nil {
+			t.Fatalf("frame %d: body: %v", i, err)
+		}
+		if !bytes.Equal(body, f.body) {
+			t.Fatalf("frame %d: body differs", i)
+		}
+		if st.nextN > hs {
+			t.Fatalf("frame %d: %d bytes read ahead", i, st.nextN)
+		}
+		if st.nextN > 0 {
+			ahead++
+		}
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if ahead == 0 {
+		t.Error("no header came with a body: the read-ahead never ran")
+	}
+	if err := st.readHeader(); !errors.Is(err, io.EOF) {
+		t.Errorf("header at the end: %v, want EOF", err)
+	}
+
+	t.Run("end inside a header read ahead", func(t *testing.T) {
+		ours, theirs := loopbackPair(t)
+		st := &stream{conn: ours, br: bufio.NewReaderSize(ours, 32<<10), bulk: true}
+		st.raw, _ = ours.SyscallConn()
+		_, _ = theirs.Write(make([]byte, hs+64<<10+3))
+		_ = theirs.CloseWrite()
+		if err := st.readHeader(); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.readBody(make([]byte, 64<<10)); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.readHeader(); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("header cut short: %v, want unexpected EOF", err)
+		}
+	})
+	t.Run("end inside a body", func(t *testing.T) {
+		ours, theirs := loopbackPair(t)
+		st := &stream{conn: ours, br: bufio.NewReaderSize(ours, 32<<10), bulk: true}
+		st.raw, _ = ours.SyscallConn()
+		_, _ = theirs.Write(make([]byte, hs+1000))
+		_ = theirs.CloseWrite()
+		if err := st.readHeader(); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.readBody(make([]byte, 64<<10)); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("body cut short: %v, want unexpected EOF", err)
+		}
+	})
+}
