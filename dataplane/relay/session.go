@@ -1529,13 +1529,8 @@ type stream struct {
 	conn  *net.TCPConn
 	codec *stripe.Codec
 	br    *bufio.Reader
-	raw   syscall.RawConn // nil: the reader does without readv
 	hdr   [stripe.HeaderSize]byte
 	bulk  bool // reader only: see readFull
-	// next holds the first nextN bytes of the next frame's header, read
-	// with the previous frame's body (reader only: see readBody).
-	next  [stripe.HeaderSize]byte
-	nextN int
 	wake  chan struct{}
 
 	// Guarded by s.mu.
@@ -1602,7 +1597,6 @@ func newStream(s *session, index int, conn *net.TCPConn, codec *stripe.Codec) *s
 		dead:  make(chan struct{}),
 		gone:  make(chan struct{}),
 	}
-	st.raw, _ = conn.SyscallConn()
 	st.lowat.Store(int64(minLowat(s.chunkSize)))
 	st.lastRecv.Store(time.Now().UnixNano())
 	return st
@@ -2131,7 +2125,7 @@ func (st *stream) readLoop() {
 		}
 		s.mu.Unlock()
 
-		if err := st.readHeader(); err != nil {
+		if err := st.readFull(st.hdr[:]); err != nil {
 			if errors.Is(err, io.EOF) {
 				// Both directions may be finished with the goroutine that
 				// finished the last one yet to say so.
@@ -2196,7 +2190,7 @@ func (st *stream) readLoop() {
 		}
 		if h.Type == stripe.FrameAbort {
 			body := make([]byte, h.Length)
-			if err := st.readBody(body); err != nil {
+			if err := st.readFull(body); err != nil {
 				lost("read", err)
 				return
 			}
@@ -2215,7 +2209,7 @@ func (st *stream) readLoop() {
 		}
 		body := c.buf[stripe.HeaderSize : stripe.HeaderSize+int(h.Length)]
 		st.bulk = len(body) >= bulkFrame
-		if err := st.readBody(body); err != nil {
+		if err := st.readFull(body); err != nil {
 			s.recvPool.put(c)
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
@@ -2292,9 +2286,9 @@ const bulkFrame = stripe.StreamReadBuffer / 2
 // read buffer is empty: a frame's body then lands in its frame buffer
 // at once instead of partly through the read buffer (a copy of up to
 // StreamReadBuffer bytes per frame, about 1.7 % of a relay's CPU at 8
-// stripes of 128 KiB on loopback), and readBody brings the next frame's
-// header along, for one read per frame. Small frames go through the
-// buffer, which picks up several with one read.
+// stripes of 128 KiB on loopback), and its header is read alone, for the
+// same two reads per frame. Small frames go through the buffer, which
+// picks up several with one read.
 func (st *stream) readFull(p []byte) error {
 	var err error
 	if st.bulk && st.br.Buffered() == 0 {
@@ -2305,51 +2299,12 @@ func (st *stream) readFull(p []byte) error {
 	return err
 }
 
-// readHeader reads the next frame's header into st.hdr, beginning with
-// what the last body's read brought along.
-func (st *stream) readHeader() error {
-	n := copy(st.hdr[:], st.next[:st.nextN])
-	st.nextN = 0
-	if n == len(st.hdr) {
-		return nil
-	}
-	err := st.readFull(st.hdr[n:])
-	if n > 0 && errors.Is(err, io.EOF) {
-		err = io.ErrUnexpectedEOF
-	}
-	return err
-}
-
-// readBody reads a frame's body (exactly len(p) bytes). A bulk stream
-// reading from the socket asks in the same readv for up to a header more,
-// into st.next: a frame then costs one read, not a header's read and a
-// body's (about 1.3 us a system call on the machines measured). Never
-// more than a header is read ahead, so a paused stream holds back its
-// frames as before.
-func (st *stream) readBody(p []byte) error {
-	if !st.bulk || st.raw == nil || st.br.Buffered() > 0 || st.nextN > 0 {
-		return st.readFull(p)
-	}
-	for got := 0; got < len(p); {
-		n, spill, err := readv(st.conn, st.raw, p[got:], st.next[:])
-		if err != nil {
-			if got > 0 && errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return err
-		}
-		got += n
-		st.nextN = spill
-	}
-	return nil
-}
-
 // readControl reads, opens and applies a CREDIT or ACK frame.
 func (st *stream) readControl(h stripe.Header) error {
 	s := st.s
 	var buf [stripe.CreditBodySize + stripe.TagSize]byte
 	body := buf[:h.Length] // CheckHeader bounded the length
-	if err := st.readBody(body); err != nil {
+	if err := st.readFull(body); err != nil {
 		return err
 	}
 	plain, err := st.codec.Open(h, st.hdr[:], body)

@@ -3,10 +3,8 @@ package relay
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
-	"os"
 	"syscall"
 	"time"
 
@@ -392,33 +390,4 @@ func readSendQueue(c *net.TCPConn) (sendQueue, bool) {
 		return sendQueue{}, false
 	}
 	return sendQueue{tcpInfo: fromTCPInfo(info), outq: outq}, true
-}
-
-// readv reads from the connection behind rc into p, then spill, with one
-// readv(2) once data is there (the netpoller waits, and read deadlines
-// apply, as for a Read). It returns the bytes that landed in p and in
-// spill; end of file is io.EOF, as for a Read.
-func readv(c *net.TCPConn, rc syscall.RawConn, p, spill []byte) (int, int, error) {
-	iov := [2][]byte{p, spill}
-	var n int
-	var rerr error
-	err := rc.Read(func(fd uintptr) bool {
-		for {
-			n, rerr = unix.Readv(int(fd), iov[:])
-			if rerr != unix.EINTR {
-				return rerr != unix.EAGAIN
-			}
-		}
-	})
-	if err == nil && rerr != nil {
-		err = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("readv", rerr)}
-	}
-	if err != nil {
-		return 0, 0, err
-	}
-	if n == 0 {
-		return 0, 0, io.EOF
-	}
-	inP := min(n, len(p))
-	return inP, n - inP, nil
 }
