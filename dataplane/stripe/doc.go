@@ -202,14 +202,14 @@
 // granted, or a FIN numbered beyond it, aborts the session.
 //
 // The receiver sizes its window (granted credit minus what it delivered to
-// its end host) from what it measures, as Linux autotunes a receive
-// buffer: it starts at the initial credit and grows while the window is
-// what limits the session, checked at most once per round trip: its sender
-// used the credit it had (a frame at the grant arrived, the frames
-// received reach the grant announced a round trip before, or half a window
-// of frames arrived within a round trip) and delivery to the end host ran
-// dry meanwhile. The round trip is the longer of the largest smoothed RTT
-// of its streams (TCP_INFO) and the credit's own round trip, which this
+// its end host) from what it measures, as Linux autotunes a receive buffer:
+// it starts at the initial credit and grows while the window is what limits
+// the session, checked at most once per round trip: its sender used the
+// credit it had (a frame at the grant arrived, the frames received reach
+// the grant announced a round trip before, or half a window of frames
+// arrived within a round trip) and delivery to the end host ran dry
+// meanwhile. The round trip is the longer of the largest smoothed RTT of
+// its streams (TCP_INFO) and the credit's own round trip, which this
 // implementation times as Linux times a receive window (from the window
 // advertised to the data at its edge): from a grant to a sender that had
 // used all its credit until the first frame beyond that sender's old grant
@@ -219,16 +219,15 @@
 // both agents' queues is several TCP round trips. Each growth at most
 // doubles the window, and never takes it beyond four times the highest
 // recent arrival rate (frames read from the streams in any order) x that
-// round trip plus two chunks (at least 64 KiB) per stream (what a
-// sender's sockets may hold unsent at the least TCP_NOTSENT_LOWAT this
-// implementation sets), nor beyond its session
-// memory cap, the agent's memory cap, 2^20 frames and, when the hello's
-// queue length is not 0, queue length x streams frames (never below the
-// initial window). A session limited by its end host never runs dry and
-// does not grow. The window never shrinks within a session. It grants new
-// credit once it can extend the grant by a quarter of its window. None of
-// this is on the wire: a receiver may size its window any way within these
-// rules.
+// round trip plus two chunks (at least 64 KiB) per stream (what a sender's
+// sockets may hold unsent at the least TCP_NOTSENT_LOWAT this
+// implementation sets), nor beyond its session memory cap, the agent's
+// memory cap, 2^20 frames and, when the hello's queue length is not 0,
+// queue length x streams frames (never below the initial window). A session
+// limited by its end host never runs dry and does not grow. The window
+// never shrinks within a session. It grants new credit once it can extend
+// the grant by a quarter of its window. None of this is on the wire: a
+// receiver may size its window any way within these rules.
 //
 // # Ordering and the reorder window
 //
