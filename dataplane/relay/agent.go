@@ -147,6 +147,9 @@ type Agent struct {
 	// pacing cap exceeds: a path that limits each flow, which loopback
 	// has not.
 	testPaceCeiling atomic.Uint64
+	// testPaceMinRTT, set by tests, replaces pacingMinRTT (ns): loopback
+	// is a short path, and a test of the caps needs a long one.
+	testPaceMinRTT atomic.Int64
 	// testDialed, set by tests, sees every session stream the client
 	// side dials (to cap its rate, as a path would cap each stream).
 	testDialed atomic.Pointer[func(c *net.TCPConn) error]

@@ -332,25 +332,49 @@ func TestCarriersOnly(t *testing.T) {
 // nothing, and every byte arrives. A session of fewer than
 // pacingMinStreams streams is never capped (TestOneStreamNotPaced).
 func TestStripePacingCapsStreams(t *testing.T) {
-	testStripePacing(t, 8, nil)
+	testStripePacing(t, 8, nil, true)
+}
+
+// TestShortPathNotPaced runs TestStripePacingCapsStreams's session on
+// loopback taken for what it is, a path far shorter than pacingMinRTT:
+// its streams stay uncapped.
+func TestShortPathNotPaced(t *testing.T) {
+	testStripePacing(t, 8, nil, false)
 }
 
 // TestStripePacingLeavesRecoveryOut holds one of four streams in loss
 // recovery: the session's rate is shared among the other three, which
 // carry its new chunks.
 func TestStripePacingLeavesRecoveryOut(t *testing.T) {
-	testStripePacing(t, 4, func(stream int) bool { return stream == 2 })
+	testStripePacing(t, 4, func(stream int) bool { return stream == 2 }, true)
 }
 
 func TestOneStreamNotPaced(t *testing.T) {
 	if pacingMinStreams != 2 {
 		t.Fatalf("pacingMinStreams %d: this test runs a session of 1", pacingMinStreams)
 	}
-	testStripePacing(t, pacingMinStreams-1, nil)
+	testStripePacing(t, pacingMinStreams-1, nil, true)
 }
 
-func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool) {
-	wantCaps := streams >= pacingMinStreams
+// minRTTs is the min_rtt of every established stream of a's sessions.
+func minRTTs(a *Agent) []time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var v []time.Duration
+	for s := range a.sessions {
+		for _, st := range s.establishedStreams() {
+			if info, ok := readTCPInfo(st.conn); ok && info.minRTT > 0 {
+				v = append(v, info.minRTT)
+			}
+		}
+	}
+	return v
+}
+
+// testStripePacing runs a session of streams on loopback; longPath takes
+// it for a path of pacingMinRTT or more (the caps need one).
+func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool, longPath bool) {
+	wantCaps := streams >= pacingMinStreams && longPath
 	recovering := 0
 	for i := range streams {
 		if trouble != nil && trouble(i) {
@@ -363,6 +387,9 @@ func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool) 
 		n, _ := io.Copy(io.Discard, c)
 		received.Add(n)
 	})
+	if longPath {
+		p.a.testPaceMinRTT.Store(1)
+	}
 	c := p.dial(t)
 	up := startUpload(c)
 	var total uint64
@@ -389,6 +416,14 @@ func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool) 
 		end := time.Now().Add(8 * time.Second)
 		for time.Now().Before(end) {
 			share, caps = capped(p.a)
+			if !longPath {
+				// The path is short: pacing is off because of it.
+				for _, rtt := range minRTTs(p.a) {
+					if rtt >= pacingMinRTT {
+						t.Fatalf("a loopback stream's min_rtt is %v, not below pacingMinRTT (%v)", rtt, pacingMinRTT)
+					}
+				}
+			}
 			for i, v := range caps {
 				if share != 0 || (v != noPacingCap && v != 0) {
 					t.Fatalf("a session of %d streams paced: share %d, stream %d capped at %d", streams, share, i, v)
@@ -529,6 +564,8 @@ func TestStartupWindowBoundsManyStreams(t *testing.T) {
 		n, _ := io.Copy(io.Discard, c)
 		received.Add(n)
 	})
+	// The caps, here the sign that start-up is over, need a long path.
+	p.a.testPaceMinRTT.Store(1)
 	c := p.dial(t)
 	up := startUpload(c)
 	// The kernel reports twice what was set.
