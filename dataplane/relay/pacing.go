@@ -112,8 +112,8 @@ const (
 // agents' cores, allow from one moment to the next; its caps then only
 // hold back the moments the session could go faster. On loopback
 // (BenchmarkRelay, 8 stripes, relay alone, 4 GiB transfers, where start-up
-// ended after about two seconds) the caps took 7 % of the rate: uncapped
-// it ran at 1.08x (10 interleaved rounds, quartiles 1.05-1.17) and 0.96x
+// ended after about two seconds) the caps took 8 % of the rate: uncapped
+// it ran at 1.09x (12 interleaved rounds, quartiles 1.03-1.16) and 0.95x
 // the CPU per GiB. Every path the lab measured pacing on is 50 ms or more.
 
 // Start-up window. A stream left idle part of the time looks
