@@ -337,7 +337,8 @@ func TestStripePacingCapsStreams(t *testing.T) {
 
 // TestShortPathNotPaced runs TestStripePacingCapsStreams's session on
 // loopback taken for what it is, a path far shorter than pacingMinRTT:
-// its streams stay uncapped.
+// its streams stay uncapped, and are capped as soon as the path counts
+// as long.
 func TestShortPathNotPaced(t *testing.T) {
 	testStripePacing(t, 8, nil, false)
 }
@@ -430,6 +431,16 @@ func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool, 
 				}
 			}
 			time.Sleep(250 * time.Millisecond)
+		}
+		if streams >= pacingMinStreams {
+			// The same session's pacer caps its streams once its path
+			// counts as long: it ran all along, and the path alone held
+			// the caps back.
+			p.a.testPaceMinRTT.Store(1)
+			testsupport.Eventually(t, 45*time.Second, "the caps once the path counts as long", func() bool {
+				share, caps = capped(p.a)
+				return share > 0 && len(caps) == streams && !slices.Contains(caps, noPacingCap) && !slices.Contains(caps, 0)
+			})
 		}
 	} else {
 		// The share is the session's rate over the streams not in
