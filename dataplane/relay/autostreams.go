@@ -16,7 +16,8 @@ import (
 // streams' congestion control is still starting up, which on a long path
 // takes many round trips), at most autoSpans times.
 const (
-	// autoFirstStreams: 8, now that every count is paced. Measured in
+	// autoFirstStreams: 8, now that every count is paced (on a path of
+	// pacingMinRTT or more, as every lab path is). Measured in
 	// the lab (bench-wan, 500 Mbit/s, 200 ms, 0.1 %, 2 runs each), auto
 	// got 455-466 Mbit/s starting at 8 and 424-438 starting at 4: from 4,
 	// its first doubling came at 4-6 s, into the measured time.

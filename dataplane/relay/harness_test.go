@@ -143,6 +143,8 @@ type pairOptions struct {
 	// quiet discards the agents' logs (a fuzz target may not log through
 	// its F).
 	quiet bool
+	// logger, if set, takes the agents' logs instead of the test's log.
+	logger *slog.Logger
 	// serverWhitelist, if set, derives the server-side agent's whitelist
 	// from the client side's entry.
 	serverWhitelist func(entry Whitelist) []Whitelist
@@ -198,6 +200,9 @@ func startPair(t testing.TB, opt pairOptions, handle func(c *net.TCPConn)) *pair
 	log := testLogger(t)
 	if opt.quiet {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if opt.logger != nil {
+		log = opt.logger
 	}
 	b := startAgentLogging(t, Config{
 		Name:         "agent-b",

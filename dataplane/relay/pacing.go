@@ -101,8 +101,10 @@ const (
 
 // Short paths. A session whose streams' least RTT (their min_rtt) is
 // below pacingMinRTT is not capped: the pacer still measures it and
-// leaves start-up, but the rate it would cap at is not applied (the
-// start-up window below still bounds a session of many streams). What the
+// leaves start-up (its log line says capped=false), but the rate it
+// would cap at is not applied; the start-up window below still bounds a
+// session of many streams, or a start-up again at auto's next count, and
+// the ProbeRTT spread still restarts the streams' BBR. What the
 // caps prevent is a long path's loss: a queue the streams overflow
 // together costs a round trip of segments on every stream, and on a
 // 200 ms path their repair stalls the session for a fraction of a
@@ -406,6 +408,8 @@ func (s *session) pace(now time.Time, streams []*stream, recovering int, d pacin
 	d.appLimited = len(s.sendq) == 0 && notsent < uint64(len(streams)*s.chunkSize)
 	cruised := s.pacer.cruising
 	total := s.pacer.update(now, d, rtt)
+	// A short path is not capped: see "Short paths".
+	short := d.minRTT > 0 && d.minRTT < s.agent.pacingMinRTT()
 	if e := s.pacer.ended; !cruised && s.pacer.cruising {
 		// A session that cruises far below its path's rate is slow for as
 		// long as the probe takes to climb; this line says where it began.
@@ -415,11 +419,11 @@ func (s *session) pace(now time.Time, streams []*stream, recovering int, d pacin
 		}
 		s.agent.log.Info("relay: pacing start-up over", append(s.logAttrs(),
 			"live_streams", len(streams), "best_mbps", mbps(e.best), "rate_mbps", mbps(e.rate),
-			"resent", math.Round(e.resent*1e4)/1e4, "by", by)...)
+			"resent", math.Round(e.resent*1e4)/1e4, "by", by, "capped", !short)...)
 	}
 	s.spreadProbeRTT(now, streams)
-	if d.minRTT > 0 && d.minRTT < s.agent.pacingMinRTT() {
-		total = 0 // a short path: see "Short paths"
+	if short {
+		total = 0
 	}
 	share := streamShare(total, len(streams), recovering)
 	s.paceTotal.Store(uint64(total))

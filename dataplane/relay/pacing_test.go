@@ -2,12 +2,14 @@ package relay
 
 import (
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -332,29 +334,111 @@ func TestCarriersOnly(t *testing.T) {
 // nothing, and every byte arrives. A session of fewer than
 // pacingMinStreams streams is never capped (TestOneStreamNotPaced).
 func TestStripePacingCapsStreams(t *testing.T) {
-	testStripePacing(t, 8, nil, true)
+	testStripePacing(t, 8, nil)
 }
 
 // TestShortPathNotPaced runs TestStripePacingCapsStreams's session on
-// loopback taken for what it is, a path far shorter than pacingMinRTT:
-// its streams stay uncapped, and are capped as soon as the path counts
-// as long.
+// loopback taken for what it is, a path far shorter than pacingMinRTT.
+// Its pacer leaves start-up as on a long path (the log line says so,
+// capped=false) and its streams stay uncapped; taken for a long path
+// the same session is capped, and taken for a short one again the caps
+// are lifted from every stream.
 func TestShortPathNotPaced(t *testing.T) {
-	testStripePacing(t, 8, nil, false)
+	var logs lockedLog
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	const streams = 8
+	var received atomic.Int64
+	p := startPair(t, pairOptions{streams: streams, chunk: 65536, queue: -1, logger: log}, func(c *net.TCPConn) {
+		defer c.Close()
+		n, _ := io.Copy(io.Discard, c)
+		received.Add(n)
+	})
+	c := p.dial(t)
+	up := startUpload(c)
+	look := func() (total uint64, caps []uint64) {
+		p.a.mu.Lock()
+		defer p.a.mu.Unlock()
+		for s := range p.a.sessions {
+			total = s.paceTotal.Load()
+			for _, st := range s.establishedStreams() {
+				v, err := maxPacingRate(st.conn)
+				if err != nil {
+					t.Error(err)
+				}
+				caps = append(caps, v)
+			}
+		}
+		return total, caps
+	}
+	uncapped := func(total uint64, caps []uint64) bool {
+		for _, v := range caps {
+			if v != noPacingCap && v != 0 {
+				return false
+			}
+		}
+		return total == 0 && len(caps) == streams
+	}
+	testsupport.Eventually(t, 45*time.Second, "the pacing start-up to end, uncapped", func() bool {
+		return strings.Contains(logs.String(), "relay: pacing start-up over") &&
+			strings.Contains(logs.String(), "capped=false")
+	})
+	for _, rtt := range minRTTs(p.a) {
+		if rtt >= pacingMinRTT {
+			t.Fatalf("a loopback stream's min_rtt is %v, not below pacingMinRTT (%v)", rtt, pacingMinRTT)
+		}
+	}
+	// Cruising, a few ticks: nothing capped.
+	for range 8 {
+		if total, caps := look(); !uncapped(total, caps) {
+			t.Fatalf("a short path's session paced: total %d bytes/s, caps %v", total, caps)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	p.a.testPaceMinRTT.Store(1)
+	testsupport.Eventually(t, 45*time.Second, "the caps once the path counts as long", func() bool {
+		total, caps := look()
+		return total > 0 && len(caps) == streams && !slices.Contains(caps, noPacingCap) && !slices.Contains(caps, 0)
+	})
+	p.a.testPaceMinRTT.Store(int64(time.Hour))
+	testsupport.Eventually(t, 45*time.Second, "every cap lifted once the path counts as short again", func() bool {
+		return uncapped(look())
+	})
+	if err := up.finish(); err != nil {
+		t.Fatal(err)
+	}
+	testsupport.Eventually(t, 30*time.Second, "every byte at the server", func() bool { return received.Load() == up.sent.Load() })
+}
+
+// lockedLog is a log sink that tests may read while agents write to it.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 // TestStripePacingLeavesRecoveryOut holds one of four streams in loss
 // recovery: the session's rate is shared among the other three, which
 // carry its new chunks.
 func TestStripePacingLeavesRecoveryOut(t *testing.T) {
-	testStripePacing(t, 4, func(stream int) bool { return stream == 2 }, true)
+	testStripePacing(t, 4, func(stream int) bool { return stream == 2 })
 }
 
 func TestOneStreamNotPaced(t *testing.T) {
 	if pacingMinStreams != 2 {
 		t.Fatalf("pacingMinStreams %d: this test runs a session of 1", pacingMinStreams)
 	}
-	testStripePacing(t, pacingMinStreams-1, nil, true)
+	testStripePacing(t, pacingMinStreams-1, nil)
 }
 
 // minRTTs is the min_rtt of every established stream of a's sessions.
@@ -372,10 +456,10 @@ func minRTTs(a *Agent) []time.Duration {
 	return v
 }
 
-// testStripePacing runs a session of streams on loopback; longPath takes
-// it for a path of pacingMinRTT or more (the caps need one).
-func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool, longPath bool) {
-	wantCaps := streams >= pacingMinStreams && longPath
+// testStripePacing runs a session of streams on loopback, both agents
+// taking it for a path of pacingMinRTT or more (the caps need one).
+func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool) {
+	wantCaps := streams >= pacingMinStreams
 	recovering := 0
 	for i := range streams {
 		if trouble != nil && trouble(i) {
@@ -388,9 +472,8 @@ func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool, 
 		n, _ := io.Copy(io.Discard, c)
 		received.Add(n)
 	})
-	if longPath {
-		p.a.testPaceMinRTT.Store(1)
-	}
+	p.a.testPaceMinRTT.Store(1)
+	p.b.testPaceMinRTT.Store(1)
 	c := p.dial(t)
 	up := startUpload(c)
 	var total uint64
@@ -417,30 +500,12 @@ func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool, 
 		end := time.Now().Add(8 * time.Second)
 		for time.Now().Before(end) {
 			share, caps = capped(p.a)
-			if !longPath {
-				// The path is short: pacing is off because of it.
-				for _, rtt := range minRTTs(p.a) {
-					if rtt >= pacingMinRTT {
-						t.Fatalf("a loopback stream's min_rtt is %v, not below pacingMinRTT (%v)", rtt, pacingMinRTT)
-					}
-				}
-			}
 			for i, v := range caps {
 				if share != 0 || (v != noPacingCap && v != 0) {
 					t.Fatalf("a session of %d streams paced: share %d, stream %d capped at %d", streams, share, i, v)
 				}
 			}
 			time.Sleep(250 * time.Millisecond)
-		}
-		if streams >= pacingMinStreams {
-			// The same session's pacer caps its streams once its path
-			// counts as long: it ran all along, and the path alone held
-			// the caps back.
-			p.a.testPaceMinRTT.Store(1)
-			testsupport.Eventually(t, 45*time.Second, "the caps once the path counts as long", func() bool {
-				share, caps = capped(p.a)
-				return share > 0 && len(caps) == streams && !slices.Contains(caps, noPacingCap) && !slices.Contains(caps, 0)
-			})
 		}
 	} else {
 		// The share is the session's rate over the streams not in
@@ -570,33 +635,36 @@ func sendBuffer(t *testing.T, c *net.TCPConn) int {
 func TestStartupWindowBoundsManyStreams(t *testing.T) {
 	const chunk, buffer = 65536, 4 << 20
 	var received atomic.Int64
-	p := startPair(t, pairOptions{streams: startupMinStreams, chunk: chunk, queue: -1, socketBuffer: buffer}, func(c *net.TCPConn) {
+	// Loopback is a short path: the streams are not capped, but the
+	// start-up window bounds them all the same. The log line says when
+	// start-up is over.
+	var logs lockedLog
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	p := startPair(t, pairOptions{streams: startupMinStreams, chunk: chunk, queue: -1, socketBuffer: buffer, logger: log}, func(c *net.TCPConn) {
 		defer c.Close()
 		n, _ := io.Copy(io.Discard, c)
 		received.Add(n)
 	})
-	// The caps, here the sign that start-up is over, need a long path.
-	p.a.testPaceMinRTT.Store(1)
 	c := p.dial(t)
 	up := startUpload(c)
 	// The kernel reports twice what was set.
 	full := 2 * buffer
-	look := func() (bufs []int, paced bool) {
+	look := func() (bufs []int, over bool) {
+		over = strings.Contains(logs.String(), "relay: pacing start-up over")
 		p.a.mu.Lock()
 		defer p.a.mu.Unlock()
 		for s := range p.a.sessions {
-			paced = s.paceTotal.Load() > 0
 			for _, st := range s.establishedStreams() {
 				bufs = append(bufs, sendBuffer(t, st.conn))
 			}
 		}
-		return bufs, paced
+		return bufs, over
 	}
 	var bufs []int
 	testsupport.Eventually(t, 30*time.Second, "start-up to bound every stream's send buffer", func() bool {
-		var paced bool
-		bufs, paced = look()
-		if paced || len(bufs) != startupMinStreams {
+		var over bool
+		bufs, over = look()
+		if over || len(bufs) != startupMinStreams {
 			return false
 		}
 		for _, b := range bufs {
@@ -608,9 +676,9 @@ func TestStartupWindowBoundsManyStreams(t *testing.T) {
 	})
 	t.Logf("start-up: send buffers %d..%d bytes (configured %d)", slices.Min(bufs), slices.Max(bufs), full)
 	testsupport.Eventually(t, 45*time.Second, "the configured send buffers back once start-up is over", func() bool {
-		var paced bool
-		bufs, paced = look()
-		return paced && len(bufs) == startupMinStreams && slices.Min(bufs) == full && slices.Max(bufs) == full
+		var over bool
+		bufs, over = look()
+		return over && len(bufs) == startupMinStreams && slices.Min(bufs) == full && slices.Max(bufs) == full
 	})
 	if err := up.finish(); err != nil {
 		t.Fatal(err)

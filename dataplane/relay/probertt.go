@@ -24,8 +24,8 @@ import (
 // own min RTT again, with a new stamp, so each stream's 10 s count starts
 // at its own time, and from then on the streams' ProbeRTTs come one or two
 // at a time. The restart also empties BBR's bandwidth filter and puts it
-// back in its start-up. The stream's pacing cap holds it to its share
-// there, and its cwnd is kept.
+// back in its start-up. On a path of pacingMinRTT or more the stream's
+// pacing cap holds it to its share there; its cwnd is kept.
 //
 // A stream in ProbeRTT (its cwnd at BBR's floor, not in loss recovery) is
 // not a carrier in streamShare, so the other streams' caps take up its
