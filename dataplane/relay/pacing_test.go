@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -344,7 +343,7 @@ func TestStripePacingCapsStreams(t *testing.T) {
 // the same session is capped, and taken for a short one again the caps
 // are lifted from every stream.
 func TestShortPathNotPaced(t *testing.T) {
-	var logs lockedLog
+	var logs testsupport.LockedBuffer
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	const streams = 8
 	var received atomic.Int64
@@ -356,18 +355,7 @@ func TestShortPathNotPaced(t *testing.T) {
 	c := p.dial(t)
 	up := startUpload(c)
 	look := func() (total uint64, caps []uint64) {
-		p.a.mu.Lock()
-		defer p.a.mu.Unlock()
-		for s := range p.a.sessions {
-			total = s.paceTotal.Load()
-			for _, st := range s.establishedStreams() {
-				v, err := maxPacingRate(st.conn)
-				if err != nil {
-					t.Error(err)
-				}
-				caps = append(caps, v)
-			}
-		}
+		total, _, caps = paceCaps(t, p.a)
 		return total, caps
 	}
 	uncapped := func(total uint64, caps []uint64) bool {
@@ -409,24 +397,6 @@ func TestShortPathNotPaced(t *testing.T) {
 	testsupport.Eventually(t, 30*time.Second, "every byte at the server", func() bool { return received.Load() == up.sent.Load() })
 }
 
-// lockedLog is a log sink that tests may read while agents write to it.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // TestStripePacingLeavesRecoveryOut holds one of four streams in loss
 // recovery: the session's rate is shared among the other three, which
 // carry its new chunks.
@@ -439,6 +409,24 @@ func TestOneStreamNotPaced(t *testing.T) {
 		t.Fatalf("pacingMinStreams %d: this test runs a session of 1", pacingMinStreams)
 	}
 	testStripePacing(t, pacingMinStreams-1, nil)
+}
+
+// paceCaps is the pacing total and share (bytes/s) of a's session, and
+// every established stream's SO_MAX_PACING_RATE.
+func paceCaps(t *testing.T, a *Agent) (total, share uint64, caps []uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for s := range a.sessions {
+		total, share = s.paceTotal.Load(), s.paceShare.Load()
+		for _, st := range s.establishedStreams() {
+			v, err := maxPacingRate(st.conn)
+			if err != nil {
+				t.Error(err)
+			}
+			caps = append(caps, v)
+		}
+	}
+	return total, share, caps
 }
 
 // minRTTs is the min_rtt of every established stream of a's sessions.
@@ -478,18 +466,7 @@ func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool) 
 	up := startUpload(c)
 	var total uint64
 	capped := func(a *Agent) (share uint64, caps []uint64) {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		for s := range a.sessions {
-			total, share = s.paceTotal.Load(), s.paceShare.Load()
-			for _, st := range s.establishedStreams() {
-				v, err := maxPacingRate(st.conn)
-				if err != nil {
-					t.Error(err)
-				}
-				caps = append(caps, v)
-			}
-		}
+		total, share, caps = paceCaps(t, a)
 		return share, caps
 	}
 	var share uint64
@@ -638,7 +615,7 @@ func TestStartupWindowBoundsManyStreams(t *testing.T) {
 	// Loopback is a short path: the streams are not capped, but the
 	// start-up window bounds them all the same. The log line says when
 	// start-up is over.
-	var logs lockedLog
+	var logs testsupport.LockedBuffer
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	p := startPair(t, pairOptions{streams: startupMinStreams, chunk: chunk, queue: -1, socketBuffer: buffer, logger: log}, func(c *net.TCPConn) {
 		defer c.Close()
