@@ -215,7 +215,8 @@ type SessionStatus struct {
 	// WindowBytes is the session's receive window (the credit it grants
 	// its peer beyond what it delivered), CreditWaits how often its
 	// sending direction waited for the peer's; PacingBps the rate its
-	// sending side paces its streams at together (0: not paced), and
+	// sending side paces its streams at together (0: not paced: one
+	// stream, a path under 5 ms, or its pacing still starting up), and
 	// StreamsRecovering how many of them are in loss recovery.
 	WindowBytes       int     `json:"window_bytes,omitempty"`
 	CreditWaits       uint64  `json:"credit_waits,omitempty"`

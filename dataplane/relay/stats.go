@@ -121,7 +121,8 @@ type SessionStats struct {
 	// peer's credit.
 	CreditWaits uint64
 	// PacingRate is the rate, in bit/s, the sending side paces the
-	// session's streams at together (0: not paced); StreamsRecovering how
+	// session's streams at together (0: not paced: one stream, a path under
+	// pacingMinRTT, or its pacing still starting up); StreamsRecovering how
 	// many of its streams were in loss recovery at the last housekeeping.
 	PacingRate        float64
 	StreamsRecovering int
