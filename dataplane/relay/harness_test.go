@@ -57,6 +57,13 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
 }
 
+// infoLogger logs at Info level to the test's log and to a buffer the
+// test may read while the agents write.
+func infoLogger(t testing.TB) (*slog.Logger, *testsupport.LockedBuffer) {
+	logs := &testsupport.LockedBuffer{}
+	return slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo})), logs
+}
+
 type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {

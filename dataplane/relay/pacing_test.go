@@ -2,7 +2,6 @@ package relay
 
 import (
 	"io"
-	"log/slog"
 	"math"
 	"net"
 	"os"
@@ -343,8 +342,7 @@ func TestStripePacingCapsStreams(t *testing.T) {
 // the same session is capped, and taken for a short one again the caps
 // are lifted from every stream.
 func TestShortPathNotPaced(t *testing.T) {
-	var logs testsupport.LockedBuffer
-	log := slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log, logs := infoLogger(t)
 	const streams = 8
 	var received atomic.Int64
 	p := startPair(t, pairOptions{streams: streams, chunk: 65536, queue: -1, logger: log}, func(c *net.TCPConn) {
@@ -429,16 +427,12 @@ func paceCaps(t *testing.T, a *Agent) (total, share uint64, caps []uint64) {
 	return total, share, caps
 }
 
-// minRTTs is the min_rtt of every established stream of a's sessions.
+// minRTTs is the min_rtt of every stream of a's sessions.
 func minRTTs(a *Agent) []time.Duration {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	var v []time.Duration
-	for s := range a.sessions {
-		for _, st := range s.establishedStreams() {
-			if info, ok := readTCPInfo(st.conn); ok && info.minRTT > 0 {
-				v = append(v, info.minRTT)
-			}
+	for _, st := range liveStreams(a) {
+		if info, ok := readTCPInfo(st.conn); ok && info.minRTT > 0 {
+			v = append(v, info.minRTT)
 		}
 	}
 	return v
@@ -615,8 +609,7 @@ func TestStartupWindowBoundsManyStreams(t *testing.T) {
 	// Loopback is a short path: the streams are not capped, but the
 	// start-up window bounds them all the same. The log line says when
 	// start-up is over.
-	var logs testsupport.LockedBuffer
-	log := slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log, logs := infoLogger(t)
 	p := startPair(t, pairOptions{streams: startupMinStreams, chunk: chunk, queue: -1, socketBuffer: buffer, logger: log}, func(c *net.TCPConn) {
 		defer c.Close()
 		n, _ := io.Copy(io.Discard, c)
