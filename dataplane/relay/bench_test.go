@@ -240,12 +240,11 @@ func benchInt(name string, def int) int {
 // For A/B runs against another tree: RELAY_BENCH_ONLY=1 measures the
 // relay chain alone (no relay/a, relay/b ratios; a run of 512 MiB takes
 // under a second, so thirty interleaved rounds of two binaries fit in a
-// minute), and RELAY_BENCH_WARM sets the warm-up transfer in MiB (32):
-// the relay's frame memory grows with its receive window and send
-// retention, and on this lab's virtual machines a page's first touch
-// costs a host fault too, so a warm-up shorter than the window's growth
-// leaves some of that in the timed run (about 17 MB of frame memory at 8
-// stripes, 1-3 % of a 512 MiB run's CPU).
+// minute), and RELAY_BENCH_WARM sets one warm-up transfer of that many
+// MiB for every chain (see warmUp). relay_warm-MiB is what the warm-up
+// moved through the relay, relay_frames-MiB the process's frame memory
+// at the end and relay_grown-MiB how much of it the timed transfers
+// added.
 func BenchmarkRelay(b *testing.B) {
 	for _, enc := range []string{EncryptionNone, EncryptionAESGCM} {
 		b.Run(enc, func(b *testing.B) { benchmarkRelay(b, enc) })
@@ -275,10 +274,7 @@ func benchmarkRelay(b *testing.B, enc string) {
 	cliAgent := benchAgent(b, Config{Name: "bench-client", TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
 		Encryption: enc, Client: []Whitelist{entry}, Limits: lim}, tr.sink)
 
-	chains := []struct {
-		name  string
-		entry netip.AddrPort
-	}{
+	chains := []benchChain{
 		{"a_splice", splice.entry},
 		{"b_copy64k", userspace.entry},
 		{"relay", cliAgent.Addrs().Transparent},
@@ -291,11 +287,8 @@ func benchmarkRelay(b *testing.B, enc string) {
 		setup[i], _ = tr.send(b, cliAgent.Addrs().Transparent, 1)
 	}
 	slices.Sort(setup)
-	// Warm up every chain once (buffer pools, TCP autotuning).
-	warm := int64(benchInt("RELAY_BENCH_WARM", 32)) << 20
-	for _, ch := range chains {
-		tr.send(b, ch.entry, warm)
-	}
+	warm := warmUp(b, tr, chains, size)
+	warmFrames := frameBytes()
 	wall := make([]time.Duration, len(chains))
 	cpu := make([]time.Duration, len(chains))
 	b.ResetTimer()
@@ -317,6 +310,9 @@ func benchmarkRelay(b *testing.B, enc string) {
 		b.ReportMetric(cpu[j].Seconds()/gib, ch.name+"_cpu-s/GiB")
 	}
 	b.ReportMetric(float64(setup[1].Microseconds())/1000, "relay_setup-ms")
+	b.ReportMetric(float64(warm>>20), "relay_warm-MiB")
+	b.ReportMetric(float64(frameBytes())/(1<<20), "relay_frames-MiB")
+	b.ReportMetric(float64(frameBytes()-warmFrames)/(1<<20), "relay_grown-MiB")
 	if len(gbps) == 3 {
 		b.ReportMetric(gbps[2]/gbps[1], "relay/b")
 		b.ReportMetric(gbps[2]/gbps[0], "relay/a")
@@ -331,6 +327,67 @@ func benchmarkRelay(b *testing.B, enc string) {
 	if n := cliAgent.Stats().Totals.Fallbacks; n != 0 {
 		b.Fatalf("%d sessions carried direct: the relay was not measured", n)
 	}
+}
+
+// warmRounds bounds the relay's warm-up transfers.
+const warmRounds = 3
+
+// warmUp warms every chain before the timed transfers and returns the
+// bytes it moved through the relay chain. TCP autotuning starts afresh
+// with every connection; what a warm-up is for is the relay's frame
+// memory, which grows with its sessions' receive windows and send
+// retention for as long as a transfer lasts (at the end of a run: 32-63
+// MiB at 8 stripes, 63-134 MiB at 64 and 256, 250-370 MiB at 1,024).
+// On this lab's virtual machines the first touch of memory is a fault in
+// the host as well: 3.7 ms per 2 MiB huge page, against 0.14 ms for
+// memory the guest touched before (a 64 MiB mapping touched a page at a
+// time), and after the old 32 MiB warm-up those faults were 7 % of the
+// CPU samples of 1 GiB runs at 64 and 1,024 stripes. A running agent
+// pays them once per frame it ever holds (again after an idle trim, see
+// frameMemory), so the timed transfers should not: the relay chain is
+// warmed with transfers of twice the timed size (a window never shrinks
+// and grows for as long as a session runs; after transfers of the timed
+// size the timed one still grew the frame memory, by 24 MiB at 256
+// stripes) until one leaves the frame memory as it found it, at most
+// warmRounds; the proxy chains, which keep nothing between connections,
+// with one of 32 MiB. RELAY_BENCH_WARM (MiB) instead warms every chain
+// with one transfer of that size, for A/B runs against a tree without
+// this loop.
+func warmUp(b *testing.B, tr *traffic, chains []benchChain, size int64) int64 {
+	b.Helper()
+	if w := int64(benchInt("RELAY_BENCH_WARM", 0)) << 20; w > 0 {
+		for _, ch := range chains {
+			tr.send(b, ch.entry, w)
+		}
+		return w
+	}
+	var warmed int64
+	for _, ch := range chains {
+		if ch.name != "relay" {
+			tr.send(b, ch.entry, 32<<20)
+			continue
+		}
+		for range warmRounds {
+			before := frameBytes()
+			tr.send(b, ch.entry, 2*size)
+			warmed += 2 * size
+			if frameBytes() <= before {
+				break
+			}
+		}
+	}
+	return warmed
+}
+
+// frameBytes is the process's frame memory, mapped or released.
+func frameBytes() int64 {
+	st := FrameMemory()
+	return st.InUse + st.Free + st.Released
+}
+
+type benchChain struct {
+	name  string
+	entry netip.AddrPort
 }
 
 func benchAgent(b *testing.B, cfg Config, dst netip.AddrPort) *Agent {
