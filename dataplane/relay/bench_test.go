@@ -338,7 +338,7 @@ const warmRounds = 3
 // memory, which grows with its sessions' receive windows and send
 // retention for as long as a transfer lasts (at the end of a run: 32-63
 // MiB at 8 stripes, 71-150 at 64, 95-205 at 256, 250-370 at 1,024 and
-// 710-750 at 4,096).
+// 540-940 at 4,096).
 // On this lab's virtual machines the first touch of memory is a fault in
 // the host as well: 3.7 ms per 2 MiB huge page, against 0.14 ms for
 // memory the guest touched before (a 64 MiB mapping touched a page at a
