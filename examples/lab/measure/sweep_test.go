@@ -2,6 +2,10 @@ package measure
 
 import (
 	"bytes"
+	"encoding/csv"
+	"image/png"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -209,5 +213,85 @@ func TestAutoRow(t *testing.T) {
 	m := Medians(back)
 	if len(m) != 3 || m[2].Mode != ModeAuto || m[2].Streams != 24 || m[2].Result.ReceivedBps != 460e6 {
 		t.Errorf("medians %+v", m)
+	}
+}
+
+// TestBenchWANResults: every bench-wan CSV kept under examples/lab/results
+// reads back, each a sweep WriteCSV wrote or an A/B file (leading columns
+// build and, in later ones, rtt_ms and loss, before the sweep's own), with
+// known modes and a transfer in every cell; every chart has the CSV it was
+// drawn from beside it.
+func TestBenchWANResults(t *testing.T) {
+	paths, err := filepath.Glob("../results/bench-wan-*.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) == 0 {
+		t.Fatal("no bench-wan results under examples/lab/results")
+	}
+	modes := []string{ModeDirect, ModeParallel, ModeSosappliance, ModeAuto}
+	for _, path := range paths {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := csv.NewReader(bytes.NewReader(raw)).ReadAll()
+		if err != nil || len(rows) == 0 {
+			t.Errorf("%s: %v (%d rows)", path, err, len(rows))
+			continue
+		}
+		// An A/B file: the sweep's columns follow its own.
+		lead := slices.Index(rows[0], "mode")
+		if lead < 0 {
+			t.Errorf("%s: no mode column in %v", path, rows[0])
+			continue
+		}
+		var sweep bytes.Buffer
+		w := csv.NewWriter(&sweep)
+		for _, row := range rows {
+			_ = w.Write(row[lead:])
+		}
+		w.Flush()
+		points, err := ReadCSV(&sweep)
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+			continue
+		}
+		if len(points) == 0 {
+			t.Errorf("%s: no points", path)
+		}
+		sos := 0
+		for i, p := range points {
+			if !slices.Contains(modes, p.Mode) {
+				t.Errorf("%s row %d: mode %q", path, i+2, p.Mode)
+			}
+			if p.Result.ReceivedBps <= 0 || p.Result.Seconds <= 0 || p.Result.Bytes <= 0 || p.Streams < 0 {
+				t.Errorf("%s row %d: no transfer: %+v", path, i+2, p)
+			}
+			if p.Mode == ModeSosappliance || p.Mode == ModeAuto {
+				sos++
+			}
+		}
+		if sos == 0 {
+			t.Errorf("%s: no sosappliance cell", path)
+		}
+	}
+	charts, err := filepath.Glob("../results/bench-wan-*.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, chart := range charts {
+		if _, err := os.Stat(strings.TrimSuffix(chart, ".png") + ".csv"); err != nil {
+			t.Errorf("%s: no CSV beside it: %v", chart, err)
+		}
+		f, err := os.Open(chart)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = png.DecodeConfig(f)
+		f.Close()
+		if err != nil {
+			t.Errorf("%s: %v", chart, err)
+		}
 	}
 }
