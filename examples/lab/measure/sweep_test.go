@@ -5,7 +5,6 @@ import (
 	"encoding/csv"
 	"image/png"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -222,13 +221,7 @@ func TestAutoRow(t *testing.T) {
 // known modes and a transfer in every cell; every chart has the CSV it was
 // drawn from beside it.
 func TestBenchWANResults(t *testing.T) {
-	paths, err := filepath.Glob("../results/bench-wan-*.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(paths) == 0 {
-		t.Fatal("no bench-wan results under examples/lab/results")
-	}
+	paths := keptResults(t, "bench-wan-*.csv")
 	modes := []string{ModeDirect, ModeParallel, ModeSosappliance, ModeAuto}
 	for _, path := range paths {
 		raw, err := os.ReadFile(path)
@@ -276,11 +269,7 @@ func TestBenchWANResults(t *testing.T) {
 			t.Errorf("%s: no sosappliance cell", path)
 		}
 	}
-	charts, err := filepath.Glob("../results/bench-wan-*.png")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, chart := range charts {
+	for _, chart := range keptResults(t, "bench-wan-*.png") {
 		if _, err := os.Stat(strings.TrimSuffix(chart, ".png") + ".csv"); err != nil {
 			t.Errorf("%s: no CSV beside it: %v", chart, err)
 		}

@@ -109,17 +109,24 @@ func TestObjectServer(t *testing.T) {
 	}
 }
 
-// TestTTFBResults: every bench-ttfb CSV kept under examples/lab/results
-// reads back and has a warm and a direct cell for each size.
-func TestTTFBResults(t *testing.T) {
-	paths, err := filepath.Glob("../results/bench-ttfb-*.csv")
+// keptResults lists the files under examples/lab/results matching
+// pattern, failing the test when there are none.
+func keptResults(t *testing.T, pattern string) []string {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join("..", "results", pattern))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(paths) == 0 {
-		t.Fatal("no bench-ttfb results under examples/lab/results")
+		t.Fatalf("no %s under examples/lab/results", pattern)
 	}
-	for _, path := range paths {
+	return paths
+}
+
+// TestTTFBResults: every bench-ttfb CSV kept under examples/lab/results
+// reads back and has a warm and a direct cell for each size.
+func TestTTFBResults(t *testing.T) {
+	for _, path := range keptResults(t, "bench-ttfb-*.csv") {
 		f, err := os.Open(path)
 		if err != nil {
 			t.Fatal(err)
