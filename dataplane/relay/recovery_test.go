@@ -130,7 +130,8 @@ func TestTransferSurvivesStreamKills(t *testing.T) {
 // round the frozen stream before the stall timeout).
 func TestSilentStreamReplaced(t *testing.T) {
 	lim := Limits{StallTimeout: time.Second, HalfClosedIdle: time.Minute}
-	p := startPair(t, pairOptions{streams: 8, chunk: 16384, queue: 2, viaMITM: true, limitsA: lim, limitsB: lim}, nil)
+	log, logs := infoLogger(t)
+	p := startPair(t, pairOptions{streams: 8, chunk: 16384, queue: 2, viaMITM: true, limitsA: lim, limitsB: lim, logger: log}, nil)
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	var armed atomic.Bool
@@ -189,6 +190,50 @@ func TestSilentStreamReplaced(t *testing.T) {
 	if n := ta.SessionsAborted + tb.SessionsAborted; n != 0 {
 		t.Errorf("%d aborts: %+v %+v", n, p.a.Stats().RecentAborts, p.b.Stats().RecentAborts)
 	}
+	// Each side's last log line tells the same story: the streams it lost
+	// and replaced, and what it sent again.
+	for side, want := range map[string]map[string]uint64{
+		"client": {"streams_lost": ta.StreamsLost, "streams_replaced": ta.StreamsReplaced, "reinjected_bytes": ta.ReinjectedBytes},
+		"server": {"streams_lost": tb.StreamsLost, "streams_replaced": tb.StreamsReplaced, "reinjected_bytes": tb.ReinjectedBytes},
+	} {
+		line := completedLine(t, logs.String(), side)
+		for key, v := range want {
+			if got := logField(line, key); got != strconv.FormatUint(v, 10) {
+				t.Errorf("%s side's completion line: %s=%q, want %d (%s)", side, key, got, v, line)
+			}
+		}
+		for _, key := range []string{"window", "reorder_depth_max", "credit_waits", "streams_chosen", "head_of_line_bytes", "duplicates"} {
+			if logField(line, key) == "" {
+				t.Errorf("%s side's completion line has no %s: %s", side, key, line)
+			}
+		}
+	}
+}
+
+// completedLine is the one "relay: session completed" line of side
+// (client or server) in a text log.
+func completedLine(t *testing.T, log, side string) string {
+	t.Helper()
+	var found []string
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, `msg="relay: session completed"`) && logField(line, "side") == side {
+			found = append(found, line)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d completion lines of the %s side, want 1:\n%s", len(found), side, strings.Join(found, "\n"))
+	}
+	return found[0]
+}
+
+// logField is the value of key=value in a slog text line, or "".
+func logField(line, key string) string {
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // TestCompleteSessionEndsWithSilentStream: one stream goes silent toward
