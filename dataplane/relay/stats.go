@@ -277,8 +277,9 @@ func (a *Agent) reject(kind, msg string, args ...any) {
 // a slow or troubled transfer can be read from the log after it ended:
 // its receive window and how deep its reorder buffer got, how often its
 // sender waited for the peer's credit, the streams chosen (under streams
-// = "auto"), lost and replaced, and the bytes sent again (after a lost
-// stream) or copied ahead of a stuck frame (head of line).
+// = "auto"), lost and replaced, the bytes sent again (after a lost
+// stream) or copied ahead of a stuck frame (head of line), and the frames
+// it dropped as duplicates.
 func (s *session) endAttrs() []any {
 	s.mu.Lock()
 	window, depthMax := s.window*s.chunkSize, s.depthMax
