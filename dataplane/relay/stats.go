@@ -273,21 +273,18 @@ func (a *Agent) reject(kind, msg string, args ...any) {
 	a.limited.log(a.log, "reject-"+kind, msg, append(args, "reason", kind)...)
 }
 
-// endAttrs is what a session's last log line says of how it went, so that
-// a slow or troubled transfer can be read from the log after it ended:
-// its receive window and how deep its reorder buffer got, how often its
-// sender waited for the peer's credit, the streams chosen (under streams
-// = "auto"), lost and replaced, the bytes sent again (after a lost
-// stream) or copied ahead of a stuck frame (head of line), and the frames
-// it dropped as duplicates.
-func (s *session) endAttrs() []any {
-	s.mu.Lock()
-	window, depthMax := s.window*s.chunkSize, s.depthMax
-	s.mu.Unlock()
-	return []any{"window", window, "reorder_depth_max", depthMax, "credit_waits", s.creditWaits.Load(),
-		"streams_chosen", s.target.Load(), "streams_lost", s.streamsLost.Load(), "streams_replaced", s.streamsJoined.Load(),
-		"reinjected_bytes", s.resentBytes.Load(), "head_of_line_bytes", s.holBytes.Load(),
-		"duplicates", s.duplicates.Load()}
+// endAttrs is what a session's last log line says of how it went, from
+// its status at the end (ss), so that a slow or troubled transfer can be
+// read from the log after it ended: its receive window and how deep its
+// reorder buffer got, how often its sender waited for the peer's credit,
+// the streams chosen (under streams = "auto"), lost and replaced, the
+// bytes sent again (after a lost stream) or copied ahead of a stuck frame
+// (head of line), and the frames it dropped as duplicates.
+func endAttrs(ss SessionStats) []any {
+	return []any{"window", ss.Window, "reorder_depth_max", ss.ReorderDepthMax, "credit_waits", ss.CreditWaits,
+		"streams_chosen", ss.StreamsChosen, "streams_lost", ss.StreamsLost, "streams_replaced", ss.StreamsReplaced,
+		"reinjected_bytes", ss.ReinjectedBytes, "head_of_line_bytes", ss.HeadOfLineBytes,
+		"duplicates", ss.DuplicatesDropped}
 }
 
 // sessionEnded unregisters a finished session and accounts for it.
@@ -296,7 +293,7 @@ func (a *Agent) sessionEnded(s *session) {
 	up, down := s.upDown()
 	attrs := append(s.logAttrs(), "bytes_up", up, "bytes_down", down,
 		"duration", time.Since(s.started).Round(time.Millisecond))
-	attrs = append(attrs, s.endAttrs()...)
+	attrs = append(attrs, endAttrs(s.stats(time.Now()))...)
 	if !s.isAborted() {
 		a.counters.sessionsCompleted.Add(1)
 		a.log.Info("relay: session completed", attrs...)
