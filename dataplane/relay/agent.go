@@ -136,7 +136,7 @@ type Agent struct {
 	memReserved atomic.Int64 // of Limits.Memory, by live sessions
 	// testTrouble, set by tests before Start, stands in for TCP_INFO's
 	// loss-recovery state of a stream (loopback has no loss).
-	testTrouble func(stream int) bool
+	testTrouble func(stream int) lossState
 	// testBindFault, set by tests before Start, makes the server side
 	// reset a pooled stream as its BIND arrives, as if it had died idle.
 	testBindFault atomic.Pointer[func(stream uint16) bool]

@@ -77,7 +77,7 @@ func TestHeldStreamIsRoutedAround(t *testing.T) {
 	release := make(chan struct{})
 	sink := newCountingSink()
 	p := startPair(t, pairOptions{streams: 4, chunk: 32768, queue: -1, encryption: EncryptionAESGCM, viaMITM: true,
-		troubleA: func(stream int) bool { return stream == heldIdx && held.Load() }}, sink.handle)
+		troubleA: timedOut(func(stream int) bool { return stream == heldIdx && held.Load() })}, sink.handle)
 	p.mitm.hold = func(ms *mitmStream, dir stripe.Direction, _ []byte) {
 		if ms.index == heldIdx && dir == stripe.Up && held.Load() {
 			<-release
@@ -119,6 +119,83 @@ func TestHeldStreamIsRoutedAround(t *testing.T) {
 	defer sink.mu.Unlock()
 	if sink.n.Load() != size || !bytes.Equal(sink.sum, sent) {
 		t.Fatalf("server got %d of %d bytes, hash equal %v", sink.n.Load(), size, bytes.Equal(sink.sum, sent))
+	}
+}
+
+// TestRecoveringStreamsCarryWhenTheHealthyCannot puts three of four
+// streams in loss recovery for a whole transfer while the one healthy
+// stream is slow (the man in the middle holds each of its data frames
+// 2 ms, about 16 MB/s). Streams in fast recovery take new chunks once the
+// healthy stream lets the send queue back up (holdBack): at 1 % loss
+// nearly every stream of a session is in fast recovery, and leaving them
+// idle left the session to the few healthy ones. Streams whose
+// retransmission timed out still take nothing, however slow the healthy
+// one. Either way the transfer completes byte for byte with memory under
+// the caps.
+func TestRecoveringStreamsCarryWhenTheHealthyCannot(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		state lossState
+	}{{"fast recovery", lossFast}, {"timed out", lossTimeout}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const size = 16 << 20
+			const streams = 4
+			var frames [streams]atomic.Int64
+			sink := newCountingSink()
+			p := startPair(t, pairOptions{streams: streams, chunk: 32768, queue: -1, encryption: EncryptionAESGCM, viaMITM: true,
+				troubleA: func(stream int) lossState {
+					if stream == 0 {
+						return lossNone
+					}
+					return tc.state
+				}}, sink.handle)
+			p.mitm.hold = func(ms *mitmStream, dir stripe.Direction, frame []byte) {
+				if dir != stripe.Up || frame[0] != byte(stripe.FrameData) || ms.index >= streams {
+					return
+				}
+				frames[ms.index].Add(1)
+				if ms.index == 0 {
+					time.Sleep(2 * time.Millisecond)
+				}
+			}
+			c := p.dial(t)
+			defer c.Close()
+			sendDone := sendPatternAsync(c, 31, size)
+			finished := false
+			testsupport.Eventually(t, 60*time.Second, "the transfer to reach the server", func() bool {
+				checkMemory(t, p)
+				select {
+				case <-sink.done:
+					finished = true
+				default:
+				}
+				return finished
+			})
+			sent, sendErr := sendDone.wait()
+			if sendErr != nil {
+				t.Fatal(sendErr)
+			}
+			sink.mu.Lock()
+			if sink.n.Load() != size || !bytes.Equal(sink.sum, sent) {
+				t.Errorf("server got %d of %d bytes, hash equal %v", sink.n.Load(), size, bytes.Equal(sink.sum, sent))
+			}
+			sink.mu.Unlock()
+			healthy, recovering := frames[0].Load(), int64(0)
+			for i := 1; i < streams; i++ {
+				recovering += frames[i].Load()
+			}
+			t.Logf("data frames: %d on the healthy stream, %d on the three in recovery", healthy, recovering)
+			switch tc.state {
+			case lossFast:
+				if recovering <= healthy {
+					t.Errorf("the streams in fast recovery carried %d frames, the slow healthy one %d: they were left idle", recovering, healthy)
+				}
+			case lossTimeout:
+				if recovering != 0 {
+					t.Errorf("the streams whose retransmission timed out were given %d frames", recovering)
+				}
+			}
+		})
 	}
 }
 
@@ -192,7 +269,7 @@ func TestBlockingFrameIsReinjected(t *testing.T) {
 	sink := newCountingSink()
 	lim := Limits{StallTimeout: 30 * time.Second}
 	p := startPair(t, pairOptions{streams: 6, chunk: chunk, queue: -1, encryption: EncryptionAESGCM, viaMITM: true,
-		limitsA: lim, limitsB: lim, troubleA: func(stream int) bool { return stream == heldIdx && heldAt.Load() != 0 }}, sink.handle)
+		limitsA: lim, limitsB: lim, troubleA: timedOut(func(stream int) bool { return stream == heldIdx && heldAt.Load() != 0 })}, sink.handle)
 	p.mitm.hold = func(ms *mitmStream, dir stripe.Direction, frame []byte) {
 		if ms.index != heldIdx || dir != stripe.Up || frame[0] != byte(stripe.FrameData) ||
 			binary.BigEndian.Uint64(frame[8:]) < 200 {

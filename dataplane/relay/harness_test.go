@@ -161,7 +161,18 @@ type pairOptions struct {
 	autoStreams bool
 	// troubleA, if set, is the client-side agent's testTrouble, set
 	// before it starts (a write after Start races its sessions' reads).
-	troubleA func(stream int) bool
+	troubleA func(stream int) lossState
+}
+
+// timedOut is a troubleA that puts the streams stuck picks in loss
+// recovery after a timeout (TCP_INFO's Loss), the rest out of recovery.
+func timedOut(stuck func(stream int) bool) func(stream int) lossState {
+	return func(stream int) lossState {
+		if stuck(stream) {
+			return lossTimeout
+		}
+		return lossNone
+	}
 }
 
 // pair is a client-side agent A and a server-side agent B on loopback, in

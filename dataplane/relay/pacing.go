@@ -361,6 +361,33 @@ func carriersOnly(healthy, live int) bool {
 	return live > 0 && 4*healthy >= live
 }
 
+// holdBack is the scheduler's rule for a stream in loss recovery (state):
+// whether it takes no new chunks, given healthy of the session's live
+// streams out of recovery and queued of the send queue's capacity
+// waiting for a stream.
+//
+// A stream whose retransmission timed out (lossTimeout) stalls for a
+// timeout or more, and a chunk given to it would hold the receiver's
+// delivery that long: it takes nothing new while a quarter of the streams
+// is healthy (carriersOnly). A stream in fast recovery (lossFast) delays
+// what it is given by about a round trip, which the receive window
+// absorbs; it takes nothing new only while the healthy streams keep the
+// send queue under half full. At 1 % random loss on the lab's 200 ms path
+// nearly every stream is in fast recovery nearly all the time (6-8 of 8
+// when sampled): the two or three healthy ones of the moment, whose
+// congestion windows are sized for their share, could not carry the
+// session, and leaving the rest idle held 8 stripes at 403-415 Mbit/s
+// against 448-473 for iperf3 -P 8; letting them take chunks once the
+// queue backs up, 466-483 (bench-wan --loss 0.01, 4 runs each; 4 stripes
+// 401-434 to 461-463, 16 stripes 440-453 to 476-489; at 0.1 % loss no
+// change beyond the runs' spread).
+func holdBack(state lossState, healthy, live, queued, capacity int) bool {
+	if state == lossNone || !carriersOnly(healthy, live) {
+		return false
+	}
+	return state == lossTimeout || 2*queued < capacity
+}
+
 // streamShare divides the session's pacing rate among the live streams
 // that carry new chunks: those not in loss recovery, under the
 // scheduler's rule (carriersOnly). A stream in recovery sends only what

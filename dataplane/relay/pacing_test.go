@@ -326,6 +326,47 @@ func TestCarriersOnly(t *testing.T) {
 	}
 }
 
+func TestHoldBack(t *testing.T) {
+	for _, c := range []struct {
+		state                           lossState
+		healthy, live, queued, capacity int
+		want                            bool
+	}{
+		{lossNone, 2, 8, 0, 17, false},
+		{lossNone, 2, 8, 17, 17, false},
+		// A timed-out stream takes nothing new, however full the queue,
+		// while a quarter of the streams is healthy.
+		{lossTimeout, 2, 8, 0, 17, true},
+		{lossTimeout, 2, 8, 17, 17, true},
+		{lossTimeout, 1, 8, 0, 17, false},
+		// A stream in fast recovery, only while the queue is under half.
+		{lossFast, 2, 8, 0, 17, true},
+		{lossFast, 2, 8, 8, 17, true},
+		{lossFast, 2, 8, 9, 17, false},
+		{lossFast, 7, 8, 17, 17, false},
+		{lossFast, 1, 8, 0, 17, false},
+		{lossFast, 0, 0, 0, 1, false},
+	} {
+		if got := holdBack(c.state, c.healthy, c.live, c.queued, c.capacity); got != c.want {
+			t.Errorf("holdBack(%d, %d, %d, %d, %d) = %v, want %v", c.state, c.healthy, c.live, c.queued, c.capacity, got, c.want)
+		}
+	}
+}
+
+func TestLossStateOf(t *testing.T) {
+	for _, c := range []struct {
+		caState, rtoRetrans uint8
+		want                lossState
+	}{
+		{0, 0, lossNone}, {1, 0, lossNone}, {2, 0, lossNone}, // Open, Disorder, CWR
+		{3, 0, lossFast}, {4, 0, lossTimeout}, {3, 1, lossTimeout}, {0, 2, lossTimeout},
+	} {
+		if got := lossStateOf(c.caState, c.rtoRetrans); got != c.want {
+			t.Errorf("lossStateOf(%d, %d) = %d, want %d", c.caState, c.rtoRetrans, got, c.want)
+		}
+	}
+}
+
 // TestStripePacingCapsStreams runs an upload on loopback until its rate
 // levels off: the client side then caps every stream's SO_MAX_PACING_RATE
 // at its share, the server side (which sends only control frames) caps
@@ -449,7 +490,11 @@ func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool) 
 		}
 	}
 	var received atomic.Int64
-	p := startPair(t, pairOptions{streams: streams, chunk: 65536, queue: -1, troubleA: trouble}, func(c *net.TCPConn) {
+	var troubleA func(int) lossState
+	if trouble != nil {
+		troubleA = timedOut(trouble)
+	}
+	p := startPair(t, pairOptions{streams: streams, chunk: 65536, queue: -1, troubleA: troubleA}, func(c *net.TCPConn) {
 		defer c.Close()
 		n, _ := io.Copy(io.Discard, c)
 		received.Add(n)

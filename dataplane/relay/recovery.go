@@ -419,7 +419,7 @@ func (st *stream) sendView() sendView {
 	}
 	v := sendView{ok: true, rtt: q.rtt, troubled: lossRecovery(q.caState, q.rtoRetrans),
 		acked: written - min(written, uint64(q.outq)), sent: written - min(written, uint64(q.notsent))}
-	if hook := st.s.agent.testTrouble; hook != nil && hook(st.index) {
+	if hook := st.s.agent.testTrouble; hook != nil && hook(st.index) != lossNone {
 		// The hook stands for what loopback cannot show: a stream in
 		// recovery, whose frames have not reached the far agent.
 		v.troubled, v.acked = true, 0

@@ -250,7 +250,7 @@ func TestCompleteSessionEndsWithSilentStream(t *testing.T) {
 	const silentIdx = 3
 	lim := Limits{StallTimeout: 2 * time.Second, ReconnectTimeout: 3 * time.Second, HalfClosedIdle: time.Minute}
 	p := startPair(t, pairOptions{streams: 8, chunk: 16384, viaMITM: true, limitsA: lim, limitsB: lim,
-		troubleA: func(stream int) bool { return stream == silentIdx }}, nil)
+		troubleA: timedOut(func(stream int) bool { return stream == silentIdx })}, nil)
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	var silent atomic.Pointer[mitmStream]

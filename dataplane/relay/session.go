@@ -1381,7 +1381,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 			st.rateRecv.Store(f64bits(float64(br-st.prevRecv) * 8 / dt))
 			st.prevSent, st.prevRecv = bs, br
 			info, ok := readTCPInfo(st.conn)
-			if st.inRecovery(info, ok) {
+			if st.lossState(info, ok) != lossNone {
 				recovering++
 			} else if ok && probingRTT(info) {
 				probing++
@@ -1554,6 +1554,7 @@ type stream struct {
 	ackBuf    [creditFrameSize]byte
 	lastAck   uint64
 	inTrouble bool
+	trouble   lossState // troubled's last verdict
 	troubleAt time.Time // when troubled last read TCP_INFO
 	troubles  atomic.Uint64
 
@@ -1648,14 +1649,13 @@ func (st *stream) writeLoop() {
 		}
 		batch = batch[:0]
 		// In recovery: new chunks, and chunks taken back from a stream in
-		// recovery, are left to the healthy streams, as long as a quarter
-		// of the streams is healthy. A loss burst in the WAN's queue can
-		// put nearly all streams in recovery at once (60 of 64 in the
-		// lab), and the few left, each paced at its share of the path,
-		// cannot carry the session: it then fell to nothing for a
-		// quarter second while the recovering streams (BBR keeps sending
-		// through recovery) could have carried it.
-		troubled := sendq != nil && st.troubled() && carriersOnly(int(s.healthy.Load()), int(s.liveCount.Load()))
+		// recovery, are left to the healthy streams (holdBack).
+		troubled := false
+		if sendq != nil {
+			if state := st.troubled(); state != lossNone {
+				troubled = holdBack(state, int(s.healthy.Load()), int(s.liveCount.Load()), len(sendq), cap(sendq))
+			}
+		}
 		batch = s.takeResend(st, batch, troubled)
 		control := false
 		if len(batch) == 0 {
@@ -1919,7 +1919,7 @@ func (st *stream) writerExit(batch []*chunk) {
 	if !st.inTrouble {
 		s.healthy.Add(-1)
 	}
-	st.inTrouble = true
+	st.inTrouble, st.trouble = true, lossTimeout
 	s.sendMu.Lock()
 	for _, c := range batch {
 		c.busy = false
@@ -2015,17 +2015,18 @@ func (st *stream) lose(err error) {
 	})
 }
 
-// troubled reports whether the stream is in loss recovery (TCP_INFO
-// ca_state Recovery or Loss, or RTO retransmits outstanding), and keeps
+// troubled reports how deep in loss recovery the stream is (TCP_INFO
+// ca_state Recovery; Loss, or RTO retransmits outstanding), and keeps
 // the session's count of healthy streams.
-func (st *stream) troubled() bool {
+func (st *stream) troubled() lossState {
 	now := time.Now()
 	if !st.inTrouble && now.Sub(st.troubleAt) < troubleRecheck {
-		return false
+		return lossNone
 	}
 	st.troubleAt = now
 	info, ok := readTCPInfo(st.conn)
-	bad := st.inRecovery(info, ok)
+	st.trouble = st.lossState(info, ok)
+	bad := st.trouble != lossNone
 	if bad != st.inTrouble {
 		st.inTrouble = bad
 		if bad {
@@ -2035,16 +2036,19 @@ func (st *stream) troubled() bool {
 			st.s.healthy.Add(1)
 		}
 	}
-	return bad
+	return st.trouble
 }
 
-// inRecovery says whether TCP_INFO (ok: read) shows the stream in loss
-// recovery: ca_state Recovery or Loss, or RTO retransmits outstanding.
-func (st *stream) inRecovery(info tcpInfo, ok bool) bool {
+// lossState is how deep in loss recovery TCP_INFO (ok: read) shows the
+// stream.
+func (st *stream) lossState(info tcpInfo, ok bool) lossState {
 	if hook := st.s.agent.testTrouble; hook != nil {
 		return hook(st.index)
 	}
-	return ok && lossRecovery(info.caState, info.rtoRetrans)
+	if !ok {
+		return lossNone
+	}
+	return lossStateOf(info.caState, info.rtoRetrans)
 }
 
 // sendAbort writes an ABORT frame with the session's reason, best effort

@@ -228,11 +228,38 @@ func socketError(c *net.TCPConn) error {
 // (4, after an RTO) is above it.
 const tcpCARecovery = 3
 
+// lossState is how deep in loss recovery a stream is.
+type lossState uint8
+
+const (
+	lossNone lossState = iota
+	// lossFast: fast recovery (ca_state Recovery): selective ACKs repair
+	// the loss within about a round trip, and what the stream is given
+	// meanwhile arrives that much late, behind the repair.
+	lossFast
+	// lossTimeout: ca_state Loss or RTO retransmits outstanding: a
+	// retransmission timed out, and the stream has stalled for a timeout
+	// or more (or its peer stopped acknowledging).
+	lossTimeout
+)
+
+// lossStateOf is the lossState of a stream whose TCP_INFO shows caState
+// and rtoRetrans.
+func lossStateOf(caState, rtoRetrans uint8) lossState {
+	switch {
+	case caState > tcpCARecovery || rtoRetrans > 0:
+		return lossTimeout
+	case caState == tcpCARecovery:
+		return lossFast
+	}
+	return lossNone
+}
+
 // lossRecovery says whether a stream whose TCP_INFO shows caState and
 // rtoRetrans is in loss recovery: fast recovery, Loss, or RTO
 // retransmits outstanding.
 func lossRecovery(caState, rtoRetrans uint8) bool {
-	return caState >= tcpCARecovery || rtoRetrans > 0
+	return lossStateOf(caState, rtoRetrans) != lossNone
 }
 
 // tcpInfo is what stats, the scheduler and the window read from TCP_INFO.
