@@ -376,11 +376,13 @@ func carriersOnly(healthy, live int) bool {
 // nearly every stream is in fast recovery nearly all the time (6-8 of 8
 // when sampled): the two or three healthy ones of the moment, whose
 // congestion windows are sized for their share, could not carry the
-// session, and leaving the rest idle held 8 stripes at 403-415 Mbit/s
-// against 448-473 for iperf3 -P 8; letting them take chunks once the
-// queue backs up, 466-483 (bench-wan --loss 0.01, 4 runs each; 4 stripes
-// 401-434 to 461-463, 16 stripes 440-453 to 476-489; at 0.1 % loss no
-// change beyond the runs' spread).
+// session, and leaving the rest idle held 8 stripes at 403-431 Mbit/s
+// (6 runs) against 449-473 for iperf3 -P 8; with this rule 463-471 (3
+// runs), and 466-483 (4 runs) with its first form, which let timed-out
+// streams take chunks too (bench-wan --loss 0.01; 4 stripes 324-434 to
+// 415-471, 16 stripes 440-472 to 462-489; at 0.1 % loss no change beyond
+// the runs' spread; examples/lab/results/
+// bench-wan-2026-12-04-fastrecovery-ab.csv).
 func holdBack(state lossState, healthy, live, queued, capacity int) bool {
 	if state == lossNone || !carriersOnly(healthy, live) {
 		return false
