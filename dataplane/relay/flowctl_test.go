@@ -46,6 +46,21 @@ func (cs *countingSink) handle(c *net.TCPConn) {
 	cs.mu.Unlock()
 }
 
+// checkAll waits for send to end and fails the test unless the sink
+// holds every byte it sent, in order (call it once the sink is done).
+func (cs *countingSink) checkAll(t *testing.T, send *asyncSend, size int64) {
+	t.Helper()
+	sent, err := send.wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.n.Load() != size || !bytes.Equal(cs.sum, sent) {
+		t.Fatalf("server got %d of %d bytes, hash equal %v", cs.n.Load(), size, bytes.Equal(cs.sum, sent))
+	}
+}
+
 // checkMemory fails the test if a session of either agent holds more than
 // its cap.
 func checkMemory(t *testing.T, p *pair) {
@@ -111,15 +126,7 @@ func TestHeldStreamIsRoutedAround(t *testing.T) {
 	held.Store(false)
 	close(release)
 	<-sink.done
-	sent, sendErr := sendDone.wait()
-	if sendErr != nil {
-		t.Fatal(sendErr)
-	}
-	sink.mu.Lock()
-	defer sink.mu.Unlock()
-	if sink.n.Load() != size || !bytes.Equal(sink.sum, sent) {
-		t.Fatalf("server got %d of %d bytes, hash equal %v", sink.n.Load(), size, bytes.Equal(sink.sum, sent))
-	}
+	sink.checkAll(t, sendDone, size)
 }
 
 // TestRecoveringStreamsCarryWhenTheHealthyCannot puts three of four
@@ -171,15 +178,7 @@ func TestRecoveringStreamsCarryWhenTheHealthyCannot(t *testing.T) {
 				}
 				return finished
 			})
-			sent, sendErr := sendDone.wait()
-			if sendErr != nil {
-				t.Fatal(sendErr)
-			}
-			sink.mu.Lock()
-			if sink.n.Load() != size || !bytes.Equal(sink.sum, sent) {
-				t.Errorf("server got %d of %d bytes, hash equal %v", sink.n.Load(), size, bytes.Equal(sink.sum, sent))
-			}
-			sink.mu.Unlock()
+			sink.checkAll(t, sendDone, size)
 			healthy, recovering := frames[0].Load(), int64(0)
 			for i := 1; i < streams; i++ {
 				recovering += frames[i].Load()
@@ -235,12 +234,7 @@ func TestStreamHeldMidTransfer(t *testing.T) {
 	t.Logf("delivered %d bytes while stream %d was held", sink.n.Load()-(heldAt.Load()-1), heldIdx)
 	close(release)
 	<-sink.done
-	sent, _ := sendDone.wait()
-	sink.mu.Lock()
-	defer sink.mu.Unlock()
-	if sink.n.Load() != size || !bytes.Equal(sink.sum, sent) {
-		t.Fatalf("server got %d of %d bytes", sink.n.Load(), size)
-	}
+	sink.checkAll(t, sendDone, size)
 	for _, ag := range []*Agent{p.a, p.b} {
 		if n := ag.Stats().Totals.SessionsAborted; n != 0 {
 			t.Errorf("aborted: %+v", ag.Stats().RecentAborts)
@@ -295,16 +289,8 @@ func TestBlockingFrameIsReinjected(t *testing.T) {
 		t.Fatalf("delivery stopped behind the held stream: %d of %d bytes reached the server, %d of them after the hold began",
 			sink.n.Load(), size, sink.n.Load()-(heldAt.Load()-1))
 	}
-	sent, sendErr := sendDone.wait()
 	checkMemory(t, p)
-	if sendErr != nil {
-		t.Fatal(sendErr)
-	}
-	sink.mu.Lock()
-	if sink.n.Load() != size || !bytes.Equal(sink.sum, sent) {
-		t.Fatalf("server got %d of %d bytes, hash equal %v", sink.n.Load(), size, bytes.Equal(sink.sum, sent))
-	}
-	sink.mu.Unlock()
+	sink.checkAll(t, sendDone, size)
 	tot := p.a.Stats().Totals
 	t.Logf("delivered %d bytes after the hold began; %d frames (%d bytes) reinjected", size-(heldAt.Load()-1), tot.HeadOfLineFrames, tot.HeadOfLineBytes)
 	if tot.HeadOfLineFrames == 0 || tot.HeadOfLineBytes == 0 {
