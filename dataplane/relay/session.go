@@ -1554,7 +1554,6 @@ type stream struct {
 	ackBuf    [creditFrameSize]byte
 	lastAck   uint64
 	inTrouble bool
-	trouble   lossState // troubled's last verdict
 	troubleAt time.Time // when troubled last read TCP_INFO
 	troubles  atomic.Uint64
 
@@ -1919,7 +1918,7 @@ func (st *stream) writerExit(batch []*chunk) {
 	if !st.inTrouble {
 		s.healthy.Add(-1)
 	}
-	st.inTrouble, st.trouble = true, lossTimeout
+	st.inTrouble = true
 	s.sendMu.Lock()
 	for _, c := range batch {
 		c.busy = false
@@ -2025,8 +2024,8 @@ func (st *stream) troubled() lossState {
 	}
 	st.troubleAt = now
 	info, ok := readTCPInfo(st.conn)
-	st.trouble = st.lossState(info, ok)
-	bad := st.trouble != lossNone
+	state := st.lossState(info, ok)
+	bad := state != lossNone
 	if bad != st.inTrouble {
 		st.inTrouble = bad
 		if bad {
@@ -2036,7 +2035,7 @@ func (st *stream) troubled() lossState {
 			st.s.healthy.Add(1)
 		}
 	}
-	return st.trouble
+	return state
 }
 
 // lossState is how deep in loss recovery TCP_INFO (ok: read) shows the
