@@ -339,21 +339,21 @@ const warmRounds = 3
 // memory, which grows with its sessions' receive windows and send
 // retention for as long as a transfer lasts (at the end of a run: 32-63
 // MiB at 8 stripes, 71-150 at 64, 95-205 at 256, 250-370 at 1,024 and
-// 540-940 at 4,096). On this lab's virtual machines the first touch of memory is a fault in
-// the host as well: 3.7 ms per 2 MiB huge page, against 0.14 ms for
-// memory the guest touched before (a 64 MiB mapping touched a page at a
-// time), and after the old 32 MiB warm-up those faults were 7 % of the
-// CPU samples of 1 GiB runs at 64 and 1,024 stripes. A running agent
-// pays them once per frame it ever holds (again after an idle trim, see
-// frameMemory), so the timed transfers should not: the relay chain is
-// warmed with transfers of twice the timed size (a window never shrinks
-// and grows for as long as a session runs; after transfers of the timed
-// size the timed one still grew the frame memory, by 24 MiB at 256
-// stripes) until one leaves the frame memory as it found it, at most
-// warmRounds; the proxy chains, which keep nothing between connections,
-// with one of 32 MiB. RELAY_BENCH_WARM (MiB) instead warms every chain
-// with one transfer of that size, for A/B runs against a tree without
-// this loop.
+// 540-940 at 4,096). On this lab's virtual machines the first touch of
+// memory is a fault in the host as well: 3.7 ms per 2 MiB huge page,
+// against 0.14 ms for memory the guest touched before (a 64 MiB mapping
+// touched a page at a time), and after the old 32 MiB warm-up those
+// faults were 7 % of the CPU samples of 1 GiB runs at 64 and 1,024
+// stripes. A running agent pays them once per frame it ever holds (again
+// after an idle trim, see frameMemory), so the timed transfers should
+// not: the relay chain is warmed with transfers of twice the timed size
+// (a window never shrinks and grows for as long as a session runs; after
+// transfers of the timed size the timed one still grew the frame memory,
+// by 24 MiB at 256 stripes) until one leaves the frame memory as it
+// found it, at most warmRounds; the proxy chains, which keep nothing
+// between connections, with one of 32 MiB. RELAY_BENCH_WARM (MiB)
+// instead warms every chain with one transfer of that size, for A/B runs
+// against a tree without this loop.
 func warmUp(b *testing.B, tr *traffic, chains []benchChain, size int64) int64 {
 	b.Helper()
 	if w := int64(benchInt("RELAY_BENCH_WARM", 0)) << 20; w > 0 {
