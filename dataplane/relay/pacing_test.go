@@ -468,6 +468,18 @@ func paceCaps(t *testing.T, a *Agent) (total, share uint64, caps []uint64) {
 	return total, share, caps
 }
 
+// gateWaits is how often a's sessions waited to read for their pacing
+// rate.
+func gateWaits(a *Agent) uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var n uint64
+	for s := range a.sessions {
+		n += s.gateWaits.Load()
+	}
+	return n
+}
+
 // minRTTs is the min_rtt of every stream of a's sessions.
 func minRTTs(a *Agent) []time.Duration {
 	var v []time.Duration
@@ -523,6 +535,9 @@ func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool) 
 			}
 			time.Sleep(250 * time.Millisecond)
 		}
+		if n := gateWaits(p.a); n != 0 {
+			t.Errorf("a session of %d streams, not paced, waited %d times to read", streams, n)
+		}
 	} else {
 		// The share is the session's rate over the streams not in
 		// recovery (a tick may come between the two loads: look again).
@@ -540,6 +555,12 @@ func testStripePacing(t *testing.T, streams int, trouble func(stream int) bool) 
 		}
 		t.Logf("share %d bytes/s per stream (%.1f Gbit/s for the session, %d of %d streams in recovery)",
 			share, float64(total)*8/1e9, recovering, streams)
+		// What the session reads from its end host is held to its rate
+		// too: within a probe cycle its drain tick (0.75x the best rate)
+		// holds the reads back.
+		testsupport.Eventually(t, 45*time.Second, "the session's reads held to its pacing rate", func() bool {
+			return gateWaits(p.a) > 0
+		})
 		// Status shows the session's pacing rate and its streams in
 		// recovery.
 		if ss := p.a.Stats().Sessions; len(ss) != 1 || ss[0].PacingRate <= 0 || ss[0].StreamsRecovering != recovering {
@@ -593,9 +614,11 @@ func TestPacerDrainHoldsWhileTheQueueLasts(t *testing.T) {
 		t.Errorf("%d drain ticks while twice the BDP was in flight for 2 ticks, want 2", n)
 	}
 	// A queue that does not go (or in-flight bytes lost, not queued):
-	// the drain is bounded.
-	if n := drains(run(func(int) uint64 { return 3e6 })); n != pacingDrainTicks {
-		t.Errorf("%d drain ticks with twice the BDP in flight throughout, want %d", n, pacingDrainTicks)
+	// the drain is bounded, and the cruise's first tick drains once
+	// more, as a queue standing in any probe cycle does
+	// (TestPacerDrainsAStandingQueue).
+	if n := drains(run(func(int) uint64 { return 3e6 })); n != pacingDrainTicks+1 {
+		t.Errorf("%d drain ticks with twice the BDP in flight throughout, want %d", n, pacingDrainTicks+1)
 	}
 	// Nothing queued: one drain tick, as before.
 	if n := drains(run(func(int) uint64 { return 1e6 })); n != 1 {
@@ -826,4 +849,96 @@ func TestPacerSkipsTheDrainAfterAHeldBackProbe(t *testing.T) {
 			t.Errorf("a probe that ended held back: tick %d capped at %v, below the best rate %v", i, v, rate)
 		}
 	}
+}
+
+// TestPacerDrainsAStandingQueue: a cruising session whose streams hold
+// more than pacingQueueBDPs of the path's bandwidth-delay product in
+// flight at a tick of gain 1 (its best rate overstates the path, and the
+// WAN's queue fills) drains for that tick, once per probe cycle.
+func TestPacerDrainsAStandingQueue(t *testing.T) {
+	rtt := 200 * time.Millisecond
+	const rate = 8e6 // bytes/s: a BDP of 1.6e6 bytes
+	cycle := func(inflight uint64) []float64 {
+		var p stripePacer
+		_, now := feed(&p, time.Now(), rtt, false, 1e6, 2e6, 4e6, rate, rate, rate)
+		at := func() pacingTick {
+			return pacingTick{bytes: uint64(rate * tick.Seconds()), dt: tick.Seconds(), inflight: inflight, minRTT: rtt}
+		}
+		for i := 0; !p.cruising || p.draining || p.phase != 0; i++ {
+			if i == 100 {
+				t.Fatal("no probe tick in 100 ticks of a flat rate")
+			}
+			now = now.Add(tick)
+			p.update(now, pacingTick{bytes: uint64(rate * tick.Seconds()), dt: tick.Seconds(), minRTT: rtt}, rtt)
+		}
+		caps := make([]float64, 2*len(pacingGains))
+		for i := range caps {
+			now = now.Add(tick)
+			caps[i] = p.update(now, at(), rtt)
+		}
+		return caps
+	}
+	count := func(caps []float64, v float64) int {
+		n := 0
+		for _, c := range caps {
+			if c == v {
+				n++
+			}
+		}
+		return n
+	}
+	// Up to 1.25 BDPs in flight: the probe cycle as it is, a drain each.
+	if c := cycle(uint64(1.2 * 1.6e6)); count(c, 0.75*rate) != 2 || count(c, 1.25*rate) != 2 {
+		t.Errorf("1.2 BDPs in flight: caps %v, want the plain cycle (one probe, one drain, twice)", c)
+	}
+	// Beyond: one more drain per cycle, and only one.
+	c := cycle(uint64(2 * 1.6e6))
+	if count(c, 0.75*rate) != 4 || count(c, 1.25*rate) != 2 {
+		t.Errorf("2 BDPs in flight: caps %v, want two drains per cycle", c)
+	}
+	if c[0] != 1.25*rate || c[1] != 0.75*rate || c[2] != 0.75*rate || c[3] != rate {
+		t.Errorf("2 BDPs in flight: caps %v, want the probe, its drain, the queue's drain, then 1x", c)
+	}
+}
+
+// TestPaceGate: the bytes a session reads from its end host fit its
+// pacing rate; none while it has no rate; and a wait ends when the
+// session aborts.
+func TestPaceGate(t *testing.T) {
+	var g paceGate
+	var waits atomic.Uint64
+	abort := make(chan struct{})
+	// No rate: nothing owed.
+	if !g.wait(0, &waits, abort) {
+		t.Fatal("wait without a rate: false")
+	}
+	g.spend(1 << 30)
+	if !g.next.IsZero() || waits.Load() != 0 {
+		t.Fatalf("spent without a rate: owes until %v, %d waits", g.next, waits.Load())
+	}
+	// 1 MB/s: 2,000 bytes are 2 ms, within paceBurst; a megabyte more
+	// is a second beyond it.
+	const rate = 1e6
+	if !g.wait(rate, &waits, abort) || waits.Load() != 0 {
+		t.Fatal("the first read at a rate waited")
+	}
+	t0 := time.Now()
+	g.spend(2000)
+	t1 := time.Now()
+	if lo, hi := t0.Add(2*time.Millisecond), t1.Add(2*time.Millisecond); g.next.Before(lo) || g.next.After(hi) {
+		t.Fatalf("2,000 bytes at 1 MB/s owed until %v, want within [%v, %v]", g.next, lo, hi)
+	}
+	if !g.wait(rate, &waits, abort) || waits.Load() != 0 {
+		t.Fatal("a read within paceBurst of the rate waited")
+	}
+	g.spend(1e6)
+	close(abort)
+	if g.wait(rate, &waits, abort) || waits.Load() != 1 {
+		t.Fatalf("a read a second ahead of the rate, session aborted: waits %d, want one wait that ends false", waits.Load())
+	}
+	// The rate gone (a short path, a start-up again): the debt too.
+	if !g.wait(0, &waits, abort) || !g.next.IsZero() {
+		t.Fatal("the debt outlived the rate")
+	}
+	g.stop()
 }

@@ -301,6 +301,10 @@ type session struct {
 	// bytes/s, 0 while none is set.
 	pacer                stripePacer
 	paceTotal, paceShare atomic.Uint64
+	// gateWaits counts readHost's waits for the pacing rate;
+	// lastGateWaits is housekeeping's last look.
+	gateWaits     atomic.Uint64
+	lastGateWaits uint64
 	// probeSpreadDue: a start-up ran since spreadProbeRTT last scheduled
 	// restarts (housekeeping only).
 	probeSpreadDue bool
@@ -956,11 +960,17 @@ func (s *session) finishUnstarted() {
 
 // readHost reads the end host and queues chunks for the stream writers;
 // end of input becomes the FIN. Every chunk is retained until the peer
-// acknowledges it.
+// acknowledges it. A paced session reads at no more than its pacing rate
+// (see "Reads held to the rate" in pacing.go).
 func (s *session) readHost() {
 	defer s.wg.Done()
 	var seq, total uint64
+	var gate paceGate
+	defer gate.stop()
 	for {
+		if !gate.wait(s.paceTotal.Load(), &s.gateWaits, s.abortCh) {
+			return
+		}
 		for seq >= s.creditFrames.Load() {
 			s.creditWaits.Add(1)
 			select {
@@ -983,6 +993,7 @@ func (s *session) readHost() {
 			n, err = s.topUp(buf, n)
 		}
 		if n > 0 {
+			gate.spend(n)
 			c.typ, c.n, c.seq = stripe.FrameData, n, seq
 			seq++
 			s.retain(c)
