@@ -335,7 +335,7 @@ func (p *stripePacer) update(now time.Time, d pacingTick, rtt time.Duration) flo
 		p.ended = startupEnd{best: p.best, rate: rate, resent: resent, overflowed: overflowed}
 	}
 	if p.draining {
-		if p.drainTicks < 1 || p.drainTicks < pacingDrainTicks && d.minRTT > 0 && float64(d.inflight) > p.best*d.minRTT.Seconds() {
+		if p.drainTicks < 1 || p.drainTicks < pacingDrainTicks && p.inflightOver(d, 1) {
 			p.drainTicks++
 			return pacingGains[pacingDrainPhase] * p.best
 		}
@@ -352,12 +352,19 @@ func (p *stripePacer) update(now time.Time, d pacingTick, rtt time.Duration) flo
 		// take out, and a drain would only leave the link idle.
 		gain = 1
 	}
-	if gain == 1 && !p.redrained && d.minRTT > 0 && float64(d.inflight) > pacingQueueBDPs*p.best*d.minRTT.Seconds() {
+	if gain == 1 && !p.redrained && p.inflightOver(d, pacingQueueBDPs) {
 		// A queue stands: drain it (see "Standing queue").
 		gain, p.redrained = pacingGains[pacingDrainPhase], true
 	}
 	p.phase = (p.phase + 1) % len(pacingGains)
 	return gain * p.best
+}
+
+// inflightOver says whether the streams had more than bdps of the path's
+// bandwidth-delay product (the best rate times the least RTT) in flight
+// at the tick d: a queue stands on the path.
+func (p *stripePacer) inflightOver(d pacingTick, bdps float64) bool {
+	return d.minRTT > 0 && float64(d.inflight) > bdps*p.best*d.minRTT.Seconds()
 }
 
 // noteStreams takes the tick's live stream count. More streams than the
