@@ -3,6 +3,7 @@ package labnet
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -215,6 +216,7 @@ func TestUpBuildsTheTopologyAndDownRemovesIt(t *testing.T) {
 			t.Errorf("%s is %q after lab up, was %q before", name, got, want)
 		}
 	}
+	assertWANStats(t, lab)
 
 	if err := lab.Down(); err != nil {
 		t.Fatal(err)
@@ -531,5 +533,36 @@ func assertPortBuffers(t *testing.T, lab *Lab, want int) {
 	}
 	if len(socks) != want {
 		t.Errorf("%d switch port sockets, want %d: %+v", len(socks), want, socks)
+	}
+}
+
+// assertWANStats reads the emulator's counters around a connection
+// attempt from the client to the server (refused: a SYN over the WAN and
+// a reset back) and checks that they moved in both directions.
+func assertWANStats(t *testing.T, lab *Lab) {
+	t.Helper()
+	ctx := context.Background()
+	before, err := lab.WANStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before) != 1 || before[0].AtoBName != "wan-a->wan-b" || before[0].BtoAName != "wan-b->wan-a" {
+		t.Fatalf("WANStats: %+v, want one emulator between wan-a and wan-b", before)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if c, err := lab.Dial(dctx, Client, "tcp", netip.AddrPortFrom(ServerAddr, 7).String()); err == nil {
+		c.Close()
+	}
+	after, err := lab.WANStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after[0].Since(before[0])
+	if d.AtoB.ReceivedPackets == 0 || d.BtoA.ReceivedPackets == 0 || d.AtoB.ForwardedPackets == 0 {
+		t.Errorf("the WAN counted nothing of a connection attempt across it: %+v", d)
+	}
+	if d.AtoB.QueueDropPackets != 0 || d.AtoB.LossDropPackets != 0 {
+		t.Errorf("a lossless idle WAN dropped frames: %+v", d.AtoB)
 	}
 }

@@ -37,13 +37,39 @@ type Point struct {
 	// the lab added beside the emulated WAN's), if SwitchDropsRead.
 	SwitchDrops     uint64
 	SwitchDropsRead bool
+	// WAN is what the WAN emulator counted from just before the transfer
+	// to its end, both directions and every emulator together, if
+	// WANRead: the frames it received, those its queue dropped (loss the
+	// transfer made itself, by sending faster than the link) and those
+	// it dropped at random (the loss it was set to).
+	WAN     WANCounts
+	WANRead bool
+}
+
+// WANCounts are the WAN emulator's frame counts over one transfer.
+type WANCounts struct {
+	Received, QueueDrops, LossDrops uint64
+}
+
+// QueueDropShare is the share of the frames the WAN received that its
+// queue dropped (0 with none received).
+func (c WANCounts) QueueDropShare() float64 {
+	if c.Received == 0 {
+		return 0
+	}
+	return float64(c.QueueDrops) / float64(c.Received)
 }
 
 var csvHeader = []string{"mode", "streams", "chunk_size", "concurrent", "run", "throughput_mbps", "sent_mbps",
-	"retransmits", "bytes", "seconds", "min_connection_mbps", "max_connection_mbps", "jain_fairness", "switch_drops"}
+	"retransmits", "bytes", "seconds", "min_connection_mbps", "max_connection_mbps", "jain_fairness", "switch_drops",
+	"wan_frames", "wan_queue_drops", "wan_loss_drops"}
 
-// csvHeaderV1 is the header of results written before switch_drops.
-var csvHeaderV1 = csvHeader[:len(csvHeader)-1]
+// The headers of results written before the WAN's counts, and before
+// switch_drops.
+var (
+	csvHeaderV2 = csvHeader[:14]
+	csvHeaderV1 = csvHeader[:13]
+)
 
 // WriteCSV writes the points, one row each, with a header.
 func WriteCSV(w io.Writer, points []Point) error {
@@ -67,12 +93,18 @@ func WriteCSV(w io.Writer, points []Point) error {
 		if p.SwitchDropsRead {
 			drops = strconv.FormatUint(p.SwitchDrops, 10)
 		}
-		if err := cw.Write([]string{
+		wan := []string{"", "", ""}
+		if p.WANRead {
+			for i, v := range []uint64{p.WAN.Received, p.WAN.QueueDrops, p.WAN.LossDrops} {
+				wan[i] = strconv.FormatUint(v, 10)
+			}
+		}
+		if err := cw.Write(append([]string{
 			p.Mode, strconv.Itoa(p.Streams), chunk, strconv.Itoa(max(p.Concurrent, 1)), strconv.Itoa(max(p.Run, 1)),
 			f(r.ReceivedBps/1e6, 1), f(r.SentBps/1e6, 1),
 			strconv.Itoa(r.Retransmits), strconv.FormatInt(r.Bytes, 10), f(r.Seconds, 2),
 			lo, hi, jain, drops,
-		}); err != nil {
+		}, wan...)); err != nil {
 			return err
 		}
 	}
@@ -87,16 +119,22 @@ func ReadCSV(r io.Reader) ([]Point, error) {
 	if err != nil {
 		return nil, fmt.Errorf("benchmark csv: %w", err)
 	}
-	if len(rows) == 0 || !slices.Equal(rows[0], csvHeader) && !slices.Equal(rows[0], csvHeaderV1) {
+	if len(rows) == 0 || !slices.Equal(rows[0], csvHeader) && !slices.Equal(rows[0], csvHeaderV2) && !slices.Equal(rows[0], csvHeaderV1) {
 		return nil, fmt.Errorf("benchmark csv: header %v, want %v", rows[:min(len(rows), 1)], csvHeader)
 	}
 	var points []Point
 	for i, row := range rows[1:] {
 		p := Point{Mode: row[0]}
-		var errs [10]error
+		var errs [13]error
 		if len(row) > 13 && row[13] != "" {
 			p.SwitchDrops, errs[9] = strconv.ParseUint(row[13], 10, 64)
 			p.SwitchDropsRead = errs[9] == nil
+		}
+		if len(row) > 16 && row[14] != "" {
+			p.WAN.Received, errs[10] = strconv.ParseUint(row[14], 10, 64)
+			p.WAN.QueueDrops, errs[11] = strconv.ParseUint(row[15], 10, 64)
+			p.WAN.LossDrops, errs[12] = strconv.ParseUint(row[16], 10, 64)
+			p.WANRead = true
 		}
 		p.Streams, errs[0] = strconv.Atoi(row[1])
 		if row[2] != "" {
@@ -157,14 +195,18 @@ func Summarise(vs []float64) Summary {
 }
 
 // String prints Mbit/s: "452" for one run, "452 (439-464)" for several.
-func (s Summary) String() string {
+func (s Summary) String() string { return s.Format(0) }
+
+// Format is String with prec decimals.
+func (s Summary) Format(prec int) string {
 	if s.N == 0 {
 		return "-"
 	}
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', prec, 64) }
 	if s.N == 1 {
-		return strconv.FormatFloat(s.Median, 'f', 0, 64)
+		return f(s.Median)
 	}
-	return fmt.Sprintf("%.0f (%.0f-%.0f)", s.Median, s.Min, s.Max)
+	return f(s.Median) + " (" + f(s.Min) + "-" + f(s.Max) + ")"
 }
 
 type cellKey struct {
@@ -230,6 +272,36 @@ func Medians(points []Point) []Point {
 // sosappliance at each chunk size side by side, in Mbit/s, with the direct
 // transfer above; a cell of several runs shows the median and the range.
 func WriteTable(w io.Writer, points []Point) error {
+	return writeGrid(w, points, "Mbit/s", 0, group, true)
+}
+
+// WriteQueueDropTable prints, in WriteTable's layout, the share of the
+// frames the WAN received that its queue dropped during each transfer
+// (median and range over the runs, in percent): what a mode's own
+// sending cost the path beside its random loss. It prints nothing when
+// no point has the WAN's counts.
+func WriteQueueDropTable(w io.Writer, points []Point) error {
+	if !slices.ContainsFunc(points, func(p Point) bool { return p.WANRead }) {
+		return nil
+	}
+	fmt.Fprintln(w, "frames dropped by the WAN's queue, % of those it received:")
+	fmt.Fprintln(w)
+	return writeGrid(w, points, "%", 1, func(points []Point) map[cellKey][]float64 {
+		g := map[cellKey][]float64{}
+		for _, p := range points {
+			if p.WANRead {
+				g[key(p)] = append(g[key(p)], p.WAN.QueueDropShare()*100)
+			}
+		}
+		return g
+	}, false)
+}
+
+// writeGrid prints the single-connection cells' values (group collects
+// them per cell) with prec decimals: the direct transfer, then a row per
+// stream count with end-host parallel TCP and each chunk size, then the
+// auto cells (with the counts they chose if counts).
+func writeGrid(w io.Writer, points []Point, unit string, prec int, group func([]Point) map[cellKey][]float64, counts bool) error {
 	var chunks []int
 	streams := map[int]bool{}
 	var single []Point
@@ -251,7 +323,7 @@ func WriteTable(w io.Writer, points []Point) error {
 	g := group(single)
 	sort.Ints(chunks)
 	if vs, ok := g[cellKey{ModeDirect, 1, 0, 1}]; ok {
-		fmt.Fprintf(w, "direct, 1 TCP connection: %s Mbit/s\n\n", Summarise(vs))
+		fmt.Fprintf(w, "direct, 1 TCP connection: %s %s\n\n", Summarise(vs).Format(prec), unit)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "streams\tiperf3 -P N\t")
@@ -265,21 +337,21 @@ func WriteTable(w io.Writer, points []Point) error {
 	}
 	sort.Ints(ns)
 	for _, n := range ns {
-		fmt.Fprintf(tw, "%d\t%s\t", n, Summarise(g[cellKey{ModeParallel, n, 0, 1}]))
+		fmt.Fprintf(tw, "%d\t%s\t", n, Summarise(g[cellKey{ModeParallel, n, 0, 1}]).Format(prec))
 		for _, c := range chunks {
-			fmt.Fprintf(tw, "%s\t", Summarise(g[cellKey{ModeSosappliance, n, c, 1}]))
+			fmt.Fprintf(tw, "%s\t", Summarise(g[cellKey{ModeSosappliance, n, c, 1}]).Format(prec))
 		}
 		fmt.Fprintln(tw)
 	}
 	if auto {
-		// streams = "auto": the rate, then the counts the runs chose.
-		counts := chosen(single)
+		// streams = "auto": the value, then the counts the runs chose.
+		chose := chosen(single)
 		fmt.Fprint(tw, "auto\t-\t")
 		for _, c := range chunks {
 			k := cellKey{ModeAuto, 0, c, 1}
-			cell := Summarise(g[k]).String()
-			if n := Summarise(counts[k]); n.N > 0 {
-				cell += " @" + Summary{Median: n.Median, Min: n.Min, Max: n.Max, N: n.N}.String()
+			cell := Summarise(g[k]).Format(prec)
+			if n := Summarise(chose[k]); counts && n.N > 0 {
+				cell += " @" + n.String()
 			}
 			fmt.Fprintf(tw, "%s\t", cell)
 		}

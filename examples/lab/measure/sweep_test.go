@@ -17,19 +17,20 @@ func TestCSVRoundTripAndTable(t *testing.T) {
 		{Mode: ModeSosappliance, Streams: 1, ChunkSize: 60000, Result: Result{ReceivedBps: 80e6, SentBps: 81e6, Bytes: 2, Seconds: 10}},
 		{Mode: ModeParallel, Streams: 64, Result: Result{ReceivedBps: 435e6, SentBps: 440e6, Retransmits: 3000, Bytes: 3, Seconds: 10.2}},
 		{Mode: ModeSosappliance, Streams: 64, ChunkSize: 10000, Result: Result{ReceivedBps: 401e6, SentBps: 402e6, Bytes: 4, Seconds: 10.1}},
-		{Mode: ModeSosappliance, Streams: 64, ChunkSize: 60000, Result: Result{ReceivedBps: 451.26e6, SentBps: 452e6, Bytes: 5, Seconds: 10.1}, SwitchDrops: 17, SwitchDropsRead: true},
+		{Mode: ModeSosappliance, Streams: 64, ChunkSize: 60000, Result: Result{ReceivedBps: 451.26e6, SentBps: 452e6, Bytes: 5, Seconds: 10.1}, SwitchDrops: 17, SwitchDropsRead: true,
+			WAN: WANCounts{Received: 125000, QueueDrops: 8230, LossDrops: 119}, WANRead: true},
 	}
 	var buf bytes.Buffer
 	if err := WriteCSV(&buf, points); err != nil {
 		t.Fatal(err)
 	}
-	wantCSV := `mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness,switch_drops
-direct,1,,1,1,92.4,93.0,12,115500000,10.02,,,,0
-parallel,1,,1,1,90.0,90.0,0,1,10.00,,,,
-sosappliance,1,60000,1,1,80.0,81.0,0,2,10.00,,,,
-parallel,64,,1,1,435.0,440.0,3000,3,10.20,,,,
-sosappliance,64,10000,1,1,401.0,402.0,0,4,10.10,,,,
-sosappliance,64,60000,1,1,451.3,452.0,0,5,10.10,,,,17
+	wantCSV := `mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness,switch_drops,wan_frames,wan_queue_drops,wan_loss_drops
+direct,1,,1,1,92.4,93.0,12,115500000,10.02,,,,0,,,
+parallel,1,,1,1,90.0,90.0,0,1,10.00,,,,,,,
+sosappliance,1,60000,1,1,80.0,81.0,0,2,10.00,,,,,,,
+parallel,64,,1,1,435.0,440.0,3000,3,10.20,,,,,,,
+sosappliance,64,10000,1,1,401.0,402.0,0,4,10.10,,,,,,,
+sosappliance,64,60000,1,1,451.3,452.0,0,5,10.10,,,,17,125000,8230,119
 `
 	if buf.String() != wantCSV {
 		t.Errorf("csv:\n%s\nwant:\n%s", buf.String(), wantCSV)
@@ -39,8 +40,21 @@ sosappliance,64,60000,1,1,451.3,452.0,0,5,10.10,,,,17
 		t.Fatal(err)
 	}
 	if len(back) != len(points) || back[5].ChunkSize != 60000 || back[3].Result.Retransmits != 3000 || back[0].Result.ReceivedBps != 92.4e6 ||
-		back[5].SwitchDrops != 17 || !back[5].SwitchDropsRead || back[1].SwitchDropsRead || !back[0].SwitchDropsRead || back[0].SwitchDrops != 0 {
+		back[5].SwitchDrops != 17 || !back[5].SwitchDropsRead || back[1].SwitchDropsRead || !back[0].SwitchDropsRead || back[0].SwitchDrops != 0 ||
+		!back[5].WANRead || back[5].WAN != points[5].WAN || back[0].WANRead {
 		t.Errorf("read back %+v", back)
+	}
+	if got := back[5].WAN.QueueDropShare(); got != 8230.0/125000 {
+		t.Errorf("queue drop share %v", got)
+	}
+	// Results written before the WAN's counts still read, those unknown.
+	v2, err := ReadCSV(strings.NewReader("mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness,switch_drops\n" +
+		"sosappliance,8,60000,1,1,470.1,480.0,9,1,15.00,,,,3\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v2) != 1 || v2[0].SwitchDrops != 3 || v2[0].WANRead {
+		t.Errorf("read back a file without the WAN's counts: %+v", v2)
 	}
 	// Results written before switch_drops still read, the drops unknown.
 	old, err := ReadCSV(strings.NewReader("mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness\n" +
@@ -65,6 +79,25 @@ sosappliance,64,60000,1,1,451.3,452.0,0,5,10.10,,,,17
 	if table.String() != wantTable {
 		t.Errorf("table:\n%s\nwant:\n%s", table.String(), wantTable)
 	}
+
+	// The WAN's queue drops, in percent, for the cells that have them.
+	table.Reset()
+	if err := WriteQueueDropTable(&table, back); err != nil {
+		t.Fatal(err)
+	}
+	wantTable = `frames dropped by the WAN's queue, % of those it received:
+
+  streams  iperf3 -P N  sos chunk 10000  sos chunk 60000
+        1            -                -                -
+       64            -                -              6.6
+`
+	if table.String() != wantTable {
+		t.Errorf("queue drop table:\n%s\nwant:\n%s", table.String(), wantTable)
+	}
+	table.Reset()
+	if err := WriteQueueDropTable(&table, old); err != nil || table.Len() != 0 {
+		t.Errorf("queue drop table of results without the WAN's counts: %q, %v", table.String(), err)
+	}
 }
 
 func TestReadCSVRejectsOtherFiles(t *testing.T) {
@@ -73,7 +106,8 @@ func TestReadCSVRejectsOtherFiles(t *testing.T) {
 		"mode,streams,chunk_size,throughput_mbps,sent_mbps,retransmits,bytes,seconds\ndirect,1,,1,1,0,0,1\n",
 		"mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness\ndirect,x,,1,1,1,1,0,0,1,,,\n",
 		"mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness,switch_drops\ndirect,1,,1,1,1,1,0,0,1,,,,many\n",
-		"mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness,switch_drops\ndirect,1,,1,1,1,1,0,0,1,,,,-5\n"} {
+		"mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness,switch_drops\ndirect,1,,1,1,1,1,0,0,1,,,,-5\n",
+		"mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness,switch_drops,wan_frames,wan_queue_drops,wan_loss_drops\ndirect,1,,1,1,1,1,0,0,1,,,,0,100,x,0\n"} {
 		if _, err := ReadCSV(strings.NewReader(in)); err == nil {
 			t.Errorf("ReadCSV(%q) accepted it", in)
 		}

@@ -2,6 +2,7 @@ package wanem
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -50,12 +51,122 @@ func (s Stats) String() string {
 }
 
 func writeLinkStats(b *strings.Builder, name string, s LinkStats) {
-	fmt.Fprintf(b, "dir=%s rx_pkts=%d rx_bytes=%d fwd_pkts=%d fwd_bytes=%d"+
-		" queue_drop_pkts=%d queue_drop_bytes=%d loss_drop_pkts=%d loss_drop_bytes=%d"+
-		" oversize_drop_pkts=%d send_errors=%d kernel_drops=%d"+
-		" queue_bytes=%d max_queue_bytes=%d delay_line_bytes=%d",
-		name, s.ReceivedPackets, s.ReceivedBytes, s.ForwardedPackets, s.ForwardedBytes,
-		s.QueueDropPackets, s.QueueDropBytes, s.LossDropPackets, s.LossDropBytes,
-		s.OversizeDropPackets, s.SendErrors, s.KernelDrops,
-		s.QueueBytes, s.MaxQueueBytes, s.DelayLineBytes)
+	b.WriteString("dir=" + name)
+	for _, k := range statsKeys {
+		switch f := k.field(&s).(type) {
+		case *uint64:
+			fmt.Fprintf(b, " %s=%d", k.key, *f)
+		case *int:
+			fmt.Fprintf(b, " %s=%d", k.key, *f)
+		}
+	}
+}
+
+// statsKeys are the keys of one direction's line in order, each with its
+// field (a *uint64 or an *int): String writes them, ParseStats reads them.
+var statsKeys = []struct {
+	key   string
+	field func(*LinkStats) any
+}{
+	{"rx_pkts", func(s *LinkStats) any { return &s.ReceivedPackets }},
+	{"rx_bytes", func(s *LinkStats) any { return &s.ReceivedBytes }},
+	{"fwd_pkts", func(s *LinkStats) any { return &s.ForwardedPackets }},
+	{"fwd_bytes", func(s *LinkStats) any { return &s.ForwardedBytes }},
+	{"queue_drop_pkts", func(s *LinkStats) any { return &s.QueueDropPackets }},
+	{"queue_drop_bytes", func(s *LinkStats) any { return &s.QueueDropBytes }},
+	{"loss_drop_pkts", func(s *LinkStats) any { return &s.LossDropPackets }},
+	{"loss_drop_bytes", func(s *LinkStats) any { return &s.LossDropBytes }},
+	{"oversize_drop_pkts", func(s *LinkStats) any { return &s.OversizeDropPackets }},
+	{"send_errors", func(s *LinkStats) any { return &s.SendErrors }},
+	{"kernel_drops", func(s *LinkStats) any { return &s.KernelDrops }},
+	{"queue_bytes", func(s *LinkStats) any { return &s.QueueBytes }},
+	{"max_queue_bytes", func(s *LinkStats) any { return &s.MaxQueueBytes }},
+	{"delay_line_bytes", func(s *LinkStats) any { return &s.DelayLineBytes }},
+}
+
+// ParseStats reads what String wrote: the two direction lines, A to B
+// first. Other lines around them (the emulator's log) are an error; see
+// LastStats for a log.
+func ParseStats(text string) (Stats, error) {
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	if len(lines) != 2 {
+		return Stats{}, fmt.Errorf("wanem counters: %d lines, want 2 (one per direction)", len(lines))
+	}
+	var s Stats
+	var err error
+	if s.AtoBName, s.AtoB, err = parseLinkStats(lines[0]); err != nil {
+		return Stats{}, err
+	}
+	if s.BtoAName, s.BtoA, err = parseLinkStats(lines[1]); err != nil {
+		return Stats{}, err
+	}
+	return s, nil
+}
+
+// LastStats finds the last counters the emulator printed in its log (on
+// SIGUSR1, every --stats-every, and on exit) and how many it printed in
+// all; ok is false when it printed none.
+func LastStats(log string) (s Stats, printed int, ok bool, err error) {
+	var dirs []string
+	for line := range strings.Lines(log) {
+		if strings.HasPrefix(line, "dir=") {
+			dirs = append(dirs, strings.TrimSpace(line))
+		}
+	}
+	if len(dirs) < 2 {
+		return Stats{}, 0, false, nil
+	}
+	s, err = ParseStats(dirs[len(dirs)-2] + "\n" + dirs[len(dirs)-1])
+	return s, len(dirs) / 2, err == nil, err
+}
+
+func parseLinkStats(line string) (string, LinkStats, error) {
+	fields := strings.Fields(line)
+	if len(fields) != 1+len(statsKeys) {
+		return "", LinkStats{}, fmt.Errorf("wanem counters %q: %d fields, want %d", line, len(fields), 1+len(statsKeys))
+	}
+	name, ok := strings.CutPrefix(fields[0], "dir=")
+	if !ok || name == "" {
+		return "", LinkStats{}, fmt.Errorf("wanem counters %q: no dir= first", line)
+	}
+	var s LinkStats
+	for i, k := range statsKeys {
+		key, v, _ := strings.Cut(fields[i+1], "=")
+		if key != k.key {
+			return "", LinkStats{}, fmt.Errorf("wanem counters of %s: field %d is %q, want %s", name, i+2, key, k.key)
+		}
+		n, err := strconv.ParseUint(v, 10, 63)
+		if err != nil {
+			return "", LinkStats{}, fmt.Errorf("wanem counters of %s: %s=%q: not a count", name, key, v)
+		}
+		switch f := k.field(&s).(type) {
+		case *uint64:
+			*f = n
+		case *int:
+			*f = int(n)
+		}
+	}
+	return name, s, nil
+}
+
+// Since is what the counters added after before (an earlier snapshot of
+// the same emulator); the occupancy fields are s's own.
+func (s Stats) Since(before Stats) Stats {
+	s.AtoB, s.BtoA = s.AtoB.since(before.AtoB), s.BtoA.since(before.BtoA)
+	return s
+}
+
+func (s LinkStats) since(b LinkStats) LinkStats {
+	s.ReceivedPackets -= b.ReceivedPackets
+	s.ReceivedBytes -= b.ReceivedBytes
+	s.ForwardedPackets -= b.ForwardedPackets
+	s.ForwardedBytes -= b.ForwardedBytes
+	s.QueueDropPackets -= b.QueueDropPackets
+	s.QueueDropBytes -= b.QueueDropBytes
+	s.LossDropPackets -= b.LossDropPackets
+	s.LossDropBytes -= b.LossDropBytes
+	s.OversizeDropPackets -= b.OversizeDropPackets
+	s.SendErrors -= b.SendErrors
+	s.KernelDrops -= b.KernelDrops
+	return s
 }

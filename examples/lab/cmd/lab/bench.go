@@ -16,6 +16,7 @@ import (
 	"github.com/sosappliance/sosappliance/examples/lab/labnet"
 	"github.com/sosappliance/sosappliance/examples/lab/measure"
 	"github.com/sosappliance/sosappliance/examples/lab/plot"
+	"github.com/sosappliance/sosappliance/examples/lab/wanem"
 )
 
 // benchBasePort is the first server port of the benchmark's whitelists,
@@ -229,10 +230,12 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			}
 		}
 		socksBefore, socksErr := lab.SwitchPortSockets(ctx)
+		wanBefore, wanErr := lab.WANStats(ctx)
 		res, err := measure.Run(ctx, lab, j.tr, update)
 		bar.finish(res, err)
 		if ctx.Err() == nil {
 			j.point.SwitchDrops, j.point.SwitchDropsRead = switchDropsSince(ctx, lab, socksBefore, socksErr, stdout)
+			j.point.WAN, j.point.WANRead = wanCountsSince(ctx, lab, wanBefore, wanErr, stdout)
 		}
 		if j.point.Mode == measure.ModeAuto {
 			j.point.Streams = chosen
@@ -263,6 +266,10 @@ func cmdBenchWAN(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	fmt.Fprintln(stdout)
+	if err := measure.WriteQueueDropTable(stdout, points); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
 	if err := measure.WriteSharingTable(stdout, points); err != nil {
 		return err
 	}
@@ -290,6 +297,38 @@ func switchDropsSince(ctx context.Context, lab *labnet.Lab, before []labnet.Port
 		fmt.Fprintf(w, "  the lab's switch dropped %d frames at its port sockets (loss beside the WAN's; see labnet.PortSocket)\n", drops)
 	}
 	return drops, true
+}
+
+// wanCountsSince reads the WAN emulators' counters again and returns what
+// they counted since the reading before the transfer, both directions
+// and all emulators together, printing the queue's share when it dropped
+// anything. read is false when either reading failed.
+func wanCountsSince(ctx context.Context, lab *labnet.Lab, before []wanem.Stats, beforeErr error, w io.Writer) (c measure.WANCounts, read bool) {
+	err := beforeErr
+	var after []wanem.Stats
+	if err == nil {
+		after, err = lab.WANStats(ctx)
+	}
+	if err == nil && len(after) != len(before) {
+		err = fmt.Errorf("%d emulators, %d before the transfer", len(after), len(before))
+	}
+	if err != nil {
+		fmt.Fprintf(w, "  WAN counters not read: %v\n", err)
+		return measure.WANCounts{}, false
+	}
+	for i := range after {
+		d := after[i].Since(before[i])
+		for _, l := range []wanem.LinkStats{d.AtoB, d.BtoA} {
+			c.Received += l.ReceivedPackets
+			c.QueueDrops += l.QueueDropPackets
+			c.LossDrops += l.LossDropPackets
+		}
+	}
+	if c.QueueDrops > 0 {
+		fmt.Fprintf(w, "  the WAN's queue dropped %d of %d frames (%.2f %%; at random: %d)\n",
+			c.QueueDrops, c.Received, c.QueueDropShare()*100, c.LossDrops)
+	}
+	return c, true
 }
 
 // benchChart plots throughput against streams (medians over the runs): one
