@@ -38,10 +38,10 @@ type Point struct {
 	SwitchDrops     uint64
 	SwitchDropsRead bool
 	// WAN is what the WAN emulator counted from just before the transfer
-	// to its end, both directions and every emulator together, if
-	// WANRead: the frames it received, those its queue dropped (loss the
-	// transfer made itself, by sending faster than the link) and those
-	// it dropped at random (the loss it was set to).
+	// to its end in the direction that carried it (every emulator's
+	// together), if WANRead: the frames it received, those its queue
+	// dropped (loss the transfer made itself, by sending faster than the
+	// link) and those it dropped at random (the loss it was set to).
 	WAN     WANCounts
 	WANRead bool
 }
@@ -276,7 +276,7 @@ func WriteTable(w io.Writer, points []Point) error {
 }
 
 // WriteQueueDropTable prints, in WriteTable's layout, the share of the
-// frames the WAN received that its queue dropped during each transfer
+// transfer's frames (Point.WAN) that the WAN's queue dropped
 // (median and range over the runs, in percent): what a mode's own
 // sending cost the path beside its random loss. It prints nothing when
 // no point has the WAN's counts.
@@ -284,7 +284,7 @@ func WriteQueueDropTable(w io.Writer, points []Point) error {
 	if !slices.ContainsFunc(points, func(p Point) bool { return p.WANRead }) {
 		return nil
 	}
-	fmt.Fprintln(w, "frames dropped by the WAN's queue, % of those it received:")
+	fmt.Fprintln(w, "frames dropped by the WAN's queue, % of the transfer's frames:")
 	fmt.Fprintln(w)
 	return writeGrid(w, points, "%", 1, func(points []Point) map[cellKey][]float64 {
 		g := map[cellKey][]float64{}

@@ -85,7 +85,7 @@ sosappliance,64,60000,1,1,451.3,452.0,0,5,10.10,,,,17,125000,8230,119
 	if err := WriteQueueDropTable(&table, back); err != nil {
 		t.Fatal(err)
 	}
-	wantTable = `frames dropped by the WAN's queue, % of those it received:
+	wantTable = `frames dropped by the WAN's queue, % of the transfer's frames:
 
   streams  iperf3 -P N  sos chunk 10000  sos chunk 60000
         1            -                -                -

@@ -300,9 +300,12 @@ func switchDropsSince(ctx context.Context, lab *labnet.Lab, before []labnet.Port
 }
 
 // wanCountsSince reads the WAN emulators' counters again and returns what
-// they counted since the reading before the transfer, both directions
-// and all emulators together, printing the queue's share when it dropped
-// anything. read is false when either reading failed.
+// they counted since the reading before the transfer in the direction
+// that carried it (of each emulator, the direction that received the
+// more bytes; the other carries its acknowledgements, half as many
+// frames again, which would dilute the queue's share), printing the
+// queue's share when it dropped anything. read is false when either
+// reading failed.
 func wanCountsSince(ctx context.Context, lab *labnet.Lab, before []wanem.Stats, beforeErr error, w io.Writer) (c measure.WANCounts, read bool) {
 	err := beforeErr
 	var after []wanem.Stats
@@ -316,19 +319,30 @@ func wanCountsSince(ctx context.Context, lab *labnet.Lab, before []wanem.Stats, 
 		fmt.Fprintf(w, "  WAN counters not read: %v\n", err)
 		return measure.WANCounts{}, false
 	}
-	for i := range after {
-		d := after[i].Since(before[i])
-		for _, l := range []wanem.LinkStats{d.AtoB, d.BtoA} {
-			c.Received += l.ReceivedPackets
-			c.QueueDrops += l.QueueDropPackets
-			c.LossDrops += l.LossDropPackets
-		}
-	}
+	c = transferCounts(before, after)
 	if c.QueueDrops > 0 {
-		fmt.Fprintf(w, "  the WAN's queue dropped %d of %d frames (%.2f %%; at random: %d)\n",
+		fmt.Fprintf(w, "  the WAN's queue dropped %d of the transfer's %d frames (%.2f %%; at random: %d)\n",
 			c.QueueDrops, c.Received, c.QueueDropShare()*100, c.LossDrops)
 	}
 	return c, true
+}
+
+// transferCounts sums, over the emulators (after[i] a later reading of
+// before[i]), what each counted in between in the direction that
+// received the more bytes.
+func transferCounts(before, after []wanem.Stats) measure.WANCounts {
+	var c measure.WANCounts
+	for i := range after {
+		d := after[i].Since(before[i])
+		l := d.AtoB
+		if d.BtoA.ReceivedBytes > l.ReceivedBytes {
+			l = d.BtoA
+		}
+		c.Received += l.ReceivedPackets
+		c.QueueDrops += l.QueueDropPackets
+		c.LossDrops += l.LossDropPackets
+	}
+	return c
 }
 
 // benchChart plots throughput against streams (medians over the runs): one

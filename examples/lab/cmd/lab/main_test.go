@@ -12,6 +12,7 @@ import (
 
 	"github.com/sosappliance/sosappliance/examples/lab/labnet"
 	"github.com/sosappliance/sosappliance/examples/lab/measure"
+	"github.com/sosappliance/sosappliance/examples/lab/wanem"
 )
 
 func TestCommandLine(t *testing.T) {
@@ -181,5 +182,28 @@ func TestAgentsTable(t *testing.T) {
 	}
 	if lines := strings.Split(strings.TrimSpace(csv.String()), "\n"); len(lines) != 5 || lines[0] != "concurrent,agents_per_site,run,mbps,cpu_a,cpu_a2,cpu_b,cpu_b2,cpu_machine" {
 		t.Errorf("csv:\n%s", csv.String())
+	}
+}
+
+// TestTransferCountsTakeTheDataDirection: of each emulator, the direction
+// that received the more bytes since the earlier reading.
+func TestTransferCountsTakeTheDataDirection(t *testing.T) {
+	before := []wanem.Stats{
+		{AtoB: wanem.LinkStats{ReceivedPackets: 10, ReceivedBytes: 90_000}, BtoA: wanem.LinkStats{ReceivedPackets: 7, ReceivedBytes: 500}},
+		{AtoB: wanem.LinkStats{ReceivedPackets: 1, ReceivedBytes: 60}, BtoA: wanem.LinkStats{ReceivedPackets: 2, ReceivedBytes: 18_000}},
+	}
+	after := []wanem.Stats{
+		// A to B carried 1,010 frames of data, B to A 600 ACKs (more
+		// frames than that direction had before, fewer bytes).
+		{AtoB: wanem.LinkStats{ReceivedPackets: 1010, ReceivedBytes: 9_090_000, QueueDropPackets: 20, LossDropPackets: 1},
+			BtoA: wanem.LinkStats{ReceivedPackets: 607, ReceivedBytes: 40_500, QueueDropPackets: 100}},
+		// The second emulator's data went B to A.
+		{AtoB: wanem.LinkStats{ReceivedPackets: 301, ReceivedBytes: 18_060},
+			BtoA: wanem.LinkStats{ReceivedPackets: 502, ReceivedBytes: 4_518_000, QueueDropPackets: 5, LossDropPackets: 2}},
+	}
+	got := transferCounts(before, after)
+	want := measure.WANCounts{Received: 1000 + 500, QueueDrops: 25, LossDrops: 3}
+	if got != want {
+		t.Errorf("transferCounts = %+v, want %+v", got, want)
 	}
 }
