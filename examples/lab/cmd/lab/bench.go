@@ -315,6 +315,11 @@ func wanCountsSince(ctx context.Context, lab *labnet.Lab, before []wanem.Stats, 
 	if err == nil && len(after) != len(before) {
 		err = fmt.Errorf("%d emulators, %d before the transfer", len(after), len(before))
 	}
+	for i := 0; err == nil && i < len(after); i++ {
+		if after[i].AtoB.ReceivedPackets < before[i].AtoB.ReceivedPackets || after[i].BtoA.ReceivedPackets < before[i].BtoA.ReceivedPackets {
+			err = fmt.Errorf("%s: the counters went back during the transfer (the emulator restarted?)", after[i].AtoBName)
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(w, "  WAN counters not read: %v\n", err)
 		return measure.WANCounts{}, false
