@@ -30,11 +30,14 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+# Every fuzz target, FUZZTIME (30s) each: see .ci/fuzz.
 fuzz:
-	$(GO) test ./appliance/config -run '^$$' -fuzz FuzzParse -fuzztime 30s
+	GO=$(GO) FUZZTIME=$(FUZZTIME) sh .ci/fuzz
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+FUZZTIME ?= 30s
 
 LAB_FLAGS ?=
 
