@@ -558,7 +558,10 @@ func assertWANStats(t *testing.T, lab *Lab) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := after[0].Since(before[0])
+	d, err := after[0].Since(before[0])
+	if err != nil {
+		t.Fatal(err)
+	}
 	if d.AtoB.ReceivedPackets == 0 || d.BtoA.ReceivedPackets == 0 || d.AtoB.ForwardedPackets == 0 {
 		t.Errorf("the WAN counted nothing of a connection attempt across it: %+v", d)
 	}

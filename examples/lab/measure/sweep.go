@@ -135,6 +135,10 @@ func ReadCSV(r io.Reader) ([]Point, error) {
 			p.WAN.QueueDrops, errs[11] = strconv.ParseUint(row[15], 10, 64)
 			p.WAN.LossDrops, errs[12] = strconv.ParseUint(row[16], 10, 64)
 			p.WANRead = true
+		} else if len(row) > 16 && row[15]+row[16] != "" {
+			// WriteCSV leaves all three empty when the counters were
+			// not read; drops without the frames are a damaged row.
+			errs[10] = fmt.Errorf("WAN drops %q and %q without wan_frames", row[15], row[16])
 		}
 		p.Streams, errs[0] = strconv.Atoi(row[1])
 		if row[2] != "" {

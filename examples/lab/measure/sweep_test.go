@@ -107,7 +107,9 @@ func TestReadCSVRejectsOtherFiles(t *testing.T) {
 		"mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness\ndirect,x,,1,1,1,1,0,0,1,,,\n",
 		"mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness,switch_drops\ndirect,1,,1,1,1,1,0,0,1,,,,many\n",
 		"mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness,switch_drops\ndirect,1,,1,1,1,1,0,0,1,,,,-5\n",
-		"mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness,switch_drops,wan_frames,wan_queue_drops,wan_loss_drops\ndirect,1,,1,1,1,1,0,0,1,,,,0,100,x,0\n"} {
+		"mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness,switch_drops,wan_frames,wan_queue_drops,wan_loss_drops\ndirect,1,,1,1,1,1,0,0,1,,,,0,100,x,0\n",
+		// drops without the frames they are a share of
+		"mode,streams,chunk_size,concurrent,run,throughput_mbps,sent_mbps,retransmits,bytes,seconds,min_connection_mbps,max_connection_mbps,jain_fairness,switch_drops,wan_frames,wan_queue_drops,wan_loss_drops\ndirect,1,,1,1,1,1,0,0,1,,,,0,,20,0\n"} {
 		if _, err := ReadCSV(strings.NewReader(in)); err == nil {
 			t.Errorf("ReadCSV(%q) accepted it", in)
 		}

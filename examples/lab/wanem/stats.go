@@ -100,24 +100,44 @@ func ParseStats(text string) (Stats, error) {
 	if s.BtoAName, s.BtoA, err = parseLinkStats(lines[1]); err != nil {
 		return Stats{}, err
 	}
+	if !mirrored(s.AtoBName, s.BtoAName) {
+		return Stats{}, fmt.Errorf("wanem counters: directions %s and %s are not one link's two ways", s.AtoBName, s.BtoAName)
+	}
 	return s, nil
+}
+
+// mirrored reports whether b names the way back of a ("x->y", "y->x").
+func mirrored(a, b string) bool {
+	from, to, ok := strings.Cut(a, "->")
+	return ok && b == to+"->"+from
 }
 
 // LastStats finds the last counters the emulator printed in its log (on
 // SIGUSR1, every --stats-every, and on exit) and how many it printed in
-// all; ok is false when it printed none.
+// all; ok is false when it printed none. A dump is a line of the A-to-B
+// way (the way the log's first dump starts with) followed by its mirror,
+// so a dump still being written, or a stray line, is passed over rather
+// than read with its ways swapped.
 func LastStats(log string) (s Stats, printed int, ok bool, err error) {
-	var dirs []string
+	type dirLine struct{ name, text string }
+	var dirs []dirLine
 	for line := range strings.Lines(log) {
-		if strings.HasPrefix(line, "dir=") {
-			dirs = append(dirs, strings.TrimSpace(line))
+		if rest, found := strings.CutPrefix(line, "dir="); found {
+			name, _, _ := strings.Cut(rest, " ")
+			dirs = append(dirs, dirLine{name, strings.TrimSpace(line)})
 		}
 	}
 	if len(dirs) < 2 {
 		return Stats{}, 0, false, nil
 	}
-	s, err = ParseStats(dirs[len(dirs)-2] + "\n" + dirs[len(dirs)-1])
-	return s, len(dirs) / 2, err == nil, err
+	first := dirs[0].name
+	for i := len(dirs) - 2; i >= 0; i-- {
+		if dirs[i].name == first && mirrored(first, dirs[i+1].name) {
+			s, err = ParseStats(dirs[i].text + "\n" + dirs[i+1].text)
+			return s, len(dirs) / 2, err == nil, err
+		}
+	}
+	return Stats{}, 0, false, fmt.Errorf("wanem counters: no line of %s followed by its way back", first)
 }
 
 func parseLinkStats(line string) (string, LinkStats, error) {
@@ -149,24 +169,37 @@ func parseLinkStats(line string) (string, LinkStats, error) {
 	return name, s, nil
 }
 
-// Since is what the counters added after before (an earlier snapshot of
-// the same emulator); the occupancy fields are s's own.
-func (s Stats) Since(before Stats) Stats {
-	s.AtoB, s.BtoA = s.AtoB.since(before.AtoB), s.BtoA.since(before.BtoA)
-	return s
+// Since is what the counters added after before (an earlier reading of
+// the same emulator); the occupancy fields are s's own. It refuses a
+// reading of other ways, or one in which a counter went down (the
+// emulator restarted in between), whose differences would be wrong.
+func (s Stats) Since(before Stats) (Stats, error) {
+	if s.AtoBName != before.AtoBName || s.BtoAName != before.BtoAName {
+		return Stats{}, fmt.Errorf("wanem counters of %s, %s before", s.AtoBName, before.AtoBName)
+	}
+	var err error
+	if s.AtoB, err = s.AtoB.since(before.AtoB); err != nil {
+		return Stats{}, fmt.Errorf("%s: %w", s.AtoBName, err)
+	}
+	if s.BtoA, err = s.BtoA.since(before.BtoA); err != nil {
+		return Stats{}, fmt.Errorf("%s: %w", s.BtoAName, err)
+	}
+	return s, nil
 }
 
-func (s LinkStats) since(b LinkStats) LinkStats {
-	s.ReceivedPackets -= b.ReceivedPackets
-	s.ReceivedBytes -= b.ReceivedBytes
-	s.ForwardedPackets -= b.ForwardedPackets
-	s.ForwardedBytes -= b.ForwardedBytes
-	s.QueueDropPackets -= b.QueueDropPackets
-	s.QueueDropBytes -= b.QueueDropBytes
-	s.LossDropPackets -= b.LossDropPackets
-	s.LossDropBytes -= b.LossDropBytes
-	s.OversizeDropPackets -= b.OversizeDropPackets
-	s.SendErrors -= b.SendErrors
-	s.KernelDrops -= b.KernelDrops
-	return s
+// since subtracts every counter (the uint64 fields of statsKeys; the int
+// ones are occupancy) of b from s's.
+func (s LinkStats) since(b LinkStats) (LinkStats, error) {
+	for _, k := range statsKeys {
+		now, ok := k.field(&s).(*uint64)
+		if !ok {
+			continue
+		}
+		was := k.field(&b).(*uint64)
+		if *now < *was {
+			return LinkStats{}, fmt.Errorf("%s went from %d down to %d (the emulator restarted?)", k.key, *was, *now)
+		}
+		*now -= *was
+	}
+	return s, nil
 }

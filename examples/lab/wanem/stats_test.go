@@ -31,9 +31,55 @@ func TestStatsRoundTripThroughTheirText(t *testing.T) {
 	if _, printed, ok, err := LastStats("wanem: joining wan-a and wan-b\n"); ok || printed != 0 || err != nil {
 		t.Errorf("LastStats of a log without counters = %d, %v, %v", printed, ok, err)
 	}
-	d := later.Since(want)
-	if d.AtoB.QueueDropPackets != 10 || d.AtoB.ReceivedPackets != 0 || d.AtoB.MaxQueueBytes != want.AtoB.MaxQueueBytes {
-		t.Errorf("Since: %+v", d.AtoB)
+	d, err := later.Since(want)
+	if err != nil || d.AtoB.QueueDropPackets != 10 || d.AtoB.ReceivedPackets != 0 || d.AtoB.MaxQueueBytes != want.AtoB.MaxQueueBytes {
+		t.Errorf("Since: %+v, %v", d.AtoB, err)
+	}
+}
+
+// TestLastStatsTakesWholeDumps: a dump still being written when the log
+// is read (its first line only), or a stray line, is passed over; the
+// last whole dump is read with its ways the right way round.
+func TestLastStatsTakesWholeDumps(t *testing.T) {
+	one := Stats{AtoBName: "wan-a->wan-b", BtoAName: "wan-b->wan-a", AtoB: LinkStats{ReceivedPackets: 1}, BtoA: LinkStats{ReceivedPackets: 2}}
+	two := one
+	two.AtoB.ReceivedPackets, two.BtoA.ReceivedPackets = 3, 4
+	aLine, _, _ := strings.Cut(two.String(), "\n")
+	for _, c := range []struct {
+		name, log string
+		want      Stats
+	}{
+		// Read by position, the last two lines would be one's B-to-A
+		// and two's A-to-B: mirrored names, swapped ways.
+		{"half a dump", one.String() + "\n" + aLine + "\n", one},
+		{"a stray direction line", one.String() + "\n" + two.String() + "\n" + strings.Replace(aLine, "rx_pkts=3", "rx_pkts=9", 1) + "\n", two},
+	} {
+		got, _, ok, err := LastStats(c.log)
+		if err != nil || !ok || got != c.want {
+			t.Errorf("%s: LastStats = %+v, %v, %v; want %+v", c.name, got, ok, err, c.want)
+		}
+	}
+	if _, _, ok, err := LastStats(aLine + "\n" + aLine + "\n"); ok || err == nil || !strings.Contains(err.Error(), "followed by its way back") {
+		t.Errorf("LastStats of A-to-B lines alone: ok %v, err %v", ok, err)
+	}
+}
+
+// TestSinceRefusesAnotherReading: differences across an emulator's
+// restart (a counter went down) or between two links are errors, not
+// wrapped-around counts.
+func TestSinceRefusesAnotherReading(t *testing.T) {
+	before := Stats{AtoBName: "wan-a->wan-b", BtoAName: "wan-b->wan-a",
+		AtoB: LinkStats{ReceivedPackets: 1000, QueueDropPackets: 50}, BtoA: LinkStats{ReceivedPackets: 500}}
+	restarted := before
+	restarted.AtoB = LinkStats{ReceivedPackets: 1200, QueueDropPackets: 3}
+	if _, err := restarted.Since(before); err == nil || !strings.Contains(err.Error(), "wan-a->wan-b: queue_drop_pkts went from 50 down to 3") {
+		t.Errorf("Since across a restart: %v", err)
+	}
+	other := before
+	other.AtoBName, other.BtoAName = "wan-c->hub", "hub->wan-c"
+	other.AtoB.ReceivedPackets = 5000
+	if _, err := other.Since(before); err == nil || !strings.Contains(err.Error(), "wan-c->hub") {
+		t.Errorf("Since of another link: %v", err)
 	}
 }
 
@@ -47,6 +93,8 @@ func TestParseStatsRejectsOtherText(t *testing.T) {
 		{"fields swapped", strings.Replace(good, "rx_pkts=0 rx_bytes=0", "rx_bytes=0 rx_pkts=0", 1), "field 2 is \"rx_bytes\", want rx_pkts"},
 		{"not a count", strings.Replace(good, "kernel_drops=0", "kernel_drops=-1", 1), "kernel_drops=\"-1\": not a count"},
 		{"no direction", strings.Replace(good, "dir=a->b", "direction=a->b", 1), "no dir= first"},
+		{"not one link's ways", strings.Replace(good, "dir=b->a", "dir=b->c", 1), "a->b and b->c are not one link's two ways"},
+		{"ways swapped into one", strings.Replace(good, "dir=b->a", "dir=a->b", 1), "are not one link's two ways"},
 	} {
 		if _, err := ParseStats(c.in); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err %v, want %q", c.name, err, c.want)

@@ -6,6 +6,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -186,24 +187,69 @@ func TestAgentsTable(t *testing.T) {
 }
 
 // TestTransferCountsTakeTheDataDirection: of each emulator, the direction
-// that received the more bytes since the earlier reading.
+// that received the more bytes (not frames) since the earlier reading
+// (not in all); over two emulators in a row (three sites), the frames
+// once and the drops of both.
 func TestTransferCountsTakeTheDataDirection(t *testing.T) {
-	before := []wanem.Stats{
-		{AtoB: wanem.LinkStats{ReceivedPackets: 10, ReceivedBytes: 90_000}, BtoA: wanem.LinkStats{ReceivedPackets: 7, ReceivedBytes: 500}},
-		{AtoB: wanem.LinkStats{ReceivedPackets: 1, ReceivedBytes: 60}, BtoA: wanem.LinkStats{ReceivedPackets: 2, ReceivedBytes: 18_000}},
+	ab := func(aRx, aBytes, aQ, aL, bRx, bBytes, bQ, bL uint64) wanem.Stats {
+		return wanem.Stats{AtoBName: "wan-a->em-a", BtoAName: "em-a->wan-a",
+			AtoB: wanem.LinkStats{ReceivedPackets: aRx, ReceivedBytes: aBytes, QueueDropPackets: aQ, LossDropPackets: aL},
+			BtoA: wanem.LinkStats{ReceivedPackets: bRx, ReceivedBytes: bBytes, QueueDropPackets: bQ, LossDropPackets: bL}}
 	}
-	after := []wanem.Stats{
-		// A to B carried 1,010 frames of data, B to A 600 ACKs (more
-		// frames than that direction had before, fewer bytes).
-		{AtoB: wanem.LinkStats{ReceivedPackets: 1010, ReceivedBytes: 9_090_000, QueueDropPackets: 20, LossDropPackets: 1},
-			BtoA: wanem.LinkStats{ReceivedPackets: 607, ReceivedBytes: 40_500, QueueDropPackets: 100}},
-		// The second emulator's data went B to A.
-		{AtoB: wanem.LinkStats{ReceivedPackets: 301, ReceivedBytes: 18_060},
-			BtoA: wanem.LinkStats{ReceivedPackets: 502, ReceivedBytes: 4_518_000, QueueDropPackets: 5, LossDropPackets: 2}},
+	second := func(s wanem.Stats) wanem.Stats {
+		s.AtoBName, s.BtoAName = "wan-b->em-b", "em-b->wan-b"
+		return s
 	}
-	got := transferCounts(before, after)
-	want := measure.WANCounts{Received: 1000 + 500, QueueDrops: 25, LossDrops: 3}
-	if got != want {
-		t.Errorf("transferCounts = %+v, want %+v", got, want)
+	for _, c := range []struct {
+		name          string
+		before, after []wanem.Stats
+		want          measure.WANCounts
+	}{{
+		// A to B carried 1,000 frames of data; B to A 1,200 small
+		// frames, more frames than the data but fewer bytes.
+		name:   "one emulator",
+		before: []wanem.Stats{ab(10, 90_000, 0, 0, 700, 50_000, 0, 0)},
+		after:  []wanem.Stats{ab(1010, 9_090_000, 20, 1, 1900, 130_000, 100, 0)},
+		want:   measure.WANCounts{Received: 1000, QueueDrops: 20, LossDrops: 1},
+	}, {
+		// B to A had carried a transfer before this one: in all it
+		// received the more bytes, in between the fewer.
+		name:   "an earlier transfer the other way",
+		before: []wanem.Stats{ab(0, 0, 0, 0, 5000, 45_000_000, 7, 7)},
+		after:  []wanem.Stats{ab(300, 2_700_000, 4, 1, 5200, 45_013_000, 12, 9)},
+		want:   measure.WANCounts{Received: 300, QueueDrops: 4, LossDrops: 1},
+	}, {
+		name:   "data in the B-to-A way",
+		before: []wanem.Stats{ab(0, 0, 0, 0, 5000, 45_000_000, 7, 7)},
+		after:  []wanem.Stats{ab(300, 20_000, 0, 0, 5500, 49_500_000, 12, 9)},
+		want:   measure.WANCounts{Received: 500, QueueDrops: 5, LossDrops: 2},
+	}, {
+		// Three sites: 1,000 frames into the first leg, 25 dropped
+		// there; the second leg received the 975 left and dropped 5.
+		name:   "two legs in a row",
+		before: []wanem.Stats{ab(0, 0, 0, 0, 0, 0, 0, 0), second(ab(0, 0, 0, 0, 0, 0, 0, 0))},
+		after:  []wanem.Stats{ab(1000, 9_000_000, 20, 5, 600, 40_000, 0, 0), second(ab(400, 26_000, 0, 0, 975, 8_775_000, 3, 2))},
+		want:   measure.WANCounts{Received: 1000, QueueDrops: 23, LossDrops: 7},
+	}} {
+		got, err := transferCounts(c.before, c.after)
+		if err != nil || got != c.want {
+			t.Errorf("%s: transferCounts = %+v, %v; want %+v", c.name, got, err, c.want)
+		}
+	}
+	// Readings that do not compare are errors, not counts.
+	one := []wanem.Stats{ab(10, 90_000, 0, 0, 7, 500, 0, 0)}
+	restarted := []wanem.Stats{ab(5, 45_000, 0, 0, 3, 200, 0, 0)}
+	for _, c := range []struct {
+		name          string
+		before, after []wanem.Stats
+		want          string
+	}{
+		{"an emulator more", one, append(slices.Clone(one), second(one[0])), "2 emulators, 1 before the transfer"},
+		{"restarted", one, restarted, "rx_pkts went from 10 down to 5"},
+		{"another emulator", one, []wanem.Stats{second(one[0])}, "wan-b->em-b"},
+	} {
+		if got, err := transferCounts(c.before, c.after); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: transferCounts = %+v, %v; want an error saying %q", c.name, got, err, c.want)
+		}
 	}
 }
