@@ -6,14 +6,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/sosappliance/sosappliance/appliance/config"
 	"github.com/sosappliance/sosappliance/examples/lab/labnet"
 	"github.com/sosappliance/sosappliance/examples/lab/measure"
+	"github.com/sosappliance/sosappliance/internal/portrange"
 )
 
 // The acceptance bars of the demo: sosappliance against the link, the
@@ -178,7 +181,10 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 // demoWhitelist is the whitelist that carries the sosappliance transfer,
-// with the demo's stream count; the direct port must not be whitelisted.
+// with the demo's stream count, narrowed to the lab's server and one of
+// its ports (5201, iperf3's own, when it carries that; else its lowest);
+// no whitelist may carry the direct port, or the baselines would be
+// accelerated too.
 func demoWhitelist(path string, tf transferFlags, streams int) (labnet.Whitelist, error) {
 	cfg, src, diags := config.LoadFile(path)
 	if diags.HasErrors() {
@@ -191,24 +197,41 @@ func demoWhitelist(path string, tf transferFlags, streams int) (labnet.Whitelist
 		if w.Name == tf.whitelist {
 			found = w
 		}
-		if w.Server == labnet.ServerAddr && int(w.ServerPort) == tf.directPort {
+		if tf.directPort > 0 && tf.directPort <= 65535 && carries(w, labnet.ServerAddr, uint16(tf.directPort)) {
 			return labnet.Whitelist{}, fmt.Errorf("--direct-port %d is whitelisted by %q; pick a port no whitelist names", tf.directPort, w.Name)
 		}
 	}
 	if found == nil {
 		return labnet.Whitelist{}, fmt.Errorf("%s has no whitelist %q", path, tf.whitelist)
 	}
-	if found.Server != labnet.ServerAddr {
-		return labnet.Whitelist{}, fmt.Errorf("whitelist %q names server %s; the lab's server is %s", found.Name, found.Server, labnet.ServerAddr)
+	port := uint16(5201)
+	if !carries(found, labnet.ServerAddr, port) && len(found.Ports) > 0 {
+		port = found.Ports[0].Lo
+	}
+	if !carries(found, labnet.ServerAddr, port) {
+		servers := make([]string, len(found.Servers))
+		for i, p := range found.Servers {
+			servers[i] = p.String()
+		}
+		return labnet.Whitelist{}, fmt.Errorf("whitelist %q names servers %s; the lab's server is %s", found.Name, strings.Join(servers, ", "), labnet.ServerAddr)
 	}
 	clients := make([]string, len(found.Clients))
 	for i, p := range found.Clients {
 		clients[i] = p.String()
 	}
 	return labnet.Whitelist{
-		Name: found.Name, Clients: clients, Server: found.Server.String(), ServerPort: int(found.ServerPort),
+		Name: found.Name, Clients: clients, Server: labnet.ServerAddr.String(), ServerPort: int(port),
 		Streams: streams, ChunkSize: found.ChunkSize, QueueLength: found.QueueLength,
 	}, nil
+}
+
+// carries reports whether w carries the connections clients open to
+// server:port.
+func carries(w *config.Whitelist, server netip.Addr, port uint16) bool {
+	if !slices.ContainsFunc(w.Servers, func(p netip.Prefix) bool { return p.Contains(server) }) {
+		return false
+	}
+	return slices.ContainsFunc(w.Ports, func(r portrange.Range) bool { return r.Contains(port) })
 }
 
 // printComparison prints the results side by side with their ratios and

@@ -253,3 +253,40 @@ func TestTransferCountsTakeTheDataDirection(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoWhitelistNarrowsToTheLabsServer: whitelists of server lists and
+// port ranges (the three-site config's, sos.hcl's "range") carry the
+// transfer to the lab's server on one of their ports, and a direct port
+// inside any whitelist's range is refused, not accelerated unseen.
+func TestDemoWhitelistNarrowsToTheLabsServer(t *testing.T) {
+	for _, c := range []struct {
+		config, whitelist string
+		directPort        int
+		wantPort          int
+		wantErr           string
+	}{
+		{config: "../../sos.hcl", whitelist: "iperf", directPort: 5301, wantPort: 5201},
+		{config: "../../sos.hcl", whitelist: "range", directPort: 5301, wantPort: 50000},
+		{config: "../../sos-3sites.hcl", whitelist: "a-to-b", directPort: 5301, wantPort: 5201},
+		{config: "../../sos.hcl", whitelist: "http6", directPort: 5301, wantErr: `whitelist "http6" names servers fd10:10:0:2::10/128; the lab's server is 10.10.2.10`},
+		{config: "../../sos.hcl", whitelist: "iperf", directPort: 50010, wantErr: `--direct-port 50010 is whitelisted by "range"`},
+		{config: "../../sos.hcl", whitelist: "range", directPort: 5201, wantErr: `--direct-port 5201 is whitelisted by "iperf"`},
+		{config: "../../sos.hcl", whitelist: "none", directPort: 5301, wantErr: `has no whitelist "none"`},
+	} {
+		name := c.config + " " + c.whitelist
+		wl, err := demoWhitelist(c.config, transferFlags{whitelist: c.whitelist, directPort: c.directPort}, 8)
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%s: %+v, %v; want an error saying %q", name, wl, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if wl.Name != c.whitelist || wl.Server != labnet.ServerAddr.String() || wl.ServerPort != c.wantPort || wl.Streams != 8 || len(wl.Clients) == 0 {
+			t.Errorf("%s: %+v, want server %s port %d, 8 streams", name, wl, labnet.ServerAddr, c.wantPort)
+		}
+	}
+}
