@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +27,18 @@ func TestLabThreeSites(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	lab := upLab(ctx, t, labnet.Options{Config: "sos-3sites.hcl", Sosappliance: sos, Wanem: wanem, WAN: labnet.DefaultWAN})
+	// Every leg's emulator queues the path's bandwidth-delay product, as
+	// the two-site lab's one does, not its own leg's half of it.
+	bdp := labnet.DefaultWAN.Rate / 8 * labnet.DefaultWAN.RTT.Milliseconds() / 1000
+	for _, leg := range []string{"a", "b", "c"} {
+		log, err := os.ReadFile(filepath.Join(lab.LogDir(), "wanem-"+leg+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf(" queue=%dB ", bdp); !strings.Contains(string(log), want) {
+			t.Errorf("wanem-%s runs without%s:\n%s", leg, want, log)
+		}
+	}
 	files := newFileServer(t)
 	wantSum := bigPrefixSum(t, files, pairSize)
 

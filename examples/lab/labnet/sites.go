@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sosappliance/sosappliance/examples/lab/wanem"
 )
 
 // The third site of a three-site lab (a config with three sites, `lab
@@ -82,9 +84,12 @@ func (l *Lab) startHubWAN(ctx context.Context) error {
 			"--rate", strconv.FormatInt(w.Rate, 10) + "bit",
 			"--loss", strconv.FormatFloat(w.Loss, 'g', -1, 64),
 			"--seed", strconv.FormatInt(w.Seed+int64(s.letter[0]), 10)}
-		if w.QueueBytes > 0 {
-			args = append(args, "--queue", strconv.Itoa(w.QueueBytes))
-		}
+		// Each leg delays a quarter of the RTT, and the emulator's own
+		// default would size its queue to the leg's round trip, half the
+		// path's: the bottleneck leg gets the path's bandwidth-delay
+		// product, as the two-site lab's one emulator does.
+		queue := wanem.Shape{Delay: w.RTT / 2, Rate: w.Rate, QueueBytes: w.QueueBytes}.EffectiveQueueBytes()
+		args = append(args, "--queue", strconv.Itoa(queue))
 		p, err := l.start("wanem-"+s.letter, WANHost, nil, l.opts.Wanem, args...)
 		if err != nil {
 			return err
