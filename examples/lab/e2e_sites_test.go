@@ -3,9 +3,11 @@ package lab_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +39,14 @@ func TestLabThreeSites(t *testing.T) {
 		}
 		if want := fmt.Sprintf(" queue=%dB ", bdp); !strings.Contains(string(log), want) {
 			t.Errorf("wanem-%s runs without%s:\n%s", leg, want, log)
+		}
+		// and loses at random such that the two legs a frame crosses
+		// lose the lab's loss together.
+		_, rest, _ := strings.Cut(string(log), " loss=")
+		field, _, _ := strings.Cut(rest, " ")
+		loss, err := strconv.ParseFloat(field, 64)
+		if path := 1 - (1-loss)*(1-loss); err != nil || math.Abs(path-labnet.DefaultWAN.Loss) > 1e-12 {
+			t.Errorf("wanem-%s runs with loss=%q: two legs lose %g, want %g", leg, field, path, labnet.DefaultWAN.Loss)
 		}
 	}
 	files := newFileServer(t)

@@ -3,6 +3,7 @@ package labnet
 import (
 	"context"
 	"errors"
+	"math"
 	"net/netip"
 	"os"
 	"strconv"
@@ -54,11 +55,20 @@ func (l *Lab) wanStep() string {
 	return "WAN emulator: " + l.opts.WAN.String()
 }
 
+// LegLoss is the random loss of each of the two legs a frame crosses
+// between two sites of the three-site lab (its site's link to the hub and
+// the hub's to the other site) such that the path loses loss of them, as
+// the two-site lab's one emulator does: 1 - sqrt(1 - loss).
+func LegLoss(loss float64) float64 {
+	return 1 - math.Sqrt(1-loss)
+}
+
 // startHubWAN joins three sites: each site's WAN veth goes through its own
 // emulator into a learning bridge in the WAN namespace, so traffic between
 // two sites crosses two emulators. Each gets half the one-way delay, so a
 // round trip between any two sites takes the lab's RTT; rate and queue are
-// the lab's on every leg, and random loss applies on each of the two legs.
+// the lab's on every leg, and the random loss is split over the two legs
+// (LegLoss), so that the path loses what the lab was set to.
 func (l *Lab) startHubWAN(ctx context.Context) error {
 	wan := l.Namespace(WANHost)
 	for _, step := range [][]string{
@@ -82,7 +92,7 @@ func (l *Lab) startHubWAN(ctx context.Context) error {
 		args := []string{"--a", "wan-" + s.letter, "--b", "em-" + s.letter,
 			"--delay", (w.RTT / 4).String(),
 			"--rate", strconv.FormatInt(w.Rate, 10) + "bit",
-			"--loss", strconv.FormatFloat(w.Loss, 'g', -1, 64),
+			"--loss", strconv.FormatFloat(LegLoss(w.Loss), 'g', -1, 64),
 			"--seed", strconv.FormatInt(w.Seed+int64(s.letter[0]), 10)}
 		// Each leg delays a quarter of the RTT, and the emulator's own
 		// default would size its queue to the leg's round trip, half the
