@@ -113,31 +113,50 @@ func mirrored(a, b string) bool {
 }
 
 // LastStats finds the last counters the emulator printed in its log (on
-// SIGUSR1, every --stats-every, and on exit) and how many it printed in
-// all; ok is false when it printed none. A dump is a line of the A-to-B
-// way (the way the log's first dump starts with) followed by its mirror,
-// so a dump still being written, or a stray line, is passed over rather
-// than read with its ways swapped.
+// SIGUSR1, every --stats-every, and on exit) and how many whole dumps it
+// printed; ok is false when it printed none. A dump is a line of the
+// A-to-B way (as its last "joining A and B" line names it, else as the
+// log's first dump starts) followed by its mirror. A last line of the
+// A-to-B way alone is a dump still being written and is not counted;
+// any other line out of place is an error, so that a caller waiting for
+// a new dump reads again rather than take an old one.
 func LastStats(log string) (s Stats, printed int, ok bool, err error) {
 	type dirLine struct{ name, text string }
 	var dirs []dirLine
+	first := ""
 	for line := range strings.Lines(log) {
+		if rest, found := strings.CutPrefix(line, "wanem: joining "); found {
+			a, rest, _ := strings.Cut(rest, " and ")
+			b, _, _ := strings.Cut(rest, ":")
+			first, dirs = a+"->"+b, nil
+		}
 		if rest, found := strings.CutPrefix(line, "dir="); found {
 			name, _, _ := strings.Cut(rest, " ")
 			dirs = append(dirs, dirLine{name, strings.TrimSpace(line)})
 		}
 	}
-	if len(dirs) < 2 {
+	if len(dirs) == 0 {
 		return Stats{}, 0, false, nil
 	}
-	first := dirs[0].name
-	for i := len(dirs) - 2; i >= 0; i-- {
-		if dirs[i].name == first && mirrored(first, dirs[i+1].name) {
-			s, err = ParseStats(dirs[i].text + "\n" + dirs[i+1].text)
-			return s, len(dirs) / 2, err == nil, err
+	if first == "" {
+		first = dirs[0].name
+	}
+	last := -1
+	for i := 0; i < len(dirs); i += 2 {
+		switch {
+		case i+1 < len(dirs) && dirs[i].name == first && mirrored(first, dirs[i+1].name):
+			last, printed = i, printed+1
+		case i == len(dirs)-1 && dirs[i].name == first:
+			// the next dump, its first line written
+		default:
+			return Stats{}, 0, false, fmt.Errorf("wanem counters: line %q where a dump of %s was expected", dirs[i].text, first)
 		}
 	}
-	return Stats{}, 0, false, fmt.Errorf("wanem counters: no line of %s followed by its way back", first)
+	if last < 0 {
+		return Stats{}, 0, false, nil
+	}
+	s, err = ParseStats(dirs[last].text + "\n" + dirs[last+1].text)
+	return s, printed, err == nil, err
 }
 
 func parseLinkStats(line string) (string, LinkStats, error) {

@@ -48,19 +48,29 @@ func TestLastStatsTakesWholeDumps(t *testing.T) {
 	for _, c := range []struct {
 		name, log string
 		want      Stats
+		printed   int
 	}{
 		// Read by position, the last two lines would be one's B-to-A
 		// and two's A-to-B: mirrored names, swapped ways.
-		{"half a dump", one.String() + "\n" + aLine + "\n", one},
-		{"a stray direction line", one.String() + "\n" + two.String() + "\n" + strings.Replace(aLine, "rx_pkts=3", "rx_pkts=9", 1) + "\n", two},
+		{"half a dump", one.String() + "\n" + aLine + "\n", one, 1},
+		{"the next dump begun", one.String() + "\n" + two.String() + "\n" + strings.Replace(aLine, "rx_pkts=3", "rx_pkts=9", 1) + "\n", two, 2},
+		// The log names its ways; a first dump cut short before a
+		// restart does not decide them.
+		{"after a restart", "wanem: joining wan-a and wan-b: x\ndir=wan-b->w\nwanem: joining wan-a and wan-b: x\n" + two.String() + "\n", two, 1},
 	} {
-		got, _, ok, err := LastStats(c.log)
-		if err != nil || !ok || got != c.want {
-			t.Errorf("%s: LastStats = %+v, %v, %v; want %+v", c.name, got, ok, err, c.want)
+		got, printed, ok, err := LastStats(c.log)
+		if err != nil || !ok || got != c.want || printed != c.printed {
+			t.Errorf("%s: LastStats = %+v, %d, %v, %v; want %+v, %d", c.name, got, printed, ok, err, c.want, c.printed)
 		}
 	}
-	if _, _, ok, err := LastStats(aLine + "\n" + aLine + "\n"); ok || err == nil || !strings.Contains(err.Error(), "followed by its way back") {
-		t.Errorf("LastStats of A-to-B lines alone: ok %v, err %v", ok, err)
+	// A line out of place, such as a dump's second line read with only
+	// part of its name written, is an error, not the dump before it
+	// counted as a new one.
+	cut := one.String() + "\n" + aLine + "\ndir=wan-b->w"
+	for name, log := range map[string]string{"A-to-B lines alone": aLine + "\n" + aLine + "\n", "a cut second line": cut} {
+		if _, printed, ok, err := LastStats(log); ok || err == nil || !strings.Contains(err.Error(), "where a dump of wan-a->wan-b was expected") {
+			t.Errorf("LastStats of %s: printed %d, ok %v, err %v", name, printed, ok, err)
+		}
 	}
 }
 
