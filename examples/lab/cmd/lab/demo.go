@@ -192,12 +192,15 @@ func demoWhitelist(path string, tf transferFlags, streams int) (labnet.Whitelist
 		config.WriteDiagnostics(&b, diags, src.Bytes)
 		return labnet.Whitelist{}, fmt.Errorf("lab config:\n%s", b.String())
 	}
+	if tf.directPort < 1 || tf.directPort > 65535 {
+		return labnet.Whitelist{}, fmt.Errorf("--direct-port %d: not a TCP port", tf.directPort)
+	}
 	var found *config.Whitelist
 	for _, w := range cfg.Whitelists {
 		if w.Name == tf.whitelist {
 			found = w
 		}
-		if tf.directPort > 0 && tf.directPort <= 65535 && carries(w, labnet.ServerAddr, uint16(tf.directPort)) {
+		if carries(w, labnet.ServerAddr, uint16(tf.directPort)) {
 			return labnet.Whitelist{}, fmt.Errorf("--direct-port %d is whitelisted by %q; pick a port no whitelist names", tf.directPort, w.Name)
 		}
 	}

@@ -272,6 +272,7 @@ func TestDemoWhitelistNarrowsToTheLabsServer(t *testing.T) {
 		{config: "../../sos.hcl", whitelist: "iperf", directPort: 50010, wantErr: `--direct-port 50010 is whitelisted by "range"`},
 		{config: "../../sos.hcl", whitelist: "range", directPort: 5201, wantErr: `--direct-port 5201 is whitelisted by "iperf"`},
 		{config: "../../sos.hcl", whitelist: "none", directPort: 5301, wantErr: `has no whitelist "none"`},
+		{config: "../../sos.hcl", whitelist: "iperf", directPort: 70000, wantErr: `--direct-port 70000: not a TCP port`},
 	} {
 		name := c.config + " " + c.whitelist
 		wl, err := demoWhitelist(c.config, transferFlags{whitelist: c.whitelist, directPort: c.directPort}, 8)
