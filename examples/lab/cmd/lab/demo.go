@@ -234,7 +234,7 @@ func carries(w *config.Whitelist, server netip.Addr, port uint16) bool {
 	if !slices.ContainsFunc(w.Servers, func(p netip.Prefix) bool { return p.Contains(server) }) {
 		return false
 	}
-	return slices.ContainsFunc(w.Ports, func(r portrange.Range) bool { return r.Contains(port) })
+	return portrange.ContainsPort(w.Ports, port)
 }
 
 // printComparison prints the results side by side with their ratios and
