@@ -183,8 +183,12 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // demoWhitelist is the whitelist that carries the sosappliance transfer,
 // with the demo's stream count, narrowed to the lab's server and one of
 // its ports (5201, iperf3's own, when it carries that; else its lowest);
-// no whitelist may carry the direct port, or the baselines would be
-// accelerated too.
+// no whitelist may carry the direct port, in either direction, or the
+// baselines would be accelerated too. The lab writes it back as one
+// client-opened server and port with the flags' streams, its chunk size,
+// queue length and clients: direction, streams = "auto" and agent lists
+// of the file's block are not carried over (bench-wan and bench-agents set
+// the last two themselves).
 func demoWhitelist(path string, tf transferFlags, streams int) (labnet.Whitelist, error) {
 	cfg, src, diags := config.LoadFile(path)
 	if diags.HasErrors() {
@@ -200,41 +204,50 @@ func demoWhitelist(path string, tf transferFlags, streams int) (labnet.Whitelist
 		if w.Name == tf.whitelist {
 			found = w
 		}
-		if carries(w, labnet.ServerAddr, uint16(tf.directPort)) {
+		if carries(w, labnet.ClientAddr, labnet.ServerAddr, uint16(tf.directPort)) {
 			return labnet.Whitelist{}, fmt.Errorf("--direct-port %d is whitelisted by %q; pick a port no whitelist names", tf.directPort, w.Name)
 		}
 	}
 	if found == nil {
 		return labnet.Whitelist{}, fmt.Errorf("%s has no whitelist %q", path, tf.whitelist)
 	}
+	if !containsAddr(found.Servers, labnet.ServerAddr) {
+		return labnet.Whitelist{}, fmt.Errorf("whitelist %q names servers %s; the lab's server is %s", found.Name, strings.Join(prefixStrings(found.Servers), ", "), labnet.ServerAddr)
+	}
+	if !containsAddr(found.Clients, labnet.ClientAddr) {
+		return labnet.Whitelist{}, fmt.Errorf("whitelist %q names clients %s; the lab's client is %s", found.Name, strings.Join(prefixStrings(found.Clients), ", "), labnet.ClientAddr)
+	}
 	port := uint16(5201)
-	if !carries(found, labnet.ServerAddr, port) && len(found.Ports) > 0 {
-		port = found.Ports[0].Lo
-	}
-	if !carries(found, labnet.ServerAddr, port) {
-		servers := make([]string, len(found.Servers))
-		for i, p := range found.Servers {
-			servers[i] = p.String()
-		}
-		return labnet.Whitelist{}, fmt.Errorf("whitelist %q names servers %s; the lab's server is %s", found.Name, strings.Join(servers, ", "), labnet.ServerAddr)
-	}
-	clients := make([]string, len(found.Clients))
-	for i, p := range found.Clients {
-		clients[i] = p.String()
+	if !portrange.ContainsPort(found.Ports, port) {
+		port = found.Ports[0].Lo // config.Load leaves no whitelist without a port
 	}
 	return labnet.Whitelist{
-		Name: found.Name, Clients: clients, Server: labnet.ServerAddr.String(), ServerPort: int(port),
+		Name: found.Name, Clients: prefixStrings(found.Clients), Server: labnet.ServerAddr.String(), ServerPort: int(port),
 		Streams: streams, ChunkSize: found.ChunkSize, QueueLength: found.QueueLength,
 	}, nil
 }
 
-// carries reports whether w carries the connections clients open to
-// server:port.
-func carries(w *config.Whitelist, server netip.Addr, port uint16) bool {
-	if !slices.ContainsFunc(w.Servers, func(p netip.Prefix) bool { return p.Contains(server) }) {
+// carries reports whether w accelerates a connection that client opens to
+// server:port: one of its clients to one of its servers, or, with
+// direction = "both", one of its servers to one of its clients.
+func carries(w *config.Whitelist, client, server netip.Addr, port uint16) bool {
+	if !portrange.ContainsPort(w.Ports, port) {
 		return false
 	}
-	return portrange.ContainsPort(w.Ports, port)
+	return containsAddr(w.Clients, client) && containsAddr(w.Servers, server) ||
+		w.Both() && containsAddr(w.Servers, client) && containsAddr(w.Clients, server)
+}
+
+func containsAddr(ps []netip.Prefix, a netip.Addr) bool {
+	return slices.ContainsFunc(ps, func(p netip.Prefix) bool { return p.Contains(a) })
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return s
 }
 
 // printComparison prints the results side by side with their ratios and

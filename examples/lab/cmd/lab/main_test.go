@@ -254,6 +254,42 @@ func TestTransferCountsTakeTheDataDirection(t *testing.T) {
 	}
 }
 
+const (
+	iperfBlock = `whitelist "iperf" {
+  clients     = ["10.10.1.0/24"]
+  server      = "10.10.2.10"
+  server_port = 5201
+`
+	backBlock = `  streams     = 64
+  chunk_size  = 60000
+}
+
+whitelist "back" {
+  clients      = ["10.10.2.0/24"]
+  servers      = ["10.10.1.0/24"]
+  server_ports = ["5301"]
+  direction    = "both"
+`
+)
+
+// variant writes sos.hcl with old replaced by new to a temporary file
+// and returns its path.
+func variant(t *testing.T, old, new string) string {
+	t.Helper()
+	src, err := os.ReadFile("../../sos.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(src), old) != 1 {
+		t.Fatalf("sos.hcl has %d of %q", strings.Count(string(src), old), old)
+	}
+	p := filepath.Join(t.TempDir(), "sos.hcl")
+	if err := os.WriteFile(p, []byte(strings.Replace(string(src), old, new, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // TestDemoWhitelistNarrowsToTheLabsServer: whitelists of server lists and
 // port ranges (the three-site config's, sos.hcl's "range") carry the
 // transfer to the lab's server on one of their ports, and a direct port
@@ -273,6 +309,16 @@ func TestDemoWhitelistNarrowsToTheLabsServer(t *testing.T) {
 		{config: "../../sos.hcl", whitelist: "range", directPort: 5201, wantErr: `--direct-port 5201 is whitelisted by "iperf"`},
 		{config: "../../sos.hcl", whitelist: "none", directPort: 5301, wantErr: `has no whitelist "none"`},
 		{config: "../../sos.hcl", whitelist: "iperf", directPort: 70000, wantErr: `--direct-port 70000: not a TCP port`},
+		// sos.hcl edited: a port list with 5201 and a lower port, one
+		// without 5201, clients without the lab's client, and a
+		// direction = "both" whitelist whose servers open connections to
+		// the lab's server on the direct port.
+		{config: variant(t, iperfBlock, strings.Replace(iperfBlock, "server_port = 5201", `server_ports = ["5100-5110", "5201"]`, 1)), whitelist: "iperf", directPort: 5301, wantPort: 5201},
+		{config: variant(t, iperfBlock, strings.Replace(iperfBlock, "server_port = 5201", `server_ports = ["5100-5110"]`, 1)), whitelist: "iperf", directPort: 5301, wantPort: 5100},
+		{config: variant(t, iperfBlock, strings.Replace(iperfBlock, "10.10.1.0/24", "10.10.1.128/25", 1)), whitelist: "iperf", directPort: 5301,
+			wantErr: `whitelist "iperf" names clients 10.10.1.128/25; the lab's client is 10.10.1.10`},
+		{config: variant(t, iperfBlock, iperfBlock+backBlock), whitelist: "iperf", directPort: 5301, wantErr: `--direct-port 5301 is whitelisted by "back"`},
+		{config: variant(t, iperfBlock, iperfBlock+backBlock), whitelist: "iperf", directPort: 5302, wantPort: 5201},
 	} {
 		name := c.config + " " + c.whitelist
 		wl, err := demoWhitelist(c.config, transferFlags{whitelist: c.whitelist, directPort: c.directPort}, 8)
