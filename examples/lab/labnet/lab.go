@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/sosappliance/sosappliance/appliance/config"
+	"github.com/sosappliance/sosappliance/examples/lab/wanem"
 )
 
 // Host is one of the lab's machines, each a network namespace.
@@ -631,7 +632,7 @@ func (l *Lab) startWAN(ctx context.Context) error {
 			return false, errors.New("wanem exited")
 		}
 		log, _ := os.ReadFile(p.Ref.Log)
-		return strings.Contains(string(log), "joining"), nil
+		return wanem.Joined(string(log)), nil
 	})
 }
 

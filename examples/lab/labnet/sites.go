@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sosappliance/sosappliance/examples/lab/wanem"
@@ -112,7 +111,7 @@ func (l *Lab) startHubWAN(ctx context.Context) error {
 				return false, errors.New("wanem exited")
 			}
 			log, _ := os.ReadFile(p.Ref.Log)
-			if !strings.Contains(string(log), "joining") {
+			if !wanem.Joined(string(log)) {
 				return false, nil
 			}
 		}

@@ -112,6 +112,21 @@ func mirrored(a, b string) bool {
 	return ok && b == to+"->"+from
 }
 
+// joiningPrefix starts the line the emulator logs once its sockets are
+// open (JoiningLine).
+const joiningPrefix = "wanem: joining "
+
+// JoiningLine is the line the emulator logs once its sockets on a and b
+// are open, with the shape it applies; LastStats reads the link's ways
+// from it, and Joined tells a log that has it.
+func JoiningLine(a, b string, s Shape) string {
+	return fmt.Sprintf("%s%s and %s: delay=%v rate=%dbit/s queue=%dB loss=%v seed=%d",
+		joiningPrefix, a, b, s.Delay, s.Rate, s.EffectiveQueueBytes(), s.Loss, s.Seed)
+}
+
+// Joined reports whether an emulator's log has its JoiningLine: it runs.
+func Joined(log string) bool { return strings.Contains(log, joiningPrefix) }
+
 // LastStats finds the last counters the emulator printed in its log (on
 // SIGUSR1, every --stats-every, and on exit) and how many whole dumps it
 // printed; ok is false when it printed none. A dump is a line of the
@@ -125,7 +140,7 @@ func LastStats(log string) (s Stats, printed int, ok bool, err error) {
 	var dirs []dirLine
 	first := ""
 	for line := range strings.Lines(log) {
-		if rest, found := strings.CutPrefix(line, "wanem: joining "); found {
+		if rest, found := strings.CutPrefix(line, joiningPrefix); found {
 			a, rest, _ := strings.Cut(rest, " and ")
 			b, _, _ := strings.Cut(rest, ":")
 			first, dirs = a+"->"+b, nil

@@ -3,6 +3,7 @@ package wanem
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestStatsRoundTripThroughTheirText(t *testing.T) {
@@ -23,7 +24,11 @@ func TestStatsRoundTripThroughTheirText(t *testing.T) {
 	// In a log: the last of several dumps, between other lines.
 	later := want
 	later.AtoB.QueueDropPackets += 10
-	log := "wanem: joining wan-a and wan-b: delay=100ms\n" + want.String() + "\nsomething else\n" + later.String() + "\n"
+	joining := JoiningLine("wan-a", "wan-b", Shape{Delay: 50 * time.Millisecond, Rate: 500e6}) + "\n"
+	if !Joined(joining) || Joined(want.String()) {
+		t.Errorf("Joined: true for %q and false for the counters, want the other way round", joining)
+	}
+	log := joining + want.String() + "\nsomething else\n" + later.String() + "\n"
 	last, printed, ok, err := LastStats(log)
 	if err != nil || !ok || printed != 2 || last != later {
 		t.Errorf("LastStats = %+v, %d, %v, %v; want the second dump of two", last, printed, ok, err)
@@ -45,6 +50,8 @@ func TestLastStatsTakesWholeDumps(t *testing.T) {
 	two := one
 	two.AtoB.ReceivedPackets, two.BtoA.ReceivedPackets = 3, 4
 	aLine, _, _ := strings.Cut(two.String(), "\n")
+	joining := JoiningLine("wan-a", "wan-b", Shape{}) + "\n"
+	swapped := Stats{AtoBName: two.BtoAName, BtoAName: two.AtoBName, AtoB: two.BtoA, BtoA: two.AtoB}
 	for _, c := range []struct {
 		name, log string
 		want      Stats
@@ -56,7 +63,9 @@ func TestLastStatsTakesWholeDumps(t *testing.T) {
 		{"the next dump begun", one.String() + "\n" + two.String() + "\n" + strings.Replace(aLine, "rx_pkts=3", "rx_pkts=9", 1) + "\n", two, 2},
 		// The log names its ways; a first dump cut short before a
 		// restart does not decide them.
-		{"after a restart", "wanem: joining wan-a and wan-b: x\ndir=wan-b->w\nwanem: joining wan-a and wan-b: x\n" + two.String() + "\n", two, 1},
+		{"after a restart", joining + "dir=wan-b->w\n" + joining + two.String() + "\n", two, 1},
+		// The joining line, not the first dump, says which way is A to B.
+		{"ways from the joining line", JoiningLine("wan-b", "wan-a", Shape{}) + "\n" + swapped.String() + "\n" + swapped.String() + "\n", swapped, 2},
 	} {
 		got, printed, ok, err := LastStats(c.log)
 		if err != nil || !ok || got != c.want || printed != c.printed {

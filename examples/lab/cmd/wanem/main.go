@@ -103,9 +103,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		tick = ticker.C
 	}
 
-	s := opts.shape
-	fmt.Fprintf(stderr, "wanem: joining %s and %s: delay=%v rate=%dbit/s queue=%dB loss=%v seed=%d\n",
-		opts.ifA, opts.ifB, s.Delay, s.Rate, s.EffectiveQueueBytes(), s.Loss, s.Seed)
+	fmt.Fprintln(stderr, wanem.JoiningLine(opts.ifA, opts.ifB, opts.shape))
 
 	done := make(chan error, 1)
 	go func() { done <- em.Run(ctx) }()
