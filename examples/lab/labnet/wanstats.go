@@ -40,7 +40,9 @@ func (l *Lab) WANStats(ctx context.Context) ([]wanem.Stats, error) {
 	return out, nil
 }
 
-// emulatorStats signals one emulator and waits for the counters it prints.
+// emulatorStats signals one emulator and waits for the counters it prints;
+// a log read while a dump is half written (an error to LastStats) is read
+// again, for up to 5 s.
 func emulatorStats(ctx context.Context, p ProcessRef) (wanem.Stats, error) {
 	read := func() (wanem.Stats, int, error) {
 		log, err := os.ReadFile(p.Log)
