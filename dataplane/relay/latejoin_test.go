@@ -2,9 +2,11 @@ package relay
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/hex"
 	"io"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -220,5 +222,105 @@ func TestHangUpAfterValidHello(t *testing.T) {
 	got, err := io.ReadAll(c)
 	if err != nil || !bytes.Equal(got, msg) {
 		t.Fatalf("session after the hang-ups: %d bytes, %v", len(got), err)
+	}
+}
+
+// TestJoinForSessionIDReusedDuringHandshake: the initiator picks session
+// ids. A JOIN hello accepted for one session, its confirm held back while
+// the peer ends that session and opens another of the same id under a
+// whitelist of another shape (2 streams, or a smaller chunk), then
+// confirmed and proved with the new session's key, is reset: its stream
+// index and codec were checked against the first session. Before, the
+// agent attached it to the second and panicked (stream 7 of 2, or a
+// 60000-byte frame in a 16384-byte buffer), taking the process down.
+func TestJoinForSessionIDReusedDuringHandshake(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		reshape func(w *Whitelist, h *stripe.Hello)
+	}{
+		{"fewer streams", func(w *Whitelist, h *stripe.Hello) { w.Streams, h.Streams = 2, 2 }},
+		{"smaller chunk", func(w *Whitelist, h *stripe.Hello) { w.ChunkSize, h.ChunkSize = 16384, 16384 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			second := netip.MustParseAddrPort("127.0.0.2:40000")
+			p := startPair(t, pairOptions{streams: 8, chunk: 60000, queue: 5,
+				serverWhitelist: func(e Whitelist) []Whitelist {
+					e.Clients = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+					other := e
+					other.Name = "other"
+					other.Clients = []netip.Prefix{netip.PrefixFrom(second.Addr(), 32)}
+					c.reshape(&other, &stripe.Hello{})
+					return []Whitelist{e, other}
+				}}, echo)
+			// The first session: stream 0 under the 8-stream entry.
+			var id stripe.SessionID
+			_, _ = rand.Read(id[:])
+			c0, sec0 := acceptedHello(t, p, func(h *stripe.Hello) { h.Session = id })
+			confirm(t, c0, sec0)
+			testsupport.Eventually(t, 10*time.Second, "the first session", func() bool { return len(p.b.Stats().Sessions) == 1 })
+			// A JOIN of its stream 7, accepted; the confirm held back.
+			cj, secJ := acceptedHello(t, p, func(h *stripe.Hello) { h.Session, h.Stream, h.Join = id, 7, true })
+			// The first session ends (ABORT on its stream 0) ...
+			codec0, err := stripe.NewCodec(stripe.ModeAESGCM, &sec0.Keys, true, 0, 60000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, stripe.HeaderSize+stripe.MaxAbortReason+stripe.TagSize)
+			frame, err := codec0.Seal(buf, stripe.FrameAbort, stripe.AbortSeq, stripe.PutAbortBody(buf[stripe.HeaderSize:], "bye"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c0.Write(frame); err != nil {
+				t.Fatal(err)
+			}
+			testsupport.Eventually(t, 10*time.Second, "the first session's end", func() bool { return len(p.b.Stats().Sessions) == 0 })
+			// ... and a second opens under the same id in the other shape.
+			c2, sec2 := acceptedHello(t, p, func(h *stripe.Hello) {
+				h.Session, h.Client = id, second
+				c.reshape(&Whitelist{}, h)
+			})
+			confirm(t, c2, sec2)
+			testsupport.Eventually(t, 10*time.Second, "the second session", func() bool { return len(p.b.Stats().Sessions) == 1 })
+			mismatches := p.b.Stats().Totals.Rejected[rejectMismatch]
+
+			// The held JOIN, confirmed and proved with the second
+			// session's key, then a whole 60000-byte DATA frame.
+			confirm(t, cj, secJ)
+			codecJ, err := stripe.NewCodec(stripe.ModeAESGCM, &secJ.Keys, true, 7, 60000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The agent may reset the stream at its confirm, before these
+			// writes, which then fail with the reset.
+			key := sec2.SessionKey()
+			errJoin := sendJoin(cj, codecJ, secJ, &key, id)
+			data0, err := codecJ.Seal(make([]byte, codecJ.FrameBufferSize()), stripe.FrameData, 0, 60000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, errData := cj.Write(data0)
+			_ = cj.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.Copy(io.Discard, cj); !isReset(errJoin) && !isReset(errData) && !isReset(err) {
+				t.Errorf("the join for the reused id: join %v, data %v, read %v; want a reset", errJoin, errData, err)
+			}
+			testsupport.Eventually(t, 10*time.Second, "the refusal counted", func() bool {
+				return p.b.Stats().Totals.Rejected[rejectMismatch] == mismatches+1
+			})
+			// The agent runs on: the second session is whole, and a
+			// transfer through the pair still goes.
+			if s := p.b.Stats().Sessions; len(s) != 1 {
+				t.Errorf("sessions after the refused join: %+v, want the second one", s)
+			}
+			roundTrip(t, p.entry, "still serving")
+		})
+	}
+}
+
+// confirm sends the initiator's key confirmation of an accepted hello.
+func confirm(t *testing.T, c *net.TCPConn, s *stripe.Secrets) {
+	t.Helper()
+	cf := s.Confirm()
+	if _, err := c.Write(cf[:]); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -632,6 +632,11 @@ func (a *Agent) acceptBind(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 				return fmt.Errorf("session %s ended", b.Session)
 			}
 		}
+		// As for a JOIN (serveStream): the session found may not be
+		// the one admit checked.
+		if st := running.joinable(&hello); st != stripe.StatusAccepted {
+			return fmt.Errorf("session %s stream %d: the session changed during its bind: %s", b.Session, b.Stream, st)
+		}
 		running.mu.Lock()
 		key := running.sessionKey
 		running.mu.Unlock()

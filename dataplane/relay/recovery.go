@@ -247,7 +247,7 @@ func (s *session) awaitPeerAbort(parent context.Context, d time.Duration) {
 // direction.
 func (s *session) attach(st *stream, responder bool) bool {
 	s.mu.Lock()
-	if s.aborted || s.isPeerDone() || s.streams[st.index] != nil {
+	if st.index < 0 || st.index >= len(s.streams) || s.aborted || s.isPeerDone() || s.streams[st.index] != nil {
 		s.mu.Unlock()
 		return false
 	}
@@ -331,6 +331,9 @@ func readJoin(conn *net.TCPConn, codec *stripe.Codec, secrets *stripe.Secrets, s
 // stream still in the slot (the loss not noticed here yet) is lost now;
 // its goroutines get the pre-auth timeout to return.
 func (s *session) replaceStream(st *stream, timeout time.Duration) bool {
+	if st.index < 0 || st.index >= len(s.streams) {
+		return false
+	}
 	s.mu.Lock()
 	old := s.streams[st.index]
 	s.mu.Unlock()

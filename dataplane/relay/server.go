@@ -242,6 +242,16 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 			reset(c)
 			return
 		}
+		// The session holding the id now may not be the one admit
+		// checked: the initiator picks ids, and one that ended while the
+		// confirm was held back may have been opened again in another
+		// shape, which this stream's index and codec do not fit.
+		if st := running.joinable(&hello); st != stripe.StatusAccepted {
+			a.reject(rejectMismatch, "relay: replacement stream's session changed during its handshake; reset",
+				"remote", remote, "session", hello.Session, "stream", hello.Stream, "status", st)
+			reset(c)
+			return
+		}
 		if err := readJoin(c, codec, secrets, running); err != nil {
 			fail("bad join", err)
 			return
