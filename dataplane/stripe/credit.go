@@ -104,8 +104,8 @@ func (c *Credits) Accept(stream int, seq, credit, sent uint64) (uint64, error) {
 func (c *Credits) Acked() uint64 { return c.acked }
 
 // AcceptAck applies an ACK frame read from stream with header sequence seq
-// and body acked, when the sender has sent sent frames (DATA and FIN) so
-// far. It returns the acknowledged count.
+// and body acked, when the sender has numbered sent frames (DATA and FIN)
+// so far, written or still queued. It returns the acknowledged count.
 func (c *Credits) AcceptAck(stream int, seq, acked, sent uint64) (uint64, error) {
 	if stream < 0 || stream >= len(c.stream) {
 		return 0, fmt.Errorf("%w: stream %d of %d", ErrInvalid, stream, len(c.stream))

@@ -268,8 +268,9 @@
 // receiver's window still progresses. When a stream is lost the current CREDIT and ACK go again
 // on another (they may have been lost with it). Once a session is
 // complete the final ACK goes on every stream it still has. On
-// each stream ACKs never go backwards; an ACK of more frames than were
-// sent aborts; across streams the largest counts. No selective form is
+// each stream ACKs never go backwards; an ACK of more frames than the
+// sender has numbered (read from its end host, whether written to a stream
+// yet or still queued for one) aborts; across streams the largest counts. No selective form is
 // needed: a stream is a TCP connection, so what a live stream carries
 // arrives, and the sender knows which stream carried each frame.
 //
