@@ -857,7 +857,7 @@ func TestPacerSkipsTheDrainAfterAHeldBackProbe(t *testing.T) {
 // WAN's queue fills) drains for that tick, once per probe cycle.
 func TestPacerDrainsAStandingQueue(t *testing.T) {
 	rtt := 200 * time.Millisecond
-	const rate = 8e6 // bytes/s: a BDP of 1.6e6 bytes
+	const rate = 8e6 // bytes/s: a BDP of 1.6e6 bytes, a tick of 2e6
 	cycle := func(inflight uint64) []float64 {
 		var p stripePacer
 		_, now := feed(&p, time.Now(), rtt, false, 1e6, 2e6, 4e6, rate, rate, rate)
@@ -898,6 +898,14 @@ func TestPacerDrainsAStandingQueue(t *testing.T) {
 	}
 	if c[0] != 1.25*rate || c[1] != 0.75*rate || c[2] != 0.75*rate || c[3] != rate {
 		t.Errorf("2 BDPs in flight: caps %v, want the probe, its drain, the queue's drain, then 1x", c)
+	}
+	// On a 50 ms path a tick carries five BDPs: the queue's drain takes
+	// out the half BDP beyond one (0.2e6 bytes of a tick's 2e6), not a
+	// quarter of the tick.
+	rtt = 50 * time.Millisecond
+	c = cycle(uint64(1.5 * 0.4e6))
+	if count(c, 0.75*rate) != 2 || count(c, 1.25*rate) != 2 || c[2] != 0.9*rate || count(c, 0.9*rate) != 2 {
+		t.Errorf("1.5 BDPs in flight at 50 ms: caps %v, want the probe, its drain, then 0.9x once per cycle", c)
 	}
 }
 
