@@ -7,8 +7,10 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
@@ -322,5 +324,153 @@ func confirm(t *testing.T, c *net.TCPConn, s *stripe.Secrets) {
 	cf := s.Confirm()
 	if _, err := c.Write(cf[:]); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// readDataFrame reads frames from c with codec until a DATA frame, and
+// returns its header; control frames are skipped.
+func readDataFrame(t *testing.T, c *net.TCPConn, codec *stripe.Codec) stripe.Header {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	for {
+		var hdr [stripe.HeaderSize]byte
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			t.Fatalf("reading a frame header: %v", err)
+		}
+		h, err := stripe.ParseHeader(hdr[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := make([]byte, h.Length)
+		if _, err := io.ReadFull(c, body); err != nil {
+			t.Fatalf("reading a frame body: %v", err)
+		}
+		if _, err := codec.Open(h, hdr[:], body); err != nil {
+			t.Fatal(err)
+		}
+		if h.Type == stripe.FrameData {
+			return h
+		}
+	}
+}
+
+// serverSession is the server-side agent's only session.
+func serverSession(t *testing.T, a *Agent) *session {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.sessions) != 1 {
+		t.Fatalf("%d sessions at the server side, want 1", len(a.sessions))
+	}
+	for s := range a.sessions {
+		return s
+	}
+	return nil
+}
+
+// TestJoinChurnPinsDeadStreams mounts a key holder that opens a session,
+// takes the first frame the server side sends and never acknowledges it,
+// then replaces the stream over and over with valid JOINs. Each
+// replacement loses the old stream and its frame goes again on the new
+// one. The frame used to keep every stream that ever sealed it in its
+// sealedOn list, so the dead streams (each with its 32 KiB read buffer
+// and its AES-GCM state, none of it reserved from limits.memory) stayed
+// reachable for as long as the peer withheld the ACK: about 35 KB of heap
+// per JOIN, without bound. A lost stream now leaves the list at the
+// frame's next seal.
+func TestJoinChurnPinsDeadStreams(t *testing.T) {
+	const joins = 40
+	release := make(chan struct{})
+	p := startPair(t, pairOptions{streams: 1}, func(c *net.TCPConn) {
+		defer c.Close()
+		// The server sends a little, then waits: the first frame of the
+		// Down direction stays with the agent until the peer ACKs it.
+		_, _ = c.Write(make([]byte, 1000))
+		go func() { <-release; _ = c.Close() }()
+		_, _ = io.Copy(io.Discard, c)
+	})
+	defer close(release)
+
+	var id stripe.SessionID
+	_, _ = rand.Read(id[:])
+	shape := func(h *stripe.Hello) { h.Session, h.Streams = id, 1 }
+	c0, sec0 := acceptedHello(t, p, shape)
+	confirm(t, c0, sec0)
+	codec0, err := stripe.NewCodec(stripe.ModeAESGCM, &sec0.Keys, true, 0, 60000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := readDataFrame(t, c0, codec0); h.Seq != 0 {
+		t.Fatalf("first DATA frame seq %d, want 0", h.Seq)
+	}
+	s := serverSession(t, p.b)
+	key := sec0.SessionKey()
+
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var dead []weak.Pointer[stream]
+	last, lastCodec := c0, codec0
+	for i := range joins {
+		s.mu.Lock()
+		old := s.streams[0]
+		s.mu.Unlock()
+		if old != nil {
+			dead = append(dead, weak.Make(old))
+		}
+		cj, secJ := acceptedHello(t, p, func(h *stripe.Hello) { shape(h); h.Stream, h.Join = 0, true })
+		confirm(t, cj, secJ)
+		codecJ, err := stripe.NewCodec(stripe.ModeAESGCM, &secJ.Keys, true, 0, 60000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sendJoin(cj, codecJ, secJ, &key, id); err != nil {
+			t.Fatal(err)
+		}
+		// The unacknowledged frame goes again, on the new stream.
+		if h := readDataFrame(t, cj, codecJ); h.Seq != 0 || h.Flags&stripe.FlagRetransmit == 0 {
+			t.Fatalf("join %d: DATA seq %d flags %#x, want seq 0 retransmitted", i, h.Seq, h.Flags)
+		}
+		last, lastCodec = cj, codecJ
+	}
+	// End the session when the test ends (an ABORT on its live stream),
+	// so the agent's shutdown need not wait out its drain.
+	defer func() {
+		buf := make([]byte, stripe.HeaderSize+stripe.MaxAbortReason+stripe.TagSize)
+		if frame, err := lastCodec.Seal(buf, stripe.FrameAbort, stripe.AbortSeq, stripe.PutAbortBody(buf[stripe.HeaderSize:], "bye")); err == nil {
+			_, _ = last.Write(frame)
+		}
+		testsupport.Eventually(t, 10*time.Second, "the session ended", func() bool { return len(p.b.Stats().Sessions) == 0 })
+	}()
+	testsupport.Eventually(t, 10*time.Second, "the replacements counted", func() bool {
+		return p.b.Stats().Totals.StreamsReplaced >= joins
+	})
+
+	s.sendMu.Lock()
+	sealedOn := 0
+	if len(s.retained) > 0 {
+		sealedOn = len(s.retained[0].sealedOn)
+	}
+	s.sendMu.Unlock()
+	runtime.GC()
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	t.Logf("live heap %d -> %d bytes (%+d, %d per JOIN)", before.HeapAlloc, after.HeapAlloc,
+		int64(after.HeapAlloc)-int64(before.HeapAlloc), (int64(after.HeapAlloc)-int64(before.HeapAlloc))/joins)
+	pinned := 0
+	for _, w := range dead {
+		if w.Value() != nil {
+			pinned++
+		}
+	}
+	t.Logf("after %d JOINs: the unacknowledged frame names %d streams; %d of %d replaced streams still reachable",
+		joins, sealedOn, pinned, len(dead))
+	// One live stream carries the frame; a stale scratch entry or two
+	// may hold a dead one for a moment, not one per JOIN.
+	if sealedOn > 2 || pinned > 2 {
+		t.Errorf("a peer's JOINs pin every replaced stream: the frame names %d streams, %d of %d dead streams are reachable (want at most 2)",
+			sealedOn, pinned, len(dead))
 	}
 }

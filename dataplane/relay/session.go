@@ -135,8 +135,9 @@ type chunk struct {
 	// like the fields above and written by a writer only while busy:
 	// when its last write returned, when watchBlocking first saw all of
 	// it leave the socket, and where it lies in that stream's bytes,
-	// every live stream that sealed it (none may seal it again: one key,
-	// one nonce), and whether it was reinjected already (once at most).
+	// the streams that sealed it (none may seal it again: one key, one
+	// nonce; a lost one leaves the list at the frame's next seal), and
+	// whether it was reinjected already (once at most).
 	sentAt, leftAt   time.Time
 	startOff, endOff uint64
 	sealedOn         []*stream
@@ -1114,7 +1115,9 @@ func (s *session) growRetention() {
 // sequence order).
 func (s *session) retain(c *chunk) {
 	c.on, c.busy, c.sealed, c.ackedBy, c.resent = nil, false, false, false, false
-	c.sentAt, c.leftAt, c.startOff, c.endOff, c.sealedOn, c.hol = time.Time{}, time.Time{}, 0, 0, c.sealedOn[:0], false
+	sealed := c.sealedOn[:cap(c.sealedOn)]
+	clear(sealed) // no stale stream stays reachable from a reused frame
+	c.sentAt, c.leftAt, c.startOff, c.endOff, c.sealedOn, c.hol = time.Time{}, time.Time{}, 0, 0, sealed[:0], false
 	s.sendMu.Lock()
 	s.retained = append(s.retained, c)
 	s.sendMu.Unlock()
@@ -1785,6 +1788,12 @@ func (st *stream) writeLoop() {
 			// Only this writer touches a busy chunk's buffer and fields.
 			c.sealed = true
 			if !c.sealedBy(st) {
+				// A lost stream never seals again, so it leaves the
+				// list: a frame sent again over replacement after
+				// replacement (a peer's JOINs, or a path resetting
+				// stream after stream) names only streams that may
+				// still seal, not every stream it ever went on.
+				c.sealedOn = slices.DeleteFunc(c.sealedOn, (*stream).isLost)
 				c.sealedOn = append(c.sealedOn, st)
 			}
 			c.startOff = base + wire
