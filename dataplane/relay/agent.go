@@ -140,6 +140,10 @@ type Agent struct {
 	// testBindFault, set by tests before Start, makes the server side
 	// reset a pooled stream as its BIND arrives, as if it had died idle.
 	testBindFault atomic.Pointer[func(stream uint16) bool]
+	// testBindAdmitted, set by tests, runs when admit has accepted a
+	// pooled stream 0's BIND and before its session is created: BINDs
+	// that arrive together, held there.
+	testBindAdmitted atomic.Pointer[func()]
 	// testJoinHold, set by tests, makes the server side hold every JOIN
 	// hello until the channel is closed: a slow responder.
 	testJoinHold atomic.Pointer[chan struct{}]

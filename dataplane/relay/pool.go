@@ -648,6 +648,9 @@ func (a *Agent) acceptBind(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 		}
 		return nil
 	}
+	if f := a.testBindAdmitted.Load(); f != nil {
+		(*f)()
+	}
 	return a.bindSession(rc, route, &hello, c, codec, bound.SessionKey)
 }
 
@@ -659,6 +662,12 @@ func (a *Agent) bindSession(rc *runtimeConfig, w Whitelist, h *stripe.Hello, c *
 	if _, ok := a.byID[h.Session]; ok || a.draining {
 		a.mu.Unlock()
 		return fmt.Errorf("session %s exists already or the agent is stopping", h.Session)
+	}
+	// admit checked the limit when the BIND arrived; BINDs arriving
+	// together all passed it before any of their sessions was here.
+	if len(a.sessions) >= rc.limits.MaxSessions {
+		a.mu.Unlock()
+		return fmt.Errorf("session %s: %w", h.Session, errSessionLimit)
 	}
 	s, err := a.newReservedSession(rc, sessionParams{
 		id: h.Session, side: serverSide, whitelist: w.Name, peer: h.Initiator,

@@ -111,8 +111,9 @@ func TestPoolGrowsOnMissesAndShrinks(t *testing.T) {
 }
 
 // pooledHandshake opens a pooled stream to the server-side agent as the
-// key holder initiator would and returns the connection and the reply.
-func pooledHandshake(t *testing.T, p *pair, initiator string) (*net.TCPConn, stripe.Status) {
+// key holder initiator would and returns the connection, the reply and,
+// when accepted, the handshake's secrets.
+func pooledHandshake(t *testing.T, p *pair, initiator string) (*net.TCPConn, stripe.Status, *stripe.Secrets) {
 	t.Helper()
 	key, _ := stripe.NewHandshakeKey(testPSK)
 	_, eph, hb := helloFrom(t, p, func(h *stripe.Hello) {
@@ -128,7 +129,7 @@ func pooledHandshake(t *testing.T, p *pair, initiator string) (*net.TCPConn, str
 	}
 	if r.Status != stripe.StatusAccepted {
 		_ = c.Close()
-		return nil, r.Status
+		return nil, r.Status, nil
 	}
 	s, err := stripe.Finish(key, eph, r.Ephemeral, hb[:], rb[:])
 	if err != nil {
@@ -139,7 +140,7 @@ func pooledHandshake(t *testing.T, p *pair, initiator string) (*net.TCPConn, str
 		t.Fatal(err)
 	}
 	_ = c.SetDeadline(time.Time{})
-	return c, stripe.StatusAccepted
+	return c, stripe.StatusAccepted, s
 }
 
 // TestPooledStreamsBounded mounts the attack of a key holder that opens
@@ -158,7 +159,7 @@ func TestPooledStreamsBounded(t *testing.T) {
 	})
 	refused := 0
 	for range 3 * bound {
-		c, status := pooledHandshake(t, p, "agent-a")
+		c, status, _ := pooledHandshake(t, p, "agent-a")
 		if status == stripe.StatusAccepted {
 			held = append(held, c)
 			// The server side registers it after the confirm: wait, so
@@ -179,7 +180,7 @@ func TestPooledStreamsBounded(t *testing.T) {
 	if n := p.b.PooledStreams()["agent-a"]; n != bound {
 		t.Errorf("server side holds %d pooled streams, bound %d", n, bound)
 	}
-	if _, status := pooledHandshake(t, p, "agent-x"); status != stripe.StatusUnknownInitiator {
+	if _, status, _ := pooledHandshake(t, p, "agent-x"); status != stripe.StatusUnknownInitiator {
 		t.Errorf("pooled hello of an unknown initiator: %s", status)
 	}
 	// A frame before any bind resets the stream.
@@ -547,5 +548,94 @@ func TestPoolReloadResizes(t *testing.T) {
 	echoThrough(t, p, 256<<10, 8)
 	if f := p.a.Stats().Totals.Fallbacks; f != 0 {
 		t.Errorf("%d connections carried direct", f)
+	}
+}
+
+// bindFrame is the sealed BIND that makes a pooled stream, whose
+// handshake gave sec, stream 0 of a new session from client.
+func bindFrame(t *testing.T, p *pair, sec *stripe.Secrets, client netip.AddrPort) []byte {
+	t.Helper()
+	b := stripe.Bind{Stream: 0, Streams: 8, ChunkSize: 60000, QueueLength: 5, Client: client, Server: p.server.addr}
+	_, _ = rand.Read(b.Session[:])
+	body, _, err := sec.PoolStream().NewBind(rand.Reader, b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := stripe.NewCodec(stripe.ModeAESGCM, &sec.Keys, true, 0, stripe.BindBodySize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, pc.FrameBufferSize())
+	copy(buf[stripe.HeaderSize:], body[:])
+	frame, err := pc.Seal(buf, stripe.FrameBind, stripe.ControlSeq(0), stripe.BindBodySize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return frame
+}
+
+// TestBindsTogetherRespectSessionLimit mounts a key holder that holds
+// pooled streams and sends their BINDs of stream 0, each for a new
+// session, at once, against max_sessions 1. admit checks the limit when
+// a BIND arrives, so BINDs handled together all passed it before any of
+// their sessions existed, and the agent ran more sessions than its limit
+// (an independent review's race test: 2 sessions within about ten bursts
+// of 96 BINDs). The test holds each admitted BIND until the other is
+// admitted too, which is that race every time; the session is created
+// under the agent's lock, which now checks the limit again.
+func TestBindsTogetherRespectSessionLimit(t *testing.T) {
+	release := make(chan struct{})
+	p := startPair(t, pairOptions{limitsB: Limits{MaxSessions: 1, Memory: 8 << 30, ReconnectTimeout: 200 * time.Millisecond}},
+		func(c *net.TCPConn) {
+			<-release
+			_ = c.Close()
+		})
+	defer close(release)
+	var admitted atomic.Int32
+	both := make(chan struct{})
+	hold := func() {
+		if admitted.Add(1) == 2 {
+			close(both)
+			return
+		}
+		select {
+		case <-both:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	p.b.testBindAdmitted.Store(&hold)
+
+	var conns [2]*net.TCPConn
+	var frames [2][]byte
+	for i := range conns {
+		c, status, sec := pooledHandshake(t, p, "agent-a")
+		if status != stripe.StatusAccepted {
+			t.Fatalf("pooled stream %d refused: %s", i, status)
+		}
+		defer c.Close()
+		conns[i] = c
+		frames[i] = bindFrame(t, p, sec, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(41001+i)))
+	}
+	testsupport.Eventually(t, 10*time.Second, "the pooled streams held", func() bool {
+		return p.b.PooledStreams()["agent-a"] == len(conns)
+	})
+	failuresBefore := p.b.Stats().Totals.HandshakeFailures
+	for i, c := range conns {
+		if _, err := c.Write(frames[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testsupport.Eventually(t, 20*time.Second, "both BINDs decided", func() bool {
+		return p.b.PooledStreams()["agent-a"] == 0
+	})
+	if n := admitted.Load(); n != 2 {
+		t.Fatalf("admit passed %d of the 2 BINDs; the attack needs both", n)
+	}
+	st := p.b.Stats()
+	if len(st.Sessions) != 1 {
+		t.Errorf("the server side runs %d sessions, want 1 (its limit)", len(st.Sessions))
+	}
+	if got := st.Totals.HandshakeFailures - failuresBefore; got != 1 {
+		t.Errorf("%d BINDs refused, want 1", got)
 	}
 }
