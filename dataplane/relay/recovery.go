@@ -20,6 +20,12 @@ import (
 const (
 	joinBackoffMin = 50 * time.Millisecond
 	joinBackoffMax = 2 * time.Second
+	// streamProvenAfter is how long a stream must live to count as one
+	// that worked. One that dies sooner (a path, or a far agent, that
+	// resets each stream right after its handshake) counts as a failed
+	// join for its slot's backoff, and does not restart the session's
+	// reconnect timeout; for a warm pool it is a failed open.
+	streamProvenAfter = time.Second
 	// peerAbortGrace bounds how long a join refused as an unknown
 	// session waits for the peer's ABORT (awaitPeerAbort).
 	peerAbortGrace = 500 * time.Millisecond
@@ -63,10 +69,13 @@ func (s *session) supervise() {
 			}
 		}
 	}
+	// A slot's join that succeeded counts only once its stream has
+	// lived streamProvenAfter (joined is when it attached).
 	type slot struct {
-		busy  bool
-		fails int
-		next  time.Time
+		busy   bool
+		fails  int
+		next   time.Time
+		joined time.Time
 	}
 	slots := make([]slot, s.n)
 	results := make(chan joinResult, s.n)
@@ -95,6 +104,18 @@ func (s *session) supervise() {
 			sl := &slots[i]
 			if sl.busy {
 				continue
+			}
+			if !sl.joined.IsZero() {
+				// The slot's last stream is gone.
+				if lived := now.Sub(sl.joined); lived >= streamProvenAfter {
+					sl.fails = 0
+				} else {
+					sl.next = now.Add(joinBackoff(sl.fails))
+					sl.fails++
+					s.agent.limited.log(s.agent.log, "join", "relay: replacement stream died young; retrying",
+						append(s.logAttrs(), "stream", i, "lived", lived.Round(time.Millisecond), "retry_in", joinBackoff(sl.fails-1))...)
+				}
+				sl.joined = time.Time{}
 			}
 			if d := sl.next.Sub(now); d > 0 {
 				if wait < 0 || d < wait {
@@ -133,10 +154,10 @@ func (s *session) supervise() {
 			sl := &slots[r.index]
 			sl.busy = false
 			if r.err == nil {
-				sl.fails = 0
+				sl.joined = time.Now()
 				continue
 			}
-			sl.next = time.Now().Add(min(joinBackoffMin<<min(sl.fails, 8), joinBackoffMax))
+			sl.next = time.Now().Add(joinBackoff(sl.fails))
 			sl.fails++
 			s.agent.limited.log(s.agent.log, "join", "relay: replacement stream failed; retrying",
 				append(s.logAttrs(), "stream", r.index, "retry_in", time.Until(sl.next).Round(time.Millisecond), "err", r.err)...)
@@ -148,6 +169,11 @@ func (s *session) supervise() {
 			}
 		}
 	}
+}
+
+// joinBackoff is a slot's wait after fails failed joins in a row.
+func joinBackoff(fails int) time.Duration {
+	return min(joinBackoffMin<<min(fails, 8), joinBackoffMax)
 }
 
 // endStreams bounds the end of a complete session. The session ends
@@ -257,7 +283,6 @@ func (s *session) attach(st *stream, responder bool) bool {
 	s.reasm.ResetStream(st.index)
 	s.live++
 	s.liveCount.Store(int32(s.live))
-	s.noStreamsSince = time.Time{}
 	st.running.Store(2)
 	s.wg.Add(2)
 	s.mu.Unlock()

@@ -270,11 +270,15 @@ type session struct {
 	ackSent    atomic.Uint64
 	creditSent atomic.Uint64
 
-	// Lost streams: the live count and since when it is zero (guarded
-	// by mu), the session key that proves joins, and the supervisor's
-	// wake-up.
+	// Lost streams: the live count and since when it is zero, counted
+	// from the first time it fell to zero after a stream last worked
+	// (lived streamProvenAfter; streams that die young, reset on the
+	// path after their handshake, do not restart the reconnect timeout),
+	// whether one worked since (guarded by mu), the session key that
+	// proves joins, and the supervisor's wake-up.
 	live           int
 	noStreamsSince time.Time
+	streamWorked   bool
 	lastLoss       error
 	completed      bool
 	completeCh     chan struct{}
@@ -1550,6 +1554,8 @@ type stream struct {
 	// Guarded by s.mu.
 	paused bool
 
+	born time.Time // when its handshake was done (see streamProvenAfter)
+
 	// Loss: dead closes once the stream is lost (lose); running counts
 	// its reader and writer, and the last to return frees its slot and
 	// closes gone.
@@ -1610,6 +1616,7 @@ func newStream(s *session, index int, conn *net.TCPConn, codec *stripe.Codec) *s
 		wake:  make(chan struct{}, 1),
 		dead:  make(chan struct{}),
 		gone:  make(chan struct{}),
+		born:  time.Now(),
 	}
 	st.lowat.Store(int64(minLowat(s.chunkSize)))
 	st.lastRecv.Store(time.Now().UnixNano())
@@ -2013,11 +2020,15 @@ func (st *stream) lose(err error) {
 		}
 		close(st.dead)
 		reset(st.conn)
+		now := time.Now()
 		s.mu.Lock()
 		s.live--
 		s.liveCount.Store(int32(s.live))
-		if s.live == 0 {
-			s.noStreamsSince = time.Now()
+		if now.Sub(st.born) >= streamProvenAfter {
+			s.streamWorked = true
+		}
+		if s.live == 0 && (s.noStreamsSince.IsZero() || s.streamWorked) {
+			s.noStreamsSince, s.streamWorked = now, false
 		}
 		s.lastLoss = err
 		s.mu.Unlock()

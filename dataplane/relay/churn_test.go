@@ -1,0 +1,251 @@
+package relay
+
+// Attacks on the client-side agent (the initiator) by a path, or a far
+// agent, that resets each stream right after its handshake: its
+// replacement of lost streams (supervise, rejoin), its reconnect timeout
+// and its warm pool. Found by an independent review.
+
+import (
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
+)
+
+// churnProxy sits on the WAN path between the agents. The first connection
+// (stream 0) passes untouched; every later one (a replacement's JOIN
+// handshake) is forwarded until it has carried hello, confirm and JOIN
+// upstream and the reply downstream, and is then reset on both sides. It
+// needs no key: it counts bytes, as an on-path box that injects resets
+// after the handshake (or a key holder that accepts joins and drops them).
+type churnProxy struct {
+	ln       *net.TCPListener
+	addr     netip.AddrPort
+	target   netip.AddrPort
+	accepted atomic.Int64
+	resetAll atomic.Bool // reset stream 0 too
+	// up, if set, is how many bytes upstream a churned connection carries
+	// (default: hello, confirm and a JOIN frame).
+	up     int64
+	mu     sync.Mutex
+	conns  []*net.TCPConn
+	passed []*net.TCPConn
+	wg     sync.WaitGroup
+}
+
+func newChurnProxy(t *testing.T, target netip.AddrPort) *churnProxy {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &churnProxy{ln: ln, addr: ln.Addr().(*net.TCPAddr).AddrPort(), target: target}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.AcceptTCP()
+			if err != nil {
+				return
+			}
+			n := p.accepted.Add(1)
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				p.relay(c, n == 1 && !p.resetAll.Load())
+			}()
+		}
+	}()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *churnProxy) close() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// killPassed resets the connections it passed untouched (stream 0);
+// from then on every connection is churned.
+func (p *churnProxy) killPassed() {
+	p.resetAll.Store(true)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.passed {
+		_ = c.SetLinger(0)
+	}
+	for _, c := range p.passed {
+		_ = c.Close()
+	}
+}
+
+func (p *churnProxy) track(c *net.TCPConn) {
+	p.mu.Lock()
+	p.conns = append(p.conns, c)
+	p.mu.Unlock()
+}
+
+func (p *churnProxy) relay(c *net.TCPConn, pass bool) {
+	defer c.Close()
+	p.track(c)
+	far, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(p.target))
+	if err != nil {
+		return
+	}
+	defer far.Close()
+	p.track(far)
+	if pass {
+		p.mu.Lock()
+		p.passed = append(p.passed, c, far)
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(far, c) }()
+		_, _ = io.Copy(c, far)
+		_ = c.SetLinger(0)
+		_ = far.SetLinger(0)
+		return
+	}
+	// hello + confirm + JOIN frame upstream, the reply downstream.
+	up := int64(stripe.HelloSize + stripe.ConfirmSize + stripe.HeaderSize + stripe.JoinBodySize + stripe.TagSize)
+	if p.up > 0 {
+		up = p.up
+	}
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.CopyN(c, far, stripe.ReplySize)
+		close(done)
+	}()
+	_, _ = io.CopyN(far, c, up)
+	<-done
+	// Let the far agent attach it, then reset both halves.
+	time.Sleep(2 * time.Millisecond)
+	_ = c.SetLinger(0)
+	_ = far.SetLinger(0)
+}
+
+// TestReplacementChurnBacksOff: a path (or a key-holding far agent) that
+// lets every replacement stream complete its JOIN and then resets it must
+// not drive the client-side agent into a handshake loop without backoff.
+// supervise used to reset a slot's backoff on any successful rejoin,
+// however short-lived the stream, so each slot reconnected at once, as
+// fast as the handshake ran (about 2,900 handshakes in 3 s); a stream
+// that dies younger than streamProvenAfter now counts as a failed join.
+func TestReplacementChurnBacksOff(t *testing.T) {
+	srv := newEndServer(t, func(c *net.TCPConn) {
+		defer c.Close()
+		_, _ = io.Copy(io.Discard, c)
+	})
+	entry := Whitelist{
+		Name: "test", Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Server: srv.addr.Addr(), Port: srv.addr.Port(),
+		Streams: 8, ChunkSize: 60000, QueueLength: 5, PeerName: "agent-a",
+	}
+	quiet := testLogger(t)
+	b := startAgentLogging(t, Config{
+		Name: "agent-b", DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
+		Server: []Whitelist{entry},
+	}, srv.addr, quiet)
+	proxy := newChurnProxy(t, b.Addrs().Data)
+	entry.Peer, entry.PeerName = proxy.addr, "agent-b"
+	a := startAgentLogging(t, Config{
+		Name: "agent-a", TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
+		Client: []Whitelist{entry},
+	}, srv.addr, quiet)
+
+	c, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(a.Addrs().Transparent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	before := proxy.accepted.Load()
+	const window = 3 * time.Second
+	time.Sleep(window)
+	got := proxy.accepted.Load() - before
+	st := a.Stats()
+	t.Logf("%d replacement handshakes in %s for one idle session of 8 streams; streams lost %d, replaced %d",
+		got, window, st.Totals.StreamsLost, st.Totals.StreamsReplaced)
+	// With the per-slot backoff of 50 ms doubling to 2 s, 7 slots make
+	// about 7 x 7 attempts in 3 s. Allow four times that.
+	if limit := int64(200); got > limit {
+		t.Errorf("%d handshakes in %s (> %d): a replacement that dies right after its JOIN resets the slot's backoff, so the agent reconnects in a tight loop", got, window, limit)
+	}
+	_ = c.SetLinger(0)
+}
+
+// TestChurnedSessionStillAborts: when the path lets no stream live past
+// its JOIN (every stream, stream 0 included, is reset right after its
+// handshake), the session cannot carry a byte; after the reconnect timeout
+// it should abort and reset the end host (SECURITY.md: "a session that
+// cannot go on (no stream for limits.reconnect_timeout ...) is an ABORT").
+// Each replacement's attach used to clear noStreamsSince, so the timeout
+// never ran out and the end host's connection hung for as long as the
+// path kept doing it; only a stream that lived streamProvenAfter restarts
+// it now.
+func TestChurnedSessionStillAborts(t *testing.T) {
+	srv := newEndServer(t, func(c *net.TCPConn) {
+		defer c.Close()
+		_, _ = io.Copy(io.Discard, c)
+	})
+	entry := Whitelist{
+		Name: "test", Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Server: srv.addr.Addr(), Port: srv.addr.Port(),
+		Streams: 4, ChunkSize: 60000, QueueLength: 5, PeerName: "agent-a",
+	}
+	lim := Limits{ReconnectTimeout: time.Second}
+	log := testLogger(t)
+	b := startAgentLogging(t, Config{
+		Name: "agent-b", DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
+		Server: []Whitelist{entry}, Limits: lim,
+	}, srv.addr, log)
+	proxy := newChurnProxy(t, b.Addrs().Data)
+	entry.Peer, entry.PeerName = proxy.addr, "agent-b"
+	a := startAgentLogging(t, Config{
+		Name: "agent-a", TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
+		Client: []Whitelist{entry}, Limits: lim,
+	}, srv.addr, log)
+
+	c, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(a.Addrs().Transparent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	proxy.killPassed()
+	time.Sleep(100 * time.Millisecond)
+	// More from the client: it can never reach the server now.
+	if n, err := c.Write(make([]byte, 200000)); err != nil {
+		t.Logf("write: %d, %v", n, err)
+	}
+	bound := lim.ReconnectTimeout + 4*time.Second
+	_ = c.SetReadDeadline(time.Now().Add(bound))
+	t0 := time.Now()
+	var nread int64
+	nread, err = io.Copy(io.Discard, c)
+	t.Logf("read ended after %s with %d bytes, err %v", time.Since(t0), nread, err)
+	for _, ss := range a.Stats().Sessions {
+		t.Logf("client-side session: state %s up %d down %d live %d", ss.State, ss.BytesUp, ss.BytesDown, ss.StreamsLive)
+	}
+	st := a.Stats()
+	t.Logf("read: %v; handshakes through the path %d; client side: sessions active %d, aborted %d, streams lost %d",
+		err, proxy.accepted.Load(), st.Totals.SessionsActive, st.Totals.SessionsAborted, st.Totals.StreamsLost)
+	if err == nil || !isReset(err) {
+		t.Errorf("end host not reset within %s of a path that lets no stream live (read: %v): the session is neither carried nor aborted", bound, err)
+	}
+	_ = c.SetLinger(0)
+}
