@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
 )
 
@@ -248,4 +249,49 @@ func TestChurnedSessionStillAborts(t *testing.T) {
 		t.Errorf("end host not reset within %s of a path that lets no stream live (read: %v): the session is neither carried nor aborted", bound, err)
 	}
 	_ = c.SetLinger(0)
+}
+
+// TestPoolChurnBacksOff: a path (or a key-holding far agent) that lets
+// every pooled stream finish its handshake and then resets it must not
+// drive the warm pool into a refill loop without backoff. open() clears the
+// pool's backoff on every completed handshake, and the idle watcher's
+// "died" poked the refill at once, so the pool reconnected as fast as the
+// handshake ran (1,200-3,300 handshakes in 3 s); an idle stream that dies
+// younger than streamProvenAfter now pauses the pool as a failed open
+// does. (A refusal backs off: TestPoolRefusedBacksOff.)
+func TestPoolChurnBacksOff(t *testing.T) {
+	srv := newEndServer(t, func(c *net.TCPConn) { _ = c.Close() })
+	entry := Whitelist{
+		Name: "test", Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Server: srv.addr.Addr(), Port: srv.addr.Port(),
+		Streams: 2, ChunkSize: 1000, QueueLength: 2, PeerName: "agent-a",
+	}
+	log := testLogger(t)
+	b := startAgentLogging(t, Config{
+		Name: "agent-b", DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
+		Server: []Whitelist{entry},
+	}, srv.addr, log)
+	proxy := newChurnProxy(t, b.Addrs().Data)
+	proxy.up = stripe.HelloSize + stripe.ConfirmSize
+	proxy.resetAll.Store(true)
+	entry.Peer, entry.PeerName = proxy.addr, "agent-b"
+	entry.Pool = agentspec.Pool{MinIdle: 4, Max: 4}
+	a := startAgentLogging(t, Config{
+		Name: "agent-a", TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
+		Client: []Whitelist{entry},
+	}, srv.addr, log)
+	const window = 3 * time.Second
+	time.Sleep(window)
+	got := proxy.accepted.Load()
+	var st PoolStats
+	if ps := a.Pools(); len(ps) == 1 {
+		st = ps[0]
+	}
+	t.Logf("%d pooled handshakes in %s for a pool of min_idle 4; pool: refills %d died %d failures %d",
+		got, window, st.Refills, st.Died, st.Failures)
+	// A pool that backed off as it does on a refusal (0.5 s doubling)
+	// would open some 4 + 4 streams in 3 s; allow ten times that.
+	if limit := int64(80); got > limit {
+		t.Errorf("%d pooled handshakes in %s (> %d): a pooled stream that dies right after its handshake is replaced at once, without backoff", got, window, limit)
+	}
 }

@@ -49,6 +49,11 @@ type streamPool struct {
 	pauseUntil time.Time
 	lastErr    error
 	refused    stripe.Status // the far agent's last authenticated refusal; 0 if none
+	// An idle stream that dies younger than streamProvenAfter (a path,
+	// or a far agent, resetting each stream after its handshake) counts
+	// like a failed open: young counts such pauses in a row and the pool
+	// pauses as after failures. One that lived, or a claim, clears it.
+	young int
 
 	refills atomic.Uint64 // streams opened into the pool
 	claims  atomic.Uint64 // streams taken from it by sessions
@@ -265,7 +270,7 @@ func (p *streamPool) resize(spec agentspec.Pool) {
 func (p *streamPool) wantOne(now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.idle)+p.opening >= min(p.target, p.spec.Max) || now.Before(p.pauseUntil) || (p.fails > 0 && p.opening > 0) {
+	if len(p.idle)+p.opening >= min(p.target, p.spec.Max) || now.Before(p.pauseUntil) || (p.fails+p.young > 0 && p.opening > 0) {
 		return false
 	}
 	p.opening++
@@ -385,24 +390,50 @@ func (p *streamPool) watch(ps *pooledStream) {
 	if ps.claimed.Load() {
 		return
 	}
-	if p.remove(ps) {
+	if lived, ok := p.remove(ps); ok {
 		p.died.Add(1)
-		p.a.limited.log(p.a.log, "pool-died", "relay: an idle pooled stream died", "peer", p.peer, "err", err)
 		reset(ps.conn)
+		if pause := p.diedAfter(lived); pause > 0 {
+			p.a.limited.log(p.a.log, "pool-died", "relay: an idle pooled stream died young; the pool waits before it opens another",
+				"peer", p.peer, "lived", lived.Round(time.Millisecond), "retry_in", pause.Round(time.Millisecond), "err", err)
+		} else {
+			p.a.limited.log(p.a.log, "pool-died", "relay: an idle pooled stream died", "peer", p.peer, "err", err)
+		}
 		p.poke()
 	}
 }
 
-func (p *streamPool) remove(ps *pooledStream) bool {
+// diedAfter counts an idle stream that died after lived; one that died
+// young pauses the pool as a failed open does, and it returns the pause.
+func (p *streamPool) diedAfter(lived time.Duration) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if lived >= streamProvenAfter {
+		p.young = 0
+		return 0
+	}
+	// Streams that die together (during one pause) count once, as
+	// failed opens do.
+	now := time.Now()
+	if !now.Before(p.pauseUntil) {
+		p.young++
+		p.pauseUntil = now.Add(min(poolBackoff<<min(p.young-1, 16), poolBackoffMax))
+	}
+	return p.pauseUntil.Sub(now)
+}
+
+// remove takes ps out of the idle streams and says how long it lived;
+// false if a session claimed it first.
+func (p *streamPool) remove(ps *pooledStream) (time.Duration, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, q := range p.idle {
 		if q == ps {
 			p.idle = append(p.idle[:i], p.idle[i+1:]...)
-			return true
+			return time.Since(ps.since), true
 		}
 	}
-	return false
+	return 0, false
 }
 
 // take claims up to n idle streams for a session, newest first (the
@@ -416,6 +447,9 @@ func (p *streamPool) take(n int) []*pooledStream {
 		ps := p.idle[len(p.idle)-1]
 		p.idle = p.idle[:len(p.idle)-1]
 		got = append(got, ps)
+	}
+	if k > 0 {
+		p.young = 0 // they served
 	}
 	if miss := n - k; miss > 0 {
 		p.target = min(p.spec.Max, p.target+miss)
