@@ -340,7 +340,9 @@
 // The responder then drops its old stream i if it still has one (its
 // frames are retransmitted), and both ends start the new stream's control
 // sequences afresh. The initiator retries a failed join with exponential
-// backoff (50 ms doubling to 2 s).
+// backoff (50 ms doubling to 2 s); a joined stream lost within a second
+// of its handshake counts as a failed join (a path resetting each stream
+// after its JOIN costs one handshake per backoff, not a loop).
 //
 // # Pooled streams: BIND
 //
@@ -437,7 +439,8 @@
 // and reset a moment later; both agents reset (RST) their end-host
 // connections at once, so a truncated transfer never looks complete, and
 // never a FIN) only when: it has had no stream for the reconnect timeout
-// (the initiator could re-establish none); the far agent refused a join
+// (the initiator could re-establish none that lived: streams lost within a
+// second of their handshake do not restart the timeout); the far agent refused a join
 // as StatusUnknownSession (its process died: its session state is lost);
 // or anything fails authentication or breaks the rules above.
 package stripe
