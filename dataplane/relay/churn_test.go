@@ -16,6 +16,7 @@ import (
 
 	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // churnProxy sits on the WAN path between the agents. The first connection
@@ -30,6 +31,7 @@ type churnProxy struct {
 	target   netip.AddrPort
 	accepted atomic.Int64
 	resetAll atomic.Bool // reset stream 0 too
+	passAll  atomic.Bool // from now on pass every connection untouched
 	// up, if set, is how many bytes upstream a churned connection carries
 	// (default: hello, confirm and a JOIN frame).
 	up     int64
@@ -58,7 +60,7 @@ func newChurnProxy(t *testing.T, target netip.AddrPort) *churnProxy {
 			p.wg.Add(1)
 			go func() {
 				defer p.wg.Done()
-				p.relay(c, n == 1 && !p.resetAll.Load())
+				p.relay(c, n == 1 && !p.resetAll.Load() || p.passAll.Load())
 			}()
 		}
 	}()
@@ -133,6 +135,53 @@ func (p *churnProxy) relay(c *net.TCPConn, pass bool) {
 	_ = far.SetLinger(0)
 }
 
+// churnPair starts agent-b, a churnProxy in front of it and agent-a,
+// whose whitelist of streams stripes (and pool) reaches agent-b through
+// the proxy; setup, if set, configures the proxy before agent-a starts.
+// It returns agent-a and the proxy.
+func churnPair(t *testing.T, streams int, lim Limits, pool agentspec.Pool, setup func(*churnProxy)) (*Agent, *churnProxy) {
+	t.Helper()
+	srv := newEndServer(t, func(c *net.TCPConn) {
+		defer c.Close()
+		_, _ = io.Copy(io.Discard, c)
+	})
+	entry := Whitelist{
+		Name: "test", Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Server: srv.addr.Addr(), Port: srv.addr.Port(),
+		Streams: streams, ChunkSize: 60000, QueueLength: 5, PeerName: "agent-a",
+	}
+	log := testLogger(t)
+	b := startAgentLogging(t, Config{
+		Name: "agent-b", DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
+		Server: []Whitelist{entry}, Limits: lim,
+	}, srv.addr, log)
+	proxy := newChurnProxy(t, b.Addrs().Data)
+	if setup != nil {
+		setup(proxy)
+	}
+	entry.Peer, entry.PeerName, entry.Pool = proxy.addr, "agent-b", pool
+	a := startAgentLogging(t, Config{
+		Name: "agent-a", TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
+		Client: []Whitelist{entry}, Limits: lim,
+	}, srv.addr, log)
+	return a, proxy
+}
+
+// dialHello opens a connection through a's transparent listener and
+// writes a first message, so a session starts.
+func dialHello(t *testing.T, a *Agent) *net.TCPConn {
+	t.Helper()
+	c, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(a.Addrs().Transparent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // TestReplacementChurnBacksOff: a path (or a key-holding far agent) that
 // lets every replacement stream complete its JOIN and then resets it must
 // not drive the client-side agent into a handshake loop without backoff.
@@ -141,35 +190,8 @@ func (p *churnProxy) relay(c *net.TCPConn, pass bool) {
 // fast as the handshake ran (about 2,900 handshakes in 3 s); a stream
 // that dies younger than streamProvenAfter now counts as a failed join.
 func TestReplacementChurnBacksOff(t *testing.T) {
-	srv := newEndServer(t, func(c *net.TCPConn) {
-		defer c.Close()
-		_, _ = io.Copy(io.Discard, c)
-	})
-	entry := Whitelist{
-		Name: "test", Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Server: srv.addr.Addr(), Port: srv.addr.Port(),
-		Streams: 8, ChunkSize: 60000, QueueLength: 5, PeerName: "agent-a",
-	}
-	quiet := testLogger(t)
-	b := startAgentLogging(t, Config{
-		Name: "agent-b", DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
-		Server: []Whitelist{entry},
-	}, srv.addr, quiet)
-	proxy := newChurnProxy(t, b.Addrs().Data)
-	entry.Peer, entry.PeerName = proxy.addr, "agent-b"
-	a := startAgentLogging(t, Config{
-		Name: "agent-a", TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
-		Client: []Whitelist{entry},
-	}, srv.addr, quiet)
-
-	c, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(a.Addrs().Transparent))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	a, proxy := churnPair(t, 8, Limits{}, agentspec.Pool{}, nil)
+	c := dialHello(t, a)
 	time.Sleep(200 * time.Millisecond)
 	before := proxy.accepted.Load()
 	const window = 3 * time.Second
@@ -183,6 +205,20 @@ func TestReplacementChurnBacksOff(t *testing.T) {
 	if limit := int64(200); got > limit {
 		t.Errorf("%d handshakes in %s (> %d): a replacement that dies right after its JOIN resets the slot's backoff, so the agent reconnects in a tight loop", got, window, limit)
 	}
+	// Once the path lets streams live, every slot joins again within
+	// its backoff (2 s at most).
+	proxy.passAll.Store(true)
+	var lost uint64
+	testsupport.Eventually(t, 10*time.Second, "all 8 streams up again and none lost for half a second", func() bool {
+		st := a.Stats()
+		if len(st.Sessions) != 1 || st.Sessions[0].StreamsLive != 8 || st.Totals.StreamsLost != lost {
+			lost = st.Totals.StreamsLost
+			return false
+		}
+		time.Sleep(500 * time.Millisecond)
+		st = a.Stats()
+		return len(st.Sessions) == 1 && st.Sessions[0].StreamsLive == 8 && st.Totals.StreamsLost == lost
+	})
 	_ = c.SetLinger(0)
 }
 
@@ -196,36 +232,9 @@ func TestReplacementChurnBacksOff(t *testing.T) {
 // path kept doing it; only a stream that lived streamProvenAfter restarts
 // it now.
 func TestChurnedSessionStillAborts(t *testing.T) {
-	srv := newEndServer(t, func(c *net.TCPConn) {
-		defer c.Close()
-		_, _ = io.Copy(io.Discard, c)
-	})
-	entry := Whitelist{
-		Name: "test", Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Server: srv.addr.Addr(), Port: srv.addr.Port(),
-		Streams: 4, ChunkSize: 60000, QueueLength: 5, PeerName: "agent-a",
-	}
 	lim := Limits{ReconnectTimeout: time.Second}
-	log := testLogger(t)
-	b := startAgentLogging(t, Config{
-		Name: "agent-b", DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
-		Server: []Whitelist{entry}, Limits: lim,
-	}, srv.addr, log)
-	proxy := newChurnProxy(t, b.Addrs().Data)
-	entry.Peer, entry.PeerName = proxy.addr, "agent-b"
-	a := startAgentLogging(t, Config{
-		Name: "agent-a", TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
-		Client: []Whitelist{entry}, Limits: lim,
-	}, srv.addr, log)
-
-	c, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(a.Addrs().Transparent))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	a, proxy := churnPair(t, 4, lim, agentspec.Pool{}, nil)
+	c := dialHello(t, a)
 	time.Sleep(300 * time.Millisecond)
 	proxy.killPassed()
 	time.Sleep(100 * time.Millisecond)
@@ -236,8 +245,7 @@ func TestChurnedSessionStillAborts(t *testing.T) {
 	bound := lim.ReconnectTimeout + 4*time.Second
 	_ = c.SetReadDeadline(time.Now().Add(bound))
 	t0 := time.Now()
-	var nread int64
-	nread, err = io.Copy(io.Discard, c)
+	nread, err := io.Copy(io.Discard, c)
 	t.Logf("read ended after %s with %d bytes, err %v", time.Since(t0), nread, err)
 	for _, ss := range a.Stats().Sessions {
 		t.Logf("client-side session: state %s up %d down %d live %d", ss.State, ss.BytesUp, ss.BytesDown, ss.StreamsLive)
@@ -260,26 +268,10 @@ func TestChurnedSessionStillAborts(t *testing.T) {
 // younger than streamProvenAfter now pauses the pool as a failed open
 // does. (A refusal backs off: TestPoolRefusedBacksOff.)
 func TestPoolChurnBacksOff(t *testing.T) {
-	srv := newEndServer(t, func(c *net.TCPConn) { _ = c.Close() })
-	entry := Whitelist{
-		Name: "test", Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Server: srv.addr.Addr(), Port: srv.addr.Port(),
-		Streams: 2, ChunkSize: 1000, QueueLength: 2, PeerName: "agent-a",
-	}
-	log := testLogger(t)
-	b := startAgentLogging(t, Config{
-		Name: "agent-b", DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
-		Server: []Whitelist{entry},
-	}, srv.addr, log)
-	proxy := newChurnProxy(t, b.Addrs().Data)
-	proxy.up = stripe.HelloSize + stripe.ConfirmSize
-	proxy.resetAll.Store(true)
-	entry.Peer, entry.PeerName = proxy.addr, "agent-b"
-	entry.Pool = agentspec.Pool{MinIdle: 4, Max: 4}
-	a := startAgentLogging(t, Config{
-		Name: "agent-a", TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
-		Client: []Whitelist{entry},
-	}, srv.addr, log)
+	a, proxy := churnPair(t, 2, Limits{}, agentspec.Pool{MinIdle: 4, Max: 4}, func(p *churnProxy) {
+		p.up = stripe.HelloSize + stripe.ConfirmSize
+		p.resetAll.Store(true)
+	})
 	const window = 3 * time.Second
 	time.Sleep(window)
 	got := proxy.accepted.Load()
@@ -294,4 +286,11 @@ func TestPoolChurnBacksOff(t *testing.T) {
 	if limit := int64(80); got > limit {
 		t.Errorf("%d pooled handshakes in %s (> %d): a pooled stream that dies right after its handshake is replaced at once, without backoff", got, window, limit)
 	}
+	// Once the path lets streams live, the pool fills again: its pause
+	// runs out, one stream lives a second, and the rest open together.
+	proxy.passAll.Store(true)
+	testsupport.Eventually(t, 15*time.Second, "the pool full again", func() bool {
+		ps := a.Pools()
+		return len(ps) == 1 && ps[0].Idle == 4
+	})
 }

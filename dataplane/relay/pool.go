@@ -266,22 +266,34 @@ func (p *streamPool) resize(spec agentspec.Pool) {
 }
 
 // wantOne reserves the opening of one stream when the pool is below its
-// target and not pausing; after failures, one stream at a time.
+// target and not pausing; after failures, one stream at a time, and
+// after streams that died young, one stream at a time until one has
+// lived streamProvenAfter.
 func (p *streamPool) wantOne(now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.idle)+p.opening >= min(p.target, p.spec.Max) || now.Before(p.pauseUntil) || (p.fails+p.young > 0 && p.opening > 0) {
+	if p.young > 0 && len(p.idle) > 0 && now.Sub(p.idle[0].since) >= streamProvenAfter {
+		p.young = 0 // the oldest idle stream lived
+	}
+	if len(p.idle)+p.opening >= min(p.target, p.spec.Max) || now.Before(p.pauseUntil) || (p.fails+p.young > 0 && p.opening > 0) ||
+		(p.young > 0 && len(p.idle) > 0) {
 		return false
 	}
 	p.opening++
 	return true
 }
 
-// paused is how long the pool still waits before it tries again.
+// paused is how long the pool still waits before it tries again: the
+// pause, or while its probe after young deaths is idle, until that
+// stream has lived streamProvenAfter (wantOne).
 func (p *streamPool) paused(now time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.pauseUntil.Sub(now)
+	d := p.pauseUntil.Sub(now)
+	if p.young > 0 && len(p.idle) > 0 {
+		d = max(d, p.idle[0].since.Add(streamProvenAfter).Sub(now))
+	}
+	return d
 }
 
 // open opens one pooled stream, within the agent's handshakes in flight
