@@ -236,6 +236,10 @@ type Controller struct {
 	byDPID   map[uint64]string
 	agents   map[string]*agentState
 	sessions map[string]*session
+	// claiming names the switches a second connection is being checked
+	// for (claim): one at a time, so connections for a connected
+	// datapath id cannot park in numbers past their handshake.
+	claiming map[string]bool
 	status   map[string]*SwitchStatus
 	refused  []Refusal
 	// role and generation are what SetRole set (role.go).
@@ -765,8 +769,10 @@ func (c *Controller) setError(name string, err error) {
 // when there is none, or when the connected one no longer answers an echo
 // within the keepalive interval (a switch that restarted). A second
 // connection for a switch that still answers is refused, so whoever claims
-// a connected datapath id cannot knock the switch off. It returns with
-// c.mu held when sc may proceed.
+// a connected datapath id cannot knock the switch off; so is one that
+// comes while another is being checked for the same switch, so such
+// connections cannot pile up after their handshake slot is released. It
+// returns with c.mu held when sc may proceed.
 func (c *Controller) claim(ctx context.Context, sc *SwitchConn, name string) bool {
 	c.mu.Lock()
 	for {
@@ -774,23 +780,37 @@ func (c *Controller) claim(ctx context.Context, sc *SwitchConn, name string) boo
 		if prev == nil {
 			return true
 		}
+		if c.claiming[name] {
+			c.mu.Unlock()
+			c.refuse(sc.RemoteAddr(), sc.DatapathID(), fmt.Sprintf("switch %s is connected from %s and another connection for its datapath id is being checked; this one is refused",
+				name, prev.conn.RemoteAddr()))
+			sc.Close()
+			return false
+		}
+		if c.claiming == nil {
+			c.claiming = make(map[string]bool)
+		}
+		c.claiming[name] = true
 		c.mu.Unlock()
 		pctx, cancel := context.WithTimeout(ctx, c.cfg.Keepalive)
 		_, err := prev.conn.Echo(pctx)
 		cancel()
+		c.mu.Lock()
+		delete(c.claiming, name)
 		if err == nil {
+			c.mu.Unlock()
 			c.refuse(sc.RemoteAddr(), sc.DatapathID(), fmt.Sprintf("switch %s is already connected from %s and answers; a second connection for its datapath id is refused",
 				name, prev.conn.RemoteAddr()))
 			sc.Close()
 			return false
 		}
-		c.log.Warn("switch connects again while its previous connection is silent; replacing it",
-			"switch", name, "previous", prev.conn.RemoteAddr(), "remote", sc.RemoteAddr(), "err", err)
-		c.mu.Lock()
 		if c.sessions[name] == prev {
+			c.log.Warn("switch connects again while its previous connection is silent; replacing it",
+				"switch", name, "previous", prev.conn.RemoteAddr(), "remote", sc.RemoteAddr(), "err", err)
 			return true
 		}
-		// Another connection took over meanwhile: ask that one.
+		// The previous session ended meanwhile and another connection
+		// took over: ask that one.
 	}
 }
 
