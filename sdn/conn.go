@@ -85,6 +85,28 @@ type SwitchConn struct {
 	// echoes are the replies the reader queued for answerEchoes.
 	echoes        chan *ofp13.EchoReply
 	echoesDropped atomic.Uint64
+
+	// What the switch sends wrong is logged at most once a second
+	// (limitedWarn), with the count of the lines left out.
+	lastWarn        atomic.Int64 // unix nanoseconds
+	warnsSuppressed atomic.Uint64
+}
+
+// limitedWarn logs msg at most once a second for this connection; the
+// lines left out meanwhile are counted in the next one (suppressed), so a
+// switch that sends a storm of errors, malformed messages or role changes
+// costs the log a line a second, not one per message.
+func (c *SwitchConn) limitedWarn(msg string, args ...any) {
+	now := time.Now().UnixNano()
+	last := c.lastWarn.Load()
+	if now-last < int64(time.Second) || !c.lastWarn.CompareAndSwap(last, now) {
+		c.warnsSuppressed.Add(1)
+		return
+	}
+	if n := c.warnsSuppressed.Swap(0); n > 0 {
+		args = append(args, "suppressed", n)
+	}
+	c.log.Warn(msg, args...)
 }
 
 // maxQueuedEchoes bounds the echo replies waiting for the writer. A switch
@@ -340,7 +362,7 @@ func (c *SwitchConn) readLoop(br *bufio.Reader) {
 		case errors.As(err, &de) && !errors.Is(err, errFraming):
 			// The frame was whole, only its content is malformed: report
 			// it and carry on with the next message.
-			c.log.Warn("malformed message from switch", "err", err)
+			c.limitedWarn("malformed message from switch", "err", err)
 			continue
 		case err != nil:
 			var ne net.Error
@@ -399,7 +421,7 @@ func (c *SwitchConn) dispatch(m ofp13.Message, size int) {
 		}
 		c.mu.Unlock()
 		if p == nil {
-			c.log.Warn("switch error for no pending request", "xid", m.XID, "err", m)
+			c.limitedWarn("switch error for no pending request", "xid", m.XID, "err", m)
 		}
 		return
 	}

@@ -87,7 +87,7 @@ func (c *Controller) onRoleStatus(sink *roleSink, m *ofp13.RoleStatus) {
 	s.role.role, s.role.generation = m.Role, m.GenerationID
 	signal(s.kick)
 	c.mu.Unlock()
-	c.log.Warn("switch changed this controller's role", "switch_remote", s.conn.RemoteAddr(),
+	s.conn.limitedWarn("switch changed this controller's role", "switch_remote", s.conn.RemoteAddr(),
 		"from", old.String(), "to", m.Role.String(), "reason", m.Reason.String(), "switch_generation", m.GenerationID)
 }
 
