@@ -2,11 +2,17 @@ package sdn
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sosappliance/sosappliance/sdn/flows"
+	"github.com/sosappliance/sosappliance/sdn/spread"
 )
 
 func TestParseSessions(t *testing.T) {
@@ -36,5 +42,72 @@ func TestAgentSessionsBoundsTheBody(t *testing.T) {
 	_, err := agentSessions(context.Background(), AgentHealth{HTTP: strings.TrimPrefix(srv.URL, "http://")}, 5*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "more than") {
 		t.Fatalf("oversized body: %v", err)
+	}
+}
+
+// TestDuplicateSessionLineDoesNotFreezeSwitch: an agent (or whatever
+// answers on its health address) that listed the same live session twice
+// in GET /sessions made flows.Compile refuse the switch's whole flow set
+// ("need the same flow entry"), so the controller stopped converging that
+// switch, and could no longer withdraw a dead agent's buckets (fail-over,
+// fail-open). Found by an independent review; PinSessions pins a session
+// once now (flows: TestInconsistentSessionReportsStillCompile).
+func TestDuplicateSessionLineDoesNotFreezeSwitch(t *testing.T) {
+	mac := func(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
+	a1 := flows.Agent{Name: "a1", MAC: mac("02:00:00:00:01:01"), Port: 3}
+	a2 := flows.Agent{Name: "a2", MAC: mac("02:00:00:00:01:02"), Port: 4}
+	a3 := flows.Agent{Name: "a3", MAC: mac("02:00:00:00:01:03"), Port: 5}
+	sw := flows.Switch{
+		Name: "sw", DatapathID: 1, Forwarding: "normal", Agents: []flows.Agent{a1, a2},
+		Steers: []flows.Steer{{
+			Whitelist: "w", Side: flows.ClientSide,
+			Clients: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")},
+			Server:  netip.MustParseAddr("10.2.0.10"), Port: 5201,
+			Agent: a1, Agents: []flows.Agent{a1, a2, a3}, Spread: spread.ModePort, SpreadBits: 2,
+			DependsOnSites: [][]string{{"a1", "a2", "a3"}},
+		}},
+	}
+	// a1 lists sessions from every bucket, each twice; those in the
+	// buckets of the others are pins.
+	var body strings.Builder
+	for port := 40000; port < 40016; port += 2 {
+		line := fmt.Sprintf("w 10.1.0.7:%d 10.2.0.10:5201\n", port)
+		body.WriteString(line + line)
+	}
+	hostile := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/sessions" {
+			_, _ = w.Write([]byte(body.String()))
+		}
+	}))
+	defer hostile.Close()
+	honest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer honest.Close()
+	dying := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer dying.Close()
+	c, err := New(Config{HealthInterval: time.Second, Switches: []flows.Switch{sw}, Agents: map[string]AgentHealth{
+		"a1": {HTTP: strings.TrimPrefix(hostile.URL, "http://")},
+		"a2": {HTTP: strings.TrimPrefix(honest.URL, "http://")},
+		"a3": {HTTP: strings.TrimPrefix(dying.URL, "http://")},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, _, err := c.desiredFor("sw"); err != nil {
+		t.Fatalf("before any health round: %v", err)
+	}
+	c.healthRound(ctx)
+	_, _, errUp := c.desiredFor("sw")
+	// a3 dies: its buckets must go to the survivors now.
+	dying.Close()
+	c.healthRound(ctx)
+	c.healthRound(ctx)
+	c.mu.Lock()
+	a3down := c.downLocked("a3")
+	c.mu.Unlock()
+	_, _, errDown := c.desiredFor("sw")
+	t.Logf("a3 down: %v", a3down)
+	if errUp != nil || errDown != nil {
+		t.Fatalf("one duplicated line from agent a1 leaves switch sw without a compilable flow set, so it is never converged again (fail-over of dead a3 included):\n  all up: %v\n  a3 down: %v", errUp, errDown)
 	}
 }

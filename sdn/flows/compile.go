@@ -506,6 +506,10 @@ const PrioritySession = PrioritySteer + 2
 // survivor through one exact-match flow each (both ports and addresses),
 // until the survivor no longer reports them. held maps each agent to the
 // sessions it reports; apply it after FailOpen, whose Down it uses.
+// Agents' reports are not trusted to be consistent: a session listed
+// twice is pinned once, and one that two agents claim is pinned to
+// neither (at most one of them holds it, and which cannot be told), so
+// no report can make the switch's flow set fail to compile.
 func PinSessions(sw Switch, held map[string][]Held) Switch {
 	out := sw
 	out.Steers = slices.Clone(sw.Steers)
@@ -521,7 +525,9 @@ func PinSessions(sw Switch, held map[string][]Held) Switch {
 		if err != nil {
 			continue
 		}
-		var pins []Pin
+		type tuple struct{ client, server netip.AddrPort }
+		owner := make(map[tuple]int) // index into st.Agents; -1: claimed by two
+		var order []tuple
 		for j, a := range st.Agents {
 			if !up[j] {
 				continue
@@ -530,7 +536,20 @@ func PinSessions(sw Switch, held map[string][]Held) Switch {
 				if h.Whitelist != st.Whitelist || !steerCovers(st, h) || b.Agent(h.Client) == j {
 					continue
 				}
-				pins = append(pins, Pin{Client: h.Client, Server: h.Server, Agent: a})
+				k := tuple{h.Client, h.Server}
+				switch prev, ok := owner[k]; {
+				case !ok:
+					owner[k] = j
+					order = append(order, k)
+				case prev != j:
+					owner[k] = -1
+				}
+			}
+		}
+		var pins []Pin
+		for _, k := range order {
+			if j := owner[k]; j >= 0 {
+				pins = append(pins, Pin{Client: k.client, Server: k.server, Agent: st.Agents[j]})
 			}
 		}
 		out.Steers[i].Pins = pins

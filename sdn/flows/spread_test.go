@@ -1,6 +1,8 @@
 package flows
 
 import (
+	"fmt"
+	"maps"
 	"net/netip"
 	"strings"
 	"testing"
@@ -223,5 +225,56 @@ func TestSpreadFlowCount(t *testing.T) {
 	}
 	if d := SteerFlowDetail(sw.Steers[0], false); !strings.Contains(d, "x 2 bucket patterns (spread by port over 2 agents, 16 buckets)") {
 		t.Errorf("detail %q", d)
+	}
+}
+
+// Agents' reports of their sessions need not agree: a session an agent
+// lists twice gets one pin, and one that two agents claim gets none (at
+// most one of them holds it). Before, either made Compile refuse the
+// switch's whole flow set, so one agent's health answer froze the switch
+// (no fail-over, no fail-open, no reload).
+func TestInconsistentSessionReportsStillCompile(t *testing.T) {
+	agentA3 := Agent{Name: "a3", MAC: mustMAC("02:00:00:00:01:03"), Port: 5}
+	sw := spreadSwitch(ClientSide, spread.ModePort, 2, agentA1, agentA2, agentA3)
+	b, err := spread.Assign(spread.ModePort, 2, 3, []bool{true, true, true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := netip.MustParseAddrPort("10.2.0.10:5201")
+	held := map[string][]Held{}
+	want := map[uint16]string{} // client port -> the agent its pin names
+	for port := uint16(40000); port < 40016; port++ {
+		h := Held{Whitelist: "w", Client: netip.AddrPortFrom(netip.MustParseAddr("10.1.0.7"), port), Server: server}
+		held["a1"] = append(held["a1"], h, h) // each listed twice
+		held["a3"] = append(held["a3"], h)
+		switch b.Agent(h.Client) {
+		case 0: // a1's bucket: only a3's claim is a pin
+			want[port] = "a3"
+		case 2: // a3's bucket: only a1's
+			want[port] = "a1"
+		} // a2's bucket: claimed by a1 and a3, pinned to neither
+	}
+	fs, err := Compile(PinSessions(sw, held))
+	if err != nil {
+		t.Fatalf("a duplicated and a conflicting report left the switch without a flow set: %v", err)
+	}
+	got := map[uint16]string{}
+	for _, f := range fs {
+		if f.Priority != PrioritySession {
+			continue
+		}
+		line := f.String()
+		var port uint16
+		if _, err := fmt.Sscanf(line[strings.Index(line, "tp_src="):], "tp_src=%d", &port); err != nil {
+			t.Fatalf("pin %s: %v", line, err)
+		}
+		for _, a := range []Agent{agentA1, agentA3} {
+			if strings.Contains(line, a.MAC.String()) {
+				got[port] = a.Name
+			}
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("pins by client port %v, want %v", got, want)
 	}
 }
