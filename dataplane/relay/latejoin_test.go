@@ -474,3 +474,34 @@ func TestJoinChurnPinsDeadStreams(t *testing.T) {
 			sealedOn, pinned, len(dead))
 	}
 }
+
+// TestSealedOnKeepsRunningLostStreams: a frame keeps naming a lost stream
+// that sealed it until that stream's goroutines are gone (its writer may
+// still run, and must never seal the frame again: one key, one nonce),
+// and a lost stream's writer takes no frame to send again. Then the
+// stream leaves the list at the frame's next seal. (An independent
+// review's case: pruning lost streams at once let a lost writer take
+// back a frame it had sealed.)
+func TestSealedOnKeepsRunningLostStreams(t *testing.T) {
+	s := &session{resendWake: make(chan struct{}, 1)}
+	stream := func(i int) *stream {
+		return &stream{s: s, index: i, dead: make(chan struct{}), gone: make(chan struct{})}
+	}
+	a, b, d := stream(0), stream(1), stream(2)
+	c := &chunk{seq: 7}
+	c.sealOn(a)
+	close(a.dead) // lost; its writer has not returned
+	c.sealOn(b)
+	if !c.sealedBy(a) || !c.sealedBy(b) {
+		t.Fatalf("sealedOn %d streams: a lost stream whose writer runs left the list", len(c.sealedOn))
+	}
+	s.resend = []*chunk{c}
+	if got := s.takeResend(a, nil, false); len(got) != 0 {
+		t.Errorf("lost stream %d took frame %d to send again", a.index, got[0].seq)
+	}
+	close(a.gone) // its goroutines returned
+	c.sealOn(d)
+	if c.sealedBy(a) || !c.sealedBy(b) || !c.sealedBy(d) || len(c.sealedOn) != 2 {
+		t.Errorf("after the lost stream's goroutines returned, sealedOn is %d streams, want b and d", len(c.sealedOn))
+	}
+}

@@ -136,7 +136,8 @@ type chunk struct {
 	// when its last write returned, when watchBlocking first saw all of
 	// it leave the socket, and where it lies in that stream's bytes,
 	// the streams that sealed it (none may seal it again: one key, one
-	// nonce; a lost one leaves the list at the frame's next seal), and
+	// nonce; one whose goroutines are gone leaves the list at the
+	// frame's next seal), and
 	// whether it was reinjected already (once at most).
 	sentAt, leftAt   time.Time
 	startOff, endOff uint64
@@ -148,6 +149,20 @@ type chunk struct {
 
 // sealedBy reports whether st sealed the chunk before (under st's key).
 func (c *chunk) sealedBy(st *stream) bool { return slices.Contains(c.sealedOn, st) }
+
+// sealOn records that st sealed the chunk (its busy writer only). A
+// stream whose goroutines are gone never seals again, so it leaves the
+// list: a frame sent again over replacement after replacement (a peer's
+// JOINs, or a path resetting stream after stream) names only streams that
+// may still seal, not every stream it ever went on. Lost is not enough: a
+// lost stream's writer may still be running.
+func (c *chunk) sealOn(st *stream) {
+	if c.sealedBy(st) {
+		return
+	}
+	c.sealedOn = slices.DeleteFunc(c.sealedOn, func(x *stream) bool { return closed(x.gone) })
+	c.sealedOn = append(c.sealedOn, st)
+}
 
 func (c *chunk) payload() []byte { return c.buf[stripe.HeaderSize : stripe.HeaderSize+c.n] }
 
@@ -1794,15 +1809,7 @@ func (st *stream) writeLoop() {
 			}
 			// Only this writer touches a busy chunk's buffer and fields.
 			c.sealed = true
-			if !c.sealedBy(st) {
-				// A lost stream never seals again, so it leaves the
-				// list: a frame sent again over replacement after
-				// replacement (a peer's JOINs, or a path resetting
-				// stream after stream) names only streams that may
-				// still seal, not every stream it ever went on.
-				c.sealedOn = slices.DeleteFunc(c.sealedOn, (*stream).isLost)
-				c.sealedOn = append(c.sealedOn, st)
-			}
+			c.sealOn(st)
 			c.startOff = base + wire
 			iov = append(iov, frame)
 			wire += uint64(len(frame))
@@ -1887,6 +1894,9 @@ func (s *session) claim(st *stream, batch []*chunk) []*chunk {
 // never seals one nonce twice) and, when troubled, frames taken back from
 // a stream in recovery, to the other writers.
 func (s *session) takeResend(st *stream, batch []*chunk, troubled bool) []*chunk {
+	if st.isLost() {
+		return batch // its frames go on the others (writerExit)
+	}
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	if len(s.resend) == 0 {
