@@ -53,7 +53,8 @@ type streamPool struct {
 	// or a far agent, resetting each stream after its handshake) counts
 	// like a failed open: young counts such pauses in a row and the pool
 	// pauses as after failures. One that lived, or a claim, clears it.
-	young int
+	young   int
+	youngAt time.Time // the last such death
 
 	refills atomic.Uint64 // streams opened into the pool
 	claims  atomic.Uint64 // streams taken from it by sessions
@@ -272,11 +273,12 @@ func (p *streamPool) resize(spec agentspec.Pool) {
 func (p *streamPool) wantOne(now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.young > 0 && len(p.idle) > 0 && now.Sub(p.idle[0].since) >= streamProvenAfter {
-		p.young = 0 // the oldest idle stream lived
+	probe := p.probe()
+	if probe != nil && now.Sub(probe.since) >= streamProvenAfter {
+		p.young, probe = 0, nil // the probe lived
 	}
 	if len(p.idle)+p.opening >= min(p.target, p.spec.Max) || now.Before(p.pauseUntil) || (p.fails+p.young > 0 && p.opening > 0) ||
-		(p.young > 0 && len(p.idle) > 0) {
+		probe != nil {
 		return false
 	}
 	p.opening++
@@ -290,10 +292,24 @@ func (p *streamPool) paused(now time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	d := p.pauseUntil.Sub(now)
-	if p.young > 0 && len(p.idle) > 0 {
-		d = max(d, p.idle[0].since.Add(streamProvenAfter).Sub(now))
+	if probe := p.probe(); probe != nil {
+		d = max(d, probe.since.Add(streamProvenAfter).Sub(now))
 	}
 	return d
+}
+
+// probe is, after streams died young, the idle stream opened since the
+// last of them (the newest), which must live streamProvenAfter before the
+// pool opens more; nil if none. Streams older than the deaths prove
+// nothing about the path now. p.mu held.
+func (p *streamPool) probe() *pooledStream {
+	if p.young == 0 || len(p.idle) == 0 {
+		return nil
+	}
+	if ps := p.idle[len(p.idle)-1]; ps.since.After(p.youngAt) {
+		return ps
+	}
+	return nil
 }
 
 // open opens one pooled stream, within the agent's handshakes in flight
@@ -305,7 +321,12 @@ func (p *streamPool) open(ctx context.Context) {
 		p.mu.Lock()
 		p.opening--
 		p.idle = append(p.idle, ps)
-		p.fails, p.pauseUntil, p.lastErr, p.refused = 0, time.Time{}, nil, 0
+		p.fails, p.lastErr, p.refused = 0, nil, 0
+		if p.young == 0 {
+			// After young deaths the pause stands: the stream that
+			// just opened has yet to live (probe).
+			p.pauseUntil = time.Time{}
+		}
 		p.mu.Unlock()
 		p.refills.Add(1)
 		go p.watch(ps)
@@ -427,6 +448,7 @@ func (p *streamPool) diedAfter(lived time.Duration) time.Duration {
 	// Streams that die together (during one pause) count once, as
 	// failed opens do.
 	now := time.Now()
+	p.youngAt = now
 	if !now.Before(p.pauseUntil) {
 		p.young++
 		p.pauseUntil = now.Add(min(poolBackoff<<min(p.young-1, 16), poolBackoffMax))
