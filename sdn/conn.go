@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -152,6 +153,10 @@ func Dial(ctx context.Context, target string, opts ConnOptions) (*SwitchConn, er
 // other connection meanwhile: one from a source outside sw.Allow before
 // anything is sent, plain TCP when sw.TLS is set, a failed TLS handshake
 // (serverTLS verifies the switch's certificate), another datapath id.
+// Handshakes run side by side, at most maxAcceptHandshakes, the oldest
+// given up for a newer one, so silent connections that came first cannot
+// keep the switch waiting past ctx. No goroutine of it outlives the call:
+// ln is shared with the next switch's wait.
 func AcceptSwitch(ctx context.Context, ln net.Listener, sw flows.Switch, serverTLS *tls.Config, opts ConnOptions) (*SwitchConn, error) {
 	opts = opts.withDefaults()
 	if sw.TLS && serverTLS == nil {
@@ -159,11 +164,107 @@ func AcceptSwitch(ctx context.Context, ln net.Listener, sw flows.Switch, serverT
 	}
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
+	// A listener with deadlines lets the accept loop look at finished
+	// handshakes every acceptPoll; without, each handshake is awaited
+	// before the next accept.
+	dl, _ := ln.(interface{ SetDeadline(time.Time) error })
+	if dl != nil {
+		defer dl.SetDeadline(time.Time{})
+	}
+	type attempt struct {
+		conn   net.Conn
+		remote string
+		cancel context.CancelFunc
+	}
+	type outcome struct {
+		a   *attempt
+		sc  *SwitchConn
+		err error
+	}
+	results := make(chan outcome)
+	finished := make(chan struct{})
+	var wg sync.WaitGroup
+	var inflight []*attempt
+	defer func() {
+		// Given-up handshakes were cancelled already.
+		close(finished)
+		for _, a := range inflight {
+			a.cancel()
+		}
+		wg.Wait()
+	}()
+	start := func(conn net.Conn, remote string) {
+		hctx, cancel := context.WithTimeout(ctx, opts.HandshakeTimeout)
+		a := &attempt{conn: conn, remote: remote, cancel: cancel}
+		inflight = append(inflight, a)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer cancel()
+			stopConn := context.AfterFunc(hctx, func() { conn.Close() })
+			defer stopConn()
+			conn, secured, err := secure(hctx, conn, serverTLS)
+			var sc *SwitchConn
+			if err == nil && sw.TLS && !secured {
+				err = errors.New("plain TCP; the switch must connect over TLS")
+			}
+			if err == nil {
+				sc, err = Handshake(hctx, conn, opts)
+			}
+			if err == nil && !stopConn() {
+				sc.Close() // timed out or given up as the handshake ended
+				err = context.Cause(hctx)
+			}
+			if err != nil {
+				conn.Close()
+			}
+			select {
+			case results <- outcome{a, sc, err}:
+			case <-finished:
+				if sc != nil {
+					sc.Close()
+				}
+			}
+		}()
+	}
+	// decide takes a finished handshake out of inflight and says whether
+	// it is the switch.
+	decide := func(o outcome) bool {
+		inflight = slices.DeleteFunc(inflight, func(a *attempt) bool { return a == o.a })
+		switch {
+		case o.err != nil:
+			opts.Logger.Warn("switch handshake failed", "remote", o.a.remote, "err", o.err)
+			return false
+		case o.sc.DatapathID() == sw.DatapathID:
+			return true
+		}
+		opts.Logger.Warn("refusing switch: not the one awaited", "remote", o.a.remote,
+			"datapath_id", DatapathIDString(o.sc.DatapathID()), "want", DatapathIDString(sw.DatapathID))
+		o.sc.Close()
+		return false
+	}
 	for {
+		for more := true; more; {
+			select {
+			case o := <-results:
+				if decide(o) {
+					return o.sc, nil
+				}
+			default:
+				more = false
+			}
+		}
+		if dl != nil {
+			_ = dl.SetDeadline(time.Now().Add(acceptPoll))
+		}
 		conn, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
 			}
 			return nil, fmt.Errorf("accept switch: %w", err)
 		}
@@ -173,29 +274,32 @@ func AcceptSwitch(ctx context.Context, ln net.Listener, sw flows.Switch, serverT
 			conn.Close()
 			continue
 		}
-		hctx, cancel := context.WithTimeout(ctx, opts.HandshakeTimeout)
-		conn, secured, err := secure(hctx, conn, serverTLS)
-		var sc *SwitchConn
-		if err == nil && sw.TLS && !secured {
-			err = errors.New("plain TCP; the switch must connect over TLS")
+		if len(inflight) >= maxAcceptHandshakes {
+			oldest := inflight[0]
+			inflight = inflight[1:]
+			opts.Logger.Warn("giving up the oldest switch handshake for a newer connection", "remote", oldest.remote, "in_flight", maxAcceptHandshakes)
+			oldest.cancel()
 		}
-		if err == nil {
-			sc, err = Handshake(hctx, conn, opts)
+		start(conn, remote)
+		if dl == nil {
+			select {
+			case o := <-results:
+				if decide(o) {
+					return o.sc, nil
+				}
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
-		cancel()
-		if err != nil {
-			opts.Logger.Warn("switch handshake failed", "remote", remote, "err", err)
-			conn.Close()
-			continue
-		}
-		if sc.DatapathID() == sw.DatapathID {
-			return sc, nil
-		}
-		opts.Logger.Warn("refusing switch: not the one awaited", "remote", remote,
-			"datapath_id", DatapathIDString(sc.DatapathID()), "want", DatapathIDString(sw.DatapathID))
-		sc.Close()
 	}
 }
+
+// maxAcceptHandshakes bounds the handshakes AcceptSwitch runs at once;
+// acceptPoll is how often its accept loop looks at finished ones.
+const (
+	maxAcceptHandshakes = 16
+	acceptPoll          = 25 * time.Millisecond
+)
 
 func parseTarget(target string) (string, error) {
 	ap, err := netip.ParseAddrPort(strings.TrimPrefix(target, "tcp:"))

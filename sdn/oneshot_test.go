@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -236,5 +237,55 @@ func TestOneShotReachesBothKinds(t *testing.T) {
 	o.Wait = 20 * time.Second
 	if changes, err := o.Plan(ctx, swD); err != nil || !changes.Empty() {
 		t.Fatalf("plan after a timed-out wait: %v\n%s", err, changes)
+	}
+}
+
+// TestOneShotAcceptNotStalledBySilentConnections: AcceptSwitch (a one-shot
+// plan's or apply's wait for a switch that dials in) used to run the
+// handshakes of the connections it accepted one after the other, each
+// for up to HandshakeTimeout, so a host reaching the listener (any host,
+// without an allow list) that opened a few silent connections first kept
+// the real switch, queued behind them, from being accepted within the
+// wait (an independent review's test). Handshakes run side by side now,
+// the oldest given up when maxAcceptHandshakes are in flight.
+func TestOneShotAcceptNotStalledBySilentConnections(t *testing.T) {
+	for _, silent := range []int{4, 40} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const dpid = 0x5e60
+		sw := siteSwitch(dpid)
+		var quiet []net.Conn
+		for range silent {
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			quiet = append(quiet, c)
+		}
+		stop := make(chan struct{})
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			if f, err := dialFakeSwitch(ln.Addr().String(), dpid, stop); err == nil {
+				<-stop
+				f.conn.Close()
+			}
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		start := time.Now()
+		sc, err := sdn.AcceptSwitch(ctx, ln, sw, nil, sdn.ConnOptions{HandshakeTimeout: 2 * time.Second, Keepalive: time.Second})
+		cancel()
+		if err != nil {
+			t.Errorf("%d silent connections first: the real switch, 100 ms behind them, was not accepted within 3 s: %v (after %v)", silent, err, time.Since(start))
+		} else {
+			t.Logf("%d silent connections first: the switch accepted after %v", silent, time.Since(start).Round(time.Millisecond))
+			sc.Close()
+		}
+		close(stop)
+		for _, c := range quiet {
+			c.Close()
+		}
+		ln.Close()
 	}
 }
