@@ -42,6 +42,18 @@ func (h AgentHealth) Target() string {
 	return h.Data
 }
 
+// agentClient is the HTTP client of one request to an agent's health
+// address: a fresh transport each time (a kept-alive connection would hide
+// an agent that stopped accepting new ones), and no redirect followed (an
+// agent's answer must not send the controller's requests elsewhere; a
+// redirect is an answer that is not 200).
+func agentClient() *http.Client {
+	return &http.Client{
+		Transport:     &http.Transport{DisableKeepAlives: true},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
 // checkAgent runs one health check within timeout.
 func checkAgent(ctx context.Context, h AgentHealth, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -51,10 +63,7 @@ func checkAgent(ctx context.Context, h AgentHealth, timeout time.Duration) error
 		if err != nil {
 			return err
 		}
-		// A fresh transport per check: a kept-alive connection would hide
-		// an agent that stopped accepting new ones.
-		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-		resp, err := client.Do(req)
+		resp, err := agentClient().Do(req)
 		if err != nil {
 			return fmt.Errorf("GET /healthz: %w", err)
 		}
@@ -93,8 +102,7 @@ func agentSessions(ctx context.Context, h AgentHealth, timeout time.Duration) ([
 	if err != nil {
 		return nil, err
 	}
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := client.Do(req)
+	resp, err := agentClient().Do(req)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,5 +110,32 @@ func TestDuplicateSessionLineDoesNotFreezeSwitch(t *testing.T) {
 	t.Logf("a3 down: %v", a3down)
 	if errUp != nil || errDown != nil {
 		t.Fatalf("one duplicated line from agent a1 leaves switch sw without a compilable flow set, so it is never converged again (fail-over of dead a3 included):\n  all up: %v\n  a3 down: %v", errUp, errDown)
+	}
+}
+
+// TestAgentRedirectNotFollowed: an agent's health address that answers
+// with a redirect could send the controller's health and session requests
+// to any URL; a redirect is now an answer that is not 200 (the agent
+// counts as down, its sessions unread), and the target is never asked.
+func TestAgentRedirectNotFollowed(t *testing.T) {
+	var asked atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		_, _ = w.Write([]byte("w 10.1.0.7:40002 10.2.0.10:5201\n"))
+	}))
+	defer target.Close()
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL+r.URL.Path, http.StatusFound)
+	}))
+	defer agent.Close()
+	h := AgentHealth{HTTP: strings.TrimPrefix(agent.URL, "http://")}
+	if err := checkAgent(context.Background(), h, 5*time.Second); err == nil || !strings.Contains(err.Error(), "302") {
+		t.Errorf("a redirecting health check: %v, want a 302 failure", err)
+	}
+	if held, err := agentSessions(context.Background(), h, 5*time.Second); err == nil || len(held) != 0 {
+		t.Errorf("a redirecting /sessions: %v sessions, err %v; want none and an error", held, err)
+	}
+	if n := asked.Load(); n != 0 {
+		t.Errorf("the redirect's target was asked %d times", n)
 	}
 }
