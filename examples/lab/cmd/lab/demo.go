@@ -82,6 +82,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	check := fs.Bool("check", false, "exit 1 when sosappliance misses a target")
 	out := fs.String("out", "out", "directory for demo-throughput.csv and demo-throughput.png")
 	kill := fs.Int("kill-streams", 0, "during the sosappliance transfer, kill this many of agent-a's stripes (ss -K) every 2 s; the transfer goes on")
+	keepLogs := fs.Bool("keep-logs", false, "copy the lab's logs (agents, controller, emulator, Open vSwitch, iperf3 servers) into --out/logs before the lab is removed")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -107,6 +108,10 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer tearDown(lab, stdout)
+	if *keepLogs {
+		// Deferred after tearDown, so it runs before it.
+		defer keepLabLogs(lab.LogDir(), *out, stdout)
+	}
 	fmt.Fprintln(stdout)
 
 	ports := []int{tf.directPort}
