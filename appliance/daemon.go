@@ -337,7 +337,7 @@ func (d *Daemon) buildController(spec *desired.Controller, roles bool) (*control
 	}
 	health := map[string]sdn.AgentHealth{}
 	for name, h := range spec.Health {
-		health[name] = sdn.AgentHealth{HTTP: h.HTTP, Data: h.Data.String()}
+		health[name] = sdn.AgentHealth{HTTP: h.HTTP, Data: h.Data.String(), MaxSessions: h.MaxSessions}
 	}
 	cfg := sdn.Config{
 		TLS:               serverTLS,

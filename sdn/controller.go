@@ -1080,10 +1080,10 @@ func (c *Controller) healthRound(ctx context.Context) bool {
 	}
 	c.mu.Unlock()
 	type result struct {
-		name   string
-		err    error
-		held   []flows.Held
-		heldOK bool
+		name    string
+		err     error
+		held    []flows.Held
+		heldErr error
 	}
 	results := make(chan result, len(targets))
 	for name, h := range targets {
@@ -1091,8 +1091,7 @@ func (c *Controller) healthRound(ctx context.Context) bool {
 			r := result{name: name, err: checkAgent(ctx, h, c.cfg.HealthTimeout)}
 			if r.err == nil {
 				// A failed read keeps the sessions read before.
-				held, err := agentSessions(ctx, h, c.cfg.HealthTimeout)
-				r.held, r.heldOK = held, err == nil
+				r.held, r.heldErr = agentSessions(ctx, h, c.cfg.HealthTimeout)
 			}
 			results <- r
 		}()
@@ -1108,10 +1107,17 @@ func (c *Controller) healthRound(ctx context.Context) bool {
 		c.mu.Lock()
 		st := c.agents[r.name]
 		flipped := st != nil && st.observe(r.err, now, c.cfg.HealthRise, c.cfg.HealthFall)
-		if st != nil && (r.heldOK || r.err != nil) && st.setHeld(r.held) {
+		if st != nil && (r.heldErr == nil || r.err != nil) && st.setHeld(r.held) {
 			changed = true
 		}
+		heldErrChanged := st != nil && r.err == nil && st.setHeldErr(r.heldErr)
 		c.mu.Unlock()
+		switch {
+		case heldErrChanged && r.heldErr != nil:
+			c.log.Warn("cannot read the agent's live sessions; keeping those read before", "agent", r.name, "err", r.heldErr)
+		case heldErrChanged:
+			c.log.Info("reading the agent's live sessions again", "agent", r.name)
+		}
 		if flipped {
 			changed = true
 			if r.err != nil {

@@ -24,6 +24,9 @@ type AgentHealth struct {
 	// Data is the "host:port" of the agent's data port; without HTTP, the
 	// agent is up while a TCP connection to it succeeds.
 	Data string
+	// MaxSessions is the agent's max_sessions: a GET /sessions answer
+	// listing more live sessions than that is refused (0: no cap).
+	MaxSessions int
 }
 
 // Method is how the agent is checked: "http" or "tcp".
@@ -117,14 +120,21 @@ func agentSessions(ctx context.Context, h AgentHealth, timeout time.Duration) ([
 	if len(body) > maxSessionsBody {
 		return nil, fmt.Errorf("GET /sessions: more than %d bytes", maxSessionsBody)
 	}
-	return parseSessions(string(body))
+	return parseSessions(string(body), h.MaxSessions)
 }
 
-func parseSessions(body string) ([]flows.Held, error) {
+// parseSessions parses a GET /sessions answer of at most limit sessions
+// (0: any number): an agent holds no more than its max_sessions, so a
+// longer answer is a lie, and would be as many exact-match flows on every
+// switch of its site.
+func parseSessions(body string, limit int) ([]flows.Held, error) {
 	var out []flows.Held
 	for i, line := range strings.Split(body, "\n") {
 		if line == "" {
 			continue
+		}
+		if limit > 0 && len(out) == limit {
+			return nil, fmt.Errorf("GET /sessions: more than the agent's max_sessions (%d) sessions", limit)
 		}
 		f := strings.Fields(line)
 		if len(f) != 3 {
@@ -153,6 +163,8 @@ type agentState struct {
 	lastCheck time.Time
 	// held are the live sessions it reported last.
 	held []flows.Held
+	// heldErr is why its last GET /sessions was refused ("" when read).
+	heldErr string
 }
 
 // observe records one result and reports whether the agent's state flipped
@@ -194,6 +206,21 @@ func (s *agentState) observe(err error, now time.Time, rise, fall int) bool {
 		return false
 	}
 	s.healthy, s.since, s.streak = ok, now, 0
+	return true
+}
+
+// setHeldErr records the outcome of a GET /sessions (nil: read) and says
+// whether it differs from the last one, so that a refusal is logged once
+// and not every health round.
+func (s *agentState) setHeldErr(err error) bool {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg == s.heldErr {
+		return false
+	}
+	s.heldErr = msg
 	return true
 }
 

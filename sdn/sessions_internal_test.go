@@ -17,12 +17,12 @@ import (
 )
 
 func TestParseSessions(t *testing.T) {
-	got, err := parseSessions("iperf 10.1.0.7:40002 10.2.0.10:5201\nv6 [2001:db8::7]:40000 [2001:db8:2::10]:5201\n")
+	got, err := parseSessions("iperf 10.1.0.7:40002 10.2.0.10:5201\nv6 [2001:db8::7]:40000 [2001:db8:2::10]:5201\n", 2)
 	if err != nil || len(got) != 2 || got[0].Whitelist != "iperf" || got[1].Client.Port() != 40000 || !got[1].Server.Addr().Is6() {
 		t.Fatalf("%+v %v", got, err)
 	}
 	for _, bad := range []string{"iperf 10.1.0.7:40002\n", "iperf 10.1.0.7 10.2.0.10:5201\n", "a b c d\n", "w 1.2.3.4:5 " + strings.Repeat("9", 100) + "\n"} {
-		if _, err := parseSessions(bad); err == nil {
+		if _, err := parseSessions(bad, 0); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
 	}

@@ -85,6 +85,9 @@ type TLSFiles struct {
 type HealthTarget struct {
 	HTTP string
 	Data netip.AddrPort
+	// MaxSessions is the agent's max_sessions: it never reports more
+	// live sessions than that.
+	MaxSessions int
 }
 
 // Agent is one relay the node runs.
@@ -219,7 +222,7 @@ func compileController(cfg *config.Config, c *config.Controller) *Controller {
 	}
 	for _, s := range cfg.Sites {
 		for _, a := range s.Agents {
-			ctl.Health[a.Name] = HealthTarget{HTTP: a.HealthListen, Data: a.DataAddr()}
+			ctl.Health[a.Name] = HealthTarget{HTTP: a.HealthListen, Data: a.DataAddr(), MaxSessions: cfg.Limits.MaxSessions}
 		}
 		for _, sw := range s.Switches {
 			ctl.Switches = append(ctl.Switches, compileSwitch(cfg, sw))

@@ -204,7 +204,7 @@ func TestCompileController(t *testing.T) {
 			t.Errorf("steer %d = %+v", i, s)
 		}
 	}
-	if h := d.Controller.Health["agent-utah"]; h.HTTP != "10.10.2.2:9878" || h.Data.String() != "10.10.2.2:9877" {
+	if h := d.Controller.Health["agent-utah"]; h.HTTP != "10.10.2.2:9878" || h.Data.String() != "10.10.2.2:9877" || h.MaxSessions != config.DefaultMaxSessions {
 		t.Errorf("health target %+v", h)
 	}
 }

@@ -1,0 +1,126 @@
+package sdn
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/sdn/flows"
+	"github.com/sosappliance/sosappliance/sdn/spread"
+)
+
+// lockedBuffer is a log sink the controller's goroutines may share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestSessionReportCappedAtMaxSessions: an agent (or whatever answers on
+// its health address) could list any number of live sessions in GET
+// /sessions, up to the 1 MiB body, and each one in another agent's bucket
+// became an exact-match flow on every switch of the site. An agent holds
+// at most max_sessions sessions, so a longer answer is now refused as a
+// failed read: the sessions read before stay pinned, the refusal is
+// logged once, and an answer within the cap is pinned again.
+func TestSessionReportCappedAtMaxSessions(t *testing.T) {
+	mac := func(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
+	a1 := flows.Agent{Name: "a1", MAC: mac("02:00:00:00:01:01"), Port: 3}
+	a2 := flows.Agent{Name: "a2", MAC: mac("02:00:00:00:01:02"), Port: 4}
+	sw := flows.Switch{
+		Name: "sw", DatapathID: 1, Forwarding: "normal", Agents: []flows.Agent{a1, a2},
+		Steers: []flows.Steer{{
+			Whitelist: "w", Side: flows.ClientSide,
+			Clients: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")},
+			Server:  netip.MustParseAddr("10.2.0.10"), Port: 5201,
+			Agent: a1, Agents: []flows.Agent{a1, a2}, Spread: spread.ModePort, SpreadBits: 1,
+			DependsOnSites: [][]string{{"a1", "a2"}},
+		}},
+	}
+	const maxSessions = 8
+	report := func(n int) string {
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, "w 10.1.0.7:%d 10.2.0.10:5201\n", 40000+i)
+		}
+		return b.String()
+	}
+	var body atomic.Value
+	body.Store(report(4))
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/sessions" {
+			_, _ = w.Write([]byte(body.Load().(string)))
+		}
+	}))
+	defer agent.Close()
+	quiet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer quiet.Close()
+	var logs lockedBuffer
+	c, err := New(Config{HealthInterval: time.Second, Switches: []flows.Switch{sw}, Agents: map[string]AgentHealth{
+		"a1": {HTTP: strings.TrimPrefix(agent.URL, "http://"), MaxSessions: maxSessions},
+		"a2": {HTTP: strings.TrimPrefix(quiet.URL, "http://"), MaxSessions: maxSessions},
+	}}, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	count := func(when string) int {
+		t.Helper()
+		fl, _, err := c.desiredFor("sw")
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		return len(fl)
+	}
+	base := count("before any health round")
+
+	// Four sessions, two of them in a2's bucket: two pins.
+	c.healthRound(ctx)
+	honest := count("four sessions")
+	if honest != base+2 {
+		t.Fatalf("four sessions reported, two in the other agent's bucket: %d flows, want %d+2", honest, base)
+	}
+
+	// A hostile answer: 4,000 sessions, 2,000 of them foreign.
+	body.Store(report(4000))
+	for range 3 {
+		c.healthRound(ctx)
+	}
+	if n := count("4,000 sessions"); n != honest {
+		t.Errorf("an agent with max_sessions %d reported 4,000 sessions: %d flows (%d pins), want the %d flows of its last answer within the cap", maxSessions, n, n-base, honest)
+	}
+	if n := strings.Count(logs.String(), "cannot read the agent's live sessions"); n != 1 || !strings.Contains(logs.String(), "max_sessions (8)") {
+		t.Errorf("the refusal was logged %d times in three rounds, want once, naming max_sessions:\n%s", n, logs.String())
+	}
+
+	// Exactly the cap is an honest answer: four pins.
+	body.Store(report(maxSessions))
+	c.healthRound(ctx)
+	if n := count("eight sessions"); n != base+4 {
+		t.Errorf("eight sessions reported, four foreign: %d flows, want %d+4", n, base)
+	}
+	if !strings.Contains(logs.String(), "reading the agent's live sessions again") {
+		t.Errorf("the recovery was not logged:\n%s", logs.String())
+	}
+}
