@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sosappliance/sosappliance/dataplane/relay"
 	"net"
 	"net/http"
 	"time"
@@ -12,6 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sosappliance/sosappliance/dataplane/relay"
+	"github.com/sosappliance/sosappliance/internal/connlimit"
 )
 
 // liveStats is read from the relays and the controller at scrape time, so
@@ -256,7 +258,15 @@ func (m *metrics) serve(ctx context.Context, addr string) (func(), error) {
 	return m.serveOn(ln), nil
 }
 
+// The metrics port's connection caps: Prometheus keeps one keep-alive
+// connection per server scraping (connlimit).
+const (
+	metricsMaxConns          = 64
+	metricsMaxConnsPerSource = 8
+)
+
 func (m *metrics) serveOn(ln net.Listener) func() {
+	ln = connlimit.New(ln, metricsMaxConns, metricsMaxConnsPerSource)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	srv := m.limits.server(mux)

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sosappliance/sosappliance/internal/connlimit"
 )
 
 // healthServer answers the controller's probe: GET /healthz -> 200 "ok"
@@ -43,11 +45,20 @@ func (a *Agent) Health() (ok bool, why string) {
 	return true, "serving"
 }
 
+// The health endpoint's connection caps: the controllers (one to a few,
+// one or two keep-alive connections each) and an operator's curl fit far
+// inside them (connlimit).
+const (
+	healthMaxConns          = 64
+	healthMaxConnsPerSource = 8
+)
+
 func startHealth(addr netip.AddrPort, a *Agent) (*healthServer, error) {
-	ln, err := net.Listen(network(addr.Addr()), addr.String())
+	raw, err := net.Listen(network(addr.Addr()), addr.String())
 	if err != nil {
 		return nil, err
 	}
+	ln := connlimit.New(raw, healthMaxConns, healthMaxConnsPerSource)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if ok, why := a.Health(); !ok {

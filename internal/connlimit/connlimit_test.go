@@ -1,0 +1,197 @@
+package connlimit
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+)
+
+// serve runs an HTTP server that answers "ok" behind a Listener and
+// returns its address; the server keeps a silent connection for a minute,
+// so only the caps close one within a test.
+func serve(t *testing.T, total, perSource int) (*Listener, string) {
+	t.Helper()
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := New(raw, total, perSource)
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }),
+		ReadHeaderTimeout: time.Minute,
+		IdleTimeout:       time.Minute,
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		<-done
+	})
+	return ln, raw.Addr().String()
+}
+
+// dialFrom opens a connection from the loopback address from (any of
+// 127/8 is local on Linux).
+func dialFrom(t *testing.T, from, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Timeout: 5 * time.Second}
+	if from != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
+	}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// get sends one request on c and reads the answer.
+func get(c net.Conn) error {
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return err
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "ok" {
+		return fmt.Errorf("%s %q", resp.Status, body)
+	}
+	return nil
+}
+
+// closed says whether the server closed c within a second.
+func closed(c net.Conn) bool {
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	_, err := c.Read(make([]byte, 1))
+	return err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// A flood of silent connections from one source keeps at most perSource
+// of them open, the oldest closed first, and a request made after it is
+// answered.
+func TestPerSourceCapClosesTheOldest(t *testing.T) {
+	ln, addr := serve(t, 64, 8)
+	flood := make([]net.Conn, 200)
+	for i := range flood {
+		flood[i] = dialFrom(t, "127.0.0.1", addr)
+	}
+	if err := get(dialFrom(t, "127.0.0.1", addr)); err != nil {
+		t.Fatalf("a request after 200 silent connections: %v", err)
+	}
+	if n := ln.Open(); n > 8 {
+		t.Errorf("%d connections open from one source, cap 8", n)
+	}
+	if !closed(flood[0]) {
+		t.Error("the oldest silent connection is still open")
+	}
+	if closed(flood[len(flood)-1]) {
+		t.Error("the newest silent connection was closed")
+	}
+	if ev := ln.Evicted(); ev < 190 {
+		t.Errorf("evicted %d, want at least 190", ev)
+	}
+}
+
+// Past the total cap silent connections give way: a client that holds one
+// keep-alive connection, the oldest on the port, keeps it while many
+// sources flood the port with one silent connection each.
+func TestTotalCapClosesTheBusiestSource(t *testing.T) {
+	ln, addr := serve(t, 16, 8)
+	keeper := dialFrom(t, "127.0.0.2", addr)
+	if err := get(keeper); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		dialFrom(t, fmt.Sprintf("127.0.1.%d", i+1), addr)
+	}
+	// A request after the flood: every flood connection was accepted by
+	// the time it is answered.
+	if err := get(dialFrom(t, "127.0.0.3", addr)); err != nil {
+		t.Fatalf("a request after 200 silent connections from 200 sources: %v", err)
+	}
+	if n := ln.Open(); n > 16 {
+		t.Errorf("%d connections open, cap 16", n)
+	}
+	if err := get(keeper); err != nil {
+		t.Errorf("the oldest connection, one of its source's, was closed for the flood: %v", err)
+	}
+}
+
+// When every connection has been answered, the busiest source gives way.
+func TestTotalCapClosesTheBusiestSourceWhenAllAnswered(t *testing.T) {
+	ln, addr := serve(t, 8, 8)
+	keeper := dialFrom(t, "127.0.0.2", addr)
+	if err := get(keeper); err != nil {
+		t.Fatal(err)
+	}
+	var busy []net.Conn
+	for range 7 {
+		c := dialFrom(t, "127.0.0.3", addr)
+		if err := get(c); err != nil {
+			t.Fatal(err)
+		}
+		busy = append(busy, c)
+	}
+	if err := get(dialFrom(t, "127.0.0.4", addr)); err != nil {
+		t.Fatal(err)
+	}
+	if n := ln.Open(); n > 8 {
+		t.Errorf("%d connections open, cap 8", n)
+	}
+	if !closed(busy[0]) {
+		t.Error("the busiest source's oldest connection is still open")
+	}
+	if err := get(keeper); err != nil {
+		t.Errorf("the oldest connection, its source's only one, was closed: %v", err)
+	}
+}
+
+// Closing a connection gives its place back, once.
+func TestCloseFreesThePlace(t *testing.T) {
+	ln, addr := serve(t, 4, 4)
+	var cs []net.Conn
+	for range 4 {
+		c := dialFrom(t, "", addr)
+		if err := get(c); err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	for _, c := range cs[:2] {
+		c.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for ln.Open() != 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := ln.Open(); n != 2 {
+		t.Fatalf("%d open after two of four closed", n)
+	}
+	for range 2 {
+		if err := get(dialFrom(t, "", addr)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ev := ln.Evicted(); ev != 0 {
+		t.Errorf("%d evicted with room for all", ev)
+	}
+	for _, c := range cs[2:] {
+		if err := get(c); err != nil {
+			t.Errorf("an older connection was closed although there was room: %v", err)
+		}
+	}
+}
