@@ -152,7 +152,8 @@ func Dial(ctx context.Context, target string, opts ConnOptions) (*SwitchConn, er
 // AcceptSwitch waits on ln for the switch sw and refuses (closes) any
 // other connection meanwhile: one from a source outside sw.Allow before
 // anything is sent, plain TCP when sw.TLS is set, a failed TLS handshake
-// (serverTLS verifies the switch's certificate), another datapath id.
+// (serverTLS verifies the switch's certificate), a certificate that does
+// not name sw.TLSName, another datapath id.
 // Handshakes run side by side, at most maxAcceptHandshakes, the oldest
 // given up for a newer one, so silent connections that came first cannot
 // keep the switch waiting past ctx. No goroutine of it outlives the call:
@@ -207,6 +208,11 @@ func AcceptSwitch(ctx context.Context, ln net.Listener, sw flows.Switch, serverT
 			var sc *SwitchConn
 			if err == nil && sw.TLS && !secured {
 				err = errors.New("plain TCP; the switch must connect over TLS")
+			}
+			if err == nil {
+				if why := certMismatch(sw, conn); why != "" {
+					err = errors.New(why)
+				}
 			}
 			if err == nil {
 				sc, err = Handshake(hctx, conn, opts)

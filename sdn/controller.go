@@ -334,6 +334,9 @@ func (c *Controller) Update(switches []flows.Switch, agents map[string]AgentHeal
 		if sw.TLS && c.cfg.TLS == nil {
 			return fmt.Errorf("switch %s requires TLS, but the controller has no TLS configuration", sw.Name)
 		}
+		if sw.TLSName != "" && !sw.TLS {
+			return fmt.Errorf("switch %s: a certificate name needs TLS", sw.Name)
+		}
 		byName[sw.Name], byDPID[sw.DatapathID] = sw, sw.Name
 	}
 	g := gate{}
@@ -374,10 +377,19 @@ func (c *Controller) Update(switches []flows.Switch, agents map[string]AgentHeal
 	var drop []*session
 	for name, s := range c.sessions {
 		sw, ok := byName[name]
+		why := certMismatch(sw, s.conn.conn)
 		if !ok || sw.DatapathID != s.conn.DatapathID() || sw.Connect != old[name].Connect ||
-			(sw.TLS && !s.secure) || (sw.Connect == "" && !allowedFrom(sw, s.remote)) {
+			(sw.TLS && !s.secure) || (sw.Connect == "" && !allowedFrom(sw, s.remote)) || why != "" {
 			drop = append(drop, s)
 			delete(c.sessions, name)
+			// The session's own exit no longer owns the status.
+			if st := c.status[name]; st != nil {
+				st.Connected, st.Role = false, ""
+				st.LastError = "disconnected: the reloaded configuration does not accept this connection"
+				if why != "" {
+					st.LastError += " (" + why + ")"
+				}
+			}
 		}
 	}
 	c.kickLocked()
@@ -645,6 +657,8 @@ func (c *Controller) serveConn(ctx context.Context, conn net.Conn, remote netip.
 		reason = fmt.Sprintf("switch %s must connect over TLS", name)
 	case !allowedFrom(sw, remote):
 		reason = fmt.Sprintf("switch %s may not connect from %s", name, remote)
+	default:
+		reason = certMismatch(sw, sc.conn)
 	}
 	if reason != "" {
 		c.refuse(sc.RemoteAddr(), dpid, reason)

@@ -516,6 +516,7 @@ site "a" {
   switch "inherits" {
     datapath_id = "0x1"
     allow       = ["192.0.2.10", "198.51.100.0/24"]
+    tls_name    = "sw-inherits"
   }
   switch "plain" {
     datapath_id = "0x2"
@@ -539,6 +540,9 @@ site "a" {
 		if got := cfg.Switch(name).TLS; got != tls {
 			t.Errorf("switch %s: tls = %v, want %v", name, got, tls)
 		}
+	}
+	if got := cfg.Switch("inherits").TLSName; got != "sw-inherits" {
+		t.Errorf("tls_name = %q", got)
 	}
 	allow := cfg.Switch("inherits").Allow
 	if len(allow) != 2 || allow[0].String() != "192.0.2.10/32" || allow[1].String() != "198.51.100.0/24" {

@@ -515,7 +515,7 @@ func decodeSite(b *hcl.Block, diags *hcl.Diagnostics) *Site {
 
 var switchSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "datapath_id", Required: true}, {Name: "forwarding"}, {Name: "connect"},
-	{Name: "tls"}, {Name: "allow"}, {Name: "port_masks"},
+	{Name: "tls"}, {Name: "allow"}, {Name: "port_masks"}, {Name: "tls_name"},
 }}
 
 func decodeSwitch(b *hcl.Block, diags *hcl.Diagnostics) *Switch {
@@ -541,6 +541,10 @@ func decodeSwitch(b *hcl.Block, diags *hcl.Diagnostics) *Switch {
 	}
 	sw.tlsSet, sw.TLS, sw.TLSRange = a.has("tls"), a.boolean("tls", false), a.rng("tls")
 	sw.AllowRange = a.rng("allow")
+	sw.TLSName, sw.TLSNameRange = a.str("tls_name", ""), a.rng("tls_name")
+	if a.has("tls_name") && (strings.TrimSpace(sw.TLSName) != sw.TLSName || sw.TLSName == "") {
+		a.errorf("tls_name", "switch %q tls_name %q: empty, or with spaces around it", `Write the name its certificate carries, e.g. "sw-clemson" (ovs-pki req sw-clemson).`, sw.Name, sw.TLSName)
+	}
 	before := len(diags.Errs())
 	allow := a.strList("allow")
 	for _, p := range allow {
@@ -560,6 +564,9 @@ func decodeSwitch(b *hcl.Block, diags *hcl.Diagnostics) *Switch {
 		}
 		if a.has("allow") {
 			a.errorf("allow", "switch %q: allow is for switches that connect to the controller", "The controller dials this switch at its connect address; remove allow.", sw.Name)
+		}
+		if a.has("tls_name") {
+			a.errorf("tls_name", "switch %q: tls_name is for switches that connect to the controller over TLS", "The controller dials this switch (connect) over plain TCP; remove tls_name, or let the switch connect with ssl:.", sw.Name)
 		}
 	}
 	return sw

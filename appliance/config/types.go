@@ -167,14 +167,18 @@ type Switch struct {
 	// Allow lists the source prefixes the switch may connect from; empty
 	// allows any.
 	Allow []netip.Prefix
+	// TLSName, when set, is the name the switch's certificate must carry
+	// (common name, ovs-pki's "NAME id:UUID", or DNS name); it needs TLS.
+	TLSName string
 	// PortMasks says the switch matches TCP ports under a mask, as Open
 	// vSwitch does (the default); without it a port range takes one flow
 	// per port.
-	PortMasks  bool
-	Range      hcl.Range
-	TLSRange   hcl.Range
-	AllowRange hcl.Range
-	tlsSet     bool
+	PortMasks    bool
+	Range        hcl.Range
+	TLSRange     hcl.Range
+	AllowRange   hcl.Range
+	TLSNameRange hcl.Range
+	tlsSet       bool
 }
 
 // Agent is a relay host attached to a switch port.

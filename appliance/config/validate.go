@@ -453,7 +453,15 @@ func validateSwitchTLS(cfg *Config, add func(rng hcl.Range, hint, format string,
 		for _, sw := range s.Switches {
 			if !sw.tlsSet {
 				sw.TLS = hasTLS && sw.Connect == ""
+				if sw.TLSName != "" && !sw.TLS && sw.Connect == "" && cfg.Controller != nil {
+					add(sw.TLSNameRange, `Add controller { tls { cert_file = "...", key_file = "...", ca_file = "..." } }, or remove tls_name.`,
+						"Switch %q names its certificate (tls_name), but the controller has no tls block", sw.Name)
+				}
 				continue
+			}
+			if sw.TLSName != "" && !sw.TLS && sw.Connect == "" {
+				add(sw.TLSNameRange, "A certificate name is checked only over TLS: set tls = true, or remove tls_name.",
+					"Switch %q has tls_name but tls = false", sw.Name)
 			}
 			if sw.TLS && !hasTLS && cfg.Controller != nil {
 				add(sw.TLSRange, `Add controller { tls { cert_file = "...", key_file = "...", ca_file = "..." } }, or set tls = false.`,

@@ -238,7 +238,7 @@ func flowAgent(a *config.Agent) flows.Agent {
 
 func compileSwitch(cfg *config.Config, sw *config.Switch) flows.Switch {
 	out := flows.Switch{Name: sw.Name, DatapathID: sw.DatapathID, Forwarding: sw.Forwarding,
-		Connect: sw.Connect, TLS: sw.TLS, Allow: slices.Clone(sw.Allow), NoPortMasks: !sw.PortMasks}
+		Connect: sw.Connect, TLS: sw.TLS, Allow: slices.Clone(sw.Allow), TLSName: sw.TLSName, NoPortMasks: !sw.PortMasks}
 	for _, s := range cfg.Sites {
 		for _, a := range s.Agents {
 			if a.Switch == sw.Name {

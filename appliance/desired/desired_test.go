@@ -252,8 +252,8 @@ func TestCompileControllerAccess(t *testing.T) {
 		t.Errorf("tls = %+v, want %+v", d.Controller.TLS, want)
 	}
 	for _, sw := range d.Controller.Switches {
-		if !sw.TLS || len(sw.Allow) != 1 {
-			t.Errorf("switch %s: tls %v allow %v", sw.Name, sw.TLS, sw.Allow)
+		if !sw.TLS || len(sw.Allow) != 1 || sw.TLSName != sw.Name {
+			t.Errorf("switch %s: tls %v allow %v tls_name %q", sw.Name, sw.TLS, sw.Allow, sw.TLSName)
 		}
 	}
 }

@@ -100,6 +100,11 @@ type Switch struct {
 	// them; they are not part of the flow set.
 	TLS   bool
 	Allow []netip.Prefix
+	// TLSName, when not empty, is the name the switch's certificate must
+	// carry (its common name, ovs-pki's "NAME id:UUID", or a DNS name):
+	// a certificate of the same CA issued to another name cannot claim
+	// this switch's datapath id. It needs TLS.
+	TLSName string
 	// Agents are bypassed: packets arriving from their ports go to normal
 	// forwarding at the highest priority so agents are never looped.
 	Agents []Agent
