@@ -266,12 +266,13 @@ const (
 )
 
 func (m *metrics) serveOn(ln net.Listener) func() {
-	ln = connlimit.New(ln, metricsMaxConns, metricsMaxConnsPerSource)
+	capped := connlimit.New(ln, metricsMaxConns, metricsMaxConnsPerSource)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	srv := m.limits.server(mux)
+	capped.Track(srv)
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(capped); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			_ = err
 		}
 	}()

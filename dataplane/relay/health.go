@@ -46,8 +46,8 @@ func (a *Agent) Health() (ok bool, why string) {
 }
 
 // The health endpoint's connection caps: the controllers (one to a few,
-// one or two keep-alive connections each) and an operator's curl fit far
-// inside them (connlimit).
+// a fresh connection per check) and an operator's curl fit far inside
+// them (connlimit).
 const (
 	healthMaxConns          = 64
 	healthMaxConnsPerSource = 8
@@ -88,6 +88,7 @@ func startHealth(addr netip.AddrPort, a *Agent) (*healthServer, error) {
 		},
 		done: make(chan struct{}),
 	}
+	ln.Track(h.srv)
 	go func() {
 		defer close(h.done)
 		if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

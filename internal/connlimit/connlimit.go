@@ -1,27 +1,42 @@
-// Package connlimit bounds how many connections a listener keeps open at
-// once, in all and from one source address.
+// Package connlimit bounds how many connections an HTTP server keeps open
+// at once, in all and from one source.
 //
 // It is for the small HTTP servers a node runs beside its data path (the
 // agent's health endpoint, the daemon's metrics): each accepted connection
 // costs a goroutine, buffers and a file descriptor until its timeouts end
 // it, so without a cap anyone who reaches the port can hold as many as the
 // process may open files, and the relay's own listeners then fail to
-// accept. Past a cap an old connection is closed, not the new one: the
-// controller's or Prometheus's request is the newest on the port, while a
-// flood of silent connections only evicts itself. Connections that have
-// been answered (a client's keep-alive connection) go last.
+// accept.
+//
+// Past a cap an old connection is closed to make room for the new one,
+// never one whose request is being served, so the controller's check and
+// Prometheus's scrape are answered while a flood goes on:
+//
+//   - a source is an IPv4 address or an IPv6 /64 (one host's addresses);
+//   - past a source's cap, one of that source's connections goes;
+//   - past the total cap, one of the source that holds the most goes;
+//   - of those, a connection that never completed a request goes first
+//     (the oldest: a real client's request arrives right after it
+//     connects), then an idle one that did (the newest: a long-lived
+//     keep-alive such as Prometheus's stays);
+//   - when every candidate is being served, the new connection is closed.
+//
+// A request counts as served from when its handler starts until it
+// returns, which Track arranges for an http.Server.
 package connlimit
 
 import (
 	"container/list"
+	"context"
 	"net"
+	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 )
 
-// Listener is a net.Listener that keeps at most Total connections open,
-// at most PerSource of them from one address. Closing an accepted
+// Listener is a net.Listener that keeps at most total connections open,
+// at most perSource of them from one source. Closing an accepted
 // connection (as http.Server does at its timeouts) frees its place.
 type Listener struct {
 	net.Listener
@@ -29,44 +44,85 @@ type Listener struct {
 
 	mu    sync.Mutex
 	order *list.List // of *conn, oldest first
-	bySrc map[netip.Addr]int
+	bySrc map[netip.Prefix]int
 
-	evicted atomic.Uint64
+	evicted, refused atomic.Uint64
 }
 
-// New wraps ln. total and perSource must be positive.
+// New wraps ln; total and perSource are at least 1.
 func New(ln net.Listener, total, perSource int) *Listener {
 	return &Listener{
 		Listener: ln, total: max(total, 1), perSource: max(perSource, 1),
-		order: list.New(), bySrc: map[netip.Addr]int{},
+		order: list.New(), bySrc: map[netip.Prefix]int{},
 	}
 }
 
-// Accept accepts a connection and makes room for it: past the source's
-// cap one of the source's connections is closed, past the total cap one
-// of any source; the oldest that has never been answered, else the
-// oldest of the source that holds the most.
-func (l *Listener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+// Track makes srv tell the listener which connections it is serving a
+// request on (they are never closed to make room). Call it before
+// srv.Serve(l).
+func (l *Listener) Track(srv *http.Server) {
+	prev := srv.ConnContext
+	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if prev != nil {
+			ctx = prev(ctx, c)
+		}
+		if tc, ok := c.(*conn); ok && tc.l == l {
+			ctx = context.WithValue(ctx, connKey{}, tc)
+		}
+		return ctx
 	}
+	h := srv.Handler
+	if h == nil {
+		h = http.DefaultServeMux
+	}
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tc, _ := r.Context().Value(connKey{}).(*conn)
+		if tc != nil {
+			tc.serving.Add(1)
+			defer func() {
+				tc.answered.Store(true)
+				tc.serving.Add(-1)
+			}()
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+type connKey struct{}
+
+// Accept accepts a connection and makes room for it (see the package
+// documentation); it closes the new one itself when there is none.
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if tc := l.admit(c); tc != nil {
+			return tc, nil
+		}
+	}
+}
+
+func (l *Listener) admit(c net.Conn) *conn {
 	src := sourceOf(c)
 	tc := &conn{Conn: c, l: l, src: src}
 	l.mu.Lock()
 	var victim *conn
+	full := false
 	switch {
 	case l.bySrc[src] >= l.perSource:
-		victim = l.oldestLocked(func(c *conn) bool { return c.src == src && !c.answered.Load() })
-		if victim == nil {
-			victim = l.oldestLocked(func(c *conn) bool { return c.src == src })
-		}
+		full = true
+		victim = l.victimLocked(func(x *conn) bool { return x.src == src })
 	case l.order.Len() >= l.total:
-		victim = l.oldestLocked(func(c *conn) bool { return !c.answered.Load() })
-		if victim == nil {
-			busiest := l.busiestLocked()
-			victim = l.oldestLocked(func(c *conn) bool { return c.src == busiest })
-		}
+		full = true
+		victim = l.victimLocked(l.busiestLocked())
+	}
+	if full && victim == nil {
+		l.mu.Unlock()
+		l.refused.Add(1)
+		_ = c.Close()
+		return nil
 	}
 	if victim != nil {
 		l.removeLocked(victim)
@@ -78,7 +134,41 @@ func (l *Listener) Accept() (net.Conn, error) {
 		l.evicted.Add(1)
 		_ = victim.Conn.Close()
 	}
-	return tc, nil
+	return tc
+}
+
+// victimLocked picks, among the connections in is that are not being
+// served, the oldest that never completed a request, else the newest
+// idle one; nil when every one is being served.
+func (l *Listener) victimLocked(in func(*conn) bool) *conn {
+	var idle *conn
+	for e := l.order.Front(); e != nil; e = e.Next() {
+		c := e.Value.(*conn)
+		if !in(c) || c.serving.Load() > 0 {
+			continue
+		}
+		if !c.answered.Load() {
+			return c
+		}
+		idle = c
+	}
+	return idle
+}
+
+// busiestLocked matches the connections of the sources that hold the
+// most connections not being served.
+func (l *Listener) busiestLocked() func(*conn) bool {
+	count := map[netip.Prefix]int{}
+	top := 0
+	for e := l.order.Front(); e != nil; e = e.Next() {
+		c := e.Value.(*conn)
+		if c.serving.Load() > 0 {
+			continue
+		}
+		count[c.src]++
+		top = max(top, count[c.src])
+	}
+	return func(c *conn) bool { return count[c.src] == top }
 }
 
 // Open is how many accepted connections are open.
@@ -88,32 +178,10 @@ func (l *Listener) Open() int {
 	return l.order.Len()
 }
 
-// Evicted is how many connections were closed to make room.
+// Evicted is how many connections were closed to make room; Refused how
+// many new ones were closed because every candidate was being served.
 func (l *Listener) Evicted() uint64 { return l.evicted.Load() }
-
-// oldestLocked is the oldest connection that match accepts.
-func (l *Listener) oldestLocked(match func(*conn) bool) *conn {
-	for e := l.order.Front(); e != nil; e = e.Next() {
-		if c := e.Value.(*conn); match(c) {
-			return c
-		}
-	}
-	return nil
-}
-
-// busiestLocked is the source holding the most connections (of those
-// tied, the one whose oldest connection is oldest).
-func (l *Listener) busiestLocked() netip.Addr {
-	var best netip.Addr
-	n := 0
-	for e := l.order.Front(); e != nil; e = e.Next() {
-		c := e.Value.(*conn)
-		if k := l.bySrc[c.src]; k > n {
-			best, n = c.src, k
-		}
-	}
-	return best
-}
+func (l *Listener) Refused() uint64 { return l.refused.Load() }
 
 // removeLocked forgets c; it is a no-op for one already forgotten.
 func (l *Listener) removeLocked(c *conn) {
@@ -127,27 +195,32 @@ func (l *Listener) removeLocked(c *conn) {
 	}
 }
 
-func sourceOf(c net.Conn) netip.Addr {
-	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		return ta.AddrPort().Addr().Unmap()
+// sourceOf is the source a connection counts against: its IPv4 address,
+// or the /64 of its IPv6 address.
+func sourceOf(c net.Conn) netip.Prefix {
+	ta, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return netip.Prefix{}
 	}
-	return netip.Addr{}
+	a := ta.AddrPort().Addr().Unmap().WithZone("")
+	bits := 32
+	if a.Is6() {
+		bits = 64
+	}
+	p, _ := a.Prefix(bits)
+	return p
 }
 
 // conn is an accepted connection that gives its place back when closed.
 type conn struct {
 	net.Conn
 	l    *Listener
-	src  netip.Addr
+	src  netip.Prefix
 	elem *list.Element // nil once forgotten
-	// answered: the server has written to it, so it sent a whole
-	// request (net/http answers nothing before that).
+	// serving counts the requests being served on it (Track);
+	// answered says one was.
+	serving  atomic.Int32
 	answered atomic.Bool
-}
-
-func (c *conn) Write(p []byte) (int, error) {
-	c.answered.Store(true)
-	return c.Conn.Write(p)
 }
 
 func (c *conn) Close() error {

@@ -27,6 +27,7 @@ func serve(t *testing.T, total, perSource int) (*Listener, string) {
 		ReadHeaderTimeout: time.Minute,
 		IdleTimeout:       time.Minute,
 	}
+	ln.Track(srv)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -131,7 +132,8 @@ func TestTotalCapClosesTheBusiestSource(t *testing.T) {
 	}
 }
 
-// When every connection has been answered, the busiest source gives way.
+// When every connection has completed a request, the busiest source gives
+// way, its newest idle connection first.
 func TestTotalCapClosesTheBusiestSourceWhenAllAnswered(t *testing.T) {
 	ln, addr := serve(t, 8, 8)
 	keeper := dialFrom(t, "127.0.0.2", addr)
@@ -152,8 +154,11 @@ func TestTotalCapClosesTheBusiestSourceWhenAllAnswered(t *testing.T) {
 	if n := ln.Open(); n > 8 {
 		t.Errorf("%d connections open, cap 8", n)
 	}
-	if !closed(busy[0]) {
-		t.Error("the busiest source's oldest connection is still open")
+	if !closed(busy[len(busy)-1]) {
+		t.Error("the busiest source's newest idle connection is still open")
+	}
+	if closed(busy[0]) {
+		t.Error("the busiest source's oldest idle connection was closed, not its newest")
 	}
 	if err := get(keeper); err != nil {
 		t.Errorf("the oldest connection, its source's only one, was closed: %v", err)
@@ -192,6 +197,31 @@ func TestCloseFreesThePlace(t *testing.T) {
 	for _, c := range cs[2:] {
 		if err := get(c); err != nil {
 			t.Errorf("an older connection was closed although there was room: %v", err)
+		}
+	}
+}
+
+// fakeConn is a net.Conn with only a remote address.
+type fakeConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (f fakeConn) RemoteAddr() net.Addr { return f.remote }
+
+// A source is an IPv4 address (IPv4-mapped ones too) or an IPv6 /64: one
+// host with a whole /64 cannot take a place per address.
+func TestSourceOf(t *testing.T) {
+	for _, c := range []struct{ addr, want string }{
+		{"192.0.2.7", "192.0.2.7/32"},
+		{"::ffff:192.0.2.7", "192.0.2.7/32"},
+		{"2001:db8:1:2::7", "2001:db8:1:2::/64"},
+		{"2001:db8:1:2:ffff::1", "2001:db8:1:2::/64"},
+		{"2001:db8:1:3::7", "2001:db8:1:3::/64"},
+	} {
+		ta := &net.TCPAddr{IP: net.ParseIP(c.addr), Port: 1}
+		if got := sourceOf(fakeConn{remote: ta}); got.String() != c.want {
+			t.Errorf("%s counts against %s, want %s", c.addr, got, c.want)
 		}
 	}
 }
