@@ -355,7 +355,7 @@ func (c *Controller) Update(switches []flows.Switch, agents map[string]AgentHeal
 		if _, ok := agents[name]; !ok {
 			delete(c.agents, name)
 		} else {
-			st.target = agents[name]
+			st.retarget(agents[name])
 		}
 	}
 	for name, h := range agents {
@@ -1090,7 +1090,9 @@ func (c *Controller) healthRound(ctx context.Context) bool {
 	c.mu.Lock()
 	targets := make(map[string]AgentHealth, len(c.agents))
 	for name, st := range c.agents {
-		targets[name] = st.target
+		h := st.target
+		h.MaxSessions = st.sessionCap()
+		targets[name] = h
 	}
 	c.mu.Unlock()
 	type result struct {
@@ -1121,14 +1123,21 @@ func (c *Controller) healthRound(ctx context.Context) bool {
 		c.mu.Lock()
 		st := c.agents[r.name]
 		flipped := st != nil && st.observe(r.err, now, c.cfg.HealthRise, c.cfg.HealthFall)
-		if st != nil && (r.heldErr == nil || r.err != nil) && st.setHeld(r.held) {
-			changed = true
+		// A failed check keeps the sessions read before (the agent's
+		// pins go with it only once it is down), as does a failed read.
+		if st != nil && r.err == nil && r.heldErr == nil {
+			if st.setHeld(r.held) {
+				changed = true
+			}
+			if len(r.held) <= st.target.MaxSessions {
+				st.capBefore = 0 // the reload's lower cap holds now
+			}
 		}
 		heldErrChanged := st != nil && r.err == nil && st.setHeldErr(r.heldErr)
 		c.mu.Unlock()
 		switch {
 		case heldErrChanged && r.heldErr != nil:
-			c.log.Warn("cannot read the agent's live sessions; keeping those read before", "agent", r.name, "err", r.heldErr)
+			c.log.Warn("cannot read the agent's live sessions; keeping those read before (logged once until it changes)", "agent", r.name, "err", r.heldErr)
 		case heldErrChanged:
 			c.log.Info("reading the agent's live sessions again", "agent", r.name)
 		}

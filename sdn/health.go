@@ -123,6 +123,10 @@ func agentSessions(ctx context.Context, h AgentHealth, timeout time.Duration) ([
 	return parseSessions(string(body), h.MaxSessions)
 }
 
+// errTooManySessions is an answer listing more sessions than the agent's
+// max_sessions.
+var errTooManySessions = errors.New("more sessions than the agent's max_sessions")
+
 // parseSessions parses a GET /sessions answer of at most limit sessions
 // (0: any number): an agent holds no more than its max_sessions, so a
 // longer answer is a lie, and would be as many exact-match flows on every
@@ -134,7 +138,7 @@ func parseSessions(body string, limit int) ([]flows.Held, error) {
 			continue
 		}
 		if limit > 0 && len(out) == limit {
-			return nil, fmt.Errorf("GET /sessions: more than the agent's max_sessions (%d) sessions", limit)
+			return nil, fmt.Errorf("GET /sessions: %w (%d)", errTooManySessions, limit)
 		}
 		f := strings.Fields(line)
 		if len(f) != 3 {
@@ -163,8 +167,13 @@ type agentState struct {
 	lastCheck time.Time
 	// held are the live sessions it reported last.
 	held []flows.Held
-	// heldErr is why its last GET /sessions was refused ("" when read).
+	// heldErr is the kind of failure of its last GET /sessions ("" when
+	// read): "cap" or "read", so that one is logged once, not every round.
 	heldErr string
+	// capBefore is its max_sessions before a reload lowered it: its
+	// answers may list up to that many until one fits the new cap (the
+	// agent keeps the sessions it holds).
+	capBefore int
 }
 
 // observe records one result and reports whether the agent's state flipped
@@ -213,15 +222,36 @@ func (s *agentState) observe(err error, now time.Time, rise, fall int) bool {
 // whether it differs from the last one, so that a refusal is logged once
 // and not every health round.
 func (s *agentState) setHeldErr(err error) bool {
-	msg := ""
-	if err != nil {
-		msg = err.Error()
+	kind := ""
+	switch {
+	case errors.Is(err, errTooManySessions):
+		kind = "cap"
+	case err != nil:
+		kind = "read"
 	}
-	if msg == s.heldErr {
+	if kind == s.heldErr {
 		return false
 	}
-	s.heldErr = msg
+	s.heldErr = kind
 	return true
+}
+
+// sessionCap is how many live sessions its answers may list.
+func (s *agentState) sessionCap() int {
+	if s.capBefore > s.target.MaxSessions && s.target.MaxSessions > 0 {
+		return s.capBefore
+	}
+	return s.target.MaxSessions
+}
+
+// retarget takes a reloaded target, remembering a cap it lowered.
+func (s *agentState) retarget(h AgentHealth) {
+	if old := s.sessionCap(); h.MaxSessions > 0 && old > h.MaxSessions {
+		s.capBefore = old
+	} else {
+		s.capBefore = 0
+	}
+	s.target = h
 }
 
 // setHeld records the sessions an agent reported and says whether they

@@ -1,0 +1,191 @@
+package sdn
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/sdn/flows"
+	"github.com/sosappliance/sosappliance/sdn/spread"
+)
+
+// TestLoweredMaxSessionsKeepsPinsCurrent: a reload that lowers
+// limits.max_sessions leaves the agent's live sessions running
+// (relay.Agent.Update), so an honest agent reports more than its new
+// max_sessions until enough of them end. Its answers are read against the
+// old cap until one fits the new cap, so its pins follow the sessions it
+// holds, and nothing is logged against it; past that, the new cap holds.
+// Found by review of the cap's first version, which froze the pins.
+func TestLoweredMaxSessionsKeepsPinsCurrent(t *testing.T) {
+	mac := func(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
+	a1 := flows.Agent{Name: "a1", MAC: mac("02:00:00:00:01:01"), Port: 3}
+	a2 := flows.Agent{Name: "a2", MAC: mac("02:00:00:00:01:02"), Port: 4}
+	sw := flows.Switch{
+		Name: "sw", DatapathID: 1, Forwarding: "normal", Agents: []flows.Agent{a1, a2},
+		Steers: []flows.Steer{{
+			Whitelist: "w", Side: flows.ClientSide,
+			Clients: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")},
+			Server:  netip.MustParseAddr("10.2.0.10"), Port: 5201,
+			Agent: a1, Agents: []flows.Agent{a1, a2}, Spread: spread.ModePort, SpreadBits: 1,
+			DependsOnSites: [][]string{{"a1", "a2"}},
+		}},
+	}
+	report := func(n int) string {
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, "w 10.1.0.7:%d 10.2.0.10:5201\n", 40000+i)
+		}
+		return b.String()
+	}
+	var body atomic.Value
+	body.Store(report(8))
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/sessions" {
+			_, _ = w.Write([]byte(body.Load().(string)))
+		}
+	}))
+	defer agent.Close()
+	quiet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer quiet.Close()
+	agents := func(max int) map[string]AgentHealth {
+		return map[string]AgentHealth{
+			"a1": {HTTP: strings.TrimPrefix(agent.URL, "http://"), MaxSessions: max},
+			"a2": {HTTP: strings.TrimPrefix(quiet.URL, "http://"), MaxSessions: max},
+		}
+	}
+	var logs lockedBuffer
+	c, err := New(Config{HealthInterval: time.Second, Switches: []flows.Switch{sw}, Agents: agents(8)},
+		slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	count := func() int {
+		fl, _, err := c.desiredFor("sw")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(fl)
+	}
+	base := count()
+	// pins is how many of n reported sessions are pinned with no cap: the
+	// ones in the other agent's bucket.
+	pins := func(n int) int {
+		ref, err := New(Config{HealthInterval: time.Second, Switches: []flows.Switch{sw}, Agents: agents(0)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved := body.Load()
+		body.Store(report(n))
+		ref.healthRound(ctx)
+		body.Store(saved)
+		fl, _, err := ref.desiredFor("sw")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(fl) - base
+	}
+	c.healthRound(ctx)
+	if n, want := count()-base, pins(8); n != want || want == 0 {
+		t.Fatalf("8 sessions: %d pins, want %d", n, want)
+	}
+	// Reload: max_sessions 8 -> 4; the agent's 8 sessions live on, then
+	// two of them (one foreign) end.
+	if err := c.Update([]flows.Switch{sw}, agents(4)); err != nil {
+		t.Fatal(err)
+	}
+	body.Store(report(6))
+	c.healthRound(ctx)
+	if n, want := count()-base, pins(6); n != want || want == pins(8) {
+		t.Errorf("the agent holds 6 sessions after max_sessions was lowered to 4: %d pins, want %d (not the %d read before the reload)", n, want, pins(8))
+	}
+	if strings.Contains(logs.String(), "cannot read the agent's live sessions") {
+		t.Errorf("logged for an honest agent:\n%s", logs.String())
+	}
+	// Its sessions fall within the new cap; then more than 4 is refused.
+	body.Store(report(4))
+	c.healthRound(ctx)
+	if n, want := count()-base, pins(4); n != want {
+		t.Errorf("4 sessions: %d pins, want %d", n, want)
+	}
+	body.Store(report(6))
+	c.healthRound(ctx)
+	if n, want := count()-base, pins(4); n != want {
+		t.Errorf("6 sessions once the cap of 4 held: %d pins, want the %d read before", n, want)
+	}
+	if !strings.Contains(logs.String(), "cannot read the agent's live sessions") {
+		t.Errorf("6 sessions over the new cap of 4 was not logged:\n%s", logs.String())
+	}
+}
+
+// TestFailedCheckKeepsPins: one failed health check (a check lost in a
+// flood, a slow answer) no longer drops the agent's pins, which would move
+// the sessions it holds to the other agent and break them; they go once
+// the agent is down. Found by review.
+func TestFailedCheckKeepsPins(t *testing.T) {
+	mac := func(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
+	a1 := flows.Agent{Name: "a1", MAC: mac("02:00:00:00:01:01"), Port: 3}
+	a2 := flows.Agent{Name: "a2", MAC: mac("02:00:00:00:01:02"), Port: 4}
+	sw := flows.Switch{
+		Name: "sw", DatapathID: 1, Forwarding: "normal", Agents: []flows.Agent{a1, a2},
+		Steers: []flows.Steer{{
+			Whitelist: "w", Side: flows.ClientSide,
+			Clients: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")},
+			Server:  netip.MustParseAddr("10.2.0.10"), Port: 5201,
+			Agent: a1, Agents: []flows.Agent{a1, a2}, Spread: spread.ModePort, SpreadBits: 1,
+			DependsOnSites: [][]string{{"a1", "a2"}},
+		}},
+	}
+	var failing atomic.Bool
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if failing.Load() {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		if r.URL.Path == "/sessions" {
+			for i := range 8 {
+				fmt.Fprintf(w, "w 10.1.0.7:%d 10.2.0.10:5201\n", 40000+i)
+			}
+		}
+	}))
+	defer agent.Close()
+	quiet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer quiet.Close()
+	c, err := New(Config{HealthInterval: time.Second, HealthFall: 2, Switches: []flows.Switch{sw}, Agents: map[string]AgentHealth{
+		"a1": {HTTP: strings.TrimPrefix(agent.URL, "http://"), MaxSessions: 8},
+		"a2": {HTTP: strings.TrimPrefix(quiet.URL, "http://"), MaxSessions: 8},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	held := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.heldLocked()["a1"])
+	}
+	c.healthRound(ctx)
+	if n := held(); n != 8 {
+		t.Fatalf("%d sessions held, want 8", n)
+	}
+	failing.Store(true)
+	c.healthRound(ctx)
+	if n := held(); n != 8 {
+		t.Errorf("one failed check: %d of the agent's 8 sessions still pinned", n)
+	}
+	c.healthRound(ctx)
+	c.mu.Lock()
+	down := c.downLocked("a1")
+	c.mu.Unlock()
+	if n := held(); !down || n != 0 {
+		t.Errorf("two failed checks: agent down %v, %d sessions still pinned; want down and none", down, n)
+	}
+}
