@@ -1,7 +1,6 @@
 package appliance
 
 import (
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -29,29 +28,7 @@ func TestMetricsPortFloodBounded(t *testing.T) {
 	stop := m.serveOn(ln)
 	t.Cleanup(stop)
 	addr := ln.Addr().(*net.TCPAddr)
-	var flood []net.Conn
-	t.Cleanup(func() {
-		for _, c := range flood {
-			c.Close()
-		}
-	})
-	dial := func(from string) {
-		d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
-		c, err := d.Dial("tcp", addr.String())
-		if err != nil {
-			t.Fatalf("flood connection %d from %s: %v", len(flood), from, err)
-		}
-		flood = append(flood, c)
-	}
-	// 600 silent connections from one address, 2 each from 300 others.
-	for range 600 {
-		dial("127.0.0.1")
-	}
-	for i := range 300 {
-		from := fmt.Sprintf("127.0.%d.%d", 2+i/250, 1+i%250)
-		dial(from)
-		dial(from)
-	}
+	flood := testsupport.SilentFlood(t, addr.String())
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 	resp, err := client.Get("http://" + addr.String() + "/metrics")
 	if err != nil {

@@ -4,17 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sosappliance/sosappliance/sdn/flows"
-	"github.com/sosappliance/sosappliance/sdn/spread"
 )
 
 // TestLoweredMaxSessionsKeepsPinsCurrent: a reload that lowers
@@ -25,42 +22,10 @@ import (
 // holds, and nothing is logged against it; past that, the new cap holds.
 // Found by review of the cap's first version, which froze the pins.
 func TestLoweredMaxSessionsKeepsPinsCurrent(t *testing.T) {
-	mac := func(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
-	a1 := flows.Agent{Name: "a1", MAC: mac("02:00:00:00:01:01"), Port: 3}
-	a2 := flows.Agent{Name: "a2", MAC: mac("02:00:00:00:01:02"), Port: 4}
-	sw := flows.Switch{
-		Name: "sw", DatapathID: 1, Forwarding: "normal", Agents: []flows.Agent{a1, a2},
-		Steers: []flows.Steer{{
-			Whitelist: "w", Side: flows.ClientSide,
-			Clients: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")},
-			Server:  netip.MustParseAddr("10.2.0.10"), Port: 5201,
-			Agent: a1, Agents: []flows.Agent{a1, a2}, Spread: spread.ModePort, SpreadBits: 1,
-			DependsOnSites: [][]string{{"a1", "a2"}},
-		}},
-	}
-	report := func(n int) string {
-		var b strings.Builder
-		for i := range n {
-			fmt.Fprintf(&b, "w 10.1.0.7:%d 10.2.0.10:5201\n", 40000+i)
-		}
-		return b.String()
-	}
-	var body atomic.Value
-	body.Store(report(8))
-	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/sessions" {
-			_, _ = w.Write([]byte(body.Load().(string)))
-		}
-	}))
-	defer agent.Close()
-	quiet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer quiet.Close()
-	agents := func(max int) map[string]AgentHealth {
-		return map[string]AgentHealth{
-			"a1": {HTTP: strings.TrimPrefix(agent.URL, "http://"), MaxSessions: max},
-			"a2": {HTTP: strings.TrimPrefix(quiet.URL, "http://"), MaxSessions: max},
-		}
-	}
+	sw := twoAgentSwitch()
+	ags := newReportingAgents(t)
+	ags.report(8)
+	agents := ags.health
 	var logs lockedBuffer
 	c, err := New(Config{HealthInterval: time.Second, Switches: []flows.Switch{sw}, Agents: agents(8)},
 		slog.New(slog.NewTextHandler(&logs, nil)))
@@ -83,10 +48,10 @@ func TestLoweredMaxSessionsKeepsPinsCurrent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		saved := body.Load()
-		body.Store(report(n))
+		saved := ags.body.Load()
+		ags.report(n)
 		ref.healthRound(ctx)
-		body.Store(saved)
+		ags.body.Store(saved)
 		fl, _, err := ref.desiredFor("sw")
 		if err != nil {
 			t.Fatal(err)
@@ -102,7 +67,7 @@ func TestLoweredMaxSessionsKeepsPinsCurrent(t *testing.T) {
 	if err := c.Update([]flows.Switch{sw}, agents(4)); err != nil {
 		t.Fatal(err)
 	}
-	body.Store(report(6))
+	ags.report(6)
 	c.healthRound(ctx)
 	if n, want := count()-base, pins(6); n != want || want == pins(8) {
 		t.Errorf("the agent holds 6 sessions after max_sessions was lowered to 4: %d pins, want %d (not the %d read before the reload)", n, want, pins(8))
@@ -111,12 +76,12 @@ func TestLoweredMaxSessionsKeepsPinsCurrent(t *testing.T) {
 		t.Errorf("logged for an honest agent:\n%s", logs.String())
 	}
 	// Its sessions fall within the new cap; then more than 4 is refused.
-	body.Store(report(4))
+	ags.report(4)
 	c.healthRound(ctx)
 	if n, want := count()-base, pins(4); n != want {
 		t.Errorf("4 sessions: %d pins, want %d", n, want)
 	}
-	body.Store(report(6))
+	ags.report(6)
 	c.healthRound(ctx)
 	if n, want := count()-base, pins(4); n != want {
 		t.Errorf("6 sessions once the cap of 4 held: %d pins, want the %d read before", n, want)
@@ -131,19 +96,7 @@ func TestLoweredMaxSessionsKeepsPinsCurrent(t *testing.T) {
 // the sessions it holds to the other agent and break them; they go once
 // the agent is down. Found by review.
 func TestFailedCheckKeepsPins(t *testing.T) {
-	mac := func(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
-	a1 := flows.Agent{Name: "a1", MAC: mac("02:00:00:00:01:01"), Port: 3}
-	a2 := flows.Agent{Name: "a2", MAC: mac("02:00:00:00:01:02"), Port: 4}
-	sw := flows.Switch{
-		Name: "sw", DatapathID: 1, Forwarding: "normal", Agents: []flows.Agent{a1, a2},
-		Steers: []flows.Steer{{
-			Whitelist: "w", Side: flows.ClientSide,
-			Clients: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")},
-			Server:  netip.MustParseAddr("10.2.0.10"), Port: 5201,
-			Agent: a1, Agents: []flows.Agent{a1, a2}, Spread: spread.ModePort, SpreadBits: 1,
-			DependsOnSites: [][]string{{"a1", "a2"}},
-		}},
-	}
+	sw := twoAgentSwitch()
 	var failing atomic.Bool
 	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if failing.Load() {

@@ -45,42 +45,13 @@ func (l *lockedBuffer) String() string {
 // failed read: the sessions read before stay pinned, the refusal is
 // logged once, and an answer within the cap is pinned again.
 func TestSessionReportCappedAtMaxSessions(t *testing.T) {
-	mac := func(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
-	a1 := flows.Agent{Name: "a1", MAC: mac("02:00:00:00:01:01"), Port: 3}
-	a2 := flows.Agent{Name: "a2", MAC: mac("02:00:00:00:01:02"), Port: 4}
-	sw := flows.Switch{
-		Name: "sw", DatapathID: 1, Forwarding: "normal", Agents: []flows.Agent{a1, a2},
-		Steers: []flows.Steer{{
-			Whitelist: "w", Side: flows.ClientSide,
-			Clients: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")},
-			Server:  netip.MustParseAddr("10.2.0.10"), Port: 5201,
-			Agent: a1, Agents: []flows.Agent{a1, a2}, Spread: spread.ModePort, SpreadBits: 1,
-			DependsOnSites: [][]string{{"a1", "a2"}},
-		}},
-	}
+	sw := twoAgentSwitch()
 	const maxSessions = 8
-	report := func(n int) string {
-		var b strings.Builder
-		for i := range n {
-			fmt.Fprintf(&b, "w 10.1.0.7:%d 10.2.0.10:5201\n", 40000+i)
-		}
-		return b.String()
-	}
-	var body atomic.Value
-	body.Store(report(4))
-	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/sessions" {
-			_, _ = w.Write([]byte(body.Load().(string)))
-		}
-	}))
-	defer agent.Close()
-	quiet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer quiet.Close()
+	ags := newReportingAgents(t)
+	ags.report(4)
 	var logs lockedBuffer
-	c, err := New(Config{HealthInterval: time.Second, Switches: []flows.Switch{sw}, Agents: map[string]AgentHealth{
-		"a1": {HTTP: strings.TrimPrefix(agent.URL, "http://"), MaxSessions: maxSessions},
-		"a2": {HTTP: strings.TrimPrefix(quiet.URL, "http://"), MaxSessions: maxSessions},
-	}}, slog.New(slog.NewTextHandler(&logs, nil)))
+	c, err := New(Config{HealthInterval: time.Second, Switches: []flows.Switch{sw}, Agents: ags.health(maxSessions)},
+		slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +74,7 @@ func TestSessionReportCappedAtMaxSessions(t *testing.T) {
 	}
 
 	// A hostile answer: 4,000 sessions, 2,000 of them foreign.
-	body.Store(report(4000))
+	ags.report(4000)
 	for range 3 {
 		c.healthRound(ctx)
 	}
@@ -115,12 +86,71 @@ func TestSessionReportCappedAtMaxSessions(t *testing.T) {
 	}
 
 	// Exactly the cap is an honest answer: four pins.
-	body.Store(report(maxSessions))
+	ags.report(maxSessions)
 	c.healthRound(ctx)
 	if n := count("eight sessions"); n != base+4 {
 		t.Errorf("eight sessions reported, four foreign: %d flows, want %d+4", n, base)
 	}
 	if !strings.Contains(logs.String(), "reading the agent's live sessions again") {
 		t.Errorf("the recovery was not logged:\n%s", logs.String())
+	}
+}
+
+// twoAgentSwitch is a switch spreading one whitelist over agents a1 and a2
+// by the client port's bucket (one bit): a session either reports in the
+// other's bucket is pinned to it.
+func twoAgentSwitch() flows.Switch {
+	mac := func(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
+	a1 := flows.Agent{Name: "a1", MAC: mac("02:00:00:00:01:01"), Port: 3}
+	a2 := flows.Agent{Name: "a2", MAC: mac("02:00:00:00:01:02"), Port: 4}
+	return flows.Switch{
+		Name: "sw", DatapathID: 1, Forwarding: "normal", Agents: []flows.Agent{a1, a2},
+		Steers: []flows.Steer{{
+			Whitelist: "w", Side: flows.ClientSide,
+			Clients: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")},
+			Server:  netip.MustParseAddr("10.2.0.10"), Port: 5201,
+			Agent: a1, Agents: []flows.Agent{a1, a2}, Spread: spread.ModePort, SpreadBits: 1,
+			DependsOnSites: [][]string{{"a1", "a2"}},
+		}},
+	}
+}
+
+// reportingAgents answer the controller for agents a1 and a2 of
+// twoAgentSwitch: a1's GET /sessions lists what report set, a2 holds none.
+type reportingAgents struct {
+	body   atomic.Value // string
+	a1, a2 *httptest.Server
+}
+
+func newReportingAgents(t *testing.T) *reportingAgents {
+	r := &reportingAgents{}
+	r.body.Store("")
+	r.a1 = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/sessions" {
+			_, _ = w.Write([]byte(r.body.Load().(string)))
+		}
+	}))
+	r.a2 = httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(func() {
+		r.a1.Close()
+		r.a2.Close()
+	})
+	return r
+}
+
+// report makes a1 list n sessions, client ports 40000 on.
+func (r *reportingAgents) report(n int) {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "w 10.1.0.7:%d 10.2.0.10:5201\n", 40000+i)
+	}
+	r.body.Store(b.String())
+}
+
+// health is the controller's view of both, with max_sessions maxSessions.
+func (r *reportingAgents) health(maxSessions int) map[string]AgentHealth {
+	return map[string]AgentHealth{
+		"a1": {HTTP: strings.TrimPrefix(r.a1.URL, "http://"), MaxSessions: maxSessions},
+		"a2": {HTTP: strings.TrimPrefix(r.a2.URL, "http://"), MaxSessions: maxSessions},
 	}
 }

@@ -2,9 +2,7 @@ package relay
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"testing"
@@ -21,47 +19,8 @@ import (
 // (healthMaxConnsPerSource from one address), closing the oldest silent
 // ones, and the controller's check made after the flood is answered.
 func TestHealthPortFloodBounded(t *testing.T) {
-	a, err := New(Config{Name: "agent-a", PSK: testPSK,
-		DataListen:   netip.MustParseAddrPort("127.0.0.1:0"),
-		HealthListen: netip.MustParseAddrPort("127.0.0.1:0"),
-	}, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := a.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	health := a.Addrs().Health
-	var flood []net.Conn
-	defer func() {
-		for _, c := range flood {
-			c.Close()
-		}
-	}()
-	dial := func(from string) {
-		d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
-		c, err := d.Dial("tcp", health.String())
-		if err != nil {
-			t.Fatalf("flood connection %d from %s: %v", len(flood), from, err)
-		}
-		flood = append(flood, c)
-	}
-	// 600 silent connections from one address, 2 each from 300 others.
-	for range 600 {
-		dial("127.0.0.1")
-	}
-	for i := range 300 {
-		from := fmt.Sprintf("127.0.%d.%d", 2+i/250, 1+i%250)
-		dial(from)
-		dial(from)
-	}
+	health := startHealthAgent(t)
+	flood := testsupport.SilentFlood(t, health.String())
 	// The controller's check, after the flood: the listener accepts in
 	// order, so every flood connection has been accepted once it is
 	// answered.
@@ -80,4 +39,28 @@ func TestHealthPortFloodBounded(t *testing.T) {
 	if open > healthMaxConns {
 		t.Errorf("the health endpoint holds %d of %d silent connections, want at most %d", open, len(flood), healthMaxConns)
 	}
+}
+
+// startHealthAgent starts an agent with a health endpoint on loopback,
+// stopped when the test ends, and returns the endpoint's address.
+func startHealthAgent(t *testing.T) netip.AddrPort {
+	t.Helper()
+	a, err := New(Config{Name: "agent-a", PSK: testPSK,
+		DataListen:   netip.MustParseAddrPort("127.0.0.1:0"),
+		HealthListen: netip.MustParseAddrPort("127.0.0.1:0"),
+	}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return a.Addrs().Health
 }

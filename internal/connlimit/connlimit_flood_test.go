@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// serveSlow is serve with a /slow path whose handler, once entered,
+// serveSlow is serve, and a /slow path whose handler, once entered,
 // signals entered and waits for release before it writes anything: a
 // request that has been read whole but not yet answered (a scrape being
 // gathered, a health check being served).

@@ -13,31 +13,12 @@ import (
 )
 
 // serve runs an HTTP server that answers "ok" behind a Listener and
-// returns its address; the server keeps a silent connection for a minute,
-// so only the caps close one within a test.
+// returns it and its address; the server keeps a silent connection for a
+// minute, so only the caps close one within a test.
 func serve(t *testing.T, total, perSource int) (*Listener, string) {
 	t.Helper()
-	raw, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := New(raw, total, perSource)
-	srv := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }),
-		ReadHeaderTimeout: time.Minute,
-		IdleTimeout:       time.Minute,
-	}
-	ln.Track(srv)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		_ = srv.Close()
-		<-done
-	})
-	return ln, raw.Addr().String()
+	ln, addr, _, _ := serveSlow(t, total, perSource)
+	return ln, addr
 }
 
 // dialFrom opens a connection from the loopback address from (any of
