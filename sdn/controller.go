@@ -376,19 +376,13 @@ func (c *Controller) Update(switches []flows.Switch, agents map[string]AgentHeal
 	}
 	var drop []*session
 	for name, s := range c.sessions {
-		sw, ok := byName[name]
-		why := certMismatch(sw, s.conn.conn)
-		if !ok || sw.DatapathID != s.conn.DatapathID() || sw.Connect != old[name].Connect ||
-			(sw.TLS && !s.secure) || (sw.Connect == "" && !allowedFrom(sw, s.remote)) || why != "" {
+		if why := c.refusalLocked(s.conn, name, old[name].Connect, s.secure); why != "" {
 			drop = append(drop, s)
 			delete(c.sessions, name)
 			// The session's own exit no longer owns the status.
 			if st := c.status[name]; st != nil {
 				st.Connected, st.Role = false, ""
-				st.LastError = "disconnected: the reloaded configuration does not accept this connection"
-				if why != "" {
-					st.LastError += " (" + why + ")"
-				}
+				st.LastError = "disconnected: the reloaded configuration does not accept this connection (" + why + ")"
 			}
 		}
 	}
@@ -665,7 +659,7 @@ func (c *Controller) serveConn(ctx context.Context, conn net.Conn, remote netip.
 		sc.Close()
 		return
 	}
-	c.runSession(ctx, sc, name, secure, sink)
+	c.runSession(ctx, sc, name, "", secure, sink)
 }
 
 // secure looks at the first byte of conn and, when it opens a TLS record,
@@ -751,7 +745,7 @@ func (c *Controller) dialLoop(ctx context.Context, name, target string) {
 					name, target, DatapathIDString(sc.DatapathID()), DatapathIDString(want)))
 				sc.Close()
 			} else {
-				c.runSession(ctx, sc, name, false, sink)
+				c.runSession(ctx, sc, name, target, false, sink)
 			}
 		} else if ctx.Err() == nil {
 			c.setError(name, err)
@@ -828,10 +822,41 @@ func (c *Controller) claim(ctx context.Context, sc *SwitchConn, name string) boo
 	}
 }
 
+// refusalLocked says why the configuration now in force refuses sc as
+// switch name's connection ("" when it accepts it): connect is the target
+// it was dialed at, "" for a connection to the listener. serveConn checks
+// a connection before its claim, which may wait up to a keepalive; a
+// reload meanwhile is checked here again, as Update checks the sessions
+// it finds registered.
+func (c *Controller) refusalLocked(sc *SwitchConn, name, connect string, secure bool) string {
+	sw, ok := c.switches[name]
+	remote := addrOf(sc.conn.RemoteAddr())
+	switch {
+	case !ok:
+		return fmt.Sprintf("switch %s is no longer declared", name)
+	case sw.DatapathID != sc.DatapathID():
+		return fmt.Sprintf("switch %s has datapath id %s now", name, DatapathIDString(sw.DatapathID))
+	case sw.Connect != connect:
+		return fmt.Sprintf("switch %s is reached at %q now", name, sw.Connect)
+	case sw.TLS && !secure:
+		return fmt.Sprintf("switch %s must connect over TLS", name)
+	case connect == "" && !allowedFrom(sw, remote):
+		return fmt.Sprintf("switch %s may not connect from %s", name, remote)
+	}
+	return certMismatch(sw, sc.conn)
+}
+
 // runSession keeps one connected switch converged until the connection or
-// ctx ends.
-func (c *Controller) runSession(ctx context.Context, sc *SwitchConn, name string, secure bool, sink *roleSink) {
+// ctx ends; connect is the target it was dialed at ("" for a connection
+// to the listener).
+func (c *Controller) runSession(ctx context.Context, sc *SwitchConn, name, connect string, secure bool, sink *roleSink) {
 	if !c.claim(ctx, sc, name) {
+		return
+	}
+	if why := c.refusalLocked(sc, name, connect, secure); why != "" {
+		c.mu.Unlock()
+		c.refuse(sc.RemoteAddr(), sc.DatapathID(), why)
+		sc.Close()
 		return
 	}
 	s := &session{conn: sc, kick: make(chan struct{}, 1), secure: secure, remote: addrOf(sc.conn.RemoteAddr())}
@@ -1123,6 +1148,11 @@ func (c *Controller) healthRound(ctx context.Context) bool {
 		c.mu.Lock()
 		st := c.agents[r.name]
 		flipped := st != nil && st.observe(r.err, now, c.cfg.HealthRise, c.cfg.HealthFall)
+		if flipped && !st.healthy {
+			// Down: its pins go (heldLocked), and are read afresh when it
+			// is back, not taken from before the outage.
+			st.held = nil
+		}
 		// A failed check keeps the sessions read before (the agent's
 		// pins go with it only once it is down), as does a failed read.
 		if st != nil && r.err == nil && r.heldErr == nil {

@@ -97,9 +97,9 @@ func TestLoweredMaxSessionsKeepsPinsCurrent(t *testing.T) {
 // the agent is down. Found by review.
 func TestFailedCheckKeepsPins(t *testing.T) {
 	sw := twoAgentSwitch()
-	var failing atomic.Bool
+	var failing, sessionsFailing atomic.Bool
 	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if failing.Load() {
+		if failing.Load() || sessionsFailing.Load() && r.URL.Path == "/sessions" {
 			http.Error(w, "busy", http.StatusServiceUnavailable)
 			return
 		}
@@ -140,5 +140,18 @@ func TestFailedCheckKeepsPins(t *testing.T) {
 	c.mu.Unlock()
 	if n := held(); !down || n != 0 {
 		t.Errorf("two failed checks: agent down %v, %d sessions still pinned; want down and none", down, n)
+	}
+	// Back up, its sessions unread: the pins from before the outage do
+	// not come back.
+	failing.Store(false)
+	sessionsFailing.Store(true)
+	for range 5 {
+		c.healthRound(ctx)
+	}
+	c.mu.Lock()
+	down = c.downLocked("a1")
+	c.mu.Unlock()
+	if n := held(); down || n != 0 {
+		t.Errorf("back up with its sessions unread: agent down %v, %d sessions pinned from before the outage; want up and none", down, n)
 	}
 }

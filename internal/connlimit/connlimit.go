@@ -9,8 +9,10 @@
 // accept.
 //
 // Past a cap an old connection is closed to make room for the new one,
-// never one whose request is being served, so the controller's check and
-// Prometheus's scrape are answered while a flood goes on:
+// never one whose request is being served (for up to servedGrace: a
+// handler still writing after that waits on a client that does not read),
+// so the controller's check and Prometheus's scrape are answered while a
+// flood goes on:
 //
 //   - a source is an IPv4 address or an IPv6 /64 (one host's addresses);
 //   - past a source's cap, one of that source's connections goes;
@@ -33,6 +35,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Listener is a net.Listener that keeps at most total connections open,
@@ -78,10 +81,10 @@ func (l *Listener) Track(srv *http.Server) {
 	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tc, _ := r.Context().Value(connKey{}).(*conn)
 		if tc != nil {
-			tc.serving.Add(1)
+			tc.servingSince.Store(time.Now().UnixNano())
 			defer func() {
 				tc.answered.Store(true)
-				tc.serving.Add(-1)
+				tc.servingSince.Store(0)
 			}()
 		}
 		h.ServeHTTP(w, r)
@@ -89,6 +92,12 @@ func (l *Listener) Track(srv *http.Server) {
 }
 
 type connKey struct{}
+
+// servedGrace is how long a request being served keeps its connection
+// from being closed to make room: the health and metrics answers are
+// written in milliseconds, or into the socket's buffer, unless the client
+// stops reading.
+const servedGrace = time.Second
 
 // Accept accepts a connection and makes room for it (see the package
 // documentation); it closes the new one itself when there is none.
@@ -138,13 +147,14 @@ func (l *Listener) admit(c net.Conn) *conn {
 }
 
 // victimLocked picks, among the connections in is that are not being
-// served, the oldest that never completed a request, else the newest
+// served (served), the oldest that never completed a request, else the newest
 // idle one; nil when every one is being served.
 func (l *Listener) victimLocked(in func(*conn) bool) *conn {
 	var idle *conn
+	now := time.Now().UnixNano()
 	for e := l.order.Front(); e != nil; e = e.Next() {
 		c := e.Value.(*conn)
-		if !in(c) || c.serving.Load() > 0 {
+		if !in(c) || c.served(now) {
 			continue
 		}
 		if !c.answered.Load() {
@@ -160,9 +170,10 @@ func (l *Listener) victimLocked(in func(*conn) bool) *conn {
 func (l *Listener) busiestLocked() func(*conn) bool {
 	count := map[netip.Prefix]int{}
 	top := 0
+	now := time.Now().UnixNano()
 	for e := l.order.Front(); e != nil; e = e.Next() {
 		c := e.Value.(*conn)
-		if c.serving.Load() > 0 {
+		if c.served(now) {
 			continue
 		}
 		count[c.src]++
@@ -217,10 +228,17 @@ type conn struct {
 	l    *Listener
 	src  netip.Prefix
 	elem *list.Element // nil once forgotten
-	// serving counts the requests being served on it (Track);
-	// answered says one was.
-	serving  atomic.Int32
-	answered atomic.Bool
+	// servingSince is when the request being served on it started (unix
+	// ns; 0: none; Track); answered says one was served.
+	servingSince atomic.Int64
+	answered     atomic.Bool
+}
+
+// served says whether a request is being served on c and has been for
+// less than servedGrace at now.
+func (c *conn) served(now int64) bool {
+	since := c.servingSince.Load()
+	return since != 0 && now-since < int64(servedGrace)
 }
 
 func (c *conn) Close() error {
