@@ -77,4 +77,8 @@ func TestReloadAddingTLSNameDuringAClaim(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// Kept out for its name, not by chance.
+	if refusedWith(ctl.Controller, `the certificate of "mallory" does not name "sw-b"`) == 0 {
+		t.Errorf("the impostor was not refused for its certificate's name: %+v", ctl.Status().Refused)
+	}
 }

@@ -20,7 +20,8 @@
 //   - of those, a connection that never completed a request goes first
 //     (the oldest: a real client's request arrives right after it
 //     connects), then an idle one that did (the newest: a long-lived
-//     keep-alive such as Prometheus's stays);
+//     keep-alive such as Prometheus's stays), then one whose request has
+//     been served for longer than servedGrace (the oldest);
 //   - when every candidate is being served, the new connection is closed.
 //
 // A request counts as served from when its handler starts until it
@@ -81,7 +82,7 @@ func (l *Listener) Track(srv *http.Server) {
 	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tc, _ := r.Context().Value(connKey{}).(*conn)
 		if tc != nil {
-			tc.servingSince.Store(time.Now().UnixNano())
+			tc.servingSince.Store(monotonic())
 			defer func() {
 				tc.answered.Store(true)
 				tc.servingSince.Store(0)
@@ -96,8 +97,16 @@ type connKey struct{}
 // servedGrace is how long a request being served keeps its connection
 // from being closed to make room: the health and metrics answers are
 // written in milliseconds, or into the socket's buffer, unless the client
-// stops reading.
+// stops reading. After it, the connection goes only when no silent or
+// idle one is left to close.
 const servedGrace = time.Second
+
+// epoch anchors the monotonic times the connections keep (a step of the
+// wall clock changes no grace).
+var epoch = time.Now()
+
+// monotonic is the time since epoch, at least 1 (0 means none).
+func monotonic() int64 { return int64(time.Since(epoch)) + 1 }
 
 // Accept accepts a connection and makes room for it (see the package
 // documentation); it closes the new one itself when there is none.
@@ -147,22 +156,32 @@ func (l *Listener) admit(c net.Conn) *conn {
 }
 
 // victimLocked picks, among the connections in is that are not being
-// served (served), the oldest that never completed a request, else the newest
-// idle one; nil when every one is being served.
+// served (served), the oldest that never completed a request and has none
+// under way, else the newest idle one, else the oldest whose request has
+// outlived servedGrace; nil when every one is being served.
 func (l *Listener) victimLocked(in func(*conn) bool) *conn {
-	var idle *conn
-	now := time.Now().UnixNano()
+	var idle, stale *conn
+	now := monotonic()
 	for e := l.order.Front(); e != nil; e = e.Next() {
 		c := e.Value.(*conn)
 		if !in(c) || c.served(now) {
 			continue
 		}
-		if !c.answered.Load() {
+		switch {
+		case c.servingSince.Load() != 0:
+			if stale == nil {
+				stale = c
+			}
+		case !c.answered.Load():
 			return c
+		default:
+			idle = c
 		}
-		idle = c
 	}
-	return idle
+	if idle != nil {
+		return idle
+	}
+	return stale
 }
 
 // busiestLocked matches the connections of the sources that hold the
@@ -170,7 +189,7 @@ func (l *Listener) victimLocked(in func(*conn) bool) *conn {
 func (l *Listener) busiestLocked() func(*conn) bool {
 	count := map[netip.Prefix]int{}
 	top := 0
-	now := time.Now().UnixNano()
+	now := monotonic()
 	for e := l.order.Front(); e != nil; e = e.Next() {
 		c := e.Value.(*conn)
 		if c.served(now) {
@@ -228,8 +247,8 @@ type conn struct {
 	l    *Listener
 	src  netip.Prefix
 	elem *list.Element // nil once forgotten
-	// servingSince is when the request being served on it started (unix
-	// ns; 0: none; Track); answered says one was served.
+	// servingSince is when the request being served on it started
+	// (monotonic; 0: none; Track); answered says one was served.
 	servingSince atomic.Int64
 	answered     atomic.Bool
 }
