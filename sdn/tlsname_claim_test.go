@@ -19,15 +19,9 @@ import (
 // the claim checks the configuration in force again. Found by review
 // (before, "mallory" held switch sw-b's session after the reload).
 func TestReloadAddingTLSNameDuringAClaim(t *testing.T) {
-	dir := t.TempDir()
-	ca := newPKI(t, dir, "switchca")
-	ctlCert, ctlKey, _ := ca.issue(t, "controller")
+	ca, serverTLS := controllerPKI(t)
 	_, _, realPair := ca.issue(t, "sw-b")
 	_, _, otherPair := ca.issue(t, "mallory")
-	serverTLS, err := sdn.LoadTLS(ctlCert, ctlKey, ca.caFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -35,16 +29,12 @@ func TestReloadAddingTLSNameDuringAClaim(t *testing.T) {
 	sw := flows.Switch{Name: "sw-b", DatapathID: 0xc8, Forwarding: "normal", TLS: true}
 	ctl := startController(t, sdn.Config{TLS: serverTLS, Listener: ln, Keepalive: 3 * time.Second,
 		HealthInterval: time.Second, Switches: []flows.Switch{sw}})
-	clientTLS := func(pair tls.Certificate) *tls.Config {
-		return &tls.Config{RootCAs: ca.pool(), ServerName: "127.0.0.1",
-			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }}
-	}
 	dial := func(pair tls.Certificate) *tls.Conn {
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
-		tc := tls.Client(c, clientTLS(pair))
+		tc := tls.Client(c, ca.clientTLS(pair))
 		t.Cleanup(func() { tc.Close() })
 		return tc
 	}

@@ -22,16 +22,10 @@ import (
 // flow is written; one naming that switch gets its session.
 func TestCertificateMustNameTheSwitch(t *testing.T) {
 	ovstest.Require(t, ovstest.Binaries...)
-	dir := t.TempDir()
-	ca := newPKI(t, dir, "switchca")
-	ctlCert, ctlKey, _ := ca.issue(t, "controller")
+	ca, serverTLS := controllerPKI(t)
 	swCert, swKey, swPair := ca.issue(t, "sw-a id:5f0c9a8e-2d4b-4c1e-9a57-3e8f6b1d2c40")
 	_, _, prefixPair := ca.issue(t, "sw-b2")
 	_, _, bPair := ca.issue(t, "sw-b")
-	serverTLS, err := sdn.LoadTLS(ctlCert, ctlKey, ca.caFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sw := siteSwitch(0xc7)
 	sw.TLS, sw.TLSName = true, "sw-a"
 	other := flows.Switch{Name: "sw-b", DatapathID: 0xc8, Forwarding: "normal", TLS: true, TLSName: "sw-b"}
@@ -41,10 +35,6 @@ func TestCertificateMustNameTheSwitch(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, other)
-	clientTLS := func(pair tls.Certificate) *tls.Config {
-		return &tls.Config{RootCAs: ca.pool(), ServerName: "127.0.0.1",
-			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }}
-	}
 	for _, c := range []struct {
 		name string
 		pair tls.Certificate
@@ -54,7 +44,7 @@ func TestCertificateMustNameTheSwitch(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := refusedWith(g.ctl.Controller, "does not name \"sw-b\"")
-			conn := tls.Client(dialIn(t, g.inst, "127.0.0.1", g.addr), clientTLS(c.pair))
+			conn := tls.Client(dialIn(t, g.inst, "127.0.0.1", g.addr), ca.clientTLS(c.pair))
 			got, err := claimDatapath(conn, other.DatapathID)
 			if err != nil {
 				t.Fatalf("handshake: %v", err)
@@ -71,7 +61,7 @@ func TestCertificateMustNameTheSwitch(t *testing.T) {
 	}
 	g.requireUntouched(t, "sw-a")
 	t.Run("a certificate naming the switch", func(t *testing.T) {
-		conn := tls.Client(dialIn(t, g.inst, "127.0.0.1", g.addr), clientTLS(bPair))
+		conn := tls.Client(dialIn(t, g.inst, "127.0.0.1", g.addr), ca.clientTLS(bPair))
 		defer conn.Close()
 		if _, err := claimDatapath(conn, other.DatapathID); err != nil {
 			t.Fatalf("handshake: %v", err)
@@ -100,15 +90,9 @@ func TestCertificateMustNameTheSwitch(t *testing.T) {
 // id first is refused, and the real switch is the one accepted.
 func TestOneShotCertificateMustNameTheSwitch(t *testing.T) {
 	ovstest.Require(t, ovstest.Binaries...)
-	dir := t.TempDir()
-	ca := newPKI(t, dir, "switchca")
-	ctlCert, ctlKey, _ := ca.issue(t, "controller")
+	ca, serverTLS := controllerPKI(t)
 	swCert, swKey, _ := ca.issue(t, "bry id:0d9e3c1a-7f55-4b8e-a0c2-51f4e6a9b7d3")
 	_, _, otherPair := ca.issue(t, "brz")
-	serverTLS, err := sdn.LoadTLS(ctlCert, ctlKey, ca.caFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	inst := ovstest.Start(t)
 	if _, err := inst.Vsctl("set-ssl", swKey, swCert, ca.caFile); err != nil {
 		t.Fatal(err)
@@ -131,8 +115,7 @@ func TestOneShotCertificateMustNameTheSwitch(t *testing.T) {
 			serverTLS, sdn.ConnOptions{HandshakeTimeout: 5 * time.Second})
 		done <- accepted{sc, err}
 	}()
-	impostor := tls.Client(dialIn(t, inst, "127.0.0.1", ln.Addr().String()), &tls.Config{RootCAs: ca.pool(), ServerName: "127.0.0.1",
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &otherPair, nil }})
+	impostor := tls.Client(dialIn(t, inst, "127.0.0.1", ln.Addr().String()), ca.clientTLS(otherPair))
 	defer impostor.Close()
 	// The wait knows its switch, so it hangs up right after TLS, before
 	// the OpenFlow handshake.
@@ -159,4 +142,25 @@ func TestOneShotCertificateMustNameTheSwitch(t *testing.T) {
 	if a.sc.Features().NTables == 0 {
 		t.Fatalf("accepted %+v", a.sc.Features())
 	}
+}
+
+// controllerPKI makes a switch CA in a temporary directory, issues the
+// controller's certificate from it and returns the CA and the
+// controller's TLS configuration (sdn.LoadTLS).
+func controllerPKI(t *testing.T) (*pki, *tls.Config) {
+	t.Helper()
+	ca := newPKI(t, t.TempDir(), "switchca")
+	ctlCert, ctlKey, _ := ca.issue(t, "controller")
+	serverTLS, err := sdn.LoadTLS(ctlCert, ctlKey, ca.caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca, serverTLS
+}
+
+// clientTLS is a switch's TLS configuration presenting pair to a
+// controller on 127.0.0.1 whose certificate p issued.
+func (p *pki) clientTLS(pair tls.Certificate) *tls.Config {
+	return &tls.Config{RootCAs: p.pool(), ServerName: "127.0.0.1",
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }}
 }
