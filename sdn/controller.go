@@ -639,7 +639,6 @@ func (c *Controller) serveConn(ctx context.Context, conn net.Conn, remote netip.
 	c.mu.Lock()
 	name, ok := c.byDPID[dpid]
 	sw := c.switches[name]
-	c.mu.Unlock()
 	reason := ""
 	switch {
 	case !ok:
@@ -647,13 +646,10 @@ func (c *Controller) serveConn(ctx context.Context, conn net.Conn, remote netip.
 	case sw.Connect != "":
 		// Two sessions for one switch would keep closing each other.
 		reason = fmt.Sprintf("switch %s is dialed at %s; it must not also connect to the listener", name, sw.Connect)
-	case sw.TLS && !secure:
-		reason = fmt.Sprintf("switch %s must connect over TLS", name)
-	case !allowedFrom(sw, remote):
-		reason = fmt.Sprintf("switch %s may not connect from %s", name, remote)
 	default:
-		reason = certMismatch(sw, sc.conn)
+		reason = c.refusalLocked(sc, name, "", secure)
 	}
+	c.mu.Unlock()
 	if reason != "" {
 		c.refuse(sc.RemoteAddr(), dpid, reason)
 		sc.Close()
