@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 )
 
@@ -26,7 +27,7 @@ func TestLoweredMaxSessionsKeepsPinsCurrent(t *testing.T) {
 	ags := newReportingAgents(t)
 	ags.report(8)
 	agents := ags.health
-	var logs lockedBuffer
+	var logs testsupport.LockedBuffer
 	c, err := New(Config{HealthInterval: time.Second, Switches: []flows.Switch{sw}, Agents: agents(8)},
 		slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {

@@ -1,7 +1,6 @@
 package sdn
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -10,32 +9,14 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/spread"
 )
-
-// lockedBuffer is a log sink the controller's goroutines may share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestSessionReportCappedAtMaxSessions: an agent (or whatever answers on
 // its health address) could list any number of live sessions in GET
@@ -49,7 +30,7 @@ func TestSessionReportCappedAtMaxSessions(t *testing.T) {
 	const maxSessions = 8
 	ags := newReportingAgents(t)
 	ags.report(4)
-	var logs lockedBuffer
+	var logs testsupport.LockedBuffer
 	c, err := New(Config{HealthInterval: time.Second, Switches: []flows.Switch{sw}, Agents: ags.health(maxSessions)},
 		slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
