@@ -26,6 +26,10 @@
 //
 // A request counts as served from when its handler starts until it
 // returns, which Track arranges for an http.Server.
+//
+// An allow list (Allow) goes before all of this: a connection from outside
+// it is closed as it is accepted, before a byte is read or written, and
+// takes no place.
 package connlimit
 
 import (
@@ -34,6 +38,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,15 +55,40 @@ type Listener struct {
 	order *list.List // of *conn, oldest first
 	bySrc map[netip.Prefix]int
 
-	evicted, refused atomic.Uint64
+	// allow is the allow list (Allow); nil or empty allows any source.
+	allow atomic.Pointer[[]netip.Prefix]
+
+	*Counts
 }
+
+// Counts are what a Listener closed, by reason. Several listeners in turn
+// (one replaced on a new address) may share one (WithCounts), so that the
+// counts go on across them.
+type Counts struct {
+	evicted, refused, denied atomic.Uint64
+}
+
+// Evicted is how many connections were closed to make room; Refused how
+// many new ones were closed because every candidate was being served;
+// Denied how many were closed because the allow list did not admit their
+// source (at accept, or when Allow narrowed it).
+func (c *Counts) Evicted() uint64 { return c.evicted.Load() }
+func (c *Counts) Refused() uint64 { return c.refused.Load() }
+func (c *Counts) Denied() uint64  { return c.denied.Load() }
 
 // New wraps ln; total and perSource are at least 1.
 func New(ln net.Listener, total, perSource int) *Listener {
 	return &Listener{
 		Listener: ln, total: max(total, 1), perSource: max(perSource, 1),
-		order: list.New(), bySrc: map[netip.Prefix]int{},
+		order: list.New(), bySrc: map[netip.Prefix]int{}, Counts: &Counts{},
 	}
+}
+
+// WithCounts makes l count into c instead of counts of its own; call it
+// before the first Accept.
+func (l *Listener) WithCounts(c *Counts) *Listener {
+	l.Counts = c
+	return l
 }
 
 // Track makes srv tell the listener which connections it is serving a
@@ -123,8 +153,14 @@ func (l *Listener) Accept() (net.Conn, error) {
 }
 
 func (l *Listener) admit(c net.Conn) *conn {
-	src := sourceOf(c)
-	tc := &conn{Conn: c, l: l, src: src}
+	addr := addrOf(c)
+	if !l.allowed(addr) {
+		l.denied.Add(1)
+		_ = c.Close()
+		return nil
+	}
+	src := sourceOf(addr)
+	tc := &conn{Conn: c, l: l, addr: addr, src: src}
 	l.mu.Lock()
 	var victim *conn
 	full := false
@@ -201,17 +237,45 @@ func (l *Listener) busiestLocked() func(*conn) bool {
 	return func(c *conn) bool { return count[c.src] == top }
 }
 
+// Allow sets the allow list: from now on only connections from these
+// prefixes are accepted, and the open ones from outside them are closed.
+// No prefixes (nil or empty) allow any source. Addresses are compared
+// unmapped (an IPv4 client of a dual-stack socket matches IPv4 prefixes).
+func (l *Listener) Allow(prefixes []netip.Prefix) {
+	list := slices.Clone(prefixes)
+	l.allow.Store(&list)
+	var gone []*conn
+	l.mu.Lock()
+	for e := l.order.Front(); e != nil; {
+		c := e.Value.(*conn)
+		e = e.Next()
+		if !l.allowed(c.addr) {
+			l.removeLocked(c)
+			gone = append(gone, c)
+		}
+	}
+	l.mu.Unlock()
+	for _, c := range gone {
+		l.denied.Add(1)
+		_ = c.Conn.Close()
+	}
+}
+
+// allowed says whether the allow list admits addr.
+func (l *Listener) allowed(addr netip.Addr) bool {
+	list := l.allow.Load()
+	if list == nil || len(*list) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(*list, func(p netip.Prefix) bool { return p.Contains(addr) })
+}
+
 // Open is how many accepted connections are open.
 func (l *Listener) Open() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.order.Len()
 }
-
-// Evicted is how many connections were closed to make room; Refused how
-// many new ones were closed because every candidate was being served.
-func (l *Listener) Evicted() uint64 { return l.evicted.Load() }
-func (l *Listener) Refused() uint64 { return l.refused.Load() }
 
 // removeLocked forgets c; it is a no-op for one already forgotten.
 func (l *Listener) removeLocked(c *conn) {
@@ -225,14 +289,22 @@ func (l *Listener) removeLocked(c *conn) {
 	}
 }
 
-// sourceOf is the source a connection counts against: its IPv4 address,
-// or the /64 of its IPv6 address.
-func sourceOf(c net.Conn) netip.Prefix {
+// addrOf is a connection's remote address, unmapped and without a zone;
+// the zero Addr for a connection that is not TCP.
+func addrOf(c net.Conn) netip.Addr {
 	ta, ok := c.RemoteAddr().(*net.TCPAddr)
 	if !ok {
+		return netip.Addr{}
+	}
+	return ta.AddrPort().Addr().Unmap().WithZone("")
+}
+
+// sourceOf is the source an address counts against: the IPv4 address, or
+// the /64 of an IPv6 address.
+func sourceOf(a netip.Addr) netip.Prefix {
+	if !a.IsValid() {
 		return netip.Prefix{}
 	}
-	a := ta.AddrPort().Addr().Unmap().WithZone("")
 	bits := 32
 	if a.Is6() {
 		bits = 64
@@ -245,6 +317,7 @@ func sourceOf(c net.Conn) netip.Prefix {
 type conn struct {
 	net.Conn
 	l    *Listener
+	addr netip.Addr
 	src  netip.Prefix
 	elem *list.Element // nil once forgotten
 	// servingSince is when the request being served on it started
