@@ -549,3 +549,44 @@ site "a" {
 		t.Errorf("allow = %v", allow)
 	}
 }
+
+// health_allow and metrics_allow read like a switch's allow: addresses or
+// prefixes, IPv4 or IPv6; without them the lists are empty (any source).
+func TestHealthAndMetricsAllow(t *testing.T) {
+	src := `
+security { psk_file = "/etc/psk" }
+controller { node = "ctl" }
+daemon { metrics_allow = ["192.0.2.10", "2001:db8::/64"] }
+site "a" {
+  prefixes = ["10.1.0.0/24"]
+  switch "sw" { datapath_id = "0x1" }
+  agent "listed" {
+    node         = "ctl"
+    switch       = "sw"
+    switch_port  = 2
+    mac          = "02:00:00:00:01:02"
+    address      = "10.1.0.2"
+    interface    = "eth0"
+    health_allow = ["10.1.0.2", "192.0.2.0/28"]
+  }
+  agent "open" {
+    node        = "n"
+    switch      = "sw"
+    switch_port = 3
+    mac         = "02:00:00:00:01:03"
+    address     = "10.1.0.3"
+    interface   = "eth0"
+  }
+}
+`
+	cfg := mustParse(t, src)
+	if got := fmt.Sprint(cfg.Daemon.MetricsAllow); got != "[192.0.2.10/32 2001:db8::/64]" {
+		t.Errorf("metrics_allow = %s", got)
+	}
+	if got := fmt.Sprint(cfg.Agent("listed").HealthAllow); got != "[10.1.0.2/32 192.0.2.0/28]" {
+		t.Errorf("health_allow = %s", got)
+	}
+	if got := cfg.Agent("open").HealthAllow; len(got) != 0 {
+		t.Errorf("no health_allow gave %v, want none (any source)", got)
+	}
+}

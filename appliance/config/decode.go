@@ -232,6 +232,27 @@ func (a *attrs) strList(name string) []string {
 	return out
 }
 
+// allowList reads an allow list of source prefixes: what names the block
+// ("switch \"sw1\""), hint says what to list. An attribute that is there
+// but empty is an error: it would admit no one, or read as admitting any.
+func (a *attrs) allowList(name, what, hint string) []netip.Prefix {
+	before := len(a.diags.Errs())
+	list := a.strList(name)
+	var out []netip.Prefix
+	for _, p := range list {
+		pfx, err := ParsePrefix(p)
+		if err != nil {
+			a.errorf(name, "%s %s: %v", hint, what, name, err)
+			continue
+		}
+		out = append(out, pfx)
+	}
+	if a.has(name) && len(list) == 0 && len(a.diags.Errs()) == before {
+		a.errorf(name, "%s %s is empty", "List at least one prefix, or remove "+name+" to accept any address.", what, name)
+	}
+	return out
+}
+
 func (a *attrs) strMap(name string) map[string]string {
 	v, ok := a.value(name, cty.Map(cty.String), "a map of strings")
 	if !ok {
@@ -413,7 +434,7 @@ func decodeSecurity(b *hcl.Block, diags *hcl.Diagnostics) Security {
 }
 
 var daemonSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
-	{Name: "state_path"}, {Name: "control_socket"}, {Name: "metrics_listen"},
+	{Name: "state_path"}, {Name: "control_socket"}, {Name: "metrics_listen"}, {Name: "metrics_allow"},
 	{Name: "drift_interval"}, {Name: "shutdown_timeout"}, {Name: "log_format"},
 }}
 
@@ -437,6 +458,7 @@ func decodeDaemon(body hcl.Body, diags *hcl.Diagnostics) Daemon {
 			a.errorf("metrics_listen", "metrics_listen: %v", `Use "127.0.0.1:9465", or "" to turn metrics off.`, err)
 		}
 	}
+	d.MetricsAllow = a.allowList("metrics_allow", "daemon", `List the addresses Prometheus scrapes from, e.g. ["192.0.2.10/32"].`)
 	if d.LogFormat != "text" && d.LogFormat != "json" {
 		a.errorf("log_format", `log_format must be "text" or "json"`, "Text reads best in a terminal, JSON in a log pipeline.")
 	}
@@ -545,19 +567,7 @@ func decodeSwitch(b *hcl.Block, diags *hcl.Diagnostics) *Switch {
 	if a.has("tls_name") && (strings.TrimSpace(sw.TLSName) != sw.TLSName || sw.TLSName == "") {
 		a.errorf("tls_name", "switch %q tls_name %q: empty, or with spaces around it", `Write the name its certificate carries, e.g. "sw-clemson" (ovs-pki req sw-clemson).`, sw.Name, sw.TLSName)
 	}
-	before := len(diags.Errs())
-	allow := a.strList("allow")
-	for _, p := range allow {
-		pfx, err := ParsePrefix(p)
-		if err != nil {
-			a.errorf("allow", "switch %q allow: %v", `List the addresses the switch connects from, e.g. ["192.0.2.10/32"].`, sw.Name, err)
-			continue
-		}
-		sw.Allow = append(sw.Allow, pfx)
-	}
-	if a.has("allow") && len(allow) == 0 && len(diags.Errs()) == before {
-		a.errorf("allow", "switch %q allow is empty", "List at least one prefix, or remove allow to accept the switch from any address.", sw.Name)
-	}
+	sw.Allow = a.allowList("allow", fmt.Sprintf("switch %q", sw.Name), `List the addresses the switch connects from, e.g. ["192.0.2.10/32"].`)
 	if sw.Connect != "" {
 		if sw.tlsSet && sw.TLS {
 			a.errorf("tls", "switch %q: tls is for switches that connect to the controller", "The controller dials this switch (connect) over plain TCP; let the switch connect with ssl: instead.", sw.Name)
@@ -576,7 +586,7 @@ var agentSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "node", Required: true}, {Name: "switch", Required: true},
 	{Name: "switch_port", Required: true}, {Name: "mac", Required: true},
 	{Name: "address", Required: true}, {Name: "interface", Required: true},
-	{Name: "data_port"}, {Name: "relay_port"}, {Name: "health_listen"}, {Name: "tuning"},
+	{Name: "data_port"}, {Name: "relay_port"}, {Name: "health_listen"}, {Name: "health_allow"}, {Name: "tuning"},
 }}
 
 func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
@@ -626,6 +636,7 @@ func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
 			a.errorf("health_listen", "agent %q health_listen: %v", `Use "IP:PORT"; the controller probes GET /healthz there.`, ag.Name, err)
 		}
 	}
+	ag.HealthAllow, ag.HealthAllowRange = a.allowList("health_allow", fmt.Sprintf("agent %q", ag.Name), `List the addresses the controller nodes probe from, e.g. ["192.0.2.10/32"].`), a.rng("health_allow")
 	return ag
 }
 

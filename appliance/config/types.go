@@ -78,9 +78,12 @@ const (
 
 // Daemon holds the settings of `sosappliance run` itself.
 type Daemon struct {
-	StatePath       string
-	ControlSocket   string
-	MetricsListen   string
+	StatePath     string
+	ControlSocket string
+	MetricsListen string
+	// MetricsAllow lists the source prefixes the metrics port accepts;
+	// empty accepts any. It takes effect at reload.
+	MetricsAllow    []netip.Prefix
 	DriftInterval   time.Duration
 	ShutdownTimeout time.Duration
 	LogFormat       string // "text" or "json"
@@ -194,12 +197,16 @@ type Agent struct {
 	DataPort     uint16
 	RelayPort    uint16 // the transparent (TPROXY) listener
 	HealthListen string
-	Tuning       []string
+	// HealthAllow lists the source prefixes the health port accepts (the
+	// controller nodes'); empty accepts any.
+	HealthAllow []netip.Prefix
+	Tuning      []string
 
-	Range           hcl.Range
-	SwitchRange     hcl.Range
-	SwitchPortRange hcl.Range
-	TuningRange     hcl.Range
+	Range            hcl.Range
+	SwitchRange      hcl.Range
+	SwitchPortRange  hcl.Range
+	TuningRange      hcl.Range
+	HealthAllowRange hcl.Range
 }
 
 // DataAddr is where the agent's peers open stripe streams.

@@ -100,6 +100,7 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 			"Switches are declared but there is no controller block")
 	}
 	validateSwitchTLS(cfg, add)
+	validateHealthAllow(cfg, add)
 	validatePools(cfg, add)
 	validateCluster(cfg, add)
 
@@ -466,6 +467,32 @@ func validateSwitchTLS(cfg *Config, add func(rng hcl.Range, hint, format string,
 			if sw.TLS && !hasTLS && cfg.Controller != nil {
 				add(sw.TLSRange, `Add controller { tls { cert_file = "...", key_file = "...", ca_file = "..." } }, or set tls = false.`,
 					"Switch %q requires TLS, but the controller has no tls block", sw.Name)
+			}
+		}
+	}
+}
+
+// validateHealthAllow checks that an agent's health_allow admits the
+// controllers on its own node: a controller probes a local agent from the
+// address the agent listens on (the kernel's source for a local
+// destination), and an agent it cannot probe is taken for down.
+func validateHealthAllow(cfg *Config, add func(rng hcl.Range, hint, format string, args ...any)) {
+	for _, s := range cfg.Sites {
+		for _, ag := range s.Agents {
+			hp, err := netip.ParseAddrPort(ag.HealthListen)
+			if len(ag.HealthAllow) == 0 || err != nil || hp.Addr().IsUnspecified() {
+				continue
+			}
+			from := hp.Addr().Unmap()
+			if slices.ContainsFunc(ag.HealthAllow, func(p netip.Prefix) bool { return p.Contains(from) }) {
+				continue
+			}
+			for _, c := range cfg.Controllers {
+				if c.Node == ag.Node {
+					add(ag.HealthAllowRange, fmt.Sprintf("Add %q to health_allow.", netip.PrefixFrom(from, from.BitLen())),
+						"Agent %q health_allow does not admit %s, where the controller on its node %q probes it from", ag.Name, from, ag.Node)
+					break
+				}
 			}
 		}
 	}

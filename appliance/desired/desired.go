@@ -351,6 +351,7 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 		}
 		ag.Relay.HealthListen = hp
 	}
+	ag.Relay.HealthAllow = slices.Clone(a.HealthAllow)
 	for _, w := range cfg.Whitelists {
 		for _, e := range directions(w) {
 			r := agentspec.Route{

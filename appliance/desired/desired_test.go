@@ -130,6 +130,9 @@ func TestCompileRelaySpec(t *testing.T) {
 		rc.DataListen.String() != "10.10.1.2:9877" || rc.HealthListen.String() != "10.10.1.2:9878" {
 		t.Errorf("relay spec %+v", rc)
 	}
+	if !slices.Equal(rc.HealthAllow, []netip.Prefix{netip.MustParsePrefix("10.10.0.1/32")}) {
+		t.Errorf("health allow list %v, want the example's 10.10.0.1/32", rc.HealthAllow)
+	}
 	want := agentspec.Limits{
 		MaxSessions: 256, SessionMemory: 1 << 30, Memory: 8 << 30, MaxPreAuthPerSource: 128, MaxHalfOpenPerSource: 64,
 	}.WithDefaults()

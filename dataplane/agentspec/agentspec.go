@@ -34,6 +34,10 @@ type Relay struct {
 	DataListen netip.AddrPort
 	// HealthListen serves GET /healthz for the controller. Zero: none.
 	HealthListen netip.AddrPort
+	// HealthAllow lists the sources the health endpoint accepts (the
+	// controller nodes'); a connection from elsewhere is closed unread.
+	// Empty: any source.
+	HealthAllow []netip.Prefix
 
 	// Name is this agent's identity in every handshake: the initiator's
 	// name in the hellos it sends, the responder name it requires in the
@@ -332,6 +336,11 @@ func (c *Relay) Validate() error {
 	}
 	if _, err := c.Mode(); err != nil {
 		errs = append(errs, err)
+	}
+	for _, p := range c.HealthAllow {
+		if !p.IsValid() {
+			errs = append(errs, fmt.Errorf("health allow list: %v is not a prefix", p))
+		}
 	}
 	lim := c.Limits.WithDefaults()
 	entries := slices.Concat(c.Client, c.Server)
