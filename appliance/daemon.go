@@ -563,6 +563,7 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 	d.status.Roles = c.want.Roles
 	d.status.ConfigHash = c.src.Hash()
 	d.met.setConfig(d.status.ConfigHash)
+	d.met.allowFrom(c.cfg.Daemon.MetricsAllow)
 	d.snapshotLocked()
 	return nil
 }
@@ -850,6 +851,7 @@ func (d *Daemon) liveStats() liveStats {
 	d.mu.Unlock()
 	var ls liveStats
 	ls.FrameMemory = relay.FrameMemory()
+	ls.MetricsClosed = relay.HTTPClosedOf(&d.met.closed)
 	for i, r := range relays {
 		ls.Pools = append(ls.Pools, poolStatuses(names[i], r.Pools())...)
 		rs := r.Stats()

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,6 +54,8 @@ type liveStats struct {
 	// AutoStreams are the stream counts live sessions of streams = "auto"
 	// whitelists chose, per agent and whitelist.
 	AutoStreams autoStreamStats
+	// MetricsClosed is what the /metrics server closed unserved.
+	MetricsClosed relay.HTTPClosed
 }
 
 // autoStreamStat is the stream counts chosen by the live sessions of one
@@ -97,6 +102,12 @@ type metrics struct {
 	configInfo *prometheus.GaugeVec
 	serial     prometheus.Gauge
 	limits     httpLimits // of the /metrics server; tests shorten them
+
+	// closed counts what the /metrics server's listener closed unserved.
+	closed connlimit.Counts
+	mu     sync.Mutex
+	ln     *connlimit.Listener // nil until it serves
+	allow  []netip.Prefix      // daemon.metrics_allow; empty: any source
 }
 
 func newMetrics(live func() liveStats) *metrics {
@@ -169,6 +180,7 @@ var (
 	descPoolClaims  = prometheus.NewDesc("sosappliance_pool_claims_total", "Pooled streams bound to new sessions.", poolLabels, nil)
 	descPoolMisses  = prometheus.NewDesc("sosappliance_pool_misses_total", "Streams new sessions wanted from the pool and did not find (opened as before).", poolLabels, nil)
 	descPoolRefill  = prometheus.NewDesc("sosappliance_pool_refills_total", "Streams opened into the pool.", poolLabels, nil)
+	descMetricsShut = prometheus.NewDesc("sosappliance_metrics_connections_closed_total", "Connections the /metrics server closed unserved, by reason: denied (outside daemon.metrics_allow), evicted (past its connection caps), refused (new, while every other was being served).", []string{"reason"}, nil)
 	descPoolDied    = prometheus.NewDesc("sosappliance_pool_died_total", "Pooled streams found dead while idle or at bind time.", poolLabels, nil)
 )
 
@@ -178,7 +190,7 @@ func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descBytes, descThroughput, descReorder, descStalls, descAborts, descFlowMods, descSwitches, descAgentsDown,
 		descFallbacks, descRefusals, descHSFailures, descHSAbandoned, descMemory, descFrameMem, descLost, descReplaced, descReinjected, descDuplicates, descHeadOfLine,
 		descAgentUp, descAgentSess, descAgentShare,
-		descPoolIdle, descPoolClaims, descPoolMisses, descPoolRefill, descPoolDied, descAutoStreams} {
+		descPoolIdle, descPoolClaims, descPoolMisses, descPoolRefill, descPoolDied, descAutoStreams, descMetricsShut} {
 		ch <- d
 	}
 	for _, d := range localAgentDescs {
@@ -223,6 +235,7 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	collectLocalAgents(ch, s.Local)
+	collectClosed(ch, descMetricsShut, s.MetricsClosed)
 	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.MemoryReserved), "reserved")
 	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.MemoryLimit), "limit")
 	ch <- prometheus.MustNewConstMetric(descFrameMem, prometheus.GaugeValue, float64(s.FrameMemory.InUse), "in_use")
@@ -265,8 +278,23 @@ const (
 	metricsMaxConnsPerSource = 8
 )
 
+// allowFrom sets the sources the /metrics server accepts (none: any),
+// now and for a server started later.
+func (m *metrics) allowFrom(prefixes []netip.Prefix) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.allow = slices.Clone(prefixes)
+	if m.ln != nil {
+		m.ln.Allow(m.allow)
+	}
+}
+
 func (m *metrics) serveOn(ln net.Listener) func() {
-	capped := connlimit.New(ln, metricsMaxConns, metricsMaxConnsPerSource)
+	capped := connlimit.New(ln, metricsMaxConns, metricsMaxConnsPerSource).WithCounts(&m.closed)
+	m.mu.Lock()
+	capped.Allow(m.allow)
+	m.ln = capped
+	m.mu.Unlock()
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	srv := m.limits.server(mux)

@@ -151,6 +151,9 @@ type AgentStatus struct {
 	BytesUp         uint64  `json:"bytes_up,omitempty"`
 	BytesDown       uint64  `json:"bytes_down,omitempty"`
 	Throughput      float64 `json:"throughput_bps,omitempty"`
+	// HealthClosed is what the local agent's health port closed unserved
+	// (outside health_allow, or past its connection caps).
+	HealthClosed relay.HTTPClosed `json:"health_closed,omitzero"`
 }
 
 // localAgentStatus is a local relay's line of `status`.
@@ -163,6 +166,10 @@ func localAgentStatus(name string, healthy bool, why string, rs relay.Stats) Age
 	as.Detail = fmt.Sprintf("%s, %d session(s), %d stream(s), %d started, %s relayed, %s",
 		why, rs.Totals.SessionsActive, rs.Totals.StreamsActive, as.SessionsStarted,
 		formatBytes(as.BytesUp+as.BytesDown), formatRate(as.Throughput))
+	if h := rs.Totals.HealthClosed; h.Total() > 0 {
+		as.HealthClosed = h
+		as.Detail += fmt.Sprintf("; health port closed %d denied, %d evicted, %d refused", h.Denied, h.Evicted, h.Refused)
+	}
 	return as
 }
 

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
+	"github.com/sosappliance/sosappliance/internal/connlimit"
 )
 
 // transparency is how the agent meets the kernel's transparent proxying:
@@ -69,6 +70,7 @@ func compile(cfg Config) (*runtimeConfig, error) {
 	cfg.Client = slices.Clone(cfg.Client)
 	cfg.Server = slices.Clone(cfg.Server)
 	cfg.RelayCPUs = slices.Clone(cfg.RelayCPUs)
+	cfg.HealthAllow = slices.Clone(cfg.HealthAllow)
 	lim := limitsOf(cfg.Limits)
 	return &runtimeConfig{
 		Config: cfg,
@@ -101,16 +103,19 @@ type Agent struct {
 	os  transparency
 	cfg atomic.Pointer[runtimeConfig]
 
-	mu        sync.Mutex
-	started   bool
-	draining  bool
-	tproxy    *listener
-	data      *listener
-	health    *healthServer
-	sessions  map[*session]struct{}
-	byID      map[stripe.SessionID]*session // server side
-	pinnedTo  []int
-	unpinCPUs func() error
+	mu       sync.Mutex
+	started  bool
+	draining bool
+	tproxy   *listener
+	data     *listener
+	health   *healthServer
+	// healthClosed counts what the health endpoint's listeners (one
+	// replaced by the next on a new address) closed.
+	healthClosed connlimit.Counts
+	sessions     map[*session]struct{}
+	byID         map[stripe.SessionID]*session // server side
+	pinnedTo     []int
+	unpinCPUs    func() error
 	// Unauthenticated data-port connections, in accept order, and their
 	// count per source address.
 	preauth      map[*net.TCPConn]*preauthConn
@@ -315,7 +320,7 @@ func (a *Agent) reconcileListeners(ctx context.Context, rc *runtimeConfig) error
 	healthChanged := (a.health == nil) != !rc.HealthListen.IsValid() ||
 		(a.health != nil && a.health.addr != rc.HealthListen)
 	if healthChanged && rc.HealthListen.IsValid() {
-		h, err := startHealth(rc.HealthListen, a)
+		h, err := startHealth(rc.HealthListen, rc.HealthAllow, a)
 		if err != nil {
 			return fail(fmt.Errorf("relay: health endpoint on %s: %w", rc.HealthListen, err))
 		}
@@ -340,6 +345,8 @@ func (a *Agent) reconcileListeners(ctx context.Context, rc *runtimeConfig) error
 			a.health.close()
 		}
 		a.health = freshHealth
+	} else if a.health != nil {
+		a.health.ln.Allow(rc.HealthAllow)
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 type healthServer struct {
 	addr  netip.AddrPort // as configured
 	bound netip.AddrPort
+	ln    *connlimit.Listener
 	srv   *http.Server
 	done  chan struct{}
 }
@@ -53,12 +54,15 @@ const (
 	healthMaxConnsPerSource = 8
 )
 
-func startHealth(addr netip.AddrPort, a *Agent) (*healthServer, error) {
+// startHealth serves the health endpoint on addr to the sources in allow
+// (any when empty).
+func startHealth(addr netip.AddrPort, allow []netip.Prefix, a *Agent) (*healthServer, error) {
 	raw, err := net.Listen(network(addr.Addr()), addr.String())
 	if err != nil {
 		return nil, err
 	}
-	ln := connlimit.New(raw, healthMaxConns, healthMaxConnsPerSource)
+	ln := connlimit.New(raw, healthMaxConns, healthMaxConnsPerSource).WithCounts(&a.healthClosed)
+	ln.Allow(allow)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if ok, why := a.Health(); !ok {
@@ -79,6 +83,7 @@ func startHealth(addr netip.AddrPort, a *Agent) (*healthServer, error) {
 	h := &healthServer{
 		addr:  addr,
 		bound: unmapAddrPort(ln.Addr().(*net.TCPAddr).AddrPort()),
+		ln:    ln,
 		srv: &http.Server{
 			Handler:           mux,
 			ReadHeaderTimeout: 5 * time.Second,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
+	"github.com/sosappliance/sosappliance/internal/connlimit"
 )
 
 // Why a session aborted; the keys of Totals.Aborts.
@@ -207,7 +208,29 @@ type Totals struct {
 	// what a session sends). The copy that arrives second is counted in
 	// DuplicatesDropped at the peer.
 	HeadOfLineFrames, HeadOfLineBytes uint64
+	// HealthClosed counts the connections the health endpoint closed
+	// (internal/connlimit).
+	HealthClosed HTTPClosed
 }
+
+// HTTPClosed counts the connections a small HTTP server (the health
+// endpoint, the daemon's metrics) closed unserved: Denied were from
+// outside its allow list, Evicted made room for newer ones past its
+// connection caps, Refused were new ones closed because every other was
+// being served.
+type HTTPClosed struct {
+	Denied  uint64 `json:"denied"`
+	Evicted uint64 `json:"evicted"`
+	Refused uint64 `json:"refused"`
+}
+
+// HTTPClosedOf reads c.
+func HTTPClosedOf(c *connlimit.Counts) HTTPClosed {
+	return HTTPClosed{Denied: c.Denied(), Evicted: c.Evicted(), Refused: c.Refused()}
+}
+
+// Total is all of them.
+func (h HTTPClosed) Total() uint64 { return h.Denied + h.Evicted + h.Refused }
 
 // AbortRecord is one aborted session, kept for status output.
 type AbortRecord struct {
@@ -366,6 +389,7 @@ func (a *Agent) Stats() Stats {
 	st.Totals.DuplicatesDropped = c.duplicates.Load()
 	st.Totals.HeadOfLineFrames, st.Totals.HeadOfLineBytes = c.holFrames.Load(), c.holBytes.Load()
 	st.Totals.MemoryReserved = a.memReserved.Load()
+	st.Totals.HealthClosed = HTTPClosedOf(&a.healthClosed)
 	st.Totals.MemoryLimit = a.cfg.Load().limits.Memory
 	st.Totals.Aborts = make(map[string]uint64, len(c.aborts))
 	for k, v := range c.aborts {

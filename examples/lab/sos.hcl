@@ -43,6 +43,9 @@ site "a" {
     address     = "10.10.1.2"
     interface   = "eth0"
     tuning      = ["lab-agent"]
+    # Only the controller (10.10.1.1, beside the bridges) reaches the
+    # health port.
+    health_allow = ["10.10.1.1"]
   }
 }
 
@@ -59,6 +62,9 @@ site "b" {
     address     = "10.10.2.2"
     interface   = "eth0"
     tuning      = ["lab-agent"]
+    # Only the controller (10.10.1.1, beside the bridges) reaches the
+    # health port.
+    health_allow = ["10.10.1.1"]
   }
 }
 

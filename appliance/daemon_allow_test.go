@@ -1,0 +1,169 @@
+package appliance
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/host/item"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
+	"github.com/sosappliance/sosappliance/tuning"
+)
+
+// TestHealthAndMetricsAllow runs a node with its controller, agent a1 and
+// metrics on 10.1.0.2, with health_allow and metrics_allow admitting only
+// that address. Another host on the LAN (10.1.0.9) asking the health port
+// for /sessions or the metrics port for /metrics is closed unread, and
+// both counts show in the metrics and in status, while the controller's
+// own checks keep a1 up. A reload admitting 10.1.0.9 lets it in; one that
+// would shut out the controller on the node is refused with the address
+// named, and everything keeps running.
+func TestHealthAndMetricsAllow(t *testing.T) {
+	if !testsupport.InFreshNetns(t, "ip", "nft") {
+		return
+	}
+	n := newReloadNode(t)
+	cmdOut(t, "ip", "addr", "add", "10.1.0.9/24", "dev", "eth1")
+	const self, other = "10.1.0.2", "10.1.0.9"
+	config := func(healthAllow, metricsAllow string) string {
+		c := n.config(reloadEdit{rmemMax: "100000", controllerPort: 6653, dataPort: 9877})
+		c = strings.Replace(c, `daemon { shutdown_timeout = "2s" }`,
+			"daemon {\n  shutdown_timeout = \"2s\"\n  metrics_allow = "+metricsAllow+"\n}", 1)
+		return strings.Replace(c, `    tuning      = ["t"]`, `    tuning      = ["t"]`+"\n    health_allow = "+healthAllow, 1)
+	}
+	writeFile(t, n.cfgPath, config(`["10.1.0.2"]`, `["10.1.0.2"]`))
+	metricsAddr := self + ":9465"
+	execs := tempHostExecutors(n.root)
+	execs[item.KindSteering] = tuning.NewSteering()
+	d, err := NewDaemon(Options{
+		ConfigPath: n.cfgPath, Node: "host1", StatePath: filepath.Join(n.dir, "state.db"),
+		ControlSocket: filepath.Join(n.dir, "control.sock"), MetricsListen: &metricsAddr, Root: n.root,
+		Executors: execs, Settle: 50 * time.Millisecond, DriftInterval: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(n.logs, nil)),
+	})
+	testsupport.RequireNoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", n.logs.String())
+		}
+	}()
+	a1Up := func() bool {
+		for _, a := range d.Status().Agents {
+			if a.Name == "a1" && !a.Local && a.Healthy {
+				return true
+			}
+		}
+		return false
+	}
+	testsupport.Eventually(t, 15*time.Second, "the controller sees a1 up through health_allow", a1Up)
+
+	health, metrics := self+":9878", metricsAddr
+	if n, err := readFrom(other, health, "/sessions"); n != 0 || err == nil {
+		t.Errorf("a LAN host outside health_allow read %d bytes of /sessions (%v)", n, err)
+	}
+	if n, err := readFrom(other, metrics, "/metrics"); n != 0 || err == nil {
+		t.Errorf("a LAN host outside metrics_allow read %d bytes of /metrics (%v)", n, err)
+	}
+	scrape, err := readBody(self, metrics, "/metrics")
+	if err != nil {
+		t.Fatalf("a scrape from the allowed source: %v", err)
+	}
+	for _, want := range []string{
+		`sosappliance_metrics_connections_closed_total{reason="denied"} 1`,
+		`sosappliance_agent_health_connections_closed_total{agent="a1",reason="denied"} 1`,
+		`sosappliance_agent_health_connections_closed_total{agent="a1",reason="evicted"} 0`,
+	} {
+		if !strings.Contains(scrape, want) {
+			t.Errorf("the scrape lacks %s", want)
+		}
+	}
+	var local string
+	for _, a := range d.Status().Agents {
+		if a.Name == "a1" && a.Local {
+			local = a.Detail
+		}
+	}
+	if !strings.Contains(local, "health port closed 1 denied") {
+		t.Errorf("status of local a1 = %q, want the denied connection counted", local)
+	}
+
+	writeFile(t, n.cfgPath, config(`["10.1.0.2", "10.1.0.9"]`, `["10.1.0.2", "10.1.0.9"]`))
+	testsupport.Eventually(t, 15*time.Second, "the reload admitting 10.1.0.9", func() bool {
+		_, herr := readBody(other, health, "/healthz")
+		_, merr := readBody(other, metrics, "/metrics")
+		return herr == nil && merr == nil
+	})
+
+	fails := d.Status().ReloadFails
+	writeFile(t, n.cfgPath, config(`["10.1.0.9"]`, `["10.1.0.9"]`))
+	testsupport.Eventually(t, 15*time.Second, "a refused reload naming the controller's address", func() bool {
+		st := d.Status()
+		return st.ReloadFails > fails && strings.Contains(n.logs.String(), `reload refused`) &&
+			strings.Contains(n.logs.String(), `Agent \"a1\" health_allow does not admit 10.1.0.2`)
+	})
+	if _, err := readBody(self, health, "/healthz"); err != nil {
+		t.Errorf("the controller's source after the refused reload: %v", err)
+	}
+	if !a1Up() {
+		t.Error("a1 is down after the refused reload")
+	}
+}
+
+// readFrom sends GET path to addr from the local address from and returns
+// how many bytes came back before the connection ended, and how it ended
+// (nil: it was left open, unanswered).
+func readFrom(from, addr, path string) (int64, error) {
+	c, err := dialFromLocal(from, addr)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	_, _ = io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+	n, err := io.Copy(io.Discard, c)
+	if err == nil {
+		return n, io.EOF
+	}
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return n, nil
+	}
+	return n, err
+}
+
+// readBody makes one request from from and returns the body of a 200.
+func readBody(from, addr, path string) (string, error) {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+			return dialFromLocal(from, a)
+		},
+	}}
+	resp, err := client.Get("http://" + addr + path)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = &net.AddrError{Err: resp.Status, Addr: addr}
+	}
+	return string(body), err
+}
+
+func dialFromLocal(from, addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	return d.Dial("tcp", addr)
+}
