@@ -659,7 +659,11 @@ func (d *Daemon) reload(ctx context.Context) {
 		if errors.As(err, &ce) {
 			d.status.LastReload.Hash = ce.Source.Hash()
 			for _, diag := range ce.Diagnostics {
-				d.log.Error("reload refused", "problem", diagText(diag))
+				text := diagText(diag)
+				d.log.Error("reload refused", "problem", text)
+				if diag.Severity == hcl.DiagError && len(d.status.LastReload.Problems) < maxReloadProblems {
+					d.status.LastReload.Problems = append(d.status.LastReload.Problems, text)
+				}
 			}
 			return
 		}
@@ -820,7 +824,10 @@ func (d *Daemon) Status() Status {
 				detail += ": " + a.LastError
 			}
 			detail += fmt.Sprintf(", %d session(s)", a.Sessions)
-			as := AgentStatus{Name: a.Name, Healthy: a.Healthy, Detail: detail, Sessions: a.Sessions}
+			if a.SessionsError != "" {
+				detail += " (read before; the last report was not taken: " + a.SessionsError + ")"
+			}
+			as := AgentStatus{Name: a.Name, Healthy: a.Healthy, Detail: detail, Sessions: a.Sessions, SessionsError: a.SessionsError}
 			for _, sh := range a.Shares {
 				as.Shares = append(as.Shares, ShareStatus{Switch: sh.Switch, Whitelist: sh.Whitelist, Side: string(sh.Side),
 					Reverse: sh.Reverse, Buckets: sh.Buckets, Of: sh.Of})

@@ -1,7 +1,9 @@
 package appliance
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -99,6 +101,10 @@ func TestHealthAndMetricsAllow(t *testing.T) {
 	if !strings.Contains(local, "health port closed 1 denied") {
 		t.Errorf("status of local a1 = %q, want the denied connection counted", local)
 	}
+	js, _ := json.Marshal(d.Status())
+	if !strings.Contains(string(js), `"health_closed":{"denied":1,"evicted":0,"refused":0}`) {
+		t.Errorf("status JSON lacks the health port's closed counts: %s", js)
+	}
 
 	writeFile(t, n.cfgPath, config(`["10.1.0.2", "10.1.0.9"]`, `["10.1.0.2", "10.1.0.9"]`))
 	testsupport.Eventually(t, 15*time.Second, "the reload admitting 10.1.0.9", func() bool {
@@ -111,9 +117,15 @@ func TestHealthAndMetricsAllow(t *testing.T) {
 	writeFile(t, n.cfgPath, config(`["10.1.0.9"]`, `["10.1.0.9"]`))
 	testsupport.Eventually(t, 15*time.Second, "a refused reload naming the controller's address", func() bool {
 		st := d.Status()
-		return st.ReloadFails > fails && strings.Contains(n.logs.String(), `reload refused`) &&
-			strings.Contains(n.logs.String(), `Agent \"a1\" health_allow does not admit 10.1.0.2`)
+		return st.ReloadFails > fails && st.LastReload != nil && len(st.LastReload.Problems) == 1 &&
+			strings.Contains(st.LastReload.Problems[0], `sos.hcl:23:20: Agent "a1" health_allow does not admit 10.1.0.2`)
 	})
+	var text bytes.Buffer
+	st := d.Status()
+	st.WriteText(&text)
+	if !strings.Contains(text.String(), `health_allow does not admit 10.1.0.2, where the controller on its node "host1" probes it from`) {
+		t.Errorf("status text does not show the refused reload's problem:\n%s", text.String())
+	}
 	if _, err := readBody(self, health, "/healthz"); err != nil {
 		t.Errorf("the controller's source after the refused reload: %v", err)
 	}

@@ -112,7 +112,13 @@ type ReloadInfo struct {
 	At     time.Time `json:"at"`
 	Hash   string    `json:"hash"`
 	Result string    `json:"result"`
+	// Problems are the refused file's errors, "FILE:LINE:COL: summary"
+	// (at most maxReloadProblems; the log has them all).
+	Problems []string `json:"problems,omitempty"`
 }
+
+// maxReloadProblems bounds the problems status keeps of a refused reload.
+const maxReloadProblems = 10
 
 // DriftInfo counts drift checks and corrections.
 type DriftInfo struct {
@@ -143,6 +149,9 @@ type AgentStatus struct {
 	// its part of each spread whitelist.
 	Sessions int           `json:"sessions,omitempty"`
 	Shares   []ShareStatus `json:"shares,omitempty"`
+	// SessionsError is why the agent's last session report was not
+	// taken (Sessions are then those read before).
+	SessionsError string `json:"sessions_error,omitempty"`
 	// A local agent's own counters: sessions it started over its
 	// lifetime, payload it relayed each way, and the live sessions'
 	// recent throughput, so the split of a site's load over its agents
@@ -252,6 +261,9 @@ func (s *Status) WriteText(w io.Writer) {
 	}
 	if r := s.LastReload; r != nil {
 		fmt.Fprintf(tw, "last reload:\t%s, %s\n", r.At.Format(time.RFC3339), r.Result)
+		for _, p := range r.Problems {
+			fmt.Fprintf(tw, "\t  %s\n", p)
+		}
 	}
 	fmt.Fprintf(tw, "reloads:\t%d (%d failed)\n", s.Reloads, s.ReloadFails)
 	fmt.Fprintf(tw, "drift:\tevery %s, %d correction(s)%s\n", s.Drift.Interval, s.Drift.Corrections, byKind(s.Drift.ByKind))

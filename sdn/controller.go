@@ -196,6 +196,10 @@ type AgentStatus struct {
 	// /sessions); Shares are its part of every spread whitelist.
 	Sessions int
 	Shares   []Share
+	// SessionsError is why its last GET /sessions was not taken (too
+	// many sessions for its max_sessions, or a failed read); Sessions
+	// are then those read before. Empty once one is read again.
+	SessionsError string
 }
 
 // Share is an agent's part of one spread steer on one switch: Buckets of
@@ -1203,7 +1207,7 @@ func (c *Controller) Status() Status {
 	for name, st := range c.agents {
 		s.Agents = append(s.Agents, AgentStatus{Name: name, Method: st.target.Method(), Target: st.target.Target(),
 			Checked: st.checked, Healthy: !st.checked || st.healthy, Since: st.since, LastCheck: st.lastCheck, LastError: st.lastErr,
-			Sessions: len(st.held), Shares: shares[name]})
+			Sessions: len(st.held), Shares: shares[name], SessionsError: st.heldErrText})
 	}
 	slices.SortFunc(s.Agents, func(a, b AgentStatus) int { return cmp.Compare(a.Name, b.Name) })
 	s.Refused = slices.Clone(c.refused)

@@ -170,6 +170,8 @@ type agentState struct {
 	// heldErr is the kind of failure of its last GET /sessions ("" when
 	// read): "cap" or "read", so that one is logged once, not every round.
 	heldErr string
+	// heldErrText is that failure's message ("" when read), for status.
+	heldErrText string
 	// capBefore is its max_sessions before a reload lowered it: its
 	// answers may list up to that many until one fits the new cap (the
 	// agent keeps the sessions it holds).
@@ -223,6 +225,10 @@ func (s *agentState) observe(err error, now time.Time, rise, fall int) bool {
 // and not every health round.
 func (s *agentState) setHeldErr(err error) bool {
 	kind := ""
+	s.heldErrText = ""
+	if err != nil {
+		s.heldErrText = err.Error()
+	}
 	switch {
 	case errors.Is(err, errTooManySessions):
 		kind = "cap"

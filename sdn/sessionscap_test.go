@@ -65,6 +65,20 @@ func TestSessionReportCappedAtMaxSessions(t *testing.T) {
 	if n := strings.Count(logs.String(), "cannot read the agent's live sessions"); n != 1 || !strings.Contains(logs.String(), "max_sessions (8)") {
 		t.Errorf("the refusal was logged %d times in three rounds, want once, naming max_sessions:\n%s", n, logs.String())
 	}
+	sessionsError := func(agent string) string {
+		for _, a := range c.Status().Agents {
+			if a.Name == agent {
+				return a.SessionsError
+			}
+		}
+		return "no such agent"
+	}
+	if e := sessionsError("a1"); !strings.Contains(e, "max_sessions (8)") {
+		t.Errorf("status of a1, whose report was refused: sessions error %q, want the cap named", e)
+	}
+	if e := sessionsError("a2"); e != "" {
+		t.Errorf("status of a2, which reports nothing: sessions error %q", e)
+	}
 
 	// Exactly the cap is an honest answer: four pins.
 	ags.report(maxSessions)
@@ -74,6 +88,9 @@ func TestSessionReportCappedAtMaxSessions(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "reading the agent's live sessions again") {
 		t.Errorf("the recovery was not logged:\n%s", logs.String())
+	}
+	if e := sessionsError("a1"); e != "" {
+		t.Errorf("status of a1 after a report within the cap still says %q", e)
 	}
 }
 
