@@ -165,11 +165,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.mu.Lock() // Status may be asked from now on
 	d.driftEvery = c.cfg.Daemon.DriftInterval
 	if d.opts.DriftInterval > 0 {
 		d.driftEvery = d.opts.DriftInterval
 	}
 	d.status.Drift.Interval = d.driftEvery.String()
+	d.mu.Unlock()
 	d.log.Info("starting", "roles", c.want.Roles, "config", c.src.Filename, "sha256", c.src.Hash()[:12])
 
 	ctl, err := ListenControl(d.controlPath(c.cfg), d.Status, WithFlowPlanner(d.planFlows))
@@ -181,6 +183,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.opts.MetricsListen != nil {
 		metricsAddr = *d.opts.MetricsListen
 	}
+	d.met.allowFrom(c.cfg.Daemon.MetricsAllow) // in force from the first connection
 	stopMetrics, err := d.met.serve(ctx, metricsAddr)
 	if err != nil {
 		return err

@@ -1150,8 +1150,10 @@ func (c *Controller) healthRound(ctx context.Context) bool {
 		flipped := st != nil && st.observe(r.err, now, c.cfg.HealthRise, c.cfg.HealthFall)
 		if flipped && !st.healthy {
 			// Down: its pins go (heldLocked), and are read afresh when it
-			// is back, not taken from before the outage.
+			// is back, not taken from before the outage; so does what
+			// was wrong with its last report.
 			st.held = nil
+			st.heldErr, st.heldErrText = "", ""
 		}
 		// A failed check keeps the sessions read before (the agent's
 		// pins go with it only once it is down), as does a failed read.

@@ -82,7 +82,7 @@ type Daemon struct {
 	ControlSocket string
 	MetricsListen string
 	// MetricsAllow lists the source prefixes the metrics port accepts;
-	// empty accepts any. It takes effect at reload.
+	// empty accepts any. A reload changes it in place.
 	MetricsAllow    []netip.Prefix
 	DriftInterval   time.Duration
 	ShutdownTimeout time.Duration

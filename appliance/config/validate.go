@@ -475,15 +475,22 @@ func validateSwitchTLS(cfg *Config, add func(rng hcl.Range, hint, format string,
 // validateHealthAllow checks that an agent's health_allow admits the
 // controllers on its own node: a controller probes a local agent from the
 // address the agent listens on (the kernel's source for a local
-// destination), and an agent it cannot probe is taken for down.
+// destination; loopback for an unspecified one, which the controller
+// dials as it is), and an agent it cannot probe is taken for down.
 func validateHealthAllow(cfg *Config, add func(rng hcl.Range, hint, format string, args ...any)) {
 	for _, s := range cfg.Sites {
 		for _, ag := range s.Agents {
 			hp, err := netip.ParseAddrPort(ag.HealthListen)
-			if len(ag.HealthAllow) == 0 || err != nil || hp.Addr().IsUnspecified() {
+			if len(ag.HealthAllow) == 0 || err != nil {
 				continue
 			}
-			from := hp.Addr().Unmap()
+			from := hp.Addr().Unmap().WithZone("")
+			switch {
+			case from == netip.IPv4Unspecified():
+				from = netip.MustParseAddr("127.0.0.1") // the kernel's source for 0.0.0.0
+			case from == netip.IPv6Unspecified():
+				from = netip.IPv6Loopback()
+			}
 			if slices.ContainsFunc(ag.HealthAllow, func(p netip.Prefix) bool { return p.Contains(from) }) {
 				continue
 			}

@@ -257,10 +257,17 @@ func (a *Agent) Update(cfg Config) error {
 		return errors.New("relay: shutting down")
 	}
 	if a.started {
-		if err := a.reconcileListeners(context.Background(), rc); err != nil {
+		// Pin first: a refused pin then leaves listeners and their allow
+		// lists as they were, and listeners that cannot move put the old
+		// pin back.
+		old := a.cfg.Load()
+		if err := a.pinLocked(rc.RelayCPUs); err != nil {
 			return err
 		}
-		if err := a.pinLocked(rc.RelayCPUs); err != nil {
+		if err := a.reconcileListeners(context.Background(), rc); err != nil {
+			if perr := a.pinLocked(old.RelayCPUs); perr != nil {
+				a.log.Error("relay: cannot restore the CPU pinning of the configuration kept", "cpus", old.RelayCPUs, "err", perr)
+			}
 			return err
 		}
 	}

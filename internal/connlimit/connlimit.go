@@ -154,14 +154,18 @@ func (l *Listener) Accept() (net.Conn, error) {
 
 func (l *Listener) admit(c net.Conn) *conn {
 	addr := addrOf(c)
+	src := sourceOf(addr)
+	tc := &conn{Conn: c, l: l, addr: addr, src: src}
+	l.mu.Lock()
+	// The list is read under l.mu, which Allow holds from storing a new
+	// one to closing what it no longer admits: a connection is either
+	// refused here or closed by Allow, never left open past it.
 	if !l.allowed(addr) {
+		l.mu.Unlock()
 		l.denied.Add(1)
 		_ = c.Close()
 		return nil
 	}
-	src := sourceOf(addr)
-	tc := &conn{Conn: c, l: l, addr: addr, src: src}
-	l.mu.Lock()
 	var victim *conn
 	full := false
 	switch {
@@ -243,9 +247,9 @@ func (l *Listener) busiestLocked() func(*conn) bool {
 // unmapped (an IPv4 client of a dual-stack socket matches IPv4 prefixes).
 func (l *Listener) Allow(prefixes []netip.Prefix) {
 	list := slices.Clone(prefixes)
-	l.allow.Store(&list)
 	var gone []*conn
 	l.mu.Lock()
+	l.allow.Store(&list)
 	for e := l.order.Front(); e != nil; {
 		c := e.Value.(*conn)
 		e = e.Next()
