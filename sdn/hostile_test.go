@@ -1,19 +1,9 @@
 package sdn_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -30,95 +20,6 @@ import (
 // Helpers for tests that attack the controller the way a hostile peer
 // would: a host that reaches controller.listen, or a switch that
 // misbehaves after its handshake.
-
-// pki is a CA and certificates it issued, written to PEM files.
-type pki struct {
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	caFile string
-	dir    string
-}
-
-func newPKI(t *testing.T, dir, name string) *pki {
-	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pki{ca: ca, caKey: key, dir: dir, caFile: filepath.Join(dir, name+"-cacert.pem")}
-	writePEM(t, p.caFile, "CERTIFICATE", der)
-	return p
-}
-
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-var serial = big.NewInt(100)
-
-// issue signs a certificate for name, good for both ends of a TLS
-// connection, and writes NAME-cert.pem and NAME-privkey.pem.
-func (p *pki) issue(t *testing.T, name string) (certFile, keyFile string, pair tls.Certificate) {
-	t.Helper()
-	key := newKey(t)
-	serial.Add(serial, big.NewInt(1))
-	tmpl := &x509.Certificate{
-		SerialNumber: new(big.Int).Set(serial),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pk, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(p.dir, name+"-cert.pem"), filepath.Join(p.dir, name+"-privkey.pem")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "PRIVATE KEY", pk)
-	pair, err = tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile, pair
-}
-
-func (p *pki) pool() *x509.CertPool {
-	pool := x509.NewCertPool()
-	pool.AddCert(p.ca)
-	return pool
-}
 
 // dialIn opens a TCP connection inside the switch's namespace from the
 // loopback address local, as another host on the controller's network.

@@ -80,12 +80,12 @@ func (g *guarded) requireUntouched(t *testing.T, name string) {
 func TestImpostorRefusedAtTLS(t *testing.T) {
 	ovstest.Require(t, ovstest.Binaries...)
 	dir := t.TempDir()
-	ca := newPKI(t, dir, "switchca")
-	ctlCert, ctlKey, _ := ca.issue(t, "controller")
-	swCert, swKey, swPair := ca.issue(t, "switch")
-	rogue := newPKI(t, dir, "rogueca")
-	_, _, roguePair := rogue.issue(t, "rogue")
-	serverTLS, err := sdn.LoadTLS(ctlCert, ctlKey, ca.caFile)
+	ca := testsupport.NewPKI(t, dir, "switchca")
+	ctlCert, ctlKey, _ := ca.Issue(t, "controller")
+	swCert, swKey, swPair := ca.Issue(t, "switch")
+	rogue := testsupport.NewPKI(t, dir, "rogueca")
+	_, _, roguePair := rogue.Issue(t, "rogue")
+	serverTLS, err := sdn.LoadTLS(ctlCert, ctlKey, ca.CAFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestImpostorRefusedAtTLS(t *testing.T) {
 		func(inst *ovstest.Instance) {
 			// As an operator would: the switch's key and certificate, and
 			// the CA that signed the controller's.
-			if _, err := inst.Vsctl("set-ssl", swKey, swCert, ca.caFile); err != nil {
+			if _, err := inst.Vsctl("set-ssl", swKey, swCert, ca.CAFile); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -104,7 +104,7 @@ func TestImpostorRefusedAtTLS(t *testing.T) {
 	}
 
 	clientTLS := func(certs ...tls.Certificate) *tls.Config {
-		return &tls.Config{RootCAs: ca.pool(), ServerName: "127.0.0.1",
+		return &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1",
 			// Present the certificate whatever CAs the controller asks for.
 			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 				if len(certs) == 0 {

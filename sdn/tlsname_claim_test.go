@@ -20,8 +20,8 @@ import (
 // (before, "mallory" held switch sw-b's session after the reload).
 func TestReloadAddingTLSNameDuringAClaim(t *testing.T) {
 	ca, serverTLS := controllerPKI(t)
-	_, _, realPair := ca.issue(t, "sw-b")
-	_, _, otherPair := ca.issue(t, "mallory")
+	_, _, realPair := ca.Issue(t, "sw-b")
+	_, _, otherPair := ca.Issue(t, "mallory")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +34,7 @@ func TestReloadAddingTLSNameDuringAClaim(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tc := tls.Client(c, ca.clientTLS(pair))
+		tc := tls.Client(c, ca.ClientTLS(pair))
 		t.Cleanup(func() { tc.Close() })
 		return tc
 	}

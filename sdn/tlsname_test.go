@@ -23,15 +23,15 @@ import (
 func TestCertificateMustNameTheSwitch(t *testing.T) {
 	ovstest.Require(t, ovstest.Binaries...)
 	ca, serverTLS := controllerPKI(t)
-	swCert, swKey, swPair := ca.issue(t, "sw-a id:5f0c9a8e-2d4b-4c1e-9a57-3e8f6b1d2c40")
-	_, _, prefixPair := ca.issue(t, "sw-b2")
-	_, _, bPair := ca.issue(t, "sw-b")
+	swCert, swKey, swPair := ca.Issue(t, "sw-a id:5f0c9a8e-2d4b-4c1e-9a57-3e8f6b1d2c40")
+	_, _, prefixPair := ca.Issue(t, "sw-b2")
+	_, _, bPair := ca.Issue(t, "sw-b")
 	sw := siteSwitch(0xc7)
 	sw.TLS, sw.TLSName = true, "sw-a"
 	other := flows.Switch{Name: "sw-b", DatapathID: 0xc8, Forwarding: "normal", TLS: true, TLSName: "sw-b"}
 	g := startGuarded(t, sdn.Config{TLS: serverTLS}, sw, func(addr string) string { return "ssl:" + addr },
 		func(inst *ovstest.Instance) {
-			if _, err := inst.Vsctl("set-ssl", swKey, swCert, ca.caFile); err != nil {
+			if _, err := inst.Vsctl("set-ssl", swKey, swCert, ca.CAFile); err != nil {
 				t.Fatal(err)
 			}
 		}, other)
@@ -44,7 +44,7 @@ func TestCertificateMustNameTheSwitch(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := refusedWith(g.ctl.Controller, "does not name \"sw-b\"")
-			conn := tls.Client(dialIn(t, g.inst, "127.0.0.1", g.addr), ca.clientTLS(c.pair))
+			conn := tls.Client(dialIn(t, g.inst, "127.0.0.1", g.addr), ca.ClientTLS(c.pair))
 			got, err := claimDatapath(conn, other.DatapathID)
 			if err != nil {
 				t.Fatalf("handshake: %v", err)
@@ -61,7 +61,7 @@ func TestCertificateMustNameTheSwitch(t *testing.T) {
 	}
 	g.requireUntouched(t, "sw-a")
 	t.Run("a certificate naming the switch", func(t *testing.T) {
-		conn := tls.Client(dialIn(t, g.inst, "127.0.0.1", g.addr), ca.clientTLS(bPair))
+		conn := tls.Client(dialIn(t, g.inst, "127.0.0.1", g.addr), ca.ClientTLS(bPair))
 		defer conn.Close()
 		if _, err := claimDatapath(conn, other.DatapathID); err != nil {
 			t.Fatalf("handshake: %v", err)
@@ -91,10 +91,10 @@ func TestCertificateMustNameTheSwitch(t *testing.T) {
 func TestOneShotCertificateMustNameTheSwitch(t *testing.T) {
 	ovstest.Require(t, ovstest.Binaries...)
 	ca, serverTLS := controllerPKI(t)
-	swCert, swKey, _ := ca.issue(t, "bry id:0d9e3c1a-7f55-4b8e-a0c2-51f4e6a9b7d3")
-	_, _, otherPair := ca.issue(t, "brz")
+	swCert, swKey, _ := ca.Issue(t, "bry id:0d9e3c1a-7f55-4b8e-a0c2-51f4e6a9b7d3")
+	_, _, otherPair := ca.Issue(t, "brz")
 	inst := ovstest.Start(t)
-	if _, err := inst.Vsctl("set-ssl", swKey, swCert, ca.caFile); err != nil {
+	if _, err := inst.Vsctl("set-ssl", swKey, swCert, ca.CAFile); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := inst.Listen("tcp", "127.0.0.1:0")
@@ -115,7 +115,7 @@ func TestOneShotCertificateMustNameTheSwitch(t *testing.T) {
 			serverTLS, sdn.ConnOptions{HandshakeTimeout: 5 * time.Second})
 		done <- accepted{sc, err}
 	}()
-	impostor := tls.Client(dialIn(t, inst, "127.0.0.1", ln.Addr().String()), ca.clientTLS(otherPair))
+	impostor := tls.Client(dialIn(t, inst, "127.0.0.1", ln.Addr().String()), ca.ClientTLS(otherPair))
 	defer impostor.Close()
 	// The wait knows its switch, so it hangs up right after TLS, before
 	// the OpenFlow handshake.
@@ -147,20 +147,13 @@ func TestOneShotCertificateMustNameTheSwitch(t *testing.T) {
 // controllerPKI makes a switch CA in a temporary directory, issues the
 // controller's certificate from it and returns the CA and the
 // controller's TLS configuration (sdn.LoadTLS).
-func controllerPKI(t *testing.T) (*pki, *tls.Config) {
+func controllerPKI(t *testing.T) (*testsupport.PKI, *tls.Config) {
 	t.Helper()
-	ca := newPKI(t, t.TempDir(), "switchca")
-	ctlCert, ctlKey, _ := ca.issue(t, "controller")
-	serverTLS, err := sdn.LoadTLS(ctlCert, ctlKey, ca.caFile)
+	ca := testsupport.NewPKI(t, t.TempDir(), "switchca")
+	ctlCert, ctlKey, _ := ca.Issue(t, "controller")
+	serverTLS, err := sdn.LoadTLS(ctlCert, ctlKey, ca.CAFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ca, serverTLS
-}
-
-// clientTLS is a switch's TLS configuration presenting pair to a
-// controller on 127.0.0.1 whose certificate p issued.
-func (p *pki) clientTLS(pair tls.Certificate) *tls.Config {
-	return &tls.Config{RootCAs: p.pool(), ServerName: "127.0.0.1",
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }}
 }
