@@ -362,6 +362,21 @@ func (d *Daemon) buildController(spec *desired.Controller, roles bool) (*control
 	return &controllerCandidate{spec: spec, cfg: cfg}, nil
 }
 
+// retakeTLS gives a running controller its TLS files as read for this
+// reload: a certificate, key or switch CA replaced under the same path
+// takes effect for the switches that connect from now on.
+func (d *Daemon) retakeTLS(rc *runningController, conf *tls.Config) {
+	changed, err := rc.ctl.SetTLS(conf)
+	switch {
+	case err != nil:
+		d.log.Error("controller TLS not reloaded", "err", err)
+	case changed:
+		leaf := conf.Certificates[0].Leaf
+		d.log.Info("controller TLS files changed; switches that connect from now on get them, connected ones keep their sessions",
+			"subject", leaf.Subject.String(), "not_after", leaf.NotAfter.Format(time.RFC3339))
+	}
+}
+
 // sameControllerSettings says whether a running controller can take the
 // new switches and agents in place; otherwise a new one replaces it.
 func sameControllerSettings(a, b *desired.Controller) bool {
@@ -499,6 +514,18 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 		return fmt.Errorf("apply host state: %w", err)
 	}
 
+	// A changed cluster part gets its etcd client (it connects in the
+	// background, and runs once swapped in below); before the controller,
+	// so that nothing fails once a running controller took the new
+	// switches in place.
+	var nextCluster *runningCluster
+	if c.cluster != nil && (d.cl == nil || !sameCluster(d.cl.cand, c.cluster)) {
+		if nextCluster, err = d.openCluster(c.cluster); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		undo = append(undo, nextCluster.close) // not started: no publisher waits
+	}
+
 	// Swap the controller.
 	var next *runningController
 	switch {
@@ -520,19 +547,7 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 		}
 		old.spec = c.ctl.spec
 		next = old
-	}
-
-	// A changed cluster part gets its etcd client (it connects in the
-	// background).
-	var nextCluster *runningCluster
-	if c.cluster != nil && (d.cl == nil || !sameCluster(d.cl.cand, c.cluster)) {
-		if nextCluster, err = d.openCluster(c.cluster); err != nil {
-			if next != nil && next != old {
-				next.stop()
-				<-next.done
-			}
-			return fmt.Errorf("cluster: %w", err)
-		}
+		d.retakeTLS(old, c.ctl.cfg.TLS)
 	}
 
 	// Nothing fails from here: stop what the new config no longer has.
@@ -645,7 +660,11 @@ func (d *Daemon) reload(ctx context.Context) {
 	d.status.Reloads++
 	c, err := d.load()
 	if err == nil && c.src.Hash() == d.src.Hash() {
-		// SIGHUP without an edit: converge again, as a drift check.
+		// SIGHUP without an edit: converge again, as a drift check, and
+		// take the controller's TLS files read again (replaced in place).
+		if d.ctl != nil && c.ctl != nil {
+			d.retakeTLS(d.ctl, c.ctl.cfg.TLS)
+		}
 		d.met.reloads.WithLabelValues("ok").Inc()
 		d.status.LastReload = &ReloadInfo{At: time.Now(), Hash: c.src.Hash(), Result: "unchanged"}
 		d.checkDriftLocked(ctx)

@@ -6,6 +6,7 @@
 package sdn
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -234,6 +235,9 @@ type Status struct {
 type Controller struct {
 	cfg Config
 	log *slog.Logger
+	// serverTLS is the listener's TLS configuration, cfg.TLS until SetTLS
+	// swaps it; nil without TLS.
+	serverTLS atomic.Pointer[tls.Config]
 
 	mu       sync.Mutex
 	switches map[string]flows.Switch // by name
@@ -306,10 +310,42 @@ func New(cfg Config, log *slog.Logger) (*Controller, error) {
 		healthReady: make(chan struct{}), healthNow: make(chan struct{}, 1), updated: make(chan struct{}, 1),
 		role: ofp13.RoleSlave, roleSince: time.Now(),
 	}
+	c.serverTLS.Store(cfg.TLS)
 	if err := c.Update(cfg.Switches, cfg.Agents); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// SetTLS gives the listener the TLS configuration read again from its
+// files (a certificate, key or switch CA replaced in place) for the
+// connections it accepts from now on; connected switches keep their
+// sessions. It refuses to turn TLS on or off (that takes a new
+// controller) and reports whether anything changed.
+func (c *Controller) SetTLS(conf *tls.Config) (bool, error) {
+	cur := c.serverTLS.Load()
+	if (cur == nil) != (conf == nil) {
+		return false, errors.New("TLS cannot be turned on or off in a running controller")
+	}
+	if conf == nil || SameTLS(cur, conf) {
+		return false, nil
+	}
+	c.serverTLS.Store(conf)
+	return true, nil
+}
+
+// SameTLS says whether two listener configurations (LoadTLS) hold the
+// same certificate chain and the same switch CAs.
+func SameTLS(a, b *tls.Config) bool {
+	if len(a.Certificates) != len(b.Certificates) || !a.ClientCAs.Equal(b.ClientCAs) {
+		return false
+	}
+	for i := range a.Certificates {
+		if !slices.EqualFunc(a.Certificates[i].Certificate, b.Certificates[i].Certificate, bytes.Equal) {
+			return false
+		}
+	}
+	return true
 }
 
 // Update replaces the desired switches and agent health targets, as on a
@@ -335,7 +371,7 @@ func (c *Controller) Update(switches []flows.Switch, agents map[string]AgentHeal
 		if sw.TLS && sw.Connect != "" {
 			return fmt.Errorf("switch %s: TLS is for switches that connect to the listener, not for one the controller dials", sw.Name)
 		}
-		if sw.TLS && c.cfg.TLS == nil {
+		if sw.TLS && c.serverTLS.Load() == nil {
 			return fmt.Errorf("switch %s requires TLS, but the controller has no TLS configuration", sw.Name)
 		}
 		if sw.TLSName != "" && !sw.TLS {
@@ -622,7 +658,7 @@ func (c *Controller) serveConn(ctx context.Context, conn net.Conn, remote netip.
 		c.refuse(peer, dpid, fmt.Sprintf(format, args...))
 		conn.Close()
 	}
-	conn, secure, err := secure(hctx, conn, c.cfg.TLS)
+	conn, secure, err := secure(hctx, conn, c.serverTLS.Load())
 	if err != nil {
 		refuse(0, "%v", err)
 		return
