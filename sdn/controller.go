@@ -319,9 +319,11 @@ func New(cfg Config, log *slog.Logger) (*Controller, error) {
 
 // SetTLS gives the listener the TLS configuration read again from its
 // files (a certificate, key or switch CA replaced in place) for the
-// connections it accepts from now on; connected switches keep their
-// sessions. It refuses to turn TLS on or off (that takes a new
-// controller) and reports whether anything changed.
+// connections it accepts from now on. Connected switches keep their
+// sessions unless the switch CAs now in force do not verify their
+// certificates: those are dropped, as a reload drops any connection its
+// configuration refuses. It refuses to turn TLS on or off (that takes a
+// new controller) and reports whether anything changed.
 func (c *Controller) SetTLS(conf *tls.Config) (bool, error) {
 	cur := c.serverTLS.Load()
 	if (cur == nil) != (conf == nil) {
@@ -330,7 +332,13 @@ func (c *Controller) SetTLS(conf *tls.Config) (bool, error) {
 	if conf == nil || SameTLS(cur, conf) {
 		return false, nil
 	}
+	c.mu.Lock()
 	c.serverTLS.Store(conf)
+	drop := c.refusedLocked(func(name string) string { return c.switches[name].Connect })
+	c.mu.Unlock()
+	for _, s := range drop {
+		s.conn.Close()
+	}
 	return true, nil
 }
 
@@ -414,9 +422,24 @@ func (c *Controller) Update(switches []flows.Switch, agents map[string]AgentHeal
 		}
 		c.status[name].DatapathID = sw.DatapathID
 	}
+	drop := c.refusedLocked(func(name string) string { return old[name].Connect })
+	c.kickLocked()
+	c.mu.Unlock()
+	for _, s := range drop {
+		s.conn.Close()
+	}
+	signal(c.updated)
+	signal(c.healthNow)
+	return nil
+}
+
+// refusedLocked takes out of c.sessions those the configuration now in
+// force refuses (connectOf says at which target each was dialed) and marks
+// them disconnected; the caller closes them once c.mu is released.
+func (c *Controller) refusedLocked(connectOf func(name string) string) []*session {
 	var drop []*session
 	for name, s := range c.sessions {
-		if why := c.refusalLocked(s.conn, name, old[name].Connect, s.secure); why != "" {
+		if why := c.refusalLocked(s.conn, name, connectOf(name), s.secure); why != "" {
 			drop = append(drop, s)
 			delete(c.sessions, name)
 			// The session's own exit no longer owns the status.
@@ -426,14 +449,7 @@ func (c *Controller) Update(switches []flows.Switch, agents map[string]AgentHeal
 			}
 		}
 	}
-	c.kickLocked()
-	c.mu.Unlock()
-	for _, s := range drop {
-		s.conn.Close()
-	}
-	signal(c.updated)
-	signal(c.healthNow)
-	return nil
+	return drop
 }
 
 func signal(ch chan struct{}) {
@@ -878,6 +894,11 @@ func (c *Controller) refusalLocked(sc *SwitchConn, name, connect string, secure 
 		return fmt.Sprintf("switch %s must connect over TLS", name)
 	case connect == "" && !allowedFrom(sw, remote):
 		return fmt.Sprintf("switch %s may not connect from %s", name, remote)
+	}
+	if conf := c.serverTLS.Load(); conf != nil && secure {
+		if why := certUntrusted(sc.conn, conf.ClientCAs); why != "" {
+			return fmt.Sprintf("switch %s: %s", name, why)
+		}
 	}
 	return certMismatch(sw, sc.conn)
 }

@@ -59,3 +59,27 @@ func certMismatch(sw flows.Switch, conn net.Conn) string {
 	}
 	return ""
 }
+
+// certUntrusted says why conn's certificate chain does not verify against
+// the switch CAs cas ("" when it does, or conn is not TLS): a connected
+// switch whose certificate a CA replaced in place (SetTLS), or time, no
+// longer vouches for is not kept.
+func certUntrusted(conn net.Conn, cas *x509.CertPool) string {
+	tc, ok := conn.(*tls.Conn)
+	if !ok {
+		return ""
+	}
+	certs := tc.ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return "no certificate"
+	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: cas, Intermediates: inter,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return fmt.Sprintf("the certificate of %q does not verify against the switch CA in force: %v", certs[0].Subject.CommonName, err)
+	}
+	return ""
+}

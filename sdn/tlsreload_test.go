@@ -2,6 +2,9 @@ package sdn_test
 
 import (
 	"crypto/tls"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,13 +13,15 @@ import (
 	"github.com/sosappliance/sosappliance/sdn/ovstest"
 )
 
-// TestSetTLSTakesNewFilesForNewConnections runs the real Open vSwitch over
-// TLS, then gives the controller TLS files replaced in place, from a new
-// switch CA, as an operator rotating certificates would. The connected
-// switch keeps its session and flows; a connection presenting a
-// certificate of the old CA is refused from then on, and one of the new
-// CA is served the new controller certificate.
-func TestSetTLSTakesNewFilesForNewConnections(t *testing.T) {
+// TestSetTLSRotatesTheSwitchCA rotates the switch CA under the real Open
+// vSwitch connected over TLS, as an operator would with files replaced in
+// place: first a ca_file holding the old and the new CA, with a controller
+// certificate of the new one (the connected switch keeps its session, and
+// switches of either CA are served), then the new CA alone. That drops
+// the switch still on its old certificate, says why in its status, and
+// refuses the old CA's certificates from then on; given a certificate of
+// the new CA, the switch connects again and converges.
+func TestSetTLSRotatesTheSwitchCA(t *testing.T) {
 	ovstest.Require(t, ovstest.Binaries...)
 	dir := t.TempDir()
 	oldCA := testsupport.NewPKI(t, dir, "oldca")
@@ -37,42 +42,74 @@ func TestSetTLSTakesNewFilesForNewConnections(t *testing.T) {
 
 	newCA := testsupport.NewPKI(t, t.TempDir(), "newca")
 	ctlCert2, ctlKey2, _ := newCA.Issue(t, "controller")
-	_, _, newPair := newCA.Issue(t, "switch")
-	newTLS, err := sdn.LoadTLS(ctlCert2, ctlKey2, newCA.CAFile)
-	if err != nil {
+	swCert2, swKey2, newPair := newCA.Issue(t, "switch")
+	load := func(caFile string) *tls.Config {
+		t.Helper()
+		conf, err := sdn.LoadTLS(ctlCert2, ctlKey2, caFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conf
+	}
+	// served says whether the controller completes the TLS handshake of
+	// a switch presenting pair and sends it its OpenFlow hello.
+	served := func(pair tls.Certificate) bool {
+		c := tls.Client(dialIn(t, g.inst, "127.0.0.1", g.addr), &tls.Config{RootCAs: newCA.Pool(), ServerName: "127.0.0.1",
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }})
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		_, err := c.Read(make([]byte, 8))
+		return err == nil
+	}
+
+	// Both CAs in ca_file.
+	bundle := filepath.Join(dir, "both-cacert.pem")
+	var both []byte
+	for _, f := range []string{oldCA.CAFile, newCA.CAFile} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		both = append(both, b...)
+	}
+	if err := os.WriteFile(bundle, both, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if changed, err := g.ctl.SetTLS(newTLS); !changed || err != nil {
-		t.Fatalf("SetTLS with a new certificate and CA: changed %v, %v", changed, err)
+	if changed, err := g.ctl.SetTLS(load(bundle)); !changed || err != nil {
+		t.Fatalf("SetTLS with a new certificate and both CAs: changed %v, %v", changed, err)
 	}
-	again, err := sdn.LoadTLS(ctlCert2, ctlKey2, newCA.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if changed, err := g.ctl.SetTLS(again); changed || err != nil {
+	if changed, err := g.ctl.SetTLS(load(bundle)); changed || err != nil {
 		t.Errorf("SetTLS with the same files read again: changed %v, %v", changed, err)
 	}
 	if _, err := g.ctl.SetTLS(nil); err == nil {
 		t.Error("SetTLS(nil) turned TLS off in a running controller")
 	}
-
-	before := refusedWith(g.ctl.Controller, "certificate signed by unknown authority")
-	old := tls.Client(dialIn(t, g.inst, "127.0.0.1", g.addr), &tls.Config{RootCAs: newCA.Pool(), ServerName: "127.0.0.1",
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &oldPair, nil }})
-	if got, err := claimDatapath(old, 0xdead); err == nil || len(got) != 0 {
-		t.Fatalf("a certificate of the replaced CA completed a handshake (%v) and received %v", err, got)
+	if !served(oldPair) || !served(newPair) {
+		t.Errorf("with both CAs in force: old CA's switch served %v, new CA's %v; want both", served(oldPair), served(newPair))
 	}
-	testsupport.Eventually(t, 30*time.Second, "the old CA's certificate to be refused", func() bool {
-		return refusedWith(g.ctl.Controller, "certificate signed by unknown authority") > before
-	})
-	fresh := tls.Client(dialIn(t, g.inst, "127.0.0.1", g.addr), newCA.ClientTLS(newPair))
-	_ = fresh.SetDeadline(time.Now().Add(10 * time.Second))
-	if err := fresh.Handshake(); err != nil {
-		t.Fatalf("a certificate of the new CA, verifying the controller with the new CA: %v", err)
-	}
-	if got := fresh.ConnectionState().PeerCertificates[0].Issuer.CommonName; got != "newca" {
-		t.Errorf("the controller presented a certificate issued by %q, want newca", got)
-	}
-	fresh.Close()
 	g.requireUntouched(t, sw.Name)
+
+	// The new CA alone: the switch on its old certificate goes.
+	if changed, err := g.ctl.SetTLS(load(newCA.CAFile)); !changed || err != nil {
+		t.Fatalf("SetTLS with the new CA alone: changed %v, %v", changed, err)
+	}
+	st := switchStatus(g.ctl.Controller, sw.Name)
+	if st.Connected || !strings.Contains(st.LastError, "does not verify against the switch CA in force") {
+		t.Errorf("the switch on a certificate of the removed CA: %+v, want it dropped with the reason", st)
+	}
+	if served(oldPair) {
+		t.Error("a certificate of the removed CA is still served")
+	}
+	if !served(newPair) {
+		t.Error("a certificate of the new CA is not served")
+	}
+	conns := g.ctl.Status().Counters.Connections
+	if _, err := g.inst.Vsctl("set-ssl", swKey2, swCert2, newCA.CAFile); err != nil {
+		t.Fatal(err)
+	}
+	testsupport.Eventually(t, 60*time.Second, "the switch to connect again on its new certificate", func() bool {
+		st := switchStatus(g.ctl.Controller, sw.Name)
+		return st.Connected && g.ctl.Status().Counters.Connections > conns
+	})
+	requireSameFlows(t, g.br, g.desired)
 }
