@@ -271,8 +271,10 @@ func (a *Agent) Update(cfg Config) error {
 			return err
 		}
 	}
+	old := a.cfg.Load()
 	a.cfg.Store(rc)
-	a.reconcilePools(rc)
+	a.reconcilePools(rc, !old.key.Equal(rc.key) || old.mode != rc.mode)
+	a.reconcilePooledLocked(old, rc)
 	a.log.Info("relay configuration updated", "client_routes", len(rc.Client), "server_routes", len(rc.Server), "encryption", rc.mode)
 	return nil
 }

@@ -34,7 +34,7 @@ type churnProxy struct {
 	passAll  atomic.Bool // from now on pass every connection untouched
 	// up, if set, is how many bytes upstream a churned connection carries
 	// (default: hello, confirm and a JOIN frame).
-	up     int64
+	up     atomic.Int64 // set by a setup while the proxy accepts
 	mu     sync.Mutex
 	conns  []*net.TCPConn
 	passed []*net.TCPConn
@@ -119,8 +119,8 @@ func (p *churnProxy) relay(c *net.TCPConn, pass bool) {
 	}
 	// hello + confirm + JOIN frame upstream, the reply downstream.
 	up := int64(stripe.HelloSize + stripe.ConfirmSize + stripe.HeaderSize + stripe.JoinBodySize + stripe.TagSize)
-	if p.up > 0 {
-		up = p.up
+	if n := p.up.Load(); n > 0 {
+		up = n
 	}
 	done := make(chan struct{})
 	go func() {
@@ -269,7 +269,7 @@ func TestChurnedSessionStillAborts(t *testing.T) {
 // does. (A refusal backs off: TestPoolRefusedBacksOff.)
 func TestPoolChurnBacksOff(t *testing.T) {
 	a, proxy := churnPair(t, 2, Limits{}, agentspec.Pool{MinIdle: 4, Max: 4}, func(p *churnProxy) {
-		p.up = stripe.HelloSize + stripe.ConfirmSize
+		p.up.Store(stripe.HelloSize + stripe.ConfirmSize)
 		p.resetAll.Store(true)
 	})
 	const window = 3 * time.Second
@@ -347,7 +347,7 @@ func TestStreamsDroppedTwiceYoung(t *testing.T)          { dropTwice(t, 200*time
 // now, and a pause after young deaths stands until one has lived.
 func TestPoolChurnBacksOffPastASurvivor(t *testing.T) {
 	a, proxy := churnPair(t, 2, Limits{}, agentspec.Pool{MinIdle: 16, Max: 16}, func(p *churnProxy) {
-		p.up = stripe.HelloSize + stripe.ConfirmSize
+		p.up.Store(stripe.HelloSize + stripe.ConfirmSize)
 	})
 	_ = a
 	time.Sleep(time.Second)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -218,17 +219,23 @@ func (a *Agent) poolFor(peer netip.AddrPort) *streamPool {
 }
 
 // reconcilePools applies a reload's pools: a pool kept (same peer address
-// and name) takes
-// its new size at once, closing idle streams beyond a lower max; a new
-// one starts; one the configuration dropped stops and closes its idle
-// streams. Streams sessions claimed belong to them and live on.
-func (a *Agent) reconcilePools(rc *runtimeConfig) {
+// and name) takes its new size at once, closing idle streams beyond a
+// lower max, and all of them when the pre-shared key or the encryption
+// changed (rekeyed); a new one starts; one the configuration dropped
+// stops and closes its idle streams. Streams sessions claimed belong to
+// them and live on.
+func (a *Agent) reconcilePools(rc *runtimeConfig, rekeyed bool) {
 	next := poolsOf(rc.Client)
 	a.poolsMu.Lock()
 	defer a.poolsMu.Unlock()
 	for peer, p := range a.pools {
 		if np, ok := next[peer]; ok && np.peerName == p.peerName {
 			p.resize(np.spec)
+			if rekeyed {
+				// Its idle streams' keys come from the old pre-shared
+				// key or encryption: new ones take their place.
+				p.dropIdle()
+			}
 			continue
 		}
 		close(p.quit)
@@ -245,6 +252,20 @@ func (a *Agent) reconcilePools(rc *runtimeConfig) {
 			go np.run(a.stop)
 		}
 	}
+}
+
+// dropIdle closes every idle stream; the pool opens new ones.
+func (p *streamPool) dropIdle() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, ps := range idle {
+		ps.claimed.Store(true)
+		_ = ps.conn.Close()
+		p.expired.Add(1)
+	}
+	p.poke()
 }
 
 // resize gives a running pool its new size.
@@ -384,7 +405,11 @@ func (p *streamPool) handshake(ctx context.Context) (*pooledStream, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, rc.limits.PreAuthTimeout)
 	defer cancel()
-	d := net.Dialer{}
+	// The buffers go on before the SYN, as for a fresh stream, so that the
+	// window scale fits them; the rest of the tuning waits for the bind,
+	// which names the chunk size.
+	t := rc.streamTuningFor(0)
+	d := net.Dialer{Control: streamTuning{sndbuf: t.sndbuf, rcvbuf: t.rcvbuf}.control}
 	c, err := d.DialContext(ctx, network(p.peer.Addr()), p.peer.String())
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", p.peer, err)
@@ -567,11 +592,7 @@ func (a *Agent) admitPooled(rc *runtimeConfig, h *stripe.Hello) stripe.Status {
 	if h.Mode != rc.mode {
 		return stripe.StatusModeMismatch
 	}
-	known := false
-	for _, w := range rc.Server {
-		known = known || w.PeerName == h.Initiator
-	}
-	if !known {
+	if !admitsPooled(rc, h.Initiator) {
 		return stripe.StatusUnknownInitiator
 	}
 	a.mu.Lock()
@@ -583,6 +604,41 @@ func (a *Agent) admitPooled(rc *runtimeConfig, h *stripe.Hello) stripe.Status {
 		return stripe.StatusPoolRefused
 	}
 	return stripe.StatusAccepted
+}
+
+// admitsPooled says whether a server-side entry of rc admits sessions of
+// initiator (several client-side agents of a site share one entry).
+func admitsPooled(rc *runtimeConfig, initiator string) bool {
+	return slices.ContainsFunc(rc.Server, func(w Whitelist) bool { return w.Admits(initiator) })
+}
+
+// reconcilePooledLocked closes, after a reload from old to rc, the idle
+// pooled streams rc no longer admits: all of them when the pre-shared key
+// or the encryption changed (their keys come from the old ones), those of
+// an initiator no entry admits now, and those beyond a lower
+// MaxPooledPerPeer. Their client-side agents see them end and open new
+// ones under the new configuration. A stream whose BIND is being read is
+// judged again by holdPooled. a.mu is held.
+func (a *Agent) reconcilePooledLocked(old, rc *runtimeConfig) {
+	rekeyed := !old.key.Equal(rc.key) || old.mode != rc.mode
+	closed := 0
+	for initiator, conns := range a.pooled {
+		keep := rc.limits.MaxPooledPerPeer
+		if rekeyed || !admitsPooled(rc, initiator) {
+			keep = 0
+		}
+		for c := range conns {
+			if keep > 0 {
+				keep--
+				continue
+			}
+			reset(c) // its holdPooled forgets it once a.mu is free
+			closed++
+		}
+	}
+	if closed > 0 {
+		a.log.Info("relay: reload closed idle pooled streams it no longer admits", "streams", closed, "rekeyed", rekeyed)
+	}
 }
 
 // holdPooled keeps an authenticated pooled stream of initiator idle, within
@@ -625,7 +681,20 @@ func (a *Agent) holdPooled(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 		_ = c.Close()
 		return
 	}
-	if err := a.acceptBind(rc, initiator, c, secrets, hdr); err != nil {
+	// The BIND is judged by the configuration in force now, not the one
+	// the stream was accepted under: a reload since may have revoked the
+	// initiator, removed its routes, lowered the limits, or changed the
+	// key or the encryption its keys come from.
+	cur := a.cfg.Load()
+	err := errors.New("the pre-shared key or the encryption changed since its handshake")
+	if cur.key.Equal(rc.key) && cur.mode == rc.mode {
+		if !admitsPooled(cur, initiator) {
+			err = fmt.Errorf("agent %s is no longer a client side of this agent's routes", initiator)
+		} else {
+			err = a.acceptBind(cur, initiator, c, secrets, hdr)
+		}
+	}
+	if err != nil {
 		a.counters.handshakeFailures.Add(1)
 		a.limited.log(a.log, "bind", "relay: bad bind on a pooled stream; reset", "initiator", initiator, "err", err)
 		reset(c)

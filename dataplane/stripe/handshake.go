@@ -5,6 +5,7 @@ import (
 	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -176,6 +177,11 @@ func NewHandshakeKey(psk []byte) (*HandshakeKey, error) {
 	hk := &HandshakeKey{psk: append([]byte(nil), psk...)}
 	copy(hk.auth[:], k)
 	return hk, nil
+}
+
+// Equal reports whether k and o come from the same pre-shared key.
+func (k *HandshakeKey) Equal(o *HandshakeKey) bool {
+	return k != nil && o != nil && subtle.ConstantTimeCompare(k.auth[:], o.auth[:]) == 1
 }
 
 func mac(key []byte, label string, parts ...[]byte) [32]byte {
