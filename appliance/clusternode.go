@@ -64,7 +64,7 @@ func (d *Daemon) buildCluster(want *desired.Desired) (*clusterCandidate, error) 
 	}
 	return &clusterCandidate{spec: spec, elect: want.Controller != nil, cfg: cluster.Config{
 		Endpoints: spec.Endpoints, Prefix: spec.Prefix, LeaseTTL: spec.LeaseTTL, DialTimeout: spec.DialTimeout,
-		TLS: tc, Node: d.opts.Node,
+		TLS: tc, Node: d.opts.Node, GenerationBase: spec.GenerationBase,
 	}}, nil
 }
 
@@ -79,7 +79,8 @@ func sameCluster(a, b *clusterCandidate) bool {
 		sameTLS = *a.spec.TLS == *b.spec.TLS
 	}
 	return slices.Equal(a.spec.Endpoints, b.spec.Endpoints) && a.spec.Prefix == b.spec.Prefix &&
-		a.spec.LeaseTTL == b.spec.LeaseTTL && a.spec.DialTimeout == b.spec.DialTimeout && sameTLS && a.elect == b.elect
+		a.spec.LeaseTTL == b.spec.LeaseTTL && a.spec.DialTimeout == b.spec.DialTimeout && sameTLS && a.elect == b.elect &&
+		a.spec.GenerationBase == b.spec.GenerationBase
 }
 
 // openCluster makes the etcd client of cc; it connects in the background.
@@ -161,7 +162,7 @@ func (d *Daemon) swapCluster(cc *clusterCandidate, next *runningCluster) {
 		go old.close() // its final role update is ignored: it is not clNow
 	}
 	if rc := d.cl; rc != nil && rc.el != nil {
-		d.onRole(rc, rc.el.Role())
+		rc.el.Redeliver()
 	}
 }
 

@@ -34,6 +34,9 @@ type Config struct {
 	TLS *tls.Config
 	// Node is this node's name: the election value and the status key.
 	Node string
+	// GenerationBase is added to the election's revisions to make the
+	// role generations (see config.Cluster).
+	GenerationBase uint64
 }
 
 func (c Config) ttlSeconds() int {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
@@ -14,11 +15,12 @@ type Role struct {
 	// Leader is true while this node holds the election: it is to be the
 	// OpenFlow master.
 	Leader bool
-	// Generation is the create revision of the leader's election key:
-	// etcd revisions only grow, and a new leader's key was created after
-	// the one it replaces was, so it is larger for every new leader. It
-	// is this node's own when Leader, the last leader seen otherwise
-	// (0 before any).
+	// Generation is the create revision of the leader's election key,
+	// plus Config.GenerationBase: etcd revisions only grow while etcd
+	// keeps its data, and a new leader's key was created after the one it
+	// replaces was, so it is larger for every new leader. It is this
+	// node's own when Leader, the last leader seen otherwise (0 before
+	// any).
 	Generation uint64
 	// LeaderNode is the node that leads, as last seen; "" when none is
 	// known.
@@ -39,6 +41,10 @@ type Elector struct {
 
 	mu   sync.Mutex
 	role Role
+	// delivering orders the calls of onChange: each reads the role when
+	// it is made, so the last call gives the newest role, whichever
+	// goroutine changed it (term and observe both do).
+	delivering sync.Mutex
 	// Takeovers counts the times this node became leader; StepDowns the
 	// times it lost the lead other than by stopping.
 	takeovers, stepDowns uint64
@@ -74,11 +80,23 @@ func (e *Elector) update(f func(r *Role)) {
 			e.takeovers++
 		}
 	}
-	r := e.role
+	changed := e.role != old
 	e.mu.Unlock()
-	if r != old && e.onChange != nil {
-		e.onChange(r)
+	if changed {
+		e.Redeliver()
 	}
+}
+
+// Redeliver calls onChange with the current role, in order with the
+// elector's own calls: a role read earlier can never land after a newer
+// one.
+func (e *Elector) Redeliver() {
+	if e.onChange == nil {
+		return
+	}
+	e.delivering.Lock()
+	defer e.delivering.Unlock()
+	e.onChange(e.Role())
 }
 
 // Run campaigns until ctx ends, then resigns so that another controller
@@ -115,9 +133,21 @@ func (e *Elector) term(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer sess.Close() // revokes the lease when etcd answers
+	defer func() {
+		// Revoke the lease, and with it this node's key, so that a
+		// candidate that stops does not stand first in line for a
+		// lease TTL (sess.Close would revoke with ctx, done by now).
+		sess.Orphan()
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_, _ = e.c.cli.Revoke(rctx, sess.Lease())
+		rcancel()
+	}()
 	el := concurrency.NewElection(sess, cfg.electionKey())
-	tctx, cancel := context.WithCancel(ctx)
+	// The campaign's and the observer's watches need a member that has a
+	// leader: one cut off from the others would keep them waiting for
+	// events that never come while the lease, kept alive through another
+	// member, holds.
+	tctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	go func() {
 		select {
@@ -158,7 +188,7 @@ func (e *Elector) term(ctx context.Context) error {
 		}
 		return err
 	}
-	gen := uint64(el.Rev())
+	gen := cfg.GenerationBase + uint64(el.Rev())
 	e.c.log.Info("etcd election: this controller leads", "node", cfg.Node, "generation", gen)
 	e.update(func(r *Role) { r.Leader, r.Generation, r.LeaderNode = true, gen, cfg.Node })
 	<-tctx.Done()
@@ -188,7 +218,7 @@ func (e *Elector) observe(ctx context.Context, el *concurrency.Election) {
 		kv := resp.Kvs[0]
 		e.update(func(r *Role) {
 			if !r.Leader {
-				r.LeaderNode, r.Generation = string(kv.Value), uint64(kv.CreateRevision)
+				r.LeaderNode, r.Generation = string(kv.Value), e.c.cfg.GenerationBase+uint64(kv.CreateRevision)
 			}
 		})
 	}

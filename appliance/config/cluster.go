@@ -20,6 +20,11 @@ type Cluster struct {
 	// how long a leader cut off from etcd stays master, and how long a
 	// dead node's status stays visible.
 	LeaseTTL time.Duration
+	// GenerationBase is added to every OpenFlow role generation_id (etcd
+	// revisions): after etcd is rebuilt or restored from an older
+	// snapshot its revisions start lower than the generation switches
+	// last saw, and a base above that makes the next master's larger.
+	GenerationBase uint64
 	// DialTimeout bounds connecting to etcd.
 	DialTimeout time.Duration
 	// TLS is nil unless the block has a tls {} block (client certificates
@@ -56,7 +61,7 @@ func (c *Config) ControllerFor(node string) *Controller {
 
 var clusterSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{
-		{Name: "etcd", Required: true}, {Name: "prefix"}, {Name: "lease_ttl"}, {Name: "dial_timeout"},
+		{Name: "etcd", Required: true}, {Name: "prefix"}, {Name: "lease_ttl"}, {Name: "dial_timeout"}, {Name: "generation_base"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{{Type: "tls"}},
 }
@@ -68,7 +73,10 @@ func decodeCluster(b *hcl.Block, diags *hcl.Diagnostics) *Cluster {
 		Prefix:      a.str("prefix", DefaultClusterPrefix),
 		LeaseTTL:    a.duration("lease_ttl", DefaultClusterLeaseTTL),
 		DialTimeout: a.duration("dial_timeout", DefaultClusterDialTimeout),
-		Range:       b.DefRange,
+		// Below 2^62: etcd revisions add to it without wrapping the
+		// switches' serial-number comparison of generations.
+		GenerationBase: uint64(a.integer("generation_base", 0, 0, 1<<62)),
+		Range:          b.DefRange,
 	}
 	if a.has("etcd") && len(c.Endpoints) == 0 {
 		a.errorf("etcd", "cluster etcd is empty", `List the etcd client URLs, e.g. ["http://192.0.2.10:2379", "http://192.0.2.11:2379", "http://192.0.2.12:2379"].`)

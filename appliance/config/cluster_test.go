@@ -16,8 +16,9 @@ controller {
   listen = "127.0.0.1:6654"
 }
 cluster {
-  etcd      = ["http://127.0.0.1:2379", "http://127.0.0.1:22379"]
-  lease_ttl = "3s"
+  etcd            = ["http://127.0.0.1:2379", "http://127.0.0.1:22379"]
+  lease_ttl       = "3s"
+  generation_base = 5000000
 }
 security {
   psk_file = "/etc/sosappliance/psk"
@@ -40,7 +41,7 @@ func TestClusterBlock(t *testing.T) {
 	}
 	cl := cfg.Cluster
 	if cl == nil || len(cl.Endpoints) != 2 || cl.LeaseTTL != 3*time.Second || cl.Prefix != DefaultClusterPrefix ||
-		cl.DialTimeout != DefaultClusterDialTimeout || cl.TLS != nil {
+		cl.DialTimeout != DefaultClusterDialTimeout || cl.TLS != nil || cl.GenerationBase != 5000000 {
 		t.Errorf("cluster %+v", cl)
 	}
 }

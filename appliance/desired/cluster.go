@@ -14,6 +14,8 @@ type Cluster struct {
 	Prefix      string
 	LeaseTTL    time.Duration
 	DialTimeout time.Duration
+	// GenerationBase is added to every role generation (config.Cluster).
+	GenerationBase uint64
 	// TLS names the files of TLS to etcd; nil for plain http.
 	TLS *TLSFiles
 	// Controllers are the controller nodes, in the file's order; Nodes
@@ -29,7 +31,7 @@ func compileCluster(cfg *config.Config) *Cluster {
 		return nil
 	}
 	out := &Cluster{Endpoints: append([]string(nil), c.Endpoints...), Prefix: c.Prefix, LeaseTTL: c.LeaseTTL,
-		DialTimeout: c.DialTimeout, Nodes: Nodes(cfg)}
+		DialTimeout: c.DialTimeout, GenerationBase: c.GenerationBase, Nodes: Nodes(cfg)}
 	if c.TLS != nil {
 		out.TLS = &TLSFiles{CertFile: c.TLS.CertFile, KeyFile: c.TLS.KeyFile, CAFile: c.TLS.CAFile}
 	}

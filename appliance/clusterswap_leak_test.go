@@ -1,0 +1,67 @@
+package appliance
+
+import (
+	"log/slog"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/appliance/desired"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
+)
+
+// TestClusterSwapLeavesNoGoroutine: replacing the cluster part again and
+// again (a reload that changes the cluster block), with etcd up and then
+// with etcd down, leaves no goroutines behind.
+func TestClusterSwapLeavesNoGoroutine(t *testing.T) {
+	etcd := testsupport.StartEtcd(t, 1)
+	d, err := NewDaemon(Options{ConfigPath: "unused.hcl", Node: "ctl-a", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	swap := func(i int) {
+		spec := &desired.Cluster{Endpoints: etcd.Endpoints(), Prefix: "/sos-swap-leak/", LeaseTTL: 2 * time.Second,
+			DialTimeout: time.Duration(1+i%2) * time.Second}
+		cc, err := d.buildCluster(&desired.Desired{Controller: &desired.Controller{}, Cluster: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := d.openCluster(cc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.mu.Lock()
+		d.swapCluster(cc, rc)
+		d.mu.Unlock()
+		time.Sleep(300 * time.Millisecond)
+	}
+	stopAll := func() {
+		d.mu.Lock()
+		rc := d.cl
+		d.cl = nil
+		d.clNow.Store(nil)
+		d.mu.Unlock()
+		if rc != nil {
+			rc.close()
+		}
+	}
+	swap(0)
+	stopAll()
+	time.Sleep(3 * time.Second)
+	base := runtime.NumGoroutine()
+	for i := range 10 {
+		swap(i)
+	}
+	stopAll()
+	etcd.Kill()
+	for i := range 10 {
+		swap(i)
+	}
+	stopAll()
+	time.Sleep(5 * time.Second)
+	if n := runtime.NumGoroutine(); n > base+5 {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Fatalf("%d goroutines after 20 swaps, %d before\n%s", n, base, buf)
+	}
+}
