@@ -651,7 +651,7 @@ func (a *Agent) holdPooled(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 	conns := a.pooled[initiator]
 	if a.draining || len(conns) >= rc.limits.MaxPooledPerPeer {
 		a.mu.Unlock()
-		a.reject(rejectSessionLimit, "relay: pooled stream beyond the peer's bound; reset", "initiator", initiator)
+		a.reject(rejectPoolLimit, "relay: pooled stream beyond the peer's bound; reset", "initiator", initiator)
 		reset(c)
 		return
 	}

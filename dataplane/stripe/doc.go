@@ -362,7 +362,9 @@
 // frames, so its frame codec is built with chunk size BindBodySize; the
 // 32 bytes at 96..128 of its key material are not a session key but the
 // stream's secret S_0. Binds of a stream count generations g = 0, 1, ...:
-// a stream may be bound again after its session ended.
+// the format lets a stream be bound again after its session ended, though
+// this implementation binds each pooled stream once (g = 0) and closes it
+// with its session.
 //
 // BIND (type 7, Up, a control frame numbered ControlSeq(g) under the
 // pooled stream's own keys), body 152 bytes:
