@@ -54,17 +54,7 @@ func TestElectedControllerIsMaster(t *testing.T) {
 				_ = ctl.Status()
 			}
 		}()
-		cc, err := d.buildCluster(&desired.Desired{Controller: &desired.Controller{}, Cluster: spec})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rc, err := d.openCluster(cc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.mu.Lock()
-		d.swapCluster(cc, rc)
-		d.mu.Unlock()
+		rc := swapInCluster(t, d, spec)
 		testsupport.Eventually(t, 10*time.Second, "b to follow a", func() bool { return rc.el.Role().LeaderNode == "ctl-a" })
 
 		cancelA()

@@ -46,18 +46,8 @@ func TestClusterMetricsAndStatus(t *testing.T) {
 	if _, ok := gauge(t, d, "sosappliance_cluster_master"); ok {
 		t.Errorf("cluster metrics without a cluster")
 	}
-	cc, err := d.buildCluster(&desired.Desired{Controller: &desired.Controller{}, Cluster: &desired.Cluster{
-		Endpoints: etcd.Endpoints(), Prefix: "/sos-metrics/", LeaseTTL: 2 * time.Second, DialTimeout: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := d.openCluster(cc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.mu.Lock()
-	d.swapCluster(cc, rc)
-	d.mu.Unlock()
+	rc := swapInCluster(t, d, &desired.Cluster{
+		Endpoints: etcd.Endpoints(), Prefix: "/sos-metrics/", LeaseTTL: 2 * time.Second, DialTimeout: time.Second})
 	t.Cleanup(rc.close)
 	testsupport.Eventually(t, 10*time.Second, "master in metrics and status", func() bool {
 		m, _ := gauge(t, d, "sosappliance_cluster_master")
@@ -73,4 +63,22 @@ func TestClusterMetricsAndStatus(t *testing.T) {
 		st := d.Status()
 		return m == 0 && e == 0 && s == 1 && st.Cluster.Role == "slave" && !st.Cluster.Publishing && st.Cluster.LastError != ""
 	})
+}
+
+// swapInCluster builds, opens and swaps in the cluster part spec describes
+// for a controller node, as a reload does.
+func swapInCluster(t *testing.T, d *Daemon, spec *desired.Cluster) *runningCluster {
+	t.Helper()
+	cc, err := d.buildCluster(&desired.Desired{Controller: &desired.Controller{}, Cluster: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := d.openCluster(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	d.swapCluster(cc, rc)
+	d.mu.Unlock()
+	return rc
 }

@@ -22,17 +22,7 @@ func TestClusterSwapLeavesNoGoroutine(t *testing.T) {
 	swap := func(i int) {
 		spec := &desired.Cluster{Endpoints: etcd.Endpoints(), Prefix: "/sos-swap-leak/", LeaseTTL: 2 * time.Second,
 			DialTimeout: time.Duration(1+i%2) * time.Second}
-		cc, err := d.buildCluster(&desired.Desired{Controller: &desired.Controller{}, Cluster: spec})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rc, err := d.openCluster(cc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.mu.Lock()
-		d.swapCluster(cc, rc)
-		d.mu.Unlock()
+		swapInCluster(t, d, spec)
 		time.Sleep(300 * time.Millisecond)
 	}
 	stopAll := func() {

@@ -2,20 +2,12 @@ package appliance
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net"
-	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
-	"github.com/sosappliance/sosappliance/tuning"
 )
 
 // TestHealthAndMetricsAllow runs a node with its controller, agent a1 and
@@ -41,27 +33,8 @@ func TestHealthAndMetricsAllow(t *testing.T) {
 	}
 	writeFile(t, n.cfgPath, config(`["10.1.0.2"]`, `["10.1.0.2"]`))
 	metricsAddr := self + ":9465"
-	execs := tempHostExecutors(n.root)
-	execs[item.KindSteering] = tuning.NewSteering()
-	d, err := NewDaemon(Options{
-		ConfigPath: n.cfgPath, Node: "host1", StatePath: filepath.Join(n.dir, "state.db"),
-		ControlSocket: filepath.Join(n.dir, "control.sock"), MetricsListen: &metricsAddr, Root: n.root,
-		Executors: execs, Settle: 50 * time.Millisecond, DriftInterval: time.Hour,
-		Logger: slog.New(slog.NewTextHandler(n.logs, nil)),
-	})
-	testsupport.RequireNoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("daemon: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", n.logs.String())
-		}
-	}()
+	d := n.daemonWith(metricsAddr)
+	runDaemon(t, d, n.logs)
 	a1Up := func() bool {
 		for _, a := range d.Status().Agents {
 			if a.Name == "a1" && !a.Local && a.Healthy {
@@ -73,13 +46,13 @@ func TestHealthAndMetricsAllow(t *testing.T) {
 	testsupport.Eventually(t, 15*time.Second, "the controller sees a1 up through health_allow", a1Up)
 
 	health, metrics := self+":9878", metricsAddr
-	if n, err := readFrom(other, health, "/sessions"); n != 0 || err == nil {
+	if n, err := testsupport.Unanswered(other, health, "/sessions"); n != 0 || err == nil {
 		t.Errorf("a LAN host outside health_allow read %d bytes of /sessions (%v)", n, err)
 	}
-	if n, err := readFrom(other, metrics, "/metrics"); n != 0 || err == nil {
+	if n, err := testsupport.Unanswered(other, metrics, "/metrics"); n != 0 || err == nil {
 		t.Errorf("a LAN host outside metrics_allow read %d bytes of /metrics (%v)", n, err)
 	}
-	scrape, err := readBody(self, metrics, "/metrics")
+	scrape, err := testsupport.GetFrom(self, metrics, "/metrics")
 	if err != nil {
 		t.Fatalf("a scrape from the allowed source: %v", err)
 	}
@@ -108,8 +81,8 @@ func TestHealthAndMetricsAllow(t *testing.T) {
 
 	writeFile(t, n.cfgPath, config(`["10.1.0.2", "10.1.0.9"]`, `["10.1.0.2", "10.1.0.9"]`))
 	testsupport.Eventually(t, 15*time.Second, "the reload admitting 10.1.0.9", func() bool {
-		_, herr := readBody(other, health, "/healthz")
-		_, merr := readBody(other, metrics, "/metrics")
+		_, herr := testsupport.GetFrom(other, health, "/healthz")
+		_, merr := testsupport.GetFrom(other, metrics, "/metrics")
 		return herr == nil && merr == nil
 	})
 
@@ -126,56 +99,10 @@ func TestHealthAndMetricsAllow(t *testing.T) {
 	if !strings.Contains(text.String(), `health_allow does not admit 10.1.0.2, where the controller on its node "host1" probes it from`) {
 		t.Errorf("status text does not show the refused reload's problem:\n%s", text.String())
 	}
-	if _, err := readBody(self, health, "/healthz"); err != nil {
+	if _, err := testsupport.GetFrom(self, health, "/healthz"); err != nil {
 		t.Errorf("the controller's source after the refused reload: %v", err)
 	}
 	if !a1Up() {
 		t.Error("a1 is down after the refused reload")
 	}
-}
-
-// readFrom sends GET path to addr from the local address from and returns
-// how many bytes came back before the connection ended, and how it ended
-// (nil: it was left open, unanswered).
-func readFrom(from, addr, path string) (int64, error) {
-	c, err := dialFromLocal(from, addr)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	_, _ = io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
-	n, err := io.Copy(io.Discard, c)
-	if err == nil {
-		return n, io.EOF
-	}
-	if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		return n, nil
-	}
-	return n, err
-}
-
-// readBody makes one request from from and returns the body of a 200.
-func readBody(from, addr, path string) (string, error) {
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
-			return dialFromLocal(from, a)
-		},
-	}}
-	resp, err := client.Get("http://" + addr + path)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = &net.AddrError{Err: resp.Status, Addr: addr}
-	}
-	return string(body), err
-}
-
-func dialFromLocal(from, addr string) (net.Conn, error) {
-	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
-	return d.Dial("tcp", addr)
 }

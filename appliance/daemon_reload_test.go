@@ -107,7 +107,13 @@ tuning "t" {
 
 func (n *reloadNode) daemon() *Daemon {
 	n.t.Helper()
-	off := ""
+	return n.daemonWith("")
+}
+
+// daemonWith is daemon with metrics served on metrics ("" for none).
+func (n *reloadNode) daemonWith(metrics string) *Daemon {
+	n.t.Helper()
+	off := metrics
 	execs := tempHostExecutors(n.root)
 	execs[item.KindSteering] = tuning.NewSteering()
 	d, err := NewDaemon(Options{
@@ -118,6 +124,25 @@ func (n *reloadNode) daemon() *Daemon {
 	})
 	testsupport.RequireNoError(n.t, err)
 	return d
+}
+
+// runDaemon runs d until the test ends, then stops it and, when the test
+// failed, logs what it logged.
+func runDaemon(t *testing.T, d *Daemon, logs *testsupport.LockedBuffer) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", logs.String())
+		}
+	})
+	return ctx
 }
 
 // hostItems is everything the node's host items govern: the sysctl tree,
@@ -181,18 +206,7 @@ func TestReloadFailureKeepsTheOldConfigRunning(t *testing.T) {
 	good := reloadEdit{rmemMax: "100000", controllerPort: 6653, dataPort: 9877}
 	writeFile(t, n.cfgPath, n.config(good))
 	d := n.daemon()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("daemon: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", n.logs.String())
-		}
-	}()
+	runDaemon(t, d, n.logs)
 	testsupport.Eventually(t, 15*time.Second, "start-up", func() bool {
 		return d.Status().Serial == 1 && healthServes() && openflowServes("127.0.0.1:6653") && listens("10.1.0.2:9877")
 	})

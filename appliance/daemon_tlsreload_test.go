@@ -1,7 +1,6 @@
 package appliance
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -54,18 +53,7 @@ func TestReloadTakesReplacedTLSFiles(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(logs, nil)),
 	})
 	testsupport.RequireNoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("daemon: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", logs.String())
-		}
-	}()
+	ctx := runDaemon(t, d, logs)
 	// issuer is the CA of the certificate the controller presents to a
 	// switch of ca presenting pair, once the controller accepted it and
 	// sent its OpenFlow hello ("" and the error otherwise).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,24 +17,6 @@ import (
 
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
-
-// freePorts picks n free loopback ports.
-func freePorts(t *testing.T, n int) []int {
-	var out []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return out
-}
 
 // TestMinorityMemberDoesNotStallTakeover: three etcd members, one of them
 // (m2) cut off from its peers by nftables but still answering clients (a
@@ -52,7 +33,7 @@ func TestMinorityMemberDoesNotStallTakeover(t *testing.T) {
 	if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	ports := freePorts(t, 6)
+	ports := testsupport.FreePorts(t, 6)
 	dir, err := os.MkdirTemp("", "partition-etcd-")
 	if err != nil {
 		t.Fatal(err)

@@ -1,11 +1,10 @@
 package relay
 
 import (
-	"context"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"net/netip"
 	"slices"
 	"testing"
-	"time"
 )
 
 // TestFailedUpdateKeepsOldAllowList: an Update refused because the CPUs
@@ -16,26 +15,16 @@ import (
 // first.
 func TestFailedUpdateKeepsOldAllowList(t *testing.T) {
 	controller, other := "127.0.9.1", "127.0.9.2"
-	cfg := Config{Name: "agent-a", PSK: testPSK,
-		DataListen:   netip.MustParseAddrPort("127.0.0.1:0"),
-		HealthListen: netip.MustParseAddrPort("127.0.0.1:0"),
-		HealthAllow:  []netip.Prefix{netip.MustParsePrefix(controller + "/32")},
-	}
-	a, err := New(cfg, testLogger(t))
+	allow := []netip.Prefix{netip.MustParsePrefix(controller + "/32")}
+	a := startHealthAgentWith(t, allow)
+	cfg := healthAgentConfig(allow)
+	health := a.Addrs().Health.String()
+	kept, err := testsupport.DialFrom(controller, health)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = a.Shutdown(ctx)
-	})
-	health := a.Addrs().Health.String()
-	kept := dialFromAddr(t, controller, health)
-	if err := getOn(kept, "/healthz"); err != nil {
+	defer kept.Close()
+	if _, err := testsupport.GetOn(kept, "/healthz"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -50,13 +39,13 @@ func TestFailedUpdateKeepsOldAllowList(t *testing.T) {
 	if got := a.cfg.Load().HealthAllow; !slices.Equal(got, cfg.HealthAllow) {
 		t.Fatalf("the agent's config after a refused Update has health allow %v", got)
 	}
-	if err := getOn(kept, "/healthz"); err != nil {
+	if _, err := testsupport.GetOn(kept, "/healthz"); err != nil {
 		t.Errorf("the refused Update closed the controller's kept-alive connection: %v", err)
 	}
-	if err := getFrom(controller, health, "/healthz"); err != nil {
+	if _, err := testsupport.GetFrom(controller, health, "/healthz"); err != nil {
 		t.Errorf("after a refused Update (old config %v kept), the controller's source is shut out: %v", cfg.HealthAllow, err)
 	}
-	if err := getFrom(other, health, "/healthz"); err == nil {
+	if _, err := testsupport.GetFrom(other, health, "/healthz"); err == nil {
 		t.Errorf("after a refused Update, %s (only in the refused config's list) is served", other)
 	}
 }

@@ -45,10 +45,15 @@ func TestHealthPortFloodBounded(t *testing.T) {
 // stopped when the test ends, and returns the endpoint's address.
 func startHealthAgent(t *testing.T) netip.AddrPort {
 	t.Helper()
-	a, err := New(Config{Name: "agent-a", PSK: testPSK,
-		DataListen:   netip.MustParseAddrPort("127.0.0.1:0"),
-		HealthListen: netip.MustParseAddrPort("127.0.0.1:0"),
-	}, testLogger(t))
+	return startHealthAgentWith(t, nil).Addrs().Health
+}
+
+// startHealthAgentWith starts agent-a with a data listener and a health
+// endpoint on loopback, accepting the sources in allow (any when empty),
+// and stops it when the test ends.
+func startHealthAgentWith(t *testing.T, allow []netip.Prefix) *Agent {
+	t.Helper()
+	a, err := New(healthAgentConfig(allow), testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,5 +67,14 @@ func startHealthAgent(t *testing.T) netip.AddrPort {
 			t.Error(err)
 		}
 	})
-	return a.Addrs().Health
+	return a
+}
+
+// healthAgentConfig is startHealthAgentWith's configuration.
+func healthAgentConfig(allow []netip.Prefix) Config {
+	return Config{Name: "agent-a", PSK: testPSK,
+		DataListen:   netip.MustParseAddrPort("127.0.0.1:0"),
+		HealthListen: netip.MustParseAddrPort("127.0.0.1:0"),
+		HealthAllow:  allow,
+	}
 }

@@ -260,12 +260,17 @@ func (p *streamPool) dropIdle() {
 	idle := p.idle
 	p.idle = nil
 	p.mu.Unlock()
-	for _, ps := range idle {
+	p.closeExpired(idle)
+	p.poke()
+}
+
+// closeExpired closes idle streams taken out of p.idle, counted as expired.
+func (p *streamPool) closeExpired(streams []*pooledStream) {
+	for _, ps := range streams {
 		ps.claimed.Store(true)
 		_ = ps.conn.Close()
 		p.expired.Add(1)
 	}
-	p.poke()
 }
 
 // resize gives a running pool its new size.
@@ -279,11 +284,7 @@ func (p *streamPool) resize(spec agentspec.Pool) {
 		p.idle = p.idle[1:]
 	}
 	p.mu.Unlock()
-	for _, ps := range surplus {
-		ps.claimed.Store(true)
-		_ = ps.conn.Close()
-		p.expired.Add(1)
-	}
+	p.closeExpired(surplus)
 	p.poke()
 }
 
@@ -540,11 +541,7 @@ func (p *streamPool) expire(now time.Time) {
 		p.target = max(p.spec.MinIdle, p.target-len(old))
 	}
 	p.mu.Unlock()
-	for _, ps := range old {
-		ps.claimed.Store(true)
-		_ = ps.conn.Close()
-		p.expired.Add(1)
-	}
+	p.closeExpired(old)
 }
 
 func (p *streamPool) closeAll() {

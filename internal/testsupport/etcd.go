@@ -44,7 +44,7 @@ func StartEtcdInNetns(t testing.TB, n int, netns string) *Etcd {
 	t.Helper()
 	RequireBinaries(t, "etcd", "etcdctl")
 	e := &Etcd{t: t, netns: netns}
-	ports := freePorts(t, 2*n)
+	ports := FreePorts(t, 2*n)
 	var cluster []string
 	dir := t.TempDir()
 	for i := range n {
@@ -61,7 +61,8 @@ func StartEtcdInNetns(t testing.TB, n int, netns string) *Etcd {
 	return e
 }
 
-func freePorts(t testing.TB, n int) []int {
+// FreePorts picks n free loopback ports (free when it returns).
+func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var out []int
 	var lns []net.Listener
