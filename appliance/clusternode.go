@@ -114,13 +114,13 @@ func (rc *runningCluster) close() {
 	if rc.stop != nil {
 		rc.stop()
 	}
-	// Closing the client ends a resign that waits for an etcd that is
-	// gone; the elector's own bound is a second.
+	// Closing the client ends a resign or a revoke that waits for an
+	// etcd that is gone; the elector bounds each to a second.
 	done := make(chan struct{})
 	go func() { rc.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(2 * time.Second):
+	case <-time.After(3 * time.Second):
 	}
 	rc.cli.Close()
 	<-done

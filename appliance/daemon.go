@@ -364,16 +364,23 @@ func (d *Daemon) buildController(spec *desired.Controller, roles bool) (*control
 
 // retakeTLS gives a running controller its TLS files as read for this
 // reload: a certificate, key or switch CA replaced under the same path
-// takes effect for the switches that connect from now on.
+// takes effect for the switches that connect from now on, and connected
+// switches the CAs in force no longer verify are dropped.
 func (d *Daemon) retakeTLS(rc *runningController, conf *tls.Config) {
-	changed, err := rc.ctl.SetTLS(conf)
-	switch {
-	case err != nil:
+	changed, dropped, err := rc.ctl.SetTLS(conf)
+	if err != nil {
 		d.log.Error("controller TLS not reloaded", "err", err)
-	case changed:
-		leaf := conf.Certificates[0].Leaf
-		d.log.Info("controller TLS files changed; switches that connect from now on get them, connected ones keep their sessions",
-			"subject", leaf.Subject.String(), "not_after", leaf.NotAfter.Format(time.RFC3339))
+		return
+	}
+	if changed {
+		attrs := []any{}
+		if leaf := conf.Certificates[0].Leaf; leaf != nil {
+			attrs = append(attrs, "subject", leaf.Subject.String(), "not_after", leaf.NotAfter.Format(time.RFC3339))
+		}
+		d.log.Info("controller TLS files changed; switches that connect from now on get them", attrs...)
+	}
+	if dropped > 0 {
+		d.log.Warn("dropped connected switches whose certificates the switch CAs in force no longer verify (status says which)", "switches", dropped)
 	}
 }
 

@@ -319,27 +319,32 @@ func New(cfg Config, log *slog.Logger) (*Controller, error) {
 
 // SetTLS gives the listener the TLS configuration read again from its
 // files (a certificate, key or switch CA replaced in place) for the
-// connections it accepts from now on. Connected switches keep their
-// sessions unless the switch CAs now in force do not verify their
-// certificates: those are dropped, as a reload drops any connection its
-// configuration refuses. It refuses to turn TLS on or off (that takes a
-// new controller) and reports whether anything changed.
-func (c *Controller) SetTLS(conf *tls.Config) (bool, error) {
+// connections it accepts from now on, and looks at the connected switches
+// again: those whose certificates the switch CAs in force no longer
+// verify (a CA taken out, or a certificate expired since it connected)
+// are dropped, as a reload drops any connection its configuration
+// refuses; the others keep their sessions. It refuses to turn TLS on or
+// off (that takes a new controller), and reports whether the files
+// changed and how many switches it dropped.
+func (c *Controller) SetTLS(conf *tls.Config) (changed bool, dropped int, err error) {
 	cur := c.serverTLS.Load()
 	if (cur == nil) != (conf == nil) {
-		return false, errors.New("TLS cannot be turned on or off in a running controller")
+		return false, 0, errors.New("TLS cannot be turned on or off in a running controller")
 	}
-	if conf == nil || SameTLS(cur, conf) {
-		return false, nil
+	if conf == nil {
+		return false, 0, nil
 	}
+	changed = !SameTLS(cur, conf)
 	c.mu.Lock()
-	c.serverTLS.Store(conf)
+	if changed {
+		c.serverTLS.Store(conf)
+	}
 	drop := c.refusedLocked(func(name string) string { return c.switches[name].Connect })
 	c.mu.Unlock()
 	for _, s := range drop {
 		s.conn.Close()
 	}
-	return true, nil
+	return changed, len(drop), nil
 }
 
 // SameTLS says whether two listener configurations (LoadTLS) hold the

@@ -75,13 +75,13 @@ func TestSetTLSRotatesTheSwitchCA(t *testing.T) {
 	if err := os.WriteFile(bundle, both, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if changed, err := g.ctl.SetTLS(load(bundle)); !changed || err != nil {
-		t.Fatalf("SetTLS with a new certificate and both CAs: changed %v, %v", changed, err)
+	if changed, dropped, err := g.ctl.SetTLS(load(bundle)); !changed || dropped != 0 || err != nil {
+		t.Fatalf("SetTLS with a new certificate and both CAs: changed %v, dropped %d, %v", changed, dropped, err)
 	}
-	if changed, err := g.ctl.SetTLS(load(bundle)); changed || err != nil {
-		t.Errorf("SetTLS with the same files read again: changed %v, %v", changed, err)
+	if changed, dropped, err := g.ctl.SetTLS(load(bundle)); changed || dropped != 0 || err != nil {
+		t.Errorf("SetTLS with the same files read again: changed %v, dropped %d, %v", changed, dropped, err)
 	}
-	if _, err := g.ctl.SetTLS(nil); err == nil {
+	if _, _, err := g.ctl.SetTLS(nil); err == nil {
 		t.Error("SetTLS(nil) turned TLS off in a running controller")
 	}
 	if !served(oldPair) || !served(newPair) {
@@ -90,8 +90,8 @@ func TestSetTLSRotatesTheSwitchCA(t *testing.T) {
 	g.requireUntouched(t, sw.Name)
 
 	// The new CA alone: the switch on its old certificate goes.
-	if changed, err := g.ctl.SetTLS(load(newCA.CAFile)); !changed || err != nil {
-		t.Fatalf("SetTLS with the new CA alone: changed %v, %v", changed, err)
+	if changed, dropped, err := g.ctl.SetTLS(load(newCA.CAFile)); !changed || dropped != 1 || err != nil {
+		t.Fatalf("SetTLS with the new CA alone: changed %v, dropped %d (want the one switch), %v", changed, dropped, err)
 	}
 	st := switchStatus(g.ctl.Controller, sw.Name)
 	if st.Connected || !strings.Contains(st.LastError, "does not verify against the switch CA in force") {
@@ -112,4 +112,41 @@ func TestSetTLSRotatesTheSwitchCA(t *testing.T) {
 		return st.Connected && g.ctl.Status().Counters.Connections > conns
 	})
 	requireSameFlows(t, g.br, g.desired)
+}
+
+// TestReloadDropsExpiredSwitch: a switch whose certificate expires while it
+// is connected is dropped by the next reload, even one that changes no
+// file (SetTLS with the same files), with the reason in its status.
+func TestReloadDropsExpiredSwitch(t *testing.T) {
+	ovstest.Require(t, ovstest.Binaries...)
+	ca := testsupport.NewPKI(t, t.TempDir(), "switchca")
+	ctlCert, ctlKey, _ := ca.Issue(t, "controller")
+	expires := time.Now().Add(8 * time.Second)
+	swCert, swKey, _ := ca.IssueUntil(t, "switch", expires)
+	load := func() *tls.Config {
+		t.Helper()
+		conf, err := sdn.LoadTLS(ctlCert, ctlKey, ca.CAFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conf
+	}
+	sw := siteSwitch(0xc8)
+	sw.TLS = true
+	g := startGuarded(t, sdn.Config{TLS: load()}, sw, func(addr string) string { return "ssl:" + addr },
+		func(inst *ovstest.Instance) {
+			if _, err := inst.Vsctl("set-ssl", swKey, swCert, ca.CAFile); err != nil {
+				t.Fatal(err)
+			}
+		})
+	if changed, dropped, err := g.ctl.SetTLS(load()); changed || dropped != 0 || err != nil {
+		t.Fatalf("a reload before the certificate expired: changed %v, dropped %d, %v", changed, dropped, err)
+	}
+	time.Sleep(time.Until(expires) + time.Second)
+	if changed, dropped, err := g.ctl.SetTLS(load()); changed || dropped != 1 || err != nil {
+		t.Fatalf("a reload after the switch's certificate expired: changed %v, dropped %d (want 1), %v", changed, dropped, err)
+	}
+	if st := switchStatus(g.ctl.Controller, sw.Name); st.Connected || !strings.Contains(st.LastError, "expired") {
+		t.Errorf("the switch with an expired certificate: %+v", st)
+	}
 }

@@ -75,12 +75,18 @@ var serial atomic.Int64
 // NAME-privkey.pem (replacing those of an earlier Issue of the name).
 func (p *PKI) Issue(t testing.TB, name string) (certFile, keyFile string, pair tls.Certificate) {
 	t.Helper()
+	return p.IssueUntil(t, name, time.Now().Add(24*time.Hour))
+}
+
+// IssueUntil is Issue for a certificate that expires at notAfter.
+func (p *PKI) IssueUntil(t testing.TB, name string, notAfter time.Time) (certFile, keyFile string, pair tls.Certificate) {
+	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(100 + serial.Add(1)),
 		Subject:      pkix.Name{CommonName: name},
 		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
