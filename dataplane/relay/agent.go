@@ -256,11 +256,11 @@ func (a *Agent) Update(cfg Config) error {
 	if a.draining {
 		return errors.New("relay: shutting down")
 	}
+	old := a.cfg.Load()
 	if a.started {
 		// Pin first: a refused pin then leaves listeners and their allow
 		// lists as they were, and listeners that cannot move put the old
 		// pin back.
-		old := a.cfg.Load()
 		if err := a.pinLocked(rc.RelayCPUs); err != nil {
 			return err
 		}
@@ -271,7 +271,6 @@ func (a *Agent) Update(cfg Config) error {
 			return err
 		}
 	}
-	old := a.cfg.Load()
 	a.cfg.Store(rc)
 	a.reconcilePools(rc, !old.key.Equal(rc.key) || old.mode != rc.mode)
 	a.reconcilePooledLocked(old, rc)
