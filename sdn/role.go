@@ -132,7 +132,8 @@ func (c *Controller) ensureRole(ctx context.Context, s *session, name string, lo
 	if want == ofp13.RoleMaster {
 		log.Error("switch refused this controller as master: its generation is newer, so another controller leads (or etcd's data was reset); staying slave on it",
 			"generation", gen, "switch_generation", cur.GenerationID)
-		c.setError(name, fmt.Errorf("master refused: generation %d is older than the switch's %d", gen, cur.GenerationID))
+		c.setError(name, fmt.Errorf("master refused: generation %d is older than the switch's %d (if no other controller leads, etcd lost or restored its data: set cluster generation_base above %d and reload)",
+			gen, cur.GenerationID, cur.GenerationID))
 	}
 	got, err = c.requestRole(ctx, s, ofp13.RoleSlave, cur.GenerationID)
 	if err != nil {

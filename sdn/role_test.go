@@ -100,6 +100,9 @@ func TestRolesWithOVS(t *testing.T) {
 	if !strings.Contains(a.logs.String(), "switch refused this controller as master") {
 		t.Errorf("the refusal is not logged")
 	}
+	if e := switchStatus(a.Controller, sw.Name).LastError; !strings.Contains(e, "master refused") || !strings.Contains(e, "generation_base above") {
+		t.Errorf("ctl-a's status of the switch after a stale request: %q, want the refusal and the way out", e)
+	}
 	if r := roleOf(b.Controller, sw.Name); r != "master" {
 		t.Errorf("ctl-b is %q after ctl-a's stale request", r)
 	}
