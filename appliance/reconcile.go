@@ -252,12 +252,23 @@ func firstTouchValues(ctx context.Context, st *store.Store, exs map[string]tunin
 // restoreItem gives back one owned item: its recorded previous value, or
 // removal when it did not exist before. An object already gone from the
 // host is not recreated just to hold an old value; its record is dropped.
+// Whether it is gone is looked at again now, not taken from the plan: an
+// interface missing when the plan was made may be back, still holding
+// the appliance's value, and its record is then the only way back.
 func restoreItem(ctx context.Context, st *store.Store, ex tuning.Executor, c plan.Change) error {
 	rec, owned, err := st.Record(c.Kind, c.Key)
 	if err != nil {
 		return err
 	}
-	if owned && c.BeforePresent {
+	present := c.BeforePresent
+	if owned && !present {
+		obs, err := ex.Observe(ctx, []item.Item{{Kind: c.Kind, Key: c.Key, Value: rec.Desired}})
+		if err != nil {
+			return fmt.Errorf("- %s: %w", c.ID(), err)
+		}
+		present = len(obs) == 1 && obs[0].Present
+	}
+	if owned && present {
 		if rec.PreviousPresent {
 			err = ex.Apply(ctx, item.Item{Kind: c.Kind, Key: c.Key, Value: rec.Previous})
 		} else {

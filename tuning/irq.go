@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
@@ -291,6 +292,30 @@ func (q *IRQ) Validate(ctx context.Context, items []item.Item) error {
 	return errors.Join(errs...)
 }
 
+// defaultAffinity is the affinity the kernel gives a new IRQ:
+// /proc/irq/default_smp_affinity (a hexadecimal mask in comma-separated
+// 32-bit groups), or every online CPU where that file is missing.
+func (q *IRQ) defaultAffinity() ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(q.Root, "proc", "irq", "default_smp_affinity"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return onlineCPUs(q.Root)
+	}
+	if err != nil {
+		return nil, err
+	}
+	mask, ok := new(big.Int).SetString(strings.ReplaceAll(strings.TrimSpace(string(b)), ",", ""), 16)
+	if !ok || mask.Sign() == 0 {
+		return nil, fmt.Errorf("default_smp_affinity %q is not a CPU mask", strings.TrimSpace(string(b)))
+	}
+	var cpus []int
+	for i := range mask.BitLen() {
+		if mask.Bit(i) == 1 {
+			cpus = append(cpus, i)
+		}
+	}
+	return cpus, nil
+}
+
 // onlineCPUs reads Root/sys/devices/system/cpu/online.
 func onlineCPUs(root string) ([]int, error) {
 	b, err := os.ReadFile(filepath.Join(root, "sys", "devices", "system", "cpu", "online"))
@@ -312,6 +337,24 @@ func (q *IRQ) Apply(ctx context.Context, it item.Item) error {
 	target, err := q.target(it.Value, irqs)
 	if err != nil {
 		return fmt.Errorf("irq %s: %w", it.Key, err)
+	}
+	if strings.Contains(it.Value, ":") {
+		// A recorded per-IRQ value being put back names the IRQs the
+		// interface had when the appliance first touched it; those it
+		// gained since (more channels, a driver reload) were pinned by
+		// the appliance too, and go back to the kernel's default.
+		var def []int
+		for _, irq := range irqs {
+			if _, ok := target[irq]; ok {
+				continue
+			}
+			if def == nil {
+				if def, err = q.defaultAffinity(); err != nil {
+					return fmt.Errorf("irq %s: %w", it.Key, err)
+				}
+			}
+			target[irq] = def
+		}
 	}
 	for _, irq := range irqs {
 		cpus, ok := target[irq]
