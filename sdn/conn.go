@@ -576,14 +576,26 @@ func (c *SwitchConn) register(msg ofp13.Message, quiet bool, limit ReplyLimit) (
 	if c.err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrClosed, c.err)
 	}
-	c.nextXID++
-	if c.nextXID == 0 {
-		c.nextXID = 16
-	}
-	msg.SetTransactionID(c.nextXID)
+	xid := c.takeXIDLocked()
+	msg.SetTransactionID(xid)
 	p := &pending{quiet: quiet, limit: limit, done: make(chan struct{})}
-	c.pending[c.nextXID] = p
+	c.pending[xid] = p
 	return p, nil
+}
+
+// takeXIDLocked is the next transaction id: never 0 nor below 16 after it
+// wraps (those are the handshake's), and never one a request still waits
+// on. c.mu is held.
+func (c *SwitchConn) takeXIDLocked() uint32 {
+	for {
+		c.nextXID++
+		if c.nextXID == 0 {
+			c.nextXID = 16
+		}
+		if _, busy := c.pending[c.nextXID]; !busy {
+			return c.nextXID
+		}
+	}
 }
 
 func (c *SwitchConn) forget(xid uint32) {
@@ -661,8 +673,7 @@ func (c *SwitchConn) Echo(ctx context.Context) (time.Duration, error) {
 func (c *SwitchConn) send(msg ofp13.Message) error {
 	if msg.TransactionID() == 0 {
 		c.mu.Lock()
-		c.nextXID++
-		msg.SetTransactionID(c.nextXID)
+		msg.SetTransactionID(c.takeXIDLocked())
 		c.mu.Unlock()
 	}
 	c.wmu.Lock()
