@@ -236,12 +236,16 @@ type Limits struct {
 	// PreAuthTimeout bounds a stream's handshake, and the time a session
 	// gathering streams waits for its stream 0.
 	PreAuthTimeout time.Duration
-	// StallTimeout aborts a session whose delivery waits this long for a
-	// missing frame while later frames are held: one stream is stuck
-	// while others move. It is also the idle time after which streams
-	// send TCP keepalive probes, so a dead peer agent is noticed on an
-	// idle session. A slow end host is not a stall: its backpressure may
-	// hold the streams for as long as it likes.
+	// StallTimeout: when a session's delivery waits this long for a
+	// missing frame while later frames are held (one stream is stuck
+	// while others move), the streams that may hold it are lost, and
+	// replaced. A stream whose TCP has held data for the peer
+	// this long, its retransmissions or window probes unanswered and no
+	// ACK arriving, is lost too (a path that went silent). It is also the
+	// idle time after which streams send TCP keepalive probes, so a dead
+	// peer agent is noticed on an idle session. A slow end host is not a
+	// stall: its backpressure may hold the streams for as long as it
+	// likes.
 	StallTimeout time.Duration
 	// HalfClosedIdle aborts a session with one direction finished and no
 	// byte moving in the other for this long.

@@ -37,8 +37,8 @@ func init() {
 
 // helperAgent runs a real agent (TPROXY listener, transparent server
 // connections) from the JSON Config in args[0]. It prints "ready" once
-// listening, answers every stdin line "stats" with the Stats as JSON, and
-// shuts down when stdin closes.
+// listening, answers every stdin line "stats" with the Stats as JSON (and
+// "pools" with its pools' PoolStats), and shuts down when stdin closes.
 func helperAgent(args []string) error {
 	if len(args) != 1 {
 		return fmt.Errorf("agent: want one argument, the JSON config, not %d", len(args))
@@ -58,13 +58,20 @@ func helperAgent(args []string) error {
 	fmt.Println("ready")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		if in.Text() == "stats" {
-			b, err := json.Marshal(a.Stats())
-			if err != nil {
-				return err
-			}
-			fmt.Println(string(b))
+		var v any
+		switch in.Text() {
+		case "stats":
+			v = a.Stats()
+		case "pools":
+			v = a.Pools()
+		default:
+			continue
 		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		fmt.Println(string(b))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

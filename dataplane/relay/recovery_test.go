@@ -747,3 +747,33 @@ func TestHolDueTimesFramesFromLeavingTheSocket(t *testing.T) {
 		}
 	}
 }
+
+// TestUnanswered: a stream counts as gone silent only while its TCP holds
+// data waiting for the peer and its own timer went off unanswered, and
+// only for as long as both the data waited and no ACK came.
+func TestUnanswered(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	steps := []struct {
+		at   time.Duration
+		info tcpInfo
+		ok   bool
+		want time.Duration
+	}{
+		{0, tcpInfo{}, true, 0}, // idle
+		{time.Second, tcpInfo{unacked: 3, lastAckRecv: 40 * time.Second}, true, 0},                                                // written to after a long idle: no timer yet
+		{2 * time.Second, tcpInfo{unacked: 3, rtoRetrans: 1, lastAckRecv: 41 * time.Second}, true, time.Second},                   // waits since the last tick only
+		{5 * time.Second, tcpInfo{unacked: 3, rtoRetrans: 3, lastAckRecv: 44 * time.Second}, true, 4 * time.Second},               // still nothing
+		{6 * time.Second, tcpInfo{unacked: 3, rtoRetrans: 0, lastAckRecv: 10 * time.Millisecond}, true, 0},                        // an ACK came
+		{7 * time.Second, tcpInfo{notsent: 9000, probes: 2, lastAckRecv: 1500 * time.Millisecond}, true, 1500 * time.Millisecond}, // closed window, probes unanswered
+		{8 * time.Second, tcpInfo{notsent: 9000, lastAckRecv: 100 * time.Millisecond}, true, 0},                                   // a slow end host answers its probes
+		{9 * time.Second, tcpInfo{}, false, 0},                                                    // no TCP_INFO: never
+		{10 * time.Second, tcpInfo{unacked: 1, rtoRetrans: 2, lastAckRecv: time.Minute}, true, 0}, // data again: its wait starts now
+		{13 * time.Second, tcpInfo{unacked: 1, rtoRetrans: 4, lastAckRecv: time.Minute}, true, 3 * time.Second},
+	}
+	st := &stream{}
+	for i, s := range steps {
+		if got := st.unanswered(t0.Add(s.at), s.info, s.ok); got != s.want {
+			t.Errorf("step %d at %s (%+v): %s, want %s", i, s.at, s.info, got, s.want)
+		}
+	}
+}

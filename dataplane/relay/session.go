@@ -1394,12 +1394,54 @@ func (s *session) updateGapLocked() error {
 	return nil
 }
 
+// deafStream is a stream whose TCP has had data waiting to be
+// acknowledged, and heard nothing, for longer than the stall timeout.
+type deafStream struct {
+	st      *stream
+	waiting uint32 // bytes: unsent, or segments: unacknowledged
+	unsent  bool
+	silence time.Duration
+}
+
+// unanswered is how long the stream's TCP has held data it could not
+// have acknowledged (sent and unacknowledged, or unsent behind a window
+// the peer closed) while no ACK arrived, as housekeeping sees it at its
+// ticks: the shorter of the time since the last ACK and the time since it
+// first found data waiting (an idle stream's last ACK may be old when it
+// is written to again). Zero unless TCP's own timer has gone off
+// unanswered since the last ACK: a retransmission timeout, or a
+// zero-window probe.
+//
+// A path that went silent (a NAT or firewall that lost its state, a
+// link that drops everything) is found here and nowhere else when every
+// stream of a session is on it: the receiver sees no gap (nothing
+// arrives at all), keepalive never probes a connection with data
+// waiting, and TCP itself gives up only after tcp_retries2 (some 15
+// minutes, longer for zero-window probes). A slow end host is not
+// mistaken for it: the window probes of a window it keeps closed are
+// answered. TCP_USER_TIMEOUT is not used for that reason (see
+// streamTuning.apply). Housekeeping only.
+func (st *stream) unanswered(now time.Time, info tcpInfo, ok bool) time.Duration {
+	if !ok || info.unacked == 0 && info.notsent == 0 {
+		st.waitingSince = time.Time{}
+		return 0
+	}
+	if st.waitingSince.IsZero() {
+		st.waitingSince = now
+	}
+	if info.rtoRetrans == 0 && info.probes == 0 {
+		return 0
+	}
+	return min(now.Sub(st.waitingSince), info.lastAckRecv)
+}
+
 // tick enforces the timeouts and updates throughput; called by the agent's
 // housekeeping goroutine only.
 func (s *session) tick(now time.Time, lim Limits) {
 	sent, delivered := s.sentBytes.Load(), s.deliveredBytes.Load()
 	// rtt is the largest smoothed RTT of the streams at this tick.
 	var rtt time.Duration
+	var deaf []deafStream
 	if dt := now.Sub(s.lastTick).Seconds(); dt > 0 {
 		s.rateSent.Store(f64bits(float64(sent-s.lastSent) * 8 / dt))
 		s.rateDelivered.Store(f64bits(float64(delivered-s.lastDelivered) * 8 / dt))
@@ -1414,6 +1456,13 @@ func (s *session) tick(now time.Time, lim Limits) {
 			st.rateRecv.Store(f64bits(float64(br-st.prevRecv) * 8 / dt))
 			st.prevSent, st.prevRecv = bs, br
 			info, ok := readTCPInfo(st.conn)
+			if d := st.unanswered(now, info, ok); d > s.stallTimeout {
+				if info.unacked > 0 {
+					deaf = append(deaf, deafStream{st, info.unacked, false, d})
+				} else {
+					deaf = append(deaf, deafStream{st, info.notsent, true, d})
+				}
+			}
 			if st.lossState(info, ok) != lossNone {
 				recovering++
 			} else if ok && probingRTT(info) {
@@ -1516,6 +1565,13 @@ func (s *session) tick(now time.Time, lim Limits) {
 		st.lose(fmt.Errorf("stalled: frame %d missing for %s while %d later frames are held",
 			next, now.Sub(gapSince).Round(time.Millisecond), depth))
 	}
+	for _, d := range deaf {
+		what := fmt.Sprintf("%d segments unacknowledged", d.waiting)
+		if d.unsent {
+			what = fmt.Sprintf("%d bytes unsent behind a closed window, its probes unanswered,", d.waiting)
+		}
+		d.st.lose(fmt.Errorf("silent: %s and no ACK for %s (the path went silent)", what, d.silence.Round(time.Millisecond)))
+	}
 	if s.sendFin.Load() != s.recvFin.Load() && now.Sub(s.lastProgress) > lim.HalfClosedIdle {
 		dir := "client"
 		if s.sendFin.Load() == (s.side == serverSide) {
@@ -1608,6 +1664,10 @@ type stream struct {
 	prevResent      uint32
 	deliveredPrimed bool
 	paceCap         float64
+	// waitingSince is since when housekeeping has found the stream's
+	// TCP holding data to be acknowledged at every tick (zero: it held
+	// none at the last). See unanswered.
+	waitingSince time.Time
 	// sendCap is the send buffer start-up set on the socket, as given
 	// to the kernel (0: none), and sendFull (with sendFallback) the one
 	// to set again after it. See startupWindow.

@@ -277,6 +277,11 @@ type tcpInfo struct {
 	delivered   uint32 // tcpi_delivered: segments delivered, SACKed ones included
 	mss         uint32 // tcpi_snd_mss
 	inFlight    uint32 // segments in flight: tcpi_unacked - sacked - lost + retrans
+	unacked     uint32 // tcpi_unacked: segments sent and not acknowledged
+	probes      uint8  // tcpi_probes: zero-window probes unanswered
+	// lastAckRecv is tcpi_last_ack_recv: the time since an ACK last
+	// arrived (window probes' answers included).
+	lastAckRecv time.Duration
 }
 
 func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
@@ -310,6 +315,9 @@ func fromTCPInfo(info *unix.TCPInfo) tcpInfo {
 		delivered:   info.Delivered,
 		mss:         info.Snd_mss,
 		inFlight:    info.Unacked - min(info.Unacked, info.Sacked+info.Lost) + info.Retrans,
+		unacked:     info.Unacked,
+		probes:      info.Probes,
+		lastAckRecv: time.Duration(info.Last_ack_recv) * time.Millisecond,
 	}
 }
 
