@@ -712,7 +712,9 @@ func diagText(diag *hcl.Diagnostic) string {
 }
 
 // checkDrift re-observes every owned host item and puts back what changed
-// behind our back. Switch flows are re-read by the controller on the same
+// behind our back. An item the node no longer takes (its interface went
+// away) is held, with a warning in status, while the others are still
+// corrected. Switch flows are re-read by the controller on the same
 // period.
 func (d *Daemon) checkDrift(ctx context.Context) {
 	d.mu.Lock()
@@ -724,9 +726,17 @@ func (d *Daemon) checkDriftLocked(ctx context.Context) {
 	c := &candidate{cfg: d.cfg, src: d.src, want: d.want}
 	d.status.Drift.LastCheck = time.Now()
 	p, res, err := d.withStore(c.cfg, func(st storeHandle) (plan.Plan, Result, error) {
-		return Converge(ctx, st, d.execs, c.want.Items, d.opts.Node, c.src.Hash())
+		return ConvergeHolding(ctx, st, d.execs, c.want.Items, d.opts.Node, c.src.Hash())
 	})
-	d.status.Warnings = warningsOf(p)
+	warnings := warningsOf(p)
+	if err == nil && !slices.Equal(warnings, d.status.Warnings) {
+		for _, w := range warnings {
+			if !slices.Contains(d.status.Warnings, w) {
+				d.log.Warn("drift check", "warning", w)
+			}
+		}
+	}
+	d.status.Warnings = warnings
 	for _, ch := range res.Done {
 		d.status.Drift.Corrections++
 		d.status.Drift.ByKind[ch.Kind]++

@@ -42,11 +42,55 @@ func Plan(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, 
 	if err := errors.Join(err, validateItems(ctx, exs, canon)); err != nil {
 		return plan.Plan{}, err
 	}
-	p, err := planAgainstStore(ctx, st, exs, canon, node, configHash, plan.OperationApply)
+	p, err := planAgainstStore(ctx, st, exs, canon, node, configHash, plan.OperationApply, nil)
 	if err != nil {
 		return p, err
 	}
 	p.AddWarnings(skipped...)
+	return p, nil
+}
+
+// planHolding is Plan for the daemon's drift check, whose configuration
+// was accepted when it was loaded: an item its executor refuses now (an
+// interface named by an irq or interface item went away: a driver
+// reload, a NIC taken out) is held, neither set nor put back, its record
+// kept, with a warning that says why, and the other items converge. A
+// refusal that no single item explains (items that conflict) still fails
+// the whole plan, as Plan does.
+func planHolding(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, error) {
+	canon, err := canonicalItems(desired)
+	canon, skipped := dropRefusedOptional(ctx, exs, canon)
+	if err != nil {
+		return plan.Plan{}, err
+	}
+	verr := validateItems(ctx, exs, canon)
+	var held []plan.Warning
+	heldIDs := map[string]bool{}
+	if verr != nil {
+		var kept []item.Item
+		for _, it := range canon {
+			if err := validateItems(ctx, exs, []item.Item{it}); err != nil {
+				held = append(held, plan.Warning{Kind: it.Kind, Key: it.Key,
+					Message: fmt.Sprintf("held at its last applied value, neither set nor put back, until the node takes it again: %v", err)})
+				heldIDs[it.ID()] = true
+				continue
+			}
+			kept = append(kept, it)
+		}
+		if len(held) == 0 {
+			return plan.Plan{}, verr
+		}
+		if err := validateItems(ctx, exs, kept); err != nil {
+			return plan.Plan{}, err
+		}
+		canon = kept
+	}
+	p, err := planAgainstStore(ctx, st, exs, canon, node, configHash, plan.OperationApply, heldIDs)
+	if err != nil {
+		return p, err
+	}
+	p.AddWarnings(skipped...)
+	p.AddWarnings(held...)
 	return p, nil
 }
 
@@ -75,10 +119,13 @@ func dropRefusedOptional(ctx context.Context, exs map[string]tuning.Executor, it
 // PlanRollback computes the changes that put back every recorded previous
 // value: a plan that desires nothing.
 func PlanRollback(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, node string) (plan.Plan, error) {
-	return planAgainstStore(ctx, st, exs, nil, node, "", plan.OperationRollback)
+	return planAgainstStore(ctx, st, exs, nil, node, "", plan.OperationRollback, nil)
 }
 
-func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash, operation string) (plan.Plan, error) {
+// planAgainstStore plans desired against the host and the store's
+// records. The records of held items (by ID) are left out: their items
+// are neither observed, set nor put back.
+func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash, operation string, held map[string]bool) (plan.Plan, error) {
 	serial, err := st.Serial()
 	if err != nil {
 		return plan.Plan{}, err
@@ -87,6 +134,7 @@ func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tunin
 	if err != nil {
 		return plan.Plan{}, err
 	}
+	records = slices.DeleteFunc(records, func(r store.Record) bool { return held[r.ID()] })
 	// Owned items are observed too: a restore shows what it replaces. The
 	// value they are observed with is the one last applied, which is the
 	// form an executor such as irq should report in.
@@ -293,10 +341,21 @@ func Rollback(ctx context.Context, st *store.Store, exs map[string]tuning.Execut
 	return p, res, err
 }
 
-// Converge plans and applies in one step, as the daemon does on start,
-// reload and drift check.
+// Converge plans and applies in one step, as the daemon does on start
+// and reload.
 func Converge(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, Result, error) {
 	p, err := Plan(ctx, st, exs, desired, node, configHash)
+	if err != nil {
+		return p, Result{}, err
+	}
+	res, err := Apply(ctx, st, exs, p)
+	return p, res, err
+}
+
+// ConvergeHolding is Converge for the drift check: items the node no
+// longer takes are held (see planHolding) while the rest converge.
+func ConvergeHolding(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, Result, error) {
+	p, err := planHolding(ctx, st, exs, desired, node, configHash)
 	if err != nil {
 		return p, Result{}, err
 	}
