@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sosappliance/sosappliance/internal/connlimit"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ofp13"
 	"github.com/sosappliance/sosappliance/sdn/spread"
@@ -45,8 +46,8 @@ type Config struct {
 	// reply, TLS included. Default 10 s.
 	HandshakeTimeout time.Duration
 	// MaxHandshakes bounds the connections in handshake at once, and
-	// MaxHandshakesPerSource those from one address; more are closed as
-	// they are accepted. Defaults 64 and 8.
+	// MaxHandshakesPerSource those from one source (an IPv4 address, an
+	// IPv6 /64); more are closed as they are accepted. Defaults 64 and 8.
 	MaxHandshakes, MaxHandshakesPerSource int
 
 	// Keepalive is the echo interval; a switch silent for twice as long is
@@ -257,9 +258,10 @@ type Controller struct {
 
 	// gate is what the listener admits before it learns a datapath id.
 	gate gate
-	// handshakes counts connections in handshake, in all and by source.
+	// handshakes counts connections in handshake, in all and by source
+	// (connlimit.SourceOf: an IPv4 address or an IPv6 /64).
 	handshakes   int
-	handshaking  map[netip.Addr]int
+	handshaking  map[netip.Prefix]int
 	lastOverflow atomic.Int64 // unix nanoseconds of the last refuseFlood logged
 
 	healthReady chan struct{}
@@ -306,7 +308,7 @@ func New(cfg Config, log *slog.Logger) (*Controller, error) {
 	c := &Controller{
 		cfg: cfg.withDefaults(), log: log,
 		agents: map[string]*agentState{}, sessions: map[string]*session{}, status: map[string]*SwitchStatus{},
-		handshaking: map[netip.Addr]int{},
+		handshaking: map[netip.Prefix]int{},
 		healthReady: make(chan struct{}), healthNow: make(chan struct{}, 1), updated: make(chan struct{}, 1),
 		role: ofp13.RoleSlave, roleSince: time.Now(),
 	}
@@ -637,22 +639,24 @@ func addrOf(a net.Addr) netip.Addr {
 // admitHandshake takes a handshake slot for a connection from addr, or
 // reports that none is free.
 func (c *Controller) admitHandshake(addr netip.Addr) bool {
+	src := connlimit.SourceOf(addr)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.handshakes >= c.cfg.MaxHandshakes || c.handshaking[addr] >= c.cfg.MaxHandshakesPerSource {
+	if c.handshakes >= c.cfg.MaxHandshakes || c.handshaking[src] >= c.cfg.MaxHandshakesPerSource {
 		return false
 	}
 	c.handshakes++
-	c.handshaking[addr]++
+	c.handshaking[src]++
 	return true
 }
 
 func (c *Controller) releaseHandshake(addr netip.Addr) {
+	src := connlimit.SourceOf(addr)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.handshakes--
-	if c.handshaking[addr]--; c.handshaking[addr] <= 0 {
-		delete(c.handshaking, addr)
+	if c.handshaking[src]--; c.handshaking[src] <= 0 {
+		delete(c.handshaking, src)
 	}
 }
 

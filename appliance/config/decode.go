@@ -44,9 +44,9 @@ const (
 	DefaultMaxSessions    = agentspec.DefaultMaxSessions
 	DefaultPreauthConns   = agentspec.DefaultMaxPreAuth
 	DefaultPreauthTimeout = agentspec.DefaultPreAuthTimeout
-	// Per source address: unauthenticated data-port connections (more
-	// evict that source's oldest) and server-side sessions still
-	// gathering their streams.
+	// Per source (an IPv4 address, an IPv6 /64): unauthenticated
+	// data-port connections (more evict that source's oldest) and
+	// server-side sessions still gathering their streams.
 	DefaultPreauthPerSource  = agentspec.DefaultMaxPreAuthPerSource
 	DefaultHalfOpenPerSource = agentspec.DefaultMaxHalfOpenPerSource
 	DefaultPooledPerPeer     = agentspec.DefaultMaxPooledPerPeer

@@ -120,10 +120,10 @@ type Agent struct {
 	// count per source address.
 	preauth      map[*net.TCPConn]*preauthConn
 	preauthOrder *list.List
-	preauthBySrc map[netip.Addr]int
+	preauthBySrc map[netip.Prefix]int
 	// halfOpen counts server-side sessions still gathering streams, per
 	// source address.
-	halfOpen map[netip.Addr]int
+	halfOpen map[netip.Prefix]int
 	// direct holds the connections carried direct (client -> server
 	// connection, nil while dialing), so Shutdown can end them.
 	direct map[*net.TCPConn]*net.TCPConn
@@ -195,8 +195,8 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 
 		preauth:        make(map[*net.TCPConn]*preauthConn),
 		preauthOrder:   list.New(),
-		preauthBySrc:   make(map[netip.Addr]int),
-		halfOpen:       make(map[netip.Addr]int),
+		preauthBySrc:   make(map[netip.Prefix]int),
+		halfOpen:       make(map[netip.Prefix]int),
 		direct:         make(map[*net.TCPConn]*net.TCPConn),
 		handshakeSlots: make(map[netip.AddrPort]chan struct{}),
 		pools:          poolsOf(rc.Client),

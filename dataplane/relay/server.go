@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
+	"github.com/sosappliance/sosappliance/internal/connlimit"
 )
 
 // preauthConn is one data-port connection that has not finished its
@@ -24,7 +25,7 @@ import (
 // peers in while a flood of idle connections only evicts itself.
 type preauthConn struct {
 	conn *net.TCPConn
-	src  netip.Addr
+	src  netip.Prefix // connlimit.SourceOf its address
 	elem *list.Element
 }
 
@@ -33,7 +34,7 @@ type preauthConn struct {
 // a cap is reached, and starts its handshake.
 func (a *Agent) admitPreAuth(c *net.TCPConn) {
 	rc := a.cfg.Load()
-	src := unmapAddrPort(c.RemoteAddr().(*net.TCPAddr).AddrPort()).Addr()
+	src := connlimit.SourceOf(unmapAddrPort(c.RemoteAddr().(*net.TCPAddr).AddrPort()).Addr())
 	a.mu.Lock()
 	if a.draining {
 		a.mu.Unlock()
@@ -341,7 +342,7 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr) (White
 	switch {
 	case len(a.sessions) >= rc.limits.MaxSessions:
 		return Whitelist{}, stripe.StatusSessionLimit
-	case a.halfOpen[src] >= rc.limits.MaxHalfOpenPerSource:
+	case a.halfOpen[connlimit.SourceOf(src)] >= rc.limits.MaxHalfOpenPerSource:
 		return Whitelist{}, stripe.StatusSessionLimit
 	case a.memReserved.Load() > rc.limits.Memory-need:
 		return Whitelist{}, stripe.StatusMemoryLimit
@@ -362,7 +363,7 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 		switch {
 		case a.draining:
 			err = errShuttingDown
-		case len(a.sessions) >= rc.limits.MaxSessions || a.halfOpen[src] >= rc.limits.MaxHalfOpenPerSource:
+		case len(a.sessions) >= rc.limits.MaxSessions || a.halfOpen[connlimit.SourceOf(src)] >= rc.limits.MaxHalfOpenPerSource:
 			err = errSessionLimit
 		}
 		if err == nil {
@@ -387,8 +388,8 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 			reset(c)
 			return
 		}
-		s.halfOpenSrc = src
-		a.halfOpen[src]++
+		s.halfOpenSrc = connlimit.SourceOf(src)
+		a.halfOpen[s.halfOpenSrc]++
 		a.sessions[s] = struct{}{}
 		a.byID[s.id] = s
 		a.counters.sessionsStarted.Add(1)
@@ -436,7 +437,7 @@ func (a *Agent) leaveHalfOpenLocked(s *session) {
 	if a.halfOpen[s.halfOpenSrc]--; a.halfOpen[s.halfOpenSrc] <= 0 {
 		delete(a.halfOpen, s.halfOpenSrc)
 	}
-	s.halfOpenSrc = netip.Addr{}
+	s.halfOpenSrc = netip.Prefix{}
 }
 
 var errMemoryLimit = errors.New("agent memory cap reached")

@@ -387,7 +387,7 @@ type session struct {
 	// Guarded by agent.mu: the source counted in agent.halfOpen while a
 	// server-side session gathers streams, and the footprint reserved
 	// from Limits.Memory.
-	halfOpenSrc netip.Addr
+	halfOpenSrc netip.Prefix
 	reserved    int64
 }
 

@@ -154,7 +154,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 
 func (l *Listener) admit(c net.Conn) *conn {
 	addr := addrOf(c)
-	src := sourceOf(addr)
+	src := SourceOf(addr)
 	tc := &conn{Conn: c, l: l, addr: addr, src: src}
 	l.mu.Lock()
 	// The list is read under l.mu, which Allow holds from storing a new
@@ -303,9 +303,9 @@ func addrOf(c net.Conn) netip.Addr {
 	return ta.AddrPort().Addr().Unmap().WithZone("")
 }
 
-// sourceOf is the source an address counts against: the IPv4 address, or
+// SourceOf is the source an address counts against: the IPv4 address, or
 // the /64 of an IPv6 address.
-func sourceOf(a netip.Addr) netip.Prefix {
+func SourceOf(a netip.Addr) netip.Prefix {
 	if !a.IsValid() {
 		return netip.Prefix{}
 	}

@@ -201,7 +201,7 @@ func TestSourceOf(t *testing.T) {
 		{"2001:db8:1:3::7", "2001:db8:1:3::/64"},
 	} {
 		ta := &net.TCPAddr{IP: net.ParseIP(c.addr), Port: 1}
-		if got := sourceOf(addrOf(fakeConn{remote: ta})); got.String() != c.want {
+		if got := SourceOf(addrOf(fakeConn{remote: ta})); got.String() != c.want {
 			t.Errorf("%s counts against %s, want %s", c.addr, got, c.want)
 		}
 	}

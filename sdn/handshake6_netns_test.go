@@ -1,0 +1,96 @@
+package sdn_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
+	"github.com/sosappliance/sosappliance/sdn"
+	"github.com/sosappliance/sosappliance/sdn/flows"
+	"github.com/sosappliance/sosappliance/tuning"
+)
+
+// TestHandshakeCapPerIPv6Prefix: one host holding an IPv6 /64 opens
+// each connection to the controller from another of its addresses and
+// never finishes a handshake. The per-source handshake cap counts the
+// /64 as one source, so the flood holds at most its per-source share and
+// a switch from elsewhere still gets a handshake (the controller's
+// HELLO); counted per address, the flood fills the controller-wide cap
+// and the switch's connection is closed as it is accepted.
+func TestHandshakeCapPerIPv6Prefix(t *testing.T) {
+	testsupport.RequireRoot(t, "ip", "sysctl")
+	ns := fmt.Sprintf("sossdn6f%d", os.Getpid())
+	run := func(name string, args ...string) {
+		t.Helper()
+		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+	}
+	run("ip", "netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	run("ip", "-n", ns, "link", "set", "lo", "up")
+	run("ip", "-n", ns, "-6", "route", "add", "local", "2001:db8::/32", "dev", "lo")
+	run("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.ip_nonlocal_bind=1")
+	var ln net.Listener
+	if err := tuning.RunInNamedNetns(ns, func() error {
+		var err error
+		ln, err = net.Listen("tcp6", "[2001:db8:ff::1]:0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const total, perSource = 16, 4
+	ctl := startController(t, sdn.Config{Listener: ln, HandshakeTimeout: time.Minute,
+		MaxHandshakes: total, MaxHandshakesPerSource: perSource, Switches: []flows.Switch{siteSwitch(0xc9)}})
+	addr := ln.Addr().String()
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	dial := func(src netip.Addr) net.Conn {
+		t.Helper()
+		var c net.Conn
+		if err := tuning.RunInNamedNetns(ns, func() error {
+			d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), Timeout: 5 * time.Second}
+			var err error
+			c, err = d.Dial("tcp6", addr)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		return c
+	}
+	const flood = 100
+	for i := range flood {
+		dial(netip.MustParseAddr(fmt.Sprintf("2001:db8:66::%x", 0x100+i)))
+	}
+	testsupport.Eventually(t, 20*time.Second, "the flood's excess closed on accept", func() bool {
+		return ctl.Status().Counters.HandshakeOverflows >= flood-perSource
+	})
+	if n := ctl.Status().Counters.HandshakeOverflows; n != flood-perSource {
+		t.Errorf("%d of %d connections from one /64 closed on accept, want %d", n, flood, flood-perSource)
+	}
+	// A switch from another /64 still gets its handshake: the
+	// controller answers its HELLO with its own, rather than close.
+	sw := dial(netip.MustParseAddr("2001:db8:10::1"))
+	_ = sw.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := sw.Write([]byte{0x04, 0, 0, 8, 0, 0, 0, 1}); err != nil { // HELLO, xid 1
+		t.Fatal(err)
+	}
+	var hdr [8]byte
+	if _, err := io.ReadFull(sw, hdr[:]); err != nil {
+		t.Fatalf("a connection from another source got no HELLO: %v", err)
+	}
+	if hdr[0] != 0x04 || hdr[1] != 0 {
+		t.Errorf("a connection from another source read %x, want an OpenFlow 1.3 HELLO", hdr)
+	}
+}
