@@ -75,6 +75,9 @@ type Daemon struct {
 	driftEvery time.Duration
 	// flowRepairs is the controller's drift repair count already counted.
 	flowRepairs uint64
+	// held are the warnings of the items the last drift check that
+	// planned holds (their interface is gone); see withHeld.
+	held []string
 
 	// beat is the unix time the main loop last turned, for the watchdog.
 	beat atomic.Int64
@@ -600,8 +603,11 @@ func (d *Daemon) revertHost(ctx context.Context, cfg *config.Config, items []ite
 	if d.src.Filename != "" {
 		hash = d.src.Hash()
 	}
+	// An item whose interface went away meanwhile is held, as in a
+	// drift check, so the rest is still put back.
 	p, res, err := d.withStore(cfg, func(st storeHandle) (plan.Plan, Result, error) {
-		return Converge(ctx, st, d.execs, items, d.opts.Node, hash)
+		p, _, res, err := ConvergeHolding(ctx, st, d.execs, items, d.opts.Node, hash)
+		return p, res, err
 	})
 	d.recordApply(p, res, err)
 	if err != nil {
@@ -619,7 +625,11 @@ func (d *Daemon) recordApply(p plan.Plan, res Result, err error) {
 		d.met.applies.WithLabelValues("ok").Inc()
 	}
 	d.status.LastApply = info
-	d.status.Warnings = warningsOf(p)
+	if err == nil {
+		// Every item was taken: none is held any more.
+		d.held = nil
+	}
+	d.status.Warnings = d.withHeld(warningsOf(p))
 	if res.Serial > 0 {
 		d.status.Serial = res.Serial
 		d.met.serial.Set(float64(res.Serial))
@@ -628,6 +638,17 @@ func (d *Daemon) recordApply(p plan.Plan, res Result, err error) {
 		d.met.serial.Set(float64(p.Serial))
 	}
 	d.snapshotLocked()
+}
+
+// withHeld adds the warnings of the items the drift check holds to ws:
+// they stay in status while the items are held, whatever else ran since.
+func (d *Daemon) withHeld(ws []string) []string {
+	for _, w := range d.held {
+		if !slices.Contains(ws, w) {
+			ws = append(ws, w)
+		}
+	}
+	return ws
 }
 
 func warningsOf(p plan.Plan) []string {
@@ -725,18 +746,24 @@ func (d *Daemon) checkDrift(ctx context.Context) {
 func (d *Daemon) checkDriftLocked(ctx context.Context) {
 	c := &candidate{cfg: d.cfg, src: d.src, want: d.want}
 	d.status.Drift.LastCheck = time.Now()
+	var held []plan.Warning
 	p, res, err := d.withStore(c.cfg, func(st storeHandle) (plan.Plan, Result, error) {
-		return ConvergeHolding(ctx, st, d.execs, c.want.Items, d.opts.Node, c.src.Hash())
+		p, h, res, err := ConvergeHolding(ctx, st, d.execs, c.want.Items, d.opts.Node, c.src.Hash())
+		held = h
+		return p, res, err
 	})
-	warnings := warningsOf(p)
-	if err == nil && !slices.Equal(warnings, d.status.Warnings) {
-		for _, w := range warnings {
-			if !slices.Contains(d.status.Warnings, w) {
-				d.log.Warn("drift check", "warning", w)
+	if held != nil {
+		// Planned: the items held now replace those held before; each
+		// is logged once, when it starts being held.
+		now := warningsOf(plan.Plan{Warnings: held})
+		for _, w := range now {
+			if !slices.Contains(d.held, w) {
+				d.log.Warn("drift check: item held", "warning", w)
 			}
 		}
+		d.held = now
 	}
-	d.status.Warnings = warnings
+	d.status.Warnings = d.withHeld(warningsOf(p))
 	for _, ch := range res.Done {
 		d.status.Drift.Corrections++
 		d.status.Drift.ByKind[ch.Kind]++

@@ -51,47 +51,48 @@ func Plan(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, 
 }
 
 // planHolding is Plan for the daemon's drift check, whose configuration
-// was accepted when it was loaded: an item its executor refuses now (an
-// interface named by an irq or interface item went away: a driver
-// reload, a NIC taken out) is held, neither set nor put back, its record
-// kept, with a warning that says why, and the other items converge. A
-// refusal that no single item explains (items that conflict) still fails
+// was accepted when it was loaded: an item its executor now refuses
+// because a host object it names is gone (tuning.ErrGone: an interface
+// went away in a driver reload, a NIC taken out) is held, neither set nor
+// put back, its record kept, and the other items converge. It returns
+// the held items' warnings (also in the plan's). Any other refusal fails
 // the whole plan, as Plan does.
-func planHolding(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, error) {
+func planHolding(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, []plan.Warning, error) {
 	canon, err := canonicalItems(desired)
 	canon, skipped := dropRefusedOptional(ctx, exs, canon)
 	if err != nil {
-		return plan.Plan{}, err
+		return plan.Plan{}, nil, err
 	}
-	verr := validateItems(ctx, exs, canon)
 	var held []plan.Warning
 	heldIDs := map[string]bool{}
-	if verr != nil {
+	if err := validateItems(ctx, exs, canon); err != nil {
 		var kept []item.Item
+		var errs []error
 		for _, it := range canon {
-			if err := validateItems(ctx, exs, []item.Item{it}); err != nil {
+			err := validateItems(ctx, exs, []item.Item{it})
+			switch {
+			case err == nil:
+				kept = append(kept, it)
+			case errors.Is(err, tuning.ErrGone):
 				held = append(held, plan.Warning{Kind: it.Kind, Key: it.Key,
-					Message: fmt.Sprintf("held at its last applied value, neither set nor put back, until the node takes it again: %v", err)})
+					Message: fmt.Sprintf("held, neither set nor put back, until it is there again: %v", err)})
 				heldIDs[it.ID()] = true
-				continue
+			default:
+				errs = append(errs, err)
 			}
-			kept = append(kept, it)
 		}
-		if len(held) == 0 {
-			return plan.Plan{}, verr
-		}
-		if err := validateItems(ctx, exs, kept); err != nil {
-			return plan.Plan{}, err
+		if len(errs) > 0 || len(held) == 0 {
+			return plan.Plan{}, nil, err
 		}
 		canon = kept
 	}
 	p, err := planAgainstStore(ctx, st, exs, canon, node, configHash, plan.OperationApply, heldIDs)
 	if err != nil {
-		return p, err
+		return p, nil, err
 	}
 	p.AddWarnings(skipped...)
 	p.AddWarnings(held...)
-	return p, nil
+	return p, held, nil
 }
 
 // dropRefusedOptional takes out the optional items (a built-in profile's
@@ -352,15 +353,19 @@ func Converge(ctx context.Context, st *store.Store, exs map[string]tuning.Execut
 	return p, res, err
 }
 
-// ConvergeHolding is Converge for the drift check: items the node no
-// longer takes are held (see planHolding) while the rest converge.
-func ConvergeHolding(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, Result, error) {
-	p, err := planHolding(ctx, st, exs, desired, node, configHash)
+// ConvergeHolding is Converge for the drift check: items whose host
+// object is gone are held (see planHolding) while the rest converge. held
+// is nil when planning failed.
+func ConvergeHolding(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (p plan.Plan, held []plan.Warning, res Result, err error) {
+	p, held, err = planHolding(ctx, st, exs, desired, node, configHash)
 	if err != nil {
-		return p, Result{}, err
+		return p, nil, Result{}, err
 	}
-	res, err := Apply(ctx, st, exs, p)
-	return p, res, err
+	if held == nil {
+		held = []plan.Warning{}
+	}
+	res, err = Apply(ctx, st, exs, p)
+	return p, held, res, err
 }
 
 // canonicalItems rewrites values canonically and rejects an ID desired with

@@ -14,6 +14,7 @@ package tuning
 
 import (
 	"context"
+	"errors"
 
 	"github.com/sosappliance/sosappliance/host/item"
 )
@@ -40,3 +41,19 @@ type Executor interface {
 type Validator interface {
 	Validate(ctx context.Context, items []item.Item) error
 }
+
+// ErrGone marks a refusal whose cause is a host object the item names
+// that is not there now (an interface: a driver reload, a NIC taken
+// out), not the item itself. errors.Is(err, ErrGone) finds it in a
+// Validate error; the daemon's drift check holds such items instead of
+// failing on them.
+var ErrGone = errors.New("not on this node now")
+
+// goneError is a refusal for a missing host object: its message is its
+// own, and errors.Is finds ErrGone in it.
+type goneError struct{ error }
+
+func (e goneError) Is(target error) bool { return target == ErrGone }
+func (e goneError) Unwrap() error        { return e.error }
+
+func gone(err error) error { return goneError{err} }

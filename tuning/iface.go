@@ -75,7 +75,12 @@ func (x *Interface) Validate(ctx context.Context, items []item.Item) error {
 		if n, _ := strconv.Atoi(v); setting == item.SettingMTU && n < minIPv4MTU {
 			errs = append(errs, fmt.Errorf("interface %s: mtu %s is below the IPv4 minimum of %d", ifname, v, minIPv4MTU))
 		}
-		if _, err := netlink.LinkByName(ifname); err != nil {
+		_, err = netlink.LinkByName(ifname)
+		var notFound netlink.LinkNotFoundError
+		switch {
+		case errors.As(err, &notFound):
+			errs = append(errs, gone(fmt.Errorf("interface %s: %w", ifname, err)))
+		case err != nil:
 			errs = append(errs, fmt.Errorf("interface %s: %w", ifname, err))
 		}
 	}

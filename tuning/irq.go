@@ -258,10 +258,10 @@ func (q *IRQ) Validate(ctx context.Context, items []item.Item) error {
 			errs = append(errs, err)
 			continue
 		case !ok:
-			errs = append(errs, fmt.Errorf("irq %s: no such interface", it.Key))
+			errs = append(errs, gone(fmt.Errorf("irq %s: no such interface", it.Key)))
 			continue
 		case len(irqs) == 0:
-			errs = append(errs, fmt.Errorf("irq %s: the interface has no IRQs (no device/msi_irqs, none named in /proc/interrupts)", it.Key))
+			errs = append(errs, gone(fmt.Errorf("irq %s: the interface has no IRQs (no device/msi_irqs, none named in /proc/interrupts)", it.Key)))
 			continue
 		}
 		target, err := q.target(it.Value, irqs)

@@ -103,7 +103,14 @@ func (s *Sysctl) Validate(ctx context.Context, items []item.Item) error {
 		}
 		st, err := os.Stat(p)
 		if errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("sysctl %s does not exist on this node (no %s)", it.Key, p))
+			err := fmt.Errorf("sysctl %s does not exist on this node (no %s)", it.Key, p)
+			if perInterface(it.Key) {
+				// The interface went away, not the parameter.
+				if _, derr := os.Stat(filepath.Dir(p)); errors.Is(derr, fs.ErrNotExist) {
+					err = gone(err)
+				}
+			}
+			errs = append(errs, err)
 			continue
 		}
 		if err != nil {
@@ -288,4 +295,15 @@ func (s *Sysctl) Apply(ctx context.Context, it item.Item) error {
 // back its previous value with Apply.
 func (s *Sysctl) Remove(ctx context.Context, it item.Item) error {
 	return fmt.Errorf("sysctl %s cannot be removed, only set", it.Key)
+}
+
+// perInterface says whether a sysctl key is a parameter of one interface
+// (net.ipv4.conf.eth1.rp_filter), which exists only while the interface
+// does; "all" and "default" are not interfaces.
+func perInterface(key string) bool {
+	f := strings.Split(key, ".")
+	if len(f) < 5 || f[0] != "net" || (f[1] != "ipv4" && f[1] != "ipv6") || (f[2] != "conf" && f[2] != "neigh") {
+		return false
+	}
+	return f[3] != "all" && f[3] != "default"
 }

@@ -2,6 +2,7 @@ package tuning
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -150,5 +151,39 @@ func TestSysctlCongestionControlTriesModprobeOnce(t *testing.T) {
 	}
 	if got := strings.Join(calls(), " "); got != "tcp_htcp tcp_vegas" {
 		t.Fatalf("modprobe calls = %q, want one per module", got)
+	}
+}
+
+// TestPerInterfaceSysctlGone: a parameter of an interface that is not
+// there is refused as gone (tuning.ErrGone), so the daemon's drift check
+// holds it; an unknown parameter of an interface that is there, or a
+// global one, is a plain refusal.
+func TestPerInterfaceSysctlGone(t *testing.T) {
+	root := t.TempDir()
+	for _, p := range []string{"proc/sys/net/ipv4/conf/eth1/rp_filter", "proc/sys/net/core/rmem_max"} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte("1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := NewSysctl(root)
+	for key, gone := range map[string]bool{
+		"net.ipv4.conf.eth9.rp_filter":    true,
+		"net.ipv6.conf.eth9.accept_ra":    true,
+		"net.ipv4.neigh.eth9.gc_stale":    true,
+		"net.ipv4.conf.eth1.no_such_knob": false,
+		"net.ipv4.conf.all.no_such_knob":  false,
+		"net.core.no_such_knob":           false,
+	} {
+		err := s.Validate(context.Background(), []item.Item{{Kind: item.KindSysctl, Key: key, Value: "1"}})
+		if err == nil {
+			t.Errorf("%s: accepted", key)
+			continue
+		}
+		if errors.Is(err, ErrGone) != gone {
+			t.Errorf("%s: %v; gone = %v, want %v", key, err, errors.Is(err, ErrGone), gone)
+		}
 	}
 }
