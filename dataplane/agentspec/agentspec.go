@@ -240,9 +240,9 @@ type Limits struct {
 	// StallTimeout: when a session's delivery waits this long for a
 	// missing frame while later frames are held (one stream is stuck
 	// while others move), the streams that may hold it are lost, and
-	// replaced. A stream whose TCP has held data for the peer
-	// this long, its retransmissions or window probes unanswered and no
-	// ACK arriving, is lost too (a path that went silent). It is also the
+	// replaced. A stream whose TCP's timer (a retransmission timeout,
+	// two window probes in a row) goes unanswered this long while it
+	// holds data for the peer is lost too (a path that went silent). It is also the
 	// idle time after which streams send TCP keepalive probes, so a dead
 	// peer agent is noticed on an idle session. A slow end host is not a
 	// stall: its backpressure may hold the streams for as long as it

@@ -749,8 +749,13 @@ func TestHolDueTimesFramesFromLeavingTheSocket(t *testing.T) {
 }
 
 // TestUnanswered: a stream counts as gone silent only while its TCP holds
-// data waiting for the peer and its own timer went off unanswered, and
-// only for as long as both the data waited and no ACK came.
+// data for the peer and its own timer (a retransmission timeout, the
+// Loss state, two zero-window probes in a row) stays unanswered, counted
+// from the first tick that found the timer outstanding and never longer
+// than since the last ACK; a tick that finds no timer outstanding starts
+// the count again. The closed-window steps are what a stopped peer agent
+// shows (found by review): each probe answered within a round trip, the
+// gap between probes doubling.
 func TestUnanswered(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	steps := []struct {
@@ -760,15 +765,21 @@ func TestUnanswered(t *testing.T) {
 		want time.Duration
 	}{
 		{0, tcpInfo{}, true, 0}, // idle
-		{time.Second, tcpInfo{unacked: 3, lastAckRecv: 40 * time.Second}, true, 0},                                                // written to after a long idle: no timer yet
-		{2 * time.Second, tcpInfo{unacked: 3, rtoRetrans: 1, lastAckRecv: 41 * time.Second}, true, time.Second},                   // waits since the last tick only
-		{5 * time.Second, tcpInfo{unacked: 3, rtoRetrans: 3, lastAckRecv: 44 * time.Second}, true, 4 * time.Second},               // still nothing
-		{6 * time.Second, tcpInfo{unacked: 3, rtoRetrans: 0, lastAckRecv: 10 * time.Millisecond}, true, 0},                        // an ACK came
-		{7 * time.Second, tcpInfo{notsent: 9000, probes: 2, lastAckRecv: 1500 * time.Millisecond}, true, 1500 * time.Millisecond}, // closed window, probes unanswered
-		{8 * time.Second, tcpInfo{notsent: 9000, lastAckRecv: 100 * time.Millisecond}, true, 0},                                   // a slow end host answers its probes
-		{9 * time.Second, tcpInfo{}, false, 0},                                                    // no TCP_INFO: never
-		{10 * time.Second, tcpInfo{unacked: 1, rtoRetrans: 2, lastAckRecv: time.Minute}, true, 0}, // data again: its wait starts now
-		{13 * time.Second, tcpInfo{unacked: 1, rtoRetrans: 4, lastAckRecv: time.Minute}, true, 3 * time.Second},
+		{time.Second, tcpInfo{unacked: 3, lastAckRecv: 40 * time.Second}, true, 0},                                  // written to after a long idle: no timer yet
+		{2 * time.Second, tcpInfo{unacked: 3, rtoRetrans: 1, lastAckRecv: 41 * time.Second}, true, 0},               // the RTO fired: counted from here
+		{5 * time.Second, tcpInfo{unacked: 3, rtoRetrans: 3, lastAckRecv: 44 * time.Second}, true, 3 * time.Second}, // still nothing
+		{6 * time.Second, tcpInfo{unacked: 3, rtoRetrans: 0, lastAckRecv: 10 * time.Millisecond}, true, 0},          // an ACK came
+		{7 * time.Second, tcpInfo{unacked: 3, caState: tcpCALoss, lastAckRecv: 900 * time.Millisecond}, true, 0},    // Loss without an RTO counted (a shrunk window)
+		{9 * time.Second, tcpInfo{unacked: 3, caState: tcpCALoss, lastAckRecv: 2900 * time.Millisecond}, true, 2 * time.Second},
+		{10 * time.Second, tcpInfo{notsent: 9000, lastAckRecv: 100 * time.Millisecond}, true, 0},                     // a closed window, its probes answered
+		{40 * time.Second, tcpInfo{notsent: 9000, probes: 1, lastAckRecv: 30 * time.Second}, true, 0},                // a probe in flight after a long gap
+		{40*time.Second + 250*time.Millisecond, tcpInfo{notsent: 9000, lastAckRecv: 50 * time.Millisecond}, true, 0}, // ... answered
+		{100 * time.Second, tcpInfo{notsent: 9000, probes: 1, lastAckRecv: 60 * time.Second}, true, 0},               // a probe lost: one is not enough
+		{220 * time.Second, tcpInfo{notsent: 9000, probes: 2, lastAckRecv: 180 * time.Second}, true, 0},              // the next unanswered too: counted from here
+		{223 * time.Second, tcpInfo{notsent: 9000, probes: 2, lastAckRecv: 183 * time.Second}, true, 3 * time.Second},
+		{224 * time.Second, tcpInfo{}, false, 0}, // no TCP_INFO: never
+		{225 * time.Second, tcpInfo{unacked: 1, rtoRetrans: 2, lastAckRecv: time.Minute}, true, 0},
+		{228 * time.Second, tcpInfo{unacked: 1, rtoRetrans: 4, lastAckRecv: time.Minute}, true, 3 * time.Second},
 	}
 	st := &stream{}
 	for i, s := range steps {

@@ -1394,8 +1394,8 @@ func (s *session) updateGapLocked() error {
 	return nil
 }
 
-// deafStream is a stream whose TCP has had data waiting to be
-// acknowledged, and heard nothing, for longer than the stall timeout.
+// deafStream is a stream whose TCP's timer has gone unanswered, while it
+// held data for the peer, for longer than the stall timeout.
 type deafStream struct {
 	st      *stream
 	waiting uint32 // bytes: unsent, or segments: unacknowledged
@@ -1403,36 +1403,38 @@ type deafStream struct {
 	silence time.Duration
 }
 
-// unanswered is how long the stream's TCP has held data it could not
-// have acknowledged (sent and unacknowledged, or unsent behind a window
-// the peer closed) while no ACK arrived, as housekeeping sees it at its
-// ticks: the shorter of the time since the last ACK and the time since it
-// first found data waiting (an idle stream's last ACK may be old when it
-// is written to again). Zero unless TCP's own timer has gone off
-// unanswered since the last ACK: a retransmission timeout, or a
-// zero-window probe.
+// unanswered is how long TCP's own timer has gone unanswered on the
+// stream while it held data for the peer (sent and unacknowledged, or
+// unsent behind a window the peer closed), as housekeeping sees it at its
+// ticks: from the first tick that found the timer outstanding, and no
+// longer than since the last ACK arrived. The timer is outstanding after
+// a retransmission timeout (or in the Loss state, which a peer that
+// shrank its window causes without counting one) until an ACK comes, or
+// once two zero-window probes in a row went unanswered: a live peer
+// answers every probe within a round trip, and one lost probe is not a
+// dead path (the next comes only after a doubled gap, up to two minutes).
+// Any tick that finds no timer outstanding starts the count again.
 //
 // A path that went silent (a NAT or firewall that lost its state, a
 // link that drops everything) is found here and nowhere else when every
 // stream of a session is on it: the receiver sees no gap (nothing
 // arrives at all), keepalive never probes a connection with data
 // waiting, and TCP itself gives up only after tcp_retries2 (some 15
-// minutes, longer for zero-window probes). A slow end host is not
-// mistaken for it: the window probes of a window it keeps closed are
-// answered. TCP_USER_TIMEOUT is not used for that reason (see
-// streamTuning.apply). Housekeeping only.
+// minutes, longer for zero-window probes). A slow end host or a stopped
+// peer agent is not mistaken for it: its kernel answers the probes of the
+// window it keeps closed. TCP_USER_TIMEOUT is not used for that reason
+// (see streamTuning.apply). Housekeeping only.
 func (st *stream) unanswered(now time.Time, info tcpInfo, ok bool) time.Duration {
-	if !ok || info.unacked == 0 && info.notsent == 0 {
-		st.waitingSince = time.Time{}
+	waiting := ok && (info.unacked > 0 || info.notsent > 0)
+	timer := info.rtoRetrans > 0 || info.caState == tcpCALoss || info.probes >= 2
+	if !waiting || !timer {
+		st.timerSince = time.Time{}
 		return 0
 	}
-	if st.waitingSince.IsZero() {
-		st.waitingSince = now
+	if st.timerSince.IsZero() {
+		st.timerSince = now
 	}
-	if info.rtoRetrans == 0 && info.probes == 0 {
-		return 0
-	}
-	return min(now.Sub(st.waitingSince), info.lastAckRecv)
+	return min(now.Sub(st.timerSince), info.lastAckRecv)
 }
 
 // tick enforces the timeouts and updates throughput; called by the agent's
@@ -1664,10 +1666,10 @@ type stream struct {
 	prevResent      uint32
 	deliveredPrimed bool
 	paceCap         float64
-	// waitingSince is since when housekeeping has found the stream's
-	// TCP holding data to be acknowledged at every tick (zero: it held
-	// none at the last). See unanswered.
-	waitingSince time.Time
+	// timerSince is since when housekeeping has found TCP's own timer
+	// outstanding on the stream at every tick (zero: not at the last).
+	// See unanswered.
+	timerSince time.Time
 	// sendCap is the send buffer start-up set on the socket, as given
 	// to the kernel (0: none), and sendFull (with sendFallback) the one
 	// to set again after it. See startupWindow.

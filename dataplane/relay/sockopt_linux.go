@@ -224,9 +224,12 @@ func socketError(c *net.TCPConn) error {
 	return nil
 }
 
-// tcpCARecovery is TCP_CA_Recovery of tcpi_ca_state: fast recovery; Loss
-// (4, after an RTO) is above it.
-const tcpCARecovery = 3
+// tcpCARecovery is TCP_CA_Recovery of tcpi_ca_state: fast recovery;
+// tcpCALoss (TCP_CA_Loss, after an RTO) is above it.
+const (
+	tcpCARecovery = 3
+	tcpCALoss     = 4
+)
 
 // lossState is how deep in loss recovery a stream is.
 type lossState uint8

@@ -291,12 +291,12 @@
 // that received nothing since the wait began if any, or, when no stream
 // could still carry it (it was resent), the streams that received nothing
 // since the wait began. A stream is also lost when it goes silent
-// under its writer: this implementation loses a stream whose TCP has
-// held data for the peer (unacknowledged, or unsent behind a closed
-// window) for the stall timeout while its retransmission timer or
-// zero-window probes went unanswered and no ACK came, since a path that
-// drops everything shows no gap to the receiver and keepalive does not
-// probe a connection with data outstanding. The sender sends
+// under its writer: this implementation loses a stream whose TCP holds
+// data for the peer (unacknowledged, or unsent behind a closed window)
+// while its own timer (a retransmission timeout, two zero-window probes
+// in a row) goes unanswered and no ACK comes, for the stall timeout,
+// since a path that drops everything shows no gap to the receiver and
+// keepalive does not probe a connection with data outstanding. The sender sends
 // every retained frame that it had given the lost stream again, on the
 // surviving streams, with FlagRetransmit, sealed under the key of the
 // stream that carries it now (so no key ever seals two frames with one
