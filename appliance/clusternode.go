@@ -2,7 +2,6 @@ package appliance
 
 import (
 	"context"
-	"crypto/tls"
 	"slices"
 	"strings"
 	"sync"
@@ -55,10 +54,10 @@ func (d *Daemon) buildCluster(want *desired.Desired) (*clusterCandidate, error) 
 	if spec == nil {
 		return nil, nil
 	}
-	var tc *tls.Config
+	var tc *cluster.TLS
 	if f := spec.TLS; f != nil {
 		var err error
-		if tc, err = cluster.LoadTLS(f.CAFile, f.CertFile, f.KeyFile); err != nil {
+		if tc, err = cluster.LoadTLS(cluster.TLSFiles{CA: f.CAFile, Cert: f.CertFile, Key: f.KeyFile}); err != nil {
 			return nil, err
 		}
 	}
@@ -76,11 +75,28 @@ func sameCluster(a, b *clusterCandidate) bool {
 	}
 	sameTLS := (a.spec.TLS == nil) == (b.spec.TLS == nil)
 	if sameTLS && a.spec.TLS != nil {
-		sameTLS = *a.spec.TLS == *b.spec.TLS
+		// A certificate replaced under the same paths is taken in place
+		// (retakeClusterTLS); a replaced CA needs a new client.
+		sameTLS = *a.spec.TLS == *b.spec.TLS && a.cfg.TLS.SameCA(b.cfg.TLS)
 	}
 	return slices.Equal(a.spec.Endpoints, b.spec.Endpoints) && a.spec.Prefix == b.spec.Prefix &&
 		a.spec.LeaseTTL == b.spec.LeaseTTL && a.spec.DialTimeout == b.spec.DialTimeout && sameTLS && a.elect == b.elect &&
 		a.spec.GenerationBase == b.spec.GenerationBase
+}
+
+// retakeClusterTLS gives the running etcd client the certificate and key
+// as read for this reload (same paths and CA, see sameCluster): replaced
+// in place, they take effect for the connections it makes from now on.
+// d.mu is held.
+func (d *Daemon) retakeClusterTLS(cc *clusterCandidate) {
+	rc := d.cl
+	if rc == nil || cc == nil || rc.cand.cfg.TLS == nil || cc.cfg.TLS == nil || !rc.cand.cfg.TLS.SameCA(cc.cfg.TLS) {
+		return
+	}
+	if rc.cand.cfg.TLS.Take(cc.cfg.TLS) {
+		d.log.Info("etcd TLS files changed; connections to etcd made from now on use them",
+			"cert", cc.cfg.TLS.Files().Cert)
+	}
 }
 
 // openCluster makes the etcd client of cc; it connects in the background.

@@ -573,6 +573,9 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 	} else {
 		d.ctlNow.Store(nil)
 	}
+	if nextCluster == nil {
+		d.retakeClusterTLS(c.cluster)
+	}
 	d.swapCluster(c.cluster, nextCluster)
 	for name, r := range d.relays {
 		if c.relays[name] == nil {
@@ -687,12 +690,15 @@ func (d *Daemon) reload(ctx context.Context) {
 	defer d.mu.Unlock()
 	d.status.Reloads++
 	c, err := d.load()
-	if err == nil && c.src.Hash() == d.src.Hash() {
+	if err == nil && c.src.Hash() == d.src.Hash() && (d.cl == nil || c.cluster == nil || sameCluster(d.cl.cand, c.cluster)) {
 		// SIGHUP without an edit: converge again, as a drift check, and
-		// take the controller's TLS files read again (replaced in place).
+		// take the controller's and the etcd client's TLS files read
+		// again (replaced in place). An etcd CA replaced in place needs
+		// a new etcd client: that reload switches as an edit does.
 		if d.ctl != nil && c.ctl != nil {
 			d.retakeTLS(d.ctl, c.ctl.cfg.TLS)
 		}
+		d.retakeClusterTLS(c.cluster)
 		d.met.reloads.WithLabelValues("ok").Inc()
 		d.status.LastReload = &ReloadInfo{At: time.Now(), Hash: c.src.Hash(), Result: "unchanged"}
 		d.checkDriftLocked(ctx)

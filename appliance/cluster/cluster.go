@@ -6,6 +6,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -31,12 +33,19 @@ type Config struct {
 	// DialTimeout bounds connecting; default 3 s.
 	DialTimeout time.Duration
 	// TLS is the client side of TLS to etcd; nil for plain http.
-	TLS *tls.Config
+	TLS *TLS
 	// Node is this node's name: the election value and the status key.
 	Node string
 	// GenerationBase is added to the election's revisions to make the
 	// role generations (see config.Cluster).
 	GenerationBase uint64
+}
+
+func (c Config) tlsConfig() *tls.Config {
+	if c.TLS == nil {
+		return nil
+	}
+	return c.TLS.Config()
 }
 
 func (c Config) ttlSeconds() int {
@@ -48,21 +57,111 @@ func (c Config) electionKey() string       { return c.Prefix + "election" }
 func (c Config) statusKey(n string) string { return c.Prefix + "status/" + n }
 func (c Config) statusPrefix() string      { return c.Prefix + "status/" }
 
-// LoadTLS builds the TLS client configuration from PEM files.
-func LoadTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
-	ca, err := os.ReadFile(caFile)
+// TLSFiles are the PEM files of TLS to etcd: the CA that signs the
+// members' certificates, and this node's client certificate and key.
+type TLSFiles struct {
+	CA, Cert, Key string
+}
+
+// TLS is the client side of TLS to etcd, from files whose certificate
+// and key may be replaced while the client runs (certificate rotation):
+// Reload reads them again, and every connection made from then on (etcd
+// clients reconnect to a member that restarted or failed over) presents
+// the new certificate. Connections already up keep the one they were made
+// with: TLS checks a certificate only in its handshake. The CA is fixed
+// for the life of a TLS: crypto/tls verifies the member's certificate
+// against it and the name dialed, and a replaced CA needs a new client
+// (see SameCA).
+type TLS struct {
+	files TLSFiles
+	roots *x509.CertPool
+	caPEM []byte
+	cur   atomic.Pointer[tlsCert]
+}
+
+type tlsCert struct {
+	cert tls.Certificate
+	// certPEM and keyPEM are the files' bytes, to tell a reload that
+	// changed them.
+	certPEM, keyPEM []byte
+}
+
+// LoadTLS reads files.
+func LoadTLS(files TLSFiles) (*TLS, error) {
+	ca, err := os.ReadFile(files.CA)
 	if err != nil {
 		return nil, fmt.Errorf("etcd tls: %w", err)
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("etcd tls: %s holds no PEM certificate", caFile)
+	t := &TLS{files: files, roots: x509.NewCertPool(), caPEM: ca}
+	if !t.roots.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("etcd tls: %s holds no PEM certificate", files.CA)
 	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	c, err := loadCert(files)
 	if err != nil {
+		return nil, err
+	}
+	t.cur.Store(c)
+	return t, nil
+}
+
+func loadCert(f TLSFiles) (*tlsCert, error) {
+	c := &tlsCert{}
+	var err error
+	if c.certPEM, err = os.ReadFile(f.Cert); err != nil {
 		return nil, fmt.Errorf("etcd tls: %w", err)
 	}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+	if c.keyPEM, err = os.ReadFile(f.Key); err != nil {
+		return nil, fmt.Errorf("etcd tls: %w", err)
+	}
+	if c.cert, err = tls.X509KeyPair(c.certPEM, c.keyPEM); err != nil {
+		return nil, fmt.Errorf("etcd tls: %s and %s: %w", f.Cert, f.Key, err)
+	}
+	return c, nil
+}
+
+// Files are the files t reads.
+func (t *TLS) Files() TLSFiles { return t.files }
+
+// SameCA says whether o read the same CA as t: then t can take o's
+// certificate (Take); otherwise the client must be made again.
+func (t *TLS) SameCA(o *TLS) bool {
+	return t.files == o.files && bytes.Equal(t.caPEM, o.caPEM)
+}
+
+// Reload reads the certificate and key again. It reports whether they
+// changed; on an error the ones in force stay.
+func (t *TLS) Reload() (changed bool, err error) {
+	c, err := loadCert(t.files)
+	if err != nil {
+		return false, err
+	}
+	return t.put(c), nil
+}
+
+// Take puts the certificate o read (a reload's fresh read of the same
+// files, SameCA) in force, and reports whether it differs.
+func (t *TLS) Take(o *TLS) bool { return t.put(o.cur.Load()) }
+
+func (t *TLS) put(c *tlsCert) bool {
+	old := t.cur.Load()
+	if bytes.Equal(old.certPEM, c.certPEM) && bytes.Equal(old.keyPEM, c.keyPEM) {
+		return false
+	}
+	t.cur.Store(c)
+	return true
+}
+
+// Config is the tls.Config of the etcd client: the CA as RootCAs, and the
+// client certificate in force looked up at each handshake.
+func (t *TLS) Config() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		RootCAs:    t.roots,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			c := t.cur.Load().cert
+			return &c, nil
+		},
+	}
 }
 
 // Client is a connection to etcd. It does not wait for etcd on Open: a node
@@ -87,7 +186,7 @@ func Open(cfg Config, log *slog.Logger) (*Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: cfg.DialTimeout,
-		TLS:         cfg.TLS,
+		TLS:         cfg.tlsConfig(),
 		// Keepalives on the gRPC connection notice a dead member
 		// within a lease TTL, so the lease keepalive moves on to
 		// another one.

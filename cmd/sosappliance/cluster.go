@@ -28,7 +28,7 @@ func clusterStatus(cmd *cobra.Command, cfgPath string, asJSON bool) error {
 	cc := cluster.Config{Endpoints: cfg.Cluster.Endpoints, Prefix: cfg.Cluster.Prefix, LeaseTTL: cfg.Cluster.LeaseTTL,
 		DialTimeout: cfg.Cluster.DialTimeout}
 	if t := cfg.Cluster.TLS; t != nil {
-		if cc.TLS, err = cluster.LoadTLS(t.CAFile, t.CertFile, t.KeyFile); err != nil {
+		if cc.TLS, err = cluster.LoadTLS(cluster.TLSFiles{CA: t.CAFile, Cert: t.CertFile, Key: t.KeyFile}); err != nil {
 			return err
 		}
 	}

@@ -21,6 +21,10 @@ type Etcd struct {
 	netns   string
 	members []*etcdMember
 	mu      sync.Mutex
+	// tlsArgs are the members' TLS flags, and health the client that
+	// checks them (StartEtcdTLS); none for plain http.
+	tlsArgs []string
+	health  *http.Client
 }
 
 type etcdMember struct {
@@ -42,14 +46,32 @@ func StartEtcd(t testing.TB, n int) *Etcd {
 // loopback the daemons under test use); "" is this one.
 func StartEtcdInNetns(t testing.TB, n int, netns string) *Etcd {
 	t.Helper()
+	return startEtcd(t, &Etcd{t: t, netns: netns, health: &http.Client{Timeout: time.Second}}, n, "http")
+}
+
+// StartEtcdTLS is StartEtcd with TLS on the client port: each member
+// presents a certificate server issued for 127.0.0.1 and requires a
+// client certificate that a CA of the PEM bundle trustedCAFile signed
+// (server's CA among them: the health checks present one of its).
+func StartEtcdTLS(t testing.TB, n int, server *PKI, trustedCAFile string) *Etcd {
+	t.Helper()
+	cert, key, _ := server.Issue(t, "etcd-member")
+	_, _, health := server.Issue(t, "etcd-health")
+	conf := server.ClientTLS(health)
+	e := &Etcd{t: t, tlsArgs: []string{"--cert-file", cert, "--key-file", key, "--client-cert-auth", "--trusted-ca-file", trustedCAFile},
+		health: &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: conf}}}
+	return startEtcd(t, e, n, "https")
+}
+
+func startEtcd(t testing.TB, e *Etcd, n int, scheme string) *Etcd {
+	t.Helper()
 	RequireBinaries(t, "etcd", "etcdctl")
-	e := &Etcd{t: t, netns: netns}
 	ports := FreePorts(t, 2*n)
 	var cluster []string
 	dir := t.TempDir()
 	for i := range n {
 		m := &etcdMember{name: fmt.Sprintf("m%d", i), dir: filepath.Join(dir, fmt.Sprintf("m%d", i)),
-			client: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]), peer: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1])}
+			client: fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[2*i]), peer: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1])}
 		cluster = append(cluster, m.name+"="+m.peer)
 		e.members = append(e.members, m)
 	}
@@ -87,6 +109,7 @@ func (e *Etcd) startMember(m *etcdMember, state string) {
 		"--listen-peer-urls", m.peer, "--initial-advertise-peer-urls", m.peer,
 		"--initial-cluster", m.cluster, "--initial-cluster-state", state,
 		"--initial-cluster-token", "sos-test", "--log-level", "warn", "--logger", "zap")
+	cmd.Args = append(cmd.Args, e.tlsArgs...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	m.proc = StartDaemon(e.t, cmd)
 	m.started = true
@@ -137,7 +160,7 @@ func (e *Etcd) Restart() {
 // WaitHealthy waits until every member answers /health with a leader.
 func (e *Etcd) WaitHealthy() {
 	e.t.Helper()
-	c := http.Client{Timeout: time.Second}
+	c := e.health
 	Eventually(e.t, 30*time.Second, "etcd to be healthy", func() bool {
 		if e.netns != "" {
 			return e.command("etcdctl", "--endpoints", strings.Join(e.Endpoints(), ","), "--command-timeout", "1s",

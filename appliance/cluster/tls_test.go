@@ -1,0 +1,134 @@
+package cluster
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
+)
+
+// TestTLSReloadTakesRotatedClientCertificate runs an etcd that requires
+// client certificates. A node's certificate is replaced under the same
+// paths by one of another CA (the members trust both) shortly before the
+// old one expires; Reload reads it, and once etcd restarts, the client
+// reconnects with the new certificate, while a client that kept the old
+// one is refused. A client whose CA did not sign the members' certificate
+// is refused too. A CA replaced in place is not taken (SameCA says so:
+// the daemon then makes a new client).
+func TestTLSReloadTakesRotatedClientCertificate(t *testing.T) {
+	one := testsupport.NewPKI(t, t.TempDir(), "ca-one")
+	two := testsupport.NewPKI(t, t.TempDir(), "ca-two")
+	dir := t.TempDir()
+	bundle := filepath.Join(dir, "trusted.pem")
+	var pems []byte
+	for _, f := range []string{one.CAFile, two.CAFile} {
+		b, err := os.ReadFile(f)
+		testsupport.RequireNoError(t, err)
+		pems = append(pems, b...)
+	}
+	testsupport.RequireNoError(t, os.WriteFile(bundle, pems, 0o600))
+	etcd := testsupport.StartEtcdTLS(t, 1, one, bundle)
+
+	// install copies a certificate and key, and the members' CA, to the
+	// files of a node.
+	install := func(files TLSFiles, cert, key string) {
+		for src, dst := range map[string]string{one.CAFile: files.CA, cert: files.Cert, key: files.Key} {
+			b, err := os.ReadFile(src)
+			testsupport.RequireNoError(t, err)
+			testsupport.RequireNoError(t, os.WriteFile(dst, b, 0o600))
+		}
+	}
+	filesIn := func(name string) TLSFiles {
+		d := filepath.Join(dir, name)
+		testsupport.RequireNoError(t, os.MkdirAll(d, 0o700))
+		return TLSFiles{CA: filepath.Join(d, "ca.pem"), Cert: filepath.Join(d, "cert.pem"), Key: filepath.Join(d, "key.pem")}
+	}
+	expires := time.Now().Add(6 * time.Second)
+	oldCert, oldKey, _ := one.IssueUntil(t, "node-old", expires)
+	rotated, kept := filesIn("rotated"), filesIn("kept")
+	install(rotated, oldCert, oldKey)
+	install(kept, oldCert, oldKey)
+	open := func(files TLSFiles) (*Client, *TLS) {
+		tc, err := LoadTLS(files)
+		testsupport.RequireNoError(t, err)
+		cfg := testConfig(etcd, "node")
+		cfg.TLS = tc
+		cli, err := Open(cfg, slog.New(slog.DiscardHandler))
+		testsupport.RequireNoError(t, err)
+		t.Cleanup(func() { cli.Close() })
+		return cli, tc
+	}
+	read := func(cli *Client) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := cli.Statuses(ctx)
+		return err
+	}
+	cli, tc := open(rotated)
+	stale, _ := open(kept)
+	for name, c := range map[string]*Client{"rotated": cli, "kept": stale} {
+		testsupport.Eventually(t, 15*time.Second, name+" client reading etcd over TLS", func() bool { return read(c) == nil })
+	}
+
+	newCert, newKey, _ := two.Issue(t, "node-new")
+	install(rotated, newCert, newKey)
+	changed, err := tc.Reload()
+	testsupport.RequireNoError(t, err)
+	if !changed {
+		t.Fatal("Reload did not see the replaced files")
+	}
+	if changed, err := tc.Reload(); err != nil || changed {
+		t.Errorf("a second Reload of the same files: changed %v, %v", changed, err)
+	}
+	time.Sleep(time.Until(expires) + time.Second)
+	etcd.Kill()
+	etcd.Restart()
+	testsupport.Eventually(t, 20*time.Second, "the rotated client reconnecting with its new certificate", func() bool {
+		return read(cli) == nil
+	})
+	if err := read(stale); err == nil {
+		t.Error("a client presenting an expired certificate was served after etcd restarted")
+	} else {
+		t.Logf("the client that kept the old certificate: %v", err)
+	}
+
+	// A client that trusts another CA than the members' is refused.
+	wrong := filesIn("wrong")
+	install(wrong, newCert, newKey)
+	caTwo, err := os.ReadFile(two.CAFile)
+	testsupport.RequireNoError(t, err)
+	testsupport.RequireNoError(t, os.WriteFile(wrong.CA, caTwo, 0o600))
+	mistrust, _ := open(wrong)
+	if err := read(mistrust); err == nil {
+		t.Error("a client that does not trust the members' CA read etcd")
+	} else if !strings.Contains(err.Error(), "deadline") && !strings.Contains(err.Error(), "certificate") {
+		t.Logf("refused: %v", err)
+	}
+
+	// A fresh read of the same files has the same CA (the daemon then
+	// takes its certificate in place); a CA replaced in place does not
+	// (the daemon makes a new client).
+	again, err := LoadTLS(rotated)
+	testsupport.RequireNoError(t, err)
+	if !tc.SameCA(again) || tc.Take(again) {
+		t.Errorf("a fresh read of unchanged files: same CA %v, took a changed certificate %v", tc.SameCA(again), tc.Take(again))
+	}
+	testsupport.RequireNoError(t, os.WriteFile(rotated.CA, caTwo, 0o600))
+	if again, err := LoadTLS(rotated); err != nil || tc.SameCA(again) {
+		t.Errorf("a CA replaced in place: %v, same CA %v", err, err == nil && tc.SameCA(again))
+	}
+
+	// Files that do not load leave the ones in force.
+	testsupport.RequireNoError(t, os.WriteFile(rotated.Cert, []byte("not a certificate"), 0o600))
+	if _, err := tc.Reload(); err == nil {
+		t.Error("Reload took a broken certificate file")
+	}
+	if err := read(cli); err != nil {
+		t.Errorf("after a failed reload: %v", err)
+	}
+}
