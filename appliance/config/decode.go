@@ -471,13 +471,14 @@ var limitsSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "stall_timeout"}, {Name: "idle_timeout"},
 	{Name: "reconnect_timeout"},
 	{Name: "memory"}, {Name: "preauth_per_source"}, {Name: "half_open_per_source"},
-	{Name: "pooled_per_peer"},
+	{Name: "pooled_per_peer"}, {Name: "sessions_per_peer"},
 }}
 
 func decodeLimits(b *hcl.Block, diags *hcl.Diagnostics) Limits {
 	a, _ := newAttrs(b.Body, limitsSchema, diags)
 	return Limits{
 		MaxSessions:        int(a.integer("max_sessions", DefaultMaxSessions, 1, 1<<20)),
+		SessionsPerPeer:    int(a.integer("sessions_per_peer", 0, 1, 1<<20)),
 		MaxStreams:         int(a.integer("max_streams", DefaultMaxStreams, 1, 1<<16)),
 		SessionMemory:      a.byteSize("session_memory", DefaultSessionMemory, 64<<10, 1<<40),
 		PreauthConnections: int(a.integer("preauth_connections", DefaultPreauthConns, 1, 1<<20)),

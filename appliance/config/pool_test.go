@@ -35,6 +35,12 @@ func TestPoolBlock(t *testing.T) {
 	if c.Limits.PooledPerPeer != DefaultPooledPerPeer {
 		t.Errorf("limits.pooled_per_peer defaults to %d, want %d", c.Limits.PooledPerPeer, DefaultPooledPerPeer)
 	}
+	if c.Limits.SessionsPerPeer != 0 {
+		t.Errorf("limits.sessions_per_peer defaults to %d, want 0 (max_sessions)", c.Limits.SessionsPerPeer)
+	}
+	if c := mustParse(t, base("limits {\n  sessions_per_peer = 40\n}\n")); c.Limits.SessionsPerPeer != 40 {
+		t.Errorf("limits.sessions_per_peer = 40 decoded as %d", c.Limits.SessionsPerPeer)
+	}
 	c = mustParse(t, base("limits {\n  pooled_per_peer = 0\n}\n"))
 	if c.Limits.PooledPerPeer != 0 {
 		t.Errorf("limits.pooled_per_peer = 0 decoded as %d", c.Limits.PooledPerPeer)

@@ -91,7 +91,10 @@ type Daemon struct {
 
 // Limits bound what one agent will accept.
 type Limits struct {
-	MaxSessions        int
+	MaxSessions int
+	// SessionsPerPeer bounds the server-side sessions of one client-side
+	// agent; 0: MaxSessions.
+	SessionsPerPeer    int
 	MaxStreams         int // per session
 	SessionMemory      int64
 	PreauthConnections int

@@ -6,6 +6,7 @@
 package desired
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -330,6 +331,7 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 			Encryption:        cfg.Security.Encryption,
 			Limits: agentspec.Limits{
 				MaxSessions:          l.MaxSessions,
+				MaxSessionsPerPeer:   cmp.Or(l.SessionsPerPeer, l.MaxSessions),
 				MaxStreams:           l.MaxStreams,
 				SessionMemory:        l.SessionMemory,
 				Memory:               l.Memory,

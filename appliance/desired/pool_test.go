@@ -102,3 +102,24 @@ func TestSpreadRoutePoolPerFarAgent(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionsPerPeerReachesTheRelay: limits.sessions_per_peer bounds the
+// server-side sessions of one client-side agent; unset, the relay's bound
+// is max_sessions.
+func TestSessionsPerPeerReachesTheRelay(t *testing.T) {
+	for _, c := range []struct{ max, perPeer, want int }{
+		{256, 0, 256},
+		{256, 32, 32},
+		{100, 0, 100},
+	} {
+		cfg := loadExample(t)
+		cfg.Limits.MaxSessions, cfg.Limits.SessionsPerPeer = c.max, c.perPeer
+		d, err := Compile(cfg, "agent-clemson")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := d.Agents[0].Relay.Limits.WithDefaults().MaxSessionsPerPeer; got != c.want {
+			t.Errorf("max_sessions %d, sessions_per_peer %d: relay bound %d, want %d", c.max, c.perPeer, got, c.want)
+		}
+	}
+}

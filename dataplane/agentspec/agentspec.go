@@ -206,6 +206,11 @@ func (w Route) Matches(client netip.Addr, server netip.AddrPort) bool {
 type Limits struct {
 	// MaxSessions bounds live sessions (both sides together).
 	MaxSessions int
+	// MaxSessionsPerPeer bounds the server-side sessions of one
+	// client-side agent (the initiator its handshakes name), so that one
+	// busy site cannot take every session of a server-side agent that
+	// serves several. Default: MaxSessions (no bound of its own).
+	MaxSessionsPerPeer int
 	// MaxStreams bounds the streams of one session.
 	MaxStreams int
 	// SessionMemory bounds the frame buffers of one session in bytes: a
@@ -293,6 +298,7 @@ func (l Limits) WithDefaults() Limits {
 		}
 	}
 	def(&l.MaxSessions, DefaultMaxSessions)
+	def(&l.MaxSessionsPerPeer, l.MaxSessions)
 	def(&l.MaxStreams, DefaultMaxStreams)
 	def(&l.MaxPreAuth, DefaultMaxPreAuth)
 	def(&l.MaxPreAuthPerSource, DefaultMaxPreAuthPerSource)

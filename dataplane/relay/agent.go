@@ -124,6 +124,9 @@ type Agent struct {
 	// halfOpen counts server-side sessions still gathering streams, per
 	// source address.
 	halfOpen map[netip.Prefix]int
+	// byPeer counts server-side sessions per client-side agent (its
+	// name), for Limits.MaxSessionsPerPeer.
+	byPeer map[string]int
 	// direct holds the connections carried direct (client -> server
 	// connection, nil while dialing), so Shutdown can end them.
 	direct map[*net.TCPConn]*net.TCPConn
@@ -197,6 +200,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		preauthOrder:   list.New(),
 		preauthBySrc:   make(map[netip.Prefix]int),
 		halfOpen:       make(map[netip.Prefix]int),
+		byPeer:         make(map[string]int),
 		direct:         make(map[*net.TCPConn]*net.TCPConn),
 		handshakeSlots: make(map[netip.AddrPort]chan struct{}),
 		pools:          poolsOf(rc.Client),
@@ -599,6 +603,11 @@ func (a *Agent) unregister(s *session) {
 	if s.reserved > 0 {
 		a.memReserved.Add(-s.reserved)
 		s.reserved = 0
+	}
+	if _, ok := a.sessions[s]; ok && s.side == serverSide {
+		if a.byPeer[s.peer]--; a.byPeer[s.peer] <= 0 {
+			delete(a.byPeer, s.peer)
+		}
 	}
 	delete(a.sessions, s)
 	if a.byID[s.id] == s {

@@ -799,7 +799,7 @@ func (a *Agent) bindSession(rc *runtimeConfig, w Whitelist, h *stripe.Hello, c *
 	}
 	// admit checked the limit when the BIND arrived; BINDs arriving
 	// together all passed it before any of their sessions was here.
-	if len(a.sessions) >= rc.limits.MaxSessions {
+	if len(a.sessions) >= rc.limits.MaxSessions || a.byPeer[h.Initiator] >= rc.limits.MaxSessionsPerPeer {
 		a.mu.Unlock()
 		return fmt.Errorf("session %s: %w", h.Session, errSessionLimit)
 	}
@@ -814,6 +814,7 @@ func (a *Agent) bindSession(rc *runtimeConfig, w Whitelist, h *stripe.Hello, c *
 		return err
 	}
 	a.sessions[s] = struct{}{}
+	a.byPeer[s.peer]++
 	a.byID[s.id] = s
 	a.counters.sessionsStarted.Add(1)
 	s.mu.Lock()

@@ -340,7 +340,7 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr) (White
 		return Whitelist{}, stripe.StatusUnknownSession
 	}
 	switch {
-	case len(a.sessions) >= rc.limits.MaxSessions:
+	case len(a.sessions) >= rc.limits.MaxSessions || a.byPeer[h.Initiator] >= rc.limits.MaxSessionsPerPeer:
 		return Whitelist{}, stripe.StatusSessionLimit
 	case a.halfOpen[connlimit.SourceOf(src)] >= rc.limits.MaxHalfOpenPerSource:
 		return Whitelist{}, stripe.StatusSessionLimit
@@ -363,7 +363,8 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 		switch {
 		case a.draining:
 			err = errShuttingDown
-		case len(a.sessions) >= rc.limits.MaxSessions || a.halfOpen[connlimit.SourceOf(src)] >= rc.limits.MaxHalfOpenPerSource:
+		case len(a.sessions) >= rc.limits.MaxSessions || a.byPeer[h.Initiator] >= rc.limits.MaxSessionsPerPeer ||
+			a.halfOpen[connlimit.SourceOf(src)] >= rc.limits.MaxHalfOpenPerSource:
 			err = errSessionLimit
 		}
 		if err == nil {
@@ -391,6 +392,7 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 		s.halfOpenSrc = connlimit.SourceOf(src)
 		a.halfOpen[s.halfOpenSrc]++
 		a.sessions[s] = struct{}{}
+		a.byPeer[s.peer]++
 		a.byID[s.id] = s
 		a.counters.sessionsStarted.Add(1)
 	}
