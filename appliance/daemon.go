@@ -533,6 +533,9 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 		if nextCluster, err = d.openCluster(c.cluster); err != nil {
 			return fmt.Errorf("cluster: %w", err)
 		}
+		if d.cl != nil {
+			d.log.Info("the cluster block or the etcd CA changed: a new etcd client replaces the running one (a controller campaigns again)")
+		}
 		undo = append(undo, nextCluster.close) // not started: no publisher waits
 	}
 

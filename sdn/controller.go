@@ -46,8 +46,10 @@ type Config struct {
 	// reply, TLS included. Default 10 s.
 	HandshakeTimeout time.Duration
 	// MaxHandshakes bounds the connections in handshake at once, and
-	// MaxHandshakesPerSource those from one source (an IPv4 address, an
-	// IPv6 /64); more are closed as they are accepted. Defaults 64 and 8.
+	// MaxHandshakesPerSource those from one address; an IPv6 /64 (one
+	// host may use all its addresses) holds at most half of
+	// MaxHandshakes (connlimit.PerNetwork). More are closed as they are
+	// accepted. Defaults 64 and 8.
 	MaxHandshakes, MaxHandshakesPerSource int
 
 	// Keepalive is the echo interval; a switch silent for twice as long is
@@ -258,11 +260,13 @@ type Controller struct {
 
 	// gate is what the listener admits before it learns a datapath id.
 	gate gate
-	// handshakes counts connections in handshake, in all and by source
-	// (connlimit.SourceOf: an IPv4 address or an IPv6 /64).
-	handshakes   int
-	handshaking  map[netip.Prefix]int
-	lastOverflow atomic.Int64 // unix nanoseconds of the last refuseFlood logged
+	// handshakes counts connections in handshake: in all, by address
+	// (connlimit.AddressOf) and by IPv4 address or IPv6 /64
+	// (connlimit.SourceOf).
+	handshakes     int
+	handshaking    map[netip.Prefix]int
+	handshakingNet map[netip.Prefix]int
+	lastOverflow   atomic.Int64 // unix nanoseconds of the last refuseFlood logged
 
 	healthReady chan struct{}
 	healthNow   chan struct{}
@@ -308,7 +312,7 @@ func New(cfg Config, log *slog.Logger) (*Controller, error) {
 	c := &Controller{
 		cfg: cfg.withDefaults(), log: log,
 		agents: map[string]*agentState{}, sessions: map[string]*session{}, status: map[string]*SwitchStatus{},
-		handshaking: map[netip.Prefix]int{},
+		handshaking: map[netip.Prefix]int{}, handshakingNet: map[netip.Prefix]int{},
 		healthReady: make(chan struct{}), healthNow: make(chan struct{}, 1), updated: make(chan struct{}, 1),
 		role: ofp13.RoleSlave, roleSince: time.Now(),
 	}
@@ -639,24 +643,29 @@ func addrOf(a net.Addr) netip.Addr {
 // admitHandshake takes a handshake slot for a connection from addr, or
 // reports that none is free.
 func (c *Controller) admitHandshake(addr netip.Addr) bool {
-	src := connlimit.SourceOf(addr)
+	src, srcNet := connlimit.AddressOf(addr), connlimit.SourceOf(addr)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.handshakes >= c.cfg.MaxHandshakes || c.handshaking[src] >= c.cfg.MaxHandshakesPerSource {
+	if c.handshakes >= c.cfg.MaxHandshakes || c.handshaking[src] >= c.cfg.MaxHandshakesPerSource ||
+		c.handshakingNet[srcNet] >= connlimit.PerNetwork(c.cfg.MaxHandshakesPerSource, c.cfg.MaxHandshakes) {
 		return false
 	}
 	c.handshakes++
 	c.handshaking[src]++
+	c.handshakingNet[srcNet]++
 	return true
 }
 
 func (c *Controller) releaseHandshake(addr netip.Addr) {
-	src := connlimit.SourceOf(addr)
+	src, srcNet := connlimit.AddressOf(addr), connlimit.SourceOf(addr)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.handshakes--
 	if c.handshaking[src]--; c.handshaking[src] <= 0 {
 		delete(c.handshaking, src)
+	}
+	if c.handshakingNet[srcNet]--; c.handshakingNet[srcNet] <= 0 {
+		delete(c.handshakingNet, srcNet)
 	}
 }
 

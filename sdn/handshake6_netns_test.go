@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sosappliance/sosappliance/internal/connlimit"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn"
 	"github.com/sosappliance/sosappliance/sdn/flows"
@@ -18,11 +19,11 @@ import (
 
 // TestHandshakeCapPerIPv6Prefix: one host holding an IPv6 /64 opens
 // each connection to the controller from another of its addresses and
-// never finishes a handshake. The per-source handshake cap counts the
-// /64 as one source, so the flood holds at most its per-source share and
-// a switch from elsewhere still gets a handshake (the controller's
-// HELLO); counted per address, the flood fills the controller-wide cap
-// and the switch's connection is closed as it is accepted.
+// never finishes a handshake. A /64 holds at most half of the
+// controller-wide handshake cap (connlimit.PerNetwork), so a switch from
+// elsewhere still gets a handshake (the controller's HELLO); counted per
+// address only, the flood fills the controller-wide cap and the switch's
+// connection is closed as it is accepted.
 func TestHandshakeCapPerIPv6Prefix(t *testing.T) {
 	testsupport.RequireRoot(t, "ip", "sysctl")
 	ns := fmt.Sprintf("sossdn6f%d", os.Getpid())
@@ -73,11 +74,12 @@ func TestHandshakeCapPerIPv6Prefix(t *testing.T) {
 	for i := range flood {
 		dial(netip.MustParseAddr(fmt.Sprintf("2001:db8:66::%x", 0x100+i)))
 	}
+	perNet := connlimit.PerNetwork(perSource, total)
 	testsupport.Eventually(t, 20*time.Second, "the flood's excess closed on accept", func() bool {
-		return ctl.Status().Counters.HandshakeOverflows >= flood-perSource
+		return ctl.Status().Counters.HandshakeOverflows >= uint64(flood-perNet)
 	})
-	if n := ctl.Status().Counters.HandshakeOverflows; n != flood-perSource {
-		t.Errorf("%d of %d connections from one /64 closed on accept, want %d", n, flood, flood-perSource)
+	if n := ctl.Status().Counters.HandshakeOverflows; n != uint64(flood-perNet) {
+		t.Errorf("%d of %d connections from one /64 closed on accept, want %d", n, flood, flood-perNet)
 	}
 	// A switch from another /64 still gets its handshake: the
 	// controller answers its HELLO with its own, rather than close.

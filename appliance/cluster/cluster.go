@@ -10,10 +10,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -75,8 +77,11 @@ type TLSFiles struct {
 type TLS struct {
 	files TLSFiles
 	roots *x509.CertPool
-	caPEM []byte
-	cur   atomic.Pointer[tlsCert]
+	// cas are the DER of the CA certificates, sorted: SameCA compares
+	// them, not the file's bytes (a comment or another order is the
+	// same CA).
+	cas [][]byte
+	cur atomic.Pointer[tlsCert]
 }
 
 type tlsCert struct {
@@ -88,14 +93,27 @@ type tlsCert struct {
 
 // LoadTLS reads files.
 func LoadTLS(files TLSFiles) (*TLS, error) {
-	ca, err := os.ReadFile(files.CA)
+	_, blocks, err := readPEM(files.CA)
 	if err != nil {
-		return nil, fmt.Errorf("etcd tls: %w", err)
+		return nil, err
 	}
-	t := &TLS{files: files, roots: x509.NewCertPool(), caPEM: ca}
-	if !t.roots.AppendCertsFromPEM(ca) {
+	t := &TLS{files: files, roots: x509.NewCertPool()}
+	for _, b := range blocks {
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("etcd tls: %s: %w", files.CA, err)
+		}
+		t.roots.AddCert(c)
+		t.cas = append(t.cas, b.Bytes)
+	}
+	if len(t.cas) == 0 {
 		return nil, fmt.Errorf("etcd tls: %s holds no PEM certificate", files.CA)
 	}
+	slices.SortFunc(t.cas, bytes.Compare)
+	t.cas = slices.CompactFunc(t.cas, bytes.Equal)
 	c, err := loadCert(files)
 	if err != nil {
 		return nil, err
@@ -104,11 +122,35 @@ func LoadTLS(files TLSFiles) (*TLS, error) {
 	return t, nil
 }
 
+// readPEM reads the PEM blocks of a file and refuses one that begins a
+// block it does not finish: a file written in place and read half-written
+// (pem.Decode would skip the block it cut) is not taken for a shorter
+// chain or bundle. Text around the blocks (comments) is allowed.
+func readPEM(path string) ([]byte, []*pem.Block, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("etcd tls: %w", err)
+	}
+	var blocks []*pem.Block
+	rest := data
+	for {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			break
+		}
+		blocks = append(blocks, b)
+	}
+	if bytes.Contains(rest, []byte("-----BEGIN")) {
+		return nil, nil, fmt.Errorf("etcd tls: %s has a PEM block cut short after its %d whole one(s): read while it was written? (replace such files by renaming a complete copy over them)", path, len(blocks))
+	}
+	return data, blocks, nil
+}
+
 func loadCert(f TLSFiles) (*tlsCert, error) {
 	c := &tlsCert{}
 	var err error
-	if c.certPEM, err = os.ReadFile(f.Cert); err != nil {
-		return nil, fmt.Errorf("etcd tls: %w", err)
+	if c.certPEM, _, err = readPEM(f.Cert); err != nil {
+		return nil, err
 	}
 	if c.keyPEM, err = os.ReadFile(f.Key); err != nil {
 		return nil, fmt.Errorf("etcd tls: %w", err)
@@ -122,10 +164,11 @@ func loadCert(f TLSFiles) (*tlsCert, error) {
 // Files are the files t reads.
 func (t *TLS) Files() TLSFiles { return t.files }
 
-// SameCA says whether o read the same CA as t: then t can take o's
-// certificate (Take); otherwise the client must be made again.
+// SameCA says whether o read the same CA certificates as t, from the
+// same files: then t can take o's certificate (Take); otherwise the
+// client must be made again.
 func (t *TLS) SameCA(o *TLS) bool {
-	return t.files == o.files && bytes.Equal(t.caPEM, o.caPEM)
+	return t.files == o.files && slices.EqualFunc(t.cas, o.cas, bytes.Equal)
 }
 
 // Reload reads the certificate and key again. It reports whether they

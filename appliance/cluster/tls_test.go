@@ -132,3 +132,78 @@ func TestTLSReloadTakesRotatedClientCertificate(t *testing.T) {
 		t.Errorf("after a failed reload: %v", err)
 	}
 }
+
+// TestLoadTLSRefusesHalfWrittenFiles: a certificate chain or a CA bundle
+// rewritten in place (not renamed) and read by a reload half way through
+// the write is refused, not taken as it stands (pem.Decode skips a
+// trailing block it cannot finish): neither a leaf without its
+// intermediate nor a bundle missing its last CA. (Found by review.)
+func TestLoadTLSRefusesHalfWrittenFiles(t *testing.T) {
+	one := testsupport.NewPKI(t, t.TempDir(), "ca-one")
+	two := testsupport.NewPKI(t, t.TempDir(), "ca-two")
+	dir := t.TempDir()
+	read := func(p string) []byte {
+		b, err := os.ReadFile(p)
+		testsupport.RequireNoError(t, err)
+		return b
+	}
+	cert, key, _ := one.Issue(t, "node")
+	files := TLSFiles{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
+	caOne, caTwo := read(one.CAFile), read(two.CAFile)
+	testsupport.RequireNoError(t, os.WriteFile(files.CA, append(append([]byte{}, caOne...), caTwo...), 0o600))
+	// A chain file: the leaf, then an intermediate (ca-two's certificate
+	// stands in for one), cut half way.
+	chain := append(append([]byte{}, read(cert)...), caTwo[:len(caTwo)/2]...)
+	testsupport.RequireNoError(t, os.WriteFile(files.Cert, chain, 0o600))
+	testsupport.RequireNoError(t, os.WriteFile(files.Key, read(key), 0o600))
+	tc, err := LoadTLS(files)
+	if err == nil {
+		t.Errorf("a chain file cut in its second certificate loaded: %d certificate(s) in the chain", len(tc.cur.Load().cert.Certificate))
+	} else {
+		t.Logf("refused: %v", err)
+	}
+	// A CA bundle cut in its second CA.
+	testsupport.RequireNoError(t, os.WriteFile(files.Cert, read(cert), 0o600))
+	full, err := LoadTLS(files)
+	testsupport.RequireNoError(t, err)
+	testsupport.RequireNoError(t, os.WriteFile(files.CA, append(append([]byte{}, caOne...), caTwo[:len(caTwo)/2]...), 0o600))
+	cut, err := LoadTLS(files)
+	if err == nil {
+		t.Errorf("a CA bundle cut in its second CA loaded (same CA as before: %v): the daemon would make a new etcd client trusting %d of 2 CAs",
+			full.SameCA(cut), len(cut.cas))
+	}
+}
+
+// TestSameCAOnSameCertificates: a CA file written again with the very
+// same certificates (a tool that renders the bundle at every renewal: a
+// comment line, another order) is the same CA to SameCA, so the next
+// reload keeps its etcd client and its election. (Found by review: the
+// file's bytes were compared.)
+func TestSameCAOnSameCertificates(t *testing.T) {
+	one := testsupport.NewPKI(t, t.TempDir(), "ca-one")
+	two := testsupport.NewPKI(t, t.TempDir(), "ca-two")
+	dir := t.TempDir()
+	read := func(p string) []byte {
+		b, err := os.ReadFile(p)
+		testsupport.RequireNoError(t, err)
+		return b
+	}
+	cert, key, _ := one.Issue(t, "node")
+	files := TLSFiles{CA: filepath.Join(dir, "ca.pem"), Cert: cert, Key: key}
+	caOne, caTwo := read(one.CAFile), read(two.CAFile)
+	testsupport.RequireNoError(t, os.WriteFile(files.CA, append(append([]byte{}, caOne...), caTwo...), 0o600))
+	running, err := LoadTLS(files)
+	testsupport.RequireNoError(t, err)
+	for name, b := range map[string][]byte{
+		"comment line":  append(append([]byte("# rendered by the renewal job\n"), caOne...), caTwo...),
+		"another order": append(append([]byte{}, caTwo...), caOne...),
+		"trailing text": append(append(append([]byte{}, caOne...), caTwo...), "# end of bundle\n"...),
+	} {
+		testsupport.RequireNoError(t, os.WriteFile(files.CA, b, 0o600))
+		again, err := LoadTLS(files)
+		testsupport.RequireNoError(t, err)
+		if !running.SameCA(again) {
+			t.Errorf("%s: the same CA certificates are another CA to SameCA: a reload makes a new etcd client", name)
+		}
+	}
+}

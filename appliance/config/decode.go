@@ -44,9 +44,10 @@ const (
 	DefaultMaxSessions    = agentspec.DefaultMaxSessions
 	DefaultPreauthConns   = agentspec.DefaultMaxPreAuth
 	DefaultPreauthTimeout = agentspec.DefaultPreAuthTimeout
-	// Per source (an IPv4 address, an IPv6 /64): unauthenticated
-	// data-port connections (more evict that source's oldest) and
-	// server-side sessions still gathering their streams.
+	// Per source address: unauthenticated data-port connections (more
+	// evict that address's oldest; an IPv6 /64 holds at most half of the
+	// preauth connections) and server-side sessions still gathering
+	// their streams.
 	DefaultPreauthPerSource  = agentspec.DefaultMaxPreAuthPerSource
 	DefaultHalfOpenPerSource = agentspec.DefaultMaxHalfOpenPerSource
 	DefaultPooledPerPeer     = agentspec.DefaultMaxPooledPerPeer

@@ -229,13 +229,15 @@ type Limits struct {
 	// peer whose handshakes take one round trip.
 	MaxPreAuth int
 	// MaxPreAuthPerSource bounds unauthenticated connections from one
-	// source (an IPv4 address, an IPv6 /64: one host may hold a whole
-	// /64); at the cap a new one evicts that source's oldest.
+	// address; at the cap a new one evicts that address's oldest. An
+	// IPv6 /64 (one host may use all its addresses) holds at most half
+	// of MaxPreAuth (and never less than this), evicting its own oldest
+	// beyond.
 	// Client-side agents keep fewer handshakes than this in flight per
 	// peer, so a peer's own stripes never evict each other.
 	MaxPreAuthPerSource int
 	// MaxHalfOpenPerSource bounds server-side sessions from one source
-	// (as above) that are still gathering their streams (fresh streams came,
+	// address that are still gathering their streams (fresh streams came,
 	// but not the stream 0 a session starts on); more are refused with a
 	// session limit.
 	MaxHalfOpenPerSource int

@@ -120,7 +120,8 @@ type Agent struct {
 	// count per source address.
 	preauth      map[*net.TCPConn]*preauthConn
 	preauthOrder *list.List
-	preauthBySrc map[netip.Prefix]int
+	preauthBySrc map[netip.Prefix]int // by connlimit.AddressOf
+	preauthByNet map[netip.Prefix]int // by connlimit.SourceOf
 	// halfOpen counts server-side sessions still gathering streams, per
 	// source address.
 	halfOpen map[netip.Prefix]int
@@ -199,6 +200,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		preauth:        make(map[*net.TCPConn]*preauthConn),
 		preauthOrder:   list.New(),
 		preauthBySrc:   make(map[netip.Prefix]int),
+		preauthByNet:   make(map[netip.Prefix]int),
 		halfOpen:       make(map[netip.Prefix]int),
 		byPeer:         make(map[string]int),
 		direct:         make(map[*net.TCPConn]*net.TCPConn),

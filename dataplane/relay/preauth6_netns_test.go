@@ -12,37 +12,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sosappliance/sosappliance/internal/connlimit"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
-// TestPreAuthFloodFromOneIPv6Prefix: one host holds a whole IPv6 /64 and
-// can open each connection from an address of its own. The data port's
-// per-source cap counts a /64 as one source, as the health and metrics
-// ports do, so a flood of idle connections from one /64, each from
-// another address, evicts only its own: the handshakes of other sources
-// that were waiting stay. Counted per address, the flood would pass the
-// agent-wide cap and evict them as the oldest.
-func TestPreAuthFloodFromOneIPv6Prefix(t *testing.T) {
+// ipv6Responder starts a server-side agent with lim in a namespace of its
+// own where every address of 2001:db8::/32 is local and may be bound
+// without being configured, so a test can connect from any of them. dial
+// connects from each src, in the namespace, and keeps the connections
+// open until the test ends.
+func ipv6Responder(t *testing.T, lim Limits) (b *Agent, dial func(srcs ...netip.Addr) []net.Conn) {
+	t.Helper()
 	testsupport.RequireRoot(t, "ip", "sysctl")
 	ns := fmt.Sprintf("sosr6f%d", os.Getpid())
 	sh(t, "ip", "netns", "add", ns)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
 	sh(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	// Every address of 2001:db8::/32 is this namespace's own, and may be
-	// bound without being configured.
 	sh(t, "ip", "-n", ns, "-6", "route", "add", "local", "2001:db8::/32", "dev", "lo")
 	sh(t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.ip_nonlocal_bind=1")
-
-	const preauthCap, perSource = 32, 8
-	var b *Agent
 	err := tuning.RunInNamedNetns(ns, func() error {
 		var err error
 		b, err = New(Config{
 			Name: "agent-b", DataListen: netip.MustParseAddrPort("[2001:db8:ff::1]:0"), PSK: testPSK,
 			Server: []Whitelist{{Name: "w", Clients: []netip.Prefix{netip.MustParsePrefix("2001:db8:a::/64")},
 				Server: netip.MustParseAddr("2001:db8:b::1"), Port: 80, Streams: 2, ChunkSize: 1000, PeerName: "agent-a"}},
-			Limits: Limits{MaxPreAuth: preauthCap, MaxPreAuthPerSource: perSource, PreAuthTimeout: time.Minute},
+			Limits: lim,
 		}, slog.New(slog.DiscardHandler))
 		if err != nil {
 			return err
@@ -64,7 +59,8 @@ func TestPreAuthFloodFromOneIPv6Prefix(t *testing.T) {
 			_ = c.Close()
 		}
 	})
-	dial := func(srcs ...netip.Addr) []net.Conn {
+	dial = func(srcs ...netip.Addr) []net.Conn {
+		t.Helper()
 		var out []net.Conn
 		err := tuning.RunInNamedNetns(ns, func() error {
 			for _, src := range srcs {
@@ -83,6 +79,32 @@ func TestPreAuthFloodFromOneIPv6Prefix(t *testing.T) {
 		conns = append(conns, out...)
 		return out
 	}
+	return b, dial
+}
+
+// settledPreAuth waits until every one of n connections is held or was
+// evicted, and returns how many are held and evicted.
+func settledPreAuth(t *testing.T, b *Agent, n int) (held int, evicted uint64) {
+	t.Helper()
+	testsupport.Eventually(t, 20*time.Second, "every connection held or evicted", func() bool {
+		st := b.Stats().Totals
+		return st.PreAuthActive+int(st.Rejected[rejectPreAuthEvicted]) == n
+	})
+	st := b.Stats().Totals
+	return st.PreAuthActive, st.Rejected[rejectPreAuthEvicted]
+}
+
+// TestPreAuthFloodFromOneIPv6Prefix: one host holds a whole IPv6 /64 and
+// opens each connection from another of its addresses. The per-address
+// cap does not bound it, but the /64 holds at most half of the
+// agent-wide cap (connlimit.PerNetwork), evicting its own oldest beyond
+// that, so the handshakes of other sources that were waiting stay.
+// Counted per address only, the flood would pass the agent-wide cap and
+// evict them as the oldest.
+func TestPreAuthFloodFromOneIPv6Prefix(t *testing.T) {
+	const preauthCap, perSource = 32, 8
+	perNet := connlimit.PerNetwork(perSource, preauthCap)
+	b, dial := ipv6Responder(t, Limits{MaxPreAuth: preauthCap, MaxPreAuthPerSource: perSource, PreAuthTimeout: time.Minute})
 	// Waiting handshakes of four other sources, each its own /64.
 	var others []netip.Addr
 	for i := range 4 {
@@ -98,15 +120,11 @@ func TestPreAuthFloodFromOneIPv6Prefix(t *testing.T) {
 		flood = append(flood, netip.MustParseAddr(fmt.Sprintf("2001:db8:66::%x", 0x100+i)))
 	}
 	dial(flood...)
-	testsupport.Eventually(t, 20*time.Second, "every connection held or evicted", func() bool {
-		st := b.Stats().Totals
-		return st.PreAuthActive+int(st.Rejected[rejectPreAuthEvicted]) == len(waiting)+len(flood)
-	})
-	st := b.Stats().Totals
-	t.Logf("held %d unauthenticated connections, evicted %d", st.PreAuthActive, st.Rejected[rejectPreAuthEvicted])
-	if st.PreAuthActive > len(waiting)+perSource {
-		t.Errorf("%d unauthenticated connections held; want at most %d: the /64's %d and the others' %d",
-			st.PreAuthActive, len(waiting)+perSource, perSource, len(waiting))
+	held, evicted := settledPreAuth(t, b, len(waiting)+len(flood))
+	t.Logf("held %d unauthenticated connections, evicted %d", held, evicted)
+	if held != len(waiting)+perNet {
+		t.Errorf("%d unauthenticated connections held; want %d: the /64's %d and the others' %d",
+			held, len(waiting)+perNet, perNet, len(waiting))
 	}
 	// The waiting handshakes are still open: a read waits (the agent
 	// waits for their hello) rather than ending.
@@ -118,5 +136,29 @@ func TestPreAuthFloodFromOneIPv6Prefix(t *testing.T) {
 		if !errors.As(err, &ne) || !ne.Timeout() {
 			t.Errorf("the waiting connection from %s was ended by the flood: %v", others[i], err)
 		}
+	}
+}
+
+// TestPeersOfOneIPv6SubnetKeepTheirHandshakes: three client-side agents
+// on one IPv6 LAN (one /64, each its own address) open streams toward the
+// same server-side agent at once, each with HandshakesInFlight in flight,
+// fewer than the default per-source cap, as the initiator promises: none
+// is evicted, though together they pass that cap. (Found by review: with
+// the /64 as the only source, their 192 handshakes shared one cap of 128
+// and evicted each other.)
+func TestPeersOfOneIPv6SubnetKeepTheirHandshakes(t *testing.T) {
+	b, dial := ipv6Responder(t, Limits{MaxPreAuth: 1024, MaxPreAuthPerSource: 128, PreAuthTimeout: time.Minute})
+	peers := []netip.Addr{netip.MustParseAddr("2001:db8:a::1"), netip.MustParseAddr("2001:db8:a::2"), netip.MustParseAddr("2001:db8:a::3")}
+	for _, src := range peers {
+		srcs := make([]netip.Addr, HandshakesInFlight)
+		for i := range srcs {
+			srcs[i] = src
+		}
+		dial(srcs...)
+	}
+	held, evicted := settledPreAuth(t, b, len(peers)*HandshakesInFlight)
+	t.Logf("%d agents x %d handshakes in flight: held %d, evicted %d", len(peers), HandshakesInFlight, held, evicted)
+	if evicted > 0 {
+		t.Errorf("%d in-flight handshakes of peer agents evicted, though each stayed under the per-source cap", evicted)
 	}
 }

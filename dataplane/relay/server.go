@@ -25,40 +25,54 @@ import (
 // peers in while a flood of idle connections only evicts itself.
 type preauthConn struct {
 	conn *net.TCPConn
-	src  netip.Prefix // connlimit.SourceOf its address
-	elem *list.Element
+	// src is its address (connlimit.AddressOf), net its IPv4 address or
+	// IPv6 /64 (connlimit.SourceOf).
+	src, net netip.Prefix
+	elem     *list.Element
 }
 
 // admitPreAuth registers an accepted data-port connection, evicting the
-// oldest unauthenticated one from the same source, or from anywhere, when
-// a cap is reached, and starts its handshake.
+// oldest unauthenticated one from the same address, from the same IPv6
+// /64, or from anywhere, when a cap is reached, and starts its handshake.
+// The address cap is MaxPreAuthPerSource; a /64 (one host may use all its
+// addresses) holds at most connlimit.PerNetwork of MaxPreAuthPerSource and
+// MaxPreAuth, half of all, so that peers on one IPv6 LAN keep their
+// per-address share and a host holding a /64 cannot take every place.
 func (a *Agent) admitPreAuth(c *net.TCPConn) {
 	rc := a.cfg.Load()
-	src := connlimit.SourceOf(unmapAddrPort(c.RemoteAddr().(*net.TCPAddr).AddrPort()).Addr())
+	addr := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
+	src, srcNet := connlimit.AddressOf(addr), connlimit.SourceOf(addr)
 	a.mu.Lock()
 	if a.draining {
 		a.mu.Unlock()
 		reset(c)
 		return
 	}
-	var victim *preauthConn
-	if a.preauthBySrc[src] >= rc.limits.MaxPreAuthPerSource {
+	oldest := func(match func(*preauthConn) bool) *preauthConn {
 		for e := a.preauthOrder.Front(); e != nil; e = e.Next() {
-			if p := e.Value.(*preauthConn); p.src == src {
-				victim = p
-				break
+			if p := e.Value.(*preauthConn); match(p) {
+				return p
 			}
 		}
-	} else if len(a.preauth) >= rc.limits.MaxPreAuth {
+		return nil
+	}
+	var victim *preauthConn
+	switch {
+	case a.preauthBySrc[src] >= rc.limits.MaxPreAuthPerSource:
+		victim = oldest(func(p *preauthConn) bool { return p.src == src })
+	case a.preauthByNet[srcNet] >= connlimit.PerNetwork(rc.limits.MaxPreAuthPerSource, rc.limits.MaxPreAuth):
+		victim = oldest(func(p *preauthConn) bool { return p.net == srcNet })
+	case len(a.preauth) >= rc.limits.MaxPreAuth:
 		victim = a.preauthOrder.Front().Value.(*preauthConn)
 	}
 	if victim != nil {
 		a.dropPreAuthLocked(victim)
 	}
-	p := &preauthConn{conn: c, src: src}
+	p := &preauthConn{conn: c, src: src, net: srcNet}
 	p.elem = a.preauthOrder.PushBack(p)
 	a.preauth[c] = p
 	a.preauthBySrc[src]++
+	a.preauthByNet[srcNet]++
 	a.mu.Unlock()
 	if victim != nil {
 		a.reject(rejectPreAuthEvicted, "relay: unauthenticated connection cap reached; oldest evicted",
@@ -77,6 +91,9 @@ func (a *Agent) dropPreAuthLocked(p *preauthConn) {
 	a.preauthOrder.Remove(p.elem)
 	if a.preauthBySrc[p.src]--; a.preauthBySrc[p.src] <= 0 {
 		delete(a.preauthBySrc, p.src)
+	}
+	if a.preauthByNet[p.net]--; a.preauthByNet[p.net] <= 0 {
+		delete(a.preauthByNet, p.net)
 	}
 }
 
@@ -342,7 +359,7 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr) (White
 	switch {
 	case len(a.sessions) >= rc.limits.MaxSessions || a.byPeer[h.Initiator] >= rc.limits.MaxSessionsPerPeer:
 		return Whitelist{}, stripe.StatusSessionLimit
-	case a.halfOpen[connlimit.SourceOf(src)] >= rc.limits.MaxHalfOpenPerSource:
+	case a.halfOpen[connlimit.AddressOf(src)] >= rc.limits.MaxHalfOpenPerSource:
 		return Whitelist{}, stripe.StatusSessionLimit
 	case a.memReserved.Load() > rc.limits.Memory-need:
 		return Whitelist{}, stripe.StatusMemoryLimit
@@ -364,7 +381,7 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 		case a.draining:
 			err = errShuttingDown
 		case len(a.sessions) >= rc.limits.MaxSessions || a.byPeer[h.Initiator] >= rc.limits.MaxSessionsPerPeer ||
-			a.halfOpen[connlimit.SourceOf(src)] >= rc.limits.MaxHalfOpenPerSource:
+			a.halfOpen[connlimit.AddressOf(src)] >= rc.limits.MaxHalfOpenPerSource:
 			err = errSessionLimit
 		}
 		if err == nil {
@@ -389,7 +406,7 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 			reset(c)
 			return
 		}
-		s.halfOpenSrc = connlimit.SourceOf(src)
+		s.halfOpenSrc = connlimit.AddressOf(src)
 		a.halfOpen[s.halfOpenSrc]++
 		a.sessions[s] = struct{}{}
 		a.byPeer[s.peer]++

@@ -304,11 +304,14 @@ func addrOf(c net.Conn) netip.Addr {
 }
 
 // SourceOf is the source an address counts against: the IPv4 address, or
-// the /64 of an IPv6 address.
+// the /64 of an IPv6 address (one host may hold a whole /64). An
+// IPv4-mapped address counts as the IPv4 address; a zone is dropped, so
+// link-local peers of different interfaces share a source.
 func SourceOf(a netip.Addr) netip.Prefix {
 	if !a.IsValid() {
 		return netip.Prefix{}
 	}
+	a = a.Unmap().WithZone("")
 	bits := 32
 	if a.Is6() {
 		bits = 64
@@ -316,6 +319,24 @@ func SourceOf(a netip.Addr) netip.Prefix {
 	p, _ := a.Prefix(bits)
 	return p
 }
+
+// AddressOf is one address as a prefix (/32, /128), unmapped and without
+// its zone: the key of a cap per host address, which peers that share a
+// /64 (agents or switches on one IPv6 LAN) do not share.
+func AddressOf(a netip.Addr) netip.Prefix {
+	if !a.IsValid() {
+		return netip.Prefix{}
+	}
+	a = a.Unmap().WithZone("")
+	return netip.PrefixFrom(a, a.BitLen())
+}
+
+// PerNetwork is the cap of one IPv4 address or IPv6 /64 (SourceOf) when
+// perAddress caps each address (AddressOf) and total all: half the total,
+// and never below perAddress. A host holding a /64 then takes at most
+// half of what all may hold, whatever addresses it uses, while peers of
+// one LAN keep their own per-address share.
+func PerNetwork(perAddress, total int) int { return max(perAddress, total/2) }
 
 // conn is an accepted connection that gives its place back when closed.
 type conn struct {

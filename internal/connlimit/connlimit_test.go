@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -204,5 +205,36 @@ func TestSourceOf(t *testing.T) {
 		if got := SourceOf(addrOf(fakeConn{remote: ta})); got.String() != c.want {
 			t.Errorf("%s counts against %s, want %s", c.addr, got, c.want)
 		}
+	}
+}
+
+// TestSourceOfUnmapsAndDropsZones: an IPv4-mapped address counts as its
+// IPv4 address, whoever forgot to unmap it (found by review: two IPv4
+// peers would have been the one source ::/64); a zone is dropped, so
+// link-local peers of different interfaces share fe80::/64, on purpose.
+func TestSourceOfUnmapsAndDropsZones(t *testing.T) {
+	for in, want := range map[string]string{
+		"::ffff:192.0.2.1":    "192.0.2.1/32",
+		"192.0.2.1":           "192.0.2.1/32",
+		"2001:db8:1::7":       "2001:db8:1::/64",
+		"fe80::1%eth0":        "fe80::/64",
+		"fe80::2%eth1":        "fe80::/64",
+		"::ffff:198.51.100.7": "198.51.100.7/32",
+	} {
+		if got := SourceOf(netip.MustParseAddr(in)).String(); got != want {
+			t.Errorf("SourceOf(%s) = %s, want %s", in, got, want)
+		}
+	}
+	for in, want := range map[string]string{
+		"::ffff:192.0.2.1": "192.0.2.1/32",
+		"2001:db8:1::7":    "2001:db8:1::7/128",
+		"fe80::1%eth0":     "fe80::1/128",
+	} {
+		if got := AddressOf(netip.MustParseAddr(in)).String(); got != want {
+			t.Errorf("AddressOf(%s) = %s, want %s", in, got, want)
+		}
+	}
+	if PerNetwork(8, 64) != 32 || PerNetwork(128, 100) != 128 {
+		t.Errorf("PerNetwork: %d, %d", PerNetwork(8, 64), PerNetwork(128, 100))
 	}
 }
