@@ -21,17 +21,10 @@ import (
 // with the new certificate. A CA file replaced in place is taken by the
 // next reload with a new etcd client.
 func TestReloadTakesRotatedEtcdCertificate(t *testing.T) {
-	one := testsupport.NewPKI(t, t.TempDir(), "ca-one")
-	two := testsupport.NewPKI(t, t.TempDir(), "ca-two")
+	one, two, bundle := testsupport.TwoCAs(t)
 	pkiDir := t.TempDir()
-	read := func(path string) []byte {
-		b, err := os.ReadFile(path)
-		testsupport.RequireNoError(t, err)
-		return b
-	}
+	read := func(path string) []byte { return testsupport.ReadFile(t, path) }
 	put := func(path string, b []byte) { testsupport.RequireNoError(t, os.WriteFile(path, b, 0o600)) }
-	bundle := filepath.Join(pkiDir, "trusted.pem")
-	put(bundle, append(read(one.CAFile), read(two.CAFile)...))
 	etcd := testsupport.StartEtcdTLS(t, 1, one, bundle)
 
 	caFile, certFile, keyFile := filepath.Join(pkiDir, "etcd-ca.pem"), filepath.Join(pkiDir, "node.pem"), filepath.Join(pkiDir, "node-key.pem")

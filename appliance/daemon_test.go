@@ -20,6 +20,7 @@ import (
 
 	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
+	"github.com/sosappliance/sosappliance/tuning"
 )
 
 // daemonConfig is a config in which host1 only has sysctl tuning, so the
@@ -58,11 +59,13 @@ func startDaemon(t *testing.T, root, dir, cfgPath string, drift time.Duration) *
 }
 
 // daemonParams are what the daemon tests vary: the node, the drift
-// interval (0: the config's) and the metrics address ("": off).
+// interval (0: the config's), the metrics address ("": off) and the host
+// executors (nil: tempHostExecutors of the root).
 type daemonParams struct {
 	node    string
 	drift   time.Duration
 	metrics string
+	execs   map[string]tuning.Executor
 }
 
 func startDaemonWith(t *testing.T, root, dir, cfgPath string, p daemonParams) *testDaemon {
@@ -70,9 +73,12 @@ func startDaemonWith(t *testing.T, root, dir, cfgPath string, p daemonParams) *t
 	td := &testDaemon{t: t, root: root, dir: dir, cfgPath: cfgPath,
 		socket: filepath.Join(dir, "control.sock"), state: filepath.Join(dir, "state.db"), logs: &testsupport.LockedBuffer{}}
 	metrics := p.metrics
+	if p.execs == nil {
+		p.execs = tempHostExecutors(root)
+	}
 	d, err := NewDaemon(Options{
 		ConfigPath: cfgPath, Node: p.node, StatePath: td.state, ControlSocket: td.socket,
-		MetricsListen: &metrics, Root: root, Executors: tempHostExecutors(root),
+		MetricsListen: &metrics, Root: root, Executors: p.execs,
 		Settle: 50 * time.Millisecond, DriftInterval: p.drift,
 		Logger: slog.New(slog.NewTextHandler(td.logs, nil)),
 	})

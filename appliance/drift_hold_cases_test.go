@@ -3,7 +3,6 @@ package appliance
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/host/item"
-	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
@@ -102,22 +100,7 @@ func TestHeldWarningFirstSeenInAFailedCheckIsLogged(t *testing.T) {
 	var fail atomic.Bool
 	execs := tempHostExecutors(root)
 	execs[item.KindSysctl] = toggleFail{Executor: execs[item.KindSysctl], key: "net.core.rmem_max", fail: &fail}
-	td := &testDaemon{t: t, root: root, dir: dir, cfgPath: cfgPath,
-		socket: filepath.Join(dir, "control.sock"), state: filepath.Join(dir, "state.db"), logs: &testsupport.LockedBuffer{}}
-	metrics := ""
-	d, err := NewDaemon(Options{
-		ConfigPath: cfgPath, Node: "host1", StatePath: td.state, ControlSocket: td.socket,
-		MetricsListen: &metrics, Root: root, Executors: execs,
-		Settle: 50 * time.Millisecond, DriftInterval: 300 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(td.logs, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	td.cancel, td.done = cancel, make(chan error, 1)
-	go func() { td.done <- d.Run(ctx) }()
-	t.Cleanup(td.stop)
+	td := startDaemonWith(t, root, dir, cfgPath, daemonParams{node: "host1", drift: 300 * time.Millisecond, execs: execs})
 	td.waitFor("initial convergence", func() bool { return irqAffinity(root, "40") == "2" && td.sysctl("net.core.rmem_max") == "100000" })
 
 	// In one go: the sysctl drifts and its write will fail once, and

@@ -21,17 +21,8 @@ import (
 // is refused too. A CA replaced in place is not taken (SameCA says so:
 // the daemon then makes a new client).
 func TestTLSReloadTakesRotatedClientCertificate(t *testing.T) {
-	one := testsupport.NewPKI(t, t.TempDir(), "ca-one")
-	two := testsupport.NewPKI(t, t.TempDir(), "ca-two")
+	one, two, bundle := testsupport.TwoCAs(t)
 	dir := t.TempDir()
-	bundle := filepath.Join(dir, "trusted.pem")
-	var pems []byte
-	for _, f := range []string{one.CAFile, two.CAFile} {
-		b, err := os.ReadFile(f)
-		testsupport.RequireNoError(t, err)
-		pems = append(pems, b...)
-	}
-	testsupport.RequireNoError(t, os.WriteFile(bundle, pems, 0o600))
 	etcd := testsupport.StartEtcdTLS(t, 1, one, bundle)
 
 	// install copies a certificate and key, and the members' CA, to the
@@ -139,14 +130,9 @@ func TestTLSReloadTakesRotatedClientCertificate(t *testing.T) {
 // trailing block it cannot finish): neither a leaf without its
 // intermediate nor a bundle missing its last CA. (Found by review.)
 func TestLoadTLSRefusesHalfWrittenFiles(t *testing.T) {
-	one := testsupport.NewPKI(t, t.TempDir(), "ca-one")
-	two := testsupport.NewPKI(t, t.TempDir(), "ca-two")
+	one, two, _ := testsupport.TwoCAs(t)
 	dir := t.TempDir()
-	read := func(p string) []byte {
-		b, err := os.ReadFile(p)
-		testsupport.RequireNoError(t, err)
-		return b
-	}
+	read := func(p string) []byte { return testsupport.ReadFile(t, p) }
 	cert, key, _ := one.Issue(t, "node")
 	files := TLSFiles{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
 	caOne, caTwo := read(one.CAFile), read(two.CAFile)
@@ -180,14 +166,9 @@ func TestLoadTLSRefusesHalfWrittenFiles(t *testing.T) {
 // reload keeps its etcd client and its election. (Found by review: the
 // file's bytes were compared.)
 func TestSameCAOnSameCertificates(t *testing.T) {
-	one := testsupport.NewPKI(t, t.TempDir(), "ca-one")
-	two := testsupport.NewPKI(t, t.TempDir(), "ca-two")
+	one, two, _ := testsupport.TwoCAs(t)
 	dir := t.TempDir()
-	read := func(p string) []byte {
-		b, err := os.ReadFile(p)
-		testsupport.RequireNoError(t, err)
-		return b
-	}
+	read := func(p string) []byte { return testsupport.ReadFile(t, p) }
 	cert, key, _ := one.Issue(t, "node")
 	files := TLSFiles{CA: filepath.Join(dir, "ca.pem"), Cert: cert, Key: key}
 	caOne, caTwo := read(one.CAFile), read(two.CAFile)

@@ -144,34 +144,46 @@ func sh(t *testing.T, name string, args ...string) string {
 }
 
 func newLab(t *testing.T) *lab {
+	return newLabWith(t, "sosr", func(l *lab) {
+		vethLink(t, l.agA, "w0", "192.168.77.1/30", l.agB, "w0", "192.168.77.2/30")
+		sh(t, "ip", "-n", l.agA, "route", "add", "10.10.2.0/24", "via", "192.168.77.2")
+		sh(t, "ip", "-n", l.agB, "route", "add", "10.10.1.0/24", "via", "192.168.77.1")
+	})
+}
+
+// newLabWith is the lab, its namespaces named from prefix, with the link
+// between the agents and their routes over it made by wan.
+func newLabWith(t *testing.T, prefix string, wan func(l *lab)) *lab {
 	pid := os.Getpid()
 	l := &lab{
-		cli: fmt.Sprintf("sosrcli%d", pid), agA: fmt.Sprintf("sosraga%d", pid),
-		agB: fmt.Sprintf("sosragb%d", pid), srv: fmt.Sprintf("sosrsrv%d", pid),
+		cli: fmt.Sprintf("%scli%d", prefix, pid), agA: fmt.Sprintf("%saga%d", prefix, pid),
+		agB: fmt.Sprintf("%sagb%d", prefix, pid), srv: fmt.Sprintf("%ssrv%d", prefix, pid),
 	}
 	for _, ns := range l.all() {
 		sh(t, "ip", "netns", "add", ns)
 		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
 		sh(t, "ip", "-n", ns, "link", "set", "lo", "up")
 	}
-	link := func(a, aIf, aAddr, b, bIf, bAddr string) {
-		sh(t, "ip", "-n", a, "link", "add", aIf, "type", "veth", "peer", "name", bIf, "netns", b)
-		sh(t, "ip", "-n", a, "addr", "add", aAddr, "dev", aIf)
-		sh(t, "ip", "-n", b, "addr", "add", bAddr, "dev", bIf)
-		sh(t, "ip", "-n", a, "link", "set", aIf, "up")
-		sh(t, "ip", "-n", b, "link", "set", bIf, "up")
-	}
-	link(l.cli, "c0", "10.10.1.1/24", l.agA, "a0", "10.10.1.2/24")
-	link(l.agA, "w0", "192.168.77.1/30", l.agB, "w0", "192.168.77.2/30")
-	link(l.agB, "s0", "10.10.2.2/24", l.srv, "s0", "10.10.2.1/24")
+	vethLink(t, l.cli, "c0", "10.10.1.1/24", l.agA, "a0", "10.10.1.2/24")
+	vethLink(t, l.agB, "s0", "10.10.2.2/24", l.srv, "s0", "10.10.2.1/24")
+	wan(l)
 	sh(t, "ip", "-n", l.cli, "route", "add", "default", "via", "10.10.1.2")
 	sh(t, "ip", "-n", l.srv, "route", "add", "default", "via", "10.10.2.2")
-	sh(t, "ip", "-n", l.agA, "route", "add", "10.10.2.0/24", "via", "192.168.77.2")
-	sh(t, "ip", "-n", l.agB, "route", "add", "10.10.1.0/24", "via", "192.168.77.1")
 	for _, ns := range []string{l.agA, l.agB} {
 		sh(t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
 	}
 	return l
+}
+
+// vethLink joins namespaces a and b by a veth pair with the addresses
+// given.
+func vethLink(t *testing.T, a, aIf, aAddr, b, bIf, bAddr string) {
+	t.Helper()
+	sh(t, "ip", "-n", a, "link", "add", aIf, "type", "veth", "peer", "name", bIf, "netns", b)
+	sh(t, "ip", "-n", a, "addr", "add", aAddr, "dev", aIf)
+	sh(t, "ip", "-n", b, "addr", "add", bAddr, "dev", bIf)
+	sh(t, "ip", "-n", a, "link", "set", aIf, "up")
+	sh(t, "ip", "-n", b, "link", "set", bIf, "up")
 }
 
 // steer applies the agent steering host state inside a namespace with the

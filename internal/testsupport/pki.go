@@ -122,3 +122,25 @@ func (p *PKI) ClientTLS(pair tls.Certificate) *tls.Config {
 	return &tls.Config{RootCAs: p.Pool(), ServerName: "127.0.0.1",
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }}
 }
+
+// TwoCAs makes the CAs "ca-one" and "ca-two" and a PEM bundle of both,
+// as for a rotation from one to the other.
+func TwoCAs(t testing.TB) (one, two *PKI, bundle string) {
+	t.Helper()
+	one, two = NewPKI(t, t.TempDir(), "ca-one"), NewPKI(t, t.TempDir(), "ca-two")
+	bundle = filepath.Join(t.TempDir(), "ca-one-and-two.pem")
+	if err := os.WriteFile(bundle, append(ReadFile(t, one.CAFile), ReadFile(t, two.CAFile)...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return one, two, bundle
+}
+
+// ReadFile is os.ReadFile that fails the test on an error.
+func ReadFile(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
