@@ -128,6 +128,14 @@ type Agent struct {
 	// byPeer counts server-side sessions per client-side agent (its
 	// name), for Limits.MaxSessionsPerPeer.
 	byPeer map[string]int
+	// pending are the places of the server-side sessions a fresh hello
+	// was accepted for, until the session is made or the handshakes that
+	// hold the place end (see reservePlaceLocked); pendingByPeer counts
+	// them per client-side agent. They count against the session limits
+	// as sessions do, so that a stream accepted in its reply is never
+	// refused after its confirm for a limit another took meanwhile.
+	pending       map[stripe.SessionID]*pendingPlace
+	pendingByPeer map[string]int
 	// direct holds the connections carried direct (client -> server
 	// connection, nil while dialing), so Shutdown can end them.
 	direct map[*net.TCPConn]*net.TCPConn
@@ -203,6 +211,8 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		preauthByNet:   make(map[netip.Prefix]int),
 		halfOpen:       make(map[netip.Prefix]int),
 		byPeer:         make(map[string]int),
+		pending:        make(map[stripe.SessionID]*pendingPlace),
+		pendingByPeer:  make(map[string]int),
 		direct:         make(map[*net.TCPConn]*net.TCPConn),
 		handshakeSlots: make(map[netip.AddrPort]chan struct{}),
 		pools:          poolsOf(rc.Client),

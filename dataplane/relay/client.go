@@ -75,7 +75,7 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		a.carryDirect(rc, host, client, server, w.Name, err)
 		return
 	}
-	if pool := a.poolFor(w.Peer); pool != nil && a.bindPooled(s, rc, pool) > 0 {
+	if pool := a.poolFor(w.Peer); pool != nil && a.withinPeerShare(s, rc.limits) && a.bindPooled(s, rc, pool) > 0 {
 		// Streams bound from the pool: start now; the others join the
 		// running session as replacements do.
 		s.mu.Lock()
@@ -105,6 +105,24 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 	s.host = host
 	s.mu.Unlock()
 	s.start()
+}
+
+// withinPeerShare says whether the far agent's sessions_per_peer (the
+// deployment's limits, the same on both agents) leaves a place for s
+// among this agent's sessions toward it. Beyond it, s opens a fresh
+// stream 0 rather than binding pooled streams: the far agent's refusal
+// of a hello is authenticated, and the connection is then carried
+// direct, whole, where a refused BIND would only reset the stream.
+func (a *Agent) withinPeerShare(s *session, lim Limits) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for o := range a.sessions {
+		if o.side == clientSide && o.peer == s.peer {
+			n++
+		}
+	}
+	return n <= lim.MaxSessionsPerPeer // s is among them
 }
 
 // carryDirect relays a steered connection to its server over one plain

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sosappliance/sosappliance/dataplane/agentspec"
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
@@ -85,4 +87,177 @@ func TestSessionsPerPeerBounded(t *testing.T) {
 	if ta := p.a.Stats().Totals; ta.Fallbacks != 2 {
 		t.Errorf("after its sessions ended, the busy site's next connection was carried direct (%d fallbacks)", ta.Fallbacks)
 	}
+}
+
+// TestPooledSessionsBeyondPerPeerCarriedDirect: with a warm pool toward
+// the server side, a connection beyond sessions_per_peer is carried
+// direct, whole: the client side, which knows the deployment's limit,
+// opens a fresh stream 0 for it instead of binding pooled streams, and
+// the refusal of that hello is authenticated. (Found by review: the
+// refused BIND reset its stream, and the connection was reset after the
+// reconnect timeout.)
+func TestPooledSessionsBeyondPerPeerCarriedDirect(t *testing.T) {
+	const perPeer = 1
+	p := startPair(t, pairOptions{streams: 2, chunk: 16384,
+		pool:    agentspec.Pool{MinIdle: 4, Max: 8},
+		limitsA: Limits{MaxSessions: 16, MaxSessionsPerPeer: perPeer},
+		limitsB: Limits{MaxSessions: 16, MaxSessionsPerPeer: perPeer}}, echo)
+	testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool {
+		return p.b.PooledStreams()["agent-a"] >= 4
+	})
+	open := func(msg string) (net.Conn, error) {
+		c, err := net.DialTimeout("tcp4", p.entry.String(), 5*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(45 * time.Second))
+		if _, err := c.Write([]byte(msg)); err != nil {
+			return c, err
+		}
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, got); err != nil {
+			return c, err
+		}
+		if string(got) != msg {
+			t.Fatalf("echo %q, want %q", got, msg)
+		}
+		return c, nil
+	}
+	if _, err := open("first"); err != nil {
+		t.Fatalf("first connection: %v", err)
+	}
+	start := time.Now()
+	_, err := open("second, beyond sessions_per_peer")
+	ta := p.a.Stats().Totals
+	tb := p.b.Stats().Totals
+	t.Logf("second connection after %v: err %v; client: %d active, %d fallbacks, %d aborted; server: %d active, rejected[session-limit] %d, handshake failures %d",
+		time.Since(start).Round(time.Millisecond), err, ta.SessionsActive, ta.Fallbacks, ta.SessionsAborted,
+		tb.SessionsActive, tb.Rejected[rejectSessionLimit], tb.HandshakeFailures)
+	if err != nil {
+		t.Errorf("a connection beyond sessions_per_peer from a pooled client side failed (%v) instead of being carried direct", err)
+	}
+}
+
+// TestBurstBeyondPerPeerCarriedDirect: a busy site opens many
+// connections at once. A hello accepted under sessions_per_peer keeps its
+// session's place until the session is made, so no stream accepted in its
+// reply is refused after its confirm: every connection works,
+// accelerated or carried direct. (Found by review: join checked again
+// after the round trip and reset the streams that lost the race.)
+func TestBurstBeyondPerPeerCarriedDirect(t *testing.T) {
+	burstBeyond(t, Limits{MaxSessions: 256, MaxSessionsPerPeer: 2, ReconnectTimeout: 3 * time.Second})
+}
+
+// TestBurstBeyondMaxSessionsCarriedDirect: the same at max_sessions.
+func TestBurstBeyondMaxSessionsCarriedDirect(t *testing.T) {
+	burstBeyond(t, Limits{MaxSessions: 2, ReconnectTimeout: 3 * time.Second})
+}
+
+func burstBeyond(t *testing.T, limitsB Limits) {
+	const n = 24
+	p := startPair(t, pairOptions{streams: 2, chunk: 16384,
+		limitsA: Limits{MaxSessions: 256},
+		limitsB: limitsB}, echo)
+	type res struct {
+		err error
+	}
+	out := make(chan res, n)
+	start := make(chan struct{})
+	for i := range n {
+		go func() {
+			<-start
+			c, err := net.DialTimeout("tcp4", p.entry.String(), 5*time.Second)
+			if err != nil {
+				out <- res{err}
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+			msg := []byte("burst connection " + string(rune('a'+i)))
+			if _, err := c.Write(msg); err != nil {
+				out <- res{err}
+				return
+			}
+			got := make([]byte, len(msg))
+			_, err = io.ReadFull(c, got)
+			out <- res{err}
+		}()
+	}
+	close(start)
+	failed := 0
+	for range n {
+		if r := <-out; r.err != nil {
+			failed++
+			t.Logf("connection failed: %v", r.err)
+		}
+	}
+	ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
+	t.Logf("client: %d aborted, %d fallbacks; server: %d active, rejected[session_limit] %d",
+		ta.SessionsAborted, ta.Fallbacks, tb.SessionsActive, tb.Rejected[rejectSessionLimit])
+	if failed > 0 {
+		t.Errorf("%d of %d connections failed instead of being accelerated or carried direct", failed, n)
+	}
+}
+
+func byPeerOf(a *Agent, name string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.byPeer[name]
+}
+
+// TestHalfOpenReapedGivesBackPerPeer: fresh hellos of stream 1 found
+// half-open sessions counted against sessions_per_peer; when the
+// gathering sessions are reaped, the count returns to zero and a genuine
+// session of the same peer is accelerated.
+func TestHalfOpenReapedGivesBackPerPeer(t *testing.T) {
+	const perPeer = 2
+	p := startPair(t, pairOptions{streams: 2,
+		limitsB: Limits{MaxSessions: 16, MaxSessionsPerPeer: perPeer, PreAuthTimeout: time.Second}}, echo)
+	key, _ := stripe.NewHandshakeKey(testPSK)
+	refused, accepted := 0, 0
+	for range perPeer + 2 {
+		_, eph, hb := helloFrom(t, p, func(h *stripe.Hello) { h.Streams, h.Stream = 2, 1 })
+		nc, err := net.Dial("tcp4", p.b.Addrs().Data.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		_, _ = nc.Write(hb[:])
+		var rb [stripe.ReplySize]byte
+		if _, err := io.ReadFull(nc, rb[:]); err != nil {
+			t.Fatal(err)
+		}
+		r, err := stripe.ParseReply(hb[:], rb[:], key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != stripe.StatusAccepted {
+			refused++
+			continue
+		}
+		sec, err := stripe.Finish(key, eph, r.Ephemeral, hb[:], rb[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf := sec.Confirm()
+		_, _ = nc.Write(cf[:])
+		accepted++
+		testsupport.Eventually(t, 5*time.Second, "the half-open session", func() bool {
+			return byPeerOf(p.b, "agent-a") == accepted
+		})
+	}
+	if refused != 2 {
+		t.Errorf("refused %d half-open sessions beyond sessions_per_peer, want 2", refused)
+	}
+	testsupport.Eventually(t, 15*time.Second, "the half-open sessions reaped and the per-peer count back to 0", func() bool {
+		return byPeerOf(p.b, "agent-a") == 0 && len(p.b.Stats().Sessions) == 0
+	})
+	roundTrip(t, p.entry, "genuine session after the half-open ones")
+	if f := p.a.Stats().Totals.Fallbacks; f != 0 {
+		t.Errorf("the genuine session was carried direct (%d fallbacks)", f)
+	}
+	testsupport.Eventually(t, 15*time.Second, "per-peer count back to 0", func() bool {
+		return byPeerOf(p.b, "agent-a") == 0
+	})
 }

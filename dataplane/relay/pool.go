@@ -691,12 +691,30 @@ func (a *Agent) holdPooled(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 			err = a.acceptBind(cur, initiator, c, secrets, hdr)
 		}
 	}
-	if err != nil {
+	var refused bindRefused
+	switch {
+	case err == nil:
+	case errors.As(err, &refused):
+		// Authenticated and within the rules, but refused as a hello
+		// would be (a limit, a whitelist changed by a reload).
+		a.reject(rejectKindOf(stripe.Status(refused)), "relay: pooled stream's bind refused; reset",
+			"initiator", initiator, "err", err)
+		reset(c)
+	case errors.Is(err, errSessionLimit):
+		a.reject(rejectSessionLimit, "relay: pooled stream's bind refused; reset", "initiator", initiator, "err", err)
+		reset(c)
+	default:
 		a.counters.handshakeFailures.Add(1)
 		a.limited.log(a.log, "bind", "relay: bad bind on a pooled stream; reset", "initiator", initiator, "err", err)
 		reset(c)
 	}
 }
+
+// bindRefused is admit's refusal of a BIND: the status a hello would have
+// been answered with.
+type bindRefused stripe.Status
+
+func (r bindRefused) Error() string { return "refused: " + stripe.Status(r).String() }
 
 // acceptBind reads the BIND whose header is hdr and attaches the pooled
 // stream to its session: stream 0's bind creates the session and connects
@@ -745,9 +763,9 @@ func (a *Agent) acceptBind(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 		// Stream 0's bind travels on another connection.
 		running = a.awaitSession(b.Session, joinGrace)
 	}
-	route, status := a.admit(rc, &hello, src)
+	route, status := a.admit(rc, &hello, src, false)
 	if status != stripe.StatusAccepted {
-		return fmt.Errorf("session %s stream %d refused: %s", b.Session, b.Stream, status)
+		return fmt.Errorf("session %s stream %d: %w", b.Session, b.Stream, bindRefused(status))
 	}
 	codec, err := stripe.NewCodec(rc.mode, &bound.Keys, false, b.Stream, route.ChunkSize)
 	if err != nil {
@@ -799,7 +817,7 @@ func (a *Agent) bindSession(rc *runtimeConfig, w Whitelist, h *stripe.Hello, c *
 	}
 	// admit checked the limit when the BIND arrived; BINDs arriving
 	// together all passed it before any of their sessions was here.
-	if len(a.sessions) >= rc.limits.MaxSessions || a.byPeer[h.Initiator] >= rc.limits.MaxSessionsPerPeer {
+	if a.atSessionLimitLocked(rc.limits, h.Initiator) {
 		a.mu.Unlock()
 		return fmt.Errorf("session %s: %w", h.Session, errSessionLimit)
 	}

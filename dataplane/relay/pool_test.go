@@ -619,7 +619,7 @@ func TestBindsTogetherRespectSessionLimit(t *testing.T) {
 	testsupport.Eventually(t, 10*time.Second, "the pooled streams held", func() bool {
 		return p.b.PooledStreams()["agent-a"] == len(conns)
 	})
-	failuresBefore := p.b.Stats().Totals.HandshakeFailures
+	refusedBefore := p.b.Stats().Totals.Rejected[rejectSessionLimit]
 	for i, c := range conns {
 		if _, err := c.Write(frames[i]); err != nil {
 			t.Fatal(err)
@@ -635,7 +635,8 @@ func TestBindsTogetherRespectSessionLimit(t *testing.T) {
 	if len(st.Sessions) != 1 {
 		t.Errorf("the server side runs %d sessions, want 1 (its limit)", len(st.Sessions))
 	}
-	if got := st.Totals.HandshakeFailures - failuresBefore; got != 1 {
-		t.Errorf("%d BINDs refused, want 1", got)
+	// Counted as refused for the session limit, not as a bad BIND.
+	if got := st.Totals.Rejected[rejectSessionLimit] - refusedBefore; got != 1 {
+		t.Errorf("%d BINDs refused for the session limit, want 1", got)
 	}
 }

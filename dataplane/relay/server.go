@@ -194,7 +194,12 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		// another connection). Give the BIND a moment before refusing.
 		a.awaitSession(hello.Session, joinGrace)
 	}
-	route, status := a.admit(rc, &hello, src)
+	route, status := a.admit(rc, &hello, src, true)
+	if status == stripe.StatusAccepted && !hello.Join && !hello.Pool {
+		// admit kept the session's place for this stream until join
+		// makes the session (then this is a no-op) or the handshake ends.
+		defer a.releasePlace(hello.Session)
+	}
 	reply := stripe.Reply{Status: status}
 	var eph *stripe.Ephemeral
 	if status == stripe.StatusAccepted {
@@ -313,8 +318,11 @@ func lookupServer(rc *runtimeConfig, h *stripe.Hello) (Whitelist, bool) {
 // admit decides a hello: refusals are answered with a MAC'd status. The
 // session's shape is the server side's own whitelist entry; a hello that
 // announces another is refused, so a peer never chooses what this agent
-// allocates.
-func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr) (Whitelist, stripe.Status) {
+// allocates. With reserve, a hello accepted for a session not made yet
+// keeps its place under the session limits (reservePlaceLocked) until
+// the caller's releasePlace; a BIND, whose session is made at once, does
+// not.
+func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, reserve bool) (Whitelist, stripe.Status) {
 	if h.Responder != rc.Name {
 		return Whitelist{}, stripe.StatusWrongResponder
 	}
@@ -356,15 +364,67 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr) (White
 	if h.Join {
 		return Whitelist{}, stripe.StatusUnknownSession
 	}
+	p := a.pending[h.Session]
 	switch {
-	case len(a.sessions) >= rc.limits.MaxSessions || a.byPeer[h.Initiator] >= rc.limits.MaxSessionsPerPeer:
+	case p == nil && a.atSessionLimitLocked(rc.limits, h.Initiator):
 		return Whitelist{}, stripe.StatusSessionLimit
 	case a.halfOpen[connlimit.AddressOf(src)] >= rc.limits.MaxHalfOpenPerSource:
 		return Whitelist{}, stripe.StatusSessionLimit
 	case a.memReserved.Load() > rc.limits.Memory-need:
 		return Whitelist{}, stripe.StatusMemoryLimit
 	}
+	if reserve {
+		a.reservePlaceLocked(h.Session, h.Initiator)
+	}
 	return w, stripe.StatusAccepted
+}
+
+// pendingPlace is the place of a server-side session not made yet: refs
+// counts the fresh streams of it whose handshake holds the place.
+type pendingPlace struct {
+	peer string
+	refs int
+}
+
+// atSessionLimitLocked says whether a new server-side session of peer
+// would pass max_sessions or sessions_per_peer, counting the sessions
+// and the places kept for sessions about to be made. a.mu is held.
+func (a *Agent) atSessionLimitLocked(lim Limits, peer string) bool {
+	return len(a.sessions)+len(a.pending) >= lim.MaxSessions ||
+		a.byPeer[peer]+a.pendingByPeer[peer] >= lim.MaxSessionsPerPeer
+}
+
+// reservePlaceLocked keeps a place for the session id of peer for one
+// more stream's handshake. a.mu is held.
+func (a *Agent) reservePlaceLocked(id stripe.SessionID, peer string) {
+	if p := a.pending[id]; p != nil {
+		p.refs++
+		return
+	}
+	a.pending[id] = &pendingPlace{peer: peer, refs: 1}
+	a.pendingByPeer[peer]++
+}
+
+// releasePlace gives back one stream's hold on the place of session id;
+// the place goes with the last one. A place already taken by its session
+// is gone: then it does nothing.
+func (a *Agent) releasePlace(id stripe.SessionID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.pending[id]
+	if p == nil {
+		return
+	}
+	if p.refs--; p.refs <= 0 {
+		a.dropPlaceLocked(id, p)
+	}
+}
+
+func (a *Agent) dropPlaceLocked(id stripe.SessionID, p *pendingPlace) {
+	delete(a.pending, id)
+	if a.pendingByPeer[p.peer]--; a.pendingByPeer[p.peer] <= 0 {
+		delete(a.pendingByPeer, p.peer)
+	}
 }
 
 // join attaches an authenticated stream to its session, creating the
@@ -377,11 +437,17 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 	s, ok := a.byID[h.Session]
 	if !ok {
 		var err error
+		// The place admit kept for the session becomes the session: no
+		// limit refuses a stream whose reply accepted it.
+		p := a.pending[h.Session]
+		if p != nil {
+			a.dropPlaceLocked(h.Session, p)
+		}
 		switch {
 		case a.draining:
 			err = errShuttingDown
-		case len(a.sessions) >= rc.limits.MaxSessions || a.byPeer[h.Initiator] >= rc.limits.MaxSessionsPerPeer ||
-			a.halfOpen[connlimit.AddressOf(src)] >= rc.limits.MaxHalfOpenPerSource:
+		case p == nil && (a.atSessionLimitLocked(rc.limits, h.Initiator) ||
+			a.halfOpen[connlimit.AddressOf(src)] >= rc.limits.MaxHalfOpenPerSource):
 			err = errSessionLimit
 		}
 		if err == nil {
