@@ -126,12 +126,12 @@ func TestClosedWindowProbesAnsweredNotSilent(t *testing.T) {
 		info, ok := readTCPInfo(sender)
 		return ok && info.unacked == 0 && info.notsent > 0
 	})
-	t.Log("window closed; polling TCP_INFO as housekeeping does (every 250 ms) for 20 s")
+	t.Log("window closed; polling TCP_INFO as housekeeping does (every 250 ms) for 15 s")
 
 	st := &stream{}
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	end := time.Now().Add(20 * time.Second)
+	end := time.Now().Add(15 * time.Second)
 	var prevAck time.Duration
 	answers, flagged := 0, 0
 	var first string
@@ -406,7 +406,7 @@ func TestPausedPeerAgentKeepsStreams(t *testing.T) {
 		t.Fatalf("http server said %q", line)
 	}
 	file := filepath.Join(t.TempDir(), "up")
-	body := bytes.Repeat([]byte("paused "), (16<<20)/7)
+	body := bytes.Repeat([]byte("paused "), (8<<20)/7)
 	if err := os.WriteFile(file, body, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -421,7 +421,7 @@ func TestPausedPeerAgentKeepsStreams(t *testing.T) {
 	testsupport.Eventually(t, 30*time.Second, "the upload under way", func() bool {
 		return agentA.stats(t).Totals.BytesUp >= 2<<20
 	})
-	const pause = 15 * time.Second
+	const pause = 10 * time.Second
 	if err := agentB.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
