@@ -458,7 +458,6 @@ func TestUnreachablePeerCarriesDirect(t *testing.T) {
 func TestHalfOpenSessionsBounded(t *testing.T) {
 	const halfOpen = 4
 	p := startPair(t, pairOptions{streams: 2, limitsB: Limits{MaxHalfOpenPerSource: halfOpen, PreAuthTimeout: 20 * time.Second}}, echo)
-	key, _ := stripe.NewHandshakeKey(testPSK)
 	var held []*net.TCPConn
 	defer func() {
 		for _, c := range held {
@@ -467,37 +466,15 @@ func TestHalfOpenSessionsBounded(t *testing.T) {
 	}()
 	refused := 0
 	for range 3 * halfOpen {
-		h, eph, hb := helloFrom(t, p, func(h *stripe.Hello) { h.Streams, h.Stream = 2, 1 })
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 9)}}
-		nc, err := d.Dial("tcp4", p.b.Addrs().Data.String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := nc.(*net.TCPConn)
+		c, status := openHalfSession(t, p, "127.0.0.9")
 		held = append(held, c)
-		_, _ = c.Write(hb[:])
-		var rb [stripe.ReplySize]byte
-		if _, err := io.ReadFull(c, rb[:]); err != nil {
-			t.Fatal(err)
-		}
-		r, err := stripe.ParseReply(hb[:], rb[:], key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Status != stripe.StatusAccepted {
-			if r.Status != stripe.StatusSessionLimit {
-				t.Fatalf("refusal %v", r.Status)
+		if status != stripe.StatusAccepted {
+			if status != stripe.StatusSessionLimit {
+				t.Fatalf("refusal %v", status)
 			}
 			refused++
 			continue
 		}
-		sec, err := stripe.Finish(key, eph, r.Ephemeral, hb[:], rb[:])
-		if err != nil {
-			t.Fatal(err)
-		}
-		cf := sec.Confirm()
-		_, _ = c.Write(cf[:])
-		_ = h
 		testsupport.Eventually(t, 30*time.Second, "the half-open session", func() bool {
 			return len(p.b.Stats().Sessions) == len(held)-refused
 		})
@@ -510,6 +487,41 @@ func TestHalfOpenSessionsBounded(t *testing.T) {
 		t.Errorf("reserved %d bytes, want %d for %d half-open sessions", st.MemoryReserved, want, halfOpen)
 	}
 	roundTrip(t, p.entry, "genuine session beside the half-open ones")
+}
+
+// openHalfSession opens, from src, stream 1 of a new session of two
+// streams and completes its handshake (the session then gathers,
+// half-open, waiting for its stream 0); it returns the connection and the
+// reply's status, the connection's handshake not completed when refused.
+func openHalfSession(t *testing.T, p *pair, src string) (*net.TCPConn, stripe.Status) {
+	t.Helper()
+	key, _ := stripe.NewHandshakeKey(testPSK)
+	_, eph, hb := helloFrom(t, p, func(h *stripe.Hello) { h.Streams, h.Stream = 2, 1 })
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	nc, err := d.Dial("tcp4", p.b.Addrs().Data.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := nc.(*net.TCPConn)
+	_, _ = c.Write(hb[:])
+	var rb [stripe.ReplySize]byte
+	if _, err := io.ReadFull(c, rb[:]); err != nil {
+		t.Fatal(err)
+	}
+	r, err := stripe.ParseReply(hb[:], rb[:], key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != stripe.StatusAccepted {
+		return c, r.Status
+	}
+	sec, err := stripe.Finish(key, eph, r.Ephemeral, hb[:], rb[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf := sec.Confirm()
+	_, _ = c.Write(cf[:])
+	return c, r.Status
 }
 
 // TestAgentMemoryCap: with room for one session only, a second concurrent

@@ -214,34 +214,14 @@ func TestHalfOpenReapedGivesBackPerPeer(t *testing.T) {
 	const perPeer = 2
 	p := startPair(t, pairOptions{streams: 2,
 		limitsB: Limits{MaxSessions: 16, MaxSessionsPerPeer: perPeer, PreAuthTimeout: time.Second}}, echo)
-	key, _ := stripe.NewHandshakeKey(testPSK)
 	refused, accepted := 0, 0
 	for range perPeer + 2 {
-		_, eph, hb := helloFrom(t, p, func(h *stripe.Hello) { h.Streams, h.Stream = 2, 1 })
-		nc, err := net.Dial("tcp4", p.b.Addrs().Data.String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		_, _ = nc.Write(hb[:])
-		var rb [stripe.ReplySize]byte
-		if _, err := io.ReadFull(nc, rb[:]); err != nil {
-			t.Fatal(err)
-		}
-		r, err := stripe.ParseReply(hb[:], rb[:], key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Status != stripe.StatusAccepted {
+		c, status := openHalfSession(t, p, "127.0.0.1")
+		defer c.Close()
+		if status != stripe.StatusAccepted {
 			refused++
 			continue
 		}
-		sec, err := stripe.Finish(key, eph, r.Ephemeral, hb[:], rb[:])
-		if err != nil {
-			t.Fatal(err)
-		}
-		cf := sec.Confirm()
-		_, _ = nc.Write(cf[:])
 		accepted++
 		testsupport.Eventually(t, 5*time.Second, "the half-open session", func() bool {
 			return byPeerOf(p.b, "agent-a") == accepted
