@@ -149,6 +149,13 @@ func TestBurstBeyondPerPeerCarriedDirect(t *testing.T) {
 	burstBeyond(t, Limits{MaxSessions: 256, MaxSessionsPerPeer: 2, ReconnectTimeout: 3 * time.Second})
 }
 
+// TestBurstBeyondMemoryCapCarriedDirect: the same at the agent's memory
+// cap: the place an accepted hello keeps holds its session's memory too.
+func TestBurstBeyondMemoryCapCarriedDirect(t *testing.T) {
+	one := stripe.SessionFootprint(2, 16384, stripe.InitialFrames(2, 16384))
+	burstBeyond(t, Limits{MaxSessions: 256, Memory: 2*one + one/2, ReconnectTimeout: 3 * time.Second})
+}
+
 // TestBurstBeyondMaxSessionsCarriedDirect: the same at max_sessions.
 func TestBurstBeyondMaxSessionsCarriedDirect(t *testing.T) {
 	burstBeyond(t, Limits{MaxSessions: 2, ReconnectTimeout: 3 * time.Second})

@@ -370,20 +370,25 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, reserv
 		return Whitelist{}, stripe.StatusSessionLimit
 	case a.halfOpen[connlimit.AddressOf(src)] >= rc.limits.MaxHalfOpenPerSource:
 		return Whitelist{}, stripe.StatusSessionLimit
-	case a.memReserved.Load() > rc.limits.Memory-need:
+	case p == nil && a.memReserved.Load() > rc.limits.Memory-need:
 		return Whitelist{}, stripe.StatusMemoryLimit
 	}
 	if reserve {
-		a.reservePlaceLocked(h.Session, h.Initiator)
+		if p == nil && !a.reserveMemory(need, rc.limits.Memory) {
+			return Whitelist{}, stripe.StatusMemoryLimit
+		}
+		a.reservePlaceLocked(h.Session, h.Initiator, need)
 	}
 	return w, stripe.StatusAccepted
 }
 
 // pendingPlace is the place of a server-side session not made yet: refs
-// counts the fresh streams of it whose handshake holds the place.
+// counts the fresh streams of it whose handshake holds the place, and mem
+// is the session's memory, reserved from Limits.Memory with the place.
 type pendingPlace struct {
 	peer string
 	refs int
+	mem  int64
 }
 
 // atSessionLimitLocked says whether a new server-side session of peer
@@ -395,13 +400,15 @@ func (a *Agent) atSessionLimitLocked(lim Limits, peer string) bool {
 }
 
 // reservePlaceLocked keeps a place for the session id of peer for one
-// more stream's handshake. a.mu is held.
-func (a *Agent) reservePlaceLocked(id stripe.SessionID, peer string) {
+// more stream's handshake; a new place holds mem bytes the caller
+// reserved, which the session takes over or the place gives back. a.mu is
+// held.
+func (a *Agent) reservePlaceLocked(id stripe.SessionID, peer string, mem int64) {
 	if p := a.pending[id]; p != nil {
 		p.refs++
 		return
 	}
-	a.pending[id] = &pendingPlace{peer: peer, refs: 1}
+	a.pending[id] = &pendingPlace{peer: peer, refs: 1, mem: mem}
 	a.pendingByPeer[peer]++
 }
 
@@ -421,6 +428,8 @@ func (a *Agent) releasePlace(id stripe.SessionID) {
 }
 
 func (a *Agent) dropPlaceLocked(id stripe.SessionID, p *pendingPlace) {
+	a.memReserved.Add(-p.mem)
+	p.mem = 0
 	delete(a.pending, id)
 	if a.pendingByPeer[p.peer]--; a.pendingByPeer[p.peer] <= 0 {
 		delete(a.pendingByPeer, p.peer)
@@ -437,10 +446,13 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 	s, ok := a.byID[h.Session]
 	if !ok {
 		var err error
-		// The place admit kept for the session becomes the session: no
-		// limit refuses a stream whose reply accepted it.
+		// The place admit kept for the session becomes the session, its
+		// memory with it: no limit refuses a stream whose reply accepted
+		// it.
 		p := a.pending[h.Session]
+		var held int64
 		if p != nil {
+			held, p.mem = p.mem, 0
 			a.dropPlaceLocked(h.Session, p)
 		}
 		switch {
@@ -451,12 +463,14 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 			err = errSessionLimit
 		}
 		if err == nil {
-			s, err = a.newReservedSession(rc, sessionParams{
+			s, err = a.newSessionHolding(rc, sessionParams{
 				id: h.Session, side: serverSide, whitelist: w.Name, peer: h.Initiator,
 				client: h.Client, server: h.Server,
 				streams: w.Streams, chunkSize: w.ChunkSize, queueLength: w.QueueLength,
 				mode: h.Mode, stallTimeout: rc.limits.StallTimeout, reconnectTimeout: rc.limits.ReconnectTimeout,
-			})
+			}, held)
+		} else {
+			a.memReserved.Add(-held)
 		}
 		if err != nil {
 			a.mu.Unlock()
@@ -532,11 +546,21 @@ var errMemoryLimit = errors.New("agent memory cap reached")
 // its growth first (growWindow), and the reservation is returned when the
 // session finishes.
 func (a *Agent) newReservedSession(rc *runtimeConfig, p sessionParams) (*session, error) {
+	return a.newSessionHolding(rc, p, 0)
+}
+
+// newSessionHolding is newReservedSession for a session of which held
+// bytes were reserved already (by the place admit kept): it reserves only
+// the rest, gives back any surplus, and on an error gives back held too.
+func (a *Agent) newSessionHolding(rc *runtimeConfig, p sessionParams, held int64) (*session, error) {
 	initial := stripe.InitialFrames(p.streams, p.chunkSize)
 	need := stripe.SessionFootprint(p.streams, p.chunkSize, initial)
-	if !a.reserveMemory(need, rc.limits.Memory) {
+	if extra := need - held; extra > 0 && !a.reserveMemory(extra, rc.limits.Memory) {
+		a.memReserved.Add(-held)
 		return nil, fmt.Errorf("%w: a session of %d streams x %d bytes, window %d frames, needs %d bytes, %d of %d reserved",
 			errMemoryLimit, p.streams, p.chunkSize, initial, need, a.memReserved.Load(), rc.limits.Memory)
+	} else if extra < 0 {
+		a.memReserved.Add(extra)
 	}
 	s, err := newSession(a, p, windowCapFor(p.streams, p.chunkSize, p.queueLength, rc.limits), rc.limits.SessionMemory)
 	if err != nil {
