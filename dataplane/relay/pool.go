@@ -763,7 +763,7 @@ func (a *Agent) acceptBind(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 		// Stream 0's bind travels on another connection.
 		running = a.awaitSession(b.Session, joinGrace)
 	}
-	route, status := a.admit(rc, &hello, src, false)
+	route, status, _ := a.admit(rc, &hello, src, false)
 	if status != stripe.StatusAccepted {
 		return fmt.Errorf("session %s stream %d: %w", b.Session, b.Stream, bindRefused(status))
 	}

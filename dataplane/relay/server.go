@@ -194,11 +194,11 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		// another connection). Give the BIND a moment before refusing.
 		a.awaitSession(hello.Session, joinGrace)
 	}
-	route, status := a.admit(rc, &hello, src, true)
-	if status == stripe.StatusAccepted && !hello.Join && !hello.Pool {
+	route, status, place := a.admit(rc, &hello, src, true)
+	if place != nil {
 		// admit kept the session's place for this stream until join
 		// makes the session (then this is a no-op) or the handshake ends.
-		defer a.releasePlace(hello.Session)
+		defer a.releasePlace(hello.Session, place)
 	}
 	reply := stripe.Reply{Status: status}
 	var eph *stripe.Ephemeral
@@ -322,73 +322,89 @@ func lookupServer(rc *runtimeConfig, h *stripe.Hello) (Whitelist, bool) {
 // keeps its place under the session limits (reservePlaceLocked) until
 // the caller's releasePlace; a BIND, whose session is made at once, does
 // not.
-func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, reserve bool) (Whitelist, stripe.Status) {
+func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, reserve bool) (Whitelist, stripe.Status, *pendingPlace) {
 	if h.Responder != rc.Name {
-		return Whitelist{}, stripe.StatusWrongResponder
+		return Whitelist{}, stripe.StatusWrongResponder, nil
 	}
 	if h.Pool {
-		return Whitelist{}, a.admitPooled(rc, h)
+		return Whitelist{}, a.admitPooled(rc, h), nil
 	}
 	if a.ownKeys.contains(h.Ephemeral) {
-		return Whitelist{}, stripe.StatusReflected
+		return Whitelist{}, stripe.StatusReflected, nil
 	}
 	if h.Mode != rc.mode {
-		return Whitelist{}, stripe.StatusModeMismatch
+		return Whitelist{}, stripe.StatusModeMismatch, nil
 	}
 	w, ok := lookupServer(rc, h)
 	if !ok {
-		return Whitelist{}, stripe.StatusNotWhitelisted
+		return Whitelist{}, stripe.StatusNotWhitelisted, nil
 	}
 	if !w.Admits(h.Initiator) {
-		return Whitelist{}, stripe.StatusUnknownInitiator
+		return Whitelist{}, stripe.StatusUnknownInitiator, nil
 	}
 	if int(h.Streams) != w.Streams || int(h.ChunkSize) != w.ChunkSize || int(h.QueueLength) != w.QueueLength {
-		return Whitelist{}, stripe.StatusShapeMismatch
+		return Whitelist{}, stripe.StatusShapeMismatch, nil
 	}
 	if w.Streams > rc.limits.MaxStreams {
-		return Whitelist{}, stripe.StatusStreamLimit
+		return Whitelist{}, stripe.StatusStreamLimit, nil
 	}
 	initial := stripe.InitialFrames(w.Streams, w.ChunkSize)
 	need := stripe.SessionFootprint(w.Streams, w.ChunkSize, initial)
 	if stripe.SessionMemory(w.Streams, w.ChunkSize, initial) > rc.limits.SessionMemory {
-		return Whitelist{}, stripe.StatusMemoryLimit
+		return Whitelist{}, stripe.StatusMemoryLimit, nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.draining {
-		return Whitelist{}, stripe.StatusShuttingDown
+		return Whitelist{}, stripe.StatusShuttingDown, nil
 	}
 	if s, ok := a.byID[h.Session]; ok {
-		return w, s.joinable(h)
+		return w, s.joinable(h), nil
 	}
 	if h.Join {
-		return Whitelist{}, stripe.StatusUnknownSession
+		return Whitelist{}, stripe.StatusUnknownSession, nil
 	}
+	// A place kept for another stream of this session holds its session
+	// limit, half-open slot and memory; one kept for another peer under
+	// the same id is not this session's.
 	p := a.pending[h.Session]
+	if p != nil && p.peer != h.Initiator {
+		return Whitelist{}, stripe.StatusSessionLimit, nil
+	}
 	switch {
 	case p == nil && a.atSessionLimitLocked(rc.limits, h.Initiator):
-		return Whitelist{}, stripe.StatusSessionLimit
-	case a.halfOpen[connlimit.AddressOf(src)] >= rc.limits.MaxHalfOpenPerSource:
-		return Whitelist{}, stripe.StatusSessionLimit
+		return Whitelist{}, stripe.StatusSessionLimit, nil
+	case p == nil && a.halfOpen[connlimit.AddressOf(src)] >= rc.limits.MaxHalfOpenPerSource:
+		return Whitelist{}, stripe.StatusSessionLimit, nil
 	case p == nil && a.memReserved.Load() > rc.limits.Memory-need:
-		return Whitelist{}, stripe.StatusMemoryLimit
+		return Whitelist{}, stripe.StatusMemoryLimit, nil
 	}
-	if reserve {
-		if p == nil && !a.reserveMemory(need, rc.limits.Memory) {
-			return Whitelist{}, stripe.StatusMemoryLimit
+	if !reserve {
+		return w, stripe.StatusAccepted, nil
+	}
+	if p == nil {
+		if !a.reserveMemory(need, rc.limits.Memory) {
+			return Whitelist{}, stripe.StatusMemoryLimit, nil
 		}
-		a.reservePlaceLocked(h.Session, h.Initiator, need)
+		p = &pendingPlace{peer: h.Initiator, mem: need, src: connlimit.AddressOf(src)}
+		a.pending[h.Session] = p
+		a.pendingByPeer[p.peer]++
+		a.halfOpen[p.src]++
 	}
-	return w, stripe.StatusAccepted
+	p.refs++
+	return w, stripe.StatusAccepted, p
 }
 
 // pendingPlace is the place of a server-side session not made yet: refs
-// counts the fresh streams of it whose handshake holds the place, and mem
-// is the session's memory, reserved from Limits.Memory with the place.
+// counts the fresh streams of it whose handshake holds the place; mem is
+// the session's memory, reserved from Limits.Memory with the place, and
+// src the source address whose half-open slot (Agent.halfOpen) it holds.
+// The session takes all of it over when it is made.
 type pendingPlace struct {
 	peer string
 	refs int
 	mem  int64
+	src  netip.Prefix
 }
 
 // atSessionLimitLocked says whether a new server-side session of peer
@@ -399,37 +415,32 @@ func (a *Agent) atSessionLimitLocked(lim Limits, peer string) bool {
 		a.byPeer[peer]+a.pendingByPeer[peer] >= lim.MaxSessionsPerPeer
 }
 
-// reservePlaceLocked keeps a place for the session id of peer for one
-// more stream's handshake; a new place holds mem bytes the caller
-// reserved, which the session takes over or the place gives back. a.mu is
-// held.
-func (a *Agent) reservePlaceLocked(id stripe.SessionID, peer string, mem int64) {
-	if p := a.pending[id]; p != nil {
-		p.refs++
-		return
-	}
-	a.pending[id] = &pendingPlace{peer: peer, refs: 1, mem: mem}
-	a.pendingByPeer[peer]++
-}
-
-// releasePlace gives back one stream's hold on the place of session id;
-// the place goes with the last one. A place already taken by its session
-// is gone: then it does nothing.
-func (a *Agent) releasePlace(id stripe.SessionID) {
+// releasePlace gives back one stream's hold on place, the place of
+// session id admit kept for it; the place goes with the last hold. A
+// place its session took over, or another place under the same id since,
+// is not this one: then it does nothing.
+func (a *Agent) releasePlace(id stripe.SessionID, place *pendingPlace) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	p := a.pending[id]
-	if p == nil {
+	if a.pending[id] != place {
 		return
 	}
-	if p.refs--; p.refs <= 0 {
-		a.dropPlaceLocked(id, p)
+	if place.refs--; place.refs <= 0 {
+		a.dropPlaceLocked(id, place)
 	}
 }
 
+// dropPlaceLocked ends a place, giving back what it still holds (a
+// session taking it over clears mem and src first). a.mu is held.
 func (a *Agent) dropPlaceLocked(id stripe.SessionID, p *pendingPlace) {
 	a.memReserved.Add(-p.mem)
 	p.mem = 0
+	if p.src.IsValid() {
+		if a.halfOpen[p.src]--; a.halfOpen[p.src] <= 0 {
+			delete(a.halfOpen, p.src)
+		}
+		p.src = netip.Prefix{}
+	}
 	delete(a.pending, id)
 	if a.pendingByPeer[p.peer]--; a.pendingByPeer[p.peer] <= 0 {
 		delete(a.pendingByPeer, p.peer)
@@ -451,13 +462,17 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 		// it.
 		p := a.pending[h.Session]
 		var held int64
-		if p != nil {
+		var heldSrc netip.Prefix
+		if p != nil && p.peer == h.Initiator {
 			held, p.mem = p.mem, 0
+			heldSrc, p.src = p.src, netip.Prefix{}
 			a.dropPlaceLocked(h.Session, p)
 		}
 		switch {
 		case a.draining:
 			err = errShuttingDown
+		case p != nil && p.peer != h.Initiator:
+			err = errSessionLimit // another peer's place under this id
 		case p == nil && (a.atSessionLimitLocked(rc.limits, h.Initiator) ||
 			a.halfOpen[connlimit.AddressOf(src)] >= rc.limits.MaxHalfOpenPerSource):
 			err = errSessionLimit
@@ -471,6 +486,11 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 			}, held)
 		} else {
 			a.memReserved.Add(-held)
+		}
+		if err != nil && heldSrc.IsValid() {
+			if a.halfOpen[heldSrc]--; a.halfOpen[heldSrc] <= 0 {
+				delete(a.halfOpen, heldSrc)
+			}
 		}
 		if err != nil {
 			a.mu.Unlock()
@@ -486,8 +506,12 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 			reset(c)
 			return
 		}
-		s.halfOpenSrc = connlimit.AddressOf(src)
-		a.halfOpen[s.halfOpenSrc]++
+		if heldSrc.IsValid() {
+			s.halfOpenSrc = heldSrc // the place's slot
+		} else {
+			s.halfOpenSrc = connlimit.AddressOf(src)
+			a.halfOpen[s.halfOpenSrc]++
+		}
 		a.sessions[s] = struct{}{}
 		a.byPeer[s.peer]++
 		a.byID[s.id] = s
