@@ -34,20 +34,8 @@ type Result struct {
 // items the appliance owns from earlier applies but no longer desires are
 // planned for restore. Plan changes nothing on the host or in the store.
 func Plan(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, error) {
-	// Report every bad item at once: those that are not even well formed
-	// and those their executor rejects. Optional items the node cannot
-	// take are left out instead, each with a warning.
-	canon, err := canonicalItems(desired)
-	canon, skipped := dropRefusedOptional(ctx, exs, canon)
-	if err := errors.Join(err, validateItems(ctx, exs, canon)); err != nil {
-		return plan.Plan{}, err
-	}
-	p, err := planAgainstStore(ctx, st, exs, canon, node, configHash, plan.OperationApply, nil)
-	if err != nil {
-		return p, err
-	}
-	p.AddWarnings(skipped...)
-	return p, nil
+	p, _, err := planDesired(ctx, st, exs, desired, node, configHash, false)
+	return p, err
 }
 
 // planHolding is Plan for the daemon's drift check, whose configuration
@@ -58,33 +46,24 @@ func Plan(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, 
 // the held items' warnings (also in the plan's). Any other refusal fails
 // the whole plan, as Plan does.
 func planHolding(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, []plan.Warning, error) {
+	return planDesired(ctx, st, exs, desired, node, configHash, true)
+}
+
+// planDesired is Plan, and with hold planHolding.
+func planDesired(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string, hold bool) (plan.Plan, []plan.Warning, error) {
+	// Report every bad item at once: those that are not even well formed
+	// and those their executor rejects. Optional items the node cannot
+	// take are left out instead, each with a warning.
 	canon, err := canonicalItems(desired)
 	canon, skipped := dropRefusedOptional(ctx, exs, canon)
-	if err != nil {
-		return plan.Plan{}, nil, err
-	}
+	verr := validateItems(ctx, exs, canon)
 	var held []plan.Warning
 	heldIDs := map[string]bool{}
-	if err := validateItems(ctx, exs, canon); err != nil {
-		var kept []item.Item
-		var errs []error
-		for _, it := range canon {
-			err := validateItems(ctx, exs, []item.Item{it})
-			switch {
-			case err == nil:
-				kept = append(kept, it)
-			case errors.Is(err, tuning.ErrGone):
-				held = append(held, plan.Warning{Kind: it.Kind, Key: it.Key,
-					Message: fmt.Sprintf("held, neither set nor put back, until it is there again: %v", err)})
-				heldIDs[it.ID()] = true
-			default:
-				errs = append(errs, err)
-			}
-		}
-		if len(errs) > 0 || len(held) == 0 {
-			return plan.Plan{}, nil, err
-		}
-		canon = kept
+	if verr != nil && hold && err == nil {
+		canon, held, heldIDs, verr = holdGone(ctx, exs, canon, verr)
+	}
+	if err := errors.Join(err, verr); err != nil {
+		return plan.Plan{}, nil, err
 	}
 	p, err := planAgainstStore(ctx, st, exs, canon, node, configHash, plan.OperationApply, heldIDs)
 	if err != nil {
@@ -93,6 +72,33 @@ func planHolding(ctx context.Context, st *store.Store, exs map[string]tuning.Exe
 	p.AddWarnings(skipped...)
 	p.AddWarnings(held...)
 	return p, held, nil
+}
+
+// holdGone splits items that failed validation (verr) into those to
+// plan and those held because a host object they name is gone
+// (tuning.ErrGone), with a warning each. When any item fails for another
+// reason, or none is held, it returns verr and plans nothing more.
+func holdGone(ctx context.Context, exs map[string]tuning.Executor, items []item.Item, verr error) ([]item.Item, []plan.Warning, map[string]bool, error) {
+	var kept []item.Item
+	var held []plan.Warning
+	heldIDs := map[string]bool{}
+	for _, it := range items {
+		err := validateItems(ctx, exs, []item.Item{it})
+		switch {
+		case err == nil:
+			kept = append(kept, it)
+		case errors.Is(err, tuning.ErrGone):
+			held = append(held, plan.Warning{Kind: it.Kind, Key: it.Key,
+				Message: fmt.Sprintf("held, neither set nor put back, until it is there again: %v", err)})
+			heldIDs[it.ID()] = true
+		default:
+			return items, nil, nil, verr
+		}
+	}
+	if len(held) == 0 {
+		return items, nil, nil, verr
+	}
+	return kept, held, heldIDs, nil
 }
 
 // dropRefusedOptional takes out the optional items (a built-in profile's

@@ -661,12 +661,8 @@ func (c *Controller) releaseHandshake(addr netip.Addr) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.handshakes--
-	if c.handshaking[src]--; c.handshaking[src] <= 0 {
-		delete(c.handshaking, src)
-	}
-	if c.handshakingNet[srcNet]--; c.handshakingNet[srcNet] <= 0 {
-		delete(c.handshakingNet, srcNet)
-	}
+	connlimit.Dec(c.handshaking, src)
+	connlimit.Dec(c.handshakingNet, srcNet)
 }
 
 // tlsRecord is the first byte of a TLS handshake record; OpenFlow's first

@@ -617,9 +617,7 @@ func (a *Agent) unregister(s *session) {
 		s.reserved = 0
 	}
 	if _, ok := a.sessions[s]; ok && s.side == serverSide {
-		if a.byPeer[s.peer]--; a.byPeer[s.peer] <= 0 {
-			delete(a.byPeer, s.peer)
-		}
+		connlimit.Dec(a.byPeer, s.peer)
 	}
 	delete(a.sessions, s)
 	if a.byID[s.id] == s {

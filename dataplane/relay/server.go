@@ -89,12 +89,8 @@ func (a *Agent) admitPreAuth(c *net.TCPConn) {
 func (a *Agent) dropPreAuthLocked(p *preauthConn) {
 	delete(a.preauth, p.conn)
 	a.preauthOrder.Remove(p.elem)
-	if a.preauthBySrc[p.src]--; a.preauthBySrc[p.src] <= 0 {
-		delete(a.preauthBySrc, p.src)
-	}
-	if a.preauthByNet[p.net]--; a.preauthByNet[p.net] <= 0 {
-		delete(a.preauthByNet, p.net)
-	}
+	connlimit.Dec(a.preauthBySrc, p.src)
+	connlimit.Dec(a.preauthByNet, p.net)
 }
 
 // leavePreAuth ends a connection's unauthenticated phase; it is a no-op for
@@ -436,15 +432,11 @@ func (a *Agent) dropPlaceLocked(id stripe.SessionID, p *pendingPlace) {
 	a.memReserved.Add(-p.mem)
 	p.mem = 0
 	if p.src.IsValid() {
-		if a.halfOpen[p.src]--; a.halfOpen[p.src] <= 0 {
-			delete(a.halfOpen, p.src)
-		}
+		connlimit.Dec(a.halfOpen, p.src)
 		p.src = netip.Prefix{}
 	}
 	delete(a.pending, id)
-	if a.pendingByPeer[p.peer]--; a.pendingByPeer[p.peer] <= 0 {
-		delete(a.pendingByPeer, p.peer)
-	}
+	connlimit.Dec(a.pendingByPeer, p.peer)
 }
 
 // join attaches an authenticated stream to its session, creating the
@@ -458,24 +450,23 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 	if !ok {
 		var err error
 		// The place admit kept for the session becomes the session, its
-		// memory with it: no limit refuses a stream whose reply accepted
-		// it.
+		// memory and half-open slot with it: no limit refuses a stream
+		// whose reply accepted it. Whatever the session does not take,
+		// the place gives back as it ends.
 		p := a.pending[h.Session]
-		var held int64
-		var heldSrc netip.Prefix
-		if p != nil && p.peer == h.Initiator {
-			held, p.mem = p.mem, 0
-			heldSrc, p.src = p.src, netip.Prefix{}
-			a.dropPlaceLocked(h.Session, p)
-		}
+		own := p != nil && p.peer == h.Initiator
 		switch {
 		case a.draining:
 			err = errShuttingDown
-		case p != nil && p.peer != h.Initiator:
+		case p != nil && !own:
 			err = errSessionLimit // another peer's place under this id
-		case p == nil && (a.atSessionLimitLocked(rc.limits, h.Initiator) ||
+		case !own && (a.atSessionLimitLocked(rc.limits, h.Initiator) ||
 			a.halfOpen[connlimit.AddressOf(src)] >= rc.limits.MaxHalfOpenPerSource):
 			err = errSessionLimit
+		}
+		var held int64
+		if own {
+			held = p.mem
 		}
 		if err == nil {
 			s, err = a.newSessionHolding(rc, sessionParams{
@@ -484,13 +475,13 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 				streams: w.Streams, chunkSize: w.ChunkSize, queueLength: w.QueueLength,
 				mode: h.Mode, stallTimeout: rc.limits.StallTimeout, reconnectTimeout: rc.limits.ReconnectTimeout,
 			}, held)
-		} else {
-			a.memReserved.Add(-held)
 		}
-		if err != nil && heldSrc.IsValid() {
-			if a.halfOpen[heldSrc]--; a.halfOpen[heldSrc] <= 0 {
-				delete(a.halfOpen, heldSrc)
+		var heldSrc netip.Prefix
+		if own {
+			if err == nil {
+				heldSrc, p.src, p.mem = p.src, netip.Prefix{}, 0 // taken over
 			}
+			a.dropPlaceLocked(h.Session, p)
 		}
 		if err != nil {
 			a.mu.Unlock()
@@ -557,9 +548,7 @@ func (a *Agent) leaveHalfOpenLocked(s *session) {
 	if !s.halfOpenSrc.IsValid() {
 		return
 	}
-	if a.halfOpen[s.halfOpenSrc]--; a.halfOpen[s.halfOpenSrc] <= 0 {
-		delete(a.halfOpen, s.halfOpenSrc)
-	}
+	connlimit.Dec(a.halfOpen, s.halfOpenSrc)
 	s.halfOpenSrc = netip.Prefix{}
 }
 
@@ -574,22 +563,24 @@ func (a *Agent) newReservedSession(rc *runtimeConfig, p sessionParams) (*session
 }
 
 // newSessionHolding is newReservedSession for a session of which held
-// bytes were reserved already (by the place admit kept): it reserves only
-// the rest, gives back any surplus, and on an error gives back held too.
+// bytes are reserved already (by the place admit kept): it reserves only
+// the rest. Made, the session holds what it needs (a surplus of held is
+// given back); on an error held stays the caller's to give back.
 func (a *Agent) newSessionHolding(rc *runtimeConfig, p sessionParams, held int64) (*session, error) {
 	initial := stripe.InitialFrames(p.streams, p.chunkSize)
 	need := stripe.SessionFootprint(p.streams, p.chunkSize, initial)
-	if extra := need - held; extra > 0 && !a.reserveMemory(extra, rc.limits.Memory) {
-		a.memReserved.Add(-held)
+	extra := need - held
+	if extra > 0 && !a.reserveMemory(extra, rc.limits.Memory) {
 		return nil, fmt.Errorf("%w: a session of %d streams x %d bytes, window %d frames, needs %d bytes, %d of %d reserved",
 			errMemoryLimit, p.streams, p.chunkSize, initial, need, a.memReserved.Load(), rc.limits.Memory)
-	} else if extra < 0 {
-		a.memReserved.Add(extra)
 	}
 	s, err := newSession(a, p, windowCapFor(p.streams, p.chunkSize, p.queueLength, rc.limits), rc.limits.SessionMemory)
 	if err != nil {
-		a.memReserved.Add(-need)
+		a.memReserved.Add(-max(extra, 0))
 		return nil, err
+	}
+	if extra < 0 {
+		a.memReserved.Add(extra)
 	}
 	s.reserved = need
 	return s, nil
@@ -652,9 +643,7 @@ func (k *ownKeys) add(p stripe.PublicKey) {
 
 func (k *ownKeys) remove(p stripe.PublicKey) {
 	k.mu.Lock()
-	if k.keys[p]--; k.keys[p] <= 0 {
-		delete(k.keys, p)
-	}
+	connlimit.Dec(k.keys, p)
 	k.mu.Unlock()
 }
 

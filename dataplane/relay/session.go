@@ -1395,12 +1395,20 @@ func (s *session) updateGapLocked() error {
 }
 
 // deafStream is a stream whose TCP's timer has gone unanswered, while it
-// held data for the peer, for longer than the stall timeout.
+// held data for the peer, for longer than the stall timeout, and why.
 type deafStream struct {
-	st      *stream
-	waiting uint32 // bytes: unsent, or segments: unacknowledged
-	unsent  bool
-	silence time.Duration
+	st  *stream
+	err error
+}
+
+// silenceError says why a stream whose TCP_INFO is info, unanswered for
+// silence, is taken for lost.
+func silenceError(info tcpInfo, silence time.Duration) error {
+	what := fmt.Sprintf("%d segments unacknowledged", info.unacked)
+	if info.unacked == 0 {
+		what = fmt.Sprintf("%d bytes unsent behind a closed window, its probes unanswered,", info.notsent)
+	}
+	return fmt.Errorf("silent: %s and no ACK for %s (the path went silent)", what, silence.Round(time.Millisecond))
 }
 
 // unanswered is how long TCP's own timer has gone unanswered on the
@@ -1459,11 +1467,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 			st.prevSent, st.prevRecv = bs, br
 			info, ok := readTCPInfo(st.conn)
 			if d := st.unanswered(now, info, ok); d > s.stallTimeout {
-				if info.unacked > 0 {
-					deaf = append(deaf, deafStream{st, info.unacked, false, d})
-				} else {
-					deaf = append(deaf, deafStream{st, info.notsent, true, d})
-				}
+				deaf = append(deaf, deafStream{st, silenceError(info, d)})
 			}
 			if st.lossState(info, ok) != lossNone {
 				recovering++
@@ -1568,11 +1572,7 @@ func (s *session) tick(now time.Time, lim Limits) {
 			next, now.Sub(gapSince).Round(time.Millisecond), depth))
 	}
 	for _, d := range deaf {
-		what := fmt.Sprintf("%d segments unacknowledged", d.waiting)
-		if d.unsent {
-			what = fmt.Sprintf("%d bytes unsent behind a closed window, its probes unanswered,", d.waiting)
-		}
-		d.st.lose(fmt.Errorf("silent: %s and no ACK for %s (the path went silent)", what, d.silence.Round(time.Millisecond)))
+		d.st.lose(d.err)
 	}
 	if s.sendFin.Load() != s.recvFin.Load() && now.Sub(s.lastProgress) > lim.HalfClosedIdle {
 		dir := "client"

@@ -288,9 +288,7 @@ func (l *Listener) removeLocked(c *conn) {
 	}
 	l.order.Remove(c.elem)
 	c.elem = nil
-	if l.bySrc[c.src]--; l.bySrc[c.src] <= 0 {
-		delete(l.bySrc, c.src)
-	}
+	Dec(l.bySrc, c.src)
 }
 
 // addrOf is a connection's remote address, unmapped and without a zone;
@@ -329,6 +327,14 @@ func AddressOf(a netip.Addr) netip.Prefix {
 	}
 	a = a.Unmap().WithZone("")
 	return netip.PrefixFrom(a, a.BitLen())
+}
+
+// Dec takes one off counts[k] and deletes the key at zero, so a map of
+// counts per source (or per peer) holds only those that count.
+func Dec[K comparable](counts map[K]int, k K) {
+	if counts[k]--; counts[k] <= 0 {
+		delete(counts, k)
+	}
 }
 
 // PerNetwork is the cap of one IPv4 address or IPv6 /64 (SourceOf) when
