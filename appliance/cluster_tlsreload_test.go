@@ -2,7 +2,6 @@ package appliance
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,17 +49,7 @@ cluster {
   }
 }
 `, etcd.Endpoints()[0], caFile, certFile, keyFile)
-	cfgPath := filepath.Join(dir, "sos.hcl")
-	writeFile(t, cfgPath, cfg)
-	logs := &testsupport.LockedBuffer{}
-	off := ""
-	d, err := NewDaemon(Options{
-		ConfigPath: cfgPath, Node: "ctl", StatePath: filepath.Join(dir, "state.db"), ControlSocket: filepath.Join(dir, "control.sock"),
-		MetricsListen: &off, Root: root, Executors: tempHostExecutors(root), Settle: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(logs, nil)),
-	})
-	testsupport.RequireNoError(t, err)
-	ctx := runDaemon(t, d, logs)
+	d, logs, ctx := runControllerDaemon(t, root, dir, cfg)
 	master := func() bool {
 		st := d.Status()
 		return st.Cluster != nil && st.Cluster.Publishing && st.Cluster.Role == "master"

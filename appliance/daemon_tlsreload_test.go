@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -43,17 +44,8 @@ func TestReloadTakesReplacedTLSFiles(t *testing.T) {
 	listen := fmt.Sprintf("127.0.0.1:%d", port)
 	cfg := strings.Replace(monitoringConfig(port, freePort(t)), "controller {",
 		fmt.Sprintf("controller {\n  tls {\n    cert_file = %q\n    key_file  = %q\n    ca_file   = %q\n  }", certFile, keyFile, caFile), 1)
+	d, logs, ctx := runControllerDaemon(t, root, dir, cfg)
 	cfgPath := filepath.Join(dir, "sos.hcl")
-	writeFile(t, cfgPath, cfg)
-	logs := &testsupport.LockedBuffer{}
-	off := ""
-	d, err := NewDaemon(Options{
-		ConfigPath: cfgPath, Node: "ctl", StatePath: filepath.Join(dir, "state.db"), ControlSocket: filepath.Join(dir, "control.sock"),
-		MetricsListen: &off, Root: root, Executors: tempHostExecutors(root), Settle: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(logs, nil)),
-	})
-	testsupport.RequireNoError(t, err)
-	ctx := runDaemon(t, d, logs)
 	// issuer is the CA of the certificate the controller presents to a
 	// switch of ca presenting pair, once the controller accepted it and
 	// sent its OpenFlow hello ("" and the error otherwise).
@@ -110,4 +102,22 @@ func TestReloadTakesReplacedTLSFiles(t *testing.T) {
 	if got, err := issuer(third, thirdSwitch); err != nil || got != "ca-three" {
 		t.Errorf("after a refused reload, the controller presents a certificate of %q (%v), want the last good one", got, err)
 	}
+}
+
+// runControllerDaemon writes cfg as dir/sos.hcl and runs the daemon of
+// node "ctl" over the temp host tree root until the test ends, logging
+// into logs.
+func runControllerDaemon(t *testing.T, root, dir, cfg string) (*Daemon, *testsupport.LockedBuffer, context.Context) {
+	t.Helper()
+	cfgPath := filepath.Join(dir, "sos.hcl")
+	writeFile(t, cfgPath, cfg)
+	logs := &testsupport.LockedBuffer{}
+	off := ""
+	d, err := NewDaemon(Options{
+		ConfigPath: cfgPath, Node: "ctl", StatePath: filepath.Join(dir, "state.db"), ControlSocket: filepath.Join(dir, "control.sock"),
+		MetricsListen: &off, Root: root, Executors: tempHostExecutors(root), Settle: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	testsupport.RequireNoError(t, err)
+	return d, logs, runDaemon(t, d, logs)
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,7 +22,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/sosappliance/sosappliance/host/item"
+	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/tuning"
 )
@@ -378,33 +377,9 @@ func newDelayedLab(t *testing.T, oneWay time.Duration) *lab {
 func TestPausedPeerAgentKeepsStreams(t *testing.T) {
 	testsupport.RequireRoot(t, "ip", "curl")
 	l := newDelayedLab(t, 100*time.Millisecond)
-	client, server := netip.MustParseAddr("10.10.1.1"), netip.MustParseAddr("10.10.2.1")
-	clients := []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")}
-	const tproxyPort, dataPort = 9876, 9877
-	steer(t, l.agA, item.SteeringSpec{Interface: "a0", ListenPort: tproxyPort, Divert: []item.Divert{
-		{Clients: clients, Server: server, Port: 80},
-	}})
-	steer(t, l.agB, item.SteeringSpec{})
-	peer := netip.AddrPortFrom(netip.MustParseAddr("192.168.77.2"), dataPort)
-	whitelist := []Whitelist{{Name: "http", Clients: clients, Server: server, Port: 80, Streams: 4,
-		ChunkSize: 65536, Peer: peer, PeerName: "agent-b"}}
-	accept := []Whitelist{{Name: "http", Clients: clients, Server: server, Port: 80, Streams: 4,
-		ChunkSize: 65536, PeerName: "agent-a"}}
-	lim := Limits{StallTimeout: 2 * time.Second}
-	health := netip.MustParseAddrPort("127.0.0.1:9878")
-	agentA := startLabAgent(t, l.agA, Config{
-		TransparentListen: netip.AddrPortFrom(netip.IPv4Unspecified(), tproxyPort),
-		HealthListen:      health, PSK: testPSK, Name: "agent-a", Client: whitelist, Limits: lim,
-	})
-	agentB := startLabAgent(t, l.agB, Config{
-		DataListen:   netip.AddrPortFrom(netip.IPv4Unspecified(), dataPort),
-		HealthListen: health, PSK: testPSK, Name: "agent-b", Server: accept, Limits: lim,
-	})
+	client, server := labClient, labServer
+	agentA, agentB, srv := startHTTPAgents(t, l, agentspec.Pool{})
 	t.Cleanup(func() { _ = agentB.Cmd.Process.Signal(syscall.SIGCONT) })
-	srv := startHelperInNetns(t, l.srv, "http")
-	if line := srv.next(t, "http server"); line != "ready" {
-		t.Fatalf("http server said %q", line)
-	}
 	file := filepath.Join(t.TempDir(), "up")
 	body := bytes.Repeat([]byte("paused "), (8<<20)/7)
 	if err := os.WriteFile(file, body, 0o644); err != nil {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +18,48 @@ import (
 	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
+
+// Addresses of the lab's end hosts, and agent B's data port in
+// startHTTPAgents.
+var (
+	labClient = netip.MustParseAddr("10.10.1.1")
+	labServer = netip.MustParseAddr("10.10.2.1")
+)
+
+const labDataPort = 9877
+
+// startHTTPAgents steers the lab's client traffic to labServer:80
+// through agent A to agent B (4 streams of 64 KiB, a warm pool as pool
+// says, a stall timeout of 2 s: the tests wait for it a few times, far
+// below the reconnect timeout) and starts the HTTP helper on the server.
+func startHTTPAgents(t *testing.T, l *lab, pool agentspec.Pool) (agentA, agentB, srv *nsProcess) {
+	t.Helper()
+	clients := []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")}
+	const tproxyPort = 9876
+	steer(t, l.agA, item.SteeringSpec{Interface: "a0", ListenPort: tproxyPort, Divert: []item.Divert{
+		{Clients: clients, Server: labServer, Port: 80},
+	}})
+	steer(t, l.agB, item.SteeringSpec{})
+	route := Whitelist{Name: "http", Clients: clients, Server: labServer, Port: 80, Streams: 4, ChunkSize: 65536}
+	toB, fromA := route, route
+	toB.Peer, toB.PeerName, toB.Pool = netip.AddrPortFrom(netip.MustParseAddr("192.168.77.2"), labDataPort), "agent-b", pool
+	fromA.PeerName = "agent-a"
+	lim := Limits{StallTimeout: 2 * time.Second}
+	health := netip.MustParseAddrPort("127.0.0.1:9878")
+	agentA = startLabAgent(t, l.agA, Config{
+		TransparentListen: netip.AddrPortFrom(netip.IPv4Unspecified(), tproxyPort),
+		HealthListen:      health, PSK: testPSK, Name: "agent-a", Client: []Whitelist{toB}, Limits: lim,
+	})
+	agentB = startLabAgent(t, l.agB, Config{
+		DataListen:   netip.AddrPortFrom(netip.IPv4Unspecified(), labDataPort),
+		HealthListen: health, PSK: testPSK, Name: "agent-b", Server: []Whitelist{fromA}, Limits: lim,
+	})
+	srv = startHelperInNetns(t, l.srv, "http")
+	if line := srv.next(t, "http server"); line != "ready" {
+		t.Fatalf("http server said %q", line)
+	}
+	return agentA, agentB, srv
+}
 
 // TestNetnsSilentPathDeath: a NAT or stateful firewall between the agents
 // loses its state and from then on drops every packet of the connections
@@ -35,34 +76,8 @@ import (
 func TestNetnsSilentPathDeath(t *testing.T) {
 	testsupport.RequireRoot(t, "ip", "nft", "curl", "ss")
 	l := newLab(t)
-	client, server := netip.MustParseAddr("10.10.1.1"), netip.MustParseAddr("10.10.2.1")
-	clients := []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")}
-	const tproxyPort, dataPort = 9876, 9877
-	steer(t, l.agA, item.SteeringSpec{Interface: "a0", ListenPort: tproxyPort, Divert: []item.Divert{
-		{Clients: clients, Server: server, Port: 80},
-	}})
-	steer(t, l.agB, item.SteeringSpec{})
-	peer := netip.AddrPortFrom(netip.MustParseAddr("192.168.77.2"), dataPort)
-	whitelist := []Whitelist{{Name: "http", Clients: clients, Server: server, Port: 80, Streams: 4,
-		ChunkSize: 65536, Peer: peer, PeerName: "agent-b", Pool: agentspec.Pool{MinIdle: 4, Max: 4}}}
-	accept := slices.Clone(whitelist)
-	accept[0].Peer, accept[0].PeerName, accept[0].Pool = netip.AddrPort{}, "agent-a", agentspec.Pool{}
-	// A short stall timeout: the test waits for it a few times. The
-	// reconnect timeout is the default (60 s), far beyond it.
-	lim := Limits{StallTimeout: 2 * time.Second}
-	health := netip.MustParseAddrPort("127.0.0.1:9878")
-	agentA := startLabAgent(t, l.agA, Config{
-		TransparentListen: netip.AddrPortFrom(netip.IPv4Unspecified(), tproxyPort),
-		HealthListen:      health, PSK: testPSK, Name: "agent-a", Client: whitelist, Limits: lim,
-	})
-	agentB := startLabAgent(t, l.agB, Config{
-		DataListen:   netip.AddrPortFrom(netip.IPv4Unspecified(), dataPort),
-		HealthListen: health, PSK: testPSK, Name: "agent-b", Server: accept, Limits: lim,
-	})
-	srv := startHelperInNetns(t, l.srv, "http")
-	if line := srv.next(t, "http server"); line != "ready" {
-		t.Fatalf("http server said %q", line)
-	}
+	const dataPort = labDataPort
+	agentA, agentB, srv := startHTTPAgents(t, l, agentspec.Pool{MinIdle: 4, Max: 4})
 	pools := func() []PoolStats {
 		if _, err := fmt.Fprintln(agentA.stdin, "pools"); err != nil {
 			t.Fatal(err)
@@ -126,7 +141,7 @@ func TestNetnsSilentPathDeath(t *testing.T) {
 		if rate != "" {
 			args = append(args, "--limit-rate", rate)
 		}
-		cmd := exec.Command("ip", append(args, "http://"+server.String()+"/up")...)
+		cmd := exec.Command("ip", append(args, "http://"+labServer.String()+"/up")...)
 		var out, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &stderr
 		start := time.Now()
@@ -142,8 +157,8 @@ func TestNetnsSilentPathDeath(t *testing.T) {
 		if out.String() != hex.EncodeToString(sum[:]) {
 			t.Fatalf("server hashed the upload as %q, want %x", out.String(), sum)
 		}
-		if r := srv.next(t, "http request"); !strings.HasPrefix(r, "remote "+client.String()+":") {
-			t.Errorf("http server saw %q, want the client %s", r, client)
+		if r := srv.next(t, "http request"); !strings.HasPrefix(r, "remote "+labClient.String()+":") {
+			t.Errorf("http server saw %q, want the client %s", r, labClient)
 		}
 		t.Logf("%d bytes uploaded intact in %s", len(body), time.Since(start).Round(time.Millisecond))
 	}
