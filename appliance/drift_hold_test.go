@@ -18,19 +18,8 @@ import (
 func TestDriftCheckHoldsAGoneInterface(t *testing.T) {
 	root, dir := tempHost(t), t.TempDir()
 	cfgPath := filepath.Join(dir, "sos.hcl")
-	writeFile(t, cfgPath, `
-security { psk_file = "/etc/sosappliance/psk" }
-site "a" { prefixes = ["10.1.0.0/24"] }
-tuning "t" {
-  sysctl = { "net.core.rmem_max" = "100000" }
-  interface "eth1" { irq_cpus = "2" }
-}
-node "host1" { tuning = ["t"] }
-`)
-	irq := func(n string) string {
-		b, _ := os.ReadFile(filepath.Join(root, "proc/irq", n, "smp_affinity_list"))
-		return strings.TrimSpace(string(b))
-	}
+	writeFile(t, cfgPath, holdConfigWith("100000"))
+	irq := func(n string) string { return irqAffinity(root, n) }
 	td := startDaemon(t, root, dir, cfgPath, 200*time.Millisecond)
 	td.waitFor("initial convergence", func() bool {
 		return td.sysctl("net.core.rmem_max") == "100000" && irq("40") == "2" && irq("43") == "2"
