@@ -39,13 +39,13 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 	if w.Streams > rc.limits.MaxStreams {
 		a.reject(rejectStreamLimit, "relay: whitelist asks for more streams than the limit; carrying direct",
 			"whitelist", w.Name, "streams", w.Streams, "limit", rc.limits.MaxStreams)
-		a.carryDirect(rc, host, client, server, w.Name, errors.New("stream limit"))
+		a.carryDirect(rc, host, client, server, w.Name, errors.New("stream limit"), directUp{})
 		return
 	}
 	if need := stripe.SessionMemory(w.Streams, w.ChunkSize, stripe.InitialFrames(w.Streams, w.ChunkSize)); need > rc.limits.SessionMemory {
 		a.reject(rejectMemoryLimit, "relay: session would exceed the session memory cap; carrying direct",
 			"whitelist", w.Name, "need", need, "cap", rc.limits.SessionMemory)
-		a.carryDirect(rc, host, client, server, w.Name, errors.New("session memory cap"))
+		a.carryDirect(rc, host, client, server, w.Name, errors.New("session memory cap"), directUp{})
 		return
 	}
 	var id stripe.SessionID
@@ -59,7 +59,7 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 	if err != nil {
 		a.reject(rejectMemoryLimit, "relay: connection not accelerated; carrying direct", "client", client,
 			"server", server, "err", err)
-		a.carryDirect(rc, host, client, server, w.Name, err)
+		a.carryDirect(rc, host, client, server, w.Name, err, directUp{})
 		return
 	}
 	if err := a.register(s, rc.limits); err != nil {
@@ -72,7 +72,7 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		}
 		a.reject(rejectSessionLimit, "relay: connection not accelerated; carrying direct", "client", client,
 			"server", server, "err", err)
-		a.carryDirect(rc, host, client, server, w.Name, err)
+		a.carryDirect(rc, host, client, server, w.Name, err, directUp{})
 		return
 	}
 	if pool := a.poolFor(w.Peer); pool != nil && a.withinPeerShare(s, rc.limits) && a.bindPooled(s, rc, pool) > 0 {
@@ -84,7 +84,8 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		s.start()
 		return
 	}
-	if err := a.openFirstStream(s, rc, w.Peer); err != nil {
+	st, err := a.openFirstStream(s, rc, w.Peer)
+	if err != nil {
 		if len(w.Peers) > 0 {
 			// The next connections of this bucket go to a live agent
 			// of the far site.
@@ -98,10 +99,11 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 			reset(host)
 			return
 		}
-		a.carryDirect(rc, host, client, server, w.Name, err)
+		a.carryDirect(rc, host, client, server, w.Name, err, directUp{})
 		return
 	}
 	s.mu.Lock()
+	s.streams[0] = st
 	s.host = host
 	s.mu.Unlock()
 	s.start()
@@ -111,8 +113,9 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 // deployment's limits, the same on both agents) leaves a place for s
 // among this agent's sessions toward it. Beyond it, s opens a fresh
 // stream 0 rather than binding pooled streams: the far agent's refusal
-// of a hello is authenticated, and the connection is then carried
-// direct, whole, where a refused BIND would only reset the stream.
+// of a hello is authenticated and comes at once, and the connection is
+// carried direct, whole; a refused BIND only resets its stream, and the
+// refusal is known half a second later (refound, pool.go).
 func (a *Agent) withinPeerShare(s *session, lim Limits) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -125,12 +128,21 @@ func (a *Agent) withinPeerShare(s *session, lim Limits) bool {
 	return n <= lim.MaxSessionsPerPeer // s is among them
 }
 
+// directUp is what a connection carried direct had sent before it went
+// direct: the bytes read from it (by a session the far agent then
+// refused to found, see handOverDirect) and whether its FIN was read too.
+type directUp struct {
+	data []byte
+	fin  bool
+}
+
 // carryDirect relays a steered connection to its server over one plain
 // TCP connection from this agent's own address: slow, but the client's
 // connection works. It is counted and logged. The server sees the agent's
 // address, not the client's (it cannot reply to the client's address
-// without the far agent that would have answered for it).
-func (a *Agent) carryDirect(rc *runtimeConfig, host *net.TCPConn, client, server netip.AddrPort, whitelist string, why error) {
+// without the far agent that would have answered for it). up goes to the
+// server first.
+func (a *Agent) carryDirect(rc *runtimeConfig, host *net.TCPConn, client, server netip.AddrPort, whitelist string, why error, up directUp) {
 	a.counters.fallbacks.Add(1)
 	a.limited.log(a.log, "fallback", "relay: carrying a connection direct, unaccelerated",
 		"whitelist", whitelist, "client", client, "server", server, "why", why)
@@ -160,11 +172,19 @@ func (a *Agent) carryDirect(rc *runtimeConfig, host *net.TCPConn, client, server
 	// see endedByFin).
 	conns := [2]*net.TCPConn{host, far}
 	var shut [2]atomic.Bool
-	pipe := func(dst, src int) {
+	// first goes to dst before what src sends; srcDone: src's FIN was
+	// read already.
+	pipe := func(dst, src int, first []byte, srcDone bool) {
 		defer wg.Done()
-		_, err := io.Copy(conns[dst], conns[src])
-		if err == nil && !endedByFin(conns[src], shut[src].Load()) {
-			err = syscall.ECONNRESET // a write to src took its reset's error
+		var err error
+		if len(first) > 0 {
+			_, err = conns[dst].Write(first)
+		}
+		if err == nil && !srcDone {
+			_, err = io.Copy(conns[dst], conns[src])
+			if err == nil && !endedByFin(conns[src], shut[src].Load()) {
+				err = syscall.ECONNRESET // a write to src took its reset's error
+			}
 		}
 		if err != nil {
 			fail()
@@ -174,8 +194,8 @@ func (a *Agent) carryDirect(rc *runtimeConfig, host *net.TCPConn, client, server
 		_ = conns[dst].CloseWrite()
 	}
 	wg.Add(2)
-	go pipe(1, 0)
-	go pipe(0, 1)
+	go pipe(1, 0, up.data, up.fin)
+	go pipe(0, 1, nil, false)
 	wg.Wait()
 	_ = host.SetLinger(-1)
 	_ = far.SetLinger(-1)
@@ -229,24 +249,21 @@ func (a *Agent) slotsFor(peer netip.AddrPort) chan struct{} {
 // running session (supervise, JOIN), at most HandshakesInFlight
 // handshakes at a time toward the peer, so data flows half a round trip
 // after stream 0's handshake whatever the stream count.
-func (a *Agent) openFirstStream(s *session, rc *runtimeConfig, peer netip.AddrPort) error {
+func (a *Agent) openFirstStream(s *session, rc *runtimeConfig, peer netip.AddrPort) (*stream, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, rc.limits.PreAuthTimeout)
 	defer cancel()
 	slots := a.slotsFor(peer)
 	select {
 	case slots <- struct{}{}:
 	case <-ctx.Done():
-		return &StreamError{Stream: 0, Op: "open", Err: context.Cause(ctx)}
+		return nil, &StreamError{Stream: 0, Op: "open", Err: context.Cause(ctx)}
 	}
 	st, err := a.openStream(ctx, s, rc, peer, 0, rc.streamTuningFor(s.chunkSize), false)
 	<-slots
 	if err != nil {
-		return &StreamError{Stream: 0, Op: "open", Err: err}
+		return nil, &StreamError{Stream: 0, Op: "open", Err: err}
 	}
-	s.mu.Lock()
-	s.streams[0] = st
-	s.mu.Unlock()
-	return nil
+	return st, nil
 }
 
 // initiate runs the initiator's side of a stream handshake on conn:

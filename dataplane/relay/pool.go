@@ -977,14 +977,19 @@ func (a *Agent) awaitSession(id stripe.SessionID, d time.Duration) *session {
 
 // A session bound from the pool starts before the far agent knows it: the
 // BIND of its stream 0 founds it there. If that stream had died while idle
-// and no reset reached this agent, the far agent never founded the
-// session: the binds of the other streams wait for it in vain and are
-// refused, and so are their joins, as for an unknown session. Until the far
-// agent has sent anything on the session (heard), nothing of it can have
-// reached the server, and every byte the client sent is still retained
-// here. So the session is founded again: a fresh pooled stream is bound as
-// its stream 0 (new per-bind keys, a new session key), the retained frames
-// go again, and the other streams join under the new key.
+// and no reset reached this agent, or the far agent refused the BIND (a
+// limit reached, a reload that changed the route), the far agent never
+// founded the session: the binds of the other streams wait for it in vain
+// and are refused, and so are their joins, as for an unknown session (a
+// refusal that is authenticated, unlike a refused BIND, which only resets
+// its stream). Until the far agent has sent anything on the session
+// (heard), nothing of it can have reached the server, and every byte the
+// client sent is still retained here. So stream 0 opens again with a fresh
+// hello, whose answer is authenticated: accepted, it founds the session
+// (a new session key), the retained frames go again and the other streams
+// join under the new key; refused, the far agent will not found the
+// session, and the connection is carried direct with every byte read from
+// it (abortToDirect), as a fresh connection refused would be.
 
 // unfounded reports whether a join refused as an unknown session means
 // the far agent never founded s (rather than lost it).
@@ -992,52 +997,103 @@ func (s *session) unfounded() bool { return s.fromPool && !s.heard.Load() }
 
 // refound answers the refusal of stream i's join in an unfounded session.
 // For a stream other than 0 it takes stream 0 out, which may still look
-// alive here and is the one whose bind never arrived, and returns an
-// error, so that the slot tries again once stream 0 founded the session
-// again. For stream 0 it binds a fresh pooled stream.
+// alive here and is the one whose bind never arrived or was refused, and
+// returns an error, so that the slot tries again once stream 0 founded the
+// session again. For stream 0 it sends a fresh hello.
 func (s *session) refound(i int, rc *runtimeConfig) error {
 	if i != 0 {
 		s.mu.Lock()
 		st0, again := s.streams[0], s.refoundings > 0
 		s.mu.Unlock()
 		// Once founded again, a refusal may have been on its way
-		// before the new bind arrived: leave the new stream 0 alone.
+		// before the new hello arrived: leave the new stream 0 alone.
 		if st0 != nil && !again {
 			st0.lose(&StreamError{Stream: 0, Op: "bind", Err: errors.New("the far agent never founded the session")})
 		}
 		return fmt.Errorf("stream %d: %w: waiting for stream 0 to found the session again", i, errUnknownSession)
 	}
 	a := s.agent
-	pool := a.poolFor(s.peerAddr)
-	if pool == nil {
-		return errors.New("no pool toward the far agent to found the session again")
-	}
-	var ps *pooledStream
-	if got := pool.take(1); len(got) == 1 {
-		ps = got[0]
-	} else {
-		ctx, cancel := context.WithTimeout(s.ctx, rc.limits.PreAuthTimeout)
-		defer cancel()
-		var err error
-		if ps, err = pool.handshake(ctx); err != nil {
-			return fmt.Errorf("founding the session again: %w", err)
+	st, err := a.openFirstStream(s, rc, s.peerAddr)
+	if r := (refusal{}); errors.As(err, &r) && r.status != stripe.StatusDuplicateStream && r.status != stripe.StatusVersion {
+		// An authenticated refusal: the far agent holds no such
+		// session (the join was refused) and will not found it.
+		if s.abortToDirect(fmt.Errorf("the far agent refused to found the session again: %w", err)) {
+			a.limited.log(a.log, "refound-direct", "relay: the far agent refused a pooled session; carrying it direct",
+				append(s.logAttrs(), "err", err)...)
 		}
+		return nil
 	}
-	st, key, err := a.bindOne(s, rc, ps, 0, nil, rc.streamTuningFor(s.chunkSize))
 	if err != nil {
-		reset(ps.conn)
 		return fmt.Errorf("founding the session again: %w", err)
 	}
 	s.mu.Lock()
-	s.sessionKey = *key
 	s.refoundings++
 	s.mu.Unlock()
 	if !s.attach(st, false) {
-		reset(ps.conn)
+		reset(st.conn)
 		return nil
 	}
-	pool.refounds.Add(1)
-	a.limited.log(a.log, "refound", "relay: the far agent never received a pooled session's first bind; founded it again on a fresh stream",
+	if pool := a.poolFor(s.peerAddr); pool != nil {
+		pool.refounds.Add(1)
+	}
+	a.limited.log(a.log, "refound", "relay: the far agent never founded a pooled session; founded it again with a fresh stream 0",
 		s.logAttrs()...)
 	return nil
+}
+
+// abortToDirect ends an unfounded session that the far agent refused to
+// found: its streams go, but the end-host connection stays open, and once
+// the session's goroutines are gone handOverDirect carries it direct. It
+// reports whether this call ended the session.
+func (s *session) abortToDirect(err error) bool {
+	return s.end(AbortSetup, fmt.Errorf("%w; carried direct", err), true)
+}
+
+// handOverDirect carries the end-host connection of a session ended by
+// abortToDirect direct, with every byte read from it first (finish, once
+// the session's goroutines are gone). Nothing of the session reached the
+// server, since the far agent never founded it, and nothing was
+// acknowledged, so every frame read is retained, from the first: the
+// direct connection takes the connection up whole. It reports false when
+// that does not hold (the far agent was heard from after all), and the
+// connection is then reset, as any aborted session's.
+func (s *session) handOverDirect() bool {
+	if s.heard.Load() {
+		return false
+	}
+	var up directUp
+	s.sendMu.Lock()
+	for i, c := range s.retained {
+		if c.seq != uint64(i) {
+			s.sendMu.Unlock()
+			return false
+		}
+		if c.sealed {
+			// Sealed in place by the stream last given it: open it
+			// again for its plaintext.
+			if err := c.on.codec.Unseal(c.buf); err != nil {
+				s.sendMu.Unlock()
+				return false
+			}
+			c.sealed = false
+		}
+		if c.typ == stripe.FrameFin {
+			up.fin = true
+			break
+		}
+		up.data = append(up.data, c.payload()...)
+	}
+	s.sendMu.Unlock()
+	_ = s.host.SetReadDeadline(time.Time{})
+	a := s.agent
+	s.mu.Lock()
+	why := s.abortErr
+	s.mu.Unlock()
+	// finish runs on a goroutine of a.wg: adding to it is safe.
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.carryDirect(a.cfg.Load(), s.host, s.client, s.server, s.whitelist, why, up)
+	}()
+	return true
 }

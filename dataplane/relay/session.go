@@ -353,6 +353,10 @@ type session struct {
 	abortKind   string
 	abortErr    error
 	abortedAt   time.Time
+	// toDirect (guarded by mu, set with the abort): the far agent
+	// refused to found this pooled session, so the end-host connection
+	// is carried direct with what was read from it (abortToDirect).
+	toDirect bool
 
 	writersDone atomic.Int32
 	sendFin     atomic.Bool // end host finished sending: FIN queued
@@ -831,18 +835,29 @@ func (s *session) logAttrs() []any {
 // connection, tells every goroutine to stop, and bounds how long the
 // streams may take to send ABORT. It reports whether this call aborted.
 func (s *session) abort(kind string, err error) bool {
+	return s.end(kind, err, false)
+}
+
+// end is abort; toDirect leaves the end-host connection open for the
+// direct path instead of resetting it (abortToDirect).
+func (s *session) end(kind string, err error, toDirect bool) bool {
 	did := false
 	s.abortOnce.Do(func() {
 		did = true
 		s.mu.Lock()
-		s.aborted = true
+		s.aborted, s.toDirect = true, toDirect
 		s.abortKind, s.abortErr, s.abortedAt = kind, err, time.Now()
 		host := s.host
 		streams := append([]*stream(nil), s.streams...)
 		s.mu.Unlock()
 		close(s.abortCh)
 		s.cancel()
-		reset(host)
+		if toDirect {
+			// readHost returns at its next read, keeping what it read.
+			_ = host.SetReadDeadline(time.Unix(1, 0))
+		} else {
+			reset(host)
+		}
 		now := time.Now()
 		for _, st := range streams {
 			if st != nil {
@@ -871,7 +886,12 @@ func (s *session) isAborted() bool { return closed(s.abortCh) }
 func (s *session) finish() {
 	s.finishOnce.Do(func() {
 		if s.isAborted() {
-			reset(s.host)
+			s.mu.Lock()
+			toDirect := s.toDirect
+			s.mu.Unlock()
+			if !toDirect || !s.handOverDirect() {
+				reset(s.host)
+			}
 			if wait := abortGrace - time.Since(s.abortedAt); wait > 0 {
 				time.Sleep(wait)
 			}
@@ -988,6 +1008,11 @@ func (s *session) readHost() {
 	var gate paceGate
 	defer gate.stop()
 	for {
+		if s.isAborted() {
+			// Not another read: what an aborted session has not read
+			// stays in the socket for the direct path (abortToDirect).
+			return
+		}
 		if !gate.wait(s.paceTotal.Load(), &s.gateWaits, s.abortCh) {
 			return
 		}

@@ -405,7 +405,18 @@
 // for client and server names the initiator, the shape is that entry's,
 // its session limits), and for a stream other than 0 the join proof under
 // the session key of the session named; a refused or unverifiable bind
-// resets the stream. The session key of a session whose stream 0 was
+// resets the stream. That reset is not authenticated, but what follows
+// is: the initiator's joins of the session are refused as
+// StatusUnknownSession, and an initiator that has received no frame of
+// the session (so nothing of it can have reached the server, and it holds
+// every frame it sent) then opens stream 0 again with a fresh hello (not
+// JOIN, same session id), whose reply is authenticated. Accepted, it
+// founds the session with the key of its own handshake, and the initiator
+// sends its frames again from the first; refused, the responder will not
+// found the session, and the initiator may carry the connection another
+// way (sosappliance carries it direct, with every byte it read from the
+// client first). StatusDuplicateStream means the session was founded
+// after all (a late BIND): stream 0 joins it. The session key of a session whose stream 0 was
 // bound is the one its BIND derived (bytes 64..96 above); a session whose
 // stream 0 was a fresh stream takes it from that handshake, and pooled
 // streams bind into it with their proof just the same. Frames of the

@@ -1,0 +1,179 @@
+package relay
+
+import (
+	"bytes"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/dataplane/agentspec"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
+)
+
+// TestPooledBindRefusedCarriedDirect: the far agent is at its
+// max_sessions (its own limit, which the client side cannot see) when a
+// session bound from the warm pool arrives. It refuses the BIND, which
+// only resets the stream; the client side's joins are then refused as an
+// unknown session (authenticated), and its fresh hello for stream 0 is
+// refused with the session limit (authenticated): the connection is
+// carried direct, whole, with the bytes the session had read from it
+// (sealed in place under the pooled streams' keys with encryption) sent
+// first. Before, the session kept founding itself again until the
+// reconnect timeout (60 s here) and reset the connection.
+//
+// "fin read": the client sends its request and its FIN at once, so the
+// session has read both before the refusal. "mid-stream": the client
+// sends a quarter, waits past the refusal, then the rest.
+func TestPooledBindRefusedCarriedDirect(t *testing.T) {
+	for _, enc := range []string{EncryptionAESGCM, EncryptionNone} {
+		for _, shape := range []string{"fin read", "mid-stream"} {
+			t.Run(enc+"/"+shape, func(t *testing.T) {
+				p := startPair(t, pairOptions{encryption: enc, streams: 4, chunk: 16384,
+					pool:    agentspec.Pool{MinIdle: 4, Max: 8},
+					limitsA: Limits{MaxSessions: 16, MaxSessionsPerPeer: 16, ReconnectTimeout: 60 * time.Second},
+					limitsB: Limits{MaxSessions: 1}}, echo)
+				testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool {
+					return onlyPool(t, p.a).Idle >= 4
+				})
+				// The far agent's one session, held open.
+				hold := p.dial(t)
+				defer hold.Close()
+				_ = hold.SetDeadline(time.Now().Add(30 * time.Second))
+				if _, err := hold.Write([]byte("hold")); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.ReadFull(hold, make([]byte, 4)); err != nil {
+					t.Fatalf("the first connection: %v", err)
+				}
+				testsupport.Eventually(t, 10*time.Second, "the pool refilled", func() bool {
+					return onlyPool(t, p.a).Idle >= 4
+				})
+
+				want := make([]byte, 1<<20)
+				r := mrand.New(mrand.NewPCG(7, 8))
+				for i := range want {
+					want[i] = byte(r.Uint32())
+				}
+				c := p.dial(t)
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+				start := time.Now()
+				go func() {
+					if shape == "fin read" {
+						_, _ = c.Write(want[:200<<10])
+						_ = c.CloseWrite()
+						return
+					}
+					if _, err := c.Write(want[:256<<10]); err != nil {
+						return
+					}
+					time.Sleep(500 * time.Millisecond)
+					_, _ = c.Write(want[256<<10:])
+					_ = c.CloseWrite()
+				}()
+				if shape == "fin read" {
+					want = want[:200<<10]
+				}
+				got, err := io.ReadAll(c)
+				took := time.Since(start)
+				ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
+				t.Logf("after %v: %d of %d bytes, err %v; client: %d fallbacks, %d refounds; server: rejected[session-limit] %d, handshake failures %d, %d sessions",
+					took.Round(time.Millisecond), len(got), len(want), err, ta.Fallbacks, onlyPool(t, p.a).Refounds,
+					tb.Rejected[rejectSessionLimit], tb.HandshakeFailures, tb.SessionsActive)
+				if err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("the connection refused at the far agent was not carried whole: %d of %d bytes back, equal %v, err %v",
+						len(got), len(want), bytes.Equal(got, want), err)
+				}
+				if ta.Fallbacks != 1 {
+					t.Errorf("%d connections carried direct, want the refused one", ta.Fallbacks)
+				}
+				if tb.Rejected[rejectSessionLimit] < 2 {
+					t.Errorf("the far agent counted %d session-limit refusals, want the BIND's and the fresh hello's", tb.Rejected[rejectSessionLimit])
+				}
+				if n := p.server.accepted(); n != 2 {
+					t.Errorf("the server accepted %d connections, want 2: the held session's and the direct one", n)
+				}
+				// The held session still works.
+				if _, err := hold.Write([]byte("more")); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.ReadFull(hold, make([]byte, 4)); err != nil {
+					t.Errorf("the held session after the refusal: %v", err)
+				}
+			})
+		}
+	}
+}
+
+// TestRefusedPooledSessionServerGone: when the direct connection cannot
+// be made either (the server stopped listening), the client's connection
+// is reset, not left open or hung.
+func TestRefusedPooledSessionServerGone(t *testing.T) {
+	p := startPair(t, pairOptions{streams: 2, chunk: 16384,
+		pool:    agentspec.Pool{MinIdle: 2, Max: 4},
+		limitsA: Limits{MaxSessions: 16, MaxSessionsPerPeer: 16, ReconnectTimeout: 60 * time.Second, PreAuthTimeout: 2 * time.Second},
+		limitsB: Limits{MaxSessions: 1}}, echo)
+	testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool { return onlyPool(t, p.a).Idle >= 2 })
+	hold := p.dial(t)
+	defer hold.Close()
+	_ = hold.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := hold.Write([]byte("hold")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(hold, make([]byte, 4)); err != nil {
+		t.Fatalf("the first connection: %v", err)
+	}
+	p.server.ln.Close()
+	c := p.dial(t)
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := c.Write([]byte("nobody there")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := io.ReadAll(c)
+	if ne, ok := err.(net.Error); err == nil || ok && ne.Timeout() {
+		t.Errorf("the connection whose direct dial failed: err %v, want a reset", err)
+	}
+	if f := p.a.Stats().Totals.Fallbacks; f != 1 {
+		t.Errorf("%d fallbacks, want the refused connection's", f)
+	}
+}
+
+// TestPooledBindDelayedPastTheRefusals: stream 0's BIND reaches the far
+// agent late, after the other streams' binds and joins were refused as an
+// unknown session and the client side took stream 0 out. Whichever
+// arrives first, the late BIND or the client side's fresh hello for
+// stream 0, founds the session, and the other one is refused (the BIND
+// as a session that exists; the hello as a duplicate, after which stream
+// 0 joins): the transfer completes, accelerated, nothing carried direct.
+func TestPooledBindDelayedPastTheRefusals(t *testing.T) {
+	for _, delay := range []time.Duration{800 * time.Millisecond, 1200 * time.Millisecond, 1600 * time.Millisecond, 2500 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) {
+			p := startPair(t, pairOptions{streams: 4, chunk: 1000, queue: 2, pool: agentspec.Pool{MinIdle: 4, Max: 4}}, echo)
+			testsupport.Eventually(t, 30*time.Second, "a full pool", func() bool { return onlyPool(t, p.a).Idle == 4 })
+			var once atomic.Bool
+			fault := func(stream uint16) bool {
+				if stream == 0 && once.CompareAndSwap(false, true) {
+					time.Sleep(delay)
+				}
+				return false
+			}
+			p.b.testBindFault.Store(&fault)
+			echoThrough(t, p, 1<<20, 9)
+			if !once.Load() {
+				t.Fatal("the delay never struck stream 0's bind")
+			}
+			ta := p.a.Stats().Totals
+			t.Logf("pool %+v; client: %d fallbacks, %d streams replaced, %d aborted", onlyPool(t, p.a), ta.Fallbacks, ta.StreamsReplaced, ta.SessionsAborted)
+			if ta.Fallbacks != 0 {
+				t.Errorf("%d connections carried direct", ta.Fallbacks)
+			}
+			testsupport.Eventually(t, 30*time.Second, "the session complete on both ends", func() bool {
+				return p.a.Stats().Totals.SessionsCompleted == 1 && p.b.Stats().Totals.SessionsCompleted == 1
+			})
+		})
+	}
+}
