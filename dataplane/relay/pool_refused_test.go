@@ -149,6 +149,8 @@ func TestRefusedPooledSessionServerGone(t *testing.T) {
 // stream 0, founds the session, and the other one is refused (the BIND
 // as a session that exists; the hello as a duplicate, after which stream
 // 0 joins): the transfer completes, accelerated, nothing carried direct.
+// (It passed before founding again became a fresh hello too: it guards
+// that change.)
 func TestPooledBindDelayedPastTheRefusals(t *testing.T) {
 	for _, delay := range []time.Duration{800 * time.Millisecond, 1200 * time.Millisecond, 1600 * time.Millisecond, 2500 * time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
