@@ -65,12 +65,16 @@ func planDesired(ctx context.Context, st *store.Store, exs map[string]tuning.Exe
 	if err := errors.Join(err, verr); err != nil {
 		return plan.Plan{}, nil, err
 	}
-	p, err := planAgainstStore(ctx, st, exs, canon, node, configHash, plan.OperationApply, heldIDs)
+	p, heldRecords, err := planAgainstStore(ctx, st, exs, canon, node, configHash, plan.OperationApply, heldIDs, false)
 	if err != nil {
 		return p, nil, err
 	}
+	held = append(held, heldRecords...)
 	p.AddWarnings(skipped...)
 	p.AddWarnings(held...)
+	if !hold {
+		held = nil
+	}
 	return p, held, nil
 }
 
@@ -124,22 +128,30 @@ func dropRefusedOptional(ctx context.Context, exs map[string]tuning.Executor, it
 }
 
 // PlanRollback computes the changes that put back every recorded previous
-// value: a plan that desires nothing.
-func PlanRollback(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, node string) (plan.Plan, error) {
-	return planAgainstStore(ctx, st, exs, nil, node, "", plan.OperationRollback, nil)
+// value: a plan that desires nothing. A record whose host object is gone
+// (tuning.ErrGone: its interface) is held, as every plan holds it (see
+// holdGoneRecords), unless forgetGone: then its restore is planned and,
+// finding nothing to put the value on, forgets the record, for an
+// interface that is gone for good.
+func PlanRollback(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, node string, forgetGone bool) (plan.Plan, error) {
+	p, held, err := planAgainstStore(ctx, st, exs, nil, node, "", plan.OperationRollback, nil, forgetGone)
+	p.AddWarnings(held...)
+	return p, err
 }
 
 // planAgainstStore plans desired against the host and the store's
 // records. The records of held items (by ID) are left out: their items
-// are neither observed, set nor put back.
-func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash, operation string, held map[string]bool) (plan.Plan, error) {
+// are neither observed, set nor put back. So are the records not desired
+// whose host object is gone, unless forgetGone (holdGoneRecords), with
+// the warnings it returns.
+func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash, operation string, held map[string]bool, forgetGone bool) (plan.Plan, []plan.Warning, error) {
 	serial, err := st.Serial()
 	if err != nil {
-		return plan.Plan{}, err
+		return plan.Plan{}, nil, err
 	}
 	records, err := st.Records()
 	if err != nil {
-		return plan.Plan{}, err
+		return plan.Plan{}, nil, err
 	}
 	records = slices.DeleteFunc(records, func(r store.Record) bool { return held[r.ID()] })
 	// Owned items are observed too: a restore shows what it replaces. The
@@ -150,6 +162,10 @@ func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tunin
 	for _, it := range desired {
 		wanted[it.ID()] = true
 	}
+	var heldRecords []plan.Warning
+	if !forgetGone {
+		records, heldRecords = holdGoneRecords(ctx, exs, records, wanted)
+	}
 	for _, r := range records {
 		if !wanted[r.ID()] {
 			toObserve = append(toObserve, item.Item{Kind: r.Kind, Key: r.Key, Value: r.Desired})
@@ -157,11 +173,50 @@ func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tunin
 	}
 	observed, err := observeItems(ctx, exs, toObserve)
 	if err != nil {
-		return plan.Plan{}, err
+		return plan.Plan{}, nil, err
 	}
 	p := plan.Diff(desired, observed, ownedItems(records))
 	p.Operation, p.Node, p.Lineage, p.Serial, p.ConfigHash = operation, node, st.Lineage(), serial, configHash
-	return p, nil
+	return p, heldRecords, nil
+}
+
+// holdGoneRecords leaves out the records of items no longer desired
+// whose executor refuses them now because a host object they name is
+// gone (tuning.ErrGone: an interface taken away, renamed, or moved to
+// another namespace). Their restore would find nothing to put the old
+// value on and forget the record, and an interface that comes back still
+// holding the appliance's values (renamed or moved back) could never be
+// put back. Held, the record stays, with a warning each, and the restore
+// is planned once the interface is there again.
+func holdGoneRecords(ctx context.Context, exs map[string]tuning.Executor, records []store.Record, wanted map[string]bool) ([]store.Record, []plan.Warning) {
+	var held []plan.Warning
+	kept := records[:0:0]
+	for _, r := range records {
+		if !wanted[r.ID()] && gone(ctx, exs, item.Item{Kind: r.Kind, Key: r.Key, Value: r.Desired}) {
+			held = append(held, plan.Warning{Kind: r.Kind, Key: r.Key,
+				Message: fmt.Sprintf("held: to be put back to %s once it is there again; its record is kept (rollback --forget-gone forgets it)",
+					previousText(r))})
+			continue
+		}
+		kept = append(kept, r)
+	}
+	return kept, held
+}
+
+// gone says whether the executor of it refuses it because a host object
+// it names is gone (tuning.ErrGone).
+func gone(ctx context.Context, exs map[string]tuning.Executor, it item.Item) bool {
+	v, ok := exs[it.Kind].(tuning.Validator)
+	return ok && errors.Is(v.Validate(ctx, []item.Item{it}), tuning.ErrGone)
+}
+
+// previousText is a record's value from before the appliance, as a plan
+// shows it.
+func previousText(r store.Record) string {
+	if !r.PreviousPresent {
+		return "absent"
+	}
+	return fmt.Sprintf("%q", r.Previous)
 }
 
 // ownedItems is what planning needs of the store's records.
@@ -306,8 +361,9 @@ func firstTouchValues(ctx context.Context, st *store.Store, exs map[string]tunin
 
 // restoreItem gives back one owned item: its recorded previous value, or
 // removal when it did not exist before. An object already gone from the
-// host is not recreated just to hold an old value; its record is dropped.
-// Whether it is gone is looked at again now, not taken from the plan: an
+// host is not recreated just to hold an old value; its record is dropped
+// (planning holds, rather than plans, the records of items whose
+// interface is gone: holdGoneRecords). Whether it is gone is looked at again now, not taken from the plan: an
 // interface missing when the plan was made may be back, still holding
 // the appliance's value, and its record is then the only way back.
 func restoreItem(ctx context.Context, st *store.Store, ex tuning.Executor, c plan.Change) error {
@@ -340,7 +396,7 @@ func restoreItem(ctx context.Context, st *store.Store, ex tuning.Executor, c pla
 // did not exist before the appliance made them) and records that in history
 // as a rollback. With nothing recorded it does nothing.
 func Rollback(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, node string) (plan.Plan, Result, error) {
-	p, err := PlanRollback(ctx, st, exs, node)
+	p, err := PlanRollback(ctx, st, exs, node, false)
 	if err != nil {
 		return p, Result{}, err
 	}

@@ -161,6 +161,7 @@ func newRollbackCommand() *cobra.Command {
 	var (
 		nf          nodeFlags
 		autoApprove bool
+		forgetGone  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "rollback",
@@ -187,24 +188,39 @@ func newRollbackCommand() *cobra.Command {
 			}
 			defer st.Close()
 			execs := tuning.Executors(nf.root)
-			p, err := appliance.PlanRollback(cmd.Context(), st, execs, node)
+			p, err := appliance.PlanRollback(cmd.Context(), st, execs, node, forgetGone)
 			if err != nil {
 				return fmt.Errorf("plan rollback: %w", err)
 			}
 			p.WriteText(cmd.OutOrStdout())
-			if p.Empty() {
-				return nil
+			if !p.Empty() {
+				if err := confirm(cmd, autoApprove, "Roll back these items?"); err != nil {
+					return err
+				}
+				res, err := appliance.Apply(cmd.Context(), st, execs, p)
+				if err := reportResult(cmd, "Rollback", p, res, err); err != nil {
+					return err
+				}
 			}
-			if err := confirm(cmd, autoApprove, "Roll back these items?"); err != nil {
-				return err
-			}
-			res, err := appliance.Apply(cmd.Context(), st, execs, p)
-			return reportResult(cmd, "Rollback", p, res, err)
+			return rollbackLeft(st)
 		},
 	}
 	nf.register(cmd)
 	cmd.Flags().BoolVar(&autoApprove, "auto-approve", false, "do not ask for confirmation")
+	cmd.Flags().BoolVar(&forgetGone, "forget-gone", false,
+		"forget the records of items whose interface is gone (for good), instead of keeping them until it is back")
 	return cmd
+}
+
+// rollbackLeft fails a rollback that left records behind: items held
+// because their interface is gone.
+func rollbackLeft(st *store.Store) error {
+	left, err := st.Records()
+	if err != nil || len(left) == 0 {
+		return err
+	}
+	return exitError{code: 1, msg: fmt.Sprintf("%d item(s) not put back: a host object they name is gone (see the warnings above); "+
+		"their records are kept: run rollback again once it is back, or rollback --forget-gone to forget them", len(left))}
 }
 
 // applySaved makes the changes of a plan file, which was reviewed when it
