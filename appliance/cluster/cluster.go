@@ -171,16 +171,6 @@ func (t *TLS) SameCA(o *TLS) bool {
 	return t.files == o.files && slices.EqualFunc(t.cas, o.cas, bytes.Equal)
 }
 
-// Reload reads the certificate and key again. It reports whether they
-// changed; on an error the ones in force stay.
-func (t *TLS) Reload() (changed bool, err error) {
-	c, err := loadCert(t.files)
-	if err != nil {
-		return false, err
-	}
-	return t.put(c), nil
-}
-
 // Take puts the certificate o read (a reload's fresh read of the same
 // files, SameCA) in force, and reports whether it differs.
 func (t *TLS) Take(o *TLS) bool { return t.put(o.cur.Load()) }
