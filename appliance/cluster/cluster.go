@@ -67,7 +67,8 @@ type TLSFiles struct {
 
 // TLS is the client side of TLS to etcd, from files whose certificate
 // and key may be replaced while the client runs (certificate rotation):
-// Reload reads them again, and every connection made from then on (etcd
+// a fresh LoadTLS of the same files reads them again, Take puts its
+// certificate in force here, and every connection made from then on (etcd
 // clients reconnect to a member that restarted or failed over) presents
 // the new certificate. Connections already up keep the one they were made
 // with: TLS checks a certificate only in its handshake. The CA is fixed
