@@ -136,9 +136,14 @@ type Agent struct {
 	// refused after its confirm for a limit another took meanwhile.
 	pending       map[stripe.SessionID]*pendingPlace
 	pendingByPeer map[string]int
+	// settled are the session ids founded here and ended, or refused
+	// at stream 0 (settled.go).
+	settled settledIDs
 	// direct holds the connections carried direct (client -> server
-	// connection, nil while dialing), so Shutdown can end them.
-	direct map[*net.TCPConn]*net.TCPConn
+	// connection, nil while dialing), so Shutdown can end them;
+	// drainOver: Shutdown stopped waiting for them.
+	direct    map[*net.TCPConn]*net.TCPConn
+	drainOver bool
 	// handshakeSlots bounds the handshakes in flight toward each peer.
 	handshakeSlots map[netip.AddrPort]chan struct{}
 	// pools are the client side's warm pools, by peer (guarded by
@@ -468,6 +473,7 @@ wait:
 	for {
 		a.mu.Lock()
 		n := len(a.sessions) + len(a.direct)
+		a.drainOver = n == 0
 		a.mu.Unlock()
 		if n == 0 {
 			break
@@ -476,6 +482,7 @@ wait:
 		case <-poll.C:
 		case <-ctx.Done():
 			a.mu.Lock()
+			a.drainOver = true
 			for s := range a.sessions {
 				if s.abort(AbortShutdown, errors.New("agent shutting down: drain deadline passed")) {
 					aborted++
@@ -622,6 +629,7 @@ func (a *Agent) unregister(s *session) {
 	delete(a.sessions, s)
 	if a.byID[s.id] == s {
 		delete(a.byID, s.id)
+		a.settled.add(s.id, true, time.Now())
 	}
 	a.mu.Unlock()
 }

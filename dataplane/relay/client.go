@@ -143,14 +143,34 @@ type directUp struct {
 // without the far agent that would have answered for it). up goes to the
 // server first.
 func (a *Agent) carryDirect(rc *runtimeConfig, host *net.TCPConn, client, server netip.AddrPort, whitelist string, why error, up directUp) {
+	if a.goDirect(rc, host, client, server, whitelist, why, false) {
+		a.relayDirect(rc, host, server, up)
+	}
+}
+
+// goDirect registers host as carried direct (trackDirect), counted and
+// logged; refused, it resets host and counts the refusal. live: host
+// belongs to a session that was running, which a drain still lets go
+// direct (it is reset with the others at the drain's deadline).
+func (a *Agent) goDirect(rc *runtimeConfig, host *net.TCPConn, client, server netip.AddrPort, whitelist string, why error, live bool) bool {
+	if err := a.trackDirect(host, rc.limits.MaxSessions, live); err != nil {
+		kind := rejectSessionLimit
+		if errors.Is(err, errShuttingDown) {
+			kind = rejectShuttingDown
+		}
+		a.reject(kind, "relay: connection not carried direct either; reset", "client", client, "server", server,
+			"why", why, "err", err)
+		reset(host)
+		return false
+	}
 	a.counters.fallbacks.Add(1)
 	a.limited.log(a.log, "fallback", "relay: carrying a connection direct, unaccelerated",
 		"whitelist", whitelist, "client", client, "server", server, "why", why)
-	if !a.trackDirect(host, rc.limits.MaxSessions) {
-		a.reject(rejectSessionLimit, "relay: too many direct connections; reset", "client", client, "server", server)
-		reset(host)
-		return
-	}
+	return true
+}
+
+// relayDirect carries host, registered by goDirect, to server.
+func (a *Agent) relayDirect(rc *runtimeConfig, host *net.TCPConn, server netip.AddrPort, up directUp) {
 	defer a.untrackDirect(host)
 	d := net.Dialer{Timeout: rc.limits.PreAuthTimeout}
 	c, err := d.Dial(network(server.Addr()), server.String())
@@ -203,15 +223,20 @@ func (a *Agent) carryDirect(rc *runtimeConfig, host *net.TCPConn, client, server
 	_ = far.Close()
 }
 
-// trackDirect registers a direct connection so Shutdown can end it.
-func (a *Agent) trackDirect(host *net.TCPConn, limit int) bool {
+// trackDirect registers a direct connection so Shutdown can end it:
+// none while the agent stops (errShuttingDown; live ones until the drain
+// is over), nor more than limit (errSessionLimit).
+func (a *Agent) trackDirect(host *net.TCPConn, limit int, live bool) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.draining || len(a.direct) >= limit {
-		return false
+	if a.draining && (!live || a.drainOver) {
+		return errShuttingDown
+	}
+	if len(a.direct) >= limit {
+		return fmt.Errorf("%d direct connections: %w", len(a.direct), errSessionLimit)
 	}
 	a.direct[host] = nil
-	return true
+	return nil
 }
 
 func (a *Agent) setDirectPeer(host, far *net.TCPConn) {
@@ -219,9 +244,9 @@ func (a *Agent) setDirectPeer(host, far *net.TCPConn) {
 	if _, ok := a.direct[host]; ok {
 		a.direct[host] = far
 	}
-	draining := a.draining
+	over := a.drainOver // Shutdown reset host while far was dialed
 	a.mu.Unlock()
-	if draining {
+	if over {
 		reset(far)
 	}
 }

@@ -276,6 +276,24 @@ func TestJoinForSessionIDReusedDuringHandshake(t *testing.T) {
 				t.Fatal(err)
 			}
 			testsupport.Eventually(t, 10*time.Second, "the first session's end", func() bool { return len(p.b.Stats().Sessions) == 0 })
+			// A fresh hello reusing the id of a session founded here is
+			// refused as a duplicate (settled.go) ...
+			hkey, _ := stripe.NewHandshakeKey(testPSK)
+			_, _, hb := helloFrom(t, p, func(h *stripe.Hello) { h.Session, h.Client = id, second; c.reshape(&Whitelist{}, h) })
+			rc, rb, err := sendHello(t, p.b.Addrs().Data, hb[:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = rc.Close()
+			if r, err := stripe.ParseReply(hb[:], rb[:], hkey); err != nil || r.Status != stripe.StatusDuplicateStream {
+				t.Errorf("a fresh hello reusing an ended session's id: %v, %v; want %s", r.Status, err, stripe.StatusDuplicateStream)
+			}
+			// ... for a while and within a bound: once it is forgotten
+			// (5 minutes, or 16,384 ids later), the JOIN check below still
+			// holds.
+			p.b.mu.Lock()
+			p.b.settled = settledIDs{}
+			p.b.mu.Unlock()
 			// ... and a second opens under the same id in the other shape.
 			c2, sec2 := acceptedHello(t, p, func(h *stripe.Hello) {
 				h.Session, h.Client = id, second

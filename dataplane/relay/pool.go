@@ -815,6 +815,14 @@ func (a *Agent) bindSession(rc *runtimeConfig, w Whitelist, h *stripe.Hello, c *
 		a.mu.Unlock()
 		return fmt.Errorf("session %s exists already or the agent is stopping", h.Session)
 	}
+	// A late BIND: the session was settled here (founded and ended, or
+	// its fresh stream 0 refused), or a fresh hello for it holds its
+	// place. The client side gave up on this stream; it must not found
+	// the session with bytes the client side sends again (settled.go).
+	if settled, _ := a.settled.get(h.Session, time.Now()); settled || a.pending[h.Session] != nil {
+		a.mu.Unlock()
+		return fmt.Errorf("session %s: a late bind: %w", h.Session, bindRefused(stripe.StatusDuplicateStream))
+	}
 	// admit checked the limit when the BIND arrived; BINDs arriving
 	// together all passed it before any of their sessions was here.
 	if a.atSessionLimitLocked(rc.limits, h.Initiator) {
@@ -983,13 +991,15 @@ func (a *Agent) awaitSession(id stripe.SessionID, d time.Duration) *session {
 // and are refused, and so are their joins, as for an unknown session (a
 // refusal that is authenticated, unlike a refused BIND, which only resets
 // its stream). Until the far agent has sent anything on the session
-// (heard), nothing of it can have reached the server, and every byte the
-// client sent is still retained here. So stream 0 opens again with a fresh
-// hello, whose answer is authenticated: accepted, it founds the session
-// (a new session key), the retained frames go again and the other streams
-// join under the new key; refused, the far agent will not found the
-// session, and the connection is carried direct with every byte read from
-// it (abortToDirect), as a fresh connection refused would be.
+// (heard), every byte the client sent is still retained here. So stream 0
+// opens again with a fresh hello, whose answer is authenticated: accepted,
+// it founds the session (a new session key), the retained frames go again
+// and the other streams join under the new key; refused, the connection is
+// carried direct with every byte read from it (abortToDirect), as a fresh
+// connection refused would be. The far agent answers a session it founded
+// (by a late BIND of stream 0, whose answers died with the stream given
+// up here) as a duplicate, and refuses such a BIND once it refused the
+// fresh hello (settled.go): neither way reaches the server twice.
 
 // unfounded reports whether a join refused as an unknown session means
 // the far agent never founded s (rather than lost it).
@@ -1014,9 +1024,9 @@ func (s *session) refound(i int, rc *runtimeConfig) error {
 	}
 	a := s.agent
 	st, err := a.openFirstStream(s, rc, s.peerAddr)
-	if r := (refusal{}); errors.As(err, &r) && r.status != stripe.StatusDuplicateStream && r.status != stripe.StatusVersion {
+	if r := (refusal{}); errors.As(err, &r) && r.status != stripe.StatusDuplicateStream && r.status != stripe.StatusVersion && !s.heard.Load() {
 		// An authenticated refusal: the far agent holds no such
-		// session (the join was refused) and will not found it.
+		// session, never founded it, and will not (settled.go).
 		if s.abortToDirect(fmt.Errorf("the far agent refused to found the session again: %w", err)) {
 			a.limited.log(a.log, "refound-direct", "relay: the far agent refused a pooled session; carrying it direct",
 				append(s.logAttrs(), "err", err)...)
@@ -1052,14 +1062,17 @@ func (s *session) abortToDirect(err error) bool {
 // handOverDirect carries the end-host connection of a session ended by
 // abortToDirect direct, with every byte read from it first (finish, once
 // the session's goroutines are gone). Nothing of the session reached the
-// server, since the far agent never founded it, and nothing was
-// acknowledged, so every frame read is retained, from the first: the
-// direct connection takes the connection up whole. It reports false when
+// server, since the far agent refused its fresh stream 0 as a session it
+// never founded (settled.go), and nothing was acknowledged, so every
+// frame read is retained, from the first: the direct connection takes
+// the connection up whole. It reports false when
 // that does not hold (the far agent was heard from after all), and the
-// connection is then reset, as any aborted session's.
+// connection is then reset, as any aborted session's; the direct path
+// may refuse it too (goDirect resets it then).
 func (s *session) handOverDirect() bool {
+	a := s.agent
 	if s.heard.Load() {
-		return false
+		return false // something may have reached the server
 	}
 	var up directUp
 	s.sendMu.Lock()
@@ -1085,15 +1098,20 @@ func (s *session) handOverDirect() bool {
 	}
 	s.sendMu.Unlock()
 	_ = s.host.SetReadDeadline(time.Time{})
-	a := s.agent
 	s.mu.Lock()
 	why := s.abortErr
 	s.mu.Unlock()
+	// Registered now, while the session still is: a drain waiting for
+	// the session then waits for the direct connection too.
+	rc := a.cfg.Load()
+	if !a.goDirect(rc, s.host, s.client, s.server, s.whitelist, why, true) {
+		return true // goDirect reset the connection
+	}
 	// finish runs on a goroutine of a.wg: adding to it is safe.
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		a.carryDirect(a.cfg.Load(), s.host, s.client, s.server, s.whitelist, why, up)
+		a.relayDirect(rc, s.host, s.server, up)
 	}()
 	return true
 }

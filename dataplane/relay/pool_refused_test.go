@@ -60,10 +60,13 @@ func TestPooledBindRefusedCarriedDirect(t *testing.T) {
 				c := p.dial(t)
 				defer c.Close()
 				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+				if shape == "fin read" {
+					want = want[:200<<10]
+				}
 				start := time.Now()
 				go func() {
 					if shape == "fin read" {
-						_, _ = c.Write(want[:200<<10])
+						_, _ = c.Write(want)
 						_ = c.CloseWrite()
 						return
 					}
@@ -74,9 +77,6 @@ func TestPooledBindRefusedCarriedDirect(t *testing.T) {
 					_, _ = c.Write(want[256<<10:])
 					_ = c.CloseWrite()
 				}()
-				if shape == "fin read" {
-					want = want[:200<<10]
-				}
 				got, err := io.ReadAll(c)
 				took := time.Since(start)
 				ta, tb := p.a.Stats().Totals, p.b.Stats().Totals

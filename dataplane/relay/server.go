@@ -318,6 +318,11 @@ func lookupServer(rc *runtimeConfig, h *stripe.Hello) (Whitelist, bool) {
 // keeps its place under the session limits (reservePlaceLocked) until
 // the caller's releasePlace; a BIND, whose session is made at once, does
 // not.
+//
+// A fresh stream 0 (hello or BIND) of a session id this agent holds or
+// founded before is answered as for the session (StatusDuplicateStream
+// once it started) before anything else, and one it refuses settles the
+// id as refused, both under a.mu: see settled.go.
 func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, reserve bool) (Whitelist, stripe.Status, *pendingPlace) {
 	if h.Responder != rc.Name {
 		return Whitelist{}, stripe.StatusWrongResponder, nil
@@ -328,6 +333,48 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, reserv
 	if a.ownKeys.contains(h.Ephemeral) {
 		return Whitelist{}, stripe.StatusReflected, nil
 	}
+	if h.Join || h.Stream != 0 {
+		return a.admitHello(rc, h, src, reserve)
+	}
+	if st, known := a.knownSession(h, false); known {
+		return Whitelist{}, st, nil
+	}
+	w, st, p := a.admitHello(rc, h, src, reserve)
+	if st != stripe.StatusAccepted {
+		// Settled as refused, unless a late BIND founded it meanwhile:
+		// then the answer is the session's.
+		if known, ok := a.knownSession(h, true); ok {
+			return Whitelist{}, known, nil
+		}
+	}
+	return w, st, p
+}
+
+// knownSession answers a fresh stream 0 of a session id this agent holds
+// (as joinable does) or founded before (StatusDuplicateStream), and
+// reports whether it did. With refused, an id it does not know is
+// settled as refused: its caller refuses the hello.
+func (a *Agent) knownSession(h *stripe.Hello, refused bool) (stripe.Status, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	if s, ok := a.byID[h.Session]; ok {
+		if st := s.joinable(h); st != stripe.StatusAccepted {
+			return st, true
+		}
+		return stripe.StatusAccepted, false // gathering: admitHello decides
+	}
+	if _, founded := a.settled.get(h.Session, now); founded {
+		return stripe.StatusDuplicateStream, true
+	}
+	if refused {
+		a.settled.add(h.Session, false, now)
+	}
+	return stripe.StatusAccepted, false
+}
+
+// admitHello is admit after the checks every hello takes first.
+func (a *Agent) admitHello(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, reserve bool) (Whitelist, stripe.Status, *pendingPlace) {
 	if h.Mode != rc.mode {
 		return Whitelist{}, stripe.StatusModeMismatch, nil
 	}

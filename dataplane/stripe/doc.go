@@ -408,15 +408,24 @@
 // resets the stream. That reset is not authenticated, but what follows
 // is: the initiator's joins of the session are refused as
 // StatusUnknownSession, and an initiator that has received no frame of
-// the session (so nothing of it can have reached the server, and it holds
-// every frame it sent) then opens stream 0 again with a fresh hello (not
-// JOIN, same session id), whose reply is authenticated. Accepted, it
-// founds the session with the key of its own handshake, and the initiator
-// sends its frames again from the first; refused, the responder will not
-// found the session, and the initiator may carry the connection another
-// way (sosappliance carries it direct, with every byte it read from the
-// client first). StatusDuplicateStream means the session was founded
-// after all (a late BIND): stream 0 joins it. The session key of a session whose stream 0 was
+// the session (and so holds every frame it sent) then opens stream 0
+// again with a fresh hello (not JOIN, same session id), whose reply is
+// authenticated. Accepted, it founds the session with the key of its own
+// handshake, and the initiator sends its frames again from the first;
+// refused, the initiator may carry the connection another way
+// (sosappliance carries it direct, with every byte it read from the
+// client first). Neither may deliver twice what a late BIND of stream 0
+// (queued at the responder when the initiator gave up on its stream)
+// delivered, its answers lost with the stream. So a responder settles
+// each session id: to a fresh hello for stream 0 of a session it holds or
+// founded before it answers as for that session (StatusDuplicateStream
+// once it started) before any other check, and it refuses a BIND of
+// stream 0 for an id it settled (a session it founded, or whose fresh
+// stream 0 it refused) or whose fresh hello is in its handshake, deciding
+// each under one lock; sosappliance remembers settled ids for 5 minutes
+// (at most 16,384 of them). StatusDuplicateStream to the fresh hello
+// means the session was founded: stream 0 joins it if it still runs, and
+// the initiator resets its connection otherwise. The session key of a session whose stream 0 was
 // bound is the one its BIND derived (bytes 64..96 above); a session whose
 // stream 0 was a fresh stream takes it from that handshake, and pooled
 // streams bind into it with their proof just the same. Frames of the
