@@ -632,8 +632,9 @@ func (d *Daemon) recordApply(p plan.Plan, res Result, err error) {
 	}
 	d.status.LastApply = info
 	if err == nil {
-		// Every item was taken: none is held any more.
-		d.held = nil
+		// Every item was taken but those the plan holds (records of an
+		// interface that is away).
+		d.noteHeld(heldOf(p))
 	}
 	d.status.Warnings = d.withHeld(warningsOf(p))
 	if res.Serial > 0 {
@@ -644,6 +645,29 @@ func (d *Daemon) recordApply(p plan.Plan, res Result, err error) {
 		d.met.serial.Set(float64(p.Serial))
 	}
 	d.snapshotLocked()
+}
+
+// noteHeld makes held the items held now, replacing those held before;
+// each is logged once, when it starts being held.
+func (d *Daemon) noteHeld(held []plan.Warning) {
+	now := warningsOf(plan.Plan{Warnings: held})
+	for _, w := range now {
+		if !slices.Contains(d.held, w) {
+			d.log.Warn("item held", "warning", w)
+		}
+	}
+	d.held = now
+}
+
+// heldOf are the warnings of a plan's held items.
+func heldOf(p plan.Plan) []plan.Warning {
+	var out []plan.Warning
+	for _, w := range p.Warnings {
+		if w.Held {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // withHeld adds the warnings of the items the drift check holds to ws:
@@ -762,15 +786,8 @@ func (d *Daemon) checkDriftLocked(ctx context.Context) {
 		return p, res, err
 	})
 	if held != nil {
-		// Planned: the items held now replace those held before; each
-		// is logged once, when it starts being held.
-		now := warningsOf(plan.Plan{Warnings: held})
-		for _, w := range now {
-			if !slices.Contains(d.held, w) {
-				d.log.Warn("drift check: item held", "warning", w)
-			}
-		}
-		d.held = now
+		// Planned: the items held now replace those held before.
+		d.noteHeld(held)
 	}
 	d.status.Warnings = d.withHeld(warningsOf(p))
 	for _, ch := range res.Done {

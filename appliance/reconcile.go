@@ -34,7 +34,17 @@ type Result struct {
 // items the appliance owns from earlier applies but no longer desires are
 // planned for restore. Plan changes nothing on the host or in the store.
 func Plan(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, error) {
-	p, _, err := planDesired(ctx, st, exs, desired, node, configHash, false)
+	p, _, err := planDesired(ctx, st, exs, desired, node, configHash, false, false)
+	return p, err
+}
+
+// PlanForgettingGone is Plan for `plan --forget-gone` and `apply
+// --forget-gone`: the records of items no longer desired whose interface
+// is gone (for good: a NIC taken out) are planned for restore, which,
+// finding nothing to put the value on, forgets them, instead of being
+// held (holdGoneRecords).
+func PlanForgettingGone(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, error) {
+	p, _, err := planDesired(ctx, st, exs, desired, node, configHash, false, true)
 	return p, err
 }
 
@@ -46,11 +56,12 @@ func Plan(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, 
 // the held items' warnings (also in the plan's). Any other refusal fails
 // the whole plan, as Plan does.
 func planHolding(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, []plan.Warning, error) {
-	return planDesired(ctx, st, exs, desired, node, configHash, true)
+	return planDesired(ctx, st, exs, desired, node, configHash, true, false)
 }
 
-// planDesired is Plan, and with hold planHolding.
-func planDesired(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string, hold bool) (plan.Plan, []plan.Warning, error) {
+// planDesired is Plan, with hold planHolding, with forgetGone
+// PlanForgettingGone.
+func planDesired(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string, hold, forgetGone bool) (plan.Plan, []plan.Warning, error) {
 	// Report every bad item at once: those that are not even well formed
 	// and those their executor rejects. Optional items the node cannot
 	// take are left out instead, each with a warning.
@@ -65,7 +76,7 @@ func planDesired(ctx context.Context, st *store.Store, exs map[string]tuning.Exe
 	if err := errors.Join(err, verr); err != nil {
 		return plan.Plan{}, nil, err
 	}
-	p, heldRecords, err := planAgainstStore(ctx, st, exs, canon, node, configHash, plan.OperationApply, heldIDs, false)
+	p, heldRecords, err := planAgainstStore(ctx, st, exs, canon, node, configHash, plan.OperationApply, heldIDs, forgetGone)
 	if err != nil {
 		return p, nil, err
 	}
@@ -92,7 +103,7 @@ func holdGone(ctx context.Context, exs map[string]tuning.Executor, items []item.
 		case err == nil:
 			kept = append(kept, it)
 		case errors.Is(err, tuning.ErrGone):
-			held = append(held, plan.Warning{Kind: it.Kind, Key: it.Key,
+			held = append(held, plan.Warning{Kind: it.Kind, Key: it.Key, Held: true,
 				Message: fmt.Sprintf("held, neither set nor put back, until it is there again: %v", err)})
 			heldIDs[it.ID()] = true
 		default:
@@ -192,10 +203,14 @@ func holdGoneRecords(ctx context.Context, exs map[string]tuning.Executor, record
 	var held []plan.Warning
 	kept := records[:0:0]
 	for _, r := range records {
-		if !wanted[r.ID()] && gone(ctx, exs, item.Item{Kind: r.Kind, Key: r.Key, Value: r.Desired}) {
-			held = append(held, plan.Warning{Kind: r.Kind, Key: r.Key,
-				Message: fmt.Sprintf("held: to be put back to %s once it is there again; its record is kept (rollback --forget-gone forgets it)",
-					previousText(r))})
+		if wanted[r.ID()] {
+			kept = append(kept, r)
+			continue
+		}
+		if err := gone(ctx, exs, item.Item{Kind: r.Kind, Key: r.Key, Value: r.Desired}); err != nil {
+			held = append(held, plan.Warning{Kind: r.Kind, Key: r.Key, Held: true,
+				Message: fmt.Sprintf("held, to be put back to %s once it is there again, its record kept (--forget-gone forgets it): %v",
+					previousText(r), err)})
 			continue
 		}
 		kept = append(kept, r)
@@ -203,11 +218,14 @@ func holdGoneRecords(ctx context.Context, exs map[string]tuning.Executor, record
 	return kept, held
 }
 
-// gone says whether the executor of it refuses it because a host object
-// it names is gone (tuning.ErrGone).
-func gone(ctx context.Context, exs map[string]tuning.Executor, it item.Item) bool {
-	v, ok := exs[it.Kind].(tuning.Validator)
-	return ok && errors.Is(v.Validate(ctx, []item.Item{it}), tuning.ErrGone)
+// gone returns why it cannot be put back now, when a host object it names
+// is gone (tuning.GoneChecker: no module loaded, no value checked), else
+// nil.
+func gone(ctx context.Context, exs map[string]tuning.Executor, it item.Item) error {
+	if g, ok := exs[it.Kind].(tuning.GoneChecker); ok {
+		return g.Gone(ctx, it)
+	}
+	return nil
 }
 
 // previousText is a record's value from before the appliance, as a plan

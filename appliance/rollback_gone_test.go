@@ -51,7 +51,7 @@ func TestRollbackHoldsAGoneInterface(t *testing.T) {
 			t.Errorf("%s %s: record forgotten while its interface was away", k[0], k[1])
 		}
 	}
-	if n := strings.Count(p.Text(), "held: to be put back"); n != 2 {
+	if n := strings.Count(p.Text(), "held, to be put back"); n != 2 {
 		t.Errorf("%d held warnings in the plan, want 2 (irq and rp_filter of eth1)", n)
 	}
 

@@ -57,3 +57,13 @@ func (e goneError) Is(target error) bool { return target == ErrGone }
 func (e goneError) Unwrap() error        { return e.error }
 
 func gone(err error) error { return goneError{err} }
+
+// GoneChecker is implemented by the executors whose items name a host
+// object that can go away (an interface): Gone returns the error Validate
+// would give for that (wrapping ErrGone) when the object is not there,
+// else nil. It only looks: unlike Validate it loads no module and checks
+// nothing of the value, so the owned items no longer desired can be
+// asked without side effects.
+type GoneChecker interface {
+	Gone(ctx context.Context, it item.Item) error
+}

@@ -87,6 +87,19 @@ func (x *Interface) Validate(ctx context.Context, items []item.Item) error {
 	return errors.Join(errs...)
 }
 
+// Gone reports an interface that does not exist (GoneChecker).
+func (x *Interface) Gone(ctx context.Context, it item.Item) error {
+	ifname, _, err := item.SplitInterfaceKey(it.Key)
+	if err != nil {
+		return nil
+	}
+	var notFound netlink.LinkNotFoundError
+	if _, err := netlink.LinkByName(ifname); errors.As(err, &notFound) {
+		return gone(fmt.Errorf("interface %s: %w", ifname, err))
+	}
+	return nil
+}
+
 // Apply sets the value and reads it back.
 func (x *Interface) Apply(ctx context.Context, it item.Item) error {
 	ifname, setting, err := item.SplitInterfaceKey(it.Key)

@@ -246,6 +246,21 @@ func findProcess(root, name string) int {
 	return 0
 }
 
+// Gone reports an interface that does not exist or has no IRQs
+// (GoneChecker).
+func (q *IRQ) Gone(ctx context.Context, it item.Item) error {
+	irqs, ok, err := q.interfaceIRQs(it.Key)
+	switch {
+	case err != nil:
+		return nil
+	case !ok:
+		return gone(fmt.Errorf("irq %s: no such interface", it.Key))
+	case len(irqs) == 0:
+		return gone(fmt.Errorf("irq %s: the interface has no IRQs (no device/msi_irqs, none named in /proc/interrupts)", it.Key))
+	}
+	return nil
+}
+
 // Validate checks that each interface exists and has IRQs, and that every
 // CPU named is online.
 func (q *IRQ) Validate(ctx context.Context, items []item.Item) error {

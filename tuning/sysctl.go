@@ -90,6 +90,22 @@ func (s *Sysctl) read(key string) (string, error) {
 	return item.CanonicalSysctlValue(string(b)), nil
 }
 
+// Gone reports a per-interface parameter whose interface's directory is
+// not there (GoneChecker).
+func (s *Sysctl) Gone(ctx context.Context, it item.Item) error {
+	if !perInterface(it.Key) {
+		return nil
+	}
+	p, err := s.path(it.Key)
+	if err != nil {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Dir(p)); errors.Is(err, fs.ErrNotExist) {
+		return gone(fmt.Errorf("sysctl %s does not exist on this node (no %s)", it.Key, filepath.Dir(p)))
+	}
+	return nil
+}
+
 // Validate rejects keys that do not exist on this node and congestion
 // controls and default qdiscs the kernel cannot provide, naming every bad
 // item at once.

@@ -83,6 +83,9 @@ type Warning struct {
 	Kind    string `json:"kind"`
 	Key     string `json:"key"`
 	Message string `json:"message"`
+	// Held: the item is held, neither set nor put back, because a host
+	// object it names is gone (its interface).
+	Held bool `json:"held,omitempty"`
 }
 
 // Plan is the list of changes that brings one node to its desired state,

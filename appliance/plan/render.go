@@ -81,6 +81,8 @@ func (p Plan) WriteText(w io.Writer) error {
 		}
 	}
 	switch {
+	case p.Empty() && p.Operation == OperationRollback && p.holds():
+		b.WriteString("\nNo changes now: every item recorded is held (see the warnings).\n")
 	case p.Empty() && p.Operation == OperationRollback:
 		b.WriteString("\nNo changes. Nothing is recorded to roll back.\n")
 	case p.Empty():
@@ -264,4 +266,14 @@ func (c Change) check() error {
 		return fmt.Errorf("%s: unknown action %q", c.ID(), c.Action)
 	}
 	return nil
+}
+
+// holds says whether the plan holds items (Warning.Held).
+func (p Plan) holds() bool {
+	for _, w := range p.Warnings {
+		if w.Held {
+			return true
+		}
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"github.com/sosappliance/sosappliance/appliance"
 	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/appliance/store"
+	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
@@ -19,6 +21,7 @@ func newPlanCommand() *cobra.Command {
 		nf               nodeFlags
 		asJSON, detailed bool
 		out              string
+		forgetGone       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "plan",
@@ -38,7 +41,7 @@ there is nothing to do, 2 when there are changes, and 1 on error.`,
 				return err
 			}
 			defer st.Close()
-			p, err := appliance.Plan(cmd.Context(), st, tuning.Executors(nf.root), d.Items, d.Node, src.Hash())
+			p, err := planFor(forgetGone)(cmd.Context(), st, tuning.Executors(nf.root), d.Items, d.Node, src.Hash())
 			if err != nil {
 				return fmt.Errorf("plan: %w", err)
 			}
@@ -81,7 +84,19 @@ there is nothing to do, 2 when there are changes, and 1 on error.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the plan as JSON")
 	cmd.Flags().StringVar(&out, "out", "", "save the plan to this file for apply")
 	cmd.Flags().BoolVar(&detailed, "detailed-exitcode", false, "exit 2 when there are changes")
+	cmd.Flags().BoolVar(&forgetGone, "forget-gone", false, forgetGoneHelp)
 	return cmd
+}
+
+const forgetGoneHelp = "forget the records of items no longer wanted whose interface is gone (for good), instead of keeping them until it is back"
+
+// planFor is the planner of plan and apply: with forgetGone the records
+// of gone interfaces' items no longer wanted are forgotten, not held.
+func planFor(forgetGone bool) func(context.Context, *store.Store, map[string]tuning.Executor, []item.Item, string, string) (plan.Plan, error) {
+	if forgetGone {
+		return appliance.PlanForgettingGone
+	}
+	return appliance.Plan
 }
 
 func newApplyCommand() *cobra.Command {
@@ -89,6 +104,7 @@ func newApplyCommand() *cobra.Command {
 		nf          nodeFlags
 		autoApprove bool
 		switchWait  time.Duration
+		forgetGone  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "apply [PLANFILE]",
@@ -113,7 +129,7 @@ changes only; on the controller node, apply -c converges the switches.`,
 				return err
 			}
 			defer st.Close()
-			p, err := appliance.Plan(cmd.Context(), st, execs, want.Items, want.Node, src.Hash())
+			p, err := planFor(forgetGone)(cmd.Context(), st, execs, want.Items, want.Node, src.Hash())
 			if err != nil {
 				return fmt.Errorf("plan: %w", err)
 			}
@@ -154,6 +170,7 @@ changes only; on the controller node, apply -c converges the switches.`,
 	nf.register(cmd)
 	cmd.Flags().BoolVar(&autoApprove, "auto-approve", false, "do not ask for confirmation")
 	cmd.Flags().DurationVar(&switchWait, "switch-wait", 0, "on the controller node without a running daemon, wait this long for each switch that dials in")
+	cmd.Flags().BoolVar(&forgetGone, "forget-gone", false, forgetGoneHelp)
 	return cmd
 }
 
@@ -207,8 +224,7 @@ func newRollbackCommand() *cobra.Command {
 	}
 	nf.register(cmd)
 	cmd.Flags().BoolVar(&autoApprove, "auto-approve", false, "do not ask for confirmation")
-	cmd.Flags().BoolVar(&forgetGone, "forget-gone", false,
-		"forget the records of items whose interface is gone (for good), instead of keeping them until it is back")
+	cmd.Flags().BoolVar(&forgetGone, "forget-gone", false, forgetGoneHelp)
 	return cmd
 }
 
@@ -219,8 +235,8 @@ func rollbackLeft(st *store.Store) error {
 	if err != nil || len(left) == 0 {
 		return err
 	}
-	return exitError{code: 1, msg: fmt.Sprintf("%d item(s) not put back: a host object they name is gone (see the warnings above); "+
-		"their records are kept: run rollback again once it is back, or rollback --forget-gone to forget them", len(left))}
+	return exitError{code: 1, msg: fmt.Sprintf("%d item(s) not put back, their records kept: they are held (see the warnings above); "+
+		"run rollback again once what they name is back, or rollback --forget-gone to forget them", len(left))}
 }
 
 // applySaved makes the changes of a plan file, which was reviewed when it
@@ -281,8 +297,12 @@ func reportResult(cmd *cobra.Command, what string, p plan.Plan, res appliance.Re
 		if refused(err) {
 			return exitError{code: 1, msg: err.Error()}
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "\n%s failed after %d of %d change(s); the state records exactly which. Run apply again to finish.\n",
-			what, len(res.Done), len(p.Changes))
+		again := "apply"
+		if p.Operation == plan.OperationRollback {
+			again = "rollback"
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "\n%s failed after %d of %d change(s); the state records exactly which. Run %s again to finish.\n",
+			what, len(res.Done), len(p.Changes), again)
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "\n%s complete: %d change(s), state serial %d.\n", what, len(res.Done), res.Serial)
