@@ -11,6 +11,7 @@ import (
 	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/host/item"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
@@ -49,15 +50,7 @@ func tempHost(t *testing.T) string {
 	for irq := 40; irq <= 43; irq++ {
 		files["sys/class/net/eth1/device/msi_irqs/"+strconv.Itoa(irq)] = "msix\n"
 	}
-	for p, content := range files {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testsupport.WriteTree(t, root, files)
 	return root
 }
 

@@ -137,11 +137,8 @@ func TestRollbackPlanningRunsNoModprobe(t *testing.T) {
 // are put back, not forgotten.
 func TestForgetGoneRollbackPutsBackAnInterfaceBackByApply(t *testing.T) {
 	ctx := context.Background()
-	root := tempHost(t)
-	exs := tempHostExecutors(root)
-	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
-	before := eth1Values(t, root)
-	mustApply(t, st, exs, mustPlan(t, st, exs, holdItems()))
+	h := applyHoldItems(t)
+	root, exs, st, before := h.root, h.exs, h.st, h.before
 	back := takeEth1Away(t, root)
 	p, err := PlanRollback(ctx, st, exs, "node-a", true)
 	if err != nil {

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/host/item"
+	"github.com/sosappliance/sosappliance/tuning"
 )
 
 // eth1Values reads what eth1's items hold on the temp host: its IRQs'
@@ -19,6 +21,25 @@ func eth1Values(t *testing.T, root string) string {
 		s["proc/irq/42/smp_affinity_list"], s["proc/irq/43/smp_affinity_list"], s["proc/sys/net/ipv4/conf/eth1/rp_filter"]}, " ")
 }
 
+// heldHost is a temp host with holdItems applied: its root, executors
+// and store, and eth1's values from before the apply and after it.
+type heldHost struct {
+	root            string
+	exs             map[string]tuning.Executor
+	st              *store.Store
+	before, applied string
+}
+
+func applyHoldItems(t *testing.T) heldHost {
+	t.Helper()
+	root := tempHost(t)
+	h := heldHost{root: root, exs: tempHostExecutors(root), st: openTestStore(t, filepath.Join(t.TempDir(), "state.db"))}
+	h.before = eth1Values(t, root)
+	mustApply(t, h.st, h.exs, mustPlan(t, h.st, h.exs, holdItems()))
+	h.applied = eth1Values(t, root)
+	return h
+}
+
 // TestRollbackHoldsAGoneInterface: a rollback while eth1 is away (renamed,
 // moved to another namespace) puts back what it can and keeps the
 // records of eth1's items, with a warning each, where it used to forget
@@ -27,12 +48,8 @@ func eth1Values(t *testing.T, root string) string {
 // first rollback forgot the records and those values were lost.
 func TestRollbackHoldsAGoneInterface(t *testing.T) {
 	ctx := context.Background()
-	root := tempHost(t)
-	exs := tempHostExecutors(root)
-	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
-	before := eth1Values(t, root)
-	mustApply(t, st, exs, mustPlan(t, st, exs, holdItems()))
-	applied := eth1Values(t, root)
+	h := applyHoldItems(t)
+	root, exs, st, before, applied := h.root, h.exs, h.st, h.before, h.applied
 
 	back := takeEth1Away(t, root)
 	p, res, err := Rollback(ctx, st, exs, "node-a")
@@ -76,10 +93,8 @@ func TestRollbackHoldsAGoneInterface(t *testing.T) {
 // --forget-gone forgets the records (nothing to put back onto).
 func TestRollbackForgetGone(t *testing.T) {
 	ctx := context.Background()
-	root := tempHost(t)
-	exs := tempHostExecutors(root)
-	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
-	mustApply(t, st, exs, mustPlan(t, st, exs, holdItems()))
+	h := applyHoldItems(t)
+	root, exs, st := h.root, h.exs, h.st
 	takeEth1Away(t, root)
 	p, err := PlanRollback(ctx, st, exs, "node-a", true)
 	if err != nil {
@@ -103,12 +118,8 @@ func TestRollbackForgetGone(t *testing.T) {
 // values, the drift check puts back the values from before.
 func TestUndesiredItemOfAGoneInterfaceHeld(t *testing.T) {
 	ctx := context.Background()
-	root := tempHost(t)
-	exs := tempHostExecutors(root)
-	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
-	before := eth1Values(t, root)
-	mustApply(t, st, exs, mustPlan(t, st, exs, holdItems()))
-	applied := eth1Values(t, root)
+	h := applyHoldItems(t)
+	root, exs, st, before, applied := h.root, h.exs, h.st, h.before, h.applied
 	withoutEth1 := holdItems()[:1]
 
 	back := takeEth1Away(t, root)

@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // run runs a command and fails the test with its output on error.
@@ -19,16 +21,7 @@ func run(t *testing.T, name string, args ...string) string {
 
 // writeTree creates files under root from a path -> content map.
 func writeTree(t *testing.T, root string, files map[string]string) {
-	t.Helper()
-	for p, content := range files {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testsupport.WriteTree(t, root, files)
 }
 
 func readTree(t *testing.T, root, p string) string {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // rollbackHost writes a host tree with rmem_max and eth1 (IRQs 40-41)
@@ -23,15 +25,7 @@ func rollbackHost(t *testing.T, tuning string) (cli func(args ...string) (int, s
 		files["proc/irq/"+strconv.Itoa(irq)+"/smp_affinity_list"] = "0-3\n"
 		files["sys/class/net/eth1/device/msi_irqs/"+strconv.Itoa(irq)] = "msix\n"
 	}
-	for p, content := range files {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testsupport.WriteTree(t, root, files)
 	cfgPath := filepath.Join(dir, "sos.hcl")
 	if err := os.WriteFile(cfgPath, []byte(`
 security { psk_file = "/etc/psk" }

@@ -819,7 +819,10 @@ func (a *Agent) bindSession(rc *runtimeConfig, w Whitelist, h *stripe.Hello, c *
 	// its fresh stream 0 refused), or a fresh hello for it holds its
 	// place. The client side gave up on this stream; it must not found
 	// the session with bytes the client side sends again (settled.go).
-	if settled, _ := a.settled.get(h.Session, time.Now()); settled || a.pending[h.Session] != nil {
+	// Or the client side closed or reset the stream since it sent the
+	// BIND (it gave up on it): the BIND and the frames behind it were
+	// read from what the socket still held.
+	if settled, _ := a.settled.get(h.Session, time.Now()); settled || a.pending[h.Session] != nil || peerGaveUp(c) {
 		a.mu.Unlock()
 		return fmt.Errorf("session %s: a late bind: %w", h.Session, bindRefused(stripe.StatusDuplicateStream))
 	}
@@ -1024,9 +1027,10 @@ func (s *session) refound(i int, rc *runtimeConfig) error {
 	}
 	a := s.agent
 	st, err := a.openFirstStream(s, rc, s.peerAddr)
-	if r := (refusal{}); errors.As(err, &r) && r.status != stripe.StatusDuplicateStream && r.status != stripe.StatusVersion && !s.heard.Load() {
-		// An authenticated refusal: the far agent holds no such
-		// session, never founded it, and will not (settled.go).
+	if r := (refusal{}); errors.As(err, &r) && settlesDirect(r.status) && !s.heard.Load() {
+		// An authenticated refusal after the far agent looked the
+		// session up: it holds no such session, never founded it, and
+		// will not (settled.go).
 		if s.abortToDirect(fmt.Errorf("the far agent refused to found the session again: %w", err)) {
 			a.limited.log(a.log, "refound-direct", "relay: the far agent refused a pooled session; carrying it direct",
 				append(s.logAttrs(), "err", err)...)
@@ -1049,6 +1053,20 @@ func (s *session) refound(i int, rc *runtimeConfig) error {
 	a.limited.log(a.log, "refound", "relay: the far agent never founded a pooled session; founded it again with a fresh stream 0",
 		s.logAttrs()...)
 	return nil
+}
+
+// settlesDirect says whether a refusal of the fresh hello for stream 0 of
+// an unfounded session sends its connection direct: one the far agent
+// gives after looking the session up and settling its id (settled.go).
+// Not a duplicate (the session was founded), a version refusal (not
+// authenticated), nor a hello refused before the lookup (meant for
+// another agent, or reflected).
+func settlesDirect(st stripe.Status) bool {
+	switch st {
+	case stripe.StatusDuplicateStream, stripe.StatusVersion, stripe.StatusWrongResponder, stripe.StatusReflected:
+		return false
+	}
+	return true
 }
 
 // abortToDirect ends an unfounded session that the far agent refused to

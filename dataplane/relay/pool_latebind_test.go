@@ -76,21 +76,19 @@ func calledFromRefound() bool {
 // TestLateBindThenRefusalNotSentTwice: stream 0's BIND of a pooled
 // session reaches the far agent late (held here until the client side
 // dials its fresh hello for stream 0, after every join was refused as an
-// unknown session and the client side reset stream 0). The far agent then
-// founds the session from that BIND and delivers to the server the frames
-// stream 0 carried: they sat in its socket ahead of the client side's
-// reset, and a read returns them before the reset. Nothing it sends back
-// reaches the client side (stream 0 is reset there, and the joins that
-// would find the session are held at the far agent here), so the client
-// side has heard nothing. The far agent's session ends (its reconnect
-// timeout, no stream left), and another session takes the far agent's
-// one place. The fresh hello must not send the connection direct with
-// every byte again: the far agent remembers the session it founded
-// (settled.go) and answers StatusDuplicateStream, so the client side
-// gives up at its reconnect timeout and resets the connection, whose
-// request reached the server once. (Found by review: the hello was
-// refused with the session limit and the request went to the server a
-// second time on the direct connection.)
+// unknown session and the client side reset stream 0). The BIND and the
+// frames behind it sit in the far agent's socket ahead of the reset, and
+// a read returns them. It must not found the session: the client side
+// gave up on the stream (peerGaveUp), and nothing the far agent sent back
+// would reach it. Then another session takes the far agent's one place,
+// and the fresh hello is refused with the session limit: the connection
+// goes direct, whole, and the server gets the request once. (Found by
+// review: the BIND founded the session and delivered, its session ended
+// unheard, and the request went to the server a second time on the
+// direct connection. Should such a BIND found the session before the
+// reset reaches the far agent, the session's id stays settled as founded
+// and the fresh hello is refused as a duplicate: the connection is then
+// reset, the request delivered once.)
 func TestLateBindThenRefusalNotSentTwice(t *testing.T) {
 	rec := &recordingServer{}
 	p := startPair(t, pairOptions{streams: 4, chunk: 16384,
@@ -137,19 +135,18 @@ func TestLateBindThenRefusalNotSentTwice(t *testing.T) {
 		t.Cleanup(func() { close(hold) })
 		p.b.testJoinHold.Store(&hold)
 		time.Sleep(joinGrace + 300*time.Millisecond)
-		// The late BIND founds the session at the far agent, which
-		// delivers stream 0's frames to the server.
+		// The late BIND goes on: refused, since the client side reset
+		// its stream (peerGaveUp); had it founded the session, the far
+		// agent would deliver stream 0's frames to the server ...
 		close(release)
+		delivered := testsupport.Poll(1500*time.Millisecond, func() bool {
+			got := rec.received()
+			return len(got) > 0 && len(got[0]) > 0
+		})
+		// ... and that session would end at the far agent (no stream
+		// came back within its reconnect timeout).
 		deadline := time.Now().Add(8 * time.Second)
-		for time.Now().Before(deadline) {
-			if got := rec.received(); len(got) > 0 && len(got[0]) > 0 {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		// That session ends at the far agent (no stream came back within
-		// its reconnect timeout)...
-		for time.Now().Before(deadline) {
+		for delivered && time.Now().Before(deadline) {
 			tb := p.b.Stats().Totals
 			if tb.SessionsAborted >= 1 && tb.SessionsActive == 0 {
 				break
@@ -207,10 +204,11 @@ func TestLateBindThenRefusalNotSentTwice(t *testing.T) {
 		}
 		total += len(b)
 	}
-	if err == nil {
-		t.Errorf("the client's connection completed (%d bytes back) although its session was lost at the far agent", len(got))
-	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		t.Errorf("the client's connection hung until its deadline instead of being reset at the reconnect timeout: %v", err)
+	switch ne, _ := err.(net.Error); {
+	case err == nil && (!bytes.Equal(got, want) || total != len(want)):
+		t.Errorf("the connection completed with %d of %d bytes, the server receiving %d", len(got), len(want), total)
+	case ne != nil && ne.Timeout():
+		t.Errorf("the client's connection hung until its deadline: %v", err)
 	}
 	if total > len(want) {
 		t.Errorf("the server received %d bytes of a %d-byte request over its connections %v: the far agent's session "+
@@ -227,21 +225,7 @@ func TestLateBindThenRefusalNotSentTwice(t *testing.T) {
 // the request a second time, from the far agent.
 func TestLateBindAfterRefusalRefused(t *testing.T) {
 	rec := &recordingServer{}
-	p := startPair(t, pairOptions{streams: 4, chunk: 16384,
-		pool:    agentspec.Pool{MinIdle: 4, Max: 8},
-		limitsA: Limits{MaxSessions: 16, MaxSessionsPerPeer: 16, ReconnectTimeout: 30 * time.Second},
-		limitsB: Limits{MaxSessions: 1}}, rec.handle)
-	testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool { return onlyPool(t, p.a).Idle >= 4 })
-	hold := p.dial(t)
-	defer hold.Close()
-	_ = hold.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := hold.Write([]byte("hold")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(hold, make([]byte, 4)); err != nil {
-		t.Fatalf("the first connection: %v", err)
-	}
-	testsupport.Eventually(t, 10*time.Second, "the pool refilled", func() bool { return onlyPool(t, p.a).Idle >= 4 })
+	p, hold := fullFarAgent(t, pairOptions{limitsA: Limits{ReconnectTimeout: 30 * time.Second}}, rec.handle)
 
 	release := make(chan struct{})
 	var held atomic.Bool

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
@@ -22,25 +21,7 @@ import (
 // connection was reset at once, and counted as a fallback and as a
 // session-limit rejection, "too many direct connections".)
 func TestRefusedPooledSessionCarriedDuringDrain(t *testing.T) {
-	p := startPair(t, pairOptions{streams: 4, chunk: 16384,
-		pool:    agentspec.Pool{MinIdle: 4, Max: 8},
-		limitsA: Limits{MaxSessions: 16, MaxSessionsPerPeer: 16, ReconnectTimeout: 60 * time.Second},
-		limitsB: Limits{MaxSessions: 1}}, echo)
-	testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool {
-		return onlyPool(t, p.a).Idle >= 4
-	})
-	hold := p.dial(t)
-	defer hold.Close()
-	_ = hold.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := hold.Write([]byte("hold")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(hold, make([]byte, 4)); err != nil {
-		t.Fatalf("the first connection: %v", err)
-	}
-	testsupport.Eventually(t, 10*time.Second, "the pool refilled", func() bool {
-		return onlyPool(t, p.a).Idle >= 4
-	})
+	p, hold := fullFarAgent(t, pairOptions{}, echo)
 
 	want := make([]byte, 64<<10)
 	r := mrand.New(mrand.NewPCG(30, 2))

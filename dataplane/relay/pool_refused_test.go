@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"cmp"
 	"io"
 	mrand "math/rand/v2"
 	"net"
@@ -31,26 +32,8 @@ func TestPooledBindRefusedCarriedDirect(t *testing.T) {
 	for _, enc := range []string{EncryptionAESGCM, EncryptionNone} {
 		for _, shape := range []string{"fin read", "mid-stream"} {
 			t.Run(enc+"/"+shape, func(t *testing.T) {
-				p := startPair(t, pairOptions{encryption: enc, streams: 4, chunk: 16384,
-					pool:    agentspec.Pool{MinIdle: 4, Max: 8},
-					limitsA: Limits{MaxSessions: 16, MaxSessionsPerPeer: 16, ReconnectTimeout: 60 * time.Second},
-					limitsB: Limits{MaxSessions: 1}}, echo)
-				testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool {
-					return onlyPool(t, p.a).Idle >= 4
-				})
 				// The far agent's one session, held open.
-				hold := p.dial(t)
-				defer hold.Close()
-				_ = hold.SetDeadline(time.Now().Add(30 * time.Second))
-				if _, err := hold.Write([]byte("hold")); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := io.ReadFull(hold, make([]byte, 4)); err != nil {
-					t.Fatalf("the first connection: %v", err)
-				}
-				testsupport.Eventually(t, 10*time.Second, "the pool refilled", func() bool {
-					return onlyPool(t, p.a).Idle >= 4
-				})
+				p, hold := fullFarAgent(t, pairOptions{encryption: enc}, echo)
 
 				want := make([]byte, 1<<20)
 				r := mrand.New(mrand.NewPCG(7, 8))
@@ -112,20 +95,7 @@ func TestPooledBindRefusedCarriedDirect(t *testing.T) {
 // be made either (the server stopped listening), the client's connection
 // is reset, not left open or hung.
 func TestRefusedPooledSessionServerGone(t *testing.T) {
-	p := startPair(t, pairOptions{streams: 2, chunk: 16384,
-		pool:    agentspec.Pool{MinIdle: 2, Max: 4},
-		limitsA: Limits{MaxSessions: 16, MaxSessionsPerPeer: 16, ReconnectTimeout: 60 * time.Second, PreAuthTimeout: 2 * time.Second},
-		limitsB: Limits{MaxSessions: 1}}, echo)
-	testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool { return onlyPool(t, p.a).Idle >= 2 })
-	hold := p.dial(t)
-	defer hold.Close()
-	_ = hold.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := hold.Write([]byte("hold")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(hold, make([]byte, 4)); err != nil {
-		t.Fatalf("the first connection: %v", err)
-	}
+	p, _ := fullFarAgent(t, pairOptions{streams: 2, limitsA: Limits{PreAuthTimeout: 2 * time.Second}}, echo)
 	p.server.ln.Close()
 	c := p.dial(t)
 	defer c.Close()
@@ -178,4 +148,37 @@ func TestPooledBindDelayedPastTheRefusals(t *testing.T) {
 			})
 		})
 	}
+}
+
+// fullFarAgent starts a pair whose client side keeps a warm pool and
+// whose far agent takes one session (max_sessions 1), and holds that
+// session open: the far agent refuses the BIND of the next pooled
+// session. opt's pool and client-side limits are filled in where unset
+// (a pool of twice the streams, a 60 s reconnect timeout). It returns the
+// pair, once its pool is full again, and the held connection.
+func fullFarAgent(t *testing.T, opt pairOptions, handle func(*net.TCPConn)) (*pair, *net.TCPConn) {
+	t.Helper()
+	opt.streams = cmp.Or(opt.streams, 4)
+	opt.chunk = cmp.Or(opt.chunk, 16384)
+	if opt.pool.MinIdle == 0 {
+		opt.pool = agentspec.Pool{MinIdle: opt.streams, Max: 2 * opt.streams}
+	}
+	opt.limitsA.MaxSessions = cmp.Or(opt.limitsA.MaxSessions, 16)
+	opt.limitsA.MaxSessionsPerPeer = cmp.Or(opt.limitsA.MaxSessionsPerPeer, 16)
+	opt.limitsA.ReconnectTimeout = cmp.Or(opt.limitsA.ReconnectTimeout, 60*time.Second)
+	opt.limitsB.MaxSessions = 1
+	p := startPair(t, opt, handle)
+	full := func() bool { return onlyPool(t, p.a).Idle >= opt.pool.MinIdle }
+	testsupport.Eventually(t, 10*time.Second, "the pool filled", full)
+	hold := p.dial(t)
+	t.Cleanup(func() { hold.Close() })
+	_ = hold.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := hold.Write([]byte("hold")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(hold, make([]byte, 4)); err != nil {
+		t.Fatalf("the far agent's one session: %v", err)
+	}
+	testsupport.Eventually(t, 10*time.Second, "the pool refilled", full)
+	return p, hold
 }

@@ -25,8 +25,13 @@ import (
 
 // settledFor is how long a settled id is remembered: well past a client
 // side's reconnect timeout (default 30 s), during which it founds its
-// session again; settledMax bounds the ids remembered (the oldest go
-// first), about a megabyte.
+// session again. settledMax bounds the ids of each kind remembered (the
+// oldest of the kind go first): founded ids come only with sessions that
+// ended, refused ones with refusals any key holder can provoke, so a
+// flood of refusals never pushes out a founded id; together about 3 MB.
+// A refused id pushed out early matters only to a BIND still unread
+// when its stream was reset, which bindSession refuses anyway
+// (peerGaveUp).
 const (
 	settledFor = 5 * time.Minute
 	settledMax = 16384
@@ -35,8 +40,12 @@ const (
 // settledIDs are the session ids this agent settled (guarded by a.mu):
 // founded (and ended), or refused at stream 0.
 type settledIDs struct {
-	ids   map[stripe.SessionID]settledID
-	order []settledAt // insertion order, for expiry
+	ids map[stripe.SessionID]settledID
+	// order holds each kind's ids in the order they were settled, for
+	// expiry and the bound, and n counts each kind's ids: [0] refused,
+	// [1] founded.
+	order [2][]settledAt
+	n     [2]int
 }
 
 type settledID struct {
@@ -49,17 +58,30 @@ type settledAt struct {
 	at time.Time
 }
 
+func kindOf(founded bool) int {
+	if founded {
+		return 1
+	}
+	return 0
+}
+
 // add settles id now; founded outranks refused.
 func (s *settledIDs) add(id stripe.SessionID, founded bool, now time.Time) {
 	if s.ids == nil {
 		s.ids = make(map[stripe.SessionID]settledID)
 	}
 	s.expire(now)
-	founded = founded || s.ids[id].founded
+	prev, had := s.ids[id]
+	if had {
+		s.n[kindOf(prev.founded)]--
+	}
+	founded = founded || prev.founded
 	s.ids[id] = settledID{at: now, founded: founded}
-	s.order = append(s.order, settledAt{id, now})
-	for len(s.ids) > settledMax || len(s.order) > 2*settledMax {
-		s.dropFirst()
+	k := kindOf(founded)
+	s.n[k]++
+	s.order[k] = append(s.order[k], settledAt{id, now})
+	for s.n[k] > settledMax || len(s.order[k]) > 2*settledMax {
+		s.dropFirst(k)
 	}
 }
 
@@ -74,20 +96,23 @@ func (s *settledIDs) get(id stripe.SessionID, now time.Time) (settled, founded b
 }
 
 func (s *settledIDs) expire(now time.Time) {
-	for len(s.order) > 0 && now.Sub(s.order[0].at) > settledFor {
-		s.dropFirst()
-	}
-	if len(s.order) == 0 {
-		s.order = nil // give back what a burst grew
+	for k := range s.order {
+		for len(s.order[k]) > 0 && now.Sub(s.order[k][0].at) > settledFor {
+			s.dropFirst(k)
+		}
+		if len(s.order[k]) == 0 {
+			s.order[k] = nil // give back what a burst grew
+		}
 	}
 }
 
-// dropFirst forgets the oldest entry of the order; the id goes with it
-// unless it was settled again since.
-func (s *settledIDs) dropFirst() {
-	first := s.order[0]
-	s.order = s.order[1:]
-	if e, ok := s.ids[first.id]; ok && e.at.Equal(first.at) {
+// dropFirst forgets the oldest entry of kind k's order; the id goes with
+// it unless it was settled again since.
+func (s *settledIDs) dropFirst(k int) {
+	first := s.order[k][0]
+	s.order[k] = s.order[k][1:]
+	if e, ok := s.ids[first.id]; ok && e.at.Equal(first.at) && kindOf(e.founded) == k {
 		delete(s.ids, first.id)
+		s.n[k]--
 	}
 }

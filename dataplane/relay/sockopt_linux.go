@@ -336,6 +336,17 @@ func peerClosed(c *net.TCPConn) bool {
 	return ok && info.state == tcpCloseWait
 }
 
+// tcpEstablished is tcpi_state of an open connection.
+const tcpEstablished = 1
+
+// peerGaveUp reports whether the peer closed or reset c: its state is no
+// longer ESTABLISHED (CLOSE_WAIT after a FIN, CLOSE after a reset), though
+// what it sent before may still be read.
+func peerGaveUp(c *net.TCPConn) bool {
+	info, ok := readTCPInfo(c)
+	return ok && info.state != tcpEstablished
+}
+
 // endedByFin reports whether the end of file a read of c returned is the
 // peer's FIN rather than a reset. A reset's error is returned once, to the
 // first call that looks: when a write on c took it, the reader sees only

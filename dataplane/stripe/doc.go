@@ -419,13 +419,17 @@
 // delivered, its answers lost with the stream. So a responder settles
 // each session id: to a fresh hello for stream 0 of a session it holds or
 // founded before it answers as for that session (StatusDuplicateStream
-// once it started) before any other check, and it refuses a BIND of
-// stream 0 for an id it settled (a session it founded, or whose fresh
-// stream 0 it refused) or whose fresh hello is in its handshake, deciding
-// each under one lock; sosappliance remembers settled ids for 5 minutes
-// (at most 16,384 of them). StatusDuplicateStream to the fresh hello
-// means the session was founded: stream 0 joins it if it still runs, and
-// the initiator resets its connection otherwise. The session key of a session whose stream 0 was
+// once it started) before any other check but its name and the
+// reflection check, and it refuses a BIND of stream 0 whose stream the
+// initiator closed or reset since (it gave up on it), whose id it settled
+// (a session it founded, or whose fresh stream 0 it refused) or whose
+// fresh hello is in its handshake, deciding each under one lock;
+// sosappliance remembers settled ids for 5 minutes (at most 16,384
+// founded and 16,384 refused). An initiator takes only a refusal given
+// after that lookup for "not founded" (not StatusWrongResponder,
+// StatusReflected or StatusVersion). StatusDuplicateStream to the fresh
+// hello means the session was founded: stream 0 joins it if it still
+// runs, and the initiator resets its connection otherwise. The session key of a session whose stream 0 was
 // bound is the one its BIND derived (bytes 64..96 above); a session whose
 // stream 0 was a fresh stream takes it from that handshake, and pooled
 // streams bind into it with their proof just the same. Frames of the
