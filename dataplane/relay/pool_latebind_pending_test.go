@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"io"
 	mrand "math/rand/v2"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,18 +27,8 @@ func TestLateBindWhileFreshHelloPending(t *testing.T) {
 		limitsA: Limits{MaxSessions: 16, MaxSessionsPerPeer: 16, ReconnectTimeout: 30 * time.Second}}, rec.handle)
 	testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool { return onlyPool(t, p.a).Idle >= 4 })
 
-	release := make(chan struct{})
-	var held atomic.Bool
-	fault := func(stream uint16) bool {
-		if stream == 0 && held.CompareAndSwap(false, true) {
-			select {
-			case <-release:
-			case <-time.After(20 * time.Second):
-			}
-		}
-		return false
-	}
-	p.b.testBindFault.Store(&fault)
+	release, held := holdBind(p, 20*time.Second)
+	defer release()
 
 	want := make([]byte, 64<<10)
 	r := mrand.New(mrand.NewPCG(34, 1))
@@ -87,7 +76,7 @@ func TestLateBindWhileFreshHelloPending(t *testing.T) {
 		t.Fatal("no place kept for the fresh hello")
 	}
 	rejected := p.b.Stats().Totals.Rejected[rejectKindOf(stripe.StatusDuplicateStream)]
-	close(release)
+	release()
 	testsupport.Eventually(t, 5*time.Second, "the late BIND refused", func() bool {
 		return p.b.Stats().Totals.Rejected[rejectKindOf(stripe.StatusDuplicateStream)] > rejected
 	})

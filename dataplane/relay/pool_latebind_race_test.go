@@ -29,23 +29,14 @@ func TestLateBindRacingTheFreshHello(t *testing.T) {
 		limitsB: Limits{ReconnectTimeout: 20 * time.Second}}, rec.handle)
 	testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool { return onlyPool(t, p.a).Idle >= 4 })
 
-	release := make(chan struct{})
-	var held, hooked atomic.Bool
-	fault := func(stream uint16) bool {
-		if stream == 0 && held.CompareAndSwap(false, true) {
-			select {
-			case <-release:
-			case <-time.After(15 * time.Second):
-			}
-		}
-		return false
-	}
-	p.b.testBindFault.Store(&fault)
+	release, _ := holdBind(p, 15*time.Second)
+	defer release()
+	var hooked atomic.Bool
 	hook := func(c *net.TCPConn) error {
 		if !calledFromRefound() || !hooked.CompareAndSwap(false, true) {
 			return nil
 		}
-		close(release)
+		release()
 		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
 			if got := rec.received(); len(got) > 0 && len(got[0]) > 0 {

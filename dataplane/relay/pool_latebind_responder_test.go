@@ -31,18 +31,9 @@ func TestLateBindAfterWrongResponderRefusal(t *testing.T) {
 		limitsA: Limits{MaxSessions: 16, MaxSessionsPerPeer: 16, ReconnectTimeout: 3 * time.Second}}, rec.handle)
 	testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool { return onlyPool(t, p.a).Idle >= 4 })
 
-	release := make(chan struct{})
-	var held, renamed atomic.Bool
-	fault := func(stream uint16) bool {
-		if stream == 0 && held.CompareAndSwap(false, true) {
-			select {
-			case <-release:
-			case <-time.After(20 * time.Second):
-			}
-		}
-		return false
-	}
-	p.b.testBindFault.Store(&fault)
+	release, held := holdBind(p, 20*time.Second)
+	defer release()
+	var renamed atomic.Bool
 	hook := func(c *net.TCPConn) error {
 		if !calledFromRefound() || !renamed.CompareAndSwap(false, true) {
 			return nil
@@ -80,7 +71,7 @@ func TestLateBindAfterWrongResponderRefusal(t *testing.T) {
 			len(got), len(want), err, f)
 	}
 	started := p.b.Stats().Totals.SessionsStarted
-	close(release)
+	release()
 	time.Sleep(1500 * time.Millisecond)
 	tb := p.b.Stats().Totals
 	total := 0
