@@ -1058,12 +1058,12 @@ func (s *session) refound(i int, rc *runtimeConfig) error {
 // settlesDirect says whether a refusal of the fresh hello for stream 0 of
 // an unfounded session sends its connection direct: one the far agent
 // gives after looking the session up and settling its id (settled.go).
-// Not a duplicate (the session was founded), a version refusal (not
-// authenticated), nor a hello refused before the lookup (meant for
-// another agent, or reflected).
+// Not a duplicate or a mismatch (the session was founded), a version
+// refusal (not authenticated), nor a hello refused before the lookup
+// (meant for another agent, or reflected).
 func settlesDirect(st stripe.Status) bool {
 	switch st {
-	case stripe.StatusDuplicateStream, stripe.StatusVersion, stripe.StatusWrongResponder, stripe.StatusReflected:
+	case stripe.StatusDuplicateStream, stripe.StatusSessionMismatch, stripe.StatusVersion, stripe.StatusWrongResponder, stripe.StatusReflected:
 		return false
 	}
 	return true

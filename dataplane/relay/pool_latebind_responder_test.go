@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"errors"
 	"io"
 	mrand "math/rand/v2"
 	"net"
@@ -45,7 +46,10 @@ func TestLateBindAfterWrongResponderRefusal(t *testing.T) {
 		if err := p.b.Update(cfg); err != nil {
 			t.Errorf("reload: %v", err)
 		}
-		return nil
+		// The far agent may have accepted this connection under its old
+		// name (it reads its configuration at accept): fail this dial,
+		// and the next fresh hello meets the new name.
+		return errors.New("test: the far agent was renamed; dial again")
 	}
 	p.a.testDialed.Store(&hook)
 

@@ -78,11 +78,13 @@ func calledFromRefound() bool {
 // dials its fresh hello for stream 0, after every join was refused as an
 // unknown session and the client side reset stream 0). The BIND and the
 // frames behind it sit in the far agent's socket ahead of the reset, and
-// a read returns them. It must not found the session: the client side
-// gave up on the stream (peerGaveUp), and nothing the far agent sent back
-// would reach it. Then another session takes the far agent's one place,
-// and the fresh hello is refused with the session limit: the connection
-// goes direct, whole, and the server gets the request once. (Found by
+// a read returns them. Whatever happens to it, the server must get the
+// request once: the far agent refuses the BIND, the client side having
+// given up on its stream (peerGaveUp), so when another session takes the
+// far agent's one place and the fresh hello is refused with the session
+// limit, the connection goes direct, whole; and had the BIND founded the
+// session (it does without peerGaveUp), its id, settled as founded,
+// answers the fresh hello as a duplicate and the connection is reset. (Found by
 // review: the BIND founded the session and delivered, its session ended
 // unheard, and the request went to the server a second time on the
 // direct connection. Should such a BIND found the session before the

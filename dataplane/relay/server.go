@@ -351,7 +351,7 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, reserv
 }
 
 // knownSession answers a fresh stream 0 of a session id this agent holds
-// (as joinable does) or founded before (StatusDuplicateStream), and
+// and does not gather any more, or founded before, as a duplicate, and
 // reports whether it did. With refused, an id it does not know is
 // settled as refused: its caller refuses the hello.
 func (a *Agent) knownSession(h *stripe.Hello, refused bool) (stripe.Status, bool) {
@@ -359,8 +359,10 @@ func (a *Agent) knownSession(h *stripe.Hello, refused bool) (stripe.Status, bool
 	defer a.mu.Unlock()
 	now := time.Now()
 	if s, ok := a.byID[h.Session]; ok {
-		if st := s.joinable(h); st != stripe.StatusAccepted {
-			return st, true
+		if s.joinable(h) != stripe.StatusAccepted {
+			// Founded here, whatever the hello says of it (a mismatch
+			// too: the initiator renamed since its BIND).
+			return stripe.StatusDuplicateStream, true
 		}
 		return stripe.StatusAccepted, false // gathering: admitHello decides
 	}

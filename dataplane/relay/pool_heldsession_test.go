@@ -11,7 +11,7 @@ import (
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
-// TestFreshHelloOfHeldSessionSettlesNothingReview33: the far agent holds
+// TestFreshHelloOfHeldSessionSettlesNothing: the far agent holds
 // a pooled session (founded by its stream 0's BIND). A fresh hello for
 // stream 0 of that id, as refound sends it, must get an answer that does
 // not send the client side direct (settlesDirect false): the far agent
@@ -19,9 +19,10 @@ import (
 // differs from the session in a field joinable compares (here the
 // initiator's name, as after a reload of the client-side agent that
 // renamed it: refound's hello takes rc.Name, the BIND took the pooled
-// stream's), knownSession answers StatusSessionMismatch, which
-// settlesDirect takes for a refusal after which nothing was founded.
-func TestFreshHelloOfHeldSessionSettlesNothingReview33(t *testing.T) {
+// stream's), the answer is StatusDuplicateStream too. (Found by review:
+// knownSession answered joinable's StatusSessionMismatch, which
+// settlesDirect took for a refusal after which nothing was founded.)
+func TestFreshHelloOfHeldSessionSettlesNothing(t *testing.T) {
 	p := startPair(t, pairOptions{streams: 4, chunk: 16384,
 		pool: agentspec.Pool{MinIdle: 4, Max: 8}}, echo)
 	testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool { return onlyPool(t, p.a).Idle >= 4 })

@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// TestSettledIDsModelReview33 checks settledIDs against a plain model in
+// TestSettledIDsModel checks settledIDs against a plain model in
 // random sequences of adds (refused and founded, repeated ids, equal and
 // advancing times, expiry): get answers as the model does, n counts each
 // kind's ids exactly, and every id in the map has an entry of its kind
 // in that kind's order with its time (so the bounds can reach it).
-func TestSettledIDsModelReview33(t *testing.T) {
+func TestSettledIDsModel(t *testing.T) {
 	type entry struct {
 		at      time.Time
 		founded bool
@@ -70,10 +70,10 @@ func TestSettledIDsModelReview33(t *testing.T) {
 	}
 }
 
-// TestSettledIDsBoundsReview33: a burst of refusals mixed with kind
+// TestSettledIDsBounds: a burst of refusals mixed with kind
 // changes (refused, then founded) and repeats keeps each kind within its
 // bounds with exact counts, and keeps every founded id.
-func TestSettledIDsBoundsReview33(t *testing.T) {
+func TestSettledIDsBounds(t *testing.T) {
 	var s settledIDs
 	now := time.Unix(1000, 0)
 	r := mrand.New(mrand.NewPCG(7, 33))

@@ -11,7 +11,7 @@ import (
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
-// TestTinyRequestWithFinBindDelayedReview33: a tiny request and the
+// TestTinyRequestWithFinBindDelayed: a tiny request and the
 // client's FIN are read by the client side before the far agent reads
 // stream 0's BIND (held 200 ms, inside joinGrace). The client side sends
 // BIND, DATA and its FIN frame but must not half-close the TCP stream
@@ -19,7 +19,7 @@ import (
 // still finds the stream ESTABLISHED (peerGaveUp false) and founds the
 // session: the request is answered accelerated, not refused as a late
 // BIND, not carried direct.
-func TestTinyRequestWithFinBindDelayedReview33(t *testing.T) {
+func TestTinyRequestWithFinBindDelayed(t *testing.T) {
 	p := startPair(t, pairOptions{streams: 4, chunk: 16384,
 		pool: agentspec.Pool{MinIdle: 4, Max: 8}}, echo)
 	testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool { return onlyPool(t, p.a).Idle >= 4 })
