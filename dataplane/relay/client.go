@@ -39,13 +39,13 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 	if w.Streams > rc.limits.MaxStreams {
 		a.reject(rejectStreamLimit, "relay: whitelist asks for more streams than the limit; carrying direct",
 			"whitelist", w.Name, "streams", w.Streams, "limit", rc.limits.MaxStreams)
-		a.carryDirect(rc, host, client, server, w.Name, errors.New("stream limit"), directUp{})
+		a.carryDirect(rc, host, client, server, w.Name, errors.New("stream limit"))
 		return
 	}
 	if need := stripe.SessionMemory(w.Streams, w.ChunkSize, stripe.InitialFrames(w.Streams, w.ChunkSize)); need > rc.limits.SessionMemory {
 		a.reject(rejectMemoryLimit, "relay: session would exceed the session memory cap; carrying direct",
 			"whitelist", w.Name, "need", need, "cap", rc.limits.SessionMemory)
-		a.carryDirect(rc, host, client, server, w.Name, errors.New("session memory cap"), directUp{})
+		a.carryDirect(rc, host, client, server, w.Name, errors.New("session memory cap"))
 		return
 	}
 	var id stripe.SessionID
@@ -59,7 +59,7 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 	if err != nil {
 		a.reject(rejectMemoryLimit, "relay: connection not accelerated; carrying direct", "client", client,
 			"server", server, "err", err)
-		a.carryDirect(rc, host, client, server, w.Name, err, directUp{})
+		a.carryDirect(rc, host, client, server, w.Name, err)
 		return
 	}
 	if err := a.register(s, rc.limits); err != nil {
@@ -72,7 +72,7 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		}
 		a.reject(rejectSessionLimit, "relay: connection not accelerated; carrying direct", "client", client,
 			"server", server, "err", err)
-		a.carryDirect(rc, host, client, server, w.Name, err, directUp{})
+		a.carryDirect(rc, host, client, server, w.Name, err)
 		return
 	}
 	if pool := a.poolFor(w.Peer); pool != nil && a.withinPeerShare(s, rc.limits) && a.bindPooled(s, rc, pool) > 0 {
@@ -99,7 +99,7 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 			reset(host)
 			return
 		}
-		a.carryDirect(rc, host, client, server, w.Name, err, directUp{})
+		a.carryDirect(rc, host, client, server, w.Name, err)
 		return
 	}
 	s.mu.Lock()
@@ -140,11 +140,10 @@ type directUp struct {
 // TCP connection from this agent's own address: slow, but the client's
 // connection works. It is counted and logged. The server sees the agent's
 // address, not the client's (it cannot reply to the client's address
-// without the far agent that would have answered for it). up goes to the
-// server first.
-func (a *Agent) carryDirect(rc *runtimeConfig, host *net.TCPConn, client, server netip.AddrPort, whitelist string, why error, up directUp) {
+// without the far agent that would have answered for it).
+func (a *Agent) carryDirect(rc *runtimeConfig, host *net.TCPConn, client, server netip.AddrPort, whitelist string, why error) {
 	if a.goDirect(rc, host, client, server, whitelist, why, false) {
-		a.relayDirect(rc, host, server, up)
+		a.relayDirect(rc, host, server, directUp{})
 	}
 }
 
@@ -169,7 +168,8 @@ func (a *Agent) goDirect(rc *runtimeConfig, host *net.TCPConn, client, server ne
 	return true
 }
 
-// relayDirect carries host, registered by goDirect, to server.
+// relayDirect carries host, registered by goDirect, to server; up goes
+// to the server first.
 func (a *Agent) relayDirect(rc *runtimeConfig, host *net.TCPConn, server netip.AddrPort, up directUp) {
 	defer a.untrackDirect(host)
 	d := net.Dialer{Timeout: rc.limits.PreAuthTimeout}
