@@ -183,6 +183,8 @@ type pair struct {
 	entry  netip.AddrPort // connect here as the client
 	server *endServer
 	mitm   *mitm
+	// poolMin is the client side's pool's MinIdle (pooledPair).
+	poolMin int
 }
 
 func startPair(t testing.TB, opt pairOptions, handle func(c *net.TCPConn)) *pair {

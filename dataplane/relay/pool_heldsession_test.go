@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
@@ -23,9 +22,7 @@ import (
 // knownSession answered joinable's StatusSessionMismatch, which
 // settlesDirect took for a refusal after which nothing was founded.)
 func TestFreshHelloOfHeldSessionSettlesNothing(t *testing.T) {
-	p := startPair(t, pairOptions{streams: 4, chunk: 16384,
-		pool: agentspec.Pool{MinIdle: 4, Max: 8}}, echo)
-	testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool { return onlyPool(t, p.a).Idle >= 4 })
+	p := pooledPair(t, pairOptions{}, echo)
 	c := p.dial(t)
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(20 * time.Second))

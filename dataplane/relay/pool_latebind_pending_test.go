@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
@@ -22,10 +21,7 @@ import (
 // once, whole.
 func TestLateBindWhileFreshHelloPending(t *testing.T) {
 	rec := &recordingServer{}
-	p := startPair(t, pairOptions{streams: 4, chunk: 16384,
-		pool:    agentspec.Pool{MinIdle: 4, Max: 8},
-		limitsA: Limits{MaxSessions: 16, MaxSessionsPerPeer: 16, ReconnectTimeout: 30 * time.Second}}, rec.handle)
-	testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool { return onlyPool(t, p.a).Idle >= 4 })
+	p := pooledPair(t, pairOptions{limitsA: Limits{ReconnectTimeout: 30 * time.Second}}, rec.handle)
 
 	release, held := holdBind(p, 20*time.Second)
 	defer release()

@@ -8,9 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/sosappliance/sosappliance/dataplane/agentspec"
-	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // TestLateBindRacingTheFreshHello: stream 0's BIND is held at the far
@@ -23,11 +20,8 @@ import (
 // accelerated, and the server gets the request once.
 func TestLateBindRacingTheFreshHello(t *testing.T) {
 	rec := &recordingServer{}
-	p := startPair(t, pairOptions{streams: 4, chunk: 16384,
-		pool:    agentspec.Pool{MinIdle: 4, Max: 8},
-		limitsA: Limits{MaxSessions: 16, MaxSessionsPerPeer: 16, ReconnectTimeout: 20 * time.Second},
+	p := pooledPair(t, pairOptions{limitsA: Limits{ReconnectTimeout: 20 * time.Second},
 		limitsB: Limits{ReconnectTimeout: 20 * time.Second}}, rec.handle)
-	testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool { return onlyPool(t, p.a).Idle >= 4 })
 
 	release, _ := holdBind(p, 15*time.Second)
 	defer release()

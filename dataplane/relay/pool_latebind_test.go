@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
@@ -93,19 +92,9 @@ func calledFromRefound() bool {
 // reset, the request delivered once.)
 func TestLateBindThenRefusalNotSentTwice(t *testing.T) {
 	rec := &recordingServer{}
-	p := startPair(t, pairOptions{streams: 4, chunk: 16384,
-		pool:    agentspec.Pool{MinIdle: 4, Max: 8},
-		limitsA: Limits{MaxSessions: 16, MaxSessionsPerPeer: 16, ReconnectTimeout: 8 * time.Second, PreAuthTimeout: 20 * time.Second},
+	p := pooledPair(t, pairOptions{limitsA: Limits{ReconnectTimeout: 8 * time.Second, PreAuthTimeout: 20 * time.Second},
 		limitsB: Limits{MaxSessions: 1, ReconnectTimeout: time.Second, PreAuthTimeout: 20 * time.Second}}, rec.handle)
-	testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool {
-		return onlyPool(t, p.a).Idle >= 4
-	})
-
-	want := make([]byte, 40<<10)
-	r := mrand.New(mrand.NewPCG(30, 1))
-	for i := range want {
-		want[i] = byte(r.Uint32())
-	}
+	want := patterned(40<<10, 30)
 
 	release, _ := holdBind(p, 15*time.Second)
 	defer release()

@@ -150,13 +150,12 @@ func TestPooledBindDelayedPastTheRefusals(t *testing.T) {
 	}
 }
 
-// fullFarAgent starts a pair whose client side keeps a warm pool and
-// whose far agent takes one session (max_sessions 1), and holds that
-// session open: the far agent refuses the BIND of the next pooled
-// session. opt's pool and client-side limits are filled in where unset
-// (a pool of twice the streams, a 60 s reconnect timeout). It returns the
-// pair, once its pool is full again, and the held connection.
-func fullFarAgent(t *testing.T, opt pairOptions, handle func(*net.TCPConn)) (*pair, *net.TCPConn) {
+// pooledPair starts a pair whose client side keeps a warm pool, and
+// returns it once the pool is full. opt's shape, pool and client-side
+// limits are filled in where unset: 4 streams of 16 KiB chunks, a pool
+// of twice the streams, 16 sessions (and per peer), a 60 s reconnect
+// timeout.
+func pooledPair(t *testing.T, opt pairOptions, handle func(*net.TCPConn)) *pair {
 	t.Helper()
 	opt.streams = cmp.Or(opt.streams, 4)
 	opt.chunk = cmp.Or(opt.chunk, 16384)
@@ -166,10 +165,23 @@ func fullFarAgent(t *testing.T, opt pairOptions, handle func(*net.TCPConn)) (*pa
 	opt.limitsA.MaxSessions = cmp.Or(opt.limitsA.MaxSessions, 16)
 	opt.limitsA.MaxSessionsPerPeer = cmp.Or(opt.limitsA.MaxSessionsPerPeer, 16)
 	opt.limitsA.ReconnectTimeout = cmp.Or(opt.limitsA.ReconnectTimeout, 60*time.Second)
-	opt.limitsB.MaxSessions = 1
 	p := startPair(t, opt, handle)
-	full := func() bool { return onlyPool(t, p.a).Idle >= opt.pool.MinIdle }
-	testsupport.Eventually(t, 10*time.Second, "the pool filled", full)
+	p.poolMin = opt.pool.MinIdle
+	testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool { return onlyPool(t, p.a).Idle >= p.poolMin })
+	return p
+}
+
+// fullFarAgent starts a pair whose client side keeps a warm pool and
+// whose far agent takes one session (max_sessions 1), and holds that
+// session open: the far agent refuses the BIND of the next pooled
+// session. opt's pool and client-side limits are filled in where unset
+// (a pool of twice the streams, a 60 s reconnect timeout). It returns the
+// pair, once its pool is full again, and the held connection.
+func fullFarAgent(t *testing.T, opt pairOptions, handle func(*net.TCPConn)) (*pair, *net.TCPConn) {
+	t.Helper()
+	opt.limitsB.MaxSessions = 1
+	p := pooledPair(t, opt, handle)
+	full := func() bool { return onlyPool(t, p.a).Idle >= p.poolMin }
 	hold := p.dial(t)
 	t.Cleanup(func() { hold.Close() })
 	_ = hold.SetDeadline(time.Now().Add(30 * time.Second))

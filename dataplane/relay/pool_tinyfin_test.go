@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
-	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // TestTinyRequestWithFinBindDelayed: a tiny request and the
@@ -20,9 +18,7 @@ import (
 // session: the request is answered accelerated, not refused as a late
 // BIND, not carried direct.
 func TestTinyRequestWithFinBindDelayed(t *testing.T) {
-	p := startPair(t, pairOptions{streams: 4, chunk: 16384,
-		pool: agentspec.Pool{MinIdle: 4, Max: 8}}, echo)
-	testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool { return onlyPool(t, p.a).Idle >= 4 })
+	p := pooledPair(t, pairOptions{}, echo)
 	var held atomic.Bool
 	fault := func(stream uint16) bool {
 		if stream == 0 && held.CompareAndSwap(false, true) {
