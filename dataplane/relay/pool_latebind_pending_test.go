@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/hex"
 	"io"
-	mrand "math/rand/v2"
 	"testing"
 	"time"
 
@@ -26,11 +25,7 @@ func TestLateBindWhileFreshHelloPending(t *testing.T) {
 	release, held := holdBind(p, 20*time.Second)
 	defer release()
 
-	want := make([]byte, 64<<10)
-	r := mrand.New(mrand.NewPCG(34, 1))
-	for i := range want {
-		want[i] = byte(r.Uint32())
-	}
+	want := patterned(64<<10, 34)
 	c := p.dial(t)
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(25 * time.Second))

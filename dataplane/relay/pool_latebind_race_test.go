@@ -2,8 +2,6 @@ package relay
 
 import (
 	"bytes"
-	"io"
-	mrand "math/rand/v2"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -42,19 +40,8 @@ func TestLateBindRacingTheFreshHello(t *testing.T) {
 	}
 	p.a.testDialed.Store(&hook)
 
-	want := make([]byte, 40<<10)
-	r := mrand.New(mrand.NewPCG(35, 1))
-	for i := range want {
-		want[i] = byte(r.Uint32())
-	}
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	go func() {
-		_, _ = c.Write(want)
-		_ = c.CloseWrite()
-	}()
-	got, err := io.ReadAll(c)
+	want := patterned(40<<10, 35)
+	got, err := request(t, p, want, 30*time.Second)
 	if !hooked.Load() {
 		t.Fatalf("the scenario did not happen (client got %d bytes, err %v)", len(got), err)
 	}

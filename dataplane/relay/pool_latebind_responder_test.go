@@ -2,8 +2,6 @@ package relay
 
 import (
 	"errors"
-	"io"
-	mrand "math/rand/v2"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -47,19 +45,8 @@ func TestLateBindAfterWrongResponderRefusal(t *testing.T) {
 	}
 	p.a.testDialed.Store(&hook)
 
-	want := make([]byte, 64<<10)
-	r := mrand.New(mrand.NewPCG(32, 1))
-	for i := range want {
-		want[i] = byte(r.Uint32())
-	}
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(25 * time.Second))
-	go func() {
-		_, _ = c.Write(want)
-		_ = c.CloseWrite()
-	}()
-	got, err := io.ReadAll(c)
+	want := patterned(64<<10, 32)
+	got, err := request(t, p, want, 25*time.Second)
 	if !held.Load() || !renamed.Load() {
 		t.Fatalf("the scenario did not happen: BIND held %v, far agent renamed before the fresh hello %v (client got %d bytes, err %v)",
 			held.Load(), renamed.Load(), len(got), err)

@@ -156,14 +156,7 @@ func TestLateBindThenRefusalNotSentTwice(t *testing.T) {
 	}
 	p.a.testDialed.Store(&dialed)
 
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	go func() {
-		_, _ = c.Write(want)
-		_ = c.CloseWrite()
-	}()
-	got, err := io.ReadAll(c)
+	got, err := request(t, p, want, 30*time.Second)
 	if !hooked.Load() || !filled.Load() {
 		t.Fatalf("the scenario did not happen: fresh hello hooked %v, far agent filled %v (client got %d bytes, err %v)",
 			hooked.Load(), filled.Load(), len(got), err)
