@@ -28,6 +28,19 @@ node "host1" { tuning = ["t"] }
 
 func holdConfigWith(rmem string) string { return strings.Replace(holdConfig, "%s", rmem, 1) }
 
+// startHoldDaemon runs a daemon on a temp host with holdConfig (rmem_max
+// 100000) and drift checks every drift, once it has converged; it returns
+// the daemon, the host root and the config's path.
+func startHoldDaemon(t *testing.T, drift time.Duration) (*testDaemon, string, string) {
+	t.Helper()
+	root, dir := tempHost(t), t.TempDir()
+	cfgPath := filepath.Join(dir, "sos.hcl")
+	writeFile(t, cfgPath, holdConfigWith("100000"))
+	td := startDaemon(t, root, dir, cfgPath, drift)
+	td.waitFor("initial convergence", func() bool { return irqAffinity(root, "40") == "2" })
+	return td, root, cfgPath
+}
+
 func irqAffinity(root, n string) string {
 	b, _ := os.ReadFile(filepath.Join(root, "proc/irq", n, "smp_affinity_list"))
 	return strings.TrimSpace(string(b))
@@ -43,11 +56,7 @@ func holdsEth1(ws []string) bool {
 // review: the refused reload's status update dropped it, and the next
 // drift check logged it again.)
 func TestHeldWarningSurvivesARefusedReload(t *testing.T) {
-	root, dir := tempHost(t), t.TempDir()
-	cfgPath := filepath.Join(dir, "sos.hcl")
-	writeFile(t, cfgPath, holdConfigWith("100000"))
-	td := startDaemon(t, root, dir, cfgPath, 300*time.Millisecond)
-	td.waitFor("initial convergence", func() bool { return irqAffinity(root, "40") == "2" })
+	td, root, cfgPath := startHoldDaemon(t, 300*time.Millisecond)
 
 	dev := filepath.Join(root, "sys/class/net/eth1")
 	if err := os.Rename(dev, dev+".gone"); err != nil {
@@ -131,11 +140,7 @@ func TestHeldWarningFirstSeenInAFailedCheckIsLogged(t *testing.T) {
 // as it did before holds, and says why in the last apply's result.
 // (Found by review: every refusal of one item used to be held.)
 func TestOfflineCPUIsNotHeld(t *testing.T) {
-	root, dir := tempHost(t), t.TempDir()
-	cfgPath := filepath.Join(dir, "sos.hcl")
-	writeFile(t, cfgPath, holdConfigWith("100000"))
-	td := startDaemon(t, root, dir, cfgPath, 200*time.Millisecond)
-	td.waitFor("initial convergence", func() bool { return irqAffinity(root, "40") == "2" })
+	td, root, _ := startHoldDaemon(t, 200*time.Millisecond)
 
 	writeFile(t, filepath.Join(root, "sys/devices/system/cpu/online"), "0-1\n")
 	writeFile(t, filepath.Join(root, "proc/irq/40/smp_affinity_list"), "0-1\n")

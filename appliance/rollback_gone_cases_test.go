@@ -31,11 +31,7 @@ node "host1" { tuning = ["t"] }
 // d.held (recordApply: err == nil), and the next drift check logs the
 // same held record again, once per accepted reload.
 func TestHeldRecordLoggedOnceAcrossAcceptedReloads(t *testing.T) {
-	root, dir := tempHost(t), t.TempDir()
-	cfgPath := filepath.Join(dir, "sos.hcl")
-	writeFile(t, cfgPath, holdConfigWith("100000"))
-	td := startDaemon(t, root, dir, cfgPath, 200*time.Millisecond)
-	td.waitFor("initial convergence", func() bool { return irqAffinity(root, "40") == "2" })
+	td, root, cfgPath := startHoldDaemon(t, 200*time.Millisecond)
 
 	dev := filepath.Join(root, "sys/class/net/eth1")
 	if err := os.Rename(dev, dev+".gone"); err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	mrand "math/rand/v2"
 	"testing"
 	"time"
 
@@ -23,11 +22,7 @@ import (
 func TestRefusedPooledSessionCarriedDuringDrain(t *testing.T) {
 	p, hold := fullFarAgent(t, pairOptions{}, echo)
 
-	want := make([]byte, 64<<10)
-	r := mrand.New(mrand.NewPCG(30, 2))
-	for i := range want {
-		want[i] = byte(r.Uint32())
-	}
+	want := patterned(64<<10, 30)
 	c := p.dial(t)
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(20 * time.Second))

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"io"
-	mrand "math/rand/v2"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -35,11 +34,7 @@ func TestPooledBindRefusedCarriedDirect(t *testing.T) {
 				// The far agent's one session, held open.
 				p, hold := fullFarAgent(t, pairOptions{encryption: enc}, echo)
 
-				want := make([]byte, 1<<20)
-				r := mrand.New(mrand.NewPCG(7, 8))
-				for i := range want {
-					want[i] = byte(r.Uint32())
-				}
+				want := patterned(1<<20, 7)
 				c := p.dial(t)
 				defer c.Close()
 				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
