@@ -8,6 +8,7 @@ package sdn
 import (
 	"bytes"
 	"cmp"
+	"container/list"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -48,8 +49,11 @@ type Config struct {
 	// MaxHandshakes bounds the connections in handshake at once, and
 	// MaxHandshakesPerSource those from one address; an IPv6 /64 (one
 	// host may use all its addresses) holds at most half of
-	// MaxHandshakes (connlimit.PerNetwork). More are closed as they are
-	// accepted. Defaults 64 and 8.
+	// MaxHandshakes (connlimit.PerNetwork). A connection past an
+	// address's or a /64's cap is closed as it is accepted; one that
+	// finds every place taken takes the place of the oldest handshake of
+	// the source (IPv4 address or IPv6 /64) holding the most. Defaults
+	// 64 and 8.
 	MaxHandshakes, MaxHandshakesPerSource int
 
 	// Keepalive is the echo interval; a switch silent for twice as long is
@@ -137,9 +141,10 @@ type Counters struct {
 	// repairs of flows changed on a switch behind the controller's back.
 	DriftRepairs uint64
 	// HandshakeOverflows counts connections closed on accept because
-	// MaxHandshakes or MaxHandshakesPerSource were in handshake already;
-	// they are part of Refused too.
-	HandshakeOverflows uint64
+	// their address or /64 was at its cap, and HandshakeEvictions the
+	// handshakes closed to make room under MaxHandshakes; both are part
+	// of Refused too.
+	HandshakeOverflows, HandshakeEvictions uint64
 	// RoleRequests counts role requests sent, RoleRefusals those a switch
 	// refused as stale, RoleStatus the role changes switches announced.
 	RoleRequests, RoleRefusals, RoleStatus uint64
@@ -147,7 +152,7 @@ type Counters struct {
 
 type counters struct {
 	flowModsSent, flowModErrors, converges, convergeFailures, connections, disconnects,
-	deadLinks, refused, healthChecks, healthFailures, driftRepairs, handshakeOverflows,
+	deadLinks, refused, healthChecks, healthFailures, driftRepairs, handshakeOverflows, handshakeEvictions,
 	roleRequests, roleRefusals, roleStatus atomic.Uint64
 }
 
@@ -262,10 +267,12 @@ type Controller struct {
 	gate gate
 	// handshakes counts connections in handshake: in all, by address
 	// (connlimit.AddressOf) and by IPv4 address or IPv6 /64
-	// (connlimit.SourceOf).
+	// (connlimit.SourceOf); handshakeOrder holds their slots in accept
+	// order.
 	handshakes     int
 	handshaking    map[netip.Prefix]int
 	handshakingNet map[netip.Prefix]int
+	handshakeOrder list.List
 	lastOverflow   atomic.Int64 // unix nanoseconds of the last refuseFlood logged
 
 	healthReady chan struct{}
@@ -620,14 +627,21 @@ func (c *Controller) acceptLoop(ctx context.Context, ln net.Listener) {
 			c.refuseFlood(conn.RemoteAddr().String(), "source address is on no switch's allow list")
 			continue
 		}
-		if !c.admitHandshake(remote) {
+		slot, victim := c.admitHandshake(remote, conn)
+		if slot == nil {
 			conn.Close()
 			c.counters.handshakeOverflows.Add(1)
-			c.refuseFlood(conn.RemoteAddr().String(), fmt.Sprintf("too many handshakes at once (at most %d, %d per source)",
-				c.cfg.MaxHandshakes, c.cfg.MaxHandshakesPerSource))
+			c.refuseFlood(conn.RemoteAddr().String(), fmt.Sprintf("too many handshakes at once from its source (at most %d per address, %d per IPv6 /64)",
+				c.cfg.MaxHandshakesPerSource, connlimit.PerNetwork(c.cfg.MaxHandshakesPerSource, c.cfg.MaxHandshakes)))
 			continue
 		}
-		wg.Go(func() { c.serveConn(ctx, conn, remote, g.plain) })
+		if victim != nil {
+			victim.conn.Close()
+			c.counters.handshakeEvictions.Add(1)
+			c.refuseFlood(victim.conn.RemoteAddr().String(), fmt.Sprintf(
+				"all %d handshake places taken: the oldest handshake of the busiest source closed for %s", c.cfg.MaxHandshakes, conn.RemoteAddr()))
+		}
+		wg.Go(func() { c.serveConn(ctx, conn, slot, g.plain) })
 	}
 }
 
@@ -640,29 +654,78 @@ func addrOf(a net.Addr) netip.Addr {
 	return ap.Addr().Unmap()
 }
 
-// admitHandshake takes a handshake slot for a connection from addr, or
-// reports that none is free.
-func (c *Controller) admitHandshake(addr netip.Addr) bool {
+// handshakeSlot is one accepted connection's place while it is in
+// handshake.
+type handshakeSlot struct {
+	conn net.Conn
+	// src is its address (connlimit.AddressOf), net its IPv4 address or
+	// IPv6 /64 (connlimit.SourceOf).
+	src, net netip.Prefix
+	elem     *list.Element
+	// gone: the slot was given back, or taken for a newer connection
+	// (evicted, and its connection closed by the accept loop).
+	gone, evicted bool
+}
+
+// admitHandshake takes a handshake place for conn, from addr. It returns
+// nil when addr's address or /64 is at its cap. When every place is
+// taken it takes the place of the oldest handshake of the source (IPv4
+// address or IPv6 /64) holding the most, and returns that one as victim
+// for the caller to close: a switch's handshake takes a round trip or
+// two, a connection that holds its place waits out the handshake
+// timeout, so the oldest is most likely a holder, and one holding the
+// most is, whatever addresses it has.
+func (c *Controller) admitHandshake(addr netip.Addr, conn net.Conn) (slot, victim *handshakeSlot) {
 	src, srcNet := connlimit.AddressOf(addr), connlimit.SourceOf(addr)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.handshakes >= c.cfg.MaxHandshakes || c.handshaking[src] >= c.cfg.MaxHandshakesPerSource ||
+	if c.handshaking[src] >= c.cfg.MaxHandshakesPerSource ||
 		c.handshakingNet[srcNet] >= connlimit.PerNetwork(c.cfg.MaxHandshakesPerSource, c.cfg.MaxHandshakes) {
-		return false
+		return nil, nil
 	}
+	if c.handshakes >= c.cfg.MaxHandshakes {
+		most := 0
+		for _, n := range c.handshakingNet {
+			most = max(most, n)
+		}
+		for e := c.handshakeOrder.Front(); e != nil; e = e.Next() {
+			if p := e.Value.(*handshakeSlot); c.handshakingNet[p.net] == most {
+				victim = p
+				break
+			}
+		}
+		if victim == nil {
+			return nil, nil
+		}
+		victim.evicted = true
+		c.dropHandshakeLocked(victim)
+	}
+	slot = &handshakeSlot{conn: conn, src: src, net: srcNet}
+	slot.elem = c.handshakeOrder.PushBack(slot)
 	c.handshakes++
 	c.handshaking[src]++
 	c.handshakingNet[srcNet]++
-	return true
+	return slot, victim
 }
 
-func (c *Controller) releaseHandshake(addr netip.Addr) {
-	src, srcNet := connlimit.AddressOf(addr), connlimit.SourceOf(addr)
+func (c *Controller) dropHandshakeLocked(p *handshakeSlot) {
+	p.gone = true
+	c.handshakeOrder.Remove(p.elem)
+	c.handshakes--
+	connlimit.Dec(c.handshaking, p.src)
+	connlimit.Dec(c.handshakingNet, p.net)
+}
+
+// releaseHandshake gives a slot's place back. It reports false when the
+// slot was evicted for a newer connection, whose closing of this one may
+// still be on its way: the connection is not to be used.
+func (c *Controller) releaseHandshake(p *handshakeSlot) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.handshakes--
-	connlimit.Dec(c.handshaking, src)
-	connlimit.Dec(c.handshakingNet, srcNet)
+	if !p.gone {
+		c.dropHandshakeLocked(p)
+	}
+	return !p.evicted
 }
 
 // tlsRecord is the first byte of a TLS handshake record; OpenFlow's first
@@ -672,21 +735,18 @@ const tlsRecord = 0x16
 // serveConn authenticates one accepted connection (TLS when it starts
 // with a TLS record), negotiates OpenFlow, checks the switch against its
 // declaration and runs its session.
-func (c *Controller) serveConn(ctx context.Context, conn net.Conn, remote netip.Addr, plainOK bool) {
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			c.releaseHandshake(remote)
-		}
-	}
-	defer release()
+func (c *Controller) serveConn(ctx context.Context, conn net.Conn, slot *handshakeSlot, plainOK bool) {
+	defer c.releaseHandshake(slot)
 	hctx, cancel := context.WithTimeout(ctx, c.cfg.HandshakeTimeout)
 	defer cancel()
 	peer := conn.RemoteAddr().String()
+	// refuse refuses the connection in handshake, unless it was evicted:
+	// the accept loop counted and logged that, at most once a second.
 	refuse := func(dpid uint64, format string, args ...any) {
-		c.refuse(peer, dpid, fmt.Sprintf(format, args...))
 		conn.Close()
+		if c.releaseHandshake(slot) {
+			c.refuse(peer, dpid, fmt.Sprintf(format, args...))
+		}
 	}
 	conn, secure, err := secure(hctx, conn, c.serverTLS.Load())
 	if err != nil {
@@ -700,9 +760,12 @@ func (c *Controller) serveConn(ctx context.Context, conn net.Conn, remote netip.
 	opts, sink := c.connOptions()
 	opts.HandshakeTimeout = c.cfg.HandshakeTimeout
 	sc, err := Handshake(hctx, conn, opts)
-	release()
 	if err != nil {
 		refuse(0, "handshake failed: %v", err)
+		return
+	}
+	if !c.releaseHandshake(slot) {
+		sc.Close()
 		return
 	}
 	dpid := sc.DatapathID()
@@ -1290,7 +1353,7 @@ func (c *Controller) Status() Status {
 		ConvergeFailures: k.convergeFailures.Load(), Connections: k.connections.Load(), Disconnects: k.disconnects.Load(),
 		DeadLinks: k.deadLinks.Load(), Refused: k.refused.Load(), HealthChecks: k.healthChecks.Load(),
 		HealthFailures: k.healthFailures.Load(), DriftRepairs: k.driftRepairs.Load(),
-		HandshakeOverflows: k.handshakeOverflows.Load(),
+		HandshakeOverflows: k.handshakeOverflows.Load(), HandshakeEvictions: k.handshakeEvictions.Load(),
 		RoleRequests:       k.roleRequests.Load(), RoleRefusals: k.roleRefusals.Load(), RoleStatus: k.roleStatus.Load(),
 	}
 	s.Role = RoleStatus{Enabled: c.cfg.Roles, Role: c.role.String(), Generation: c.generation, Since: c.roleSince}

@@ -24,7 +24,7 @@ func TestHandshakeCapPerAddressOnOneSubnet(t *testing.T) {
 		c := newController()
 		admitted := 0
 		for i := 1; i <= 20; i++ {
-			if c.admitHandshake(netip.MustParseAddr(fmt.Sprintf(subnet, i))) {
+			if slot, _ := c.admitHandshake(netip.MustParseAddr(fmt.Sprintf(subnet, i)), nil); slot != nil {
 				admitted++
 			}
 		}
@@ -36,7 +36,7 @@ func TestHandshakeCapPerAddressOnOneSubnet(t *testing.T) {
 	one := netip.MustParseAddr("2001:db8:1::1")
 	admitted := 0
 	for range 20 {
-		if c.admitHandshake(one) {
+		if slot, _ := c.admitHandshake(one, nil); slot != nil {
 			admitted++
 		}
 	}
@@ -44,22 +44,114 @@ func TestHandshakeCapPerAddressOnOneSubnet(t *testing.T) {
 		t.Errorf("one address: %d handshakes admitted, want 8", admitted)
 	}
 	c = newController()
-	admitted = 0
+	var slots []*handshakeSlot
 	for i := 1; i <= 100; i++ {
-		if c.admitHandshake(netip.MustParseAddr(fmt.Sprintf("2001:db8:66::%x", i))) {
-			admitted++
+		if slot, _ := c.admitHandshake(netip.MustParseAddr(fmt.Sprintf("2001:db8:66::%x", i)), nil); slot != nil {
+			slots = append(slots, slot)
 		}
 	}
+	admitted = len(slots)
 	if want := connlimit.PerNetwork(8, 64); admitted != want {
 		t.Errorf("one /64 from 100 addresses: %d admitted, want %d", admitted, want)
 	}
 	// Released handshakes give their places back.
-	for i := 1; i <= 100; i++ {
-		if i <= admitted {
-			c.releaseHandshake(netip.MustParseAddr(fmt.Sprintf("2001:db8:66::%x", i)))
+	for _, slot := range slots {
+		if !c.releaseHandshake(slot) {
+			t.Errorf("a slot never evicted released as evicted")
+		}
+		c.releaseHandshake(slot) // a second release gives back nothing more
+	}
+	if c.handshakes != 0 || len(c.handshaking) != 0 || len(c.handshakingNet) != 0 || c.handshakeOrder.Len() != 0 {
+		t.Errorf("after every release: %d in handshake, %v, %v, %d in order", c.handshakes, c.handshaking, c.handshakingNet, c.handshakeOrder.Len())
+	}
+}
+
+// TestHandshakeEvictionTakesTheBusiestSource: with every place taken, a
+// new connection takes the place of the oldest handshake of the source
+// (IPv4 address or IPv6 /64) holding the most, never one of a source
+// holding fewer; the evicted slot's release reports it and gives back
+// nothing twice; a source at its own cap is refused, evicting nothing.
+func TestHandshakeEvictionTakesTheBusiestSource(t *testing.T) {
+	c := &Controller{cfg: Config{MaxHandshakes: 16, MaxHandshakesPerSource: 4},
+		handshaking: map[netip.Prefix]int{}, handshakingNet: map[netip.Prefix]int{}}
+	admit := func(addr string) (*handshakeSlot, *handshakeSlot) {
+		t.Helper()
+		return c.admitHandshake(netip.MustParseAddr(addr), nil)
+	}
+	// A switch first, then 3 addresses holding 4, 4 and 3, an IPv6 /64
+	// holding 4 from 4 addresses: 16 in all.
+	sw, _ := admit("10.0.0.1")
+	var holders []*handshakeSlot
+	for _, a := range []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"} {
+		for range 4 {
+			if s, _ := admit(a); s != nil && len(holders) < 11 {
+				holders = append(holders, s)
+			} else if s != nil {
+				c.releaseHandshake(s)
+			}
 		}
 	}
-	if c.handshakes != 0 || len(c.handshaking) != 0 || len(c.handshakingNet) != 0 {
-		t.Errorf("after every release: %d in handshake, %v, %v", c.handshakes, c.handshaking, c.handshakingNet)
+	for i := range 4 {
+		if s, v := admit(fmt.Sprintf("2001:db8:7::%x", i+1)); s == nil || v != nil {
+			t.Fatalf("/64 handshake %d: slot %v, victim %v", i, s, v)
+		}
+	}
+	if c.handshakes != 16 {
+		t.Fatalf("%d in handshake, want 16", c.handshakes)
+	}
+	// The sources holding the most (4) are 192.0.2.1, .2 and the /64;
+	// the oldest of theirs is 192.0.2.1's first.
+	s, v := admit("10.0.0.2")
+	if s == nil || v != holders[0] {
+		t.Fatalf("a new switch at the cap: slot %v, victim %+v, want %+v", s, v, holders[0])
+	}
+	if c.releaseHandshake(v) {
+		t.Error("the evicted slot's release does not say it was evicted")
+	}
+	if c.handshakes != 16 || c.handshaking[connlimit.AddressOf(netip.MustParseAddr("192.0.2.1"))] != 3 {
+		t.Errorf("after the eviction: %d in handshake, %v", c.handshakes, c.handshaking)
+	}
+	// Next: 192.0.2.2 (4, its first is the oldest of those holding 4).
+	if _, v := admit("10.0.0.3"); v != holders[4] {
+		t.Errorf("second eviction took %+v, want 192.0.2.2's oldest %+v", v, holders[4])
+	}
+	// The switches, holding one each, are not taken while any source
+	// holds more: 9 more places are held beyond one per source (3, 3 and
+	// 3 at the addresses, 4 in the /64). Then all hold one, and the
+	// oldest of all goes: the first switch's.
+	switches := map[*handshakeSlot]bool{sw: true, s: true}
+	for i := range 9 {
+		n, v := admit(fmt.Sprintf("10.0.1.%d", i+1))
+		if switches[v] {
+			t.Fatalf("eviction %d took a switch's handshake while others held more", i)
+		}
+		switches[n] = true
+	}
+	if _, v := admit("10.0.2.1"); v != sw {
+		t.Errorf("with every source at one, eviction took %+v, want the oldest, %+v", v, sw)
+	}
+	// A flood from one address at the cap: once it holds the most, it
+	// evicts only its own.
+	others := 0
+	for range 10 {
+		n, v := admit("198.51.100.7")
+		if n == nil {
+			t.Fatal("the flood's connection refused below its address's cap")
+		}
+		if v.src != n.src {
+			others++
+		}
+	}
+	if others != 2 {
+		t.Errorf("a flood from one address evicted %d handshakes of others, want 2 (until it holds the most)", others)
+	}
+	// With room, an address at its own cap is refused and evicts nothing.
+	c = &Controller{cfg: Config{MaxHandshakes: 16, MaxHandshakesPerSource: 4},
+		handshaking: map[netip.Prefix]int{}, handshakingNet: map[netip.Prefix]int{}}
+	for range 4 {
+		admit("198.51.100.7")
+	}
+	if s, v := admit("198.51.100.7"); s != nil || v != nil || c.handshakes != 4 {
+		t.Errorf("an address past its cap: slot %v, victim %v, %d in handshake (want 4)", s, v, c.handshakes)
 	}
 }
