@@ -131,9 +131,12 @@ func (a *Agent) withinPeerShare(s *session, lim Limits) bool {
 // directUp is what a connection carried direct had sent before it went
 // direct: the bytes read from it (by a session the far agent then
 // refused to found, see handOverDirect) and whether its FIN was read too.
+// reserved is what the session handed over of its reservation from
+// Limits.Memory with them, given back once they are written.
 type directUp struct {
-	data []byte
-	fin  bool
+	data     []byte
+	fin      bool
+	reserved int64
 }
 
 // carryDirect relays a steered connection to its server over one plain
@@ -172,6 +175,8 @@ func (a *Agent) goDirect(rc *runtimeConfig, host *net.TCPConn, client, server ne
 // to the server first.
 func (a *Agent) relayDirect(rc *runtimeConfig, host *net.TCPConn, server netip.AddrPort, up directUp) {
 	defer a.untrackDirect(host)
+	written := sync.OnceFunc(func() { a.memReserved.Add(-up.reserved) })
+	defer written()
 	d := net.Dialer{Timeout: rc.limits.PreAuthTimeout}
 	c, err := d.Dial(network(server.Addr()), server.String())
 	if err != nil {
@@ -199,6 +204,8 @@ func (a *Agent) relayDirect(rc *runtimeConfig, host *net.TCPConn, server netip.A
 		var err error
 		if len(first) > 0 {
 			_, err = conns[dst].Write(first)
+			first = nil
+			written()
 		}
 		if err == nil && !srcDone {
 			_, err = io.Copy(conns[dst], conns[src])
@@ -214,7 +221,9 @@ func (a *Agent) relayDirect(rc *runtimeConfig, host *net.TCPConn, server netip.A
 		_ = conns[dst].CloseWrite()
 	}
 	wg.Add(2)
-	go pipe(1, 0, up.data, up.fin)
+	data := up.data
+	up.data = nil
+	go pipe(1, 0, data, up.fin)
 	go pipe(0, 1, nil, false)
 	wg.Wait()
 	_ = host.SetLinger(-1)

@@ -1119,10 +1119,18 @@ func (s *session) handOverDirect() bool {
 	s.mu.Lock()
 	why := s.abortErr
 	s.mu.Unlock()
+	// The copy stays inside Limits.Memory until it is written: that much
+	// of the session's reservation goes with it (the retained frames it
+	// was copied from go back when the session ends).
+	a.mu.Lock()
+	up.reserved = min(int64(len(up.data)), s.reserved)
+	s.reserved -= up.reserved
+	a.mu.Unlock()
 	// Registered now, while the session still is: a drain waiting for
 	// the session then waits for the direct connection too.
 	rc := a.cfg.Load()
 	if !a.goDirect(rc, s.host, s.client, s.server, s.whitelist, why, true) {
+		a.memReserved.Add(-up.reserved)
 		return true // goDirect reset the connection
 	}
 	// finish runs on a goroutine of a.wg: adding to it is safe.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
+	"golang.org/x/sys/unix"
 )
 
 // TestPooledBindRefusedCarriedDirect: the far agent is at its
@@ -188,4 +189,65 @@ func fullFarAgent(t *testing.T, opt pairOptions, handle func(*net.TCPConn)) (*pa
 	}
 	testsupport.Eventually(t, 10*time.Second, "the pool refilled", full)
 	return p, hold
+}
+
+// TestHandedOverBytesStayInMemoryCap: the bytes a refused pooled session
+// hands to its direct connection (4 MiB here, the first flight's credit,
+// read before the refusal)
+// stay reserved from limits.memory while the direct connection writes
+// them to a server that does not read yet, and are given back once it
+// has read them; every byte arrives. (Before, they were held outside the
+// cap from the session's end.)
+func TestHandedOverBytesStayInMemoryCap(t *testing.T) {
+	release := make(chan struct{})
+	var accepted atomic.Int32
+	p, _ := fullFarAgent(t, pairOptions{}, func(c *net.TCPConn) {
+		if accepted.Add(1) > 1 {
+			// The direct connection: the server reads nothing yet.
+			<-release
+		}
+		echo(c)
+	})
+	// The direct connection, accepted next, gets a small receive buffer,
+	// so that its sockets cannot take the handed-over bytes while the
+	// server does not read.
+	raw, err := p.server.ln.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 4096)
+	}); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	base := p.a.memReserved.Load()
+	const sent = 4 << 20
+	want := patterned(sent, 11)
+	c := p.dial(t)
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	testsupport.Eventually(t, 20*time.Second, "the refused session carried direct", func() bool {
+		return p.a.Stats().Totals.Fallbacks == 1 && p.a.Stats().Totals.SessionsActive == 1
+	})
+	// The session is gone; what it handed over is still reserved: the
+	// server has not read it, and 4 MiB is more than the sockets between
+	// hold.
+	held := p.a.memReserved.Load() - base
+	t.Logf("%d bytes handed over reserved while the server reads none", held)
+	if held <= sent/2 || held > sent {
+		t.Errorf("%d bytes reserved for the bytes handed over (read of the %d sent before the refusal) while the server reads none of them", held, sent)
+	}
+	close(release)
+	go func() { _ = c.CloseWrite() }()
+	got, err := io.ReadAll(c)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("carried direct: %d of %d bytes back, equal %v, err %v", len(got), len(want), bytes.Equal(got, want), err)
+	}
+	if held := p.a.memReserved.Load() - base; held != 0 {
+		t.Errorf("%d bytes still reserved after the direct connection wrote them", held)
+	}
 }

@@ -191,7 +191,9 @@ type Totals struct {
 	// Fallbacks counts steered connections carried direct, unaccelerated,
 	// because their streams could not be opened.
 	Fallbacks uint64
-	// MemoryReserved is what live sessions reserved of MemoryLimit.
+	// MemoryReserved is what live sessions reserved of MemoryLimit, with
+	// the bytes a refused session handed to its direct connection until
+	// they are written.
 	MemoryReserved, MemoryLimit int64
 	// StreamsLost counts streams lost (reset, failed, stalled) in live
 	// sessions; StreamsReplaced the replacements that joined (at the
