@@ -1354,7 +1354,7 @@ func (c *Controller) Status() Status {
 		DeadLinks: k.deadLinks.Load(), Refused: k.refused.Load(), HealthChecks: k.healthChecks.Load(),
 		HealthFailures: k.healthFailures.Load(), DriftRepairs: k.driftRepairs.Load(),
 		HandshakeOverflows: k.handshakeOverflows.Load(), HandshakeEvictions: k.handshakeEvictions.Load(),
-		RoleRequests:       k.roleRequests.Load(), RoleRefusals: k.roleRefusals.Load(), RoleStatus: k.roleStatus.Load(),
+		RoleRequests: k.roleRequests.Load(), RoleRefusals: k.roleRefusals.Load(), RoleStatus: k.roleStatus.Load(),
 	}
 	s.Role = RoleStatus{Enabled: c.cfg.Roles, Role: c.role.String(), Generation: c.generation, Since: c.roleSince}
 	return s
