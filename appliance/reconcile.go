@@ -10,7 +10,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/appliance/store"
@@ -34,17 +36,31 @@ type Result struct {
 // items the appliance owns from earlier applies but no longer desires are
 // planned for restore. Plan changes nothing on the host or in the store.
 func Plan(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, error) {
-	p, _, err := planDesired(ctx, st, exs, desired, node, configHash, false, false)
+	p, _, err := planDesired(ctx, st, exs, desired, node, configHash, false, ForgetGone{})
 	return p, err
+}
+
+// ForgetGone says which records of items whose interface is gone a plan
+// forgets instead of holding them (holdGoneRecords): none (the zero
+// value), every one (All: `--forget-gone`), or those of the interfaces
+// named (`--forget-gone=eth1,eth2`).
+type ForgetGone struct {
+	All        bool
+	Interfaces []string
+}
+
+func (f ForgetGone) forgets(ifname string) bool {
+	return f.All || ifname != "" && slices.Contains(f.Interfaces, ifname)
 }
 
 // PlanForgettingGone is Plan for `plan --forget-gone` and `apply
 // --forget-gone`: the records of items no longer desired whose interface
-// is gone (for good: a NIC taken out) are planned for restore, which,
-// finding nothing to put the value on, forgets them, instead of being
-// held (holdGoneRecords).
-func PlanForgettingGone(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, error) {
-	p, _, err := planDesired(ctx, st, exs, desired, node, configHash, false, true)
+// is gone (for good: a NIC taken out), those forget names, are planned
+// for restore, which, finding nothing to put the value on, forgets them,
+// instead of being held (holdGoneRecords). An interface forget names
+// that no held record names is an error.
+func PlanForgettingGone(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string, forget ForgetGone) (plan.Plan, error) {
+	p, _, err := planDesired(ctx, st, exs, desired, node, configHash, false, forget)
 	return p, err
 }
 
@@ -56,12 +72,12 @@ func PlanForgettingGone(ctx context.Context, st *store.Store, exs map[string]tun
 // the held items' warnings (also in the plan's). Any other refusal fails
 // the whole plan, as Plan does.
 func planHolding(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string) (plan.Plan, []plan.Warning, error) {
-	return planDesired(ctx, st, exs, desired, node, configHash, true, false)
+	return planDesired(ctx, st, exs, desired, node, configHash, true, ForgetGone{})
 }
 
-// planDesired is Plan, with hold planHolding, with forgetGone
+// planDesired is Plan, with hold planHolding, with forget
 // PlanForgettingGone.
-func planDesired(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string, hold, forgetGone bool) (plan.Plan, []plan.Warning, error) {
+func planDesired(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash string, hold bool, forget ForgetGone) (plan.Plan, []plan.Warning, error) {
 	// Report every bad item at once: those that are not even well formed
 	// and those their executor rejects. Optional items the node cannot
 	// take are left out instead, each with a warning.
@@ -76,7 +92,7 @@ func planDesired(ctx context.Context, st *store.Store, exs map[string]tuning.Exe
 	if err := errors.Join(err, verr); err != nil {
 		return plan.Plan{}, nil, err
 	}
-	p, heldRecords, err := planAgainstStore(ctx, st, exs, canon, node, configHash, plan.OperationApply, heldIDs, forgetGone)
+	p, heldRecords, err := planAgainstStore(ctx, st, exs, canon, node, configHash, plan.OperationApply, heldIDs, forget)
 	if err != nil {
 		return p, nil, err
 	}
@@ -141,11 +157,11 @@ func dropRefusedOptional(ctx context.Context, exs map[string]tuning.Executor, it
 // PlanRollback computes the changes that put back every recorded previous
 // value: a plan that desires nothing. A record whose host object is gone
 // (tuning.ErrGone: its interface) is held, as every plan holds it (see
-// holdGoneRecords), unless forgetGone: then its restore is planned and,
-// finding nothing to put the value on, forgets the record, for an
+// holdGoneRecords), unless forget names it: then its restore is planned
+// and, finding nothing to put the value on, forgets the record, for an
 // interface that is gone for good.
-func PlanRollback(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, node string, forgetGone bool) (plan.Plan, error) {
-	p, held, err := planAgainstStore(ctx, st, exs, nil, node, "", plan.OperationRollback, nil, forgetGone)
+func PlanRollback(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, node string, forget ForgetGone) (plan.Plan, error) {
+	p, held, err := planAgainstStore(ctx, st, exs, nil, node, "", plan.OperationRollback, nil, forget)
 	p.AddWarnings(held...)
 	return p, err
 }
@@ -153,9 +169,9 @@ func PlanRollback(ctx context.Context, st *store.Store, exs map[string]tuning.Ex
 // planAgainstStore plans desired against the host and the store's
 // records. The records of held items (by ID) are left out: their items
 // are neither observed, set nor put back. So are the records not desired
-// whose host object is gone, unless forgetGone (holdGoneRecords), with
-// the warnings it returns.
-func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash, operation string, held map[string]bool, forgetGone bool) (plan.Plan, []plan.Warning, error) {
+// whose host object is gone, unless forget names it (holdGoneRecords),
+// with the warnings it returns.
+func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, configHash, operation string, held map[string]bool, forget ForgetGone) (plan.Plan, []plan.Warning, error) {
 	serial, err := st.Serial()
 	if err != nil {
 		return plan.Plan{}, nil, err
@@ -173,9 +189,9 @@ func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tunin
 	for _, it := range desired {
 		wanted[it.ID()] = true
 	}
-	var heldRecords []plan.Warning
-	if !forgetGone {
-		records, heldRecords = holdGoneRecords(ctx, exs, records, wanted)
+	records, heldRecords, err := holdGoneRecords(ctx, exs, records, wanted, forget)
+	if err != nil {
+		return plan.Plan{}, nil, err
 	}
 	for _, r := range records {
 		if !wanted[r.ID()] {
@@ -198,9 +214,14 @@ func planAgainstStore(ctx context.Context, st *store.Store, exs map[string]tunin
 // value on and forget the record, and an interface that comes back still
 // holding the appliance's values (renamed or moved back) could never be
 // put back. Held, the record stays, with a warning each, and the restore
-// is planned once the interface is there again.
-func holdGoneRecords(ctx context.Context, exs map[string]tuning.Executor, records []store.Record, wanted map[string]bool) ([]store.Record, []plan.Warning) {
+// is planned once the interface is there again. The records of the gone
+// interfaces forget names are kept for planning instead, and their
+// restore forgets them. An interface forget names of which no record is
+// held is an error, naming those that are: a typo must not pass for a
+// forgotten record.
+func holdGoneRecords(ctx context.Context, exs map[string]tuning.Executor, records []store.Record, wanted map[string]bool, forget ForgetGone) ([]store.Record, []plan.Warning, error) {
 	var held []plan.Warning
+	goneIfs := map[string]bool{}
 	kept := records[:0:0]
 	for _, r := range records {
 		if wanted[r.ID()] {
@@ -208,14 +229,38 @@ func holdGoneRecords(ctx context.Context, exs map[string]tuning.Executor, record
 			continue
 		}
 		if err := gone(ctx, exs, item.Item{Kind: r.Kind, Key: r.Key, Value: r.Desired}); err != nil {
-			held = append(held, plan.Warning{Kind: r.Kind, Key: r.Key, Held: true,
-				Message: fmt.Sprintf("held, to be put back to %s once it is there again, its record kept (--forget-gone forgets it): %v",
-					previousText(r), err)})
-			continue
+			ifname := tuning.GoneObject(err)
+			goneIfs[ifname] = true
+			if !forget.forgets(ifname) {
+				how := "--forget-gone"
+				if ifname != "" {
+					how += "=" + ifname
+				}
+				held = append(held, plan.Warning{Kind: r.Kind, Key: r.Key, Held: true,
+					Message: fmt.Sprintf("held, to be put back to %s once it is there again, its record kept (%s forgets it): %v",
+						previousText(r), how, err)})
+				continue
+			}
 		}
 		kept = append(kept, r)
 	}
-	return kept, held
+	var unknown []string
+	for _, name := range forget.Interfaces {
+		if !goneIfs[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		names := slices.Sorted(maps.Keys(goneIfs))
+		names = slices.DeleteFunc(names, func(n string) bool { return n == "" })
+		heldText := "no record is held for a gone interface"
+		if len(names) > 0 {
+			heldText = "records are held for " + strings.Join(names, ", ")
+		}
+		return nil, nil, fmt.Errorf("--forget-gone=%s: no record is held for %s, as an interface gone from this node (%s); nothing forgotten",
+			strings.Join(forget.Interfaces, ","), strings.Join(unknown, ", "), heldText)
+	}
+	return kept, held, nil
 }
 
 // gone returns why it cannot be put back now, when a host object it names
@@ -414,7 +459,7 @@ func restoreItem(ctx context.Context, st *store.Store, ex tuning.Executor, c pla
 // did not exist before the appliance made them) and records that in history
 // as a rollback. With nothing recorded it does nothing.
 func Rollback(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, node string) (plan.Plan, Result, error) {
-	p, err := PlanRollback(ctx, st, exs, node, false)
+	p, err := PlanRollback(ctx, st, exs, node, ForgetGone{})
 	if err != nil {
 		return p, Result{}, err
 	}

@@ -29,7 +29,7 @@ func TestSavedRollbackRestoresAnItemThatCameBack(t *testing.T) {
 	if err := os.Rename(dev, hidden); err != nil {
 		t.Fatal(err)
 	}
-	rp, err := PlanRollback(ctx, st, exs, "node-a", false)
+	rp, err := PlanRollback(ctx, st, exs, "node-a", ForgetGone{})
 	if err != nil {
 		t.Fatal(err)
 	}

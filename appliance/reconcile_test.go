@@ -268,7 +268,7 @@ func TestRollbackRestoresOriginalValuesAndIsRecorded(t *testing.T) {
 		t.Errorf("rmem_max record after second apply %+v", r)
 	}
 
-	rp, err := PlanRollback(ctx, st, exs, "node-a", false)
+	rp, err := PlanRollback(ctx, st, exs, "node-a", ForgetGone{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,7 +114,7 @@ func TestRollbackPlanningRunsNoModprobe(t *testing.T) {
 	fresh.Modprobe = []string{script}
 	exs[item.KindSysctl] = fresh
 
-	p, err := PlanRollback(ctx, st, exs, "node-a", false)
+	p, err := PlanRollback(ctx, st, exs, "node-a", ForgetGone{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestForgetGoneRollbackPutsBackAnInterfaceBackByApply(t *testing.T) {
 	h := applyHoldItems(t)
 	root, exs, st, before := h.root, h.exs, h.st, h.before
 	back := takeEth1Away(t, root)
-	p, err := PlanRollback(ctx, st, exs, "node-a", true)
+	p, err := PlanRollback(ctx, st, exs, "node-a", ForgetGone{All: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,7 +96,7 @@ func TestRollbackForgetGone(t *testing.T) {
 	h := applyHoldItems(t)
 	root, exs, st := h.root, h.exs, h.st
 	takeEth1Away(t, root)
-	p, err := PlanRollback(ctx, st, exs, "node-a", true)
+	p, err := PlanRollback(ctx, st, exs, "node-a", ForgetGone{All: true})
 	if err != nil {
 		t.Fatal(err)
 	}

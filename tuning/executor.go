@@ -50,13 +50,28 @@ type Validator interface {
 var ErrGone = errors.New("not on this node now")
 
 // goneError is a refusal for a missing host object: its message is its
-// own, and errors.Is finds ErrGone in it.
-type goneError struct{ error }
+// own, errors.Is finds ErrGone in it, and GoneObject its object.
+type goneError struct {
+	error
+	object string
+}
 
 func (e goneError) Is(target error) bool { return target == ErrGone }
 func (e goneError) Unwrap() error        { return e.error }
 
-func gone(err error) error { return goneError{err} }
+// gone marks err as the refusal of an item whose interface ifname is not
+// there.
+func gone(ifname string, err error) error { return goneError{err, ifname} }
+
+// GoneObject is the name of the interface a refusal wrapping ErrGone
+// found missing, or "" when err is no such refusal.
+func GoneObject(err error) string {
+	var g goneError
+	if errors.As(err, &g) {
+		return g.object
+	}
+	return ""
+}
 
 // GoneChecker is implemented by the executors whose items name a host
 // object that can go away (an interface): Gone returns the error Validate

@@ -79,7 +79,7 @@ func (x *Interface) Validate(ctx context.Context, items []item.Item) error {
 		var notFound netlink.LinkNotFoundError
 		switch {
 		case errors.As(err, &notFound):
-			errs = append(errs, gone(fmt.Errorf("interface %s: %w", ifname, err)))
+			errs = append(errs, gone(ifname, fmt.Errorf("interface %s: %w", ifname, err)))
 		case err != nil:
 			errs = append(errs, fmt.Errorf("interface %s: %w", ifname, err))
 		}
@@ -95,7 +95,7 @@ func (x *Interface) Gone(ctx context.Context, it item.Item) error {
 	}
 	var notFound netlink.LinkNotFoundError
 	if _, err := netlink.LinkByName(ifname); errors.As(err, &notFound) {
-		return gone(fmt.Errorf("interface %s: %w", ifname, err))
+		return gone(ifname, fmt.Errorf("interface %s: %w", ifname, err))
 	}
 	return nil
 }

@@ -254,9 +254,9 @@ func (q *IRQ) Gone(ctx context.Context, it item.Item) error {
 	case err != nil:
 		return nil
 	case !ok:
-		return gone(fmt.Errorf("irq %s: no such interface", it.Key))
+		return gone(it.Key, fmt.Errorf("irq %s: no such interface", it.Key))
 	case len(irqs) == 0:
-		return gone(fmt.Errorf("irq %s: the interface has no IRQs (no device/msi_irqs, none named in /proc/interrupts)", it.Key))
+		return gone(it.Key, fmt.Errorf("irq %s: the interface has no IRQs (no device/msi_irqs, none named in /proc/interrupts)", it.Key))
 	}
 	return nil
 }
@@ -273,10 +273,10 @@ func (q *IRQ) Validate(ctx context.Context, items []item.Item) error {
 			errs = append(errs, err)
 			continue
 		case !ok:
-			errs = append(errs, gone(fmt.Errorf("irq %s: no such interface", it.Key)))
+			errs = append(errs, gone(it.Key, fmt.Errorf("irq %s: no such interface", it.Key)))
 			continue
 		case len(irqs) == 0:
-			errs = append(errs, gone(fmt.Errorf("irq %s: the interface has no IRQs (no device/msi_irqs, none named in /proc/interrupts)", it.Key)))
+			errs = append(errs, gone(it.Key, fmt.Errorf("irq %s: the interface has no IRQs (no device/msi_irqs, none named in /proc/interrupts)", it.Key)))
 			continue
 		}
 		target, err := q.target(it.Value, irqs)

@@ -101,7 +101,7 @@ func (s *Sysctl) Gone(ctx context.Context, it item.Item) error {
 		return nil
 	}
 	if _, err := os.Stat(filepath.Dir(p)); errors.Is(err, fs.ErrNotExist) {
-		return gone(fmt.Errorf("sysctl %s does not exist on this node (no %s)", it.Key, filepath.Dir(p)))
+		return gone(filepath.Base(filepath.Dir(p)), fmt.Errorf("sysctl %s does not exist on this node (no %s)", it.Key, filepath.Dir(p)))
 	}
 	return nil
 }
@@ -123,7 +123,7 @@ func (s *Sysctl) Validate(ctx context.Context, items []item.Item) error {
 			if perInterface(it.Key) {
 				// The interface went away, not the parameter.
 				if _, derr := os.Stat(filepath.Dir(p)); errors.Is(derr, fs.ErrNotExist) {
-					err = gone(err)
+					err = gone(filepath.Base(filepath.Dir(p)), err)
 				}
 			}
 			errs = append(errs, err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,7 +23,7 @@ func newPlanCommand() *cobra.Command {
 		nf               nodeFlags
 		asJSON, detailed bool
 		out              string
-		forgetGone       bool
+		forgetGone       appliance.ForgetGone
 	)
 	cmd := &cobra.Command{
 		Use:   "plan",
@@ -30,7 +32,7 @@ func newPlanCommand() *cobra.Command {
 changes: + add, ~ change (before -> after), - restore a value the appliance no
 longer wants. It changes nothing. With -detailed-exitcode it exits 0 when
 there is nothing to do, 2 when there are changes, and 1 on error.`,
-		Args: cobra.NoArgs,
+		Args: forgetGoneArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, src, d, err := nf.compile(cmd)
 			if err != nil {
@@ -84,17 +86,85 @@ there is nothing to do, 2 when there are changes, and 1 on error.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the plan as JSON")
 	cmd.Flags().StringVar(&out, "out", "", "save the plan to this file for apply")
 	cmd.Flags().BoolVar(&detailed, "detailed-exitcode", false, "exit 2 when there are changes")
-	cmd.Flags().BoolVar(&forgetGone, "forget-gone", false, forgetGoneHelp)
+	addForgetGoneFlag(cmd, &forgetGone)
 	return cmd
 }
 
-const forgetGoneHelp = "forget the records of items no longer wanted whose interface is gone (for good), instead of keeping them until it is back"
+// addForgetGoneFlag adds --forget-gone[=IFACE,...] to cmd: alone it
+// forgets the records of every gone interface, with names only those of
+// the interfaces named (repeatable).
+func addForgetGoneFlag(cmd *cobra.Command, f *appliance.ForgetGone) {
+	cmd.Flags().Var((*forgetGoneFlag)(f), "forget-gone",
+		"forget the records of items no longer wanted whose interface is gone (for good), instead of keeping them until it is back; "+
+			"--forget-gone=eth1,eth2 forgets only those interfaces' records")
+	cmd.Flags().Lookup("forget-gone").NoOptDefVal = forgetAllGone
+}
 
-// planFor is the planner of plan and apply: with forgetGone the records
-// of gone interfaces' items no longer wanted are forgotten, not held.
-func planFor(forgetGone bool) func(context.Context, *store.Store, map[string]tuning.Executor, []item.Item, string, string) (plan.Plan, error) {
-	if forgetGone {
-		return appliance.PlanForgettingGone
+// forgetAllGone is --forget-gone given without interfaces.
+const forgetAllGone = "*"
+
+// forgetGoneFlag is the value of --forget-gone.
+type forgetGoneFlag appliance.ForgetGone
+
+func (f *forgetGoneFlag) Set(v string) error {
+	if v == forgetAllGone {
+		f.All = true
+		return nil
+	}
+	for name := range strings.SplitSeq(v, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" || strings.ContainsAny(name, "/ \t\x00") || name == "." || name == ".." {
+			return fmt.Errorf("%q is not an interface name (--forget-gone=IFACE,... or --forget-gone alone for every gone interface)", name)
+		}
+		if !slices.Contains(f.Interfaces, name) {
+			f.Interfaces = append(f.Interfaces, name)
+		}
+	}
+	return nil
+}
+
+func (f *forgetGoneFlag) String() string {
+	if f.All {
+		return forgetAllGone
+	}
+	return strings.Join(f.Interfaces, ",")
+}
+
+func (f *forgetGoneFlag) Type() string { return "interfaces" }
+
+// forgetGoneArgs is the positional arguments check of plan and rollback
+// (max 0) and apply (max 1, the plan file): it explains an interface
+// given to --forget-gone after a space, which the flag, optional in its
+// value, cannot take, and refuses --forget-gone with a saved plan, which
+// is applied as it was made.
+func forgetGoneArgs(max int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		f := cmd.Flags().Lookup("forget-gone")
+		if f == nil || !f.Changed || len(args) == 0 {
+			if max == 0 {
+				return cobra.NoArgs(cmd, args)
+			}
+			return cobra.MaximumNArgs(max)(cmd, args)
+		}
+		hint := ""
+		if f.Value.String() == forgetAllGone {
+			hint = fmt.Sprintf("; an interface goes after an '=', as --forget-gone=%s", args[0])
+		}
+		if max == 0 {
+			return fmt.Errorf("unexpected argument %q%s", args[0], hint)
+		}
+		return fmt.Errorf("--forget-gone with the saved plan %s: a saved plan is applied as it was made (give --forget-gone to plan -out)%s",
+			args[0], hint)
+	}
+}
+
+// planFor is the planner of plan and apply: with forget the records of
+// gone interfaces' items no longer wanted are forgotten, not held.
+func planFor(forget appliance.ForgetGone) func(context.Context, *store.Store, map[string]tuning.Executor, []item.Item, string, string) (plan.Plan, error) {
+	if forget.All || len(forget.Interfaces) > 0 {
+		return func(ctx context.Context, st *store.Store, exs map[string]tuning.Executor, desired []item.Item, node, hash string) (plan.Plan, error) {
+			return appliance.PlanForgettingGone(ctx, st, exs, desired, node, hash, forget)
+		}
 	}
 	return appliance.Plan
 }
@@ -104,7 +174,7 @@ func newApplyCommand() *cobra.Command {
 		nf          nodeFlags
 		autoApprove bool
 		switchWait  time.Duration
-		forgetGone  bool
+		forgetGone  appliance.ForgetGone
 	)
 	cmd := &cobra.Command{
 		Use:   "apply [PLANFILE]",
@@ -114,7 +184,7 @@ or makes the changes of a plan saved with plan -out. A saved plan is refused
 when it was made for another node, against another state database (its
 lineage), or at an older state serial: plan again. A plan file holds host
 changes only; on the controller node, apply -c converges the switches.`,
-		Args: cobra.MaximumNArgs(1),
+		Args: forgetGoneArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			execs := tuning.Executors(nf.root)
 			if len(args) == 1 {
@@ -170,7 +240,7 @@ changes only; on the controller node, apply -c converges the switches.`,
 	nf.register(cmd)
 	cmd.Flags().BoolVar(&autoApprove, "auto-approve", false, "do not ask for confirmation")
 	cmd.Flags().DurationVar(&switchWait, "switch-wait", 0, "on the controller node without a running daemon, wait this long for each switch that dials in")
-	cmd.Flags().BoolVar(&forgetGone, "forget-gone", false, forgetGoneHelp)
+	addForgetGoneFlag(cmd, &forgetGone)
 	return cmd
 }
 
@@ -178,12 +248,12 @@ func newRollbackCommand() *cobra.Command {
 	var (
 		nf          nodeFlags
 		autoApprove bool
-		forgetGone  bool
+		forgetGone  appliance.ForgetGone
 	)
 	cmd := &cobra.Command{
 		Use:   "rollback",
 		Short: "Restore the values recorded before the appliance first touched them",
-		Args:  cobra.NoArgs,
+		Args:  forgetGoneArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			node, err := nf.nodeName()
 			if err != nil {
@@ -224,7 +294,7 @@ func newRollbackCommand() *cobra.Command {
 	}
 	nf.register(cmd)
 	cmd.Flags().BoolVar(&autoApprove, "auto-approve", false, "do not ask for confirmation")
-	cmd.Flags().BoolVar(&forgetGone, "forget-gone", false, forgetGoneHelp)
+	addForgetGoneFlag(cmd, &forgetGone)
 	return cmd
 }
 
@@ -236,7 +306,7 @@ func rollbackLeft(st *store.Store) error {
 		return err
 	}
 	return exitError{code: 1, msg: fmt.Sprintf("%d item(s) not put back, their records kept: they are held (see the warnings above); "+
-		"run rollback again once what they name is back, or rollback --forget-gone to forget them", len(left))}
+		"run rollback again once what they name is back, or rollback --forget-gone (every one) or --forget-gone=IFACE,... to forget them", len(left))}
 }
 
 // applySaved makes the changes of a plan file, which was reviewed when it

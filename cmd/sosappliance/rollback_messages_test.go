@@ -21,9 +21,10 @@ func rollbackHost(t *testing.T, tuning string) (cli func(args ...string) (int, s
 		"proc/sys/net/core/rmem_max":    "212992\n",
 		"sys/devices/system/cpu/online": "0-3\n",
 	}
-	for irq := 40; irq <= 41; irq++ {
+	for irq := 40; irq <= 43; irq++ {
+		// eth1 has IRQs 40 and 41, eth2 42 and 43.
 		files["proc/irq/"+strconv.Itoa(irq)+"/smp_affinity_list"] = "0-3\n"
-		files["sys/class/net/eth1/device/msi_irqs/"+strconv.Itoa(irq)] = "msix\n"
+		files["sys/class/net/eth"+strconv.Itoa(1+(irq-40)/2)+"/device/msi_irqs/"+strconv.Itoa(irq)] = "msix\n"
 	}
 	testsupport.WriteTree(t, root, files)
 	cfgPath := filepath.Join(dir, "sos.hcl")
