@@ -5,12 +5,11 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/sosappliance/sosappliance/internal/connlimit"
+	"github.com/sosappliance/sosappliance/internal/netnstest"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn"
 	"github.com/sosappliance/sosappliance/sdn/flows"
@@ -22,22 +21,11 @@ import (
 // never finishes a handshake. A /64 holds at most half of the
 // controller-wide handshake cap (connlimit.PerNetwork), so a switch from
 // elsewhere still gets a handshake (the controller's HELLO); counted per
-// address only, the flood fills the controller-wide cap and the switch's
-// connection is closed as it is accepted.
+// address only, the flood would take every place and each of its
+// connections would evict another handshake (the oldest of the source
+// holding the most).
 func TestHandshakeCapPerIPv6Prefix(t *testing.T) {
-	testsupport.RequireRoot(t, "ip", "sysctl")
-	ns := fmt.Sprintf("sossdn6f%d", os.Getpid())
-	run := func(name string, args ...string) {
-		t.Helper()
-		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-		}
-	}
-	run("ip", "netns", "add", ns)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
-	run("ip", "-n", ns, "link", "set", "lo", "up")
-	run("ip", "-n", ns, "-6", "route", "add", "local", "2001:db8::/32", "dev", "lo")
-	run("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.ip_nonlocal_bind=1")
+	ns := netnstest.AnyIPv6(t, "sossdn6f")
 	var ln net.Listener
 	if err := tuning.RunInNamedNetns(ns, func() error {
 		var err error
@@ -50,25 +38,9 @@ func TestHandshakeCapPerIPv6Prefix(t *testing.T) {
 	ctl := startController(t, sdn.Config{Listener: ln, HandshakeTimeout: time.Minute,
 		MaxHandshakes: total, MaxHandshakesPerSource: perSource, Switches: []flows.Switch{siteSwitch(0xc9)}})
 	addr := ln.Addr().String()
-	var conns []net.Conn
-	t.Cleanup(func() {
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
 	dial := func(src netip.Addr) net.Conn {
 		t.Helper()
-		var c net.Conn
-		if err := tuning.RunInNamedNetns(ns, func() error {
-			d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), Timeout: 5 * time.Second}
-			var err error
-			c, err = d.Dial("tcp6", addr)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-		return c
+		return netnstest.Dial(t, ns, addr, src)[0]
 	}
 	const flood = 100
 	for i := range flood {

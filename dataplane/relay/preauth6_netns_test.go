@@ -7,12 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/sosappliance/sosappliance/internal/connlimit"
+	"github.com/sosappliance/sosappliance/internal/netnstest"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/tuning"
 )
@@ -24,13 +23,7 @@ import (
 // open until the test ends.
 func ipv6Responder(t *testing.T, lim Limits) (b *Agent, dial func(srcs ...netip.Addr) []net.Conn) {
 	t.Helper()
-	testsupport.RequireRoot(t, "ip", "sysctl")
-	ns := fmt.Sprintf("sosr6f%d", os.Getpid())
-	sh(t, "ip", "netns", "add", ns)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
-	sh(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	sh(t, "ip", "-n", ns, "-6", "route", "add", "local", "2001:db8::/32", "dev", "lo")
-	sh(t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.ip_nonlocal_bind=1")
+	ns := netnstest.AnyIPv6(t, "sosr6f")
 	err := tuning.RunInNamedNetns(ns, func() error {
 		var err error
 		b, err = New(Config{
@@ -52,34 +45,11 @@ func ipv6Responder(t *testing.T, lim Limits) (b *Agent, dial func(srcs ...netip.
 		defer cancel()
 		_ = b.Shutdown(ctx)
 	})
-	data := b.Addrs().Data
-	var conns []net.Conn
-	t.Cleanup(func() {
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	dial = func(srcs ...netip.Addr) []net.Conn {
+	data := b.Addrs().Data.String()
+	return b, func(srcs ...netip.Addr) []net.Conn {
 		t.Helper()
-		var out []net.Conn
-		err := tuning.RunInNamedNetns(ns, func() error {
-			for _, src := range srcs {
-				d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), Timeout: 5 * time.Second}
-				c, err := d.Dial("tcp6", data.String())
-				if err != nil {
-					return fmt.Errorf("dial from %s: %w", src, err)
-				}
-				out = append(out, c)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, out...)
-		return out
+		return netnstest.Dial(t, ns, data, srcs...)
 	}
-	return b, dial
 }
 
 // settledPreAuth waits until every one of n connections is held or was
