@@ -109,6 +109,21 @@
 // Confirm, initiator -> responder, 32 bytes: MAC(confirm key, "sos v2
 // confirm" || th).
 //
+// Per-agent keys (optional, no change on the wire): each agent also holds
+// a static X25519 key pair of its own and the public keys of the agents
+// it talks to. The streams the agent named I opens to the one named R
+// then use, wherever "PSK" stands above and below, the pair key
+// HKDF-SHA256(secret = X25519(own static, peer's static) || PSK, salt =
+// "", info = "sosappliance v2 agent pair" || I || 0x00 || R, 32 bytes),
+// which only I and R can derive: a holder of the PSK that is neither
+// cannot pass for either of them. The responder reads the initiator's
+// name from the hello before its MAC (the only field it reads
+// unauthenticated) to choose the key; a name it has no key for, or a
+// MAC that fails, is closed without an answer, as a wrong PSK is. Both
+// agents of a pair must use them or neither: one without closes the
+// other's hellos, and the other reports that the peer closed the
+// handshake.
+//
 // The reply proves the responder holds the PSK and saw this hello; the
 // confirm proves the initiator holds the PSK and the private key of its
 // ephemeral, so a replayed hello never completes. Frames may follow the

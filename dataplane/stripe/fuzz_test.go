@@ -279,3 +279,22 @@ func deliverInOrder(t *testing.T, r *Reassembler[uint64], n int, next uint64) ui
 	}
 	return next + uint64(run)
 }
+
+// FuzzHelloInitiator: reading the initiator's name of an unauthenticated
+// hello never panics, and a name it returns is one a hello may carry.
+func FuzzHelloInitiator(f *testing.F) {
+	key := testKey(f)
+	h := fixedHello()
+	b, _ := h.Marshal(key)
+	f.Add(b[:])
+	f.Add(make([]byte, HelloSize))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		name, err := HelloInitiator(data)
+		if err != nil {
+			return
+		}
+		if !validName(name) {
+			t.Fatalf("HelloInitiator returned the invalid name %q", name)
+		}
+	})
+}

@@ -1,0 +1,98 @@
+package stripe
+
+import (
+	"crypto/ecdh"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"fmt"
+	"io"
+)
+
+// AgentKeySize is the size of an agent's static X25519 private key and of
+// its public key (per-agent keys).
+const AgentKeySize = 32
+
+// pairInfo is the HKDF info of a pair key, followed by the initiator's
+// name, a zero byte and the responder's name.
+const pairInfo = "sosappliance v2 agent pair"
+
+// AgentKey is an agent's own static X25519 key pair: with per-agent keys
+// each agent holds its own private key and the others' public keys, and
+// the streams of each pair of agents are authenticated by a key only
+// those two can derive (HandshakeKey.Pair).
+type AgentKey struct {
+	priv *ecdh.PrivateKey
+}
+
+// NewAgentKey takes a private key of AgentKeySize bytes.
+func NewAgentKey(priv []byte) (*AgentKey, error) {
+	k, err := ecdh.X25519().NewPrivateKey(priv)
+	if err != nil {
+		return nil, fmt.Errorf("stripe: agent key: %w", err)
+	}
+	return &AgentKey{priv: k}, nil
+}
+
+// GenerateAgentKey makes a new agent key from rand.
+func GenerateAgentKey(rand io.Reader) (*AgentKey, error) {
+	k, err := ecdh.X25519().GenerateKey(rand)
+	if err != nil {
+		return nil, fmt.Errorf("stripe: generate agent key: %w", err)
+	}
+	return &AgentKey{priv: k}, nil
+}
+
+// Private is the private key's bytes, for writing it to its file.
+func (k *AgentKey) Private() []byte { return k.priv.Bytes() }
+
+// Public is the public key, which the other agents are given.
+func (k *AgentKey) Public() PublicKey {
+	var p PublicKey
+	copy(p[:], k.priv.PublicKey().Bytes())
+	return p
+}
+
+// Pair derives the handshake key of the streams the agent named
+// initiator opens to the one named responder, with per-agent keys: own is
+// this agent's key (either of the two), peer the other's public key. The
+// key is HKDF-SHA256(secret = X25519(own, peer) || PSK, salt = "", info =
+// pairInfo || initiator || 0 || responder, 32 bytes), used as the PSK of
+// every step of the handshake. Both agents derive the same key; any other
+// agent, PSK or not, cannot, so it cannot pass for either of them. The
+// roles are bound: the streams the other way have another key.
+func (k *HandshakeKey) Pair(own *AgentKey, peer PublicKey, initiator, responder string) (*HandshakeKey, error) {
+	pub, err := ecdh.X25519().NewPublicKey(peer[:])
+	if err != nil {
+		return nil, fmt.Errorf("%w: agent public key: %v", ErrInvalid, err)
+	}
+	// ECDH refuses low-order points (an all-zero shared secret).
+	dh, err := own.priv.ECDH(pub)
+	if err != nil {
+		return nil, fmt.Errorf("%w: agent key agreement: %v", ErrInvalid, err)
+	}
+	info := pairInfo + initiator + "\x00" + responder
+	secret := append(append(make([]byte, 0, len(dh)+len(k.psk)), dh...), k.psk...)
+	psk, err := hkdf.Key(sha256.New, secret, nil, info, 32)
+	if err != nil {
+		return nil, fmt.Errorf("stripe: derive pair key: %w", err)
+	}
+	return NewHandshakeKey(psk)
+}
+
+// HelloInitiator reads the initiator name of a hello before it is
+// authenticated, to choose the key that authenticates it (per-agent
+// keys). Nothing of the hello is to be trusted until ParseHello with that
+// key has checked its MAC.
+func HelloInitiator(b []byte) (string, error) {
+	if err := checkMessage(b, HelloSize, kindHello); err != nil {
+		return "", err
+	}
+	name, err := getName(b[8:72])
+	if err != nil {
+		return "", err
+	}
+	if !validName(name) {
+		return "", fmt.Errorf("%w: initiator name %q", ErrInvalid, name)
+	}
+	return name, nil
+}
