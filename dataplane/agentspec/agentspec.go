@@ -8,6 +8,7 @@ package agentspec
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -51,6 +52,19 @@ type Relay struct {
 	PSKFile string
 	// Encryption is EncryptionAESGCM (also when empty) or EncryptionNone.
 	Encryption string
+
+	// AgentKey, with per-agent keys, is this agent's own static X25519
+	// private key (stripe.AgentKeySize bytes), and PeerKeys the public
+	// keys of the agents it talks to, by name: the streams of each pair
+	// are authenticated by a key only the two derive (from these and the
+	// PSK; stripe.HandshakeKey.Pair), so a PSK holder cannot pass for
+	// another agent. Every peer a route names must have one. Both empty:
+	// the PSK alone authenticates every stream. The pure layers leave
+	// AgentKey empty and name the file in AgentKeyFile; the shell reads
+	// it.
+	AgentKey     []byte
+	AgentKeyFile string
+	PeerKeys     map[string][]byte
 
 	// Client lists the accelerated flows for which this agent is the
 	// client side: a steered connection is accelerated by the first entry
@@ -334,6 +348,15 @@ func (c *Relay) Mode() (stripe.Mode, error) {
 	return 0, fmt.Errorf("encryption %q: want %q or %q", c.Encryption, EncryptionAESGCM, EncryptionNone)
 }
 
+// peerNamesOf is the names of a route's spread peers.
+func peerNamesOf(peers []Peer) []string {
+	names := make([]string, len(peers))
+	for i, p := range peers {
+		names[i] = p.Name
+	}
+	return names
+}
+
 // Validate reports every problem of the relay spec at once. It needs the
 // PSK: the shell validates after joining it.
 func (c *Relay) Validate() error {
@@ -350,6 +373,16 @@ func (c *Relay) Validate() error {
 	if _, err := c.Mode(); err != nil {
 		errs = append(errs, err)
 	}
+	perAgent := len(c.AgentKey) > 0 || len(c.PeerKeys) > 0
+	if perAgent && len(c.AgentKey) != stripe.AgentKeySize {
+		errs = append(errs, fmt.Errorf("agent key is %d bytes, want %d (per-agent keys: peer keys are given)", len(c.AgentKey), stripe.AgentKeySize))
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.PeerKeys)) {
+		if len(c.PeerKeys[name]) != stripe.AgentKeySize {
+			errs = append(errs, fmt.Errorf("public key of agent %s is %d bytes, want %d", name, len(c.PeerKeys[name]), stripe.AgentKeySize))
+		}
+	}
+	keyless := func(name string) bool { _, ok := c.PeerKeys[name]; return perAgent && name != "" && !ok }
 	for _, p := range c.HealthAllow {
 		if !p.IsValid() {
 			errs = append(errs, fmt.Errorf("health allow list: %v is not a prefix", p))
@@ -368,6 +401,11 @@ func (c *Relay) Validate() error {
 		}
 		if !validAgentName(w.PeerName) {
 			bad("peer agent name %q: want 1..%d printable bytes", w.PeerName, stripe.MaxNameSize)
+		}
+		for _, n := range slices.Concat([]string{w.PeerName}, w.PeerNames, peerNamesOf(w.Peers)) {
+			if keyless(n) {
+				bad("peer agent %s has no public key (per-agent keys: every peer needs one)", n)
+			}
 		}
 		if clientSide && !w.Peer.IsValid() {
 			bad("client-side entry without a peer address")

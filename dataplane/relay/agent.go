@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/netip"
@@ -50,8 +51,45 @@ type runtimeConfig struct {
 	Config
 	limits Limits
 	mode   stripe.Mode
-	key    *stripe.HandshakeKey
-	tuning streamTuning
+	key    *stripe.HandshakeKey // the PSK's
+	// pairTo and pairFrom, with per-agent keys (else nil), are the pair
+	// keys of the streams this agent opens to each peer and of those each
+	// opens to it (stripe.HandshakeKey.Pair), by the peer's name.
+	pairTo, pairFrom map[string]*stripe.HandshakeKey
+	tuning           streamTuning
+}
+
+// keyTo is the handshake key of the streams this agent opens to the
+// agent named peer: the pair key with per-agent keys (nil for an agent
+// without a public key), else the PSK's.
+func (rc *runtimeConfig) keyTo(peer string) *stripe.HandshakeKey {
+	if rc.pairTo == nil {
+		return rc.key
+	}
+	return rc.pairTo[peer]
+}
+
+// keyFrom is the handshake key of the streams the agent named initiator
+// opens to this one, as keyTo.
+func (rc *runtimeConfig) keyFrom(initiator string) *stripe.HandshakeKey {
+	if rc.pairFrom == nil {
+		return rc.key
+	}
+	return rc.pairFrom[initiator]
+}
+
+// sameKey reports whether the streams with the agent named peer, opened
+// under old, have the keys they would have under rc (to: the streams
+// this agent opens; else those peer opens), and the same encryption: if
+// not, their idle pooled streams are closed on a reload.
+func sameKey(old, rc *runtimeConfig, peer string, to bool) bool {
+	if old.mode != rc.mode {
+		return false
+	}
+	if to {
+		return old.keyTo(peer).Equal(rc.keyTo(peer))
+	}
+	return old.keyFrom(peer).Equal(rc.keyFrom(peer))
 }
 
 func compile(cfg Config) (*runtimeConfig, error) {
@@ -66,7 +104,26 @@ func compile(cfg Config) (*runtimeConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.PSK = nil // the key holds its own copy
+	var pairTo, pairFrom map[string]*stripe.HandshakeKey
+	if len(cfg.AgentKey) > 0 {
+		own, err := stripe.NewAgentKey(cfg.AgentKey)
+		if err != nil {
+			return nil, err
+		}
+		pairTo, pairFrom = map[string]*stripe.HandshakeKey{}, map[string]*stripe.HandshakeKey{}
+		for name, pub := range cfg.PeerKeys {
+			var p stripe.PublicKey
+			copy(p[:], pub)
+			if pairTo[name], err = key.Pair(own, p, cfg.Name, name); err != nil {
+				return nil, fmt.Errorf("agent %s: %w", name, err)
+			}
+			if pairFrom[name], err = key.Pair(own, p, name, cfg.Name); err != nil {
+				return nil, fmt.Errorf("agent %s: %w", name, err)
+			}
+		}
+	}
+	cfg.PSK, cfg.AgentKey = nil, nil // the keys hold what they need
+	cfg.PeerKeys = maps.Clone(cfg.PeerKeys)
 	cfg.Client = slices.Clone(cfg.Client)
 	cfg.Server = slices.Clone(cfg.Server)
 	cfg.RelayCPUs = slices.Clone(cfg.RelayCPUs)
@@ -76,7 +133,7 @@ func compile(cfg Config) (*runtimeConfig, error) {
 		Config: cfg,
 		limits: lim,
 		mode:   mode,
-		key:    key,
+		key:    key, pairTo: pairTo, pairFrom: pairFrom,
 		tuning: streamTuning{congestion: cfg.Congestion, keepalive: lim.StallTimeout},
 	}, nil
 }
@@ -293,7 +350,7 @@ func (a *Agent) Update(cfg Config) error {
 		}
 	}
 	a.cfg.Store(rc)
-	a.reconcilePools(rc, !old.key.Equal(rc.key) || old.mode != rc.mode)
+	a.reconcilePools(old, rc)
 	a.reconcilePooledLocked(old, rc)
 	a.log.Info("relay configuration updated", "client_routes", len(rc.Client), "server_routes", len(rc.Server), "encryption", rc.mode)
 	return nil

@@ -309,10 +309,14 @@ func (a *Agent) initiate(conn *net.TCPConn, rc *runtimeConfig, peer netip.AddrPo
 	if err != nil {
 		return nil, err
 	}
+	key := rc.keyTo(hello.Responder)
+	if key == nil {
+		return nil, fmt.Errorf("agent %s has no public key (per-agent keys)", hello.Responder)
+	}
 	hello.Ephemeral = eph.Public()
 	a.ownKeys.add(hello.Ephemeral)
 	defer a.ownKeys.remove(hello.Ephemeral)
-	hb, err := hello.Marshal(rc.key)
+	hb, err := hello.Marshal(key)
 	if err != nil {
 		return nil, err
 	}
@@ -323,11 +327,12 @@ func (a *Agent) initiate(conn *net.TCPConn, rc *runtimeConfig, peer netip.AddrPo
 	if _, err := io.ReadFull(conn, rb[:]); err != nil {
 		if hungUp(err) {
 			return nil, fmt.Errorf("read reply: peer %s closed the handshake without answering "+
-				"(wrong pre-shared key, or an agent of protocol version 1): %w", peer, err)
+				"(wrong pre-shared key, per-agent keys on one side only or with another public key, "+
+				"or an agent of protocol version 1): %w", peer, err)
 		}
 		return nil, fmt.Errorf("read reply: %w", err)
 	}
-	reply, err := stripe.ParseReply(hb[:], rb[:], rc.key)
+	reply, err := stripe.ParseReply(hb[:], rb[:], key)
 	if err != nil {
 		if stripe.IsVersionRefusal(rb[:]) {
 			return nil, fmt.Errorf("peer %s refused: %w", peer, refusal{stripe.StatusVersion})
@@ -340,7 +345,7 @@ func (a *Agent) initiate(conn *net.TCPConn, rc *runtimeConfig, peer netip.AddrPo
 	if reply.Status != stripe.StatusAccepted {
 		return nil, fmt.Errorf("peer %s refused: %w", peer, refusal{reply.Status})
 	}
-	secrets, err := stripe.Finish(rc.key, eph, reply.Ephemeral, hb[:], rb[:])
+	secrets, err := stripe.Finish(key, eph, reply.Ephemeral, hb[:], rb[:])
 	if err != nil {
 		return nil, err
 	}

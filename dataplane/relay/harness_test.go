@@ -162,6 +162,9 @@ type pairOptions struct {
 	// troubleA, if set, is the client-side agent's testTrouble, set
 	// before it starts (a write after Start races its sessions' reads).
 	troubleA func(stream int) lossState
+	// configA and configB, if set, change the agents' configurations
+	// before they start.
+	configA, configB func(*Config)
 }
 
 // timedOut is a troubleA that puts the streams stuck picks in loss
@@ -224,7 +227,7 @@ func startPair(t testing.TB, opt pairOptions, handle func(c *net.TCPConn)) *pair
 	if opt.logger != nil {
 		log = opt.logger
 	}
-	b := startAgentLogging(t, Config{
+	cfgB := Config{
 		Name:         "agent-b",
 		DataListen:   netip.MustParseAddrPort("127.0.0.1:0"),
 		PSK:          testPSK,
@@ -233,7 +236,11 @@ func startPair(t testing.TB, opt pairOptions, handle func(c *net.TCPConn)) *pair
 		Limits:       opt.limitsB,
 		SocketBuffer: opt.socketBuffer,
 		Congestion:   opt.congestion,
-	}, srv.addr, log)
+	}
+	if opt.configB != nil {
+		opt.configB(&cfgB)
+	}
+	b := startAgentLogging(t, cfgB, srv.addr, log)
 	p := &pair{b: b, server: srv, wlB: wlB}
 	entry.Peer, entry.PeerName = b.Addrs().Data, "agent-b"
 	entry.Pool = opt.pool
@@ -241,7 +248,7 @@ func startPair(t testing.TB, opt pairOptions, handle func(c *net.TCPConn)) *pair
 		p.mitm = newMITM(t, entry.Peer)
 		entry.Peer = p.mitm.addr
 	}
-	p.a = startAgentWith(t, Config{
+	cfgA := Config{
 		Name:              "agent-a",
 		TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"),
 		PSK:               testPSK,
@@ -250,7 +257,11 @@ func startPair(t testing.TB, opt pairOptions, handle func(c *net.TCPConn)) *pair
 		Limits:            opt.limitsA,
 		SocketBuffer:      opt.socketBuffer,
 		Congestion:        opt.congestion,
-	}, srv.addr, log, func(a *Agent) { a.testTrouble = opt.troubleA })
+	}
+	if opt.configA != nil {
+		opt.configA(&cfgA)
+	}
+	p.a = startAgentWith(t, cfgA, srv.addr, log, func(a *Agent) { a.testTrouble = opt.troubleA })
 	p.entry = p.a.Addrs().Transparent
 	return p
 }

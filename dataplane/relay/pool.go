@@ -224,16 +224,17 @@ func (a *Agent) poolFor(peer netip.AddrPort) *streamPool {
 // changed (rekeyed); a new one starts; one the configuration dropped
 // stops and closes its idle streams. Streams sessions claimed belong to
 // them and live on.
-func (a *Agent) reconcilePools(rc *runtimeConfig, rekeyed bool) {
+func (a *Agent) reconcilePools(old, rc *runtimeConfig) {
 	next := poolsOf(rc.Client)
 	a.poolsMu.Lock()
 	defer a.poolsMu.Unlock()
 	for peer, p := range a.pools {
 		if np, ok := next[peer]; ok && np.peerName == p.peerName {
 			p.resize(np.spec)
-			if rekeyed {
+			if !sameKey(old, rc, p.peerName, true) {
 				// Its idle streams' keys come from the old pre-shared
-				// key or encryption: new ones take their place.
+				// key, pair key or encryption: new ones take their
+				// place.
 				p.dropIdle()
 			}
 			continue
@@ -610,18 +611,22 @@ func admitsPooled(rc *runtimeConfig, initiator string) bool {
 }
 
 // reconcilePooledLocked closes, after a reload from old to rc, the idle
-// pooled streams rc no longer admits: all of them when the pre-shared key
-// or the encryption changed (their keys come from the old ones), those of
-// an initiator no entry admits now, and those beyond a lower
+// pooled streams rc no longer admits: all of an initiator's when the key
+// of its streams (the pre-shared key, or its pair key) or the encryption
+// changed (their keys come from the old ones), those of an initiator no
+// entry admits now, and those beyond a lower
 // MaxPooledPerPeer. Their client-side agents see them end and open new
 // ones under the new configuration. A stream whose BIND is being read is
 // judged again by holdPooled. a.mu is held.
 func (a *Agent) reconcilePooledLocked(old, rc *runtimeConfig) {
-	rekeyed := !old.key.Equal(rc.key) || old.mode != rc.mode
-	closed := 0
+	closed, rekeyed := 0, 0
 	for initiator, conns := range a.pooled {
 		keep := rc.limits.MaxPooledPerPeer
-		if rekeyed || !admitsPooled(rc, initiator) {
+		if !sameKey(old, rc, initiator, false) {
+			keep = 0
+			rekeyed += len(conns)
+		}
+		if !admitsPooled(rc, initiator) {
 			keep = 0
 		}
 		for c := range conns {
@@ -683,8 +688,8 @@ func (a *Agent) holdPooled(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 	// initiator, removed its routes, lowered the limits, or changed the
 	// key or the encryption its keys come from.
 	cur := a.cfg.Load()
-	err := errors.New("the pre-shared key or the encryption changed since its handshake")
-	if cur.key.Equal(rc.key) && cur.mode == rc.mode {
+	err := errors.New("the pre-shared key, the pair key or the encryption changed since its handshake")
+	if sameKey(rc, cur, initiator, false) {
 		if !admitsPooled(cur, initiator) {
 			err = fmt.Errorf("agent %s is no longer a client side of this agent's routes", initiator)
 		} else {

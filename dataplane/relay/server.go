@@ -172,7 +172,19 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		fail("reading hello", err)
 		return
 	}
-	hello, err := stripe.ParseHello(hb[:], rc.key)
+	// With per-agent keys the initiator's name, read before the MAC,
+	// chooses the key that checks it.
+	initiator, err := stripe.HelloInitiator(hb[:])
+	if err != nil {
+		fail("bad hello", err)
+		return
+	}
+	key := rc.keyFrom(initiator)
+	if key == nil {
+		fail("bad hello", fmt.Errorf("%w: agent %q has no public key here (per-agent keys)", stripe.ErrMAC, initiator))
+		return
+	}
+	hello, err := stripe.ParseHello(hb[:], key)
 	if err != nil {
 		fail("bad hello", err)
 		return
@@ -205,7 +217,7 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		}
 		reply.Ephemeral = eph.Public()
 	}
-	rb := reply.Marshal(hb[:], rc.key)
+	rb := reply.Marshal(hb[:], key)
 	if _, err := c.Write(rb[:]); err != nil {
 		fail("writing reply", err)
 		return
@@ -217,7 +229,7 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		_ = c.Close()
 		return
 	}
-	secrets, err := stripe.Finish(rc.key, eph, hello.Ephemeral, hb[:], rb[:])
+	secrets, err := stripe.Finish(key, eph, hello.Ephemeral, hb[:], rb[:])
 	if err != nil {
 		fail("key agreement", err)
 		return
@@ -291,12 +303,12 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		}
 		return
 	}
-	var key *[32]byte
+	var sessionKey *[32]byte
 	if hello.Stream == 0 {
 		k := secrets.SessionKey()
-		key = &k
+		sessionKey = &k
 	}
-	a.join(rc, route, &hello, src, c, codec, key)
+	a.join(rc, route, &hello, src, c, codec, sessionKey)
 }
 
 // hungUp reports whether err is the peer closing or resetting the
