@@ -312,6 +312,11 @@ func (d *Daemon) load() (*candidate, error) {
 			psks[rc.PSKFile] = psk
 		}
 		rc.PSK = psk
+		if rc.AgentKeyFile != "" {
+			if rc.AgentKey, err = LoadAgentKey(rc.AgentKeyFile); err != nil {
+				return nil, fmt.Errorf("agent %s: %w", a.Name, err)
+			}
+		}
 		agent, err := relay.New(rc, d.log.With("agent", a.Name))
 		if err != nil {
 			return nil, fmt.Errorf("relay %s: %w", a.Name, err)

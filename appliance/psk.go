@@ -43,14 +43,31 @@ const maxPSKFile = 4096
 // have a trusted owner too, since in a sticky directory such as /tmp its
 // owner can replace it. Directories above the file are not checked.
 func LoadPSK(path string) ([]byte, error) {
+	raw, name, target, err := readSecretFile("psk_file", path, "a key is 64 hex digits")
+	if err != nil {
+		return nil, err
+	}
+	key, err := parsePSK(raw)
+	if err != nil {
+		return nil, fmt.Errorf("psk_file %s %w; generate a key as the packages do, then copy the same file to every agent: %s", name, err, pskGenerateCommand(target))
+	}
+	return key, nil
+}
+
+// readSecretFile reads a key file at path, which its errors call attr
+// (the configuration's attribute): it must be a regular file owned by
+// root or the daemon's user and readable by its owner only, as LoadPSK
+// says; at most maxPSKFile bytes (sizeHint says what a key is). It
+// returns the bytes, the file as errors call it, and its own path.
+func readSecretFile(attr, path, sizeHint string) (raw []byte, name, target string, err error) {
 	link, err := os.Lstat(path)
 	if err != nil {
-		return nil, fmt.Errorf("psk_file: %w", err)
+		return nil, "", "", fmt.Errorf("%s: %w", attr, err)
 	}
-	name, target := path, path // how errors call the file read, and its own path
+	name, target = path, path
 	if link.Mode()&fs.ModeSymlink != 0 {
-		if err := checkPSKOwner(path, path, "symlink", link); err != nil {
-			return nil, err
+		if err := checkSecretOwner(attr, path, path, "symlink", link); err != nil {
+			return nil, "", "", err
 		}
 		if t, err := filepath.EvalSymlinks(path); err == nil {
 			name, target = fmt.Sprintf("%s (a symlink to %s)", path, t), t
@@ -60,34 +77,30 @@ func LoadPSK(path string) ([]byte, error) {
 	// refused below; it changes nothing for a regular file.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
-		return nil, fmt.Errorf("psk_file: %w", err)
+		return nil, "", "", fmt.Errorf("%s: %w", attr, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("psk_file: %w", err)
+		return nil, "", "", fmt.Errorf("%s: %w", attr, err)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("psk_file %s is not a regular file (%s)", name, st.Mode().Type())
+		return nil, "", "", fmt.Errorf("%s %s is not a regular file (%s)", attr, name, st.Mode().Type())
 	}
-	if err := checkPSKOwner(name, target, "file", st); err != nil {
-		return nil, err
+	if err := checkSecretOwner(attr, name, target, "file", st); err != nil {
+		return nil, "", "", err
 	}
 	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("psk_file %s is mode %04o; make it readable by its owner only (chmod 600)", name, st.Mode().Perm())
+		return nil, "", "", fmt.Errorf("%s %s is mode %04o; make it readable by its owner only (chmod 600)", attr, name, st.Mode().Perm())
 	}
-	raw, err := io.ReadAll(io.LimitReader(f, maxPSKFile+1))
+	raw, err = io.ReadAll(io.LimitReader(f, maxPSKFile+1))
 	if err != nil {
-		return nil, fmt.Errorf("psk_file %s: %w", name, err)
+		return nil, "", "", fmt.Errorf("%s %s: %w", attr, name, err)
 	}
 	if len(raw) > maxPSKFile {
-		return nil, fmt.Errorf("psk_file %s is larger than %d bytes; a key is 64 hex digits", name, maxPSKFile)
+		return nil, "", "", fmt.Errorf("%s %s is larger than %d bytes; %s", attr, name, maxPSKFile, sizeHint)
 	}
-	key, err := parsePSK(raw)
-	if err != nil {
-		return nil, fmt.Errorf("psk_file %s %w; generate a key as the packages do, then copy the same file to every agent: %s", name, err, pskGenerateCommand(target))
-	}
-	return key, nil
+	return raw, name, target, nil
 }
 
 // pskGenerateCommand is the shell command that writes a fresh key to path
@@ -145,13 +158,14 @@ func isText(b []byte) bool {
 	return true
 }
 
-// checkPSKOwner refuses a key file, or a symlink to one, that neither root
-// nor the daemon's user owns: its owner could read or rewrite the key. name
-// is the file as errors call it, target what the fix should chown.
-func checkPSKOwner(name, target, what string, fi fs.FileInfo) error {
+// checkSecretOwner refuses a key file, or a symlink to one, that neither
+// root nor the daemon's user owns: its owner could read or rewrite the
+// key. attr is the configuration's attribute naming the file, name the
+// file as errors call it, target what the fix should chown.
+func checkSecretOwner(attr, name, target, what string, fi fs.FileInfo) error {
 	sys, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return fmt.Errorf("psk_file %s: cannot read the owner of the %s", name, what)
+		return fmt.Errorf("%s %s: cannot read the owner of the %s", attr, name, what)
 	}
 	euid := os.Geteuid()
 	if sys.Uid == 0 || int(sys.Uid) == euid {
@@ -165,5 +179,5 @@ func checkPSKOwner(name, target, what string, fi fs.FileInfo) error {
 	if what == "symlink" {
 		fix = "chown -h root:root " + target
 	}
-	return fmt.Errorf("psk_file %s: the %s is owned by uid %d; it must be owned by %s (%s)", name, what, sys.Uid, want, fix)
+	return fmt.Errorf("%s %s: the %s is owned by uid %d; it must be owned by %s (%s)", attr, name, what, sys.Uid, want, fix)
 }

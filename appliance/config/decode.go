@@ -1,6 +1,9 @@
 package config
 
 import (
+	"bytes"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"math/big"
 	"net/netip"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/sosappliance/sosappliance/appliance/profiles"
 	"github.com/sosappliance/sosappliance/dataplane/agentspec"
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
 	"github.com/sosappliance/sosappliance/internal/portrange"
 	"github.com/sosappliance/sosappliance/sdn/spread"
 )
@@ -589,6 +593,7 @@ var agentSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "switch_port", Required: true}, {Name: "mac", Required: true},
 	{Name: "address", Required: true}, {Name: "interface", Required: true},
 	{Name: "data_port"}, {Name: "relay_port"}, {Name: "health_listen"}, {Name: "health_allow"}, {Name: "tuning"},
+	{Name: "public_key"}, {Name: "key_file"},
 }}
 
 func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
@@ -639,7 +644,40 @@ func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
 		}
 	}
 	ag.HealthAllow, ag.HealthAllowRange = a.allowList("health_allow", fmt.Sprintf("agent %q", ag.Name), `List the addresses the controller nodes probe from, e.g. ["192.0.2.10/32"].`), a.rng("health_allow")
+	ag.PublicKeyRange = a.rng("public_key")
+	if a.has("public_key") {
+		key, err := ParseAgentPublicKey(a.str("public_key", ""))
+		if err != nil {
+			a.errorf("public_key", "agent %q public_key: %v", "Paste the line `sosappliance keygen` printed on the agent's node.", ag.Name, err)
+		}
+		ag.PublicKey = key
+		ag.KeyFile = a.str("key_file", DefaultAgentKeyFile)
+		if !strings.HasPrefix(ag.KeyFile, "/") {
+			a.errorf("key_file", "agent %q: key_file must be an absolute path", `Write the full path on the agent's node, e.g. "`+DefaultAgentKeyFile+`".`, ag.Name)
+		}
+	} else if a.has("key_file") {
+		a.errorf("key_file", "agent %q: key_file without public_key", "Per-agent keys need both: run `sosappliance keygen --out FILE` on the agent's node and add the public_key it prints.", ag.Name)
+	}
 	return ag
+}
+
+// DefaultAgentKeyFile is where an agent's node holds its private key
+// (per-agent keys) unless key_file says otherwise.
+const DefaultAgentKeyFile = "/etc/sosappliance/agent.key"
+
+// ParseAgentPublicKey reads a public_key: the standard base64 of a 32-byte
+// X25519 public key.
+func ParseAgentPublicKey(s string) ([]byte, error) {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("not base64: %v", err)
+	case len(key) != stripe.AgentKeySize:
+		return nil, fmt.Errorf("%d bytes, want %d (44 base64 characters)", len(key), stripe.AgentKeySize)
+	case bytes.Equal(key, make([]byte, stripe.AgentKeySize)):
+		return nil, errors.New("all zero: not a key")
+	}
+	return key, nil
 }
 
 var whitelistSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{

@@ -204,8 +204,15 @@ type Agent struct {
 	// controller nodes'); empty accepts any.
 	HealthAllow []netip.Prefix
 	Tuning      []string
+	// PublicKey, with per-agent keys, is the agent's static X25519 public
+	// key (public_key, as `sosappliance keygen` prints it) and KeyFile
+	// where its node holds the private key (key_file, default
+	// DefaultAgentKeyFile). Nil: the PSK alone authenticates its streams.
+	PublicKey []byte
+	KeyFile   string
 
 	Range            hcl.Range
+	PublicKeyRange   hcl.Range
 	SwitchRange      hcl.Range
 	SwitchPortRange  hcl.Range
 	TuningRange      hcl.Range

@@ -101,6 +101,7 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 	}
 	validateSwitchTLS(cfg, add)
 	validateHealthAllow(cfg, add)
+	validateAgentKeys(cfg, add)
 	validatePools(cfg, add)
 	validateCluster(cfg, add)
 
@@ -477,6 +478,37 @@ func validateSwitchTLS(cfg *Config, add func(rng hcl.Range, hint, format string,
 // address the agent listens on (the kernel's source for a local
 // destination; loopback for an unspecified one, which the controller
 // dials as it is), and an agent it cannot probe is taken for down.
+// validateAgentKeys checks per-agent keys: every agent has a public_key
+// or none does (an agent without one could not talk to those that have
+// them), and no two share one (a key copied to two agents lets each pass
+// for the other).
+func validateAgentKeys(cfg *Config, add func(rng hcl.Range, hint, format string, args ...any)) {
+	var with, without []*Agent
+	seen := map[string]*Agent{}
+	for _, s := range cfg.Sites {
+		for _, ag := range s.Agents {
+			if ag.PublicKey == nil {
+				without = append(without, ag)
+				continue
+			}
+			with = append(with, ag)
+			if prev, dup := seen[string(ag.PublicKey)]; dup {
+				add(ag.PublicKeyRange, fmt.Sprintf("Run `sosappliance keygen` on each agent's node; agent %q has this key.", prev.Name),
+					"Agent %q has the public_key of agent %q", ag.Name, prev.Name)
+				continue
+			}
+			seen[string(ag.PublicKey)] = ag
+		}
+	}
+	if len(with) == 0 {
+		return
+	}
+	for _, ag := range without {
+		add(ag.Range, fmt.Sprintf("Per-agent keys are on for every agent or none (agent %q has a public_key): run `sosappliance keygen --out %s` on its node and add the public_key it prints.", with[0].Name, DefaultAgentKeyFile),
+			"Agent %q has no public_key", ag.Name)
+	}
+}
+
 func validateHealthAllow(cfg *Config, add func(rng hcl.Range, hint, format string, args ...any)) {
 	for _, s := range cfg.Sites {
 		for _, ag := range s.Agents {

@@ -354,6 +354,19 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 		ag.Relay.HealthListen = hp
 	}
 	ag.Relay.HealthAllow = slices.Clone(a.HealthAllow)
+	if a.PublicKey != nil {
+		// Per-agent keys (every agent has one, config checked): the
+		// shell reads the private key from the file.
+		ag.Relay.AgentKeyFile, ag.Relay.PublicKey = a.KeyFile, slices.Clone(a.PublicKey)
+		ag.Relay.PeerKeys = map[string][]byte{}
+		for _, s := range cfg.Sites {
+			for _, other := range s.Agents {
+				if other.Name != a.Name {
+					ag.Relay.PeerKeys[other.Name] = slices.Clone(other.PublicKey)
+				}
+			}
+		}
+	}
 	for _, w := range cfg.Whitelists {
 		for _, e := range directions(w) {
 			r := agentspec.Route{

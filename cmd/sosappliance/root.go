@@ -59,6 +59,7 @@ converges to it: host tuning, steering rules, switch flows and relays.`,
 		newRollbackCommand(),
 		newRunCommand(),
 		newStatusCommand(),
+		newKeygenCommand(),
 	)
 	return root
 }

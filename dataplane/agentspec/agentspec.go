@@ -6,6 +6,9 @@
 package agentspec
 
 import (
+	"bytes"
+	"cmp"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"maps"
@@ -65,6 +68,9 @@ type Relay struct {
 	AgentKey     []byte
 	AgentKeyFile string
 	PeerKeys     map[string][]byte
+	// PublicKey, if set, is this agent's public key in the configuration:
+	// AgentKey must be its private key.
+	PublicKey []byte
 
 	// Client lists the accelerated flows for which this agent is the
 	// client side: a steered connection is accelerated by the first entry
@@ -373,9 +379,17 @@ func (c *Relay) Validate() error {
 	if _, err := c.Mode(); err != nil {
 		errs = append(errs, err)
 	}
-	perAgent := len(c.AgentKey) > 0 || len(c.PeerKeys) > 0
+	perAgent := len(c.AgentKey) > 0 || len(c.PeerKeys) > 0 || len(c.PublicKey) > 0
 	if perAgent && len(c.AgentKey) != stripe.AgentKeySize {
 		errs = append(errs, fmt.Errorf("agent key is %d bytes, want %d (per-agent keys: peer keys are given)", len(c.AgentKey), stripe.AgentKeySize))
+	} else if len(c.PublicKey) > 0 {
+		if own, err := stripe.NewAgentKey(c.AgentKey); err != nil {
+			errs = append(errs, err)
+		} else if pub := own.Public(); !bytes.Equal(pub[:], c.PublicKey) {
+			errs = append(errs, fmt.Errorf("the private key of %s is not agent %s's: its public key is %s, the configuration's public_key %s "+
+				"(another agent's key file, or a key made since without updating public_key)",
+				cmp.Or(c.AgentKeyFile, "the agent key"), c.Name, base64.StdEncoding.EncodeToString(pub[:]), base64.StdEncoding.EncodeToString(c.PublicKey)))
+		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.PeerKeys)) {
 		if len(c.PeerKeys[name]) != stripe.AgentKeySize {
