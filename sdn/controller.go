@@ -49,11 +49,11 @@ type Config struct {
 	// MaxHandshakes bounds the connections in handshake at once, and
 	// MaxHandshakesPerSource those from one address; an IPv6 /64 (one
 	// host may use all its addresses) holds at most half of
-	// MaxHandshakes (connlimit.PerNetwork). A connection past an
-	// address's or a /64's cap is closed as it is accepted; one that
-	// finds every place taken takes the place of the oldest handshake of
-	// the source (IPv4 address or IPv6 /64) holding the most. Defaults
-	// 64 and 8.
+	// MaxHandshakes (connlimit.PerNetwork). A connection past its
+	// address's cap is closed as it is accepted; one that finds its /64's
+	// places, or all places, taken takes the place of the oldest
+	// handshake of the address (of that /64, or anywhere) holding the
+	// most. Defaults 64 and 8.
 	MaxHandshakes, MaxHandshakesPerSource int
 
 	// Keepalive is the echo interval; a switch silent for twice as long is
@@ -141,9 +141,9 @@ type Counters struct {
 	// repairs of flows changed on a switch behind the controller's back.
 	DriftRepairs uint64
 	// HandshakeOverflows counts connections closed on accept because
-	// their address or /64 was at its cap, and HandshakeEvictions the
-	// handshakes closed to make room under MaxHandshakes; both are part
-	// of Refused too.
+	// their address was at its cap, and HandshakeEvictions the handshakes
+	// closed to make room under the /64's cap or MaxHandshakes; both are
+	// part of Refused too.
 	HandshakeOverflows, HandshakeEvictions uint64
 	// RoleRequests counts role requests sent, RoleRefusals those a switch
 	// refused as stale, RoleStatus the role changes switches announced.
@@ -631,18 +631,29 @@ func (c *Controller) acceptLoop(ctx context.Context, ln net.Listener) {
 		if slot == nil {
 			conn.Close()
 			c.counters.handshakeOverflows.Add(1)
-			c.refuseFlood(conn.RemoteAddr().String(), fmt.Sprintf("too many handshakes at once from its source (at most %d per address, %d per IPv6 /64)",
-				c.cfg.MaxHandshakesPerSource, connlimit.PerNetwork(c.cfg.MaxHandshakesPerSource, c.cfg.MaxHandshakes)))
+			c.refuseFlood(conn.RemoteAddr().String(), fmt.Sprintf("too many handshakes at once from its address (at most %d)",
+				c.cfg.MaxHandshakesPerSource))
 			continue
 		}
 		if victim != nil {
-			victim.conn.Close()
+			if victim.conn != nil {
+				victim.conn.Close()
+			}
 			c.counters.handshakeEvictions.Add(1)
-			c.refuseFlood(victim.conn.RemoteAddr().String(), fmt.Sprintf(
-				"all %d handshake places taken: the oldest handshake of the busiest source closed for %s", c.cfg.MaxHandshakes, conn.RemoteAddr()))
+			c.refuseFlood(addrString(victim.conn), fmt.Sprintf(
+				"handshake places full (%d in all, %d per IPv6 /64): the oldest handshake of the busiest address closed for %s",
+				c.cfg.MaxHandshakes, connlimit.PerNetwork(c.cfg.MaxHandshakesPerSource, c.cfg.MaxHandshakes), conn.RemoteAddr()))
 		}
 		wg.Go(func() { c.serveConn(ctx, conn, slot, g.plain) })
 	}
+}
+
+// addrString is a connection's remote address as logs show it.
+func addrString(c net.Conn) string {
+	if c == nil {
+		return ""
+	}
+	return c.RemoteAddr().String()
 }
 
 func addrOf(a net.Addr) netip.Addr {
@@ -668,35 +679,28 @@ type handshakeSlot struct {
 }
 
 // admitHandshake takes a handshake place for conn, from addr. It returns
-// nil when addr's address or /64 is at its cap. When every place is
-// taken it takes the place of the oldest handshake of the source (IPv4
-// address or IPv6 /64) holding the most, and returns that one as victim
-// for the caller to close: a switch's handshake takes a round trip or
-// two, a connection that holds its place waits out the handshake
-// timeout, so the oldest is most likely a holder, and one holding the
-// most is, whatever addresses it has.
+// nil when addr's address is at its cap (MaxHandshakesPerSource). When
+// addr's IPv6 /64 is at its cap, it takes the place of the oldest
+// handshake of the address of that /64 holding the most; when every place
+// is taken, of the address holding the most anywhere; and it returns that
+// handshake as victim for the caller to close. A switch's handshake takes
+// a round trip or two and one address each, while a connection that
+// holds its place waits out the handshake timeout: a flood from few
+// addresses holds the most at each, and one from many addresses holding
+// one each loses its oldest first.
 func (c *Controller) admitHandshake(addr netip.Addr, conn net.Conn) (slot, victim *handshakeSlot) {
 	src, srcNet := connlimit.AddressOf(addr), connlimit.SourceOf(addr)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.handshaking[src] >= c.cfg.MaxHandshakesPerSource ||
-		c.handshakingNet[srcNet] >= connlimit.PerNetwork(c.cfg.MaxHandshakesPerSource, c.cfg.MaxHandshakes) {
+	switch {
+	case c.handshaking[src] >= c.cfg.MaxHandshakesPerSource:
 		return nil, nil
+	case c.handshakingNet[srcNet] >= connlimit.PerNetwork(c.cfg.MaxHandshakesPerSource, c.cfg.MaxHandshakes):
+		victim = c.oldestOfBusiestLocked(func(p *handshakeSlot) bool { return p.net == srcNet })
+	case c.handshakes >= c.cfg.MaxHandshakes:
+		victim = c.oldestOfBusiestLocked(func(*handshakeSlot) bool { return true })
 	}
-	if c.handshakes >= c.cfg.MaxHandshakes {
-		most := 0
-		for _, n := range c.handshakingNet {
-			most = max(most, n)
-		}
-		for e := c.handshakeOrder.Front(); e != nil; e = e.Next() {
-			if p := e.Value.(*handshakeSlot); c.handshakingNet[p.net] == most {
-				victim = p
-				break
-			}
-		}
-		if victim == nil {
-			return nil, nil
-		}
+	if victim != nil {
 		victim.evicted = true
 		c.dropHandshakeLocked(victim)
 	}
@@ -706,6 +710,19 @@ func (c *Controller) admitHandshake(addr netip.Addr, conn net.Conn) (slot, victi
 	c.handshaking[src]++
 	c.handshakingNet[srcNet]++
 	return slot, victim
+}
+
+// oldestOfBusiestLocked is the oldest handshake of the address holding
+// the most handshakes among those in selects, or nil when it selects none.
+func (c *Controller) oldestOfBusiestLocked(in func(*handshakeSlot) bool) *handshakeSlot {
+	var victim *handshakeSlot
+	most := 0
+	for e := c.handshakeOrder.Front(); e != nil; e = e.Next() {
+		if p := e.Value.(*handshakeSlot); in(p) && c.handshaking[p.src] > most {
+			victim, most = p, c.handshaking[p.src]
+		}
+	}
+	return victim
 }
 
 func (c *Controller) dropHandshakeLocked(p *handshakeSlot) {

@@ -11,33 +11,19 @@ import (
 	"github.com/sosappliance/sosappliance/internal/connlimit"
 	"github.com/sosappliance/sosappliance/internal/netnstest"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
-	"github.com/sosappliance/sosappliance/sdn"
-	"github.com/sosappliance/sosappliance/sdn/flows"
-	"github.com/sosappliance/sosappliance/tuning"
 )
 
 // TestHandshakeCapPerIPv6Prefix: one host holding an IPv6 /64 opens
 // each connection to the controller from another of its addresses and
 // never finishes a handshake. A /64 holds at most half of the
-// controller-wide handshake cap (connlimit.PerNetwork), so a switch from
-// elsewhere still gets a handshake (the controller's HELLO); counted per
-// address only, the flood would take every place and each of its
-// connections would evict another handshake (the oldest of the source
-// holding the most).
+// controller-wide handshake cap (connlimit.PerNetwork): beyond it each
+// new connection of the /64 takes the place of the /64's oldest, so a
+// switch from elsewhere still gets a handshake (the controller's HELLO);
+// counted per address only, the flood would take every place and each of
+// its connections would evict the oldest handshake of all.
 func TestHandshakeCapPerIPv6Prefix(t *testing.T) {
-	ns := netnstest.AnyIPv6(t, "sossdn6f")
-	var ln net.Listener
-	if err := tuning.RunInNamedNetns(ns, func() error {
-		var err error
-		ln, err = net.Listen("tcp6", "[2001:db8:ff::1]:0")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
 	const total, perSource = 16, 4
-	ctl := startController(t, sdn.Config{Listener: ln, HandshakeTimeout: time.Minute,
-		MaxHandshakes: total, MaxHandshakesPerSource: perSource, Switches: []flows.Switch{siteSwitch(0xc9)}})
-	addr := ln.Addr().String()
+	ctl, ns, addr := ipv6Controller(t, "sossdn6f", total, perSource)
 	dial := func(src netip.Addr) net.Conn {
 		t.Helper()
 		return netnstest.Dial(t, ns, addr, src)[0]
@@ -47,11 +33,12 @@ func TestHandshakeCapPerIPv6Prefix(t *testing.T) {
 		dial(netip.MustParseAddr(fmt.Sprintf("2001:db8:66::%x", 0x100+i)))
 	}
 	perNet := connlimit.PerNetwork(perSource, total)
-	testsupport.Eventually(t, 20*time.Second, "the flood's excess closed on accept", func() bool {
-		return ctl.Status().Counters.HandshakeOverflows >= uint64(flood-perNet)
+	testsupport.Eventually(t, 20*time.Second, "the flood's excess evicted within its /64", func() bool {
+		return ctl.Status().Counters.HandshakeEvictions >= uint64(flood-perNet)
 	})
-	if n := ctl.Status().Counters.HandshakeOverflows; n != uint64(flood-perNet) {
-		t.Errorf("%d of %d connections from one /64 closed on accept, want %d", n, flood, flood-perNet)
+	if st := ctl.Status().Counters; st.HandshakeEvictions != uint64(flood-perNet) || st.HandshakeOverflows != 0 {
+		t.Errorf("of %d connections from one /64, %d evicted and %d closed on accept; want %d evicted (its oldest, one address each) and none closed",
+			flood, st.HandshakeEvictions, st.HandshakeOverflows, flood-perNet)
 	}
 	// A switch from another /64 still gets its handshake: the
 	// controller answers its HELLO with its own, rather than close.

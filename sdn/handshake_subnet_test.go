@@ -12,14 +12,12 @@ import (
 // subnet reconnecting at once (a controller restart or fail-over), each
 // from its own address, are all admitted to their handshake on IPv4 and
 // on an IPv6 /64 alike; one address still gets MaxHandshakesPerSource,
-// and one /64 at most half of MaxHandshakes, however many addresses it
-// uses. (Found by review: with the /64 as the only source, 8 of 20
-// switches of an IPv6 LAN were admitted.)
+// and one /64 holds at most half of MaxHandshakes, however many addresses
+// it uses: beyond that its oldest handshakes make room for its newest.
+// (Found by review: with the /64 as the only source, 8 of 20 switches of
+// an IPv6 LAN were admitted.)
 func TestHandshakeCapPerAddressOnOneSubnet(t *testing.T) {
-	newController := func() *Controller {
-		return &Controller{cfg: Config{MaxHandshakes: 64, MaxHandshakesPerSource: 8},
-			handshaking: map[netip.Prefix]int{}, handshakingNet: map[netip.Prefix]int{}}
-	}
+	newController := func() *Controller { return newHandshakeController(64, 8) }
 	for _, subnet := range []string{"10.0.0.%d", "2001:db8:1::%x"} {
 		c := newController()
 		admitted := 0
@@ -44,20 +42,30 @@ func TestHandshakeCapPerAddressOnOneSubnet(t *testing.T) {
 		t.Errorf("one address: %d handshakes admitted, want 8", admitted)
 	}
 	c = newController()
+	perNet := connlimit.PerNetwork(8, 64)
 	var slots []*handshakeSlot
+	evicted := map[*handshakeSlot]bool{}
 	for i := 1; i <= 100; i++ {
-		if slot, _ := c.admitHandshake(netip.MustParseAddr(fmt.Sprintf("2001:db8:66::%x", i)), nil); slot != nil {
-			slots = append(slots, slot)
+		slot, victim := c.admitHandshake(netip.MustParseAddr(fmt.Sprintf("2001:db8:66::%x", i)), nil)
+		if slot == nil {
+			t.Fatalf("connection %d of the /64 closed on accept; want it to take the place of the /64's oldest", i)
+		}
+		slots = append(slots, slot)
+		if victim != nil {
+			evicted[victim] = true
+			if victim != slots[len(evicted)-1] {
+				t.Fatalf("connection %d evicted %+v, want the /64's oldest", i, victim)
+			}
 		}
 	}
-	admitted = len(slots)
-	if want := connlimit.PerNetwork(8, 64); admitted != want {
-		t.Errorf("one /64 from 100 addresses: %d admitted, want %d", admitted, want)
+	if live := c.handshakingNet[connlimit.SourceOf(netip.MustParseAddr("2001:db8:66::1"))]; live != perNet || len(evicted) != 100-perNet {
+		t.Errorf("one /64 from 100 addresses: %d in handshake, %d evicted; want %d and %d", live, len(evicted), perNet, 100-perNet)
 	}
-	// Released handshakes give their places back.
+	// Released handshakes give their places back; an evicted one says
+	// so and gives back nothing.
 	for _, slot := range slots {
-		if !c.releaseHandshake(slot) {
-			t.Errorf("a slot never evicted released as evicted")
+		if c.releaseHandshake(slot) == evicted[slot] {
+			t.Errorf("a slot released: evicted %v, release says the opposite", evicted[slot])
 		}
 		c.releaseHandshake(slot) // a second release gives back nothing more
 	}
@@ -67,21 +75,21 @@ func TestHandshakeCapPerAddressOnOneSubnet(t *testing.T) {
 }
 
 // TestHandshakeEvictionTakesTheBusiestSource: with every place taken, a
-// new connection takes the place of the oldest handshake of the source
-// (IPv4 address or IPv6 /64) holding the most, never one of a source
-// holding fewer; the evicted slot's release reports it and gives back
-// nothing twice; a source at its own cap is refused, evicting nothing.
+// new connection takes the place of the oldest handshake of the address
+// holding the most, never one of an address holding fewer (four
+// addresses of one IPv6 /64 hold one each, as switches of one LAN do);
+// the evicted slot's release reports it and gives back nothing twice; an
+// address at its own cap is refused, evicting nothing.
 func TestHandshakeEvictionTakesTheBusiestSource(t *testing.T) {
-	c := &Controller{cfg: Config{MaxHandshakes: 16, MaxHandshakesPerSource: 4},
-		handshaking: map[netip.Prefix]int{}, handshakingNet: map[netip.Prefix]int{}}
+	c := newHandshakeController(16, 4)
 	admit := func(addr string) (*handshakeSlot, *handshakeSlot) {
 		t.Helper()
 		return c.admitHandshake(netip.MustParseAddr(addr), nil)
 	}
-	// A switch first, then 3 addresses holding 4, 4 and 3, an IPv6 /64
-	// holding 4 from 4 addresses: 16 in all.
+	// A switch first, then 3 addresses holding 4, 4 and 3, and 4
+	// switches of one IPv6 /64, one address each: 16 in all.
 	sw, _ := admit("10.0.0.1")
-	var holders []*handshakeSlot
+	var holders, switches6 []*handshakeSlot
 	for _, a := range []string{"192.0.2.1", "192.0.2.2", "192.0.2.3"} {
 		for range 4 {
 			if s, _ := admit(a); s != nil && len(holders) < 11 {
@@ -92,9 +100,11 @@ func TestHandshakeEvictionTakesTheBusiestSource(t *testing.T) {
 		}
 	}
 	for i := range 4 {
-		if s, v := admit(fmt.Sprintf("2001:db8:7::%x", i+1)); s == nil || v != nil {
+		s, v := admit(fmt.Sprintf("2001:db8:7::%x", i+1))
+		if s == nil || v != nil {
 			t.Fatalf("/64 handshake %d: slot %v, victim %v", i, s, v)
 		}
+		switches6 = append(switches6, s)
 	}
 	if c.handshakes != 16 {
 		t.Fatalf("%d in handshake, want 16", c.handshakes)
@@ -115,12 +125,15 @@ func TestHandshakeEvictionTakesTheBusiestSource(t *testing.T) {
 	if _, v := admit("10.0.0.3"); v != holders[4] {
 		t.Errorf("second eviction took %+v, want 192.0.2.2's oldest %+v", v, holders[4])
 	}
-	// The switches, holding one each, are not taken while any source
-	// holds more: 9 more places are held beyond one per source (3, 3 and
-	// 3 at the addresses, 4 in the /64). Then all hold one, and the
-	// oldest of all goes: the first switch's.
+	// The switches, holding one each, are not taken while any address
+	// holds more: 6 more places are held beyond one per address (3, 3
+	// and 3 at the flooding addresses). Then all hold one, and the oldest
+	// of all goes: the first switch's.
 	switches := map[*handshakeSlot]bool{sw: true, s: true}
-	for i := range 9 {
+	for _, s6 := range switches6 {
+		switches[s6] = true
+	}
+	for i := range 6 {
 		n, v := admit(fmt.Sprintf("10.0.1.%d", i+1))
 		if switches[v] {
 			t.Fatalf("eviction %d took a switch's handshake while others held more", i)
@@ -146,8 +159,7 @@ func TestHandshakeEvictionTakesTheBusiestSource(t *testing.T) {
 		t.Errorf("a flood from one address evicted %d handshakes of others, want 2 (until it holds the most)", others)
 	}
 	// With room, an address at its own cap is refused and evicts nothing.
-	c = &Controller{cfg: Config{MaxHandshakes: 16, MaxHandshakesPerSource: 4},
-		handshaking: map[netip.Prefix]int{}, handshakingNet: map[netip.Prefix]int{}}
+	c = newHandshakeController(16, 4)
 	for range 4 {
 		admit("198.51.100.7")
 	}
