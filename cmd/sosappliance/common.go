@@ -122,7 +122,9 @@ func confirm(cmd *cobra.Command, autoApprove bool, question string) error {
 func normalizeArgs(args []string) []string {
 	long := map[string]bool{
 		"json": true, "out": true, "detailed-exitcode": true, "auto-approve": true,
-		"node": true, "config": true, "state": true,
+		"node": true, "config": true, "state": true, "root": true, "forget-gone": true, "switch-wait": true,
+		"cluster": true, "control-socket": true, "drift-interval": true, "interval": true, "log-format": true,
+		"log-level": true, "metrics-listen": true, "settle": true, "watch": true,
 	}
 	out := make([]string, len(args))
 	for i, a := range args {
