@@ -1098,6 +1098,7 @@ func (s *session) handOverDirect() bool {
 		return false // something may have reached the server
 	}
 	var up directUp
+	var payloads [][]byte
 	s.sendMu.Lock()
 	for i, c := range s.retained {
 		if c.seq != uint64(i) {
@@ -1117,8 +1118,11 @@ func (s *session) handOverDirect() bool {
 			up.fin = true
 			break
 		}
-		up.data = append(up.data, c.payload()...)
+		payloads = append(payloads, c.payload())
 	}
+	// One allocation of the exact size: the reservation handed over
+	// below covers it whole.
+	up.data = slices.Concat(payloads...)
 	s.sendMu.Unlock()
 	_ = s.host.SetReadDeadline(time.Time{})
 	s.mu.Lock()
