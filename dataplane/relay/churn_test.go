@@ -32,6 +32,11 @@ type churnProxy struct {
 	accepted atomic.Int64
 	resetAll atomic.Bool // reset stream 0 too
 	passAll  atomic.Bool // from now on pass every connection untouched
+	// gate, if set, holds each connection to pass untouched before it
+	// reaches the far agent, until the channel is closed (holdPassed).
+	gate atomic.Pointer[chan struct{}]
+	quit chan struct{} // closed when the proxy closes
+	far  *Agent        // the agent behind the proxy (set by churnPair)
 	// up, if set, is how many bytes upstream a churned connection carries
 	// (default: hello, confirm and a JOIN frame).
 	up     atomic.Int64 // set by a setup while the proxy accepts
@@ -47,7 +52,7 @@ func newChurnProxy(t *testing.T, target netip.AddrPort) *churnProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &churnProxy{ln: ln, addr: ln.Addr().(*net.TCPAddr).AddrPort(), target: target}
+	p := &churnProxy{ln: ln, addr: ln.Addr().(*net.TCPAddr).AddrPort(), target: target, quit: make(chan struct{})}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -69,6 +74,7 @@ func newChurnProxy(t *testing.T, target netip.AddrPort) *churnProxy {
 }
 
 func (p *churnProxy) close() {
+	close(p.quit)
 	_ = p.ln.Close()
 	p.mu.Lock()
 	for _, c := range p.conns {
@@ -98,9 +104,28 @@ func (p *churnProxy) track(c *net.TCPConn) {
 	p.mu.Unlock()
 }
 
+// holdPassed holds the connections to pass untouched (replacements of
+// streams after killPassed, with passAll) until release is called (once
+// or more).
+func (p *churnProxy) holdPassed() (release func()) {
+	gate := make(chan struct{})
+	p.gate.Store(&gate)
+	return sync.OnceFunc(func() {
+		p.gate.Store(nil)
+		close(gate)
+	})
+}
+
 func (p *churnProxy) relay(c *net.TCPConn, pass bool) {
 	defer c.Close()
 	p.track(c)
+	if gate := p.gate.Load(); pass && gate != nil {
+		select {
+		case <-*gate:
+		case <-p.quit:
+			return
+		}
+	}
 	far, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(p.target))
 	if err != nil {
 		return
@@ -156,6 +181,7 @@ func churnPair(t *testing.T, streams int, lim Limits, pool agentspec.Pool, setup
 		Server: []Whitelist{entry}, Limits: lim,
 	}, srv.addr, log)
 	proxy := newChurnProxy(t, b.Addrs().Data)
+	proxy.far = b
 	if setup != nil {
 		setup(proxy)
 	}
@@ -230,19 +256,32 @@ func TestReplacementChurnBacksOff(t *testing.T) {
 // Each replacement's attach used to clear noStreamsSince, so the timeout
 // never ran out and the end host's connection hung for as long as the
 // path kept doing it; only a stream that lived streamProvenAfter restarts
-// it now.
+// it now. The reconnect timeout is short, but longer than the longest
+// backoff between a slot's joins (joinBackoffMax), so that a timeout
+// restarted by each young death would never run out; the end host's reset
+// is awaited far longer, so that only a session that never aborts fails,
+// not a slow machine.
 func TestChurnedSessionStillAborts(t *testing.T) {
-	lim := Limits{ReconnectTimeout: time.Second}
+	lim := Limits{ReconnectTimeout: joinBackoffMax + time.Second}
 	a, proxy := churnPair(t, 4, lim, agentspec.Pool{}, nil)
 	c := dialHello(t, a)
-	time.Sleep(300 * time.Millisecond)
+	// The session runs on its stream 0, the one connection the path
+	// passed, at both agents; then the path kills it too.
+	testsupport.Eventually(t, 30*time.Second, "the session up on its stream 0 at both agents", func() bool {
+		for _, ag := range []*Agent{a, proxy.far} {
+			if st := ag.Stats(); len(st.Sessions) != 1 || st.Sessions[0].StreamsLive < 1 {
+				return false
+			}
+		}
+		return true
+	})
 	proxy.killPassed()
 	time.Sleep(100 * time.Millisecond)
 	// More from the client: it can never reach the server now.
 	if n, err := c.Write(make([]byte, 200000)); err != nil {
 		t.Logf("write: %d, %v", n, err)
 	}
-	bound := lim.ReconnectTimeout + 4*time.Second
+	bound := lim.ReconnectTimeout + 30*time.Second
 	_ = c.SetReadDeadline(time.Now().Add(bound))
 	t0 := time.Now()
 	nread, err := io.Copy(io.Discard, c)
@@ -296,35 +335,58 @@ func TestPoolChurnBacksOff(t *testing.T) {
 }
 
 // dropTwice: a session whose streams all drop (first after first, then
-// again well after the reconnect timeout, each time coming back at once)
-// must not abort, however young its streams were at the first drop: a
-// stream that dies young delays the reconnect timeout's restart, it does
-// not shorten it.
+// again once their replacements have lived past streamProvenAfter, each
+// time coming back) must not abort, however young its streams were at
+// the first drop: a stream that dies young delays the reconnect timeout's
+// restart, it does not shorten it. The timeout is checked where the
+// session keeps it: once the second drop leaves the session with no
+// stream, the time it has had none (noStreamsSince) must count from that
+// drop, not from the first; counted from the first, any reconnect timeout
+// shorter than the time between the drops would abort the session as soon
+// as housekeeping saw it without streams. The path holds the replacements
+// back until the session has seen all its streams gone, so that each drop
+// is a drop of all of them, and the reconnect timeout is long, so that no
+// slowness of the machine while the streams come back aborts the session.
 func dropTwice(t *testing.T, first time.Duration) {
-	lim := Limits{ReconnectTimeout: time.Second}
+	lim := Limits{ReconnectTimeout: time.Minute}
 	a, proxy := churnPair(t, 4, lim, agentspec.Pool{}, func(p *churnProxy) { p.passAll.Store(true) })
 	c := dialHello(t, a)
 	allUp := func(what string) {
-		testsupport.Eventually(t, 10*time.Second, what, func() bool {
+		testsupport.Eventually(t, 30*time.Second, what, func() bool {
 			st := a.Stats()
 			return len(st.Sessions) == 1 && st.Sessions[0].StreamsLive == 4
 		})
 	}
+	drop := func(what string) {
+		release := proxy.holdPassed()
+		defer release()
+		at := time.Now()
+		proxy.killPassed()
+		var since time.Time
+		testsupport.Eventually(t, 30*time.Second, "no stream up after the "+what, func() bool {
+			var live int
+			live, since = lossClock(t, a)
+			return live == 0
+		})
+		if since.Before(at) {
+			t.Errorf("after the %s the session counts itself without streams since %s before it: the reconnect timeout did not restart",
+				what, at.Sub(since).Round(time.Millisecond))
+		}
+		release()
+		allUp("4 streams up after the " + what)
+	}
 	allUp("4 streams up")
 	time.Sleep(first)
-	proxy.killPassed()
-	time.Sleep(50 * time.Millisecond)
-	allUp("4 streams up after the first drop")
-	time.Sleep(2500 * time.Millisecond) // past the reconnect timeout since the first drop
-	proxy.killPassed()
-	time.Sleep(50 * time.Millisecond)
-	allUp("4 streams up after the second drop")
+	drop("first drop")
+	// The replacements joined before allUp returned: this makes them
+	// older than streamProvenAfter.
+	time.Sleep(streamProvenAfter + 200*time.Millisecond)
+	drop("second drop")
 	if lost := a.Stats().Totals.StreamsLost; lost < 8 {
 		t.Fatalf("only %d streams lost: the drops did not happen", lost)
 	}
-	t.Logf("streams lost %d, replaced %d", a.Stats().Totals.StreamsLost, a.Stats().Totals.StreamsReplaced)
-	time.Sleep(1500 * time.Millisecond)
 	st := a.Stats()
+	t.Logf("streams lost %d, replaced %d", st.Totals.StreamsLost, st.Totals.StreamsReplaced)
 	if st.Totals.SessionsAborted != 0 || len(st.Sessions) != 1 {
 		t.Errorf("aborted %d, sessions %d: a session whose streams dropped twice and came back aborted", st.Totals.SessionsAborted, len(st.Sessions))
 	}
@@ -332,6 +394,26 @@ func dropTwice(t *testing.T, first time.Duration) {
 		t.Errorf("write after the drops: %v", err)
 	}
 	_ = c.SetLinger(0)
+}
+
+// lossClock reads a's one session's live stream count and since when it
+// has had no stream (the start of its reconnect timeout; zero if it never
+// had none).
+func lossClock(t *testing.T, a *Agent) (int, time.Time) {
+	t.Helper()
+	a.mu.Lock()
+	var s *session
+	for x := range a.sessions {
+		s = x
+	}
+	n := len(a.sessions)
+	a.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d sessions at the client side, want 1", n)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live, s.noStreamsSince
 }
 
 func TestStreamsDroppedTwiceAfterTheyLived(t *testing.T) { dropTwice(t, 1500*time.Millisecond) }

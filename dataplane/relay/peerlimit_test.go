@@ -216,11 +216,16 @@ func byPeerOf(a *Agent, name string) int {
 // TestHalfOpenReapedGivesBackPerPeer: fresh hellos of stream 1 found
 // half-open sessions counted against sessions_per_peer; when the
 // gathering sessions are reaped, the count returns to zero and a genuine
-// session of the same peer is accelerated.
+// session of the same peer is accelerated. The hellos are counted under a
+// pre-auth timeout far longer than any handshake takes, so that no
+// half-open session is reaped while the test still counts, however slow
+// the machine; a reload then shortens the timeout, which reaps them (the
+// housekeeping judges gathering sessions by the timeout in force), and
+// another restores it for the genuine session.
 func TestHalfOpenReapedGivesBackPerPeer(t *testing.T) {
 	const perPeer = 2
 	p := startPair(t, pairOptions{streams: 2,
-		limitsB: Limits{MaxSessions: 16, MaxSessionsPerPeer: perPeer, PreAuthTimeout: time.Second}}, echo)
+		limitsB: Limits{MaxSessions: 16, MaxSessionsPerPeer: perPeer, PreAuthTimeout: time.Minute}}, echo)
 	refused, accepted := 0, 0
 	for range perPeer + 2 {
 		c, status := openHalfSession(t, p, "127.0.0.1")
@@ -230,16 +235,22 @@ func TestHalfOpenReapedGivesBackPerPeer(t *testing.T) {
 			continue
 		}
 		accepted++
-		testsupport.Eventually(t, 5*time.Second, "the half-open session", func() bool {
+		testsupport.Eventually(t, 15*time.Second, "the half-open session", func() bool {
 			return byPeerOf(p.b, "agent-a") == accepted
 		})
 	}
 	if refused != 2 {
 		t.Errorf("refused %d half-open sessions beyond sessions_per_peer, want 2", refused)
 	}
+	preAuth := func(d time.Duration) {
+		t.Helper()
+		reloadB(t, p, testPSK, func(cfg *Config) { cfg.Limits.PreAuthTimeout = d })
+	}
+	preAuth(100 * time.Millisecond)
 	testsupport.Eventually(t, 15*time.Second, "the half-open sessions reaped and the per-peer count back to 0", func() bool {
 		return byPeerOf(p.b, "agent-a") == 0 && len(p.b.Stats().Sessions) == 0
 	})
+	preAuth(time.Minute)
 	roundTrip(t, p.entry, "genuine session after the half-open ones")
 	if f := p.a.Stats().Totals.Fallbacks; f != 0 {
 		t.Errorf("the genuine session was carried direct (%d fallbacks)", f)

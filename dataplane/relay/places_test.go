@@ -213,10 +213,17 @@ func TestPlaceNotSharedAcrossPeers(t *testing.T) {
 // session was running keeps no place, and its end releases none: when
 // that session ended and its id was opened again, the stale stream's
 // hang-up leaves the new place alone, and the new stream, accepted in its
-// reply, is not refused after its confirm.
+// reply, is not refused after its confirm. The pre-auth timeout is far
+// longer than any handshake takes, so the stale stream's handshake lasts
+// until the test ends it, however slow the machine; a reload shortens the
+// timeout only to reap the half-open session, and another restores it.
 func TestReleaseOnlyTheHeldPlace(t *testing.T) {
 	p := startPair(t, pairOptions{streams: 2,
-		limitsB: Limits{MaxSessions: 16, MaxSessionsPerPeer: 1, PreAuthTimeout: 1500 * time.Millisecond}}, echo)
+		limitsB: Limits{MaxSessions: 16, MaxSessionsPerPeer: 1, PreAuthTimeout: time.Minute}}, echo)
+	preAuth := func(d time.Duration) {
+		t.Helper()
+		reloadB(t, p, testPSK, func(cfg *Config) { cfg.Limits.PreAuthTimeout = d })
+	}
 	var id stripe.SessionID
 	_, eph1, hb1 := helloFrom(t, p, func(h *stripe.Hello) { h.Streams, h.Stream = 2, 1; id = h.Session })
 	c1, st, rb1 := placeHello(t, p, hb1)
@@ -225,8 +232,7 @@ func TestReleaseOnlyTheHeldPlace(t *testing.T) {
 		t.Fatal(st)
 	}
 	placeConfirm(t, c1, eph1, hb1, rb1)
-	testsupport.Eventually(t, 5*time.Second, "half-open session", func() bool { return byPeerOf(p.b, "agent-a") == 1 })
-	time.Sleep(700 * time.Millisecond)
+	testsupport.Eventually(t, 15*time.Second, "half-open session", func() bool { return byPeerOf(p.b, "agent-a") == 1 })
 	// Stream 0 of the running session: accepted via byID, no place kept.
 	_, _, hb0 := helloFrom(t, p, func(h *stripe.Hello) { h.Streams, h.Stream, h.Session = 2, 0, id })
 	c0, st, _ := placeHello(t, p, hb0)
@@ -237,9 +243,11 @@ func TestReleaseOnlyTheHeldPlace(t *testing.T) {
 	np, _ := placesOf(p.b)
 	t.Logf("places after the byID acceptance: %d", np)
 	_ = c1.Close()
-	testsupport.Eventually(t, 5*time.Second, "half-open session reaped", func() bool {
+	preAuth(100 * time.Millisecond)
+	testsupport.Eventually(t, 15*time.Second, "half-open session reaped", func() bool {
 		return byPeerOf(p.b, "agent-a") == 0 && len(p.b.Stats().Sessions) == 0
 	})
+	preAuth(time.Minute)
 	// The id opened again: a new place.
 	_, eph2, hb2 := helloFrom(t, p, func(h *stripe.Hello) { h.Streams, h.Stream, h.Session = 2, 1, id })
 	c2, st, rb2 := placeHello(t, p, hb2)
@@ -250,9 +258,11 @@ func TestReleaseOnlyTheHeldPlace(t *testing.T) {
 	if np, _ := placesOf(p.b); np != 1 {
 		t.Fatalf("places %d, want 1", np)
 	}
-	// The stale stream 0 ends its handshake.
+	// The stale stream 0 ends its handshake. Its end releases its place,
+	// if it held one, before it leaves the pre-auth connections.
+	stale := c0.LocalAddr().String()
 	_ = c0.Close()
-	time.Sleep(200 * time.Millisecond)
+	testsupport.Eventually(t, 15*time.Second, "the stale stream's handshake over", func() bool { return !inPreAuth(p.b, stale) })
 	if np, _ := placesOf(p.b); np != 1 {
 		t.Errorf("the stale stream's release dropped the reopened session's place: places %d, want 1; memory %d", np, p.b.Stats().Totals.MemoryReserved)
 	}
@@ -261,13 +271,29 @@ func TestReleaseOnlyTheHeldPlace(t *testing.T) {
 	cy, sty, _ := placeHello(t, p, hby)
 	defer cy.Close()
 	t.Logf("other session's hello while the reopened one holds the share: %v", sty)
-	// ...and the reopened stream, accepted in its reply, confirms.
+	// ...and the reopened stream, accepted in its reply, confirms: its
+	// session is made (a stream refused after its confirm is reset, and
+	// makes none).
 	placeConfirm(t, c2, eph2, hb2, rb2)
-	_ = c2.SetReadDeadline(time.Now().Add(time.Second))
+	made := testsupport.Poll(15*time.Second, func() bool { return byPeerOf(p.b, "agent-a") == 1 })
+	_ = c2.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	_, err := io.ReadFull(c2, make([]byte, 1))
-	if isReset(err) {
-		t.Errorf("stream accepted in its reply was reset after its confirm")
+	if !made || isReset(err) {
+		t.Errorf("stream accepted in its reply was refused after its confirm: session made %v, read %v", made, err)
 	}
+}
+
+// inPreAuth says whether the connection from addr is still in its
+// handshake at a (among its unauthenticated connections).
+func inPreAuth(a *Agent, addr string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for c := range a.preauth {
+		if c.RemoteAddr().String() == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // TestPlaceAcrossShutdown: a place held by a handshake in flight

@@ -463,12 +463,40 @@ func TestPoolRefusedBacksOff(t *testing.T) {
 	if st.Refused != stripe.StatusPoolRefused.String() || st.Idle != 0 || st.RetryAt.IsZero() {
 		t.Errorf("a refused pool: %+v", st)
 	}
-	// 2.5 s: refusals at about 0, 0.5 and 1.5 s (the next at 3.5 s),
-	// where a slot each every 500 ms would have been some 40.
-	time.Sleep(2500 * time.Millisecond)
-	if st := onlyPool(t, p.a); st.Failures < 2 || st.Failures > 4 || st.Refills != 0 {
-		t.Errorf("after 2.5 s of refusals: %+v; want 2 to 4 attempts, none open", st)
+	// Each refusal in a row doubles the pause: 0.5 s, 1 s, 2 s, ...
+	// (where a slot each every 500 ms would make some 40 attempts in
+	// 2.5 s). The pauses are read from the pool's stats, not timed: the
+	// k-th failure in a row (Failures moving from k-1 to k) happened
+	// after the last reading that showed k-1 began and before the first
+	// that shows k ended, so its pause, RetryAt less that moment, lies
+	// between RetryAt less the end of the second reading and RetryAt less
+	// the start of the first. However slowly the readings come, that
+	// range holds poolBackoff << (k-1); two failures seen in a row are
+	// checked so.
+	prevStart := time.Now()
+	prev := onlyPool(t, p.a)
+	checked := 0
+	for deadline := time.Now().Add(60 * time.Second); checked < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool's failures not seen one by one twice in 60 s: %+v", prev)
+		}
+		time.Sleep(5 * time.Millisecond)
+		start := time.Now()
+		st := onlyPool(t, p.a)
+		end := time.Now()
+		if st.Refills != 0 || st.Idle != 0 {
+			t.Fatalf("a refused pool opened streams: %+v", st)
+		}
+		if st.Failures == prev.Failures+1 {
+			pause := poolBackoff << (st.Failures - 1)
+			if lo, hi := st.RetryAt.Sub(end), st.RetryAt.Sub(prevStart); pause < lo || pause > hi {
+				t.Errorf("failure %d in a row: pause between %s and %s, want %s", st.Failures, lo, hi, pause)
+			}
+			checked++
+		}
+		prev, prevStart = st, start
 	}
+	t.Logf("pool after the pauses checked: %+v", prev)
 	echoThrough(t, p, 64<<10, 7)
 	if f := p.a.Stats().Totals.Fallbacks; f != 0 {
 		t.Errorf("%d connections carried direct", f)
@@ -477,9 +505,11 @@ func TestPoolRefusedBacksOff(t *testing.T) {
 		t.Errorf("the far agent holds %d pooled streams with pooled streams off", n)
 	}
 	// The first round asks for at most min_idle (8) at once, then one
-	// per pause.
-	if r := p.b.Stats().Totals.Rejected["pool_limit"]; r < 1 || r > 12 {
-		t.Errorf("the far agent counted %d pooled streams refused, want at most the 8 of the first round and one per pause", r)
+	// per pause: every refusal after the first round is a failure in a
+	// row of its own (one more may be on its way back to the pool).
+	r := p.b.Stats().Totals.Rejected["pool_limit"]
+	if f := onlyPool(t, p.a).Failures; r < 1 || r > 8+uint64(f) {
+		t.Errorf("the far agent counted %d pooled streams refused for %d failures in a row, want at most the 8 of the first round and one per pause", r, f)
 	}
 }
 

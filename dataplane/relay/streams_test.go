@@ -181,17 +181,23 @@ func paceStreams(a *Agent, rate int) {
 	a.testPaceCeiling.Store(uint64(rate))
 }
 
-// TestAutoStreamsGrowToMax: under streams = "auto" a session whose
-// streams each carry a fixed rate (paced) starts with a few and opens
-// more while they raise its rate, up to the whitelist's maximum and no
-// further; status shows the count chosen. Every byte arrives.
-func TestAutoStreamsGrowToMax(t *testing.T) {
+// TestAutoStreamsWithinMax: under streams = "auto" a session whose
+// streams each carry a fixed rate (paced) starts with autoFirstStreams of
+// the whitelist's maximum; as it carries data its count only ever
+// doubles, and never beyond the maximum; status shows the count chosen,
+// the streams open at both agents follow it, and every byte arrives.
+// Whether a doubling pays here depends on how fast the machine runs (a
+// loaded one may carry no more with more streams, and then rightly keeps
+// its count), so the test does not require the maximum: the choice itself
+// is checked on made-up rates (TestAutoStreamsDoubleToMaxWhileTheRateFollows
+// and the other tests of autostreams_test.go).
+func TestAutoStreamsWithinMax(t *testing.T) {
 	const max = 32 // two doublings from autoFirstStreams
 	p := startPair(t, pairOptions{streams: max, queue: -1, autoStreams: true}, echo)
 	paceStreams(p.a, 2<<20)
 	c := p.dial(t)
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(90 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(120 * time.Second))
 	// Pieces of 4 MiB, so that each echo's start and end (a round trip
 	// through both agents, longer on a loaded machine) weigh little
 	// against the rate the streams carry.
@@ -201,24 +207,41 @@ func TestAutoStreamsGrowToMax(t *testing.T) {
 	if s == nil || !s.AutoStreams || s.StreamsChosen != autoFirstStreams || s.Streams != max {
 		t.Fatalf("a new auto session: %+v, want %d of %d streams chosen", s, autoFirstStreams, max)
 	}
-	// Keep the streams busy until the count reaches the maximum.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	// Keep the streams busy for a while (on an idle machine long enough
+	// to reach the maximum), or until the count reaches the maximum.
+	chosen := autoFirstStreams
+	for range 48 {
+		echoOpen(t, c, piece)
 		s := onlySession(p.a)
-		if s != nil && s.StreamsChosen == max && s.StreamsLive == max {
+		if s == nil {
+			t.Fatal("the auto session is gone")
+		}
+		if n := s.StreamsChosen; n < chosen || n > max || n != autoFirstStreams && n != 2*autoFirstStreams && n != max {
+			t.Fatalf("%d streams chosen after %d: want a doubling of %d, at most %d", n, chosen, autoFirstStreams, max)
+		}
+		chosen = s.StreamsChosen
+		if int(s.StreamsLive) > s.StreamsChosen {
+			t.Fatalf("%d streams live of %d chosen", s.StreamsLive, s.StreamsChosen)
+		}
+		if chosen == max {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the stream count did not reach %d: %+v", max, s)
+	}
+	t.Logf("%d of %d streams chosen", chosen, max)
+	// The streams chosen join at both agents. (A measurement that ran
+	// while the streams were busy may still double the count.)
+	testsupport.Eventually(t, 30*time.Second, "the chosen streams live at both agents", func() bool {
+		s := onlySession(p.a)
+		if s == nil {
+			return false
 		}
-		echoOpen(t, c, piece)
+		chosen = s.StreamsChosen
+		return chosen <= max && int(s.StreamsLive) == chosen && streamsUp(p.b) == chosen
+	})
+	if chosen != autoFirstStreams && chosen != 2*autoFirstStreams && chosen != max {
+		t.Errorf("%d streams chosen: want a doubling of %d, at most %d", chosen, autoFirstStreams, max)
 	}
-	for range 4 {
-		echoOpen(t, c, piece)
-	}
-	if s := onlySession(p.a); s.StreamsChosen != max || s.StreamsLive != max {
-		t.Errorf("after the maximum: %d chosen, %d live, want %d", s.StreamsChosen, s.StreamsLive, max)
-	}
+	echoOpen(t, c, piece)
 	finishEcho(t, c, piece)
 	requireClean(t, p, 1)
 }
