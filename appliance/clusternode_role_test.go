@@ -35,7 +35,7 @@ func TestElectedControllerIsMaster(t *testing.T) {
 		ctxA, cancelA := context.WithCancel(context.Background())
 		doneA := make(chan struct{})
 		go func() { ela.Run(ctxA); close(doneA) }()
-		testsupport.Eventually(t, 10*time.Second, "a to lead", func() bool { return ela.Role().Leader })
+		testsupport.Eventually(t, 30*time.Second, "a to lead", func() bool { return ela.Role().Leader })
 
 		d, err := NewDaemon(Options{ConfigPath: "unused.hcl", Node: "ctl-b", Logger: log})
 		if err != nil {
@@ -55,14 +55,31 @@ func TestElectedControllerIsMaster(t *testing.T) {
 			}
 		}()
 		rc := swapInCluster(t, d, spec)
-		testsupport.Eventually(t, 10*time.Second, "b to follow a", func() bool { return rc.el.Role().LeaderNode == "ctl-a" })
+		testsupport.Eventually(t, 30*time.Second, "b to follow a", func() bool { return rc.el.Role().LeaderNode == "ctl-a" })
 
 		cancelA()
 		<-doneA
 		a.Close()
-		testsupport.Eventually(t, 10*time.Second, "b to lead", func() bool { return rc.el.Role().Leader })
-		time.Sleep(300 * time.Millisecond)
-		elected, role := rc.el.Role(), ctl.Role()
+		testsupport.Eventually(t, 30*time.Second, "b to lead", func() bool { return rc.el.Role().Leader })
+		// The controller becomes master once the takeover's roles are
+		// delivered, which waits for its busy mutex. Nothing delivers a
+		// role after the takeover, so a controller left slave by a stale
+		// role delivered last stays slave for good. The test waits, as
+		// long as a slow machine takes, for the controller to be master;
+		// then, as a stale delivery may still be on its way, pauses and
+		// waits for that again. The pause only gives such a delivery time
+		// to land and be caught: a controller made master passes however
+		// long the machine takes.
+		var elected cluster.Role
+		var role sdn.RoleStatus
+		master := func() bool {
+			elected, role = rc.el.Role(), ctl.Role()
+			return !elected.Leader || role.Role == "master"
+		}
+		if testsupport.Poll(30*time.Second, master) {
+			time.Sleep(300 * time.Millisecond)
+			testsupport.Poll(30*time.Second, master)
+		}
 		stopBusy.Store(true)
 		<-busyDone
 		rc.close()

@@ -272,12 +272,17 @@ func TestOneShotAcceptNotStalledBySilentConnections(t *testing.T) {
 				f.conn.Close()
 			}
 		}()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		// Each silent connection would hold a serial accept for the whole
+		// HandshakeTimeout, a minute: the 4 of the first round alone keep
+		// the switch out for 4 minutes, far past the wait of 30 s, which
+		// side-by-side handshakes leave all but unused however loaded the
+		// machine.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		start := time.Now()
-		sc, err := sdn.AcceptSwitch(ctx, ln, sw, nil, sdn.ConnOptions{HandshakeTimeout: 2 * time.Second, Keepalive: time.Second})
+		sc, err := sdn.AcceptSwitch(ctx, ln, sw, nil, sdn.ConnOptions{HandshakeTimeout: time.Minute, Keepalive: time.Second})
 		cancel()
 		if err != nil {
-			t.Errorf("%d silent connections first: the real switch, 100 ms behind them, was not accepted within 3 s: %v (after %v)", silent, err, time.Since(start))
+			t.Errorf("%d silent connections first: the real switch, 100 ms behind them, was not accepted within 30 s: %v (after %v)", silent, err, time.Since(start))
 		} else {
 			t.Logf("%d silent connections first: the switch accepted after %v", silent, time.Since(start).Round(time.Millisecond))
 			sc.Close()

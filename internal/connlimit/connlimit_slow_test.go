@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -27,8 +28,12 @@ func TestSlowReadersDoNotPinEveryPlace(t *testing.T) {
 	}
 	ln := New(raw, 64, 8)
 	big := strings.Repeat("x", 8<<20)
+	var started atomic.Int64
 	srv := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, big) }),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			started.Add(1)
+			_, _ = io.WriteString(w, big)
+		}),
 		ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute,
 	}
 	ln.Track(srv)
@@ -51,8 +56,18 @@ func TestSlowReadersDoNotPinEveryPlace(t *testing.T) {
 			}
 		}
 	}
-	// The handlers start and block in Write, and then serve past the grace.
-	time.Sleep(servedGrace + 500*time.Millisecond)
+	// The handlers start and block in Write, and then serve past the
+	// grace: wait for all 64 to have started, however long a loaded
+	// machine takes, then for the grace (a request counts as served from
+	// just before its handler starts).
+	deadline := time.Now().Add(30 * time.Second)
+	for started.Load() < 64 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := started.Load(); n < 64 {
+		t.Fatalf("%d of 64 handlers started within 30 s (open %d, refused %d, evicted %d)", n, ln.Open(), ln.Refused(), ln.Evicted())
+	}
+	time.Sleep(servedGrace + 100*time.Millisecond)
 	scraper := dialFrom(t, "127.0.0.60", addr)
 	_ = scraper.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.WriteString(scraper, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {

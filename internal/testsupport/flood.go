@@ -2,6 +2,7 @@ package testsupport
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -98,11 +99,19 @@ func Flood(addr string, net8 int, request string) (stop func() int64) {
 	}
 }
 
-// GetEach makes n GETs of url, each on a fresh connection, 20 ms apart,
-// and returns how many failed (an error or an answer other than 200) and
-// the first failure.
-func GetEach(url string, n int) (failed int, first error) {
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
+// MaxTimeouts is how many GETs GetEach lets go unanswered for 30 s
+// before it gives up.
+const MaxTimeouts = 3
+
+// GetEach makes n GETs of url, each on a fresh connection, 20 ms apart.
+// It returns how many failed (the connection closed or reset before the
+// whole answer came, or an answer other than 200) and the first failure,
+// and apart from those how many got no answer within 30 s: a machine
+// too busy to answer in time is slow, not wrong, so callers report a
+// timeout without failing on it. It stops after MaxTimeouts of them: a
+// server that answers nothing would otherwise hold it n times 30 s.
+func GetEach(url string, n int) (failed, timedOut int, first error) {
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
 	for range n {
 		resp, err := client.Get(url)
 		if err == nil {
@@ -112,7 +121,14 @@ func GetEach(url string, n int) (failed int, first error) {
 				err = fmt.Errorf("%s", resp.Status)
 			}
 		}
-		if err != nil {
+		var ne net.Error
+		switch {
+		case err == nil:
+		case errors.As(err, &ne) && ne.Timeout():
+			if timedOut++; timedOut == MaxTimeouts {
+				return failed, timedOut, first
+			}
+		default:
 			failed++
 			if first == nil {
 				first = err
@@ -120,5 +136,5 @@ func GetEach(url string, n int) (failed int, first error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return failed, first
+	return failed, timedOut, first
 }

@@ -388,20 +388,37 @@ func TestProcStatReadsThisProcess(t *testing.T) {
 		t.Errorf("signal to a recycled pid: %v", err)
 	}
 	// CPU time: this process's grows while it computes; a recycled pid
-	// has none.
+	// has none. The test computes until the kernel's own account of the
+	// process (getrusage) has 200 ms more CPU time, however long a loaded
+	// machine takes to give it that, and then CPUTime must have grown by
+	// at least a quarter of it: a wrong field or scale stays far below.
+	rusage := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
 	before, err := self.CPUTime()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for x, deadline := uint64(1), time.Now().Add(200*time.Millisecond); time.Now().Before(deadline); x = x*6364136223846793005 + 1 {
-		_ = x
+	used := rusage()
+	for x, deadline := uint64(1), time.Now().Add(2*time.Minute); rusage()-used < 200*time.Millisecond; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the process got %v of CPU time in 2 minutes of computing", rusage()-used)
+		}
+		for range 100000 {
+			x = x*6364136223846793005 + 1
+		}
 	}
+	used = rusage() - used
 	after, err := self.CPUTime()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if after-before < 50*time.Millisecond {
-		t.Errorf("CPU time grew %v over 200 ms of computing", after-before)
+		t.Errorf("CPU time grew %v while the process used %v computing", after-before, used)
 	}
 	if _, err := recycled.CPUTime(); err == nil {
 		t.Error("CPU time of a recycled pid")
