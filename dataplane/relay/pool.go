@@ -77,6 +77,8 @@ type pooledStream struct {
 	// watcher then stops without closing it.
 	claimed atomic.Bool
 	watched chan struct{} // closed when the idle watcher returned
+	// rc is the configuration its handshake ran under.
+	rc *runtimeConfig
 }
 
 // PoolStats is a snapshot of one pool.
@@ -343,6 +345,16 @@ func (p *streamPool) open(ctx context.Context) {
 	if err == nil {
 		p.mu.Lock()
 		p.opening--
+		if !sameKey(ps.rc, p.a.cfg.Load(), p.peerName, true) {
+			// A reload changed the key or the encryption during the
+			// handshake, after its dropIdle (which takes p.mu after
+			// storing the configuration): the stream's keys are the old
+			// ones, and the far agent would refuse its bind.
+			p.mu.Unlock()
+			_ = ps.conn.Close()
+			p.poke()
+			return
+		}
 		p.idle = append(p.idle, ps)
 		p.fails, p.lastErr, p.refused = 0, nil, 0
 		if p.young == 0 {
@@ -432,7 +444,7 @@ func (p *streamPool) handshake(ctx context.Context) (*pooledStream, error) {
 	if err := keepIdle(conn); err != nil {
 		return fail(err)
 	}
-	return &pooledStream{conn: conn, secrets: secrets, bind: secrets.PoolStream(), since: time.Now(), watched: make(chan struct{})}, nil
+	return &pooledStream{conn: conn, secrets: secrets, bind: secrets.PoolStream(), since: time.Now(), watched: make(chan struct{}), rc: rc}, nil
 }
 
 // keepIdle turns on the TCP keepalive of an idle pooled stream.

@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclwrite"
 	"github.com/zclconf/go-cty/cty"
 
+	"github.com/sosappliance/sosappliance/appliance"
 	"github.com/sosappliance/sosappliance/appliance/config"
 )
 
@@ -123,6 +124,30 @@ func (c *ConfigFile) setPaths(dir string) {
 	d.Body().SetAttributeValue("metrics_listen", cty.StringVal(""))
 }
 
+// setAgentKeys gives every agent of the file a key of its own (per-agent
+// keys), its private key in dir, as an operator does with `sosappliance
+// keygen` on each agent's node.
+func (c *ConfigFile) setAgentKeys(dir string) error {
+	for _, sb := range c.file.Body().Blocks() {
+		if sb.Type() != "site" {
+			continue
+		}
+		for _, ab := range sb.Body().Blocks() {
+			if ab.Type() != "agent" || len(ab.Labels()) != 1 {
+				continue
+			}
+			path := filepath.Join(dir, ab.Labels()[0]+".key")
+			pub, err := appliance.WriteAgentKey(path)
+			if err != nil {
+				return fmt.Errorf("agent %s: %w", ab.Labels()[0], err)
+			}
+			ab.Body().SetAttributeValue("public_key", cty.StringVal(pub))
+			ab.Body().SetAttributeValue("key_file", cty.StringVal(path))
+		}
+	}
+	return nil
+}
+
 func openConfig(path string) (*ConfigFile, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
@@ -182,6 +207,9 @@ func (l *Lab) writeConfig() error {
 		if err := l.opts.EditConfig(cf); err != nil {
 			return fmt.Errorf("lab config: %w", err)
 		}
+	}
+	if err := cf.setAgentKeys(l.Dir); err != nil {
+		return fmt.Errorf("lab config: %w", err)
 	}
 	cfg, err := cf.check(l.ConfigPath())
 	if err != nil {
