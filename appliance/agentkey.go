@@ -19,13 +19,17 @@ import (
 // readable by its owner only.
 func LoadAgentKey(path string) ([]byte, error) {
 	raw, name, _, err := readSecretFile("key_file", path, "a key is one line of 44 base64 characters")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w; make the agent's key on its node with `sosappliance keygen --out %s` and put the public_key it prints in the agent's block", err, path)
+	}
 	if err != nil {
 		return nil, err
 	}
 	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(raw)))
 	if err != nil || len(key) != stripe.AgentKeySize {
-		return nil, fmt.Errorf("key_file %s does not hold an agent key (one line, the base64 of %d bytes); make one with: sosappliance keygen --out %s",
-			name, stripe.AgentKeySize, path)
+		return nil, fmt.Errorf("key_file %s does not hold an agent key (one line, the base64 of %d bytes); "+
+			"make a new one with `sosappliance keygen --out NEWFILE`, then set key_file to NEWFILE and public_key to what it prints",
+			name, stripe.AgentKeySize)
 	}
 	return key, nil
 }

@@ -48,7 +48,7 @@ func TestAgentKeys(t *testing.T) {
 	}{
 		{"not base64", map[string]string{"a1": `public_key = "not a key!"`}, `agent "a1" public_key: not base64`},
 		{"short", map[string]string{"a1": `public_key = "` + base64.StdEncoding.EncodeToString(make([]byte, 31)) + `"`}, "31 bytes, want 32"},
-		{"zero", map[string]string{"a1": `public_key = "` + base64.StdEncoding.EncodeToString(make([]byte, 32)) + `"`}, "all zero"},
+		{"zero", map[string]string{"a1": `public_key = "` + base64.StdEncoding.EncodeToString(make([]byte, 32)) + `"`}, "small order"},
 		{"relative key_file", map[string]string{"a1": `public_key = "` + keyOf(1) + `"` + "\nkey_file = \"agent.key\""}, "key_file must be an absolute path"},
 		{"key_file alone", map[string]string{"a1": `key_file = "/etc/k"`}, "key_file without public_key"},
 		{"some agents only", map[string]string{"a1": all["a1"], "b1": all["b1"]}, `Agent "a2" has no public_key`},

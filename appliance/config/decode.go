@@ -1,9 +1,7 @@
 package config
 
 import (
-	"bytes"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"math/big"
 	"net/netip"
@@ -649,6 +647,7 @@ func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
 		key, err := ParseAgentPublicKey(a.str("public_key", ""))
 		if err != nil {
 			a.errorf("public_key", "agent %q public_key: %v", "Paste the line `sosappliance keygen` printed on the agent's node.", ag.Name, err)
+			key = []byte{} // given, if bad: the agent is not one without a key
 		}
 		ag.PublicKey = key
 		ag.KeyFile = a.str("key_file", DefaultAgentKeyFile)
@@ -666,7 +665,9 @@ func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
 const DefaultAgentKeyFile = "/etc/sosappliance/agent.key"
 
 // ParseAgentPublicKey reads a public_key: the standard base64 of a 32-byte
-// X25519 public key.
+// X25519 public key, in its one canonical encoding (so that two agents
+// cannot hold one key written two ways) and not of small order (with
+// which no key agreement is possible).
 func ParseAgentPublicKey(s string) ([]byte, error) {
 	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))
 	switch {
@@ -674,8 +675,9 @@ func ParseAgentPublicKey(s string) ([]byte, error) {
 		return nil, fmt.Errorf("not base64: %v", err)
 	case len(key) != stripe.AgentKeySize:
 		return nil, fmt.Errorf("%d bytes, want %d (44 base64 characters)", len(key), stripe.AgentKeySize)
-	case bytes.Equal(key, make([]byte, stripe.AgentKeySize)):
-		return nil, errors.New("all zero: not a key")
+	}
+	if err := stripe.CheckAgentPublicKey(key); err != nil {
+		return nil, err
 	}
 	return key, nil
 }

@@ -473,11 +473,6 @@ func validateSwitchTLS(cfg *Config, add func(rng hcl.Range, hint, format string,
 	}
 }
 
-// validateHealthAllow checks that an agent's health_allow admits the
-// controllers on its own node: a controller probes a local agent from the
-// address the agent listens on (the kernel's source for a local
-// destination; loopback for an unspecified one, which the controller
-// dials as it is), and an agent it cannot probe is taken for down.
 // validateAgentKeys checks per-agent keys: every agent has a public_key
 // or none does (an agent without one could not talk to those that have
 // them), and no two share one (a key copied to two agents lets each pass
@@ -492,6 +487,13 @@ func validateAgentKeys(cfg *Config, add func(rng hcl.Range, hint, format string,
 				continue
 			}
 			with = append(with, ag)
+			if ag.KeyFile == cfg.Security.PSKFile {
+				add(ag.PublicKeyRange, fmt.Sprintf("Give the agent's key a file of its own, e.g. key_file = %q.", DefaultAgentKeyFile),
+					"Agent %q: key_file is the psk_file", ag.Name)
+			}
+			if len(ag.PublicKey) == 0 {
+				continue // refused as it was decoded
+			}
 			if prev, dup := seen[string(ag.PublicKey)]; dup {
 				add(ag.PublicKeyRange, fmt.Sprintf("Run `sosappliance keygen` on each agent's node; agent %q has this key.", prev.Name),
 					"Agent %q has the public_key of agent %q", ag.Name, prev.Name)
@@ -509,6 +511,11 @@ func validateAgentKeys(cfg *Config, add func(rng hcl.Range, hint, format string,
 	}
 }
 
+// validateHealthAllow checks that an agent's health_allow admits the
+// controllers on its own node: a controller probes a local agent from the
+// address the agent listens on (the kernel's source for a local
+// destination; loopback for an unspecified one, which the controller
+// dials as it is), and an agent it cannot probe is taken for down.
 func validateHealthAllow(cfg *Config, add func(rng hcl.Range, hint, format string, args ...any)) {
 	for _, s := range cfg.Sites {
 		for _, ag := range s.Agents {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +23,11 @@ authenticated by a key only those two can derive (with the PSK), so a holder
 of the PSK cannot pass for another agent.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The configuration takes key_file as an absolute path.
+			out, err := filepath.Abs(out)
+			if err != nil {
+				return fmt.Errorf("keygen: %w", err)
+			}
 			pub, err := appliance.WriteAgentKey(out)
 			if err != nil {
 				return fmt.Errorf("keygen: %w", err)

@@ -328,7 +328,7 @@ func (a *Agent) initiate(conn *net.TCPConn, rc *runtimeConfig, peer netip.AddrPo
 		if hungUp(err) {
 			return nil, fmt.Errorf("read reply: peer %s closed the handshake without answering "+
 				"(wrong pre-shared key, per-agent keys on one side only or with another public key, "+
-				"or an agent of protocol version 1): %w", peer, err)
+				"the address of another agent than %s, or an agent of protocol version 1): %w", peer, hello.Responder, err)
 		}
 		return nil, fmt.Errorf("read reply: %w", err)
 	}

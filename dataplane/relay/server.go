@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -186,7 +187,7 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 	}
 	hello, err := stripe.ParseHello(hb[:], key)
 	if err != nil {
-		fail("bad hello", err)
+		fail("bad hello from a peer that names itself "+strconv.Quote(initiator), helloDiagnosis(rc, hb[:], key, err))
 		return
 	}
 	helloValid = true
@@ -713,4 +714,17 @@ func (k *ownKeys) contains(p stripe.PublicKey) bool {
 	defer k.mu.Unlock()
 	_, ok := k.keys[p]
 	return ok
+}
+
+// helloDiagnosis adds to a hello's failed check what the key it was
+// checked with tells: with per-agent keys, a hello that the PSK's own key
+// opens comes from an agent without them.
+func helloDiagnosis(rc *runtimeConfig, hb []byte, key *stripe.HandshakeKey, err error) error {
+	if !errors.Is(err, stripe.ErrMAC) || key == rc.key {
+		return err
+	}
+	if _, perr := stripe.ParseHello(hb, rc.key); perr == nil {
+		return fmt.Errorf("%w: the hello is authenticated by the PSK alone: per-agent keys are off at that agent", err)
+	}
+	return fmt.Errorf("%w: not by this agent's pair key with it, nor by the PSK alone: another key (a public_key out of date on either side) or another PSK", err)
 }

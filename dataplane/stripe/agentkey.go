@@ -52,6 +52,51 @@ func (k *AgentKey) Public() PublicKey {
 	return p
 }
 
+// CheckAgentPublicKey refuses an X25519 public key that is not in its
+// canonical encoding (the top bit set, or a value of the field's prime or
+// more: X25519 reads such keys as another key's, so two agents could hold
+// one key written two ways) or whose every key agreement fails (a point
+// of small order).
+func CheckAgentPublicKey(pub []byte) error {
+	if len(pub) != AgentKeySize {
+		return fmt.Errorf("%w: agent public key of %d bytes, want %d", ErrInvalid, len(pub), AgentKeySize)
+	}
+	if pub[31]&0x80 != 0 || !belowPrime(pub) {
+		return fmt.Errorf("%w: agent public key not in its canonical encoding", ErrInvalid)
+	}
+	peer, err := ecdh.X25519().NewPublicKey(pub)
+	if err != nil {
+		return fmt.Errorf("%w: agent public key: %v", ErrInvalid, err)
+	}
+	probe, err := ecdh.X25519().NewPrivateKey(probeScalar[:])
+	if err != nil {
+		return err
+	}
+	if _, err := probe.ECDH(peer); err != nil {
+		return fmt.Errorf("%w: agent public key of small order (no key agreement is possible with it)", ErrInvalid)
+	}
+	return nil
+}
+
+// probeScalar is a fixed private key to test public keys with: every key
+// agreement with a point of small order gives zero, whatever the scalar.
+var probeScalar = [AgentKeySize]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+	17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32}
+
+// belowPrime reports whether a little-endian 255-bit value is below the
+// field's prime 2^255 - 19.
+func belowPrime(u []byte) bool {
+	if u[31] != 0x7f {
+		return true
+	}
+	for i := 30; i >= 1; i-- {
+		if u[i] != 0xff {
+			return true
+		}
+	}
+	return u[0] < 0xed
+}
+
 // Pair derives the handshake key of the streams the agent named
 // initiator opens to the one named responder, with per-agent keys: own is
 // this agent's key (either of the two), peer the other's public key. The

@@ -87,3 +87,32 @@ func TestPairKey(t *testing.T) {
 		t.Error("HelloInitiator read a short hello")
 	}
 }
+
+// TestCheckAgentPublicKey: a generated public key passes; the same key
+// with its top bit set, values of the field's prime and above (which
+// X25519 reads as small ones), and points of small order (0, 1, p-1) are
+// refused.
+func TestCheckAgentPublicKey(t *testing.T) {
+	good := fixedAgentKey(t, 0x41).Public()
+	if err := CheckAgentPublicKey(good[:]); err != nil {
+		t.Fatalf("a generated key: %v", err)
+	}
+	top := good
+	top[31] |= 0x80
+	prime := bytes.Repeat([]byte{0xff}, 32)
+	prime[0], prime[31] = 0xed, 0x7f // 2^255 - 19
+	primePlus1 := bytes.Clone(prime)
+	primePlus1[0] = 0xee
+	minusOne := bytes.Clone(prime)
+	minusOne[0] = 0xec // p - 1: canonical, a point of small order
+	one := make([]byte, 32)
+	one[0] = 1
+	for name, k := range map[string][]byte{
+		"top bit set": top[:], "the prime": prime, "the prime plus one": primePlus1,
+		"zero": make([]byte, 32), "one (small order)": one, "p-1 (small order)": minusOne, "short": good[:31],
+	} {
+		if err := CheckAgentPublicKey(k); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want refused", name, err)
+		}
+	}
+}

@@ -119,10 +119,11 @@
 // cannot pass for either of them. The responder reads the initiator's
 // name from the hello before its MAC (the only field it reads
 // unauthenticated) to choose the key; a name it has no key for, or a
-// MAC that fails, is closed without an answer, as a wrong PSK is. Both
-// agents of a pair must use them or neither: one without closes the
-// other's hellos, and the other reports that the peer closed the
-// handshake.
+// MAC that fails, is closed without an answer, as a wrong PSK is (so a
+// hello meant for another agent, keyed for another pair, is closed too,
+// where the PSK alone gets StatusWrongResponder). Both agents of a pair
+// must use them or neither: one without closes the other's hellos, and
+// the other reports that the peer closed the handshake.
 //
 // The reply proves the responder holds the PSK and saw this hello; the
 // confirm proves the initiator holds the PSK and the private key of its

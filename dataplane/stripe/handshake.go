@@ -200,7 +200,9 @@ type Hello struct {
 	Mode Mode
 	// Initiator and Responder name the two agents; the responder refuses
 	// a hello that names another agent, so a stream cannot be reflected or
-	// redirected to an agent it was not meant for.
+	// redirected to an agent it was not meant for (with per-agent keys
+	// such a hello is keyed for another pair: the responder cannot check
+	// it, and closes it without an answer).
 	Initiator, Responder string
 	// Ephemeral is the initiator's fresh X25519 public key for this stream.
 	Ephemeral   PublicKey
