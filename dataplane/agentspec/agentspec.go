@@ -385,7 +385,10 @@ func (c *Relay) Validate() error {
 	} else if len(c.PublicKey) > 0 {
 		if own, err := stripe.NewAgentKey(c.AgentKey); err != nil {
 			errs = append(errs, err)
-		} else if pub := own.Public(); !bytes.Equal(pub[:], c.PublicKey) {
+		} else if pub := own.Public(); bytes.Equal(c.AgentKey, c.PublicKey) {
+			errs = append(errs, fmt.Errorf("%s holds agent %s's public key, not its private key: point key_file at the file `sosappliance keygen` wrote",
+				cmp.Or(c.AgentKeyFile, "the agent key"), c.Name))
+		} else if !bytes.Equal(pub[:], c.PublicKey) {
 			errs = append(errs, fmt.Errorf("the private key of %s is not agent %s's: its public key is %s, the configuration's public_key %s "+
 				"(another agent's key file, or a key made since without updating public_key)",
 				cmp.Or(c.AgentKeyFile, "the agent key"), c.Name, base64.StdEncoding.EncodeToString(pub[:]), base64.StdEncoding.EncodeToString(c.PublicKey)))

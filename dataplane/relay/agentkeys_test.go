@@ -202,3 +202,32 @@ func TestPerAgentKeyRotated(t *testing.T) {
 			ta, tb, onlyPool(t, p.a))
 	}
 }
+
+// TestPerAgentKeyFileMixUps: a key file that holds the agent's public key
+// instead of its private key, or another agent's private key, is refused
+// saying which.
+func TestPerAgentKeyFileMixUps(t *testing.T) {
+	a, b := newAgentKey(t), newAgentKey(t)
+	cfg := Config{Name: "agent-a", TransparentListen: netip.MustParseAddrPort("127.0.0.1:1"), PSK: testPSK,
+		AgentKeyFile: "/etc/sosappliance/agent.key", PublicKey: pub(a), PeerKeys: map[string][]byte{"agent-b": pub(b)},
+		Client: []Whitelist{{Name: "w", Clients: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+			Server: netip.MustParseAddr("10.1.0.1"), Port: 80, Streams: 2, ChunkSize: 1000,
+			Peer: netip.MustParseAddrPort("127.0.0.1:2"), PeerName: "agent-b"}}}
+	for _, c := range []struct {
+		name string
+		key  []byte
+		want string
+	}{
+		{"its public key", pub(a), "holds agent agent-a's public key, not its private key"},
+		{"another agent's private key", b.Private(), "is not agent agent-a's"},
+	} {
+		cfg.AgentKey = c.key
+		if _, err := New(cfg, nil); err == nil || !bytes.Contains([]byte(err.Error()), []byte(c.want)) {
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+	cfg.AgentKey = a.Private()
+	if _, err := New(cfg, nil); err != nil {
+		t.Errorf("its own private key: %v", err)
+	}
+}
