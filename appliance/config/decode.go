@@ -642,7 +642,7 @@ func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
 		}
 	}
 	ag.HealthAllow, ag.HealthAllowRange = a.allowList("health_allow", fmt.Sprintf("agent %q", ag.Name), `List the addresses the controller nodes probe from, e.g. ["192.0.2.10/32"].`), a.rng("health_allow")
-	ag.PublicKeyRange = a.rng("public_key")
+	ag.PublicKeyRange, ag.KeyFileRange = a.rng("public_key"), a.rng("key_file")
 	if a.has("public_key") {
 		key, err := ParseAgentPublicKey(a.str("public_key", ""))
 		if err != nil {

@@ -213,6 +213,7 @@ type Agent struct {
 
 	Range            hcl.Range
 	PublicKeyRange   hcl.Range
+	KeyFileRange     hcl.Range
 	SwitchRange      hcl.Range
 	SwitchPortRange  hcl.Range
 	TuningRange      hcl.Range

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 	"unicode"
@@ -475,8 +476,9 @@ func validateSwitchTLS(cfg *Config, add func(rng hcl.Range, hint, format string,
 
 // validateAgentKeys checks per-agent keys: every agent has a public_key
 // or none does (an agent without one could not talk to those that have
-// them), and no two share one (a key copied to two agents lets each pass
-// for the other).
+// them), no two share one (a key copied to two agents lets each pass for
+// the other), in any of its spellings (stripe.AgentKeyClass), and no
+// key_file is the psk_file.
 func validateAgentKeys(cfg *Config, add func(rng hcl.Range, hint, format string, args ...any)) {
 	var with, without []*Agent
 	seen := map[string]*Agent{}
@@ -487,19 +489,27 @@ func validateAgentKeys(cfg *Config, add func(rng hcl.Range, hint, format string,
 				continue
 			}
 			with = append(with, ag)
-			if ag.KeyFile == cfg.Security.PSKFile {
-				add(ag.PublicKeyRange, fmt.Sprintf("Give the agent's key a file of its own, e.g. key_file = %q.", DefaultAgentKeyFile),
+			if filepath.Clean(ag.KeyFile) == filepath.Clean(cfg.Security.PSKFile) {
+				rng := ag.KeyFileRange
+				if rng.Filename == "" {
+					rng = ag.PublicKeyRange // key_file defaulted
+				}
+				add(rng, fmt.Sprintf("Give the agent's key a file of its own, e.g. key_file = %q.", DefaultAgentKeyFile),
 					"Agent %q: key_file is the psk_file", ag.Name)
 			}
 			if len(ag.PublicKey) == 0 {
 				continue // refused as it was decoded
 			}
-			if prev, dup := seen[string(ag.PublicKey)]; dup {
+			class, err := stripe.AgentKeyClass(ag.PublicKey)
+			if err != nil {
+				continue // refused as it was decoded
+			}
+			if prev, dup := seen[string(class[:])]; dup {
 				add(ag.PublicKeyRange, fmt.Sprintf("Run `sosappliance keygen` on each agent's node; agent %q has this key.", prev.Name),
 					"Agent %q has the public_key of agent %q", ag.Name, prev.Name)
 				continue
 			}
-			seen[string(ag.PublicKey)] = ag
+			seen[string(class[:])] = ag
 		}
 	}
 	if len(with) == 0 {

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -27,6 +29,10 @@ of the PSK cannot pass for another agent.`,
 			out, err := filepath.Abs(out)
 			if err != nil {
 				return fmt.Errorf("keygen: %w", err)
+			}
+			if strings.ContainsAny(out, "\"\\") || strings.Contains(out, "${") || strings.Contains(out, "%{") ||
+				strings.ContainsFunc(out, unicode.IsControl) {
+				return fmt.Errorf("keygen: %q: choose a path without quotes, backslashes, \"${\", \"%%{\" or control characters, which sos.hcl would read otherwise", out)
 			}
 			pub, err := appliance.WriteAgentKey(out)
 			if err != nil {

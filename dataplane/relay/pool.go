@@ -663,6 +663,13 @@ func (a *Agent) holdPooled(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 	a.leavePreAuth(c)
 	a.mu.Lock()
 	conns := a.pooled[initiator]
+	if !sameKey(rc, a.cfg.Load(), initiator, false) {
+		// A reload changed its key during the handshake, after
+		// reconcilePooledLocked (both under a.mu): its keys are old.
+		a.mu.Unlock()
+		reset(c)
+		return
+	}
 	if a.draining || len(conns) >= rc.limits.MaxPooledPerPeer {
 		a.mu.Unlock()
 		a.reject(rejectPoolLimit, "relay: pooled stream beyond the peer's bound; reset", "initiator", initiator)

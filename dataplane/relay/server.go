@@ -726,5 +726,8 @@ func helloDiagnosis(rc *runtimeConfig, hb []byte, key *stripe.HandshakeKey, err 
 	if _, perr := stripe.ParseHello(hb, rc.key); perr == nil {
 		return fmt.Errorf("%w: the hello is authenticated by the PSK alone: per-agent keys are off at that agent", err)
 	}
+	if meant, nerr := stripe.HelloResponder(hb); nerr == nil && meant != rc.Name {
+		return fmt.Errorf("%w: the hello names %q as its responder (unchecked): that agent's route for %s has this agent's address", err, meant, meant)
+	}
 	return fmt.Errorf("%w: not by this agent's pair key with it, nor by the PSK alone: another key (a public_key out of date on either side) or another PSK", err)
 }

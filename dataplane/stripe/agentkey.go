@@ -78,6 +78,31 @@ func CheckAgentPublicKey(pub []byte) error {
 	return nil
 }
 
+// AgentKeyClass is what every key agreement with pub depends on: X25519
+// with a fixed scalar, which like every X25519 private key is a multiple
+// of 8, so the point's small-order part drops out. Two public keys that
+// differ only by such a part (eight spellings of each, every one
+// canonical) agree every secret alike and have one class; keys of
+// different classes agree different secrets. pub must pass
+// CheckAgentPublicKey.
+func AgentKeyClass(pub []byte) ([32]byte, error) {
+	var class [32]byte
+	peer, err := ecdh.X25519().NewPublicKey(pub)
+	if err != nil {
+		return class, fmt.Errorf("%w: agent public key: %v", ErrInvalid, err)
+	}
+	probe, err := ecdh.X25519().NewPrivateKey(probeScalar[:])
+	if err != nil {
+		return class, err
+	}
+	shared, err := probe.ECDH(peer)
+	if err != nil {
+		return class, fmt.Errorf("%w: agent public key of small order", ErrInvalid)
+	}
+	copy(class[:], shared)
+	return class, nil
+}
+
 // probeScalar is a fixed private key to test public keys with: every key
 // agreement with a point of small order gives zero, whatever the scalar.
 var probeScalar = [AgentKeySize]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
@@ -122,6 +147,22 @@ func (k *HandshakeKey) Pair(own *AgentKey, peer PublicKey, initiator, responder 
 		return nil, fmt.Errorf("stripe: derive pair key: %w", err)
 	}
 	return NewHandshakeKey(psk)
+}
+
+// HelloResponder reads the responder name of a hello that failed its
+// check, for the log only: which agent the initiator meant the stream for.
+func HelloResponder(b []byte) (string, error) {
+	if err := checkMessage(b, HelloSize, kindHello); err != nil {
+		return "", err
+	}
+	name, err := getName(b[72:136])
+	if err != nil {
+		return "", err
+	}
+	if !validName(name) {
+		return "", fmt.Errorf("%w: responder name %q", ErrInvalid, name)
+	}
+	return name, nil
 }
 
 // HelloInitiator reads the initiator name of a hello before it is
