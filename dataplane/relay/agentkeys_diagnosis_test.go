@@ -100,17 +100,7 @@ func TestResponderLogNamesOneSidedKeys(t *testing.T) {
 	if err == nil {
 		t.Fatal("a PSK-only hello accepted by an agent with per-agent keys")
 	}
-	var line string
-	testsupport.Eventually(t, 10*time.Second, "agent-b to log the failed handshake", func() bool {
-		for _, l := range strings.Split(logs.String(), "\n") {
-			if strings.Contains(l, "bad hello") {
-				line = l
-				return true
-			}
-		}
-		return false
-	})
-	t.Logf("agent-b: %s", line)
+	line := badHelloLine(t, logs)
 	if !strings.Contains(line, "per-agent") && !strings.Contains(line, "public key") && !strings.Contains(line, "pre-shared key alone") {
 		t.Errorf("agent-b's log for agent-a's PSK-only hello does not say agent-a has no per-agent keys: %s", line)
 	}
@@ -247,4 +237,22 @@ func (px *resettingProxy) resetStream(t *testing.T, i int) {
 	}
 	reset(c[0])
 	reset(c[1])
+}
+
+// badHelloLine waits for agent-b's log line of a failed hello and
+// returns it.
+func badHelloLine(t *testing.T, logs *testsupport.LockedBuffer) string {
+	t.Helper()
+	var line string
+	testsupport.Eventually(t, 10*time.Second, "agent-b to log the failed handshake", func() bool {
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "bad hello") {
+				line = l
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("agent-b: %s", line)
+	return line
 }

@@ -3,9 +3,6 @@ package relay
 import (
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // TestResponderLogNamesWrongAddress: with per-agent keys, agent-a's
@@ -23,17 +20,7 @@ func TestResponderLogNamesWrongAddress(t *testing.T) {
 	if err := initiateOnce(t, ag, rc, addr, "agent-x"); err == nil {
 		t.Fatal("agent-b accepted a hello for agent-x")
 	}
-	var line string
-	testsupport.Eventually(t, 10*time.Second, "agent-b to log the failed handshake", func() bool {
-		for _, l := range strings.Split(logs.String(), "\n") {
-			if strings.Contains(l, "bad hello") {
-				line = l
-				return true
-			}
-		}
-		return false
-	})
-	t.Logf("agent-b: %s", line)
+	line := badHelloLine(t, logs)
 	if !strings.Contains(line, "address") && !strings.Contains(line, "another agent") && !strings.Contains(line, "responder") {
 		t.Errorf("agent-b's log for a hello agent-a meant for agent-x (keyed for that pair) names no wrong address or responder among the causes: %s", line)
 	}

@@ -3,13 +3,10 @@ package relay
 import (
 	"context"
 	"io"
-	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sosappliance/sosappliance/internal/testsupport"
-	"golang.org/x/sys/unix"
 )
 
 // TestHandedOverReservationBackOnDialFailure: a refused pooled
@@ -53,7 +50,7 @@ func TestHandedOverReservationBackOnDialFailure(t *testing.T) {
 // hand-over finds the direct connections at their limit (goDirect
 // refuses and resets the client's connection): the reservation it took
 // from the session for its bytes comes back, none left over. Covers the
-// goDirect-refusal path of cf72711. (Passes.)
+// goDirect-refusal path.
 func TestHandedOverReservationBackWhenDirectRefused(t *testing.T) {
 	p, _ := fullFarAgent(t, pairOptions{limitsA: Limits{MaxSessions: 2}}, echo)
 	base := p.a.memReserved.Load()
@@ -98,27 +95,10 @@ func TestHandedOverReservationBackWhenDirectRefused(t *testing.T) {
 // a direct connection whose server reads nothing stay reserved; a
 // shutdown whose drain deadline passes resets the direct connection and,
 // once Shutdown returns, nothing is reserved any more. Covers the
-// shutdown path of cf72711. (Passes.)
+// shutdown path.
 func TestHandedOverReservationBackAtShutdown(t *testing.T) {
-	release := make(chan struct{})
-	var accepted atomic.Int32
-	p, _ := fullFarAgent(t, pairOptions{}, func(c *net.TCPConn) {
-		if accepted.Add(1) > 1 {
-			<-release // the direct connection: never read
-		}
-		echo(c)
-	})
+	p, release := fullFarAgentSlowDirect(t)
 	t.Cleanup(func() { close(release) })
-	raw, err := p.server.ln.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 4096)
-	}); err != nil || serr != nil {
-		t.Fatal(err, serr)
-	}
 	base := p.a.memReserved.Load()
 	c := p.dial(t)
 	defer c.Close()

@@ -199,28 +199,7 @@ func fullFarAgent(t *testing.T, opt pairOptions, handle func(*net.TCPConn)) (*pa
 // has read them; every byte arrives. (Before, they were held outside the
 // cap from the session's end.)
 func TestHandedOverBytesStayInMemoryCap(t *testing.T) {
-	release := make(chan struct{})
-	var accepted atomic.Int32
-	p, _ := fullFarAgent(t, pairOptions{}, func(c *net.TCPConn) {
-		if accepted.Add(1) > 1 {
-			// The direct connection: the server reads nothing yet.
-			<-release
-		}
-		echo(c)
-	})
-	// The direct connection, accepted next, gets a small receive buffer,
-	// so that its sockets cannot take the handed-over bytes while the
-	// server does not read.
-	raw, err := p.server.ln.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 4096)
-	}); err != nil || serr != nil {
-		t.Fatal(err, serr)
-	}
+	p, release := fullFarAgentSlowDirect(t)
 	base := p.a.memReserved.Load()
 	const sent = 4 << 20
 	want := patterned(sent, 11)
@@ -250,4 +229,32 @@ func TestHandedOverBytesStayInMemoryCap(t *testing.T) {
 	if held := p.a.memReserved.Load() - base; held != 0 {
 		t.Errorf("%d bytes still reserved after the direct connection wrote them", held)
 	}
+}
+
+// fullFarAgentSlowDirect is fullFarAgent whose end server reads nothing
+// of the connections after the held session's (a connection carried
+// direct) until release is closed, and gives them a small receive
+// buffer, so that the sockets between cannot take what a direct
+// connection hands over while the server does not read.
+func fullFarAgentSlowDirect(t *testing.T) (*pair, chan struct{}) {
+	t.Helper()
+	release := make(chan struct{})
+	var accepted atomic.Int32
+	p, _ := fullFarAgent(t, pairOptions{}, func(c *net.TCPConn) {
+		if accepted.Add(1) > 1 {
+			<-release
+		}
+		echo(c)
+	})
+	raw, err := p.server.ln.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 4096)
+	}); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	return p, release
 }

@@ -151,34 +151,25 @@ func (k *HandshakeKey) Pair(own *AgentKey, peer PublicKey, initiator, responder 
 
 // HelloResponder reads the responder name of a hello that failed its
 // check, for the log only: which agent the initiator meant the stream for.
-func HelloResponder(b []byte) (string, error) {
-	if err := checkMessage(b, HelloSize, kindHello); err != nil {
-		return "", err
-	}
-	name, err := getName(b[72:136])
-	if err != nil {
-		return "", err
-	}
-	if !validName(name) {
-		return "", fmt.Errorf("%w: responder name %q", ErrInvalid, name)
-	}
-	return name, nil
-}
+func HelloResponder(b []byte) (string, error) { return helloName(b, 72, "responder") }
 
 // HelloInitiator reads the initiator name of a hello before it is
 // authenticated, to choose the key that authenticates it (per-agent
 // keys). Nothing of the hello is to be trusted until ParseHello with that
 // key has checked its MAC.
-func HelloInitiator(b []byte) (string, error) {
+func HelloInitiator(b []byte) (string, error) { return helloName(b, 8, "initiator") }
+
+// helloName reads, unchecked, the name field at off of a hello.
+func helloName(b []byte, off int, which string) (string, error) {
 	if err := checkMessage(b, HelloSize, kindHello); err != nil {
 		return "", err
 	}
-	name, err := getName(b[8:72])
+	name, err := getName(b[off : off+nameField])
 	if err != nil {
 		return "", err
 	}
 	if !validName(name) {
-		return "", fmt.Errorf("%w: initiator name %q", ErrInvalid, name)
+		return "", fmt.Errorf("%w: %s name %q", ErrInvalid, which, name)
 	}
 	return name, nil
 }
