@@ -163,11 +163,14 @@ type AgentStatus struct {
 	// HealthClosed is what the local agent's health port closed unserved
 	// (outside health_allow, or past its connection caps).
 	HealthClosed relay.HTTPClosed `json:"health_closed,omitzero"`
+	// PerAgentKeys: the local agent authenticates its streams with
+	// per-agent keys, not the PSK alone.
+	PerAgentKeys bool `json:"per_agent_keys,omitempty"`
 }
 
 // localAgentStatus is a local relay's line of `status`.
 func localAgentStatus(name string, healthy bool, why string, rs relay.Stats) AgentStatus {
-	as := AgentStatus{Name: name, Healthy: healthy, Local: true,
+	as := AgentStatus{Name: name, Healthy: healthy, Local: true, PerAgentKeys: rs.PerAgentKeys,
 		SessionsStarted: rs.Totals.SessionsStarted, BytesUp: rs.Totals.BytesUp, BytesDown: rs.Totals.BytesDown}
 	for _, s := range rs.Sessions {
 		as.Throughput += s.ThroughputUp + s.ThroughputDown
@@ -175,6 +178,9 @@ func localAgentStatus(name string, healthy bool, why string, rs relay.Stats) Age
 	as.Detail = fmt.Sprintf("%s, %d session(s), %d stream(s), %d started, %s relayed, %s",
 		why, rs.Totals.SessionsActive, rs.Totals.StreamsActive, as.SessionsStarted,
 		formatBytes(as.BytesUp+as.BytesDown), formatRate(as.Throughput))
+	if as.PerAgentKeys {
+		as.Detail += ", per-agent keys"
+	}
 	if h := rs.Totals.HealthClosed; h.Total() > 0 {
 		as.HealthClosed = h
 		as.Detail += fmt.Sprintf("; health port closed %d denied, %d evicted, %d refused", h.Denied, h.Evicted, h.Refused)

@@ -68,3 +68,25 @@ func TestStatusAndMetricsShowAgentThroughput(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusShowsPerAgentKeys: a local agent that authenticates its
+// streams with per-agent keys says so in status, text and JSON; one with
+// the PSK alone says nothing of keys.
+func TestStatusShowsPerAgentKeys(t *testing.T) {
+	st := Status{Agents: []AgentStatus{
+		localAgentStatus("east-1", true, "serving", relay.Stats{PerAgentKeys: true}),
+		localAgentStatus("east-2", true, "serving", relay.Stats{}),
+	}}
+	var b bytes.Buffer
+	st.WriteText(&b)
+	if strings.Count(b.String(), "per-agent keys") != 1 {
+		t.Errorf("status text, want per-agent keys for east-1 only:\n%s", b.String())
+	}
+	js, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(js), `"per_agent_keys":true`) != 1 {
+		t.Errorf("status JSON, want per_agent_keys for east-1 only: %s", js)
+	}
+}

@@ -73,6 +73,9 @@ func TestPerAgentKeys(t *testing.T) {
 				testsupport.Eventually(t, 10*time.Second, "the pool filled", func() bool { return onlyPool(t, p.a).Idle >= pool.MinIdle })
 			}
 			echoOnce(t, p, want)
+			if !p.a.Stats().PerAgentKeys || !p.b.Stats().PerAgentKeys {
+				t.Error("an agent with per-agent keys does not report them in its stats")
+			}
 			ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
 			if ta.Fallbacks != 0 || tb.SessionsStarted != 1 || tb.HandshakeFailures != 0 {
 				t.Errorf("pool %+v: want the session accelerated: client %+v, server %+v", pool, ta, tb)
@@ -96,6 +99,9 @@ func TestPerAgentKeys(t *testing.T) {
 		// as agent-a with the PSK, is taken for agent-a.
 		p := startPair(t, pairOptions{}, echo)
 		echoOnce(t, p, want)
+		if p.b.Stats().PerAgentKeys {
+			t.Error("an agent with the PSK alone reports per-agent keys")
+		}
 		if tb := p.b.Stats().Totals; tb.SessionsStarted != 1 {
 			t.Errorf("with the PSK alone the claim of a name is not checked, yet agent-b founded %d sessions", tb.SessionsStarted)
 		}

@@ -85,6 +85,9 @@ type Stats struct {
 	Totals   Totals
 	// RecentAborts are the last aborted sessions, newest last.
 	RecentAborts []AbortRecord
+	// PerAgentKeys: the streams are authenticated by per-agent pair keys,
+	// not the PSK alone.
+	PerAgentKeys bool
 }
 
 // SessionStats describes one live session.
@@ -363,6 +366,7 @@ func (a *Agent) Stats() Stats {
 	a.mu.Unlock()
 
 	var st Stats
+	st.PerAgentKeys = a.cfg.Load().pairTo != nil
 	now := time.Now()
 	for _, s := range list {
 		ss := s.stats(now)
