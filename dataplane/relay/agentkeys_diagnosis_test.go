@@ -127,15 +127,7 @@ func TestJoinAfterRotation(t *testing.T) {
 		configB: func(cfg *Config) {
 			cfg.AgentKey, cfg.PeerKeys = b.Private(), map[string][]byte{"agent-a": pub(a)}
 		}}, echo)
-	reload := func(ag *Agent, edit func(*Config)) {
-		t.Helper()
-		cfg := ag.cfg.Load().Config
-		cfg.PSK = testPSK
-		edit(&cfg)
-		if err := ag.Update(cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
+	reload := func(ag *Agent, edit func(*Config)) { t.Helper(); reloadAgent(t, ag, testPSK, edit) }
 	c := p.dial(t)
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(60 * time.Second))

@@ -176,15 +176,7 @@ func TestPerAgentKeyRotated(t *testing.T) {
 	echoOnce(t, p, want)
 	testsupport.Eventually(t, 10*time.Second, "the pool refilled", full)
 
-	reload := func(ag *Agent, edit func(*Config)) {
-		t.Helper()
-		cfg := ag.cfg.Load().Config
-		cfg.PSK = testPSK
-		edit(&cfg)
-		if err := ag.Update(cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
+	reload := func(ag *Agent, edit func(*Config)) { t.Helper(); reloadAgent(t, ag, testPSK, edit) }
 	before := onlyPool(t, p.a)
 	reload(p.b, func(cfg *Config) {
 		cfg.AgentKey, cfg.PeerKeys = b.Private(), map[string][]byte{"agent-a": pub(a2)}

@@ -14,11 +14,19 @@ import (
 // reloadB applies mutate to the server-side agent's configuration.
 func reloadB(t *testing.T, p *pair, psk []byte, mutate func(cfg *Config)) {
 	t.Helper()
-	cfg := p.b.cfg.Load().Config
+	reloadAgent(t, p.b, psk, mutate)
+}
+
+// reloadAgent reloads a with its configuration changed by mutate, psk
+// joined again (the running configuration keeps none).
+func reloadAgent(t *testing.T, a *Agent, psk []byte, mutate func(cfg *Config)) {
+	t.Helper()
+	cfg := a.cfg.Load().Config
 	cfg.PSK = psk
+	cfg.Client = append([]Whitelist(nil), cfg.Client...)
 	cfg.Server = append([]Whitelist(nil), cfg.Server...)
 	mutate(&cfg)
-	if err := p.b.Update(cfg); err != nil {
+	if err := a.Update(cfg); err != nil {
 		t.Fatal(err)
 	}
 }
