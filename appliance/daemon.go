@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"os/signal"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -722,21 +724,31 @@ func (d *Daemon) reload(ctx context.Context) {
 	defer d.mu.Unlock()
 	d.status.Reloads++
 	c, err := d.load()
-	if err == nil && c.src.Hash() == d.src.Hash() && (d.cl == nil || c.cluster == nil || sameCluster(d.cl.cand, c.cluster)) {
+	unedited := err == nil && c.src.Hash() == d.src.Hash() && (d.cl == nil || c.cluster == nil || sameCluster(d.cl.cand, c.cluster))
+	var retaken []string
+	if unedited {
+		retaken, err = d.retakeKeys(c)
+	}
+	if unedited && err == nil {
 		// SIGHUP without an edit: converge again, as a drift check, and
-		// take the controller's and the etcd client's TLS files read
-		// again (replaced in place). An etcd CA replaced in place needs
-		// a new etcd client: that reload switches as an edit does.
+		// take the key files and the controller's and the etcd client's
+		// TLS files read again (replaced in place). An etcd CA replaced
+		// in place needs a new etcd client: that reload switches as an
+		// edit does.
 		if d.ctl != nil && c.ctl != nil {
 			d.retakeTLS(d.ctl, c.ctl.cfg.TLS)
 		}
 		d.retakeClusterTLS(c.cluster)
 		d.met.reloads.WithLabelValues("ok").Inc()
-		d.status.LastReload = &ReloadInfo{At: time.Now(), Hash: c.src.Hash(), Result: "unchanged"}
+		result := "unchanged"
+		if len(retaken) > 0 {
+			result = "unchanged, but took replaced key files: " + strings.Join(retaken, ", ")
+		}
+		d.status.LastReload = &ReloadInfo{At: time.Now(), Hash: c.src.Hash(), Result: result}
 		d.checkDriftLocked(ctx)
 		return
 	}
-	if err == nil {
+	if err == nil && !unedited {
 		err = d.switchTo(ctx, c)
 	}
 	if err != nil {
@@ -761,6 +773,50 @@ func (d *Daemon) reload(ctx context.Context) {
 	d.met.reloads.WithLabelValues("ok").Inc()
 	d.status.LastReload = &ReloadInfo{At: time.Now(), Hash: c.src.Hash(), Result: "ok"}
 	d.log.Info("reloaded", "sha256", c.src.Hash()[:12], "serial", d.status.Serial)
+}
+
+// retakeKeys gives each running relay the PSK and agent key read for a
+// reload of an unedited file, when they differ from those it runs with: a
+// psk_file or key_file replaced under the same path is taken as an edit
+// takes it (idle pooled streams under the old key are closed and the pool
+// refills; live sessions keep their streams). It returns what each relay
+// took, as "psk_file of a1"; a relay that refuses puts every relay back.
+func (d *Daemon) retakeKeys(c *candidate) ([]string, error) {
+	var retaken []string
+	var undo []func()
+	for _, name := range slices.Sorted(maps.Keys(d.relays)) {
+		r, next := d.relays[name], c.relays[name]
+		if next == nil {
+			continue
+		}
+		var files []string
+		if !bytes.Equal(r.cfg.PSK, next.cfg.PSK) {
+			files = append(files, "psk_file")
+		}
+		if !bytes.Equal(r.cfg.AgentKey, next.cfg.AgentKey) {
+			files = append(files, "key_file")
+		}
+		if len(files) == 0 {
+			continue
+		}
+		if err := r.agent.Update(next.cfg); err != nil {
+			for _, f := range slices.Backward(undo) {
+				f()
+			}
+			return nil, fmt.Errorf("relay %s: %w", name, err)
+		}
+		prev := r.cfg
+		undo = append(undo, func() {
+			if err := r.agent.Update(prev); err != nil {
+				d.log.Error("putting back the relay's last good config failed", "agent", name, "err", err)
+			}
+			r.cfg = prev
+		})
+		r.cfg = next.cfg
+		d.log.Info("key file replaced in place; the relay takes it", "agent", name, "files", strings.Join(files, ","))
+		retaken = append(retaken, strings.Join(files, " and ")+" of "+name)
+	}
+	return retaken, nil
 }
 
 func diagText(diag *hcl.Diagnostic) string {
