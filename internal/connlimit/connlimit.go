@@ -50,6 +50,9 @@ import (
 type Listener struct {
 	net.Listener
 	total, perSource int
+	// grace is servedGrace; tests that must not depend on how fast the
+	// machine serves set another before the first Accept.
+	grace time.Duration
 
 	mu    sync.Mutex
 	order *list.List // of *conn, oldest first
@@ -79,7 +82,7 @@ func (c *Counts) Denied() uint64  { return c.denied.Load() }
 // New wraps ln; total and perSource are at least 1.
 func New(ln net.Listener, total, perSource int) *Listener {
 	return &Listener{
-		Listener: ln, total: max(total, 1), perSource: max(perSource, 1),
+		Listener: ln, total: max(total, 1), perSource: max(perSource, 1), grace: servedGrace,
 		order: list.New(), bySrc: map[netip.Prefix]int{}, Counts: &Counts{},
 	}
 }
@@ -358,10 +361,10 @@ type conn struct {
 }
 
 // served says whether a request is being served on c and has been for
-// less than servedGrace at now.
+// less than the grace (servedGrace) at now.
 func (c *conn) served(now int64) bool {
 	since := c.servingSince.Load()
-	return since != 0 && now-since < int64(servedGrace)
+	return since != 0 && now-since < int64(c.l.grace)
 }
 
 func (c *conn) Close() error {

@@ -27,6 +27,7 @@ func TestSlowReadersDoNotPinEveryPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	ln := New(raw, 64, 8)
+	ln.grace = 100 * time.Millisecond
 	big := strings.Repeat("x", 8<<20)
 	var started atomic.Int64
 	srv := &http.Server{
@@ -67,7 +68,7 @@ func TestSlowReadersDoNotPinEveryPlace(t *testing.T) {
 	if n := started.Load(); n < 64 {
 		t.Fatalf("%d of 64 handlers started within 30 s (open %d, refused %d, evicted %d)", n, ln.Open(), ln.Refused(), ln.Evicted())
 	}
-	time.Sleep(servedGrace + 100*time.Millisecond)
+	time.Sleep(ln.grace + 100*time.Millisecond)
 	scraper := dialFrom(t, "127.0.0.60", addr)
 	_ = scraper.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.WriteString(scraper, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
