@@ -604,6 +604,7 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 	d.status.Roles = c.want.Roles
 	d.status.ConfigHash = c.src.Hash()
 	d.met.setConfig(d.status.ConfigHash)
+	d.notePSKLocked()
 	d.met.allowFrom(c.cfg.Daemon.MetricsAllow)
 	d.snapshotLocked()
 	return nil
@@ -816,7 +817,24 @@ func (d *Daemon) retakeKeys(c *candidate) ([]string, error) {
 		d.log.Info("key file replaced in place; the relay takes it", "agent", name, "files", strings.Join(files, ","))
 		retaken = append(retaken, strings.Join(files, " and ")+" of "+name)
 	}
+	if len(retaken) > 0 {
+		d.notePSKLocked()
+	}
 	return retaken, nil
+}
+
+// notePSKLocked shows the ids of the PSKs the running relays hold in
+// status and metrics.
+func (d *Daemon) notePSKLocked() {
+	var ids []string
+	for _, r := range d.relays {
+		if id := PSKID(r.cfg.PSK); !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	d.status.PSKIDs = ids
+	d.met.setPSK(ids)
 }
 
 func diagText(diag *hcl.Diagnostic) string {

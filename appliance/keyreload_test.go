@@ -1,10 +1,15 @@
 package appliance
 
 import (
+	"bytes"
 	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +36,8 @@ func TestReloadTakesPSKReplacedInPlace(t *testing.T) {
 	// The far agent b1 dials from its own address.
 	cmdOut(t, "ip", "addr", "add", "10.2.0.2/32", "dev", "eth1p")
 	writeFile(t, n.cfgPath, n.config(reloadEdit{rmemMax: "100000", controllerPort: 6653, dataPort: 9877}))
-	d := n.daemon()
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	d := n.daemonWith(metricsAddr)
 	ctx := runDaemon(t, d, n.logs)
 	testsupport.Eventually(t, 15*time.Second, "start-up", func() bool {
 		return d.Status().Serial == 1 && listens("10.1.0.2:9877")
@@ -71,6 +77,22 @@ func TestReloadTakesPSKReplacedInPlace(t *testing.T) {
 	if !answered(oldPSK) {
 		t.Fatal("agent a1 does not answer a hello keyed with the PSK it started with")
 	}
+	// shows says whether status and the metrics name the PSK id of psk
+	// alone.
+	shows := func(psk []byte) bool {
+		t.Helper()
+		id := PSKID(psk)
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		testsupport.RequireNoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		series := parseScrape(string(body))["sosappliance_psk_info"]
+		return slices.Equal(d.Status().PSKIDs, []string{id}) &&
+			len(series) == 1 && series[0]["psk_id"] == id
+	}
+	if !shows(oldPSK) {
+		t.Errorf("status and metrics do not name the PSK the agent started with (%s): %v", PSKID(oldPSK), d.Status().PSKIDs)
+	}
 
 	// Rotated in place, config not edited.
 	writeFile(t, n.psk, strings.Repeat("c3", 32)+"\n")
@@ -86,6 +108,9 @@ func TestReloadTakesPSKReplacedInPlace(t *testing.T) {
 	}
 	if answered(oldPSK) {
 		t.Error("after the reload, agent a1 still answers a hello keyed with the PSK it replaced")
+	}
+	if !shows(newPSK) {
+		t.Errorf("status and metrics do not name the replaced PSK (%s): %v", PSKID(newPSK), d.Status().PSKIDs)
 	}
 	if !strings.Contains(n.logs.String(), "key file replaced in place") {
 		t.Error("the reload that took the replaced PSK did not log it")
@@ -108,5 +133,27 @@ func TestReloadTakesPSKReplacedInPlace(t *testing.T) {
 	}
 	if !answered(newPSK) {
 		t.Error("after a refused reload, agent a1 no longer answers a hello keyed with the PSK in force")
+	}
+	if !shows(newPSK) {
+		t.Errorf("after a refused reload, status and metrics do not name the PSK in force (%s): %v", PSKID(newPSK), d.Status().PSKIDs)
+	}
+}
+
+// TestPSKID: the id tells keys apart, is stable (a golden value, so that
+// nodes of different versions show the same id for one key) and is not a
+// prefix of the key.
+func TestPSKID(t *testing.T) {
+	a := bytes.Repeat([]byte{0x5a}, 32)
+	b := bytes.Repeat([]byte{0xc3}, 32)
+	if PSKID(a) == PSKID(b) {
+		t.Errorf("two PSKs share the id %s", PSKID(a))
+	}
+	if got := PSKID(a); len(got) != 8 || strings.HasPrefix(hex.EncodeToString(a), got) {
+		t.Errorf("PSKID = %q, want 8 hex digits that are not the key's", got)
+	}
+	// The golden value is HKDF-SHA256 (RFC 5869) worked by hand: zero
+	// salt, info "sosappliance psk id", 4 bytes.
+	if got, want := PSKID(a), "d8d388f4"; got != want {
+		t.Errorf("PSKID of 32 bytes 0x5a = %s, want %s", got, want)
 	}
 }

@@ -100,6 +100,7 @@ type metrics struct {
 	applies    *prometheus.CounterVec
 	drift      *prometheus.CounterVec
 	configInfo *prometheus.GaugeVec
+	pskInfo    *prometheus.GaugeVec
 	serial     prometheus.Gauge
 	limits     httpLimits // of the /metrics server; tests shorten them
 
@@ -126,11 +127,14 @@ func newMetrics(live func() liveStats) *metrics {
 		configInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sosappliance_config_info", Help: "The running config; value 1, hash in the label.",
 		}, []string{"sha256"}),
+		pskInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sosappliance_psk_info", Help: "The PSK the local agents hold; value 1, its id (status says psk id) in the label. Absent on a node without agents.",
+		}, []string{"psk_id"}),
 		serial: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sosappliance_state_serial", Help: "State serial of the last apply.",
 		}),
 	}
-	m.reg.MustRegister(m.reloads, m.applies, m.drift, m.configInfo, m.serial,
+	m.reg.MustRegister(m.reloads, m.applies, m.drift, m.configInfo, m.pskInfo, m.serial,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&liveCollector{live: live})
 	// Series exist from the start, so a dashboard shows zero rather than
@@ -143,6 +147,15 @@ func newMetrics(live func() liveStats) *metrics {
 		m.drift.WithLabelValues(kind)
 	}
 	return m
+}
+
+// setPSK shows the ids of the PSKs the local agents hold (none: no
+// series).
+func (m *metrics) setPSK(ids []string) {
+	m.pskInfo.Reset()
+	for _, id := range ids {
+		m.pskInfo.WithLabelValues(id).Set(1)
+	}
 }
 
 func (m *metrics) setConfig(hash string) {

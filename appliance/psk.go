@@ -2,6 +2,8 @@ package appliance
 
 import (
 	"bytes"
+	"crypto/hkdf"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,6 +15,21 @@ import (
 	"unicode"
 	"unicode/utf8"
 )
+
+// PSKID names a PSK without revealing it: the first 4 bytes of
+// HKDF-SHA256(psk, info "sosappliance psk id"), in hex. Status and the
+// sosappliance_psk_info metric show it, so that an operator rotating the
+// PSK sees which nodes hold which. 32 bits of a key derivation tell
+// nothing about a key of 128 bits or more; they only tell keys apart
+// (two PSKs share an id with probability 2^-32).
+func PSKID(psk []byte) string {
+	id, err := hkdf.Key(sha256.New, psk, nil, "sosappliance psk id", 4)
+	if err != nil {
+		// Only for a length HKDF cannot give; 4 bytes it always can.
+		panic(err)
+	}
+	return hex.EncodeToString(id)
+}
 
 // minPSK is the shortest key the agents accept: 128 bits.
 const minPSK = 16

@@ -13,10 +13,13 @@ import (
 
 // Status is what `sosappliance status` shows and the control socket serves.
 type Status struct {
-	Node        string          `json:"node"`
-	Roles       []string        `json:"roles"`
-	ConfigPath  string          `json:"config_path"`
-	ConfigHash  string          `json:"config_hash"`
+	Node       string   `json:"node"`
+	Roles      []string `json:"roles"`
+	ConfigPath string   `json:"config_path"`
+	ConfigHash string   `json:"config_hash"`
+	// PSKIDs are the ids (PSKID) of the PSKs the local agents hold: one,
+	// or none on a node without agents.
+	PSKIDs      []string        `json:"psk_ids,omitempty"`
 	Serial      uint64          `json:"serial"`
 	StartedAt   time.Time       `json:"started_at"`
 	LastApply   *ApplyInfo      `json:"last_apply,omitempty"`
@@ -260,6 +263,9 @@ func (s *Status) WriteText(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "node:\t%s (%s)\n", s.Node, strings.Join(s.Roles, ", "))
 	fmt.Fprintf(tw, "config:\t%s sha256:%.12s\n", s.ConfigPath, s.ConfigHash)
+	if len(s.PSKIDs) > 0 {
+		fmt.Fprintf(tw, "psk id:\t%s\n", strings.Join(s.PSKIDs, ", "))
+	}
 	fmt.Fprintf(tw, "state serial:\t%d\n", s.Serial)
 	fmt.Fprintf(tw, "up since:\t%s\n", s.StartedAt.Format(time.RFC3339))
 	if a := s.LastApply; a != nil {
