@@ -138,7 +138,7 @@ func (e *Elector) term(ctx context.Context) error {
 		// candidate that stops does not stand first in line for a
 		// lease TTL (sess.Close would revoke with ctx, done by now).
 		sess.Orphan()
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.c.requestTimeout())
 		_, _ = e.c.cli.Revoke(rctx, sess.Lease())
 		rcancel()
 	}()
@@ -193,7 +193,7 @@ func (e *Elector) term(ctx context.Context) error {
 	e.update(func(r *Role) { r.Leader, r.Generation, r.LeaderNode = true, gen, cfg.Node })
 	<-tctx.Done()
 	if ctx.Err() != nil {
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.c.requestTimeout())
 		_ = el.Resign(rctx)
 		rcancel()
 		e.update(func(r *Role) { r.Leader = false })

@@ -148,7 +148,7 @@ func (p *Publisher) term(ctx context.Context) error {
 			// The session would revoke with the ended ctx, which fails:
 			// revoke here, so a stopped node is gone at once rather
 			// than after its TTL.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.c.requestTimeout())
 			_, _ = p.c.cli.Revoke(rctx, sess.Lease())
 			cancel()
 			return nil
