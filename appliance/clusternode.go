@@ -187,6 +187,7 @@ func (d *Daemon) swapCluster(cc *clusterCandidate, next *runningCluster) {
 type publishedBase struct {
 	roles     []string
 	hash      string
+	pskIDs    []string
 	serial    uint64
 	lastApply string
 	appliedAt time.Time
@@ -194,7 +195,7 @@ type publishedBase struct {
 
 // snapshotLocked refreshes what the publisher reads. d.mu is held.
 func (d *Daemon) snapshotLocked() {
-	b := &publishedBase{roles: slices.Clone(d.status.Roles), hash: d.status.ConfigHash, serial: d.status.Serial}
+	b := &publishedBase{roles: slices.Clone(d.status.Roles), hash: d.status.ConfigHash, pskIDs: slices.Clone(d.status.PSKIDs), serial: d.status.Serial}
 	if a := d.status.LastApply; a != nil {
 		b.lastApply, b.appliedAt = a.Result, a.At
 	}
@@ -207,7 +208,7 @@ func (d *Daemon) publishedStatus() cluster.NodeStatus {
 	st := cluster.NodeStatus{Health: "ok"}
 	var problems []string
 	if b := d.pubBase.Load(); b != nil {
-		st.Roles, st.ConfigHash, st.Serial, st.LastApply, st.AppliedAt = b.roles, b.hash, b.serial, b.lastApply, b.appliedAt
+		st.Roles, st.ConfigHash, st.PSKIDs, st.Serial, st.LastApply, st.AppliedAt = b.roles, b.hash, b.pskIDs, b.serial, b.lastApply, b.appliedAt
 		if b.lastApply != "" && b.lastApply != "ok" {
 			problems = append(problems, "last apply failed")
 		}

@@ -824,7 +824,7 @@ func (d *Daemon) retakeKeys(c *candidate) ([]string, error) {
 }
 
 // notePSKLocked shows the ids of the PSKs the running relays hold in
-// status and metrics.
+// status, metrics and the status this node publishes to the cluster.
 func (d *Daemon) notePSKLocked() {
 	var ids []string
 	for _, r := range d.relays {
@@ -835,6 +835,7 @@ func (d *Daemon) notePSKLocked() {
 	slices.Sort(ids)
 	d.status.PSKIDs = ids
 	d.met.setPSK(ids)
+	d.snapshotLocked()
 }
 
 func diagText(diag *hcl.Diagnostic) string {

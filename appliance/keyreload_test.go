@@ -77,8 +77,8 @@ func TestReloadTakesPSKReplacedInPlace(t *testing.T) {
 	if !answered(oldPSK) {
 		t.Fatal("agent a1 does not answer a hello keyed with the PSK it started with")
 	}
-	// shows says whether status and the metrics name the PSK id of psk
-	// alone.
+	// shows says whether status, the metrics and the status the node
+	// publishes to a cluster name the PSK id of psk alone.
 	shows := func(psk []byte) bool {
 		t.Helper()
 		id := PSKID(psk)
@@ -87,7 +87,7 @@ func TestReloadTakesPSKReplacedInPlace(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		series := parseScrape(string(body))["sosappliance_psk_info"]
-		return slices.Equal(d.Status().PSKIDs, []string{id}) &&
+		return slices.Equal(d.Status().PSKIDs, []string{id}) && slices.Equal(d.publishedStatus().PSKIDs, []string{id}) &&
 			len(series) == 1 && series[0]["psk_id"] == id
 	}
 	if !shows(oldPSK) {

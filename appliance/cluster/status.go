@@ -23,10 +23,14 @@ type NodeStatus struct {
 	Generation uint64 `json:"generation,omitempty"`
 	// ConfigHash is the sha256 of the file the node runs: every node must
 	// run the same file.
-	ConfigHash string    `json:"config_hash"`
-	Serial     uint64    `json:"serial"`
-	LastApply  string    `json:"last_apply"`
-	AppliedAt  time.Time `json:"applied_at,omitzero"`
+	ConfigHash string `json:"config_hash"`
+	// PSKIDs are the ids of the PSKs the node's agents hold (none on a
+	// node without agents): agents of different PSKs cannot set up
+	// sessions between them.
+	PSKIDs    []string  `json:"psk_ids,omitempty"`
+	Serial    uint64    `json:"serial"`
+	LastApply string    `json:"last_apply"`
+	AppliedAt time.Time `json:"applied_at,omitzero"`
 	// Health is "ok" or what is wrong.
 	Health string `json:"health"`
 	// Published is when the node last wrote this entry: on each change,

@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -15,23 +16,33 @@ type Row struct {
 	// Missing is true for a node the file names that published nothing
 	// (it is down, or cut off from etcd for longer than the lease TTL).
 	Missing bool `json:"missing,omitempty"`
-	// Problems are the flags: "config differs", "not in this file",
-	// "missing", an unhealthy node's health.
+	// Problems are the flags: "config differs", "psk differs", "not in
+	// this file", "missing", an unhealthy node's health.
 	Problems []string `json:"problems,omitempty"`
 }
 
 // Report joins what the nodes published with the nodes the file names
 // (expected) and the hash of the file itself (want): a node that runs
-// another file, one that published nothing, one the file does not name are
-// flagged. The rows are sorted by node.
+// another file, one whose agents hold another PSK than most agent nodes'
+// (all of them on a tie), one that published nothing, one the file does
+// not name are flagged. The rows are sorted by node.
 func Report(published []NodeStatus, expected []string, want string) []Row {
 	var rows []Row
 	seen := map[string]bool{}
+	common, tie := commonPSK(published)
 	for _, st := range published {
 		seen[st.Node] = true
 		r := Row{NodeStatus: st}
 		if st.ConfigHash != want {
 			r.Problems = append(r.Problems, "config differs")
+		}
+		if psk := strings.Join(st.PSKIDs, ","); psk != "" && common != "" {
+			switch {
+			case tie:
+				r.Problems = append(r.Problems, "agents hold different PSKs")
+			case psk != common:
+				r.Problems = append(r.Problems, "psk differs (most agent nodes hold psk id "+common+")")
+			}
 		}
 		if !slices.Contains(expected, st.Node) {
 			r.Problems = append(r.Problems, "not in this file")
@@ -50,6 +61,31 @@ func Report(published []NodeStatus, expected []string, want string) []Row {
 	return rows
 }
 
+// commonPSK is the PSK ids most agent nodes publish, joined, and whether
+// another set is published as often; "" when the agent nodes agree (or
+// there are none).
+func commonPSK(published []NodeStatus) (string, bool) {
+	count := map[string]int{}
+	for _, st := range published {
+		if psk := strings.Join(st.PSKIDs, ","); psk != "" {
+			count[psk]++
+		}
+	}
+	if len(count) < 2 {
+		return "", false
+	}
+	common, tie := "", false
+	for _, psk := range slices.Sorted(maps.Keys(count)) {
+		switch n := count[psk]; {
+		case n > count[common]:
+			common, tie = psk, false
+		case n == count[common]:
+			tie = true
+		}
+	}
+	return common, tie
+}
+
 // Problems counts the rows with a problem.
 func Problems(rows []Row) int {
 	n := 0
@@ -66,10 +102,10 @@ func Problems(rows []Row) int {
 func WriteTable(w io.Writer, rows []Row, want string, now time.Time) {
 	fmt.Fprintf(w, "this file: sha256:%.12s\n", want)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tROLES\tOF ROLE\tCONFIG\tSERIAL\tLAST APPLY\tHEALTH\tSEEN\tPROBLEMS")
+	fmt.Fprintln(tw, "NODE\tROLES\tOF ROLE\tCONFIG\tPSK ID\tSERIAL\tLAST APPLY\tHEALTH\tSEEN\tPROBLEMS")
 	for _, r := range rows {
 		if r.Missing {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t%s\n", r.Node, strings.Join(r.Problems, "; "))
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", r.Node, strings.Join(r.Problems, "; "))
 			continue
 		}
 		role := r.Role
@@ -86,8 +122,8 @@ func WriteTable(w io.Writer, rows []Row, want string, now time.Time) {
 		if problems == "" {
 			problems = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\tsha256:%.12s\t%d\t%s\t%s\t%s\t%s\n", r.Node, orDash(strings.Join(r.Roles, ",")), role,
-			r.ConfigHash, r.Serial, orDash(r.LastApply), orDash(r.Health), seen, problems)
+		fmt.Fprintf(tw, "%s\t%s\t%s\tsha256:%.12s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Node, orDash(strings.Join(r.Roles, ",")), role,
+			r.ConfigHash, orDash(strings.Join(r.PSKIDs, ",")), r.Serial, orDash(r.LastApply), orDash(r.Health), seen, problems)
 	}
 	tw.Flush()
 }
