@@ -743,7 +743,7 @@ func (d *Daemon) reload(ctx context.Context) {
 		d.met.reloads.WithLabelValues("ok").Inc()
 		result := "unchanged"
 		if len(retaken) > 0 {
-			result = "unchanged, but took replaced key files: " + strings.Join(retaken, ", ")
+			result = "unchanged, but took a replaced " + strings.Join(retaken, ", ")
 		}
 		d.status.LastReload = &ReloadInfo{At: time.Now(), Hash: c.src.Hash(), Result: result}
 		d.checkDriftLocked(ctx)
@@ -776,12 +776,14 @@ func (d *Daemon) reload(ctx context.Context) {
 	d.log.Info("reloaded", "sha256", c.src.Hash()[:12], "serial", d.status.Serial)
 }
 
-// retakeKeys gives each running relay the PSK and agent key read for a
-// reload of an unedited file, when they differ from those it runs with: a
-// psk_file or key_file replaced under the same path is taken as an edit
-// takes it (idle pooled streams under the old key are closed and the pool
-// refills; live sessions keep their streams). It returns what each relay
-// took, as "psk_file of a1"; a relay that refuses puts every relay back.
+// retakeKeys gives each running relay the PSK read for a reload of an
+// unedited file, when it differs from the one it runs with: a psk_file
+// replaced under the same path is taken as an edit takes it (idle pooled
+// streams under the old key are closed and the pool refills; live
+// sessions keep their streams). A key_file replaced by another key never
+// gets here: load refuses a key that is not the file's public_key, and a
+// new key takes an edit of it. It returns what each relay took, as
+// "psk_file of a1"; a relay that refuses puts every relay back.
 func (d *Daemon) retakeKeys(c *candidate) ([]string, error) {
 	var retaken []string
 	var undo []func()
@@ -790,14 +792,7 @@ func (d *Daemon) retakeKeys(c *candidate) ([]string, error) {
 		if next == nil {
 			continue
 		}
-		var files []string
-		if !bytes.Equal(r.cfg.PSK, next.cfg.PSK) {
-			files = append(files, "psk_file")
-		}
-		if !bytes.Equal(r.cfg.AgentKey, next.cfg.AgentKey) {
-			files = append(files, "key_file")
-		}
-		if len(files) == 0 {
+		if bytes.Equal(r.cfg.PSK, next.cfg.PSK) {
 			continue
 		}
 		if err := r.agent.Update(next.cfg); err != nil {
@@ -809,13 +804,15 @@ func (d *Daemon) retakeKeys(c *candidate) ([]string, error) {
 		prev := r.cfg
 		undo = append(undo, func() {
 			if err := r.agent.Update(prev); err != nil {
+				// The relay keeps the new key: say so.
 				d.log.Error("putting back the relay's last good config failed", "agent", name, "err", err)
+				return
 			}
 			r.cfg = prev
 		})
 		r.cfg = next.cfg
-		d.log.Info("key file replaced in place; the relay takes it", "agent", name, "files", strings.Join(files, ","))
-		retaken = append(retaken, strings.Join(files, " and ")+" of "+name)
+		d.log.Info("psk_file replaced in place; the relay takes it", "agent", name)
+		retaken = append(retaken, "psk_file of "+name)
 	}
 	if len(retaken) > 0 {
 		d.notePSKLocked()
@@ -833,6 +830,9 @@ func (d *Daemon) notePSKLocked() {
 		}
 	}
 	slices.Sort(ids)
+	if before := d.status.PSKIDs; len(before) > 0 && !slices.Equal(before, ids) {
+		d.log.Info("the agents' PSK changed", "psk_id", strings.Join(ids, ","), "was", strings.Join(before, ","))
+	}
 	d.status.PSKIDs = ids
 	d.met.setPSK(ids)
 	d.snapshotLocked()

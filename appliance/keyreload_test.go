@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -87,8 +88,11 @@ func TestReloadTakesPSKReplacedInPlace(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		series := parseScrape(string(body))["sosappliance_psk_info"]
-		return slices.Equal(d.Status().PSKIDs, []string{id}) && slices.Equal(d.publishedStatus().PSKIDs, []string{id}) &&
-			len(series) == 1 && series[0]["psk_id"] == id
+		st := d.Status()
+		var text bytes.Buffer
+		st.WriteText(&text)
+		return slices.Equal(st.PSKIDs, []string{id}) && slices.Equal(d.publishedStatus().PSKIDs, []string{id}) &&
+			len(series) == 1 && series[0]["psk_id"] == id && regexp.MustCompile(`(?m)^psk id: +`+id+`$`).MatchString(text.String())
 	}
 	if !shows(oldPSK) {
 		t.Errorf("status and metrics do not name the PSK the agent started with (%s): %v", PSKID(oldPSK), d.Status().PSKIDs)
@@ -100,7 +104,7 @@ func TestReloadTakesPSKReplacedInPlace(t *testing.T) {
 	testsupport.RequireNoError(t, err)
 	d.reload(ctx)
 	st := d.Status()
-	if st.LastReload == nil || !strings.Contains(st.LastReload.Result, "took replaced key files: psk_file of a1") {
+	if st.LastReload == nil || !strings.Contains(st.LastReload.Result, "took a replaced psk_file of a1") {
 		t.Errorf("the reload after the PSK file was replaced: %+v, want it to say it took the psk_file", st.LastReload)
 	}
 	if !answered(newPSK) {
@@ -112,7 +116,10 @@ func TestReloadTakesPSKReplacedInPlace(t *testing.T) {
 	if !shows(newPSK) {
 		t.Errorf("status and metrics do not name the replaced PSK (%s): %v", PSKID(newPSK), d.Status().PSKIDs)
 	}
-	if !strings.Contains(n.logs.String(), "key file replaced in place") {
+	if !strings.Contains(n.logs.String(), "the agents' PSK changed") {
+		t.Error("the reload that took the replaced PSK did not log the new PSK id")
+	}
+	if !strings.Contains(n.logs.String(), "psk_file replaced in place") {
 		t.Error("the reload that took the replaced PSK did not log it")
 	}
 

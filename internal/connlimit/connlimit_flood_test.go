@@ -62,8 +62,11 @@ func serveSlowGrace(t *testing.T, total, perSource int, grace time.Duration) (*L
 // its own close the controller's check (a fresh connection each,
 // agentClient) while its handler ran.
 func TestServedRequestNotClosedForAFlood(t *testing.T) {
-	// A grace longer than the test: the check is being served throughout,
-	// however slowly the machine takes the flood.
+	// A grace longer than the test, so that the check counts as served
+	// however slowly the machine takes the flood. (What this test tells
+	// apart is which source loses a connection: the check's is never the
+	// busiest; TestNewConnectionClosedWhenAllAreServed checks that a
+	// served connection is kept.)
 	ln, addr, entered, release := serveSlowGrace(t, 64, 8, time.Hour)
 	for s := 1; s <= 8; s++ {
 		for range 8 {
