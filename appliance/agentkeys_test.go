@@ -69,7 +69,8 @@ func TestWriteAndLoadAgentKey(t *testing.T) {
 
 // TestDaemonAgentKeys runs a node with per-agent keys: its agent starts
 // with the key file keygen wrote; a reload that names another agent's
-// key file, or one others may read, is refused with the reason, and the
+// key file, or one others may read, or an unedited reload after the key
+// file was replaced by another key, is refused with the reason, and the
 // agent keeps running on its key.
 func TestDaemonAgentKeys(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "ip", "nft") {
@@ -88,7 +89,7 @@ func TestDaemonAgentKeys(t *testing.T) {
 	}
 	writeFile(t, n.cfgPath, withKeys(ownFile))
 	d := n.daemon()
-	runDaemon(t, d, n.logs)
+	ctx := runDaemon(t, d, n.logs)
 	testsupport.Eventually(t, 15*time.Second, "start-up with the agent's key", func() bool {
 		return d.Status().Serial == 1 && listens("10.1.0.2:9877")
 	})
@@ -112,5 +113,31 @@ func TestDaemonAgentKeys(t *testing.T) {
 		if !listens("10.1.0.2:9877") {
 			t.Errorf("%s: the agent stopped serving", c.name)
 		}
+	}
+
+	// The key file replaced by another key under the same path (keygen
+	// to it after a remove), sos.hcl as it runs: an unedited reload
+	// refuses it too (a new key takes an edit of public_key on every
+	// node). Found by review (helper-41): the first version of the
+	// unedited reload's key re-read said it took a key_file replaced in
+	// place, which it never can.
+	reloads := d.Status().Reloads
+	writeFile(t, n.cfgPath, withKeys(ownFile))
+	testsupport.Eventually(t, 15*time.Second, "the file as it runs reloaded", func() bool {
+		st := d.Status()
+		return st.Reloads > reloads && st.LastReload != nil && st.LastReload.Result == "unchanged"
+	})
+	testsupport.RequireNoError(t, os.Remove(ownFile))
+	_, err = WriteAgentKey(ownFile)
+	testsupport.RequireNoError(t, err)
+	fails = d.Status().ReloadFails
+	d.reload(ctx)
+	st := d.Status()
+	if st.ReloadFails != fails+1 || st.LastReload == nil || !strings.Contains(st.LastReload.Result, "is not agent a1's") {
+		t.Errorf("an unedited reload after a1's key_file was replaced by another key: %d failures (was %d), %+v; want it refused, naming the key",
+			st.ReloadFails, fails, st.LastReload)
+	}
+	if !listens("10.1.0.2:9877") || len(st.Agents) == 0 || !st.Agents[0].PerAgentKeys {
+		t.Errorf("after the refused reload the agent is not serving on its per-agent key: %+v", st.Agents)
 	}
 }
