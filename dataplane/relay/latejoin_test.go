@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -396,7 +397,13 @@ func serverSession(t *testing.T, a *Agent) *session {
 // and its AES-GCM state, none of it reserved from limits.memory) stayed
 // reachable for as long as the peer withheld the ACK: about 35 KB of heap
 // per JOIN, without bound. A lost stream now leaves the list at the
-// frame's next seal.
+// frame's next seal once its goroutines are gone (until then its writer
+// may still run: TestSealedOnKeepsRunningLostStreams). Each JOIN waits
+// for the goroutines of the stream the last one replaced, however long
+// they take to end, so that the list and the streams still reachable at
+// the end show the pruning, not how quickly the goroutines ended: the
+// live stream and the one it replaced (its goroutines may have run
+// still at the last seal), not one per JOIN.
 func TestJoinChurnPinsDeadStreams(t *testing.T) {
 	const joins = 40
 	release := make(chan struct{})
@@ -430,12 +437,30 @@ func TestJoinChurnPinsDeadStreams(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	var dead []weak.Pointer[stream]
 	last, lastCodec := c0, codec0
+	// replacedGone is closed once the goroutines of the stream the last
+	// JOIN replaced are gone (a channel, not the stream: it must not stay
+	// reachable from here).
+	var replacedGone chan struct{}
+	awaitReplaced := func(what string) {
+		t.Helper()
+		if replacedGone == nil {
+			return
+		}
+		select {
+		case <-replacedGone:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: the replaced stream's goroutines still run after 30 s", what)
+		}
+	}
 	for i := range joins {
+		awaitReplaced(fmt.Sprintf("join %d", i))
 		s.mu.Lock()
 		old := s.streams[0]
 		s.mu.Unlock()
+		replacedGone = nil
 		if old != nil {
 			dead = append(dead, weak.Make(old))
+			replacedGone = old.gone
 		}
 		cj, secJ := acceptedHello(t, p, func(h *stripe.Hello) { shape(h); h.Stream, h.Join = 0, true })
 		confirm(t, cj, secJ)
@@ -459,11 +484,12 @@ func TestJoinChurnPinsDeadStreams(t *testing.T) {
 		if frame, err := lastCodec.Seal(buf, stripe.FrameAbort, stripe.AbortSeq, stripe.PutAbortBody(buf[stripe.HeaderSize:], "bye")); err == nil {
 			_, _ = last.Write(frame)
 		}
-		testsupport.Eventually(t, 10*time.Second, "the session ended", func() bool { return len(p.b.Stats().Sessions) == 0 })
+		testsupport.Eventually(t, 30*time.Second, "the session ended", func() bool { return len(p.b.Stats().Sessions) == 0 })
 	}()
-	testsupport.Eventually(t, 10*time.Second, "the replacements counted", func() bool {
+	testsupport.Eventually(t, 30*time.Second, "the replacements counted", func() bool {
 		return p.b.Stats().Totals.StreamsReplaced >= joins
 	})
+	awaitReplaced("after the joins")
 
 	s.sendMu.Lock()
 	sealedOn := 0
@@ -485,8 +511,8 @@ func TestJoinChurnPinsDeadStreams(t *testing.T) {
 	}
 	t.Logf("after %d JOINs: the unacknowledged frame names %d streams; %d of %d replaced streams still reachable",
 		joins, sealedOn, pinned, len(dead))
-	// One live stream carries the frame; a stale scratch entry or two
-	// may hold a dead one for a moment, not one per JOIN.
+	// One live stream carries the frame, and the one it replaced may be
+	// named still (or a stale scratch entry hold it), not one per JOIN.
 	if sealedOn > 2 || pinned > 2 {
 		t.Errorf("a peer's JOINs pin every replaced stream: the frame names %d streams, %d of %d dead streams are reachable (want at most 2)",
 			sealedOn, pinned, len(dead))

@@ -250,7 +250,19 @@ func TestAutoStreamsWithinMax(t *testing.T) {
 // far below what its first streams carry, keeps its first streams: the
 // streams never hold it back. (The server only reads: a slow echo would
 // look, at the client side, like a server that could send more.)
+//
+// The choice measures only once all its first streams are up, so the
+// feed is timed from there (on a slow machine they take longer to join)
+// and lasts some five of its measurements (each autoSpanMin after
+// autoSettleMin, timed by housekeeping's clock, which a slow machine does
+// not stretch), where a session judged limited by its streams doubles
+// its count after two. The count chosen is read after every piece.
 func TestAutoStreamsHostLimited(t *testing.T) {
+	const (
+		piece   = 64 << 10
+		every   = 50 * time.Millisecond // about 10 Mbit/s
+		measure = autoSettleMin + 5*autoSpanMin + 750*time.Millisecond
+	)
 	got := make(chan []byte, 1)
 	p := startPair(t, pairOptions{streams: 16, queue: -1, autoStreams: true}, func(c *net.TCPConn) {
 		b, _ := io.ReadAll(c)
@@ -259,18 +271,28 @@ func TestAutoStreamsHostLimited(t *testing.T) {
 	})
 	c := p.dial(t)
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
-	// 64 KiB every 50 ms, about 10 Mbit/s, for 6 s: several of the
-	// choice's measurements.
-	want := patternBytes(120*64<<10, 4)
-	for off := 0; off < len(want); off += 64 << 10 {
-		if _, err := c.Write(want[off : off+64<<10]); err != nil {
+	_ = c.SetDeadline(time.Now().Add(120 * time.Second))
+	var want []byte
+	var up time.Time // when the first streams were all up at both agents
+	for start := time.Now(); up.IsZero() || time.Since(up) < measure; {
+		b := patternBytes(piece, uint64(len(want)/piece))
+		if _, err := c.Write(b); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if s := onlySession(p.a); s == nil || s.StreamsChosen != autoFirstStreams {
-		t.Errorf("a host-limited auto session chose %+v, want %d streams", s, autoFirstStreams)
+		want = append(want, b...)
+		time.Sleep(every)
+		s := onlySession(p.a)
+		if s == nil || s.StreamsChosen != autoFirstStreams {
+			t.Errorf("a host-limited auto session chose %+v, want %d streams", s, autoFirstStreams)
+			break
+		}
+		if up.IsZero() && s.StreamsLive == autoFirstStreams && streamsUp(p.b) == autoFirstStreams {
+			up = time.Now()
+			t.Logf("the first %d streams up at both agents after %s", autoFirstStreams, up.Sub(start).Round(time.Millisecond))
+		}
+		if up.IsZero() && time.Since(start) > 60*time.Second {
+			t.Fatalf("the first %d streams not up at both agents within 60 s: %+v", autoFirstStreams, s)
+		}
 	}
 	_ = c.CloseWrite()
 	if _, err := io.ReadAll(c); err != nil {
