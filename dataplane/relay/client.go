@@ -115,7 +115,7 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 // stream 0 rather than binding pooled streams: the far agent's refusal
 // of a hello is authenticated and comes at once, and the connection is
 // carried direct, whole; a refused BIND only resets its stream, and the
-// refusal is known half a second later (refound, pool.go).
+// refusal is known one handshake later (refound, pool.go).
 func (a *Agent) withinPeerShare(s *session, lim Limits) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -22,12 +22,15 @@ func TestHandedOverReservationBackOnDialFailure(t *testing.T) {
 	// The far agent's one session keeps its server connection; a direct
 	// connection to the server finds nobody listening.
 	_ = p.server.ln.Close()
+	releaseRefound := holdRefound(t, p)
 	c := p.dial(t)
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	if _, err := c.Write(patterned(256<<10, 37)); err != nil {
 		t.Fatal(err)
 	}
+	awaitRead(t, p, 128<<10)
+	releaseRefound()
 	// The direct dial fails: the client's connection is reset.
 	if _, err := io.ReadAll(c); err == nil {
 		t.Error("the client's connection ended in order, want a reset (nothing reached the server)")
@@ -71,12 +74,15 @@ func TestHandedOverReservationBackWhenDirectRefused(t *testing.T) {
 			return st.Fallbacks == uint64(i+1) && st.SessionsActive == 1
 		})
 	}
+	releaseRefound := holdRefound(t, p)
 	c := p.dial(t)
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	if _, err := c.Write(patterned(256<<10, 42)); err != nil {
 		t.Fatal(err)
 	}
+	awaitRead(t, p, 128<<10)
+	releaseRefound()
 	if _, err := io.ReadAll(c); err == nil {
 		t.Error("the third connection ended in order, want a reset (no direct place)")
 	}
@@ -100,12 +106,15 @@ func TestHandedOverReservationBackAtShutdown(t *testing.T) {
 	p, release := fullFarAgentSlowDirect(t)
 	t.Cleanup(func() { close(release) })
 	base := p.a.memReserved.Load()
+	releaseRefound := holdRefound(t, p)
 	c := p.dial(t)
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	if _, err := c.Write(patterned(4<<20, 43)); err != nil {
 		t.Fatal(err)
 	}
+	awaitRead(t, p, 2<<20+1)
+	releaseRefound()
 	testsupport.Eventually(t, 20*time.Second, "the refused session carried direct", func() bool {
 		st := p.a.Stats().Totals
 		return st.Fallbacks == 1 && st.SessionsActive == 1

@@ -817,7 +817,15 @@ func (a *Agent) acceptBind(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 		key := running.sessionKey
 		running.mu.Unlock()
 		if err := ps.VerifyBindProof(&key, &b); err != nil {
-			return err
+			// The BIND itself is authenticated (its MAC under the
+			// pooled stream's secret): a proof under another session
+			// key is its initiator's, made before it founded the
+			// session again with a fresh stream 0 (refound). Refused
+			// as a mismatch, as a hello for a changed session is, not
+			// counted as a handshake failure; the initiator's stream
+			// joins again under the new key.
+			return fmt.Errorf("session %s stream %d: join proof under another session key (%v): %w",
+				b.Session, b.Stream, err, bindRefused(stripe.StatusSessionMismatch))
 		}
 		if !running.waitEstablished(rc.limits.PreAuthTimeout) || !running.replaceStream(newStream(running, int(b.Stream), c, codec), rc.limits.PreAuthTimeout) {
 			return errors.New("the session ended before its bound stream joined")
@@ -1030,13 +1038,16 @@ func (a *Agent) awaitSession(id stripe.SessionID, d time.Duration) *session {
 
 // unfounded reports whether a join refused as an unknown session means
 // the far agent never founded s (rather than lost it).
-func (s *session) unfounded() bool { return s.fromPool && !s.heard.Load() }
+func (s *session) unfounded() bool {
+	return s.fromPool && !s.heard.Load() && !s.foundedThere.Load()
+}
 
-// refound answers the refusal of stream i's join in an unfounded session.
-// For a stream other than 0 it takes stream 0 out, which may still look
-// alive here and is the one whose bind never arrived or was refused, and
-// returns an error, so that the slot tries again once stream 0 founded the
-// session again. For stream 0 it sends a fresh hello.
+// refound answers the loss of stream 0, or the refusal of stream i's
+// join, in an unfounded session. For a stream other than 0 it takes
+// stream 0 out, which may still look alive here and is the one whose bind
+// never arrived or was refused, and returns an error, so that the slot
+// tries again once stream 0 founded the session again. For stream 0 it
+// sends a fresh hello.
 func (s *session) refound(i int, rc *runtimeConfig) error {
 	if i != 0 {
 		s.mu.Lock()
@@ -1051,6 +1062,11 @@ func (s *session) refound(i int, rc *runtimeConfig) error {
 	}
 	a := s.agent
 	st, err := a.openFirstStream(s, rc, s.peerAddr)
+	if r := (refusal{}); errors.As(err, &r) && (r.status == stripe.StatusDuplicateStream || r.status == stripe.StatusSessionMismatch) {
+		// The far agent founded the session (its BIND of stream 0
+		// arrived after all): stream 0 joins it from now on.
+		s.foundedThere.Store(true)
+	}
 	if r := (refusal{}); errors.As(err, &r) && settlesDirect(r.status) && !s.heard.Load() {
 		// An authenticated refusal after the far agent looked the
 		// session up: it holds no such session, never founded it, and

@@ -17,13 +17,16 @@ import (
 // on and must not found the session (bindSession refuses it for the place
 // kept, and for its stream, which the client side closed). The client side founds it again
 // later with its own fresh hello, and the request reaches the server
-// once, whole.
+// once, whole. The client side's own fresh hello is held until the late
+// BIND was decided: sent as soon as its stream 0 is reset, it would
+// otherwise found the session before the check that the BIND did not.
 func TestLateBindWhileFreshHelloPending(t *testing.T) {
 	rec := &recordingServer{}
 	p := pooledPair(t, pairOptions{limitsA: Limits{ReconnectTimeout: 30 * time.Second}}, rec.handle)
 
 	release, held := holdBind(p, 20*time.Second)
 	defer release()
+	releaseRefound := holdRefound(t, p)
 
 	want := patterned(64<<10, 34)
 	c := p.dial(t)
@@ -75,6 +78,7 @@ func TestLateBindWhileFreshHelloPending(t *testing.T) {
 		t.Errorf("the late BIND founded the session while a fresh hello held its place: %d sessions started", n)
 	}
 	_ = hc.Close()
+	releaseRefound()
 
 	got, err := io.ReadAll(c)
 	total := 0

@@ -23,6 +23,9 @@ func TestRefusedPooledSessionCarriedDuringDrain(t *testing.T) {
 	p, hold := fullFarAgent(t, pairOptions{}, echo)
 
 	want := patterned(64<<10, 30)
+	// The refusal is known as soon as the client side's fresh hello for
+	// stream 0 is answered: hold it until the drain is on.
+	releaseRefound := holdRefound(t, p)
 	c := p.dial(t)
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
@@ -36,13 +39,19 @@ func TestRefusedPooledSessionCarriedDuringDrain(t *testing.T) {
 	before := p.a.Stats().Totals
 	// The drain begins with ten seconds to spare; the held session stays
 	// open for three more, so the drain is still on when the refusal
-	// comes (about half a second after the BIND).
+	// comes.
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		done <- p.a.Shutdown(ctx)
 	}()
+	testsupport.Eventually(t, 10*time.Second, "the drain on", func() bool {
+		p.a.mu.Lock()
+		defer p.a.mu.Unlock()
+		return p.a.draining
+	})
+	releaseRefound()
 	go func() {
 		time.Sleep(3 * time.Second)
 		hold.Close()

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,9 +26,10 @@ import (
 // first. Before, the session kept founding itself again until the
 // reconnect timeout (60 s here) and reset the connection.
 //
-// "fin read": the client sends its request and its FIN at once, so the
-// session has read both before the refusal. "mid-stream": the client
-// sends a quarter, waits past the refusal, then the rest.
+// "fin read": the client sends its request and its FIN at once, and the
+// client side's fresh hello for stream 0 is held until the session has
+// read both, so it has before the refusal. "mid-stream": the client sends
+// a quarter, waits past the refusal, then the rest.
 func TestPooledBindRefusedCarriedDirect(t *testing.T) {
 	for _, enc := range []string{EncryptionAESGCM, EncryptionNone} {
 		for _, shape := range []string{"fin read", "mid-stream"} {
@@ -36,6 +38,10 @@ func TestPooledBindRefusedCarriedDirect(t *testing.T) {
 				p, hold := fullFarAgent(t, pairOptions{encryption: enc}, echo)
 
 				want := patterned(1<<20, 7)
+				var releaseRefound func()
+				if shape == "fin read" {
+					releaseRefound = holdRefound(t, p)
+				}
 				c := p.dial(t)
 				defer c.Close()
 				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
@@ -56,6 +62,19 @@ func TestPooledBindRefusedCarriedDirect(t *testing.T) {
 					_, _ = c.Write(want[256<<10:])
 					_ = c.CloseWrite()
 				}()
+				if releaseRefound != nil {
+					testsupport.Eventually(t, 20*time.Second, "the session read the request and its FIN", func() bool {
+						p.a.mu.Lock()
+						defer p.a.mu.Unlock()
+						for s := range p.a.sessions {
+							if s.side == clientSide && s.sendFin.Load() {
+								return true
+							}
+						}
+						return false
+					})
+					releaseRefound()
+				}
 				got, err := io.ReadAll(c)
 				took := time.Since(start)
 				ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
@@ -93,12 +112,14 @@ func TestPooledBindRefusedCarriedDirect(t *testing.T) {
 func TestRefusedPooledSessionServerGone(t *testing.T) {
 	p, _ := fullFarAgent(t, pairOptions{streams: 2, limitsA: Limits{PreAuthTimeout: 2 * time.Second}}, echo)
 	p.server.ln.Close()
+	releaseRefound := holdRefound(t, p)
 	c := p.dial(t)
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
 	if _, err := c.Write([]byte("nobody there")); err != nil {
 		t.Fatal(err)
 	}
+	releaseRefound()
 	_, err := io.ReadAll(c)
 	if ne, ok := err.(net.Error); err == nil || ok && ne.Timeout() {
 		t.Errorf("the connection whose direct dial failed: err %v, want a reset", err)
@@ -167,6 +188,41 @@ func pooledPair(t *testing.T, opt pairOptions, handle func(*net.TCPConn)) *pair 
 	return p
 }
 
+// holdRefound makes the client side hold the fresh hello by which it
+// founds a pooled session again (refound) until the returned func (or the
+// test's end) releases it. A pooled session refused at the far agent
+// sends that hello as soon as its stream 0 is reset, and then carries its
+// connection direct or resets it, which can come before the client's
+// dial or write returns; tests that send first hold the hello meanwhile.
+func holdRefound(t *testing.T, p *pair) (release func()) {
+	t.Helper()
+	hold := make(chan struct{})
+	hook := func(*net.TCPConn) error {
+		if calledFromRefound() {
+			<-hold
+		}
+		return nil
+	}
+	p.a.testDialed.Store(&hook)
+	release = sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release)
+	return release
+}
+
+// awaitRead waits until p's client-side session has read at least n
+// bytes from the client.
+func awaitRead(t *testing.T, p *pair, n uint64) {
+	t.Helper()
+	testsupport.Eventually(t, 20*time.Second, "the session read what the client sent", func() bool {
+		for _, s := range p.a.Stats().Sessions {
+			if s.BytesUp >= n {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 // fullFarAgent starts a pair whose client side keeps a warm pool and
 // whose far agent takes one session (max_sessions 1), and holds that
 // session open: the far agent refuses the BIND of the next pooled
@@ -203,12 +259,15 @@ func TestHandedOverBytesStayInMemoryCap(t *testing.T) {
 	base := p.a.memReserved.Load()
 	const sent = 4 << 20
 	want := patterned(sent, 11)
+	releaseRefound := holdRefound(t, p)
 	c := p.dial(t)
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	if _, err := c.Write(want); err != nil {
 		t.Fatal(err)
 	}
+	awaitRead(t, p, sent/2+1)
+	releaseRefound()
 	testsupport.Eventually(t, 20*time.Second, "the refused session carried direct", func() bool {
 		return p.a.Stats().Totals.Fallbacks == 1 && p.a.Stats().Totals.SessionsActive == 1
 	})

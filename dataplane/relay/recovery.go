@@ -203,6 +203,18 @@ func (s *session) endStreams(grace time.Duration) {
 func (s *session) rejoin(parent context.Context, i int) error {
 	a := s.agent
 	rc := a.cfg.Load()
+	if i == 0 && s.unfounded() {
+		// Stream 0 of a pooled session the far agent was never heard
+		// on died: its BIND was refused (which only resets it) or lost
+		// with it, or it founded the session and the stream died since.
+		// A JOIN would be refused as an unknown session in the first
+		// cases and a fresh hello sent then; send that fresh hello now,
+		// a handshake (and the far agent's wait for a late BIND)
+		// sooner. Its answer is authenticated: refused,
+		// the connection goes direct; a duplicate (founded after all),
+		// stream 0 joins the next time (foundedThere).
+		return s.refound(0, rc)
+	}
 	slots := a.slotsFor(s.peerAddr)
 	select {
 	case slots <- struct{}{}:

@@ -198,12 +198,15 @@ type session struct {
 	// start, before readHost runs).
 	firstFrame int
 	// fromPool: the client side bound the session's first streams from
-	// its warm pool; heard: the far agent sent a frame on it. A pooled
-	// session the far agent never heard from can be founded again
-	// (refound, pool.go).
-	fromPool    bool
-	heard       atomic.Bool
-	refoundings int // guarded by mu
+	// its warm pool; heard: the far agent sent a frame on it; foundedThere:
+	// the far agent answered a fresh hello for its stream 0 as a duplicate
+	// (it founded the session). A pooled session the far agent never
+	// heard from, nor said it founded, can be founded again (refound,
+	// pool.go).
+	fromPool     bool
+	heard        atomic.Bool
+	foundedThere atomic.Bool
+	refoundings  int // guarded by mu
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -426,8 +426,11 @@
 // StatusUnknownSession, and an initiator that has received no frame of
 // the session (and so holds every frame it sent) then opens stream 0
 // again with a fresh hello (not JOIN, same session id), whose reply is
-// authenticated. Accepted, it founds the session with the key of its own
-// handshake, and the initiator sends its frames again from the first;
+// authenticated. It may send that hello as soon as it has given up stream
+// 0, without a JOIN first (sosappliance does); a duplicate answer then
+// means the session was founded, and stream 0 joins it. Accepted, it
+// founds the session with the key of its own handshake, and the
+// initiator sends its frames again from the first;
 // refused, the initiator may carry the connection another way
 // (sosappliance carries it direct, with every byte it read from the
 // client first). Neither may deliver twice what a late BIND of stream 0
@@ -457,8 +460,12 @@
 // gathering all its streams; every stream not bound from the pool joins
 // the running session as JOIN describes. Because such a JOIN may overtake
 // the BIND of stream 0 (another connection), a responder that does not
-// hold the session a JOIN names waits a moment (500 ms) for it before
-// refusing it as StatusUnknownSession.
+// hold the session a JOIN of a stream other than 0 names waits a moment
+// (500 ms) for it before refusing it as StatusUnknownSession. A JOIN of
+// stream 0 is answered at once: its initiator gave up the stream that
+// carried stream 0's BIND before sending it, so there is nothing to wait
+// for (a late BIND and the fresh hello that follows are decided as
+// above).
 //
 // # Half-close and abort
 //
