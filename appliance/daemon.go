@@ -789,10 +789,7 @@ func (d *Daemon) retakeKeys(c *candidate) ([]string, error) {
 	var undo []func()
 	for _, name := range slices.Sorted(maps.Keys(d.relays)) {
 		r, next := d.relays[name], c.relays[name]
-		if next == nil {
-			continue
-		}
-		if bytes.Equal(r.cfg.PSK, next.cfg.PSK) {
+		if next == nil || bytes.Equal(r.cfg.PSK, next.cfg.PSK) {
 			continue
 		}
 		if err := r.agent.Update(next.cfg); err != nil {
@@ -821,7 +818,9 @@ func (d *Daemon) retakeKeys(c *candidate) ([]string, error) {
 }
 
 // notePSKLocked shows the ids of the PSKs the running relays hold in
-// status, metrics and the status this node publishes to the cluster.
+// status and metrics; its callers' snapshotLocked (at the end of
+// switchTo, and of the drift check an unedited reload runs) publishes
+// them to the cluster.
 func (d *Daemon) notePSKLocked() {
 	var ids []string
 	for _, r := range d.relays {
@@ -835,7 +834,6 @@ func (d *Daemon) notePSKLocked() {
 	}
 	d.status.PSKIDs = ids
 	d.met.setPSK(ids)
-	d.snapshotLocked()
 }
 
 func diagText(diag *hcl.Diagnostic) string {

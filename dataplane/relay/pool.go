@@ -1062,12 +1062,14 @@ func (s *session) refound(i int, rc *runtimeConfig) error {
 	}
 	a := s.agent
 	st, err := a.openFirstStream(s, rc, s.peerAddr)
-	if r := (refusal{}); errors.As(err, &r) && (r.status == stripe.StatusDuplicateStream || r.status == stripe.StatusSessionMismatch) {
+	var r refusal
+	refused := errors.As(err, &r)
+	if refused && (r.status == stripe.StatusDuplicateStream || r.status == stripe.StatusSessionMismatch) {
 		// The far agent founded the session (its BIND of stream 0
 		// arrived after all): stream 0 joins it from now on.
 		s.foundedThere.Store(true)
 	}
-	if r := (refusal{}); errors.As(err, &r) && settlesDirect(r.status) && !s.heard.Load() {
+	if refused && settlesDirect(r.status) && !s.heard.Load() {
 		// An authenticated refusal after the far agent looked the
 		// session up: it holds no such session, never founded it, and
 		// will not (settled.go).

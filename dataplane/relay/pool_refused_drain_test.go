@@ -33,9 +33,7 @@ func TestRefusedPooledSessionCarriedDuringDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.CloseWrite()
-	testsupport.Eventually(t, 5*time.Second, "the session read the request", func() bool {
-		return p.a.Stats().Totals.BytesUp >= uint64(len(want))
-	})
+	awaitRead(t, p, uint64(len(want)))
 	before := p.a.Stats().Totals
 	// The drain begins with ten seconds to spare; the held session stays
 	// open for three more, so the drain is still on when the refusal

@@ -210,9 +210,9 @@ func (s *session) rejoin(parent context.Context, i int) error {
 		// A JOIN would be refused as an unknown session in the first
 		// cases and a fresh hello sent then; send that fresh hello now,
 		// a handshake (and the far agent's wait for a late BIND)
-		// sooner. Its answer is authenticated: refused,
-		// the connection goes direct; a duplicate (founded after all),
-		// stream 0 joins the next time (foundedThere).
+		// sooner. Its answer is authenticated: refused, the connection
+		// goes direct; a duplicate (founded after all), stream 0 joins
+		// the next time (foundedThere).
 		return s.refound(0, rc)
 	}
 	slots := a.slotsFor(s.peerAddr)
