@@ -80,6 +80,11 @@ type Daemon struct {
 	// held are the warnings of the items the last drift check that
 	// planned holds (their interface is gone); see withHeld.
 	held []string
+	// keptNew names the relays that run the config of a reload that
+	// failed, since they could not take the last good one back (its
+	// listener's port was taken meanwhile): the next reload switches
+	// them even when the file is the last good one again.
+	keptNew []string
 
 	// beat is the unix time the main loop last turned, for the watchdog.
 	beat atomic.Int64
@@ -439,10 +444,15 @@ func listenController(ctx context.Context, addr string) (net.Listener, error) {
 // d.mu is held.
 func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 	var undo []func()
+	var keptNew []string // relays that could not go back
 	defer func() {
 		if err != nil {
 			for i := len(undo) - 1; i >= 0; i-- {
 				undo[i]()
+			}
+			if len(keptNew) > 0 {
+				d.notePSKLocked()
+				err = &keptNewError{err: err, kept: keptNew}
 			}
 		}
 	}()
@@ -512,7 +522,14 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 		}
 		undo = append(undo, func() {
 			if err := r.agent.Update(r.cfg); err != nil {
-				d.log.Error("putting back the relay's last good config failed", "agent", name, "err", err)
+				// The relay runs the new config: the record says so, for
+				// the PSK id shown and the next reload (keptNew).
+				d.log.Error("putting back the relay's last good config failed; it keeps the new one", "agent", name, "err", err)
+				r.cfg = c.relays[name].cfg
+				if !slices.Contains(d.keptNew, name) {
+					d.keptNew = append(d.keptNew, name)
+				}
+				keptNew = append(keptNew, fmt.Sprintf("relay %s (%v)", name, err))
 			}
 		})
 	}
@@ -601,6 +618,7 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 		}
 	}
 	d.cfg, d.src, d.want = c.cfg, c.src, c.want
+	d.keptNew = nil
 	d.status.Roles = c.want.Roles
 	d.status.ConfigHash = c.src.Hash()
 	d.met.setConfig(d.status.ConfigHash)
@@ -725,7 +743,8 @@ func (d *Daemon) reload(ctx context.Context) {
 	defer d.mu.Unlock()
 	d.status.Reloads++
 	c, err := d.load()
-	unedited := err == nil && c.src.Hash() == d.src.Hash() && (d.cl == nil || c.cluster == nil || sameCluster(d.cl.cand, c.cluster))
+	unedited := err == nil && c.src.Hash() == d.src.Hash() && (d.cl == nil || c.cluster == nil || sameCluster(d.cl.cand, c.cluster)) &&
+		len(d.keptNew) == 0
 	var retaken []string
 	if unedited {
 		retaken, err = d.retakeKeys(c)
@@ -756,6 +775,9 @@ func (d *Daemon) reload(ctx context.Context) {
 		d.status.ReloadFails++
 		d.met.reloads.WithLabelValues("failed").Inc()
 		d.status.LastReload = &ReloadInfo{At: time.Now(), Result: "failed, still running the last good config: " + err.Error()}
+		if kn := (*keptNewError)(nil); errors.As(err, &kn) {
+			d.status.LastReload.Result = "failed: " + err.Error()
+		}
 		var ce *ConfigError
 		if errors.As(err, &ce) {
 			d.status.LastReload.Hash = ce.Source.Hash()
@@ -768,6 +790,10 @@ func (d *Daemon) reload(ctx context.Context) {
 			}
 			return
 		}
+		if kn := (*keptNewError)(nil); errors.As(err, &kn) {
+			d.log.Error("reload failed; the last good config keeps running but for the relays that could not take it back", "err", err, "agents", strings.Join(d.keptNew, ","))
+			return
+		}
 		d.log.Error("reload failed; the last good config keeps running", "err", err)
 		return
 	}
@@ -775,6 +801,19 @@ func (d *Daemon) reload(ctx context.Context) {
 	d.status.LastReload = &ReloadInfo{At: time.Now(), Hash: c.src.Hash(), Result: "ok"}
 	d.log.Info("reloaded", "sha256", c.src.Hash()[:12], "serial", d.status.Serial)
 }
+
+// keptNewError is a switch that failed and was unwound, but for relays
+// that could not take their last good config back and run the new one.
+type keptNewError struct {
+	err  error
+	kept []string // "relay a1 (why)"
+}
+
+func (e *keptNewError) Error() string {
+	return fmt.Sprintf("%v; unwound, but %s could not take the last good config back and runs this one until a reload succeeds", e.err, strings.Join(e.kept, " and "))
+}
+
+func (e *keptNewError) Unwrap() error { return e.err }
 
 // retakeKeys gives each running relay the PSK read for a reload of an
 // unedited file, when it differs from the one it runs with: a psk_file
