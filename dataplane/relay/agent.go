@@ -233,6 +233,9 @@ type Agent struct {
 	// testPaceMinRTT, set by tests, replaces pacingMinRTT (ns): loopback
 	// is a short path, and a test of the caps needs a long one.
 	testPaceMinRTT atomic.Int64
+	// testFinishWrite, set by tests, runs as a writer of a complete
+	// session starts its stream's end (the final ACK, the half-close).
+	testFinishWrite atomic.Pointer[func(stream int, c *net.TCPConn)]
 	// testDialed, set by tests, sees every session stream the client
 	// side dials (to cap its rate, as a path would cap each stream).
 	testDialed atomic.Pointer[func(c *net.TCPConn) error]

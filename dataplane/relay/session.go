@@ -1664,6 +1664,9 @@ type stream struct {
 	loseOnce sync.Once
 	running  atomic.Int32
 	gone     chan struct{}
+	// fin is how far the writer got with the stream's half-close (see
+	// peerEnded).
+	fin atomic.Int32
 
 	// lowat is the stream's TCP_NOTSENT_LOWAT, set by housekeeping; a
 	// writer takes at most that many bytes of chunks at a time.
@@ -1948,6 +1951,9 @@ func storeMax(a *atomic.Uint64, v uint64) {
 // stream that is lost since), then the half-close.
 func (st *stream) finishWrite() {
 	s := st.s
+	if f := s.agent.testFinishWrite.Load(); f != nil {
+		(*f)(st.index, st.conn)
+	}
 	if ack := s.ackPending.Load(); ack > st.lastAck {
 		if frame, err := st.sealControl(st.ackBuf[:], stripe.FrameAck, ack); err == nil {
 			if _, err := st.conn.Write(frame); err != nil {
@@ -1956,10 +1962,41 @@ func (st *stream) finishWrite() {
 			st.lastAck = ack
 		}
 	}
+	st.fin.Store(finClosing)
 	if err := st.conn.CloseWrite(); err != nil {
+		st.fin.Store(finFailed)
 		return
 	}
+	st.fin.Store(finClosed)
 	s.writersDone.Add(1)
+}
+
+// The writer's half-close of a stream (stream.fin).
+const (
+	finNone    = iota // not tried
+	finClosing        // CloseWrite running
+	finClosed         // done
+	finFailed         // CloseWrite failed (the connection was gone)
+)
+
+// peerEnded says whether the end of file the reader of a complete
+// session's stream got is the peer's half-close, not a reset whose error
+// a write took (endedByFin). It waits out the writer's half-close if that
+// is running: the peer's FIN may answer it before it returns.
+func (st *stream) peerEnded() bool {
+	for range 100 {
+		if st.fin.Load() != finClosing {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	switch st.fin.Load() {
+	case finClosed, finClosing:
+		return true
+	case finFailed:
+		return false
+	}
+	return endedByFin(st.conn, false)
 }
 
 // claim marks chunks taken from the send queue as this writer's; chunks
@@ -2275,8 +2312,14 @@ func (st *stream) readLoop() {
 					}
 				}
 			}
-			if errors.Is(err, io.EOF) && s.isCompleted() {
-				// The peer half-closed: it is complete too.
+			if errors.Is(err, io.EOF) && s.isCompleted() && st.peerEnded() {
+				// The peer half-closed: it is complete too. (An end of
+				// file after a reset whose error this stream's writer
+				// took, writing the final ACK, is a lost stream: the
+				// peer may wait for that ACK, and a replacement carries
+				// it. Taken for the peer's end, the session ended here
+				// and the replacement was refused as unknown, which
+				// aborted the peer's session with all its data through.)
 				s.peerDoneOnce.Do(func() { close(s.peerDone) })
 				return
 			}

@@ -1,0 +1,113 @@
+package relay
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
+	"golang.org/x/sys/unix"
+)
+
+// TestResetAsTheFinalACKGoesIsALostStream: the server side completes
+// first (its end host closed first, so the client side had acknowledged
+// its FIN when the client's FIN arrived), and the one stream that would
+// carry its final ACK is reset just then, the reset's error taken by a
+// write of that stream's writer. The reader then sees only an end of
+// file. It is a lost stream, not the client side's end: the server side
+// keeps the session, the client side's replacement joins it and gets the
+// final ACK, and both complete. Before, the server side took the end of
+// file for the client side's half-close and ended the session; the
+// replacement was refused as an unknown session and the client side
+// aborted the session with every byte through both ways.
+//
+// The hook, in the writer as it starts the stream's end, resets the
+// client side's end of the stream, waits without yielding until the
+// reset has arrived, and takes its error (SO_ERROR) as a write would;
+// with GOMAXPROCS 1 the reader, woken by the reset, cannot run first.
+func TestResetAsTheFinalACKGoesIsALostStream(t *testing.T) {
+	for _, enc := range []string{EncryptionAESGCM, EncryptionNone} {
+		t.Run(enc, func(t *testing.T) {
+			response := patterned(256<<10, 3)
+			request := patterned(64<<10, 4)
+			gotRequest := make(chan []byte, 1)
+			p := startPair(t, pairOptions{streams: 1, chunk: 16384, encryption: enc}, func(c *net.TCPConn) {
+				defer c.Close()
+				_, _ = c.Write(response)
+				_ = c.CloseWrite()
+				b, _ := io.ReadAll(c)
+				gotRequest <- b
+			})
+			var mounted, took atomic.Bool
+			hook := func(stream int, conn *net.TCPConn) {
+				if !mounted.CompareAndSwap(false, true) {
+					return
+				}
+				// The client side's end of the stream.
+				var peer *net.TCPConn
+				p.a.mu.Lock()
+				for s := range p.a.sessions {
+					s.mu.Lock()
+					if st := s.streams[stream]; st != nil {
+						peer = st.conn
+					}
+					s.mu.Unlock()
+				}
+				p.a.mu.Unlock()
+				if peer == nil {
+					return
+				}
+				reset(peer)
+				for deadline := time.Now().Add(5 * time.Millisecond); time.Now().Before(deadline); {
+					if info, ok := readTCPInfo(conn); ok && info.state != tcpEstablished {
+						took.Store(errors.Is(socketError(conn), unix.ECONNRESET))
+						return
+					}
+				}
+			}
+			p.b.testFinishWrite.Store(&hook)
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+
+			c := p.dial(t)
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+			got, err := io.ReadAll(c)
+			if err != nil || !bytes.Equal(got, response) {
+				t.Fatalf("the response: %d of %d bytes, err %v", len(got), len(response), err)
+			}
+			if _, err := c.Write(request); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.CloseWrite()
+			select {
+			case b := <-gotRequest:
+				if !bytes.Equal(b, request) {
+					t.Fatalf("the server got %d of %d request bytes", len(b), len(request))
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the server never got the request's end")
+			}
+			testsupport.Eventually(t, 20*time.Second, "the session ended on both sides", func() bool {
+				ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
+				return ta.SessionsCompleted+ta.SessionsAborted == 1 && tb.SessionsCompleted+tb.SessionsAborted == 1
+			})
+			if !took.Load() {
+				t.Fatalf("the writer did not take the reset's error (hook ran: %v)", mounted.Load())
+			}
+			ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
+			t.Logf("client side: %d completed, %d aborted, %d streams replaced; server side: %d completed, %d aborted, %d streams lost",
+				ta.SessionsCompleted, ta.SessionsAborted, ta.StreamsReplaced, tb.SessionsCompleted, tb.SessionsAborted, tb.StreamsLost)
+			if ta.SessionsCompleted != 1 || tb.SessionsCompleted != 1 {
+				t.Errorf("completed: client side %d, server side %d; want the session complete on both", ta.SessionsCompleted, tb.SessionsCompleted)
+			}
+			if ta.StreamsReplaced != 1 {
+				t.Errorf("the client side replaced %d streams, want the reset one", ta.StreamsReplaced)
+			}
+		})
+	}
+}
