@@ -57,10 +57,12 @@ type PoolStatus struct {
 	Died    uint64 `json:"died"`
 	Expired uint64 `json:"expired"`
 	// Refused is the far agent's refusal of pooled streams, Failures the
-	// failed opens in a row and RetryIn the pause before the next.
-	Refused  string  `json:"refused,omitempty"`
-	Failures int     `json:"failures,omitempty"`
-	RetryIn  float64 `json:"retry_in_seconds,omitempty"`
+	// failed opens in a row, DiedYoung the deaths in a row of streams
+	// younger than a second, and RetryIn the pause before the next open.
+	Refused   string  `json:"refused,omitempty"`
+	Failures  int     `json:"failures,omitempty"`
+	DiedYoung int     `json:"died_young,omitempty"`
+	RetryIn   float64 `json:"retry_in_seconds,omitempty"`
 }
 
 func poolStatuses(agent string, ps []relay.PoolStats) []PoolStatus {
@@ -68,7 +70,7 @@ func poolStatuses(agent string, ps []relay.PoolStats) []PoolStatus {
 	for _, p := range ps {
 		ps := PoolStatus{Agent: agent, Peer: p.PeerName, Address: p.Peer.String(), Idle: p.Idle, Target: p.Target,
 			MinIdle: p.MinIdle, Max: p.Max, Claims: p.Claims, Misses: p.Misses, Refills: p.Refills, Died: p.Died, Expired: p.Expired,
-			Refused: p.Refused, Failures: p.Failures}
+			Refused: p.Refused, Failures: p.Failures, DiedYoung: p.DiedYoung}
 		if !p.RetryAt.IsZero() {
 			ps.RetryIn = max(time.Until(p.RetryAt), 0).Round(time.Millisecond).Seconds()
 		}
@@ -330,6 +332,9 @@ func (s *Status) WriteText(w io.Writer) {
 				fmt.Fprintf(w, "  pool of %s toward %s: refused by %s (%s); %d attempts, next in %.0f s\n", p.Agent, p.Peer, p.Peer, p.Refused, p.Failures, p.RetryIn)
 			case p.Failures > 0:
 				fmt.Fprintf(w, "  pool of %s toward %s: %d failed opens in a row; next in %.0f s\n", p.Agent, p.Peer, p.Failures, p.RetryIn)
+			case p.DiedYoung > 0:
+				fmt.Fprintf(w, "  pool of %s toward %s: idle streams died within a second of opening, %d times in a row (does the path drop new connections?); opening one at a time, next in %.0f s\n",
+					p.Agent, p.Peer, p.DiedYoung, p.RetryIn)
 			}
 		}
 	}

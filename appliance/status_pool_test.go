@@ -49,6 +49,21 @@ func TestStatusAndMetricsShowPools(t *testing.T) {
 		t.Errorf("status JSON of a refused pool: %s", js)
 	}
 
+	// A pool whose idle streams die young says so.
+	young := Status{Pools: poolStatuses("agent-a", []relay.PoolStats{{
+		Peer: netip.MustParseAddrPort("10.2.0.2:9877"), PeerName: "agent-b", MinIdle: 4, Max: 16, Target: 4,
+		DiedYoung: 2, RetryAt: time.Now().Add(3 * time.Second),
+	}})}
+	b.Reset()
+	young.WriteText(&b)
+	if !strings.Contains(b.String(), "pool of agent-a toward agent-b: idle streams died within a second of opening, 2 times in a row") ||
+		!strings.Contains(b.String(), "next in 3 s") {
+		t.Errorf("status text of a pool whose streams die young:\n%s", b.String())
+	}
+	if js, _ := json.Marshal(young); !strings.Contains(string(js), `"died_young":2,"retry_in_seconds":`) {
+		t.Errorf("status JSON of a pool whose streams die young: %s", js)
+	}
+
 	m := newMetrics(func() liveStats { return liveStats{Pools: pools} })
 	families, err := m.reg.Gather()
 	if err != nil {

@@ -384,6 +384,9 @@ func TestPoolChurnBacksOff(t *testing.T) {
 	if limit := 2*minIdle + 2*int(window/poolBackoff); got > limit {
 		t.Errorf("%d pooled handshakes in %s (> %d): a pooled stream that dies right after its handshake is replaced at once, without backoff", got, window, limit)
 	}
+	if st.DiedYoung == 0 || st.RetryAt.IsZero() {
+		t.Errorf("the pool's stats say %d young deaths in a row, retry at %v: status cannot tell why the pool stays short", st.DiedYoung, st.RetryAt)
+	}
 	// Once the path lets streams live, the pool fills again: its pause
 	// runs out, one stream lives a second, and the rest open together.
 	proxy.passAll.Store(true)
@@ -391,6 +394,9 @@ func TestPoolChurnBacksOff(t *testing.T) {
 		ps := a.Pools()
 		return len(ps) == 1 && ps[0].Idle == minIdle
 	})
+	if st := a.Pools()[0]; st.DiedYoung != 0 || !st.RetryAt.IsZero() {
+		t.Errorf("the full pool's stats still say %d young deaths in a row, retry at %v", st.DiedYoung, st.RetryAt)
+	}
 }
 
 // dropTwice: a session whose streams all drop (first after first, then

@@ -96,11 +96,16 @@ type PoolStats struct {
 	Died     uint64
 	Expired  uint64
 	Refounds uint64
-	// Failures counts failed opens in a row; RetryAt is when the pool
+	// Failures counts failed opens in a row; DiedYoung the deaths in a
+	// row of idle streams younger than streamProvenAfter (a path that
+	// drops new connections; those that die together count once), after
+	// which the pool pauses as after failures and then opens one stream
+	// at a time until one has lived that long; RetryAt is when the pool
 	// tries again (zero when it is not pausing); Refused is the far
 	// agent's refusal ("" when it did not refuse) and LastError the last
 	// failure.
 	Failures  int
+	DiedYoung int
 	RetryAt   time.Time
 	Refused   string
 	LastError string
@@ -577,10 +582,18 @@ func (p *streamPool) stats() PoolStats {
 		MinIdle: p.spec.MinIdle, Max: p.spec.Max,
 		Refills: p.refills.Load(), Claims: p.claims.Load(), Misses: p.misses.Load(),
 		Died: p.died.Load(), Expired: p.expired.Load(), Refounds: p.refounds.Load(),
-		Failures: p.fails,
+		Failures: p.fails, DiedYoung: p.young,
+	}
+	if p.fails > 0 || p.young > 0 {
+		st.RetryAt = p.pauseUntil
+	}
+	if probe := p.probe(); probe != nil {
+		// After young deaths: until the newest stream has lived.
+		if at := probe.since.Add(streamProvenAfter); at.After(st.RetryAt) {
+			st.RetryAt = at
+		}
 	}
 	if p.fails > 0 {
-		st.RetryAt = p.pauseUntil
 		if p.lastErr != nil {
 			st.LastError = p.lastErr.Error()
 		}
