@@ -1010,14 +1010,18 @@ func (d *Daemon) Status() Status {
 		st.LostStreams.add(rs.Totals)
 		st.Pools = append(st.Pools, poolStatuses(name, relays[name].Pools())...)
 		for _, s := range rs.Sessions {
-			st.Sessions = append(st.Sessions, SessionStatus{
+			ss := SessionStatus{
 				Agent: name, Whitelist: s.Whitelist, Client: s.Client.String(), Server: s.Server.String(),
 				Streams: s.Streams, ReorderDepth: s.ReorderDepth, BytesUp: s.BytesUp, BytesDown: s.BytesDown,
 				Throughput: s.ThroughputUp + s.ThroughputDown, AgeSeconds: s.Age.Seconds(),
 				StreamsLive: int(s.StreamsLive), StreamsLost: s.StreamsLost, StreamsReplaced: s.StreamsReplaced,
 				ReinjectedBytes: s.ReinjectedBytes, StreamsChosen: s.StreamsChosen, AutoStreams: s.AutoStreams,
 				WindowBytes: s.Window, CreditWaits: s.CreditWaits, PacingBps: s.PacingRate, StreamsRecovering: s.StreamsRecovering,
-			})
+			}
+			if s.AutoStreams {
+				ss.AutoState = s.AutoState.String()
+			}
+			st.Sessions = append(st.Sessions, ss)
 		}
 	}
 	if ctl != nil {

@@ -239,6 +239,10 @@ type SessionStatus struct {
 	// chose so far; Streams is then the whitelist's max_streams.
 	StreamsChosen int  `json:"streams_chosen"`
 	AutoStreams   bool `json:"auto_streams,omitempty"`
+	// AutoState is where the choice stands: joining, measuring, held
+	// back by an end host (more streams would not tell), kept (more did
+	// not raise the rate), at the maximum.
+	AutoState string `json:"auto_state,omitempty"`
 	// WindowBytes is the session's receive window (the credit it grants
 	// its peer beyond what it delivered), CreditWaits how often its
 	// sending direction waited for the peer's; PacingBps the rate its
@@ -255,7 +259,7 @@ type SessionStatus struct {
 // streams = "auto" live/chosen with the maximum.
 func (x SessionStatus) streamsText() string {
 	if x.AutoStreams {
-		return fmt.Sprintf("%d/%d (auto, max %d)", x.StreamsLive, x.StreamsChosen, x.Streams)
+		return fmt.Sprintf("%d/%d (auto, max %d; %s)", x.StreamsLive, x.StreamsChosen, x.Streams, x.AutoState)
 	}
 	return fmt.Sprintf("%d/%d", x.StreamsLive, x.Streams)
 }

@@ -12,12 +12,12 @@ import (
 // sessions of a whitelist give their fewest and most streams.
 func TestStatusShowsAutoStreams(t *testing.T) {
 	st := Status{Sessions: []SessionStatus{
-		{Agent: "agent-a", Whitelist: "auto", Streams: 64, StreamsLive: 15, StreamsChosen: 16, AutoStreams: true},
+		{Agent: "agent-a", Whitelist: "auto", Streams: 64, StreamsLive: 15, StreamsChosen: 16, AutoStreams: true, AutoState: "held back by an end host"},
 		{Agent: "agent-a", Whitelist: "fixed", Streams: 8, StreamsLive: 8, StreamsChosen: 8},
 	}}
 	var b bytes.Buffer
 	st.WriteText(&b)
-	for _, want := range []string{"15/16 (auto, max 64)", " 8/8 "} {
+	for _, want := range []string{"15/16 (auto, max 64; held back by an end host)", " 8/8 "} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status text lacks %q:\n%s", want, b.String())
 		}
@@ -26,7 +26,7 @@ func TestStatusShowsAutoStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"streams":64,`, `"streams_chosen":16,"auto_streams":true`, `"streams_chosen":8}`} {
+	for _, want := range []string{`"streams":64,`, `"streams_chosen":16,"auto_streams":true,"auto_state":"held back by an end host"`, `"streams_chosen":8}`} {
 		if !strings.Contains(string(js), want) {
 			t.Errorf("status JSON lacks %s: %s", want, js)
 		}

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"sync/atomic"
 	"time"
 )
 
@@ -33,7 +34,36 @@ const (
 	autoSpanMin   = time.Second
 )
 
-// autoChoice is the state of one session's choice; housekeeping only.
+// AutoState says where a session's choice of its stream count stands,
+// for status: why it has the count it has.
+type AutoState int32
+
+const (
+	AutoJoining     AutoState = iota // streams of the count still joining
+	AutoMeasuring                    // measuring the count's rate
+	AutoHostLimited                  // an end host held the session back: measuring again
+	AutoKept                         // more streams did not raise the rate: the count stays
+	AutoAtMax                        // the whitelist's maximum
+)
+
+func (st AutoState) String() string {
+	switch st {
+	case AutoJoining:
+		return "joining"
+	case AutoMeasuring:
+		return "measuring"
+	case AutoHostLimited:
+		return "held back by an end host"
+	case AutoKept:
+		return "kept: more streams did not raise the rate"
+	case AutoAtMax:
+		return "at the maximum"
+	}
+	return "unknown"
+}
+
+// autoChoice is the state of one session's choice; housekeeping only,
+// but for state, which stats read.
 type autoChoice struct {
 	done bool
 	// since is when every stream of the current count was up (zero:
@@ -51,6 +81,7 @@ type autoChoice struct {
 	// it has measured.
 	rate, last float64
 	spans      int
+	state      atomic.Int32 // AutoState
 }
 
 // chooseStreams runs one housekeeping step of the auto stream count.
@@ -60,7 +91,12 @@ func (s *session) chooseStreams(now time.Time) {
 		return
 	}
 	target := int(s.target.Load())
-	if target >= s.n || s.sendFin.Load() || s.recvFin.Load() {
+	if target >= s.n {
+		au.done = true
+		au.state.Store(int32(AutoAtMax))
+		return
+	}
+	if s.sendFin.Load() || s.recvFin.Load() {
 		au.done = true
 		return
 	}
@@ -80,9 +116,13 @@ func (s *session) chooseStreams(now time.Time) {
 	case live < target:
 		au.since, au.markAt = time.Time{}, time.Time{}
 		au.last, au.spans = 0, 0
+		au.state.Store(int32(AutoJoining))
 		return
 	case au.since.IsZero():
 		au.since = now
+		if AutoState(au.state.Load()) == AutoJoining {
+			au.state.Store(int32(AutoMeasuring))
+		}
 		return
 	case au.markAt.IsZero():
 		if now.Sub(au.since) >= max(autoSettle*rtt, autoSettleMin) {
@@ -105,8 +145,10 @@ func (s *session) chooseStreams(now time.Time) {
 		// An end host held the session back most of the time: more
 		// streams would not tell. Measure again.
 		au.markAt, au.markBytes, au.limited, au.ticks = now, moved, 0, 0
+		au.state.Store(int32(AutoHostLimited))
 		return
 	}
+	au.state.Store(int32(AutoMeasuring))
 	au.spans++
 	if au.spans < autoSpans && (au.last == 0 || rate >= autoGain*au.last) {
 		// Still rising: no plateau yet.
@@ -119,6 +161,7 @@ func (s *session) chooseStreams(now time.Time) {
 	a := s.agent
 	if au.rate > 0 && rate < autoGain*au.rate {
 		au.done = true
+		au.state.Store(int32(AutoKept))
 		a.log.Debug("relay: auto streams: more streams did not raise the rate; keeping them",
 			append(s.logAttrs(), "chosen", target, "rate", rate, "before", au.rate)...)
 		return

@@ -140,9 +140,10 @@ type SessionStats struct {
 	StreamsLive, StreamsLost, StreamsReplaced uint64
 	// StreamsChosen is how many of Streams the session keeps open: all
 	// of them, or with AutoStreams (streams = "auto", client side) the
-	// count chosen so far.
+	// count chosen so far, and AutoState where that choice stands.
 	StreamsChosen                                        int
 	AutoStreams                                          bool
+	AutoState                                            AutoState
 	ReinjectedFrames, ReinjectedBytes, DuplicatesDropped uint64
 	// HeadOfLineFrames and HeadOfLineBytes are the session's share of
 	// the totals of the same names.
@@ -445,6 +446,9 @@ func (s *session) stats(now time.Time) SessionStats {
 	s.mu.Unlock()
 	ss.StreamsLive = uint64(len(streams))
 	ss.StreamsChosen, ss.AutoStreams = int(s.target.Load()), s.autoStreams
+	if s.auto != nil {
+		ss.AutoState = AutoState(s.auto.state.Load())
+	}
 	ss.StreamsLost, ss.StreamsReplaced = s.streamsLost.Load(), s.streamsJoined.Load()
 	ss.ReinjectedFrames, ss.ReinjectedBytes = s.resentFrames.Load(), s.resentBytes.Load()
 	ss.DuplicatesDropped = s.duplicates.Load()

@@ -241,6 +241,15 @@ func TestAutoStreamsWithinMax(t *testing.T) {
 	if chosen != autoFirstStreams && chosen != 2*autoFirstStreams && chosen != max {
 		t.Errorf("%d streams chosen: want a doubling of %d, at most %d", chosen, autoFirstStreams, max)
 	}
+	// Status says why the count is what it is.
+	if chosen == max {
+		testsupport.Eventually(t, 10*time.Second, "the choice at its maximum", func() bool {
+			s := onlySession(p.a)
+			return s != nil && s.AutoState == AutoAtMax
+		})
+	} else if s := onlySession(p.a); s != nil && s.AutoState == AutoAtMax {
+		t.Errorf("%d of %d streams chosen, and the choice says %q", chosen, max, s.AutoState)
+	}
 	echoOpen(t, c, piece)
 	finishEcho(t, c, piece)
 	requireClean(t, p, 1)
@@ -274,6 +283,7 @@ func TestAutoStreamsHostLimited(t *testing.T) {
 	_ = c.SetDeadline(time.Now().Add(120 * time.Second))
 	var want []byte
 	var up time.Time // when the first streams were all up at both agents
+	states := map[AutoState]bool{}
 	for start := time.Now(); up.IsZero() || time.Since(up) < measure; {
 		b := patternBytes(piece, uint64(len(want)/piece))
 		if _, err := c.Write(b); err != nil {
@@ -286,6 +296,7 @@ func TestAutoStreamsHostLimited(t *testing.T) {
 			t.Errorf("a host-limited auto session chose %+v, want %d streams", s, autoFirstStreams)
 			break
 		}
+		states[s.AutoState] = true
 		if up.IsZero() && s.StreamsLive == autoFirstStreams && streamsUp(p.b) == autoFirstStreams {
 			up = time.Now()
 			t.Logf("the first %d streams up at both agents after %s", autoFirstStreams, up.Sub(start).Round(time.Millisecond))
@@ -293,6 +304,11 @@ func TestAutoStreamsHostLimited(t *testing.T) {
 		if up.IsZero() && time.Since(start) > 60*time.Second {
 			t.Fatalf("the first %d streams not up at both agents within 60 s: %+v", autoFirstStreams, s)
 		}
+	}
+	// Status said why: an end host held the session back.
+	t.Logf("the choice's states seen: %v", states)
+	if !states[AutoHostLimited] || states[AutoKept] || states[AutoAtMax] {
+		t.Errorf("the host-limited choice's states seen: %v, want %q and never %q or %q", states, AutoHostLimited, AutoKept, AutoAtMax)
 	}
 	_ = c.CloseWrite()
 	if _, err := io.ReadAll(c); err != nil {
