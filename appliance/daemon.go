@@ -451,7 +451,10 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 				undo[i]()
 			}
 			if len(keptNew) > 0 {
+				// Status, metrics and the cluster show the PSK these
+				// relays hold now.
 				d.notePSKLocked()
+				d.snapshotLocked()
 				err = &keptNewError{err: err, kept: keptNew}
 			}
 		}
@@ -777,6 +780,8 @@ func (d *Daemon) reload(ctx context.Context) {
 		d.status.LastReload = &ReloadInfo{At: time.Now(), Result: "failed, still running the last good config: " + err.Error()}
 		if kn := (*keptNewError)(nil); errors.As(err, &kn) {
 			d.status.LastReload.Result = "failed: " + err.Error()
+		} else if len(d.keptNew) > 0 {
+			d.status.LastReload.Result = "failed: " + err.Error() + "; " + d.keptNewText()
 		}
 		var ce *ConfigError
 		if errors.As(err, &ce) {
@@ -790,7 +795,7 @@ func (d *Daemon) reload(ctx context.Context) {
 			}
 			return
 		}
-		if kn := (*keptNewError)(nil); errors.As(err, &kn) {
+		if len(d.keptNew) > 0 {
 			d.log.Error("reload failed; the last good config keeps running but for the relays that could not take it back", "err", err, "agents", strings.Join(d.keptNew, ","))
 			return
 		}
@@ -814,6 +819,13 @@ func (e *keptNewError) Error() string {
 }
 
 func (e *keptNewError) Unwrap() error { return e.err }
+
+// keptNewText says which relays still run the config of an earlier
+// reload that failed (keptNew), for a later failure's status.
+func (d *Daemon) keptNewText() string {
+	return fmt.Sprintf("the last good config keeps running, but relay %s still runs the config of an earlier reload that failed, since it could not take the last good one back",
+		strings.Join(d.keptNew, ", relay "))
+}
 
 // retakeKeys gives each running relay the PSK read for a reload of an
 // unedited file, when it differs from the one it runs with: a psk_file

@@ -96,7 +96,10 @@ func (s *session) chooseStreams(now time.Time) {
 		au.state.Store(int32(AutoAtMax))
 		return
 	}
-	if s.sendFin.Load() || s.recvFin.Load() {
+	if s.sendFin.Load() && s.recvFin.Load() {
+		// Both directions ended. (One alone does not end the choice: a
+		// download after the request's half-close, or an upload after
+		// the server's, gains from more streams as much.)
 		au.done = true
 		return
 	}

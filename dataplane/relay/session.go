@@ -1981,9 +1981,14 @@ const (
 
 // peerEnded says whether the end of file the reader of a complete
 // session's stream got is the peer's half-close, not a reset whose error
-// a write took (endedByFin). It waits out the writer's half-close if that
-// is running: the peer's FIN may answer it before it returns.
+// a write took (endedByFin). The state first: this side's own half-close
+// may move it out of CLOSE_WAIT right after this look, and it sets fin
+// before it starts. Then it waits out the writer's half-close if that is
+// running: the peer's FIN may answer it before it returns.
 func (st *stream) peerEnded() bool {
+	if peerClosed(st.conn) {
+		return true
+	}
 	for range 100 {
 		if st.fin.Load() != finClosing {
 			break
@@ -1993,10 +1998,8 @@ func (st *stream) peerEnded() bool {
 	switch st.fin.Load() {
 	case finClosed, finClosing:
 		return true
-	case finFailed:
-		return false
 	}
-	return endedByFin(st.conn, false)
+	return false
 }
 
 // claim marks chunks taken from the send queue as this writer's; chunks
