@@ -247,6 +247,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.log.Info("config file changed")
 			d.reload(ctx)
 		case <-drift.C:
+			if d.keptNewRelays() {
+				// A relay still runs the config of a reload that failed
+				// (keptNew): the drift check takes it back to the last
+				// good one, as a reload of the file does.
+				d.log.Info("a relay still runs the config of a reload that failed; reloading to take the last good config back")
+				d.reload(ctx)
+				if !d.keptNewRelays() {
+					continue
+				}
+			}
 			d.checkDrift(ctx)
 		}
 	}
@@ -819,6 +829,14 @@ func (e *keptNewError) Error() string {
 }
 
 func (e *keptNewError) Unwrap() error { return e.err }
+
+// keptNewRelays says whether a relay still runs the config of a reload
+// that failed.
+func (d *Daemon) keptNewRelays() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.keptNew) > 0
+}
 
 // keptNewText says which relays still run the config of an earlier
 // reload that failed (keptNew), for a later failure's status.
