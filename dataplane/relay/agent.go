@@ -233,6 +233,8 @@ type Agent struct {
 	// testPaceMinRTT, set by tests, replaces pacingMinRTT (ns): loopback
 	// is a short path, and a test of the caps needs a long one.
 	testPaceMinRTT atomic.Int64
+	// testFinSettle, set by tests, replaces finSettle (ns).
+	testFinSettle atomic.Int64
 	// testFinishWrite, set by tests, runs as a writer of a complete
 	// session starts its stream's end (the final ACK, the half-close).
 	testFinishWrite atomic.Pointer[func(stream int, c *net.TCPConn)]

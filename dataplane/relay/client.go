@@ -209,7 +209,7 @@ func (a *Agent) relayDirect(rc *runtimeConfig, host *net.TCPConn, server netip.A
 		}
 		if err == nil && !srcDone {
 			_, err = io.Copy(conns[dst], conns[src])
-			if err == nil && !endedByFin(conns[src], shut[src].Load()) {
+			if err == nil && !endedByFin(conns[src], &shut[src]) {
 				err = syscall.ECONNRESET // a write to src took its reset's error
 			}
 		}

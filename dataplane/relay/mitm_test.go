@@ -54,11 +54,11 @@ type mitmStream struct {
 	shutA, shutB atomic.Bool
 }
 
-func (ms *mitmStream) shut(c *net.TCPConn) bool {
+func (ms *mitmStream) shut(c *net.TCPConn) *atomic.Bool {
 	if c == ms.a {
-		return ms.shutA.Load()
+		return &ms.shutA
 	}
-	return ms.shutB.Load()
+	return &ms.shutB
 }
 
 func (ms *mitmStream) markShut(c *net.TCPConn) {

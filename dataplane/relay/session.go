@@ -1061,7 +1061,7 @@ func (s *session) readHost() {
 		if err == nil {
 			continue
 		}
-		if errors.Is(err, io.EOF) && !endedByFin(s.host, s.hostShut.Load()) {
+		if errors.Is(err, io.EOF) && !endedByFin(s.host, &s.hostShut) {
 			// The end host reset, and a write to it took the error: its
 			// sending was cut short, not finished.
 			err = fmt.Errorf("end of file without a FIN: %w", syscall.ECONNRESET)
@@ -2304,14 +2304,24 @@ func (st *stream) readLoop() {
 				// Both directions may be finished with the goroutine that
 				// finished the last one yet to say so.
 				s.checkComplete()
-				if !s.isCompleted() && s.recvFin.Load() {
+				if !s.isCompleted() && s.recvFin.Load() && s.finAcked.Load() {
 					// The peer's FIN is delivered and its ACK about to be
 					// pending (recvAcked comes next in writeHost): the
-					// peer may have completed on that ACK already.
+					// peer may have completed on that ACK already. (Not
+					// before it acknowledged our FIN: its final ACK,
+					// which says so, comes before its half-close on every
+					// stream. Waiting then would only hold a stream that
+					// a reset ended, its slot with it, while the session
+					// still sends.)
+					settle := finSettle
+					if d := s.agent.testFinSettle.Load(); d > 0 {
+						settle = time.Duration(d)
+					}
 					select {
 					case <-s.completeCh:
 					case <-s.abortCh:
-					case <-time.After(finSettle):
+					case <-st.dead:
+					case <-time.After(settle):
 					}
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -353,9 +354,12 @@ func peerGaveUp(c *net.TCPConn) bool {
 // end of file. While this side has not half-closed (wroteFin false), the
 // state tells them apart: CLOSE_WAIT after a FIN, CLOSE after a reset.
 // Once it has, a clean close ends in CLOSE too, but then nothing writes to
-// c any more and the reader gets a reset's error itself.
-func endedByFin(c *net.TCPConn, wroteFin bool) bool {
-	return wroteFin || peerClosed(c)
+// c any more and the reader gets a reset's error itself. The state is read
+// first: this side's half-close, which sets wroteFin before it starts, may
+// move it out of CLOSE_WAIT right after the look (read the other way
+// round, a clean end could pass for a reset).
+func endedByFin(c *net.TCPConn, wroteFin *atomic.Bool) bool {
+	return peerClosed(c) || wroteFin.Load()
 }
 
 // onSocket runs fn on a connected stream's file descriptor.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -36,13 +37,15 @@ func loopbackPair(t *testing.T) (ours, theirs *net.TCPConn) {
 // and an orderly close after this side's own FIN (which leaves the same
 // state as a reset, hence the wroteFin argument).
 func TestEndedByFin(t *testing.T) {
+	var notShut, shut atomic.Bool
+	shut.Store(true)
 	t.Run("peer FIN", func(t *testing.T) {
 		ours, theirs := loopbackPair(t)
 		_ = theirs.CloseWrite()
 		if _, err := ours.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 			t.Fatalf("read: %v, want end of file", err)
 		}
-		if !endedByFin(ours, false) {
+		if !endedByFin(ours, &notShut) {
 			t.Error("a FIN is not taken for one")
 		}
 	})
@@ -60,7 +63,7 @@ func TestEndedByFin(t *testing.T) {
 		if _, err := ours.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 			t.Fatalf("read after the write took the error: %v, want end of file", err)
 		}
-		if endedByFin(ours, false) {
+		if endedByFin(ours, &notShut) {
 			t.Error("a reset is taken for a FIN")
 		}
 	})
@@ -74,7 +77,7 @@ func TestEndedByFin(t *testing.T) {
 		if _, err := ours.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 			t.Fatalf("read: %v, want end of file", err)
 		}
-		if !endedByFin(ours, true) {
+		if !endedByFin(ours, &shut) {
 			t.Error("an orderly close after our own FIN is taken for a reset")
 		}
 		if peerClosed(ours) {
