@@ -501,7 +501,11 @@ func (a *Agent) Addrs() Addrs {
 
 // Shutdown stops accepting, lets live sessions finish until ctx is done,
 // then aborts (resets) the rest and waits for every goroutine. It returns
-// an error naming how many sessions had to be aborted.
+// an error naming how many sessions had to be aborted. The data listener
+// stays open while sessions drain: it refuses new sessions and pooled
+// streams (shutting down), but a live session's lost stream can still be
+// replaced; without, a session whose final ACK went with a reset stream
+// could not finish at its peer.
 func (a *Agent) Shutdown(ctx context.Context) error {
 	a.mu.Lock()
 	if a.draining {
@@ -510,7 +514,10 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	}
 	a.draining = true
 	a.stopping.Store(true)
+	data := a.data
+	a.data = nil
 	a.closeListenersLocked()
+	a.data = data
 	for c := range a.preauth {
 		reset(c)
 	}
@@ -559,6 +566,12 @@ wait:
 			break wait
 		}
 	}
+	a.mu.Lock()
+	a.closeListenersLocked()
+	for c := range a.preauth {
+		reset(c)
+	}
+	a.mu.Unlock()
 	close(a.stop)
 	a.wg.Wait()
 

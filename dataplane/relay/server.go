@@ -44,7 +44,9 @@ func (a *Agent) admitPreAuth(c *net.TCPConn) {
 	addr := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
 	src, srcNet := connlimit.AddressOf(addr), connlimit.SourceOf(addr)
 	a.mu.Lock()
-	if a.draining {
+	if a.drainOver {
+		// Draining, the data listener stays open for the joins of live
+		// sessions (admitHello refuses the rest) until the drain is over.
 		a.mu.Unlock()
 		reset(c)
 		return
@@ -420,10 +422,12 @@ func (a *Agent) admitHello(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, r
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.draining {
+	s, ok := a.byID[h.Session]
+	if a.draining && !(ok && h.Join) {
+		// Draining: only a live session's replacement streams.
 		return Whitelist{}, stripe.StatusShuttingDown, nil
 	}
-	if s, ok := a.byID[h.Session]; ok {
+	if ok {
 		return w, s.joinable(h), nil
 	}
 	if h.Join {
