@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -25,89 +26,143 @@ import (
 // file for the client side's half-close and ended the session; the
 // replacement was refused as an unknown session and the client side
 // aborted the session with every byte through both ways.
-//
-// The hook, in the writer as it starts the stream's end, resets the
-// client side's end of the stream, waits without yielding until the
-// reset has arrived, and takes its error (SO_ERROR) as a write would;
-// with GOMAXPROCS 1 the reader, woken by the reset, cannot run first.
 func TestResetAsTheFinalACKGoesIsALostStream(t *testing.T) {
 	for _, enc := range []string{EncryptionAESGCM, EncryptionNone} {
-		t.Run(enc, func(t *testing.T) {
-			response := patterned(256<<10, 3)
-			request := patterned(64<<10, 4)
-			gotRequest := make(chan []byte, 1)
-			p := startPair(t, pairOptions{streams: 1, chunk: 16384, encryption: enc}, func(c *net.TCPConn) {
-				defer c.Close()
-				_, _ = c.Write(response)
-				_ = c.CloseWrite()
-				b, _ := io.ReadAll(c)
-				gotRequest <- b
-			})
-			var mounted, took atomic.Bool
-			hook := func(stream int, conn *net.TCPConn) {
-				if !mounted.CompareAndSwap(false, true) {
-					return
-				}
-				// The client side's end of the stream.
-				var peer *net.TCPConn
-				p.a.mu.Lock()
-				for s := range p.a.sessions {
-					s.mu.Lock()
-					if st := s.streams[stream]; st != nil {
-						peer = st.conn
-					}
-					s.mu.Unlock()
-				}
-				p.a.mu.Unlock()
-				if peer == nil {
-					return
-				}
-				reset(peer)
-				for deadline := time.Now().Add(5 * time.Millisecond); time.Now().Before(deadline); {
-					if info, ok := readTCPInfo(conn); ok && info.state != tcpEstablished {
-						took.Store(errors.Is(socketError(conn), unix.ECONNRESET))
-						return
-					}
-				}
-			}
-			p.b.testFinishWrite.Store(&hook)
-			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-
-			c := p.dial(t)
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-			got, err := io.ReadAll(c)
-			if err != nil || !bytes.Equal(got, response) {
-				t.Fatalf("the response: %d of %d bytes, err %v", len(got), len(response), err)
-			}
-			if _, err := c.Write(request); err != nil {
-				t.Fatal(err)
-			}
-			_ = c.CloseWrite()
-			select {
-			case b := <-gotRequest:
-				if !bytes.Equal(b, request) {
-					t.Fatalf("the server got %d of %d request bytes", len(b), len(request))
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatal("the server never got the request's end")
-			}
-			testsupport.Eventually(t, 20*time.Second, "the session ended on both sides", func() bool {
-				ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
-				return ta.SessionsCompleted+ta.SessionsAborted == 1 && tb.SessionsCompleted+tb.SessionsAborted == 1
-			})
-			if !took.Load() {
-				t.Fatalf("the writer did not take the reset's error (hook ran: %v)", mounted.Load())
-			}
-			ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
-			t.Logf("client side: %d completed, %d aborted, %d streams replaced; server side: %d completed, %d aborted, %d streams lost",
-				ta.SessionsCompleted, ta.SessionsAborted, ta.StreamsReplaced, tb.SessionsCompleted, tb.SessionsAborted, tb.StreamsLost)
-			if ta.SessionsCompleted != 1 || tb.SessionsCompleted != 1 {
-				t.Errorf("completed: client side %d, server side %d; want the session complete on both", ta.SessionsCompleted, tb.SessionsCompleted)
-			}
-			if ta.StreamsReplaced != 1 {
-				t.Errorf("the client side replaced %d streams, want the reset one", ta.StreamsReplaced)
-			}
-		})
+		t.Run(enc, func(t *testing.T) { finalACKReset(t, enc, false) })
 	}
+}
+
+// TestDrainLetsAFinishingSessionReplaceAStream: the same while the
+// server-side agent is shutting down (Shutdown lets live sessions finish;
+// it starts after the response went, the request still to come). The
+// session, complete at the server side, lingers there for the
+// replacement that carries the final ACK again; the draining agent takes
+// that JOIN (it refuses new sessions only), and both sides complete.
+// Found by review: Shutdown closed the data listener at once, so the
+// replacement was refused until the client side's reconnect timeout
+// aborted the session and reset its client, every byte through both ways
+// and the server side counting it completed.
+func TestDrainLetsAFinishingSessionReplaceAStream(t *testing.T) {
+	finalACKReset(t, EncryptionAESGCM, true)
+}
+
+// finalACKReset runs attempts of the final-ACK reset until one mounts
+// it: a hook, in the server side's writer as it starts the stream's end,
+// resets the client side's end of the stream, waits without yielding
+// until the reset has arrived, and takes its error (SO_ERROR) as a write
+// would; with GOMAXPROCS 1 the reader, woken by the reset, cannot run
+// first. An attempt counts only when the client side was not complete at
+// the hook (it has not read the final ACK, which the reset then
+// discards). drain shuts the server side down between the response and
+// the request.
+func finalACKReset(t *testing.T, enc string, drain bool) {
+	for attempt := range 12 {
+		if finalACKResetAttempt(t, enc, drain) {
+			return
+		}
+		t.Logf("attempt %d: the client side had read the final ACK, or the reset's error was not taken; again", attempt)
+	}
+	t.Fatal("the final-ACK reset never mounted: the test did not test its case")
+}
+
+func finalACKResetAttempt(t *testing.T, enc string, drain bool) (mounted bool) {
+	response := patterned(256<<10, 3)
+	request := patterned(64<<10, 4)
+	gotRequest := make(chan []byte, 1)
+	p := startPair(t, pairOptions{streams: 1, chunk: 16384, encryption: enc,
+		limitsA: Limits{ReconnectTimeout: 2 * time.Second},
+		limitsB: Limits{ReconnectTimeout: 4 * time.Second},
+	}, func(c *net.TCPConn) {
+		defer c.Close()
+		_, _ = c.Write(response)
+		_ = c.CloseWrite()
+		b, _ := io.ReadAll(c)
+		gotRequest <- b
+	})
+	var ran, void, took atomic.Bool
+	hook := func(stream int, conn *net.TCPConn) {
+		if !ran.CompareAndSwap(false, true) {
+			return
+		}
+		// The client side's end of the stream.
+		var peer *net.TCPConn
+		p.a.mu.Lock()
+		for s := range p.a.sessions {
+			s.mu.Lock()
+			if st := s.streams[stream]; st != nil {
+				peer = st.conn
+			}
+			s.mu.Unlock()
+			if s.isCompleted() {
+				void.Store(true)
+			}
+		}
+		p.a.mu.Unlock()
+		if peer == nil || void.Load() {
+			void.Store(true)
+			return
+		}
+		reset(peer)
+		for deadline := time.Now().Add(5 * time.Millisecond); time.Now().Before(deadline); {
+			if info, ok := readTCPInfo(conn); ok && info.state != tcpEstablished {
+				took.Store(errors.Is(socketError(conn), unix.ECONNRESET))
+				return
+			}
+		}
+	}
+	p.b.testFinishWrite.Store(&hook)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+
+	c := p.dial(t)
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil || !bytes.Equal(got, response) {
+		t.Fatalf("the response: %d of %d bytes, err %v", len(got), len(response), err)
+	}
+	shutdown := make(chan error, 1)
+	if drain {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			shutdown <- p.b.Shutdown(ctx)
+		}()
+		awaitDraining(t, p.b)
+	}
+	if _, err := c.Write(request); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.CloseWrite()
+	select {
+	case b := <-gotRequest:
+		if !bytes.Equal(b, request) {
+			t.Fatalf("the server got %d of %d request bytes", len(b), len(request))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server never got the request's end")
+	}
+	testsupport.Eventually(t, 20*time.Second, "the session ended on both sides", func() bool {
+		ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
+		return ta.SessionsCompleted+ta.SessionsAborted == 1 && tb.SessionsCompleted+tb.SessionsAborted == 1
+	})
+	var serr error
+	if drain {
+		serr = <-shutdown
+	}
+	if void.Load() || !took.Load() {
+		return false
+	}
+	ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
+	t.Logf("client side: %d completed, %d aborted, %d streams replaced; server side: %d completed, %d aborted, %d streams lost; shutdown: %v",
+		ta.SessionsCompleted, ta.SessionsAborted, ta.StreamsReplaced, tb.SessionsCompleted, tb.SessionsAborted, tb.StreamsLost, serr)
+	if ta.SessionsCompleted != 1 || tb.SessionsCompleted != 1 {
+		t.Errorf("completed: client side %d, server side %d; want the session complete on both", ta.SessionsCompleted, tb.SessionsCompleted)
+	}
+	if ta.StreamsReplaced != 1 {
+		t.Errorf("the client side replaced %d streams, want the reset one", ta.StreamsReplaced)
+	}
+	if serr != nil {
+		t.Errorf("the drain: %v", serr)
+	}
+	return true
 }
