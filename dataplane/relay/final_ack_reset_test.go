@@ -65,6 +65,22 @@ func finalACKReset(t *testing.T, enc string, drain bool) {
 	t.Fatal("the final-ACK reset never mounted: the test did not test its case")
 }
 
+// resetTakenByWrite resets peer, the far end of conn, waits without
+// yielding (5 ms at most) until the reset has reached conn, and takes its
+// error (SO_ERROR) as a write on conn would: conn's reader then reads only
+// end of file. It reports whether it took the reset's error. The caller
+// runs with GOMAXPROCS 1, so conn's reader, woken by the reset, cannot
+// take it first.
+func resetTakenByWrite(peer, conn *net.TCPConn) bool {
+	reset(peer)
+	for deadline := time.Now().Add(5 * time.Millisecond); time.Now().Before(deadline); {
+		if info, ok := readTCPInfo(conn); ok && info.state != tcpEstablished {
+			return errors.Is(socketError(conn), unix.ECONNRESET)
+		}
+	}
+	return false
+}
+
 func finalACKResetAttempt(t *testing.T, enc string, drain bool) (mounted bool) {
 	response := patterned(256<<10, 3)
 	request := patterned(64<<10, 4)
@@ -102,13 +118,7 @@ func finalACKResetAttempt(t *testing.T, enc string, drain bool) (mounted bool) {
 			void.Store(true)
 			return
 		}
-		reset(peer)
-		for deadline := time.Now().Add(5 * time.Millisecond); time.Now().Before(deadline); {
-			if info, ok := readTCPInfo(conn); ok && info.state != tcpEstablished {
-				took.Store(errors.Is(socketError(conn), unix.ECONNRESET))
-				return
-			}
-		}
+		took.Store(resetTakenByWrite(peer, conn))
 	}
 	p.b.testFinishWrite.Store(&hook)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))

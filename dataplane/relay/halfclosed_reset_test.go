@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sosappliance/sosappliance/internal/testsupport"
-	"golang.org/x/sys/unix"
 )
 
 // TestResetWhileHalfClosedFreesTheSlot: the client half-closed (its FIN
@@ -111,13 +110,7 @@ func halfClosedResetAttempt(t *testing.T) bool {
 	func() {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 		resetAt.Store(time.Now().UnixNano())
-		reset(stA.conn)
-		for deadline := time.Now().Add(5 * time.Millisecond); time.Now().Before(deadline); {
-			if info, ok := readTCPInfo(stB.conn); ok && info.state != tcpEstablished {
-				took = errors.Is(socketError(stB.conn), unix.ECONNRESET)
-				break
-			}
-		}
+		took = resetTakenByWrite(stA.conn, stB.conn)
 	}()
 	if !took {
 		stop.Store(true)

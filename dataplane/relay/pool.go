@@ -321,11 +321,18 @@ func (p *streamPool) wantOne(now time.Time) bool {
 func (p *streamPool) paused(now time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	d := p.pauseUntil.Sub(now)
+	return p.resumeAtLocked().Sub(now)
+}
+
+// resumeAtLocked is when the pool tries again (paused). p.mu held.
+func (p *streamPool) resumeAtLocked() time.Time {
+	at := p.pauseUntil
 	if probe := p.probe(); probe != nil {
-		d = max(d, probe.since.Add(streamProvenAfter).Sub(now))
+		if t := probe.since.Add(streamProvenAfter); t.After(at) {
+			at = t
+		}
 	}
-	return d
+	return at
 }
 
 // probe is, after streams died young, the idle stream opened since the
@@ -585,13 +592,7 @@ func (p *streamPool) stats() PoolStats {
 		Failures: p.fails, DiedYoung: p.young,
 	}
 	if p.fails > 0 || p.young > 0 {
-		st.RetryAt = p.pauseUntil
-	}
-	if probe := p.probe(); probe != nil {
-		// After young deaths: until the newest stream has lived.
-		if at := probe.since.Add(streamProvenAfter); at.After(st.RetryAt) {
-			st.RetryAt = at
-		}
+		st.RetryAt = p.resumeAtLocked()
 	}
 	if p.fails > 0 {
 		if p.lastErr != nil {

@@ -1995,11 +1995,8 @@ func (st *stream) peerEnded() bool {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	switch st.fin.Load() {
-	case finClosed, finClosing:
-		return true
-	}
-	return false
+	f := st.fin.Load()
+	return f == finClosed || f == finClosing
 }
 
 // claim marks chunks taken from the send queue as this writer's; chunks
