@@ -553,6 +553,16 @@ wait:
 			a.mu.Lock()
 			a.drainOver = true
 			for s := range a.sessions {
+				if s.isCompleted() {
+					// Complete here, it waits only for the peer's
+					// half-close. Its writers get abortGrace to send
+					// the final ACK and FIN (they start at completion),
+					// then it ends, counted as completed, its streams
+					// closed: an ABORT or reset before that ACK could
+					// end the peer's session as aborted.
+					s.endStreams(abortGrace)
+					continue
+				}
 				if s.abort(AbortShutdown, errors.New("agent shutting down: drain deadline passed")) {
 					aborted++
 				}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,5 +70,88 @@ func TestDrainRefusesNewSessionsWithAnAnswer(t *testing.T) {
 	}
 	if err := <-shutdown; err != nil {
 		t.Fatalf("the drain: %v", err)
+	}
+}
+
+// TestDrainDeadlineEndsACompleteSessionAsCompleted: the server-side
+// agent's session is complete (its final ACK went) and waits only for
+// the client side's half-close, which a hook in the client side's writers
+// holds back, when the server side's drain deadline passes. It ends
+// there as completed, with its streams closed, not aborted: an ABORT or
+// reset could end the client side's session as aborted. Found by review:
+// the deadline aborted every session still there, complete or not, and
+// Shutdown reported it as aborted.
+func TestDrainDeadlineEndsACompleteSessionAsCompleted(t *testing.T) {
+	response := patterned(128<<10, 5)
+	request := patterned(32<<10, 6)
+	gotRequest := make(chan []byte, 1)
+	p := startPair(t, pairOptions{streams: 2,
+		limitsA: Limits{ReconnectTimeout: 30 * time.Second},
+		limitsB: Limits{ReconnectTimeout: 30 * time.Second},
+	}, func(c *net.TCPConn) {
+		defer c.Close()
+		_, _ = c.Write(response)
+		_ = c.CloseWrite()
+		b, _ := io.ReadAll(c)
+		gotRequest <- b
+	})
+	// The client side completes on the server side's final ACK, so the
+	// server side is complete when the hook first runs.
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func(int, *net.TCPConn) {
+		once.Do(func() { close(held) })
+		select {
+		case <-release:
+		case <-time.After(20 * time.Second):
+		}
+	}
+	p.a.testFinishWrite.Store(&hook)
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	defer releaseOnce()
+
+	c := p.dial(t)
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil || !bytes.Equal(got, response) {
+		t.Fatalf("the response: %d of %d bytes, err %v", len(got), len(response), err)
+	}
+	if _, err := c.Write(request); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.CloseWrite()
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the client side never completed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	serr := p.b.Shutdown(ctx)
+	tb := p.b.Stats().Totals
+	t.Logf("shutdown: %v; server side: %d completed, %d aborted", serr, tb.SessionsCompleted, tb.SessionsAborted)
+	if serr != nil {
+		t.Errorf("the drain: %v; want the complete session ended without an abort", serr)
+	}
+	if tb.SessionsCompleted != 1 || tb.SessionsAborted != 0 {
+		t.Errorf("server side: %d completed, %d aborted; want the session completed", tb.SessionsCompleted, tb.SessionsAborted)
+	}
+
+	releaseOnce()
+	select {
+	case b := <-gotRequest:
+		if !bytes.Equal(b, request) {
+			t.Fatalf("the server got %d of %d request bytes", len(b), len(request))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server never got the request's end")
+	}
+	testsupport.Eventually(t, 20*time.Second, "the client side's session ended", func() bool {
+		ta := p.a.Stats().Totals
+		return ta.SessionsCompleted+ta.SessionsAborted == 1
+	})
+	if ta := p.a.Stats().Totals; ta.SessionsCompleted != 1 {
+		t.Errorf("client side: %d completed, %d aborted; want the session completed", ta.SessionsCompleted, ta.SessionsAborted)
 	}
 }

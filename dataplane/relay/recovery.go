@@ -191,6 +191,12 @@ func (s *session) endStreams(grace time.Duration) {
 	deadline := time.Now().Add(grace)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.endBy.IsZero() && s.endBy.Before(deadline) {
+		// An earlier end stands (a drain's deadline, then the
+		// supervisor waking on the peerDone that closed).
+		return
+	}
+	s.endBy = deadline
 	for _, st := range s.streams {
 		if st != nil {
 			_ = st.conn.SetDeadline(deadline)

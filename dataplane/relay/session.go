@@ -302,6 +302,7 @@ type session struct {
 	completeCh     chan struct{}
 	peerDone       chan struct{} // closed at the first FIN from the peer after completion
 	peerDoneOnce   sync.Once
+	endBy          time.Time // when endStreams has the streams end (mu)
 	sessionKey     [32]byte
 	lostWake       chan struct{}
 	framesArrived  atomic.Uint64
