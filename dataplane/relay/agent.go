@@ -241,11 +241,14 @@ type Agent struct {
 	// testDialed, set by tests, sees every session stream the client
 	// side dials (to cap its rate, as a path would cap each stream).
 	testDialed atomic.Pointer[func(c *net.TCPConn) error]
-	wmem       wmemCache // see sendBufferFull
-	ownKeys    ownKeys
-	counters   counters
-	recent     abortLog
-	limited    limitedLog
+	// testJoinSent, set by tests, runs as a replacement's JOIN went; an
+	// error fails the join there, as a cancel would.
+	testJoinSent atomic.Pointer[func(c *net.TCPConn) error]
+	wmem         wmemCache // see sendBufferFull
+	ownKeys      ownKeys
+	counters     counters
+	recent       abortLog
+	limited      limitedLog
 
 	stop chan struct{}
 	wg   sync.WaitGroup

@@ -383,8 +383,12 @@ func (a *Agent) openStream(ctx context.Context, s *session, rc *runtimeConfig, p
 	_ = conn.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
+	// A failed stream is reset, not closed: after its JOIN went, the
+	// far agent may have attached it, and a FIN there reads as the end of
+	// this agent's process (its session aborts); a reset is a lost
+	// stream, replaced.
 	fail := func(err error) (*stream, error) {
-		_ = conn.Close()
+		reset(conn)
 		return nil, err
 	}
 
@@ -408,6 +412,11 @@ func (a *Agent) openStream(ctx context.Context, s *session, rc *runtimeConfig, p
 		s.mu.Unlock()
 		if err := sendJoin(conn, codec, secrets, &key, s.id); err != nil {
 			return fail(err)
+		}
+		if f := a.testJoinSent.Load(); f != nil {
+			if err := (*f)(conn); err != nil {
+				return fail(err)
+			}
 		}
 	} else if index == 0 {
 		s.mu.Lock()
