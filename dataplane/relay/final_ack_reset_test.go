@@ -28,8 +28,17 @@ import (
 // aborted the session with every byte through both ways.
 func TestResetAsTheFinalACKGoesIsALostStream(t *testing.T) {
 	for _, enc := range []string{EncryptionAESGCM, EncryptionNone} {
-		t.Run(enc, func(t *testing.T) { finalACKReset(t, enc, false) })
+		t.Run(enc, func(t *testing.T) { finalACKReset(t, enc, false, false) })
 	}
+}
+
+// TestResetAsTheClientSidesFinalACKGoes: the mirror, the client side
+// complete first (its client sent all and half-closed before the server
+// answered) and its final ACK's stream reset as it goes. The client side
+// replaces the stream, the replacement carries the ACK again, and both
+// complete.
+func TestResetAsTheClientSidesFinalACKGoes(t *testing.T) {
+	finalACKReset(t, EncryptionAESGCM, false, true)
 }
 
 // TestDrainLetsAFinishingSessionReplaceAStream: the same while the
@@ -43,7 +52,7 @@ func TestResetAsTheFinalACKGoesIsALostStream(t *testing.T) {
 // aborted the session and reset its client, every byte through both ways
 // and the server side counting it completed.
 func TestDrainLetsAFinishingSessionReplaceAStream(t *testing.T) {
-	finalACKReset(t, EncryptionAESGCM, true)
+	finalACKReset(t, EncryptionAESGCM, true, false)
 }
 
 // finalACKReset runs attempts of the final-ACK reset until one mounts
@@ -54,10 +63,12 @@ func TestDrainLetsAFinishingSessionReplaceAStream(t *testing.T) {
 // first. An attempt counts only when the client side was not complete at
 // the hook (it has not read the final ACK, which the reset then
 // discards). drain shuts the server side down between the response and
-// the request.
-func finalACKReset(t *testing.T, enc string, drain bool) {
+// the request. clientFirst mounts it at the client side instead: the
+// client sends its request and half-closes first, then the server
+// answers, so the client side completes first.
+func finalACKReset(t *testing.T, enc string, drain, clientFirst bool) {
 	for attempt := range 12 {
-		if finalACKResetAttempt(t, enc, drain) {
+		if finalACKResetAttempt(t, enc, drain, clientFirst) {
 			return
 		}
 		t.Logf("attempt %d: the client side had read the final ACK, or the reset's error was not taken; again", attempt)
@@ -81,29 +92,44 @@ func resetTakenByWrite(peer, conn *net.TCPConn) bool {
 	return false
 }
 
-func finalACKResetAttempt(t *testing.T, enc string, drain bool) (mounted bool) {
+func finalACKResetAttempt(t *testing.T, enc string, drain, clientFirst bool) (mounted bool) {
 	response := patterned(256<<10, 3)
 	request := patterned(64<<10, 4)
 	gotRequest := make(chan []byte, 1)
-	p := startPair(t, pairOptions{streams: 1, chunk: 16384, encryption: enc,
-		limitsA: Limits{ReconnectTimeout: 2 * time.Second},
-		limitsB: Limits{ReconnectTimeout: 4 * time.Second},
-	}, func(c *net.TCPConn) {
+	serve := func(c *net.TCPConn) {
 		defer c.Close()
 		_, _ = c.Write(response)
 		_ = c.CloseWrite()
 		b, _ := io.ReadAll(c)
 		gotRequest <- b
-	})
+	}
+	if clientFirst {
+		serve = func(c *net.TCPConn) {
+			defer c.Close()
+			b, _ := io.ReadAll(c)
+			gotRequest <- b
+			_, _ = c.Write(response)
+			_ = c.CloseWrite()
+		}
+	}
+	p := startPair(t, pairOptions{streams: 1, chunk: 16384, encryption: enc,
+		limitsA: Limits{ReconnectTimeout: 2 * time.Second},
+		limitsB: Limits{ReconnectTimeout: 4 * time.Second},
+	}, serve)
+	// first completes first; its writer's hook resets other's end.
+	first, other := p.b, p.a
+	if clientFirst {
+		first, other = p.a, p.b
+	}
 	var ran, void, took atomic.Bool
 	hook := func(stream int, conn *net.TCPConn) {
 		if !ran.CompareAndSwap(false, true) {
 			return
 		}
-		// The client side's end of the stream.
+		// The other side's end of the stream.
 		var peer *net.TCPConn
-		p.a.mu.Lock()
-		for s := range p.a.sessions {
+		other.mu.Lock()
+		for s := range other.sessions {
 			s.mu.Lock()
 			if st := s.streams[stream]; st != nil {
 				peer = st.conn
@@ -113,19 +139,25 @@ func finalACKResetAttempt(t *testing.T, enc string, drain bool) (mounted bool) {
 				void.Store(true)
 			}
 		}
-		p.a.mu.Unlock()
+		other.mu.Unlock()
 		if peer == nil || void.Load() {
 			void.Store(true)
 			return
 		}
 		took.Store(resetTakenByWrite(peer, conn))
 	}
-	p.b.testFinishWrite.Store(&hook)
+	first.testFinishWrite.Store(&hook)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 
 	c := p.dial(t)
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if clientFirst {
+		if _, err := c.Write(request); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.CloseWrite()
+	}
 	got, err := io.ReadAll(c)
 	if err != nil || !bytes.Equal(got, response) {
 		t.Fatalf("the response: %d of %d bytes, err %v", len(got), len(response), err)
@@ -139,10 +171,12 @@ func finalACKResetAttempt(t *testing.T, enc string, drain bool) (mounted bool) {
 		}()
 		awaitDraining(t, p.b)
 	}
-	if _, err := c.Write(request); err != nil {
-		t.Fatal(err)
+	if !clientFirst {
+		if _, err := c.Write(request); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.CloseWrite()
 	}
-	_ = c.CloseWrite()
 	select {
 	case b := <-gotRequest:
 		if !bytes.Equal(b, request) {
