@@ -383,12 +383,21 @@ func (a *Agent) openStream(ctx context.Context, s *session, rc *runtimeConfig, p
 	_ = conn.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	// A failed stream is reset, not closed: after its JOIN went, the
-	// far agent may have attached it, and a FIN there reads as the end of
-	// this agent's process (its session aborts); a reset is a lost
-	// stream, replaced.
+	// A join that fails after its JOIN went is reset: the far agent may
+	// have attached it, and a FIN there reads as the end of this agent's
+	// process (its session aborts); a reset is a lost stream, replaced.
+	// Any other failure closes with a FIN: before the hello, the far
+	// agent takes it for a hang-up, not a failed handshake; and a fresh
+	// stream 0 the far agent accepted ends the session it founded there
+	// at once, where a reset would leave it (and its server connection)
+	// waiting for a replacement until its reconnect timeout.
+	joinSent := false
 	fail := func(err error) (*stream, error) {
-		reset(conn)
+		if joinSent {
+			reset(conn)
+		} else {
+			_ = conn.Close()
+		}
 		return nil, err
 	}
 
@@ -413,6 +422,7 @@ func (a *Agent) openStream(ctx context.Context, s *session, rc *runtimeConfig, p
 		if err := sendJoin(conn, codec, secrets, &key, s.id); err != nil {
 			return fail(err)
 		}
+		joinSent = true
 		if f := a.testJoinSent.Load(); f != nil {
 			if err := (*f)(conn); err != nil {
 				return fail(err)
