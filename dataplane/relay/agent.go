@@ -521,19 +521,14 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	a.data = nil
 	a.closeListenersLocked()
 	a.data = data
-	for c := range a.preauth {
-		reset(c)
-	}
+	// The data port stays open until the drain is over: handshakes under
+	// way finish there (a new session's hello gets an authenticated
+	// refusal and goes direct at once; a live session's join is taken),
+	// and sessions still setting up go on to finish with the others.
+	// Idle pooled streams would only be bound to new sessions.
 	for _, conns := range a.pooled {
 		for c := range conns {
 			reset(c)
-		}
-	}
-	// Sessions still gathering streams cannot complete without the
-	// listener; sessions still dialing are not worth waiting for.
-	for s := range a.sessions {
-		if !s.established.Load() {
-			s.abortUnestablished(AbortShutdown, errors.New("agent shutting down"))
 		}
 	}
 	a.mu.Unlock()
@@ -556,6 +551,12 @@ wait:
 			a.mu.Lock()
 			a.drainOver = true
 			for s := range a.sessions {
+				if !s.established.Load() {
+					if s.abortUnestablished(AbortShutdown, errors.New("agent shutting down: drain deadline passed")) {
+						aborted++
+					}
+					continue
+				}
 				if s.isCompleted() {
 					// Complete here, it waits only for the peer's
 					// half-close. Its writers get abortGrace to send

@@ -95,11 +95,11 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		// connection alone and the direct path takes it over.
 		s.abort(AbortSetup, err)
 		s.finishUnstarted()
-		if a.stopping.Load() {
-			reset(host)
-			return
+		// A session setting up as a drain began is a live one: it may
+		// still go direct (reset at the drain's deadline, if not done).
+		if a.goDirect(rc, host, client, server, w.Name, err, a.stopping.Load()) {
+			a.relayDirect(rc, host, server, directUp{})
 		}
-		a.carryDirect(rc, host, client, server, w.Name, err)
 		return
 	}
 	s.mu.Lock()

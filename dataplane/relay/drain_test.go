@@ -3,9 +3,12 @@ package relay
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,5 +156,133 @@ func TestDrainDeadlineEndsACompleteSessionAsCompleted(t *testing.T) {
 	})
 	if ta := p.a.Stats().Totals; ta.SessionsCompleted != 1 {
 		t.Errorf("client side: %d completed, %d aborted; want the session completed", ta.SessionsCompleted, ta.SessionsAborted)
+	}
+}
+
+// TestDrainKeepsASessionDialingItsServer: the far agent accepted a
+// session's stream 0 (the client side started it and sent the client's
+// bytes) and is dialing the server when its drain begins. The session
+// goes on to finish with the drain, as one established a moment earlier
+// does. Found by review: Shutdown aborted every session not yet
+// established, for a reason (they "cannot complete without the
+// listener") that went with 1f04cfe, which keeps the data port open while
+// draining; the ABORT reset the client, though none of its bytes had
+// reached the server.
+func TestDrainKeepsASessionDialingItsServer(t *testing.T) {
+	p := startPair(t, pairOptions{streams: 2}, echo)
+	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	defer releaseOnce()
+	var dialing atomic.Bool
+	p.b.mu.Lock()
+	orig := p.b.os.dial
+	p.b.os.dial = func(ctx context.Context, client, server netip.AddrPort) (*net.TCPConn, error) {
+		dialing.Store(true)
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		return orig(ctx, client, server)
+	}
+	p.b.mu.Unlock()
+
+	c := p.dial(t)
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(10*time.Second, dialing.Load) {
+		t.Fatal("the far agent never dialed the server: the test did not mount its case")
+	}
+	shutdown := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		shutdown <- p.b.Shutdown(ctx)
+	}()
+	awaitDraining(t, p.b)
+	releaseOnce()
+
+	_ = c.CloseWrite()
+	got, err := io.ReadAll(c)
+	waitFor(10*time.Second, func() bool {
+		ta := p.a.Stats().Totals
+		return ta.SessionsCompleted+ta.SessionsAborted+ta.Fallbacks > 0
+	})
+	ta, tb := p.a.Stats().Totals, p.b.Stats().Totals
+	t.Logf("client: %q, %v; client side: %d completed, %d aborted, %d carried direct; far agent: %d aborted",
+		got, err, ta.SessionsCompleted, ta.SessionsAborted, ta.Fallbacks, tb.SessionsAborted)
+	for _, a := range []*Agent{p.a, p.b} {
+		for _, r := range a.Stats().RecentAborts {
+			t.Logf("%s side aborted: %s: %s", r.Side, r.Reason, r.Error)
+		}
+	}
+	if err != nil || string(got) != "hello" {
+		t.Errorf("the connection accepted just before the far agent's drain: %q, %v; want it carried", got, err)
+	}
+	if ta.SessionsAborted+tb.SessionsAborted != 0 {
+		t.Errorf("%d + %d sessions aborted; want the session finished with the drain", ta.SessionsAborted, tb.SessionsAborted)
+	}
+	if serr := <-shutdown; serr != nil {
+		t.Errorf("the drain: %v", serr)
+	}
+}
+
+// TestDrainLetsASettingUpSessionGoDirect: the client side is dialing a
+// session's stream 0 when its own drain begins, and the setup then fails.
+// The connection, accepted before the drain, is carried direct as any
+// failed setup's is, and the drain waits for it. Before, the drain
+// aborted the session at once, and a setup failing while the agent
+// stopped reset the client.
+func TestDrainLetsASettingUpSessionGoDirect(t *testing.T) {
+	p := startPair(t, pairOptions{streams: 2}, echo)
+	dialed, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func(*net.TCPConn) error {
+		first := false
+		once.Do(func() { first = true; close(dialed) })
+		if !first {
+			return nil
+		}
+		select {
+		case <-release:
+		case <-time.After(20 * time.Second):
+		}
+		return errors.New("test: stream 0's setup failed")
+	}
+	p.a.testDialed.Store(&hook)
+
+	c := p.dial(t)
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dialed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stream 0 never dialed")
+	}
+	shutdown := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		shutdown <- p.a.Shutdown(ctx)
+	}()
+	awaitDraining(t, p.a)
+	close(release)
+
+	_ = c.CloseWrite()
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != "hello" {
+		t.Fatalf("the connection whose setup failed during the drain: %q, %v; want it carried direct", got, err)
+	}
+	if f := p.a.Stats().Totals.Fallbacks; f != 1 {
+		t.Errorf("%d connections carried direct, want 1", f)
+	}
+	if serr := <-shutdown; serr != nil {
+		t.Errorf("the drain: %v", serr)
 	}
 }

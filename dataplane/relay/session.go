@@ -963,17 +963,22 @@ func (s *session) returnRetained() {
 // started. A server-side session still gathering streams has no other
 // owner, so it is finished here; otherwise the goroutine setting the
 // session up (dialing streams or the server) sees the abort and finishes it.
-func (s *session) abortUnestablished(kind string, err error) {
+// It reports whether this call aborted.
+func (s *session) abortUnestablished(kind string, err error) bool {
 	s.mu.Lock()
 	gathering := s.side == serverSide && s.joined < s.n
 	s.mu.Unlock()
-	if s.abort(kind, err) && gathering {
+	if !s.abort(kind, err) {
+		return false
+	}
+	if gathering {
 		s.agent.wg.Add(1)
 		go func() {
 			defer s.agent.wg.Done()
 			s.finishUnstarted()
 		}()
 	}
+	return true
 }
 
 // finishUnstarted ends an aborted session that never ran its relay
