@@ -209,7 +209,8 @@ type Agent struct {
 	// MaxPooledPerPeer.
 	poolsMu sync.Mutex
 	pools   map[netip.AddrPort]*streamPool
-	pooled  map[string]map[*net.TCPConn]struct{}
+	pooled  map[string]map[*net.TCPConn]bool // true: its BIND is being handled
+	serving int                              // steered connections in serveClient
 
 	stopping    atomic.Bool  // draining, readable without mu
 	memReserved atomic.Int64 // of Limits.Memory, by live sessions
@@ -286,7 +287,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		direct:         make(map[*net.TCPConn]*net.TCPConn),
 		handshakeSlots: make(map[netip.AddrPort]chan struct{}),
 		pools:          poolsOf(rc.Client),
-		pooled:         make(map[string]map[*net.TCPConn]struct{}),
+		pooled:         make(map[string]map[*net.TCPConn]bool),
 	}
 	for _, p := range a.pools {
 		p.a = a
@@ -527,8 +528,10 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	// and sessions still setting up go on to finish with the others.
 	// Idle pooled streams would only be bound to new sessions.
 	for _, conns := range a.pooled {
-		for c := range conns {
-			reset(c)
+		for c, binding := range conns {
+			if !binding {
+				reset(c)
+			}
 		}
 	}
 	a.mu.Unlock()
@@ -539,7 +542,9 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 wait:
 	for {
 		a.mu.Lock()
-		n := len(a.sessions) + len(a.direct)
+		// Places kept for accepted hellos and BINDs read before the
+		// drain make sessions to wait for too.
+		n := len(a.sessions) + len(a.direct) + len(a.pending) + a.bindingLocked() + a.serving
 		a.drainOver = n == 0
 		a.mu.Unlock()
 		if n == 0 {
@@ -584,6 +589,11 @@ wait:
 	a.closeListenersLocked()
 	for c := range a.preauth {
 		reset(c)
+	}
+	for _, conns := range a.pooled {
+		for c := range conns {
+			reset(c)
+		}
 	}
 	a.mu.Unlock()
 	close(a.stop)
@@ -678,9 +688,19 @@ func (a *Agent) acceptLoop(ln *net.TCPListener, kind string, handle func(*net.TC
 
 func (a *Agent) acceptClients(ln *net.TCPListener) {
 	a.acceptLoop(ln, "transparent", func(c *net.TCPConn) {
+		// A drain waits for the connections accepted before it until
+		// each is a session or carried direct (or reset).
+		a.mu.Lock()
+		a.serving++
+		a.mu.Unlock()
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
+			defer func() {
+				a.mu.Lock()
+				a.serving--
+				a.mu.Unlock()
+			}()
 			a.serveClient(c)
 		}()
 	})
@@ -688,6 +708,20 @@ func (a *Agent) acceptClients(ln *net.TCPListener) {
 
 func (a *Agent) acceptStreams(ln *net.TCPListener) {
 	a.acceptLoop(ln, "data", a.admitPreAuth)
+}
+
+// bindingLocked counts the pooled streams whose BIND is being handled.
+// a.mu is held.
+func (a *Agent) bindingLocked() int {
+	n := 0
+	for _, conns := range a.pooled {
+		for _, binding := range conns {
+			if binding {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // register adds a session if the session limit allows.

@@ -66,8 +66,10 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		a.memReserved.Add(-s.reserved)
 		s.cancel()
 		if errors.Is(err, errShuttingDown) {
-			a.reject(rejectShuttingDown, "relay: connection refused; reset", "client", client, "server", server)
-			reset(host)
+			// Accepted before the drain began: carried direct.
+			if a.goDirect(rc, host, client, server, w.Name, err) {
+				a.relayDirect(rc, host, server, directUp{})
+			}
 			return
 		}
 		a.reject(rejectSessionLimit, "relay: connection not accelerated; carrying direct", "client", client,
@@ -93,11 +95,18 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		}
 		// s.host is still unset: the abort leaves the end-host
 		// connection alone and the direct path takes it over.
-		s.abort(AbortSetup, err)
+		if !s.abort(AbortSetup, err) && s.abortedFor(AbortShutdown) {
+			// A drain's deadline aborted it, counted as such: its
+			// client is reset, not refused once more.
+			s.finishUnstarted()
+			reset(host)
+			return
+		}
+		// Registered as direct before the session ends: a drain always
+		// sees one or the other, and does not end in between.
+		direct := a.goDirect(rc, host, client, server, w.Name, err)
 		s.finishUnstarted()
-		// A session setting up as a drain began is a live one: it may
-		// still go direct (reset at the drain's deadline, if not done).
-		if a.goDirect(rc, host, client, server, w.Name, err, a.stopping.Load()) {
+		if direct {
 			a.relayDirect(rc, host, server, directUp{})
 		}
 		return
@@ -145,17 +154,17 @@ type directUp struct {
 // address, not the client's (it cannot reply to the client's address
 // without the far agent that would have answered for it).
 func (a *Agent) carryDirect(rc *runtimeConfig, host *net.TCPConn, client, server netip.AddrPort, whitelist string, why error) {
-	if a.goDirect(rc, host, client, server, whitelist, why, false) {
+	if a.goDirect(rc, host, client, server, whitelist, why) {
 		a.relayDirect(rc, host, server, directUp{})
 	}
 }
 
 // goDirect registers host as carried direct (trackDirect), counted and
-// logged; refused, it resets host and counts the refusal. live: host
-// belongs to a session that was running, which a drain still lets go
-// direct (it is reset with the others at the drain's deadline).
-func (a *Agent) goDirect(rc *runtimeConfig, host *net.TCPConn, client, server netip.AddrPort, whitelist string, why error, live bool) bool {
-	if err := a.trackDirect(host, rc.limits.MaxSessions, live); err != nil {
+// logged; refused, it resets host and counts the refusal. A drain lets
+// connections go direct until it is over: every one here was accepted
+// before it began (the drain closes the listeners and waits for them).
+func (a *Agent) goDirect(rc *runtimeConfig, host *net.TCPConn, client, server netip.AddrPort, whitelist string, why error) bool {
+	if err := a.trackDirect(host, rc.limits.MaxSessions); err != nil {
 		kind := rejectSessionLimit
 		if errors.Is(err, errShuttingDown) {
 			kind = rejectShuttingDown
@@ -233,12 +242,12 @@ func (a *Agent) relayDirect(rc *runtimeConfig, host *net.TCPConn, server netip.A
 }
 
 // trackDirect registers a direct connection so Shutdown can end it:
-// none while the agent stops (errShuttingDown; live ones until the drain
-// is over), nor more than limit (errSessionLimit).
-func (a *Agent) trackDirect(host *net.TCPConn, limit int, live bool) error {
+// none once a drain is over (errShuttingDown), nor more than limit
+// (errSessionLimit).
+func (a *Agent) trackDirect(host *net.TCPConn, limit int) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.draining && (!live || a.drainOver) {
+	if a.drainOver {
 		return errShuttingDown
 	}
 	if len(a.direct) >= limit {

@@ -3,7 +3,6 @@ package relay
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -224,63 +223,6 @@ func TestDrainKeepsASessionDialingItsServer(t *testing.T) {
 	}
 	if ta.SessionsAborted+tb.SessionsAborted != 0 {
 		t.Errorf("%d + %d sessions aborted; want the session finished with the drain", ta.SessionsAborted, tb.SessionsAborted)
-	}
-	if serr := <-shutdown; serr != nil {
-		t.Errorf("the drain: %v", serr)
-	}
-}
-
-// TestDrainLetsASettingUpSessionGoDirect: the client side is dialing a
-// session's stream 0 when its own drain begins, and the setup then fails.
-// The connection, accepted before the drain, is carried direct as any
-// failed setup's is, and the drain waits for it. Before, the drain
-// aborted the session at once, and a setup failing while the agent
-// stopped reset the client.
-func TestDrainLetsASettingUpSessionGoDirect(t *testing.T) {
-	p := startPair(t, pairOptions{streams: 2}, echo)
-	dialed, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	hook := func(*net.TCPConn) error {
-		first := false
-		once.Do(func() { first = true; close(dialed) })
-		if !first {
-			return nil
-		}
-		select {
-		case <-release:
-		case <-time.After(20 * time.Second):
-		}
-		return errors.New("test: stream 0's setup failed")
-	}
-	p.a.testDialed.Store(&hook)
-
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-dialed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("stream 0 never dialed")
-	}
-	shutdown := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		shutdown <- p.a.Shutdown(ctx)
-	}()
-	awaitDraining(t, p.a)
-	close(release)
-
-	_ = c.CloseWrite()
-	got, err := io.ReadAll(c)
-	if err != nil || string(got) != "hello" {
-		t.Fatalf("the connection whose setup failed during the drain: %q, %v; want it carried direct", got, err)
-	}
-	if f := p.a.Stats().Totals.Fallbacks; f != 1 {
-		t.Errorf("%d connections carried direct, want 1", f)
 	}
 	if serr := <-shutdown; serr != nil {
 		t.Errorf("the drain: %v", serr)

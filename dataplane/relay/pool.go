@@ -691,10 +691,10 @@ func (a *Agent) holdPooled(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 		return
 	}
 	if conns == nil {
-		conns = make(map[*net.TCPConn]struct{})
+		conns = make(map[*net.TCPConn]bool)
 		a.pooled[initiator] = conns
 	}
-	conns[c] = struct{}{}
+	conns[c] = false
 	a.mu.Unlock()
 	defer func() {
 		a.mu.Lock()
@@ -716,6 +716,15 @@ func (a *Agent) holdPooled(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 		_ = c.Close()
 		return
 	}
+	// A BIND read before a drain began makes its session, and the drain
+	// waits for it (and resets only the idle streams): the client side
+	// sent its client's bytes after it. One read after is refused.
+	a.mu.Lock()
+	beforeDrain := !a.draining
+	if beforeDrain {
+		conns[c] = true
+	}
+	a.mu.Unlock()
 	// The BIND is judged by the configuration in force now, not the one
 	// the stream was accepted under: a reload since may have revoked the
 	// initiator, removed its routes, lowered the limits, or changed the
@@ -726,7 +735,7 @@ func (a *Agent) holdPooled(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 		if !admitsPooled(cur, initiator) {
 			err = fmt.Errorf("agent %s is no longer a client side of this agent's routes", initiator)
 		} else {
-			err = a.acceptBind(cur, initiator, c, secrets, hdr)
+			err = a.acceptBind(cur, initiator, c, secrets, hdr, beforeDrain)
 		}
 	}
 	var refused bindRefused
@@ -740,6 +749,9 @@ func (a *Agent) holdPooled(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 		reset(c)
 	case errors.Is(err, errSessionLimit):
 		a.reject(rejectSessionLimit, "relay: pooled stream's bind refused; reset", "initiator", initiator, "err", err)
+		reset(c)
+	case a.stopping.Load():
+		// The drain reset it as its BIND came.
 		reset(c)
 	default:
 		a.counters.handshakeFailures.Add(1)
@@ -758,7 +770,7 @@ func (r bindRefused) Error() string { return "refused: " + stripe.Status(r).Stri
 // stream to its session: stream 0's bind creates the session and connects
 // to the server at once; a later stream's bind, once its proof is checked
 // under the session key, joins the running session as a replacement does.
-func (a *Agent) acceptBind(rc *runtimeConfig, initiator string, c *net.TCPConn, secrets *stripe.Secrets, hdr [stripe.HeaderSize]byte) error {
+func (a *Agent) acceptBind(rc *runtimeConfig, initiator string, c *net.TCPConn, secrets *stripe.Secrets, hdr [stripe.HeaderSize]byte, beforeDrain bool) error {
 	_ = c.SetDeadline(time.Now().Add(rc.limits.PreAuthTimeout))
 	pc, err := stripe.NewCodec(rc.mode, &secrets.Keys, false, 0, stripe.BindBodySize)
 	if err != nil {
@@ -801,7 +813,7 @@ func (a *Agent) acceptBind(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 		// Stream 0's bind travels on another connection.
 		running = a.awaitSession(b.Session, joinGrace)
 	}
-	route, status, _ := a.admit(rc, &hello, src, false)
+	route, status, _ := a.admit(rc, &hello, src, false, beforeDrain)
 	if status != stripe.StatusAccepted {
 		return fmt.Errorf("session %s stream %d: %w", b.Session, b.Stream, bindRefused(status))
 	}
@@ -849,17 +861,21 @@ func (a *Agent) acceptBind(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 	if f := a.testBindAdmitted.Load(); f != nil {
 		(*f)()
 	}
-	return a.bindSession(rc, route, &hello, c, codec, bound.SessionKey)
+	return a.bindSession(rc, route, &hello, c, codec, bound.SessionKey, beforeDrain)
 }
 
 // bindSession creates a server-side session on its bound stream 0 and
 // connects to the server at once: the streams still to come join as
 // replacements, so the session never waits for them.
-func (a *Agent) bindSession(rc *runtimeConfig, w Whitelist, h *stripe.Hello, c *net.TCPConn, codec *stripe.Codec, key *[32]byte) error {
+func (a *Agent) bindSession(rc *runtimeConfig, w Whitelist, h *stripe.Hello, c *net.TCPConn, codec *stripe.Codec, key *[32]byte, beforeDrain bool) error {
 	a.mu.Lock()
-	if _, ok := a.byID[h.Session]; ok || a.draining {
+	if _, ok := a.byID[h.Session]; ok {
 		a.mu.Unlock()
-		return fmt.Errorf("session %s exists already or the agent is stopping", h.Session)
+		return fmt.Errorf("session %s exists already", h.Session)
+	}
+	if a.drainOver || a.draining && !beforeDrain {
+		a.mu.Unlock()
+		return fmt.Errorf("session %s: %w", h.Session, bindRefused(stripe.StatusShuttingDown))
 	}
 	// A late BIND: the session was settled here (founded and ended, or
 	// its fresh stream 0 refused), or a fresh hello for it holds its
@@ -1189,7 +1205,7 @@ func (s *session) handOverDirect() bool {
 	// Registered now, while the session still is: a drain waiting for
 	// the session then waits for the direct connection too.
 	rc := a.cfg.Load()
-	if !a.goDirect(rc, s.host, s.client, s.server, s.whitelist, why, true) {
+	if !a.goDirect(rc, s.host, s.client, s.server, s.whitelist, why) {
 		a.memReserved.Add(-up.reserved)
 		return true // goDirect reset the connection
 	}

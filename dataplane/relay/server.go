@@ -212,7 +212,7 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		// whichever comes second refused: settled.go.)
 		a.awaitSession(hello.Session, joinGrace)
 	}
-	route, status, place := a.admit(rc, &hello, src, true)
+	route, status, place := a.admit(rc, &hello, src, true, false)
 	if place != nil {
 		// admit kept the session's place for this stream until join
 		// makes the session (then this is a no-op) or the handshake ends.
@@ -345,7 +345,9 @@ func lookupServer(rc *runtimeConfig, h *stripe.Hello) (Whitelist, bool) {
 // founded before is answered as for the session (StatusDuplicateStream
 // once it started) before anything else, and one it refuses settles the
 // id as refused, both under a.mu: see settled.go.
-func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, reserve bool) (Whitelist, stripe.Status, *pendingPlace) {
+// beforeDrain admits as if no drain had begun: a pooled stream's BIND
+// read before it (holdPooled).
+func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, reserve, beforeDrain bool) (Whitelist, stripe.Status, *pendingPlace) {
 	if h.Responder != rc.Name {
 		return Whitelist{}, stripe.StatusWrongResponder, nil
 	}
@@ -356,12 +358,12 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, reserv
 		return Whitelist{}, stripe.StatusReflected, nil
 	}
 	if h.Join || h.Stream != 0 {
-		return a.admitHello(rc, h, src, reserve)
+		return a.admitHello(rc, h, src, reserve, beforeDrain)
 	}
 	if st, known := a.knownSession(h, false); known {
 		return Whitelist{}, st, nil
 	}
-	w, st, p := a.admitHello(rc, h, src, reserve)
+	w, st, p := a.admitHello(rc, h, src, reserve, beforeDrain)
 	if st != stripe.StatusAccepted {
 		// Settled as refused, unless a late BIND founded it meanwhile:
 		// then the answer is the session's.
@@ -398,7 +400,7 @@ func (a *Agent) knownSession(h *stripe.Hello, refused bool) (stripe.Status, bool
 }
 
 // admitHello is admit after the checks every hello takes first.
-func (a *Agent) admitHello(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, reserve bool) (Whitelist, stripe.Status, *pendingPlace) {
+func (a *Agent) admitHello(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, reserve, beforeDrain bool) (Whitelist, stripe.Status, *pendingPlace) {
 	if h.Mode != rc.mode {
 		return Whitelist{}, stripe.StatusModeMismatch, nil
 	}
@@ -423,8 +425,10 @@ func (a *Agent) admitHello(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, r
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s, ok := a.byID[h.Session]
-	if a.draining && !(ok && h.Join) {
-		// Draining: only a live session's replacement streams.
+	if a.draining && !beforeDrain && !h.Join {
+		// Draining: only a live session's replacement streams (a join
+		// of a session not here is refused as unknown, below: it may
+		// have completed, which the initiator must hear).
 		return Whitelist{}, stripe.StatusShuttingDown, nil
 	}
 	if ok {
@@ -529,7 +533,9 @@ func (a *Agent) join(rc *runtimeConfig, w Whitelist, h *stripe.Hello, src netip.
 		p := a.pending[h.Session]
 		own := p != nil && p.peer == h.Initiator
 		switch {
-		case a.draining:
+		case a.drainOver || a.draining && !own:
+			// (A place kept before the drain makes its session, while
+			// the drain waits.)
 			err = errShuttingDown
 		case p != nil && !own:
 			err = errSessionLimit // another peer's place under this id

@@ -885,6 +885,16 @@ func closed(ch <-chan struct{}) bool {
 
 func (s *session) isAborted() bool { return closed(s.abortCh) }
 
+// abortedFor reports whether the session aborted for reason kind.
+func (s *session) abortedFor(kind string) bool {
+	if !s.isAborted() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.abortKind == kind
+}
+
 // finish closes a session whose goroutines have all returned: gracefully
 // if it completed, with resets if it aborted.
 func (s *session) finish() {
