@@ -210,7 +210,7 @@ type Agent struct {
 	poolsMu sync.Mutex
 	pools   map[netip.AddrPort]*streamPool
 	pooled  map[string]map[*net.TCPConn]bool // true: its BIND is being handled
-	serving int                              // steered connections in serveClient
+	serving map[*net.TCPConn]struct{}        // steered connections not yet a session or direct
 
 	stopping    atomic.Bool  // draining, readable without mu
 	memReserved atomic.Int64 // of Limits.Memory, by live sessions
@@ -288,6 +288,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		handshakeSlots: make(map[netip.AddrPort]chan struct{}),
 		pools:          poolsOf(rc.Client),
 		pooled:         make(map[string]map[*net.TCPConn]bool),
+		serving:        make(map[*net.TCPConn]struct{}),
 	}
 	for _, p := range a.pools {
 		p.a = a
@@ -536,7 +537,7 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	}
 	a.mu.Unlock()
 
-	aborted := 0
+	aborted, cut := 0, 0
 	poll := time.NewTicker(20 * time.Millisecond)
 	defer poll.Stop()
 wait:
@@ -544,7 +545,7 @@ wait:
 		a.mu.Lock()
 		// Places kept for accepted hellos and BINDs read before the
 		// drain make sessions to wait for too.
-		n := len(a.sessions) + len(a.direct) + len(a.pending) + a.bindingLocked() + a.serving
+		n := len(a.sessions) + len(a.direct) + a.settingUpLocked()
 		a.drainOver = n == 0
 		a.mu.Unlock()
 		if n == 0 {
@@ -581,6 +582,13 @@ wait:
 				reset(far)
 				aborted++
 			}
+			// What was still being set up is cut: steered connections
+			// (reset here; serveClient then finds the drain over),
+			// hellos accepted and BINDs being handled (reset below).
+			cut = a.settingUpLocked()
+			for c := range a.serving {
+				reset(c)
+			}
 			a.mu.Unlock()
 			break wait
 		}
@@ -608,8 +616,8 @@ wait:
 		a.unpinCPUs, a.pinnedTo = nil, nil
 	}
 	a.mu.Unlock()
-	if aborted > 0 {
-		err = errors.Join(fmt.Errorf("relay: aborted %d sessions at shutdown: %w", aborted, ctx.Err()), err)
+	if aborted > 0 || cut > 0 {
+		err = errors.Join(fmt.Errorf("relay: aborted %d sessions and cut %d connections still being set up at shutdown: %w", aborted, cut, ctx.Err()), err)
 	}
 	a.log.Info("relay stopped", "aborted", aborted)
 	return err
@@ -690,15 +698,24 @@ func (a *Agent) acceptClients(ln *net.TCPListener) {
 	a.acceptLoop(ln, "transparent", func(c *net.TCPConn) {
 		// A drain waits for the connections accepted before it until
 		// each is a session or carried direct (or reset).
+		// (register and trackDirect take it out as it becomes one.)
 		a.mu.Lock()
-		a.serving++
+		if a.drainOver {
+			// Accepted as the drain, which had nothing left, closed
+			// the listener.
+			a.mu.Unlock()
+			a.reject(rejectShuttingDown, "relay: connection refused; reset", "client", c.RemoteAddr())
+			reset(c)
+			return
+		}
+		a.serving[c] = struct{}{}
 		a.mu.Unlock()
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
 			defer func() {
 				a.mu.Lock()
-				a.serving--
+				delete(a.serving, c)
 				a.mu.Unlock()
 			}()
 			a.serveClient(c)
@@ -724,8 +741,17 @@ func (a *Agent) bindingLocked() int {
 	return n
 }
 
-// register adds a session if the session limit allows.
-func (a *Agent) register(s *session, lim Limits) error {
+// settingUpLocked counts what a drain waits for besides sessions and
+// direct connections: steered connections not yet either, places kept
+// for accepted hellos, and pooled streams whose BIND is being handled.
+// a.mu is held.
+func (a *Agent) settingUpLocked() int {
+	return len(a.serving) + len(a.pending) + a.bindingLocked()
+}
+
+// register adds the session of the steered connection host if the
+// session limit allows.
+func (a *Agent) register(s *session, lim Limits, host *net.TCPConn) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.draining {
@@ -734,6 +760,7 @@ func (a *Agent) register(s *session, lim Limits) error {
 	if len(a.sessions) >= lim.MaxSessions {
 		return errSessionLimit
 	}
+	delete(a.serving, host)
 	a.sessions[s] = struct{}{}
 	a.counters.sessionsStarted.Add(1)
 	return nil

@@ -62,7 +62,7 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 		a.carryDirect(rc, host, client, server, w.Name, err)
 		return
 	}
-	if err := a.register(s, rc.limits); err != nil {
+	if err := a.register(s, rc.limits, host); err != nil {
 		a.memReserved.Add(-s.reserved)
 		s.cancel()
 		if errors.Is(err, errShuttingDown) {
@@ -165,13 +165,13 @@ func (a *Agent) carryDirect(rc *runtimeConfig, host *net.TCPConn, client, server
 // before it began (the drain closes the listeners and waits for them).
 func (a *Agent) goDirect(rc *runtimeConfig, host *net.TCPConn, client, server netip.AddrPort, whitelist string, why error) bool {
 	if err := a.trackDirect(host, rc.limits.MaxSessions); err != nil {
-		kind := rejectSessionLimit
-		if errors.Is(err, errShuttingDown) {
-			kind = rejectShuttingDown
-		}
-		a.reject(kind, "relay: connection not carried direct either; reset", "client", client, "server", server,
-			"why", why, "err", err)
 		reset(host)
+		if errors.Is(err, errShuttingDown) {
+			// The drain's deadline cut it, and counted it so.
+			return false
+		}
+		a.reject(rejectSessionLimit, "relay: connection not carried direct either; reset", "client", client, "server", server,
+			"why", why, "err", err)
 		return false
 	}
 	a.counters.fallbacks.Add(1)
@@ -253,6 +253,7 @@ func (a *Agent) trackDirect(host *net.TCPConn, limit int) error {
 	if len(a.direct) >= limit {
 		return fmt.Errorf("%d direct connections: %w", len(a.direct), errSessionLimit)
 	}
+	delete(a.serving, host)
 	a.direct[host] = nil
 	return nil
 }

@@ -1039,9 +1039,11 @@ func (a *Agent) awaitSession(id stripe.SessionID, d time.Duration) *session {
 	deadline := time.Now().Add(d)
 	for {
 		a.mu.Lock()
-		s := a.byID[id]
+		s, over := a.byID[id], a.drainOver
 		a.mu.Unlock()
-		if s != nil || time.Now().After(deadline) || a.stopping.Load() {
+		// (A drain makes the sessions of what it accepted before it:
+		// their streams wait as ever, until it is over.)
+		if s != nil || time.Now().After(deadline) || over {
 			return s
 		}
 		time.Sleep(5 * time.Millisecond)
