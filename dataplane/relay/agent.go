@@ -209,8 +209,9 @@ type Agent struct {
 	// MaxPooledPerPeer.
 	poolsMu sync.Mutex
 	pools   map[netip.AddrPort]*streamPool
-	pooled  map[string]map[*net.TCPConn]bool // true: its BIND is being handled
-	serving map[*net.TCPConn]struct{}        // steered connections not yet a session or direct
+	pooled  map[string]map[*net.TCPConn]pooledState
+	cutLate atomic.Int64              // steered connections a drain's deadline cut (Shutdown)
+	serving map[*net.TCPConn]struct{} // steered connections not yet a session or direct
 
 	stopping    atomic.Bool  // draining, readable without mu
 	memReserved atomic.Int64 // of Limits.Memory, by live sessions
@@ -287,7 +288,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		direct:         make(map[*net.TCPConn]*net.TCPConn),
 		handshakeSlots: make(map[netip.AddrPort]chan struct{}),
 		pools:          poolsOf(rc.Client),
-		pooled:         make(map[string]map[*net.TCPConn]bool),
+		pooled:         make(map[string]map[*net.TCPConn]pooledState),
 		serving:        make(map[*net.TCPConn]struct{}),
 	}
 	for _, p := range a.pools {
@@ -529,8 +530,8 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	// and sessions still setting up go on to finish with the others.
 	// Idle pooled streams would only be bound to new sessions.
 	for _, conns := range a.pooled {
-		for c, binding := range conns {
-			if !binding {
+		for c, state := range conns {
+			if state == pooledIdle {
 				reset(c)
 			}
 		}
@@ -582,13 +583,14 @@ wait:
 				reset(far)
 				aborted++
 			}
-			// What was still being set up is cut: steered connections
-			// (reset here; serveClient then finds the drain over),
-			// hellos accepted and BINDs being handled (reset below).
-			cut = a.settingUpLocked()
-			for c := range a.serving {
-				reset(c)
-			}
+			// What was still being set up is cut, counted once each:
+			// hellos accepted and sessions' first BINDs (reset below;
+			// the joins of these sessions count with them). A steered
+			// connection still being set up counts as serveClient finds
+			// the drain over (goDirect, a.cutLate).
+			cut = len(a.pending)
+			_, founding := a.bindingLocked()
+			cut += founding
 			a.mu.Unlock()
 			break wait
 		}
@@ -616,6 +618,7 @@ wait:
 		a.unpinCPUs, a.pinnedTo = nil, nil
 	}
 	a.mu.Unlock()
+	cut += int(a.cutLate.Load())
 	if aborted > 0 || cut > 0 {
 		err = errors.Join(fmt.Errorf("relay: aborted %d sessions and cut %d connections still being set up at shutdown: %w", aborted, cut, ctx.Err()), err)
 	}
@@ -727,18 +730,30 @@ func (a *Agent) acceptStreams(ln *net.TCPListener) {
 	a.acceptLoop(ln, "data", a.admitPreAuth)
 }
 
-// bindingLocked counts the pooled streams whose BIND is being handled.
-// a.mu is held.
-func (a *Agent) bindingLocked() int {
-	n := 0
+// pooledState is where a server-side pooled stream stands (a.pooled).
+type pooledState uint8
+
+const (
+	pooledIdle     pooledState = iota
+	pooledBinding              // its BIND is being handled
+	pooledJoinBind             // the BIND is of a stream other than 0: a join
+)
+
+// bindingLocked counts the pooled streams whose BIND is being handled,
+// and of those the ones that may found a session (not known to be a
+// join). a.mu is held.
+func (a *Agent) bindingLocked() (binding, founding int) {
 	for _, conns := range a.pooled {
-		for _, binding := range conns {
-			if binding {
-				n++
+		for _, state := range conns {
+			if state != pooledIdle {
+				binding++
+			}
+			if state == pooledBinding {
+				founding++
 			}
 		}
 	}
-	return n
+	return binding, founding
 }
 
 // settingUpLocked counts what a drain waits for besides sessions and
@@ -746,7 +761,8 @@ func (a *Agent) bindingLocked() int {
 // for accepted hellos, and pooled streams whose BIND is being handled.
 // a.mu is held.
 func (a *Agent) settingUpLocked() int {
-	return len(a.serving) + len(a.pending) + a.bindingLocked()
+	binding, _ := a.bindingLocked()
+	return len(a.serving) + len(a.pending) + binding
 }
 
 // register adds the session of the steered connection host if the

@@ -167,7 +167,9 @@ func (a *Agent) goDirect(rc *runtimeConfig, host *net.TCPConn, client, server ne
 	if err := a.trackDirect(host, rc.limits.MaxSessions); err != nil {
 		reset(host)
 		if errors.Is(err, errShuttingDown) {
-			// The drain's deadline cut it, and counted it so.
+			// The drain's deadline cut it (no connection or session of
+			// it was counted there): counted in Shutdown's error.
+			a.cutLate.Add(1)
 			return false
 		}
 		a.reject(rejectSessionLimit, "relay: connection not carried direct either; reset", "client", client, "server", server,

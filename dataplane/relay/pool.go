@@ -691,10 +691,10 @@ func (a *Agent) holdPooled(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 		return
 	}
 	if conns == nil {
-		conns = make(map[*net.TCPConn]bool)
+		conns = make(map[*net.TCPConn]pooledState)
 		a.pooled[initiator] = conns
 	}
-	conns[c] = false
+	conns[c] = pooledIdle
 	a.mu.Unlock()
 	defer func() {
 		a.mu.Lock()
@@ -722,7 +722,7 @@ func (a *Agent) holdPooled(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 	a.mu.Lock()
 	beforeDrain := !a.draining
 	if beforeDrain {
-		conns[c] = true
+		conns[c] = pooledBinding
 	}
 	a.mu.Unlock()
 	// The BIND is judged by the configuration in force now, not the one
@@ -738,9 +738,15 @@ func (a *Agent) holdPooled(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 			err = a.acceptBind(cur, initiator, c, secrets, hdr, beforeDrain)
 		}
 	}
+	a.mu.Lock()
+	over := a.drainOver
+	a.mu.Unlock()
 	var refused bindRefused
 	switch {
 	case err == nil:
+	case over:
+		// The drain's deadline cut it, and counted it so.
+		reset(c)
 	case errors.As(err, &refused):
 		// Authenticated and within the rules, but refused as a hello
 		// would be (a limit, a whitelist changed by a reload).
@@ -806,6 +812,14 @@ func (a *Agent) acceptBind(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 		Mode: rc.mode, Initiator: initiator, Responder: rc.Name, Session: b.Session,
 		Stream: b.Stream, Streams: b.Streams, ChunkSize: b.ChunkSize, QueueLength: b.QueueLength,
 		Client: b.Client, Server: b.Server, Join: b.Stream != 0,
+	}
+	if hello.Join {
+		// A drain's deadline counts its session's first BIND, not it.
+		a.mu.Lock()
+		if conns := a.pooled[initiator]; conns != nil && conns[c] == pooledBinding {
+			conns[c] = pooledJoinBind
+		}
+		a.mu.Unlock()
 	}
 	src := unmapAddrPort(c.RemoteAddr().(*net.TCPAddr).AddrPort()).Addr()
 	var running *session
