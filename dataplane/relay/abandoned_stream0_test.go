@@ -51,12 +51,7 @@ func TestAbandonedStreamZeroEndsFarSession(t *testing.T) {
 	}
 	p.a.testDialed.Store(&hook)
 
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	c := dialSaying(t, p, "hello")
 	_ = c.CloseWrite()
 	select {
 	case <-locked:

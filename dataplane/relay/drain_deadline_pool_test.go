@@ -22,12 +22,7 @@ func TestDrainDeadlineCutsOnePooledConnectionOnce(t *testing.T) {
 	admitted, release := holdFirstBind(t, p, nil)
 	rejectedBefore := sumRejected(p.b)
 
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	dialSaying(t, p, "hello")
 	select {
 	case <-admitted:
 	case <-time.After(10 * time.Second):

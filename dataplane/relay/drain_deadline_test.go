@@ -33,12 +33,7 @@ func TestDrainDeadlineCountsAConnectionStillSettingUp(t *testing.T) {
 	}
 	p.a.mu.Unlock()
 
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	c := dialSaying(t, p, "hello")
 	select {
 	case <-looking:
 	case <-time.After(10 * time.Second):
@@ -78,12 +73,7 @@ func TestDrainDeadlineCountsAnAcceptedHello(t *testing.T) {
 			cfg.Client[0].Peer = confirmHoldingProxy(t, cfg.Client[0].Peer, held, gate)
 		},
 	}, echo)
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	c := dialSaying(t, p, "hello")
 	select {
 	case <-held:
 	case <-time.After(10 * time.Second):

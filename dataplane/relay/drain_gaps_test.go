@@ -87,24 +87,13 @@ func TestDrainLetsASettingUpSessionGoDirect(t *testing.T) {
 	}
 	p.a.testDialed.Store(&hook)
 
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	c := dialSaying(t, p, "hello")
 	select {
 	case <-dialed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("stream 0 never dialed")
 	}
-	shutdown := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		shutdown <- p.a.Shutdown(ctx)
-	}()
-	awaitDraining(t, p.a)
+	shutdown := drainAsync(t, p.a)
 	close(release)
 
 	_ = c.CloseWrite()
@@ -143,24 +132,13 @@ func TestDrainWaitsForAHelloAcceptedBeforeIt(t *testing.T) {
 		},
 	}, echo)
 
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	c := dialSaying(t, p, "hello")
 	select {
 	case <-held:
 	case <-time.After(10 * time.Second):
 		t.Fatal("stream 0's confirm never came: the test did not mount its case")
 	}
-	shutdown := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		shutdown <- p.b.Shutdown(ctx)
-	}()
-	awaitDraining(t, p.b)
+	shutdown := drainAsync(t, p.b)
 	gateOnce()
 
 	_ = c.CloseWrite()
@@ -293,24 +271,13 @@ func TestDrainJoinsAHelloAcceptedBeforeIt(t *testing.T) {
 	}
 	armed.Store(true)
 
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	c := dialSaying(t, p, "hello")
 	select {
 	case <-held:
 	case <-time.After(10 * time.Second):
 		t.Fatal("stream 0's confirm never came: the test did not mount its case")
 	}
-	shutdown := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		shutdown <- p.b.Shutdown(ctx)
-	}()
-	awaitDraining(t, p.b)
+	shutdown := drainAsync(t, p.b)
 	gateOnce()
 
 	_ = c.CloseWrite()
@@ -360,12 +327,7 @@ func TestDrainDeadlineAbortCountedOnce(t *testing.T) {
 	}
 	p.a.testDialed.Store(&hook)
 
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	dialSaying(t, p, "hello")
 	select {
 	case <-dialed:
 	case <-time.After(10 * time.Second):
@@ -404,12 +366,7 @@ func TestDrainCarriesAConnectionAcceptedBeforeIt(t *testing.T) {
 	}
 	p.a.mu.Unlock()
 
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	c := dialSaying(t, p, "hello")
 	select {
 	case <-looking:
 	case <-time.After(10 * time.Second):
@@ -448,24 +405,13 @@ func TestDrainWaitsForABindReadBeforeIt(t *testing.T) {
 	admitted, release := holdFirstBind(t, p, nil)
 	before := p.b.Stats().Totals.HandshakeFailures
 
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	c := dialSaying(t, p, "hello")
 	select {
 	case <-admitted:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no BIND admitted: the test did not mount its case")
 	}
-	shutdown := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		shutdown <- p.b.Shutdown(ctx)
-	}()
-	awaitDraining(t, p.b)
+	shutdown := drainAsync(t, p.b)
 	release()
 	_ = c.CloseWrite()
 	got, err := io.ReadAll(c)
@@ -506,24 +452,13 @@ func TestBindsDuringADrainAreNoHandshakeFailures(t *testing.T) {
 	armed.Store(true)
 	before := p.b.Stats().Totals.HandshakeFailures
 
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	c := dialSaying(t, p, "hello")
 	select {
 	case <-admitted:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no BIND admitted: the test did not mount its case")
 	}
-	shutdown := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		shutdown <- p.b.Shutdown(ctx)
-	}()
-	awaitDraining(t, p.b)
+	shutdown := drainAsync(t, p.b)
 	release()
 	_ = c.CloseWrite()
 	got, err := io.ReadAll(c)

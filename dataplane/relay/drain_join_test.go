@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"context"
 	"io"
 	"sync"
 	"testing"
@@ -36,24 +35,13 @@ func TestDrainJoinWaitsForAPlacedSession(t *testing.T) {
 	defer releaseJoins()
 	p.b.testJoinHold.Store(&joinHold)
 
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	c := dialSaying(t, p, "hello")
 	select {
 	case <-held:
 	case <-time.After(10 * time.Second):
 		t.Fatal("stream 0's confirm never came: the test did not mount its case")
 	}
-	shutdown := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		shutdown <- p.b.Shutdown(ctx)
-	}()
-	awaitDraining(t, p.b)
+	shutdown := drainAsync(t, p.b)
 	releaseJoins()
 	time.Sleep(100 * time.Millisecond) // the JOIN waits for its session
 	early := p.b.Stats().Totals.Rejected[rejectMismatch]

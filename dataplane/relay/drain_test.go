@@ -14,6 +14,33 @@ import (
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
+// drainAsync starts a's Shutdown, with 20 s to drain, and returns once
+// the drain has begun; the channel gets Shutdown's result.
+func drainAsync(t *testing.T, a *Agent) <-chan error {
+	t.Helper()
+	shutdown := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		shutdown <- a.Shutdown(ctx)
+	}()
+	awaitDraining(t, a)
+	return shutdown
+}
+
+// dialSaying dials p's client side (30 s deadline, closed at the test's
+// end) and writes msg.
+func dialSaying(t *testing.T, p *pair, msg string) *net.TCPConn {
+	t.Helper()
+	c := p.dial(t)
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // awaitDraining waits until a's Shutdown has begun.
 func awaitDraining(t *testing.T, a *Agent) {
 	t.Helper()
@@ -186,22 +213,11 @@ func TestDrainKeepsASessionDialingItsServer(t *testing.T) {
 	}
 	p.b.mu.Unlock()
 
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	c := dialSaying(t, p, "hello")
 	if !waitFor(10*time.Second, dialing.Load) {
 		t.Fatal("the far agent never dialed the server: the test did not mount its case")
 	}
-	shutdown := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		shutdown <- p.b.Shutdown(ctx)
-	}()
-	awaitDraining(t, p.b)
+	shutdown := drainAsync(t, p.b)
 	releaseOnce()
 
 	_ = c.CloseWrite()

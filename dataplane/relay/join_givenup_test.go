@@ -32,12 +32,7 @@ func TestJoinGivenUpBeforeItsHelloIsNoHandshakeFailure(t *testing.T) {
 	}
 	p.a.testDialed.Store(&hook)
 
-	c := p.dial(t)
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	c := dialSaying(t, p, "hello")
 	got := make([]byte, 5)
 	if _, err := io.ReadFull(c, got); err != nil || string(got) != "hello" {
 		t.Fatalf("echo: %q, %v", got, err)
