@@ -544,8 +544,8 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 wait:
 	for {
 		a.mu.Lock()
-		// Places kept for accepted hellos and BINDs read before the
-		// drain make sessions to wait for too.
+		// What was accepted before the drain and is still being set
+		// up becomes a session or direct connection to wait for too.
 		n := len(a.sessions) + len(a.direct) + a.settingUpLocked()
 		a.drainOver = n == 0
 		a.mu.Unlock()
@@ -622,7 +622,7 @@ wait:
 	if aborted > 0 || cut > 0 {
 		err = errors.Join(fmt.Errorf("relay: aborted %d sessions and cut %d connections still being set up at shutdown: %w", aborted, cut, ctx.Err()), err)
 	}
-	a.log.Info("relay stopped", "aborted", aborted)
+	a.log.Info("relay stopped", "aborted", aborted, "cut", cut)
 	return err
 }
 
