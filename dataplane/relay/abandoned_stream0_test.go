@@ -53,11 +53,7 @@ func TestAbandonedStreamZeroEndsFarSession(t *testing.T) {
 
 	c := dialSaying(t, p, "hello")
 	_ = c.CloseWrite()
-	select {
-	case <-locked:
-	case <-time.After(10 * time.Second):
-		t.Fatal("stream 0 never dialed")
-	}
+	awaitClosed(t, locked, "stream 0 never dialed")
 	defer unlock()
 	if !waitFor(10*time.Second, func() bool {
 		p.b.mu.Lock()

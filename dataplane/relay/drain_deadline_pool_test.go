@@ -23,11 +23,7 @@ func TestDrainDeadlineCutsOnePooledConnectionOnce(t *testing.T) {
 	rejectedBefore := sumRejected(p.b)
 
 	dialSaying(t, p, "hello")
-	select {
-	case <-admitted:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no BIND admitted: the test did not mount its case")
-	}
+	awaitClosed(t, admitted, "no BIND admitted: the test did not mount its case")
 	testsupport.Eventually(t, 10*time.Second, "all 4 BINDs being handled", func() bool {
 		p.b.mu.Lock()
 		defer p.b.mu.Unlock()

@@ -46,11 +46,7 @@ func TestDrainDeadlineCountsASetupFailingAsItPasses(t *testing.T) {
 	p.a.testDialed.Store(&hook)
 
 	c := dialSaying(t, p, "hello")
-	select {
-	case <-dialed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("stream 0 never dialed")
-	}
+	awaitClosed(t, dialed, "stream 0 never dialed")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	serr := p.a.Shutdown(ctx)

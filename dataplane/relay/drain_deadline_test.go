@@ -34,11 +34,7 @@ func TestDrainDeadlineCountsAConnectionStillSettingUp(t *testing.T) {
 	p.a.mu.Unlock()
 
 	c := dialSaying(t, p, "hello")
-	select {
-	case <-looking:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the connection was never served")
-	}
+	awaitClosed(t, looking, "the connection was never served")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	serr := p.a.Shutdown(ctx)
@@ -74,11 +70,7 @@ func TestDrainDeadlineCountsAnAcceptedHello(t *testing.T) {
 		},
 	}, echo)
 	c := dialSaying(t, p, "hello")
-	select {
-	case <-held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("stream 0's confirm never came: the test did not mount its case")
-	}
+	awaitClosed(t, held, "stream 0's confirm never came: the test did not mount its case")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	go func() {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // blockingHandler logs to the test and, for a record whose message is
@@ -88,11 +89,7 @@ func TestDrainLetsASettingUpSessionGoDirect(t *testing.T) {
 	p.a.testDialed.Store(&hook)
 
 	c := dialSaying(t, p, "hello")
-	select {
-	case <-dialed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("stream 0 never dialed")
-	}
+	awaitClosed(t, dialed, "stream 0 never dialed")
 	shutdown := drainAsync(t, p.a)
 	close(release)
 
@@ -133,11 +130,7 @@ func TestDrainWaitsForAHelloAcceptedBeforeIt(t *testing.T) {
 	}, echo)
 
 	c := dialSaying(t, p, "hello")
-	select {
-	case <-held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("stream 0's confirm never came: the test did not mount its case")
-	}
+	awaitClosed(t, held, "stream 0's confirm never came: the test did not mount its case")
 	shutdown := drainAsync(t, p.b)
 	gateOnce()
 
@@ -172,13 +165,20 @@ func armedConfirmHoldingProxy(t *testing.T, target netip.AddrPort, held, gate ch
 	var mu sync.Mutex
 	var conns []*net.TCPConn
 	first := true
+	// shut[c]: the proxy half-closed c (the other direction ended
+	// first), which moves c out of CLOSE_WAIT (endedByFin).
+	shut := map[*net.TCPConn]*atomic.Bool{}
 	pipe := func(dst, src *net.TCPConn) {
+		mu.Lock()
+		dstShut, srcShut := shut[dst], shut[src]
+		mu.Unlock()
 		_, err := io.Copy(dst, src)
-		if err != nil || !endedByFin(src, new(atomic.Bool)) {
+		if err != nil || !endedByFin(src, srcShut) {
 			reset(dst)
 			reset(src)
 			return
 		}
+		dstShut.Store(true)
 		_ = dst.CloseWrite()
 	}
 	wg.Add(1)
@@ -196,6 +196,7 @@ func armedConfirmHoldingProxy(t *testing.T, target netip.AddrPort, held, gate ch
 			}
 			mu.Lock()
 			conns = append(conns, a, b)
+			shut[a], shut[b] = new(atomic.Bool), new(atomic.Bool)
 			hold := first && (armed == nil || armed.Load())
 			if hold {
 				first = false
@@ -272,11 +273,7 @@ func TestDrainJoinsAHelloAcceptedBeforeIt(t *testing.T) {
 	armed.Store(true)
 
 	c := dialSaying(t, p, "hello")
-	select {
-	case <-held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("stream 0's confirm never came: the test did not mount its case")
-	}
+	awaitClosed(t, held, "stream 0's confirm never came: the test did not mount its case")
 	shutdown := drainAsync(t, p.b)
 	gateOnce()
 
@@ -328,11 +325,7 @@ func TestDrainDeadlineAbortCountedOnce(t *testing.T) {
 	p.a.testDialed.Store(&hook)
 
 	dialSaying(t, p, "hello")
-	select {
-	case <-dialed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("stream 0 never dialed")
-	}
+	awaitClosed(t, dialed, "stream 0 never dialed")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	serr := p.a.Shutdown(ctx)
@@ -367,11 +360,7 @@ func TestDrainCarriesAConnectionAcceptedBeforeIt(t *testing.T) {
 	p.a.mu.Unlock()
 
 	c := dialSaying(t, p, "hello")
-	select {
-	case <-looking:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the connection was never served")
-	}
+	awaitClosed(t, looking, "the connection was never served")
 	shutdown := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -406,11 +395,7 @@ func TestDrainWaitsForABindReadBeforeIt(t *testing.T) {
 	before := p.b.Stats().Totals.HandshakeFailures
 
 	c := dialSaying(t, p, "hello")
-	select {
-	case <-admitted:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no BIND admitted: the test did not mount its case")
-	}
+	awaitClosed(t, admitted, "no BIND admitted: the test did not mount its case")
 	shutdown := drainAsync(t, p.b)
 	release()
 	_ = c.CloseWrite()
@@ -451,13 +436,12 @@ func TestBindsDuringADrainAreNoHandshakeFailures(t *testing.T) {
 	}
 	armed.Store(true)
 	before := p.b.Stats().Totals.HandshakeFailures
+	// The hold session took pooled streams: a connection before the
+	// pool refilled would open fresh ones, with no BIND to hold.
+	testsupport.Eventually(t, 10*time.Second, "the pool filled again", func() bool { return onlyPool(t, p.a).Idle >= p.poolMin })
 
 	c := dialSaying(t, p, "hello")
-	select {
-	case <-admitted:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no BIND admitted: the test did not mount its case")
-	}
+	awaitClosed(t, admitted, "no BIND admitted: the test did not mount its case")
 	shutdown := drainAsync(t, p.b)
 	release()
 	_ = c.CloseWrite()

@@ -36,11 +36,7 @@ func TestDrainJoinWaitsForAPlacedSession(t *testing.T) {
 	p.b.testJoinHold.Store(&joinHold)
 
 	c := dialSaying(t, p, "hello")
-	select {
-	case <-held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("stream 0's confirm never came: the test did not mount its case")
-	}
+	awaitClosed(t, held, "stream 0's confirm never came: the test did not mount its case")
 	shutdown := drainAsync(t, p.b)
 	releaseJoins()
 	time.Sleep(100 * time.Millisecond) // the JOIN waits for its session

@@ -41,6 +41,17 @@ func dialSaying(t *testing.T, p *pair, msg string) *net.TCPConn {
 	return c
 }
 
+// awaitClosed waits up to 10 s for ch to close, or fails the test with
+// msg.
+func awaitClosed(t *testing.T, ch <-chan struct{}, msg string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal(msg)
+	}
+}
+
 // awaitDraining waits until a's Shutdown has begun.
 func awaitDraining(t *testing.T, a *Agent) {
 	t.Helper()
