@@ -252,8 +252,11 @@ type Agent struct {
 	recent       abortLog
 	limited      limitedLog
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	// stopped is cancelled once Shutdown stops waiting: everything still
+	// running ends then (a dial to a server under way too).
+	stopped context.Context
+	stopAll context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 type listener struct {
@@ -275,7 +278,6 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		os:       kernelTransparency,
 		sessions: make(map[*session]struct{}),
 		byID:     make(map[stripe.SessionID]*session),
-		stop:     make(chan struct{}),
 
 		preauth:        make(map[*net.TCPConn]*preauthConn),
 		preauthOrder:   list.New(),
@@ -291,6 +293,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		pooled:         make(map[string]map[*net.TCPConn]pooledState),
 		serving:        make(map[*net.TCPConn]struct{}),
 	}
+	a.stopped, a.stopAll = context.WithCancel(context.Background())
 	for _, p := range a.pools {
 		p.a = a
 	}
@@ -322,7 +325,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.poolsMu.Lock()
 	for _, p := range a.pools {
 		a.wg.Add(1)
-		go p.run(a.stop)
+		go p.run(a.stopped.Done())
 	}
 	a.poolsMu.Unlock()
 	a.log.Info("relay started", "transparent", rc.TransparentListen, "data", rc.DataListen,
@@ -606,7 +609,7 @@ wait:
 		}
 	}
 	a.mu.Unlock()
-	close(a.stop)
+	a.stopAll()
 	a.wg.Wait()
 
 	a.mu.Lock()
@@ -638,7 +641,7 @@ func (a *Agent) housekeeping() {
 	var list []*session
 	for {
 		select {
-		case <-a.stop:
+		case <-a.stopped.Done():
 			return
 		case now := <-grow.C:
 			list = a.sessionList(list, growthCheckSessions)
@@ -686,7 +689,7 @@ func (a *Agent) acceptLoop(ln *net.TCPListener, kind string, handle func(*net.TC
 			a.limited.log(a.log, "accept-"+kind, "relay: accept failed", "listener", kind, "err", err)
 			select {
 			case <-time.After(backoff):
-			case <-a.stop:
+			case <-a.stopped.Done():
 				return
 			}
 			backoff = min(2*backoff, time.Second)

@@ -188,8 +188,10 @@ func (a *Agent) relayDirect(rc *runtimeConfig, host *net.TCPConn, server netip.A
 	defer a.untrackDirect(host)
 	written := sync.OnceFunc(func() { a.memReserved.Add(-up.reserved) })
 	defer written()
-	d := net.Dialer{Timeout: rc.limits.PreAuthTimeout}
-	c, err := d.Dial(network(server.Addr()), server.String())
+	// A drain's deadline resets host; Shutdown then cancels the dial.
+	ctx, cancel := context.WithTimeout(a.stopped, rc.limits.PreAuthTimeout)
+	c, err := new(net.Dialer).DialContext(ctx, network(server.Addr()), server.String())
+	cancel()
 	if err != nil {
 		a.limited.log(a.log, "fallback-dial", "relay: direct connection to the server failed; reset",
 			"server", server, "err", err)

@@ -257,7 +257,7 @@ func (a *Agent) reconcilePools(old, rc *runtimeConfig) {
 		a.pools[peer] = np
 		if a.started {
 			a.wg.Add(1)
-			go np.run(a.stop)
+			go np.run(a.stopped.Done())
 		}
 	}
 }

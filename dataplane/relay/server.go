@@ -196,7 +196,7 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 	if hold := a.testJoinHold.Load(); hold != nil && hello.Join {
 		select {
 		case <-*hold:
-		case <-a.stop:
+		case <-a.stopped.Done():
 		}
 	}
 	if hello.Join && hello.Stream != 0 {
