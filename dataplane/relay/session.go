@@ -377,19 +377,22 @@ type session struct {
 	stalls         atomic.Uint64
 
 	// Touched by housekeeping only.
-	lastProgress   time.Time
-	lastSent       uint64
-	lastDelivered  uint64
-	lastTick       time.Time
-	stallCounted   time.Time
-	rateSent       atomic.Uint64 // float64 bits, bit/s
-	rateDelivered  atomic.Uint64
-	lastArrived    uint64    // frames read from the streams at the last tick
-	checkArrived   uint64    // ... at the window's last growth check
-	arrivalPeak    float64   // frames/s: the highest recent arrival rate, decaying
-	lastGrowCheck  time.Time // the window's last growth check
-	wg             sync.WaitGroup
-	finishOnce     sync.Once
+	lastProgress  time.Time
+	lastSent      uint64
+	lastDelivered uint64
+	lastTick      time.Time
+	stallCounted  time.Time
+	rateSent      atomic.Uint64 // float64 bits, bit/s
+	rateDelivered atomic.Uint64
+	lastArrived   uint64    // frames read from the streams at the last tick
+	checkArrived  uint64    // ... at the window's last growth check
+	arrivalPeak   float64   // frames/s: the highest recent arrival rate, decaying
+	lastGrowCheck time.Time // the window's last growth check
+	wg            sync.WaitGroup
+	finishOnce    sync.Once
+	// unstartedOnce: an unstarted session can have two owners finishing
+	// it (finishUnstarted); each stream gets one ABORT.
+	unstartedOnce  sync.Once
 	recvBudgetSize int64
 
 	// Guarded by agent.mu: the source counted in agent.halfOpen while a
@@ -993,12 +996,20 @@ func (s *session) abortUnestablished(kind string, err error) bool {
 
 // finishUnstarted ends an aborted session that never ran its relay
 // goroutines: tell the peer why on every stream that is up, then reset.
+// Both the abort of a gathering session (abortUnestablished) and
+// connectServer, when the session's last stream joined meanwhile, call
+// it; the first call does it.
 func (s *session) finishUnstarted() {
 	if s.established.Load() {
 		// start won the race with abort: the relay goroutines see the
 		// abort and their runner finishes the session.
 		return
 	}
+	s.unstartedOnce.Do(s.abortUnstarted)
+}
+
+// abortUnstarted is finishUnstarted's work, done once.
+func (s *session) abortUnstarted() {
 	s.mu.Lock()
 	streams := append([]*stream(nil), s.streams...)
 	s.mu.Unlock()
