@@ -2360,14 +2360,18 @@ func (st *stream) readLoop() {
 				s.peerDoneOnce.Do(func() { close(s.peerDone) })
 				return
 			}
-			if errors.Is(err, io.EOF) && !s.isCompleted() && peerClosed(st.conn) {
+			if errors.Is(err, io.EOF) && !s.isCompleted() && peerClosed(st.conn) && !s.unfounded() {
 				// An agent half-closes a stream only once its session
 				// completed, after the final ACK on that stream, which
 				// completes the session here too. A FIN before that is
 				// the far agent's process ending (a network failure
 				// resets or goes silent; after a reset a read sees end
 				// of file too, but the connection is not in CLOSE_WAIT):
-				// its session state is gone.
+				// its session state is gone. Not so for a pooled session
+				// the far agent was never heard on: its process may have
+				// ended before the BIND arrived (an idle stream claimed
+				// as its FIN came), and the session is founded again with
+				// a fresh hello, as when such a stream is reset (refound).
 				fail(AbortPeer, "read", errors.New("the far agent closed the stream before the session finished (its process ended?)"))
 				return
 			}
