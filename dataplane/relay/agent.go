@@ -246,11 +246,16 @@ type Agent struct {
 	// testJoinSent, set by tests, runs as a replacement's JOIN went; an
 	// error fails the join there, as a cancel would.
 	testJoinSent atomic.Pointer[func(c *net.TCPConn) error]
-	wmem         wmemCache // see sendBufferFull
-	ownKeys      ownKeys
-	counters     counters
-	recent       abortLog
-	limited      limitedLog
+	// testClaimed, set by tests, sees the idle pooled streams a session
+	// claimed, their watchers stopped, before they are checked.
+	testClaimed atomic.Pointer[func(claimed []*pooledStream)]
+	// testAbortSealed, set by tests, sees each ABORT frame sealed.
+	testAbortSealed atomic.Pointer[func(st *stream)]
+	wmem            wmemCache // see sendBufferFull
+	ownKeys         ownKeys
+	counters        counters
+	recent          abortLog
+	limited         limitedLog
 
 	// stopped is cancelled once Shutdown stops waiting: everything still
 	// running ends then (a dial to a server under way too).

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,12 +17,20 @@ import (
 // gathering its streams can be finished by two owners at once: the abort
 // of an unestablished session (the pre-auth deadline, or a drain's) sees
 // it gathering, while its last stream's join completes it and
-// connectServer, its dial cancelled by that abort, finishes it too. The
-// peer gets one ABORT per stream all the same. Found by review: both
-// sealed and wrote an ABORT, racing on the stream's codec.
+// connectServer, its dial cancelled by that abort, finishes it too. Each
+// stream's ABORT is sealed once, and the peer gets one. Found by review:
+// both sealed and wrote an ABORT, racing on the stream's codec (a data
+// race `go test -race` showed; without it the second write mostly failed
+// after the first one's half-close, so the seals are counted here).
 func TestUnstartedSessionAbortsEachStreamOnce(t *testing.T) {
 	p := startPair(t, pairOptions{streams: 2, limitsB: Limits{PreAuthTimeout: 20 * time.Second}}, echo)
-	for round := range 20 {
+	var sealed sync.Map // *stream -> *atomic.Int32
+	hook := func(st *stream) {
+		n, _ := sealed.LoadOrStore(st, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+	}
+	p.b.testAbortSealed.Store(&hook)
+	for round := range 10 {
 		c, status := openHalfSession(t, p, "127.0.0.9")
 		if status != stripe.StatusAccepted {
 			c.Close()
@@ -57,6 +66,16 @@ func TestUnstartedSessionAbortsEachStreamOnce(t *testing.T) {
 		c.Close()
 		if aborts != 1 {
 			t.Fatalf("round %d: the peer's stream got %d ABORT frames, want 1", round, aborts)
+		}
+		s.mu.Lock()
+		st := s.streams[1]
+		s.mu.Unlock()
+		n, ok := sealed.Load(st)
+		if !ok {
+			t.Fatalf("round %d: no ABORT sealed on the session's stream", round)
+		}
+		if k := n.(*atomic.Int32).Load(); k != 1 {
+			t.Fatalf("round %d: %d ABORT frames sealed on the stream, want 1", round, k)
 		}
 	}
 }

@@ -548,9 +548,26 @@ func (p *streamPool) take(n int) []*pooledStream {
 		<-ps.watched
 		_ = ps.conn.SetReadDeadline(time.Time{})
 	}
-	p.claims.Add(uint64(k))
+	if f := p.a.testClaimed.Load(); f != nil {
+		(*f)(got)
+	}
+	// A stream whose FIN or reset came as it was claimed, after its
+	// watcher's last look, died idle: a BIND on it would be answered by
+	// its end of file, which the session could only take for the far
+	// agent's end (its process ended), and abort.
+	up := got[:0]
+	for _, ps := range got {
+		if peerGaveUp(ps.conn) {
+			p.died.Add(1)
+			reset(ps.conn)
+			p.a.limited.log(p.a.log, "pool-died", "relay: an idle pooled stream died as a session claimed it", "peer", p.peer)
+			continue
+		}
+		up = append(up, ps)
+	}
+	p.claims.Add(uint64(len(up)))
 	p.poke()
-	return got
+	return up
 }
 
 // expire closes idle streams beyond MinIdle that waited longer than

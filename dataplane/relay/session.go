@@ -2262,6 +2262,9 @@ func (st *stream) sendAbort() {
 	if err != nil {
 		return
 	}
+	if f := s.agent.testAbortSealed.Load(); f != nil {
+		(*f)(st)
+	}
 	_ = st.conn.SetWriteDeadline(time.Now().Add(abortGrace))
 	if _, err := st.conn.Write(frame); err == nil {
 		_ = st.conn.CloseWrite()
@@ -2360,18 +2363,20 @@ func (st *stream) readLoop() {
 				s.peerDoneOnce.Do(func() { close(s.peerDone) })
 				return
 			}
-			if errors.Is(err, io.EOF) && !s.isCompleted() && peerClosed(st.conn) && !s.unfounded() {
+			if errors.Is(err, io.EOF) && !s.isCompleted() && peerClosed(st.conn) {
 				// An agent half-closes a stream only once its session
 				// completed, after the final ACK on that stream, which
 				// completes the session here too. A FIN before that is
 				// the far agent's process ending (a network failure
 				// resets or goes silent; after a reset a read sees end
 				// of file too, but the connection is not in CLOSE_WAIT):
-				// its session state is gone. Not so for a pooled session
+				// its session state is gone. So too in a pooled session
 				// the far agent was never heard on: its process may have
-				// ended before the BIND arrived (an idle stream claimed
-				// as its FIN came), and the session is founded again with
-				// a fresh hello, as when such a stream is reset (refound).
+				// founded the session and reached the server before it
+				// ended, and founded again at its restart, which knows
+				// nothing of it, the session would reach the server
+				// twice. (A FIN that came before the BIND went is an idle
+				// stream's death: take drops such a stream.)
 				fail(AbortPeer, "read", errors.New("the far agent closed the stream before the session finished (its process ended?)"))
 				return
 			}
