@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 // problem and never trusted or read beyond its bound.
 func TestStatusPublishing(t *testing.T) {
 	etcd := testsupport.StartEtcd(t, 1)
+	// The nodes' file hashes, read by their publishers' goroutines.
+	var hashMu sync.Mutex
 	hash := map[string]string{"ctl-a": "aaaa", "agent-x": "aaaa"}
 	type pub struct {
 		cli  *Client
@@ -30,6 +33,8 @@ func TestStatusPublishing(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := cli.Publisher(func() NodeStatus {
+			hashMu.Lock()
+			defer hashMu.Unlock()
 			return NodeStatus{Roles: []string{"r"}, ConfigHash: hash[node], Serial: 3, LastApply: "ok", Health: "ok"}
 		})
 		p.every = 50 * time.Millisecond
@@ -54,7 +59,9 @@ func TestStatusPublishing(t *testing.T) {
 		return len(rows) == 2 && Problems(rows) == 0 && rows[0].Serial == 3
 	})
 
+	hashMu.Lock()
 	hash["agent-x"] = "bbbb"
+	hashMu.Unlock()
 	testsupport.Eventually(t, 10*time.Second, "the differing file flagged", func() bool {
 		rows := read()
 		return len(rows) == 2 && rows[0].Node == "agent-x" && strings.Join(rows[0].Problems, ";") == "config differs"
