@@ -3,7 +3,9 @@ package appliance
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -329,6 +332,7 @@ func (d *Daemon) load() (*candidate, error) {
 			psks[rc.PSKFile] = psk
 		}
 		rc.PSK = psk
+		rc.FoundedFile = FoundedFile(d.statePath(cfg), a.Name)
 		if rc.AgentKeyFile != "" {
 			if rc.AgentKey, err = LoadAgentKey(rc.AgentKeyFile); err != nil {
 				return nil, fmt.Errorf("agent %s: %w", a.Name, err)
@@ -1196,4 +1200,25 @@ func (d *Daemon) planFlows(ctx context.Context, switches []flows.Switch) []FlowP
 		out = append(out, fp)
 	}
 	return out
+}
+
+// FoundedFile is where agent records the sessions it founds (see
+// relay's founded.go): next to the state store, one file per agent, named
+// after it (characters other than letters, digits, '.', '-' and '_'
+// replaced, and then a hash of the name added, so two names never share
+// a file).
+func FoundedFile(statePath, agent string) string {
+	safe := []byte(agent)
+	changed := false
+	for i, c := range safe {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+			safe[i], changed = '_', true
+		}
+	}
+	name := "founded-" + string(safe)
+	if changed {
+		sum := sha256.Sum256([]byte(agent))
+		name += "-" + hex.EncodeToString(sum[:4])
+	}
+	return filepath.Join(filepath.Dir(statePath), name)
 }

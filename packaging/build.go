@@ -299,7 +299,7 @@ var manExtras = []ManSection{
 		Entries: []HelpEntry{
 			{Name: ConfigPath, Text: "The deployment, identical on every node. The package installs an example; the service is not started until you have made it yours."},
 			{Name: PSKPath, Text: "The pre-shared key that authenticates the stripe streams between agents: 64 hexadecimal digits, mode 0600, created at installation. Copy the same file to every agent."},
-			{Name: StateDir, Text: "The state store: applied items, the values they replaced (for rollback) and the apply history."},
+			{Name: StateDir, Text: "The state store: applied items, the values they replaced (for rollback) and the apply history; and, per agent, the sessions it founded in the last minutes (founded-<agent>), so that a restarted agent never founds one of them twice."},
 			{Name: "/run/sosappliance/control.sock", Text: "The running daemon's control socket, used by the status command."},
 		},
 	},

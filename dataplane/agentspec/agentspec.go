@@ -43,6 +43,13 @@ type Relay struct {
 	// Empty: any source.
 	HealthAllow []netip.Prefix
 
+	// FoundedFile, if set, is where a server-side agent records each
+	// session it founds, so that after a restart it still refuses to
+	// found them again (see dataplane/relay/founded.go). It is read and
+	// opened at Start; a change takes effect at the next start. Empty:
+	// the record lives in the process only.
+	FoundedFile string
+
 	// Name is this agent's identity in every handshake: the initiator's
 	// name in the hellos it sends, the responder name it requires in the
 	// hellos it accepts.

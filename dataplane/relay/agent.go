@@ -196,6 +196,9 @@ type Agent struct {
 	// settled are the session ids founded here and ended, or refused
 	// at stream 0 (settled.go).
 	settled settledIDs
+	// founded, with Config.FoundedFile, records the sessions founded
+	// here beyond the process (founded.go).
+	founded *foundedFile
 	// direct holds the connections carried direct (client -> server
 	// connection, nil while dialing), so Shutdown can end them;
 	// drainOver: Shutdown stopped waiting for them.
@@ -316,6 +319,12 @@ func (a *Agent) Start(ctx context.Context) error {
 		return errors.New("relay: already started")
 	}
 	rc := a.cfg.Load()
+	// Before the listeners: no session is founded unrecorded.
+	if rc.FoundedFile != "" && a.founded == nil {
+		if err := a.openFoundedLocked(rc.FoundedFile); err != nil {
+			return fmt.Errorf("relay: %w", err)
+		}
+	}
 	if err := a.reconcileListeners(ctx, rc); err != nil {
 		a.closeListenersLocked()
 		return err
@@ -616,6 +625,9 @@ wait:
 	a.mu.Unlock()
 	a.stopAll()
 	a.wg.Wait()
+	if a.founded != nil {
+		a.founded.close()
+	}
 
 	a.mu.Lock()
 	var err error

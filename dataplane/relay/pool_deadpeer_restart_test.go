@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,10 +22,12 @@ import (
 // to the client side (the far agent's frames never left its process),
 // and when the far agent's end of such a stream ends, however it ends,
 // the client side gets a FIN: the kernel's FIN when the far agent's
-// process ends.
+// process ends. With reset set, it gets a reset instead: the kernel's
+// answer when the process ends with bytes it had not read.
 type crashProxy struct {
 	addr   netip.AddrPort
 	target atomic.Pointer[netip.AddrPort]
+	reset  atomic.Bool
 	mu     sync.Mutex
 	open   []*atomic.Bool
 }
@@ -83,6 +86,10 @@ func newCrashProxy(t *testing.T, target netip.AddrPort) *crashProxy {
 						}
 					}
 					if err != nil {
+						if muted.Load() && p.reset.Load() {
+							reset(c)
+							return
+						}
 						_ = c.CloseWrite() // the far agent's process ended: a FIN
 						return
 					}
@@ -255,5 +262,81 @@ func TestPooledSessionFarAgentGoneForGood(t *testing.T) {
 		t.Errorf("the client's connection still open 20 s after the far agent died for good (aborted %d, refounds %d): held until the 10-minute reconnect timeout",
 			ta.SessionsAborted, onlyPool(t, p.a).Refounds)
 		_ = c.Close()
+	}
+}
+
+// TestPooledSessionFoundedThenFarAgentRestarted: as
+// TestPooledSessionFoundedThenFarAgentDied, but the far agent's process
+// ends with bytes unread, so the client side's stream 0 is reset, a lost
+// stream: unsure whether the far agent founded the session, it founds it
+// again with a fresh hello, at the process that replaced the far agent.
+// That process read the ids its predecessor founded from the founded
+// sessions file (Config.FoundedFile) and refuses the hello as a
+// duplicate; the client side aborts, and the request reached the server
+// once. Found by review (helper-49's test, with a reset): the new process
+// knew nothing of the session and founded it again, and the server got
+// the request twice.
+func TestPooledSessionFoundedThenFarAgentRestarted(t *testing.T) {
+	const msg = "POST /transfer amount=100 restarted"
+	founded := filepath.Join(t.TempDir(), "founded")
+	rec := &requestRecorder{}
+	var proxy *crashProxy
+	p := startPair(t, pairOptions{streams: 1, pool: agentspec.Pool{MinIdle: 1, Max: 1},
+		configA: func(cfg *Config) {
+			proxy = newCrashProxy(t, cfg.Client[0].Peer)
+			cfg.Client[0].Peer = proxy.addr
+		},
+		configB: func(cfg *Config) { cfg.FoundedFile = founded },
+	}, rec.handle)
+	proxy.reset.Store(true)
+	testsupport.Eventually(t, 30*time.Second, "a full pool", func() bool { return onlyPool(t, p.a).Idle == 1 })
+	proxy.mute()
+
+	c := dialSaying(t, p, msg)
+	testsupport.Eventually(t, 20*time.Second, "the request delivered by the far agent", func() bool {
+		return rec.deliveries(msg) == 1
+	})
+	// The far agent's process ends; until its successor listens, the
+	// client side's fresh hellos find nobody.
+	gone, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	goneAddr := gone.Addr().(*net.TCPAddr).AddrPort()
+	_ = gone.Close()
+	proxy.target.Store(&goneAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	_ = p.b.Shutdown(ctx)
+	cancel()
+	b2 := startAgent(t, Config{
+		Name: "agent-b", DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK, Server: p.wlB,
+		FoundedFile: founded,
+	}, p.server.addr)
+	b2addr := b2.Addrs().Data
+	proxy.target.Store(&b2addr)
+
+	testsupport.Eventually(t, 30*time.Second, "the client side's session ended or founded again", func() bool {
+		p.a.mu.Lock()
+		defer p.a.mu.Unlock()
+		return len(p.a.sessions) == 0 || rec.deliveries(msg) > 1
+	})
+	ta, tb2 := p.a.Stats().Totals, b2.Stats().Totals
+	t.Logf("client side: aborted %d, refounds %d; server connections with the request: %d; restarted far agent: sessions %d, duplicates refused %d",
+		ta.SessionsAborted, onlyPool(t, p.a).Refounds, rec.deliveries(msg), tb2.SessionsStarted, tb2.Rejected[rejectMismatch])
+	if n := rec.deliveries(msg); n != 1 {
+		t.Errorf("the server received the client's request on %d connections, want 1", n)
+	}
+	if tb2.SessionsStarted != 0 {
+		t.Errorf("the restarted far agent started %d sessions, want 0", tb2.SessionsStarted)
+	}
+	if tb2.Rejected[rejectMismatch] == 0 {
+		t.Error("the restarted far agent refused no hello (as a duplicate): the test did not mount its case")
+	}
+	if ta.SessionsAborted != 1 {
+		t.Errorf("client side aborted %d sessions, want 1", ta.SessionsAborted)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Error("the client read data from a session that was aborted")
 	}
 }

@@ -680,6 +680,7 @@ func (a *Agent) reserveMemory(n, limit int64) bool {
 // connectServer opens the connection to the server from the client's
 // address once every stream of the session has joined, then relays.
 func (a *Agent) connectServer(s *session, rc *runtimeConfig) {
+	a.recordFounded(s)
 	ctx, cancel := context.WithTimeout(s.ctx, rc.limits.PreAuthTimeout)
 	defer cancel()
 	host, err := a.os.dial(ctx, s.client, s.server)

@@ -21,7 +21,8 @@ import (
 // places kept for fresh hellos (pending), checked under a.mu, whichever
 // of a late BIND and a fresh hello comes second is refused, and a
 // refusal that sends a client side direct means no founding delivered
-// anything or will.
+// anything or will. The founded ids also outlive the process when the
+// agent has a founded sessions file (founded.go).
 
 // settledFor is how long a settled id is remembered: well past a client
 // side's reconnect timeout (default 30 s), during which it founds its

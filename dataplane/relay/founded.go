@@ -1,0 +1,192 @@
+package relay
+
+import (
+	"bufio"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sosappliance/sosappliance/dataplane/stripe"
+)
+
+// The settled ids (settled.go) keep a session the server side founded from
+// being founded again by a fresh hello, but they live in the process. A
+// far agent that founds a pooled session, delivers its first bytes to the
+// server and ends before anything of it reached the client side leaves
+// that client side unsure whether the session was founded; it founds it
+// again (refound), and the process that replaced the far agent, knowing
+// nothing of it, would deliver those bytes a second time. So the server
+// side also writes each session id it founds to a file
+// (Config.FoundedFile) before the session reaches the server, and a
+// restarted agent reads the ids of the last settledFor back as founded.
+//
+// The file holds one line per session, "<32 hex digits> <unix ns>", in
+// the order they were founded. A plain write suffices: it must outlive
+// the process, which the page cache does; a machine that crashes takes
+// the server's connection with it. Every settledFor the file moves to
+// <file>.old (replacing the one before) and a new one starts, so the two
+// hold at least the last settledFor and at most twice that.
+
+// foundedFile is the open file of founded session ids.
+type foundedFile struct {
+	mu     sync.Mutex
+	path   string
+	f      *os.File
+	opened time.Time
+	closed bool
+}
+
+// foundedOld is the name the previous generation of path moves to.
+func foundedOld(path string) string { return path + ".old" }
+
+// openFounded reads the ids founded within settledFor before now from
+// path and its previous generation, then starts a new generation (making
+// its directory if need be). A line that does not parse is skipped and
+// counted in bad; a file that cannot be read, moved or created is an
+// error.
+func openFounded(path string, now time.Time) (ff *foundedFile, ids []settledAt, bad int, err error) {
+	for _, p := range []string{foundedOld(path), path} {
+		got, b, err := readFounded(p, now)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("founded sessions file %s: %w", p, err)
+		}
+		ids = append(ids, got...)
+		bad += b
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, nil, 0, fmt.Errorf("founded sessions file: %w", err)
+	}
+	ff = &foundedFile{path: path}
+	if err := ff.rotate(now); err != nil {
+		return nil, nil, 0, err
+	}
+	return ff, ids, bad, nil
+}
+
+// readFounded reads one generation; a missing file holds nothing.
+func readFounded(path string, now time.Time) (ids []settledAt, bad int, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		id, at, ok := parseFounded(sc.Text())
+		if !ok {
+			bad++
+			continue
+		}
+		if d := now.Sub(at); d >= 0 && d <= settledFor {
+			ids = append(ids, settledAt{id: id, at: at})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, 0, err
+	}
+	return ids, bad, nil
+}
+
+// foundedLine is the line that records id founded at at.
+func foundedLine(id stripe.SessionID, at time.Time) string {
+	return hex.EncodeToString(id[:]) + " " + strconv.FormatInt(at.UnixNano(), 10) + "\n"
+}
+
+func parseFounded(line string) (id stripe.SessionID, at time.Time, ok bool) {
+	h, ns, found := strings.Cut(line, " ")
+	if !found || len(h) != 2*len(id) {
+		return id, at, false
+	}
+	if _, err := hex.Decode(id[:], []byte(h)); err != nil {
+		return id, at, false
+	}
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if err != nil || n <= 0 {
+		return id, at, false
+	}
+	return id, time.Unix(0, n), true
+}
+
+// rotate moves the current generation to .old and starts a new one.
+func (ff *foundedFile) rotate(now time.Time) error {
+	if ff.f != nil {
+		_ = ff.f.Close()
+		ff.f = nil
+	}
+	if err := os.Rename(ff.path, foundedOld(ff.path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("founded sessions file: %w", err)
+	}
+	f, err := os.OpenFile(ff.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("founded sessions file: %w", err)
+	}
+	ff.f, ff.opened = f, now
+	return nil
+}
+
+// record writes that id was founded at now; the error, if any, is the
+// caller's to log: the session goes on without the record.
+func (ff *foundedFile) record(id stripe.SessionID, now time.Time) error {
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	if ff.closed {
+		return errors.New("founded sessions file closed")
+	}
+	if ff.f == nil || now.Sub(ff.opened) >= settledFor {
+		if err := ff.rotate(now); err != nil {
+			return err
+		}
+	}
+	_, err := ff.f.WriteString(foundedLine(id, now))
+	return err
+}
+
+// openFoundedLocked opens path and settles the ids it read as founded
+// at their time.
+func (a *Agent) openFoundedLocked(path string) error {
+	ff, ids, bad, err := openFounded(path, time.Now())
+	if err != nil {
+		return err
+	}
+	for _, e := range ids {
+		a.settled.add(e.id, true, e.at)
+	}
+	a.founded = ff
+	if bad > 0 {
+		a.log.Warn("relay: lines of the founded sessions file that do not parse were skipped", "file", path, "lines", bad)
+	}
+	a.log.Info("relay: founded sessions read back", "file", path, "sessions", len(ids))
+	return nil
+}
+
+// recordFounded writes that s is founded here before it reaches its
+// server; a failed write is logged and the session goes on.
+func (a *Agent) recordFounded(s *session) {
+	if a.founded == nil {
+		return
+	}
+	if err := a.founded.record(s.id, time.Now()); err != nil {
+		a.limited.log(a.log, "founded-file", "relay: cannot record a founded session; a restart within minutes could found it again",
+			"file", a.founded.path, "err", err)
+	}
+}
+
+func (ff *foundedFile) close() {
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	ff.closed = true
+	if ff.f != nil {
+		_ = ff.f.Close()
+		ff.f = nil
+	}
+}
