@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -57,7 +58,7 @@ func openFounded(path string, now time.Time) (ff *foundedFile, ids []settledAt, 
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("founded sessions file %s: %w", p, err)
 		}
-		ids = append(ids, got...)
+		ids = keepLast(append(ids, got...))
 		bad += b
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
@@ -80,21 +81,41 @@ func readFounded(path string, now time.Time) (ids []settledAt, bad int, err erro
 		return nil, 0, err
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		id, at, ok := parseFounded(sc.Text())
+	r := bufio.NewReader(f)
+	for {
+		line, long, err := r.ReadLine()
+		if err == io.EOF {
+			return ids, bad, nil
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		if long {
+			// Not a line this file holds: skip the rest of it.
+			for long && err == nil {
+				_, long, err = r.ReadLine()
+			}
+			bad++
+			continue
+		}
+		id, at, ok := parseFounded(string(line))
 		if !ok {
 			bad++
 			continue
 		}
 		if d := now.Sub(at); d >= 0 && d <= settledFor {
-			ids = append(ids, settledAt{id: id, at: at})
+			ids = keepLast(append(ids, settledAt{id: id, at: at}))
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, 0, err
+}
+
+// keepLast keeps the newest settledMax of ids once they grow past twice
+// that: the settled ids hold no more (settledIDs.add).
+func keepLast(ids []settledAt) []settledAt {
+	if len(ids) < 2*settledMax {
+		return ids
 	}
-	return ids, bad, nil
+	return append(ids[:0], ids[len(ids)-settledMax:]...)
 }
 
 // foundedLine is the line that records id founded at at.

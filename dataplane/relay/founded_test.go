@@ -21,7 +21,7 @@ func foundedID(b byte) stripe.SessionID {
 
 // TestFoundedFileReadsBackTheRecentIDs: ids recorded are read back by the
 // next open, the ones older than settledFor are not, and lines that do
-// not parse are skipped and counted.
+// not parse (one of 100 kB too) are skipped and counted.
 func TestFoundedFileReadsBackTheRecentIDs(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "founded")
 	t0 := time.Unix(1_800_000_000, 0)
@@ -42,7 +42,7 @@ func TestFoundedFileReadsBackTheRecentIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = f.WriteString("not a line\n" + strings.Repeat("z", 32) + " 5\n0123 5\n")
+	_, _ = f.WriteString("not a line\n" + strings.Repeat("z", 32) + " 5\n0123 5\n" + strings.Repeat("x", 100<<10) + "\n")
 	_ = f.Close()
 
 	// settledFor after the second: the first is too old.
@@ -51,8 +51,8 @@ func TestFoundedFileReadsBackTheRecentIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ff.close()
-	if bad != 3 {
-		t.Errorf("%d bad lines, want 3", bad)
+	if bad != 4 {
+		t.Errorf("%d bad lines, want 4", bad)
 	}
 	if len(ids) != 2 || ids[0].id != foundedID(1) || ids[1].id != foundedID(2) || !ids[0].at.Equal(t0.Add(time.Minute)) {
 		t.Errorf("read back %v, want ids 1 and 2 at their times", ids)
