@@ -8,105 +8,12 @@ import (
 	"net/netip"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/agentspec"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
-
-// crashProxy relays the client side's streams to the far agent at
-// target (switchable: a restarted far agent listens elsewhere). Once
-// muted, the streams open then forward nothing more from the far agent
-// to the client side (the far agent's frames never left its process),
-// and when the far agent's end of such a stream ends, however it ends,
-// the client side gets a FIN: the kernel's FIN when the far agent's
-// process ends. With reset set, it gets a reset instead: the kernel's
-// answer when the process ends with bytes it had not read.
-type crashProxy struct {
-	addr   netip.AddrPort
-	target atomic.Pointer[netip.AddrPort]
-	reset  atomic.Bool
-	mu     sync.Mutex
-	open   []*atomic.Bool
-}
-
-func newCrashProxy(t *testing.T, target netip.AddrPort) *crashProxy {
-	t.Helper()
-	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &crashProxy{addr: ln.Addr().(*net.TCPAddr).AddrPort()}
-	p.target.Store(&target)
-	var (
-		mu    sync.Mutex
-		conns []*net.TCPConn
-		wg    sync.WaitGroup
-	)
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := ln.AcceptTCP()
-			if err != nil {
-				return
-			}
-			d, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(*p.target.Load()))
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, d)
-			mu.Unlock()
-			muted := new(atomic.Bool)
-			p.mu.Lock()
-			p.open = append(p.open, muted)
-			p.mu.Unlock()
-			wg.Go(func() {
-				_, _ = io.Copy(d, c)
-				_ = d.CloseWrite()
-			})
-			wg.Go(func() {
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := d.Read(buf)
-					if n > 0 && !muted.Load() {
-						if _, werr := c.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						if muted.Load() && p.reset.Load() {
-							reset(c)
-							return
-						}
-						_ = c.CloseWrite() // the far agent's process ended: a FIN
-						return
-					}
-				}
-			})
-		}
-	})
-	return p
-}
-
-func (p *crashProxy) mute() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, m := range p.open {
-		m.Store(true)
-	}
-}
 
 // requestRecorder records what each connection it accepts sends.
 type requestRecorder struct {

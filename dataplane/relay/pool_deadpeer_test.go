@@ -13,23 +13,41 @@ import (
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
-// endingProxy relays the client side's streams to the far agent. end
-// ends the streams open then as the far agent's process ending would:
-// the client side gets a FIN, and what it sends after is swallowed (the
-// reset that answers it would come a round trip later on a long path).
-type endingProxy struct {
-	addr netip.AddrPort
-	mu   sync.Mutex
-	open []func()
+// crashProxy relays the client side's streams to the far agent at
+// target (switchable: a restarted far agent listens elsewhere). Once
+// muted, the streams open then forward nothing more from the far agent
+// to the client side (the far agent's frames never left its process),
+// and when the far agent's end of such a stream ends, however it ends,
+// the client side gets a FIN: the kernel's FIN when the far agent's
+// process ends. With reset set, it gets a reset instead: the kernel's
+// answer when the process ends with bytes it had not read. end ends the
+// streams open then at the far agent's side, as its process ending
+// would; what the client side sends on them after is taken and never
+// answered (on a long path the reset that answers it comes a round trip
+// later).
+type crashProxy struct {
+	addr   netip.AddrPort
+	target atomic.Pointer[netip.AddrPort]
+	reset  atomic.Bool
+	mu     sync.Mutex
+	open   []*proxiedStream
 }
 
-func newEndingProxy(t *testing.T, target netip.AddrPort) *endingProxy {
+// proxiedStream is one stream through a crashProxy: far is its far
+// agent's side.
+type proxiedStream struct {
+	muted atomic.Bool
+	far   *net.TCPConn
+}
+
+func newCrashProxy(t *testing.T, target netip.AddrPort) *crashProxy {
 	t.Helper()
 	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &endingProxy{addr: ln.Addr().(*net.TCPAddr).AddrPort()}
+	p := &crashProxy{addr: ln.Addr().(*net.TCPAddr).AddrPort()}
+	p.target.Store(&target)
 	var (
 		mu    sync.Mutex
 		conns []*net.TCPConn
@@ -50,7 +68,7 @@ func newEndingProxy(t *testing.T, target netip.AddrPort) *endingProxy {
 			if err != nil {
 				return
 			}
-			d, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(target))
+			d, err := net.DialTCP("tcp4", nil, net.TCPAddrFromAddrPort(*p.target.Load()))
 			if err != nil {
 				_ = c.Close()
 				continue
@@ -58,31 +76,30 @@ func newEndingProxy(t *testing.T, target netip.AddrPort) *endingProxy {
 			mu.Lock()
 			conns = append(conns, c, d)
 			mu.Unlock()
-			var ended atomic.Bool
+			ps := &proxiedStream{far: d}
+			muted := &ps.muted
 			p.mu.Lock()
-			p.open = append(p.open, func() {
-				ended.Store(true)
-				_ = d.Close() // the copier below sends the client side its FIN
-			})
+			p.open = append(p.open, ps)
 			p.mu.Unlock()
 			wg.Go(func() {
-				_, _ = io.Copy(c, d)
-				_ = c.CloseWrite()
+				_, _ = io.Copy(d, c)
+				_ = d.CloseWrite()
 			})
 			wg.Go(func() {
 				buf := make([]byte, 64<<10)
 				for {
-					n, err := c.Read(buf)
-					if n > 0 && !ended.Load() {
-						if _, werr := d.Write(buf[:n]); werr != nil && !ended.Load() {
-							_ = c.Close()
+					n, err := d.Read(buf)
+					if n > 0 && !muted.Load() {
+						if _, werr := c.Write(buf[:n]); werr != nil {
 							return
 						}
 					}
 					if err != nil {
-						if !ended.Load() {
-							_ = d.CloseWrite()
+						if muted.Load() && p.reset.Load() {
+							reset(c)
+							return
 						}
+						_ = c.CloseWrite() // the far agent's process ended: a FIN
 						return
 					}
 				}
@@ -92,12 +109,20 @@ func newEndingProxy(t *testing.T, target netip.AddrPort) *endingProxy {
 	return p
 }
 
-// end ends every stream open now.
-func (p *endingProxy) end() {
+func (p *crashProxy) mute() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, f := range p.open {
-		f()
+	for _, s := range p.open {
+		s.muted.Store(true)
+	}
+}
+
+// end ends every stream open now at its far agent's side.
+func (p *crashProxy) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.open {
+		_ = s.far.Close()
 	}
 	p.open = nil
 }
@@ -110,10 +135,10 @@ func (p *endingProxy) end() {
 // stream, read its FIN, took it for the far agent's process ending, and
 // aborted; the client was reset although nothing of it had left.
 func TestPooledStreamEndedAsItIsClaimed(t *testing.T) {
-	var proxy *endingProxy
+	var proxy *crashProxy
 	p := startPair(t, pairOptions{streams: 1, pool: agentspec.Pool{MinIdle: 2, Max: 2},
 		configA: func(cfg *Config) {
-			proxy = newEndingProxy(t, cfg.Client[0].Peer)
+			proxy = newCrashProxy(t, cfg.Client[0].Peer)
 			cfg.Client[0].Peer = proxy.addr
 		},
 	}, echo)
