@@ -325,13 +325,21 @@ func (a *Agent) Start(ctx context.Context) error {
 			return fmt.Errorf("relay: %w", err)
 		}
 	}
-	if err := a.reconcileListeners(ctx, rc); err != nil {
+	fail := func(err error) error {
 		a.closeListenersLocked()
+		if a.founded != nil {
+			// A candidate whose Start failed is dropped without
+			// Shutdown.
+			a.founded.close()
+			a.founded = nil
+		}
 		return err
 	}
+	if err := a.reconcileListeners(ctx, rc); err != nil {
+		return fail(err)
+	}
 	if err := a.pinLocked(rc.RelayCPUs); err != nil {
-		a.closeListenersLocked()
-		return err
+		return fail(err)
 	}
 	a.started = true
 	a.wg.Add(1)

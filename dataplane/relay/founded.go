@@ -48,10 +48,11 @@ type foundedFile struct {
 func foundedOld(path string) string { return path + ".old" }
 
 // openFounded reads the ids founded within settledFor before now from
-// path and its previous generation, then starts a new generation (making
-// its directory if need be). A line that does not parse is skipped and
-// counted in bad; a file that cannot be read, moved or created is an
-// error.
+// path and its previous generation, then starts a new generation that
+// holds them (making its directory if need be): however often the agent
+// restarts, the ids of the last settledFor are in the current file. A
+// line that does not parse is skipped and counted in bad; a file that
+// cannot be read or written is an error.
 func openFounded(path string, now time.Time) (ff *foundedFile, ids []settledAt, bad int, err error) {
 	for _, p := range []string{foundedOld(path), path} {
 		got, b, err := readFounded(p, now)
@@ -64,11 +65,28 @@ func openFounded(path string, now time.Time) (ff *foundedFile, ids []settledAt, 
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, nil, 0, fmt.Errorf("founded sessions file: %w", err)
 	}
-	ff = &foundedFile{path: path}
-	if err := ff.rotate(now); err != nil {
-		return nil, nil, 0, err
+	// The new generation, written whole and then put in place: a crash
+	// meanwhile leaves the files as they were.
+	var b strings.Builder
+	for _, e := range ids {
+		b.WriteString(foundedLine(e.id, e.at))
 	}
-	return ff, ids, bad, nil
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
+		return nil, nil, 0, fmt.Errorf("founded sessions file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return nil, nil, 0, fmt.Errorf("founded sessions file: %w", err)
+	}
+	if err := os.Remove(foundedOld(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, 0, fmt.Errorf("founded sessions file: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("founded sessions file: %w", err)
+	}
+	return &foundedFile{path: path, f: f, opened: now}, ids, bad, nil
 }
 
 // readFounded reads one generation; a missing file holds nothing.
@@ -103,7 +121,12 @@ func readFounded(path string, now time.Time) (ids []settledAt, bad int, err erro
 			bad++
 			continue
 		}
-		if d := now.Sub(at); d >= 0 && d <= settledFor {
+		if at.After(now) {
+			// The wall clock stepped back since (the settled ids
+			// keep time by the monotonic clock): as if just now.
+			at = now
+		}
+		if now.Sub(at) <= settledFor {
 			ids = keepLast(append(ids, settledAt{id: id, at: at}))
 		}
 	}
@@ -167,9 +190,38 @@ func (ff *foundedFile) record(id stripe.SessionID, now time.Time) error {
 		if err := ff.rotate(now); err != nil {
 			return err
 		}
+	} else if !ff.inPlace() {
+		// Removed or replaced under the agent: records written to the
+		// file it holds would be read by nobody. Start the path anew.
+		if err := ff.reopen(); err != nil {
+			return err
+		}
 	}
 	_, err := ff.f.WriteString(foundedLine(id, now))
 	return err
+}
+
+// inPlace reports whether the path still names the file ff writes.
+func (ff *foundedFile) inPlace() bool {
+	held, err := ff.f.Stat()
+	if err != nil {
+		return false
+	}
+	named, err := os.Stat(ff.path)
+	return err == nil && os.SameFile(held, named)
+}
+
+// reopen opens the path again for appending, keeping the generation's
+// age: what the file held is gone with it.
+func (ff *foundedFile) reopen() error {
+	_ = ff.f.Close()
+	ff.f = nil
+	f, err := os.OpenFile(ff.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("founded sessions file: %w", err)
+	}
+	ff.f = f
+	return nil
 }
 
 // openFoundedLocked opens path and settles the ids it read as founded

@@ -358,6 +358,11 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, reserv
 		return Whitelist{}, stripe.StatusReflected, nil
 	}
 	if h.Join || h.Stream != 0 {
+		if !h.Join && a.foundedBefore(h.Session) {
+			// A fresh stream other than 0 would gather the session
+			// again, and its stream 0 then join it.
+			return Whitelist{}, stripe.StatusDuplicateStream, nil
+		}
 		return a.admitHello(rc, h, src, reserve, beforeDrain)
 	}
 	if st, known := a.knownSession(h, false); known {
@@ -372,6 +377,15 @@ func (a *Agent) admit(rc *runtimeConfig, h *stripe.Hello, src netip.Addr, reserv
 		}
 	}
 	return w, st, p
+}
+
+// foundedBefore reports whether a session of id was founded here and
+// has ended (or was founded by this agent's previous process).
+func (a *Agent) foundedBefore(id stripe.SessionID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, founded := a.settled.get(id, time.Now())
+	return founded
 }
 
 // knownSession answers a fresh stream 0 of a session id this agent holds
