@@ -1204,14 +1204,15 @@ func (d *Daemon) planFlows(ctx context.Context, switches []flows.Switch) []FlowP
 
 // FoundedFile is where agent records the sessions it founds (see
 // relay's founded.go): next to the state store, one file per agent, named
-// after it (characters other than letters, digits, '.', '-' and '_'
-// replaced, and then a hash of the name added, so two names never share
-// a file).
+// after it (characters other than letters, digits, '-' and '_' replaced,
+// and then a hash of the name added, so two names never share a file).
+// No name keeps a '.': the relay's own <file>.old and <file>.new are
+// never another agent's file.
 func FoundedFile(statePath, agent string) string {
 	safe := []byte(agent)
 	changed := false
 	for i, c := range safe {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
 			safe[i], changed = '_', true
 		}
 	}

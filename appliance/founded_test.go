@@ -11,11 +11,24 @@ import (
 
 // TestFoundedFileNames: each agent's founded sessions file sits next to
 // the state store, named after the agent; a name with other characters
-// than a file name's gets a hash too, so it never shares another's file.
+// than letters, digits, '-' and '_' gets a hash too, so it never shares
+// another's file, nor one of the relay's generations of it (<file>.old,
+// <file>.new). Found by review (helper-51): '.' was kept, so agents "b"
+// and "b.new" shared founded-b.new, "b"'s new generation.
 func TestFoundedFileNames(t *testing.T) {
 	const state = "/var/lib/sosappliance/state.db"
-	if got := FoundedFile(state, "agent-a.site_1"); got != "/var/lib/sosappliance/founded-agent-a.site_1" {
+	if got := FoundedFile(state, "agent-a_1"); got != "/var/lib/sosappliance/founded-agent-a_1" {
 		t.Errorf("plain name: %s", got)
+	}
+	for _, pair := range [][2]string{{"b", "b.new"}, {"b", "b.old"}, {"b.new", "b_new"}} {
+		p, q := FoundedFile(state, pair[0]), FoundedFile(state, pair[1])
+		for _, g := range []string{"", ".old", ".new"} {
+			for _, h := range []string{"", ".old", ".new"} {
+				if p+g == q+h {
+					t.Errorf("agents %q and %q share %s", pair[0], pair[1], p+g)
+				}
+			}
+		}
 	}
 	odd, plain := FoundedFile(state, "a/../b"), FoundedFile(state, "a_.._b")
 	if filepath.Dir(odd) != "/var/lib/sosappliance" {

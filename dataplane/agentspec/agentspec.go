@@ -46,8 +46,9 @@ type Relay struct {
 	// FoundedFile, if set, is where a server-side agent records each
 	// session it founds, so that after a restart it still refuses to
 	// found them again (see dataplane/relay/founded.go). It is read and
-	// opened at Start; a change takes effect at the next start. Empty:
-	// the record lives in the process only.
+	// opened at Start; a change takes effect at the next start. The
+	// relay also uses the path with ".old" and ".new" appended, which no
+	// other file may take. Empty: the record lives in the process only.
 	FoundedFile string
 
 	// Name is this agent's identity in every handshake: the initiator's

@@ -234,3 +234,70 @@ func TestFoundedIDRefusedAtAnyFreshStream(t *testing.T) {
 		t.Errorf("the server accepted %d connections for recorded ids", n)
 	}
 }
+
+// idsHold reports whether ids hold id.
+func idsHold(ids []settledAt, id stripe.SessionID) bool {
+	for _, e := range ids {
+		if e.id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// TestFoundedFileFailedReopenKeepsTheGeneration: the path is replaced
+// under the agent by something a reopen cannot open (here a directory;
+// EMFILE or EACCES do the same), and later by a file again: the records
+// after go to that file, and an id founded a minute before the failure,
+// in .old, is still read back at a restart. Found by review (helper-51):
+// the failed reopen left no file, which the next record took for a
+// generation due, rotating 20 s into it, over .old and that id.
+func TestFoundedFileFailedReopenKeepsTheGeneration(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "founded")
+	t0 := time.Unix(1_800_000_000, 0)
+	ff, _, _, err := openFounded(path, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ff.close()
+	x := foundedID(1)
+	if err := ff.record(x, t0.Add(4*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	// The generation is due: x moves to .old, y starts the new one.
+	if err := ff.record(foundedID(2), t0.Add(settledFor)); err != nil {
+		t.Fatal(err)
+	}
+	// The path is replaced by something the reopen cannot open for
+	// writing (here a directory; EMFILE or EACCES do the same) ...
+	content, _ := os.ReadFile(path)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := ff.record(foundedID(3), t0.Add(settledFor+10*time.Second)); err == nil {
+		t.Fatal("record into a directory succeeded")
+	}
+	// ... and then is a file again.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := ff.record(foundedID(4), t0.Add(settledFor+20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	ff.close()
+	restart := t0.Add(settledFor + 30*time.Second)
+	ff2, ids, _, err := openFounded(path, restart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff2.close()
+	if !idsHold(ids, x) || !idsHold(ids, foundedID(4)) {
+		t.Fatalf("id founded %v before the restart or the one after the failure is not read back (read %d ids)", restart.Sub(t0.Add(4*time.Minute)), len(ids))
+	}
+}
