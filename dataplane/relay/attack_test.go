@@ -495,8 +495,16 @@ func TestHalfOpenSessionsBounded(t *testing.T) {
 // reply's status, the connection's handshake not completed when refused.
 func openHalfSession(t *testing.T, p *pair, src string) (*net.TCPConn, stripe.Status) {
 	t.Helper()
+	return handshakeFrom(t, p, src, func(h *stripe.Hello) { h.Streams, h.Stream = 2, 1 })
+}
+
+// handshakeFrom runs, from src, a hello that set shapes at p's server
+// side, confirming it when accepted; it returns the connection and the
+// reply's status.
+func handshakeFrom(t *testing.T, p *pair, src string, set func(h *stripe.Hello)) (*net.TCPConn, stripe.Status) {
+	t.Helper()
 	key, _ := stripe.NewHandshakeKey(testPSK)
-	_, eph, hb := helloFrom(t, p, func(h *stripe.Hello) { h.Streams, h.Stream = 2, 1 })
+	_, eph, hb := helloFrom(t, p, set)
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
 	nc, err := d.Dial("tcp4", p.b.Addrs().Data.String())
 	if err != nil {

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -171,37 +170,12 @@ func TestFoundedFileClosedWhenStartFails(t *testing.T) {
 }
 
 // freshHandshake runs a fresh (non-join) hello for stream index of a
-// two-stream session id at p's server side, confirming it when accepted;
-// it returns the connection and the reply's status.
+// two-stream session id at p's server side (handshakeFrom).
 func freshHandshake(t *testing.T, p *pair, id stripe.SessionID, index uint16) (*net.TCPConn, stripe.Status) {
 	t.Helper()
-	key, _ := stripe.NewHandshakeKey(testPSK)
-	_, eph, hb := helloFrom(t, p, func(h *stripe.Hello) { h.Streams, h.Stream, h.Session = 2, index, id })
-	nc, err := net.Dial("tcp4", p.b.Addrs().Data.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := nc.(*net.TCPConn)
+	c, st := handshakeFrom(t, p, "127.0.0.1", func(h *stripe.Hello) { h.Streams, h.Stream, h.Session = 2, index, id })
 	t.Cleanup(func() { _ = c.Close() })
-	_, _ = c.Write(hb[:])
-	var rb [stripe.ReplySize]byte
-	if _, err := io.ReadFull(c, rb[:]); err != nil {
-		t.Fatal(err)
-	}
-	r, err := stripe.ParseReply(hb[:], rb[:], key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Status != stripe.StatusAccepted {
-		return c, r.Status
-	}
-	sec, err := stripe.Finish(key, eph, r.Ephemeral, hb[:], rb[:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf := sec.Confirm()
-	_, _ = c.Write(cf[:])
-	return c, r.Status
+	return c, st
 }
 
 // TestFoundedIDRefusedAtAnyFreshStream: a server side restarted with a
