@@ -227,6 +227,8 @@ func TestPlaceNotSharedAcrossPeers(t *testing.T) {
 // longer than any handshake takes, so the stale stream's handshake lasts
 // until the test ends it, however slow the machine; a reload shortens the
 // timeout only to reap the half-open session, and another restores it.
+// The ended session's id stays settled for settledFor (5 minutes), which
+// refuses any fresh hello for it; the test lets that time pass at once.
 func TestReleaseOnlyTheHeldPlace(t *testing.T) {
 	p := startPair(t, pairOptions{streams: 2,
 		limitsB: Limits{MaxSessions: 16, MaxSessionsPerPeer: 1, PreAuthTimeout: time.Minute}}, echo)
@@ -258,6 +260,9 @@ func TestReleaseOnlyTheHeldPlace(t *testing.T) {
 		return byPeerOf(p.b, "agent-a") == 0 && len(p.b.Stats().Sessions) == 0
 	})
 	preAuth(time.Minute)
+	p.b.mu.Lock()
+	p.b.settled.expire(time.Now().Add(settledFor + time.Second))
+	p.b.mu.Unlock()
 	// The id opened again: a new place.
 	_, eph2, hb2 := helloFrom(t, p, func(h *stripe.Hello) { h.Streams, h.Stream, h.Session = 2, 1, id })
 	c2, st, rb2 := placeHello(t, p, hb2)
