@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,34 +14,8 @@ import (
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
-// requestRecorder records what each connection it accepts sends.
-type requestRecorder struct {
-	mu   sync.Mutex
-	got  []*bytes.Buffer
-	done []bool
-}
-
-func (r *requestRecorder) handle(c *net.TCPConn) {
-	defer c.Close()
-	r.mu.Lock()
-	i := len(r.got)
-	r.got = append(r.got, new(bytes.Buffer))
-	r.done = append(r.done, false)
-	r.mu.Unlock()
-	buf := make([]byte, 4096)
-	for {
-		n, err := c.Read(buf)
-		r.mu.Lock()
-		r.got[i].Write(buf[:n])
-		r.mu.Unlock()
-		if err != nil {
-			return
-		}
-	}
-}
-
 // deliveries is how many server connections received msg.
-func (r *requestRecorder) deliveries(msg string) int {
+func (r *recordingServer) deliveries(msg string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
@@ -66,7 +39,7 @@ func (r *requestRecorder) deliveries(msg string) int {
 // case took such a FIN for a lost stream and founded the session again.
 func TestPooledSessionFoundedThenFarAgentDied(t *testing.T) {
 	const msg = "POST /transfer amount=100 test"
-	rec := &requestRecorder{}
+	rec := &recordingServer{}
 	var proxy *crashProxy
 	p := startPair(t, pairOptions{streams: 1, pool: agentspec.Pool{MinIdle: 1, Max: 1},
 		configA: func(cfg *Config) {
@@ -128,7 +101,7 @@ func TestPooledSessionFoundedThenFarAgentDied(t *testing.T) {
 // reset, until the reconnect timeout (here 10 minutes; 30 s by default).
 func TestPooledSessionFarAgentGoneForGood(t *testing.T) {
 	const msg = "GET / test"
-	rec := &requestRecorder{}
+	rec := &recordingServer{}
 	var proxy *crashProxy
 	p := startPair(t, pairOptions{streams: 1, pool: agentspec.Pool{MinIdle: 1, Max: 1},
 		limitsA: Limits{ReconnectTimeout: 10 * time.Minute},
@@ -186,7 +159,7 @@ func TestPooledSessionFarAgentGoneForGood(t *testing.T) {
 func TestPooledSessionFoundedThenFarAgentRestarted(t *testing.T) {
 	const msg = "POST /transfer amount=100 restarted"
 	founded := filepath.Join(t.TempDir(), "founded")
-	rec := &requestRecorder{}
+	rec := &recordingServer{}
 	var proxy *crashProxy
 	p := startPair(t, pairOptions{streams: 1, pool: agentspec.Pool{MinIdle: 1, Max: 1},
 		configA: func(cfg *Config) {
