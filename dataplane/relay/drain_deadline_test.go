@@ -60,15 +60,7 @@ func TestDrainDeadlineCountsAConnectionStillSettingUp(t *testing.T) {
 // session, started on that stream, is lost. Shutdown's error counts it.
 // Found by review: Shutdown returned nil, and nothing counted the loss.
 func TestDrainDeadlineCountsAnAcceptedHello(t *testing.T) {
-	held, gate := make(chan struct{}), make(chan struct{})
-	gateOnce := sync.OnceFunc(func() { close(gate) })
-	defer gateOnce()
-	p := startPair(t, pairOptions{streams: 1,
-		limitsA: Limits{ReconnectTimeout: 2 * time.Second},
-		configA: func(cfg *Config) {
-			cfg.Client[0].Peer = confirmHoldingProxy(t, cfg.Client[0].Peer, held, gate)
-		},
-	}, echo)
+	p, held, gateOnce := heldConfirmPair(t, pairOptions{streams: 1, limitsA: Limits{ReconnectTimeout: 2 * time.Second}}, nil)
 	c := dialSaying(t, p, "hello")
 	awaitClosed(t, held, "stream 0's confirm never came: the test did not mount its case")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)

@@ -119,15 +119,7 @@ func TestDrainLetsASettingUpSessionGoDirect(t *testing.T) {
 // went), its joins were refused, and its connection was reset at the
 // reconnect timeout.
 func TestDrainWaitsForAHelloAcceptedBeforeIt(t *testing.T) {
-	held, gate := make(chan struct{}), make(chan struct{})
-	gateOnce := sync.OnceFunc(func() { close(gate) })
-	defer gateOnce()
-	p := startPair(t, pairOptions{streams: 1,
-		limitsA: Limits{ReconnectTimeout: 3 * time.Second},
-		configA: func(cfg *Config) {
-			cfg.Client[0].Peer = confirmHoldingProxy(t, cfg.Client[0].Peer, held, gate)
-		},
-	}, echo)
+	p, held, gateOnce := heldConfirmPair(t, pairOptions{streams: 1, limitsA: Limits{ReconnectTimeout: 3 * time.Second}}, nil)
 
 	c := dialSaying(t, p, "hello")
 	awaitClosed(t, held, "stream 0's confirm never came: the test did not mount its case")
@@ -148,14 +140,25 @@ func TestDrainWaitsForAHelloAcceptedBeforeIt(t *testing.T) {
 	}
 }
 
-// confirmHoldingProxy forwards TCP to target; on its first connection it
-// holds the initiator's confirm (signalling held) until gate closes.
-func confirmHoldingProxy(t *testing.T, target netip.AddrPort, held, gate chan struct{}) netip.AddrPort {
-	return armedConfirmHoldingProxy(t, target, held, gate, nil)
+// heldConfirmPair starts a pair (opt, echo) whose client side reaches
+// the far agent through a confirm-holding proxy (armedConfirmHoldingProxy,
+// armed may be nil). held closes once a confirm is held; release lets it
+// and every later one go, and runs before the pair's own clean-up.
+func heldConfirmPair(t *testing.T, opt pairOptions, armed *atomic.Bool) (p *pair, held <-chan struct{}, release func()) {
+	t.Helper()
+	heldCh, gate := make(chan struct{}), make(chan struct{})
+	opt.configA = func(cfg *Config) {
+		cfg.Client[0].Peer = armedConfirmHoldingProxy(t, cfg.Client[0].Peer, heldCh, gate, armed)
+	}
+	p = startPair(t, opt, echo)
+	release = sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release)
+	return p, heldCh, release
 }
 
-// armedConfirmHoldingProxy is confirmHoldingProxy holding the first
-// connection made once armed holds (nil: from the first).
+// armedConfirmHoldingProxy forwards TCP to target; on the first
+// connection made once armed holds (nil: its first connection) it holds
+// the initiator's confirm (signalling held) until gate closes.
 func armedConfirmHoldingProxy(t *testing.T, target netip.AddrPort, held, gate chan struct{}, armed *atomic.Bool) netip.AddrPort {
 	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
@@ -251,25 +254,9 @@ func armedConfirmHoldingProxy(t *testing.T, target netip.AddrPort, held, gate ch
 // and reset it, and the client side's session, whose joins were refused
 // too, was reset at its reconnect timeout.
 func TestDrainJoinsAHelloAcceptedBeforeIt(t *testing.T) {
-	held, gate := make(chan struct{}), make(chan struct{})
-	gateOnce := sync.OnceFunc(func() { close(gate) })
-	defer gateOnce()
 	var armed atomic.Bool
-	p := startPair(t, pairOptions{streams: 1,
-		limitsA: Limits{ReconnectTimeout: 3 * time.Second},
-		configA: func(cfg *Config) {
-			cfg.Client[0].Peer = armedConfirmHoldingProxy(t, cfg.Client[0].Peer, held, gate, &armed)
-		},
-	}, echo)
-	hold := p.dial(t)
-	defer hold.Close()
-	_ = hold.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := hold.Write([]byte("hold")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(hold, make([]byte, 4)); err != nil {
-		t.Fatal(err)
-	}
+	p, held, gateOnce := heldConfirmPair(t, pairOptions{streams: 1, limitsA: Limits{ReconnectTimeout: 3 * time.Second}}, &armed)
+	hold := holdSession(t, p)
 	armed.Store(true)
 
 	c := dialSaying(t, p, "hello")
@@ -425,15 +412,7 @@ func TestBindsDuringADrainAreNoHandshakeFailures(t *testing.T) {
 	p := pooledPair(t, pairOptions{}, echo)
 	var armed atomic.Bool
 	admitted, release := holdFirstBind(t, p, &armed)
-	hold := p.dial(t)
-	defer hold.Close()
-	_ = hold.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := hold.Write([]byte("hold")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(hold, make([]byte, 4)); err != nil {
-		t.Fatal(err)
-	}
+	hold := holdSession(t, p)
 	armed.Store(true)
 	before := p.b.Stats().Totals.HandshakeFailures
 	// The hold session took pooled streams: a connection before the

@@ -22,14 +22,7 @@ import (
 // client side then aborts depends on what it heard meanwhile, so the test
 // checks the refusal itself.)
 func TestDrainJoinWaitsForAPlacedSession(t *testing.T) {
-	held, gate := make(chan struct{}), make(chan struct{})
-	gateOnce := sync.OnceFunc(func() { close(gate) })
-	defer gateOnce()
-	p := startPair(t, pairOptions{streams: 2,
-		configA: func(cfg *Config) {
-			cfg.Client[0].Peer = confirmHoldingProxy(t, cfg.Client[0].Peer, held, gate)
-		},
-	}, echo)
+	p, held, gateOnce := heldConfirmPair(t, pairOptions{streams: 2}, nil)
 	joinHold := make(chan struct{})
 	releaseJoins := sync.OnceFunc(func() { close(joinHold) })
 	defer releaseJoins()

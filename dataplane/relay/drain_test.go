@@ -41,6 +41,22 @@ func dialSaying(t *testing.T, p *pair, msg string) *net.TCPConn {
 	return c
 }
 
+// holdSession dials p's client side and runs one short echo through it:
+// a live session, open until the test ends, that keeps a drain going.
+func holdSession(t *testing.T, p *pair) *net.TCPConn {
+	t.Helper()
+	hold := p.dial(t)
+	t.Cleanup(func() { hold.Close() })
+	_ = hold.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := hold.Write([]byte("hold")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(hold, make([]byte, 4)); err != nil {
+		t.Fatalf("the hold session: %v", err)
+	}
+	return hold
+}
+
 // awaitClosed waits up to 10 s for ch to close, or fails the test with
 // msg.
 func awaitClosed(t *testing.T, ch <-chan struct{}, msg string) {
@@ -70,15 +86,7 @@ func awaitDraining(t *testing.T, a *Agent) {
 // drain with it.
 func TestDrainRefusesNewSessionsWithAnAnswer(t *testing.T) {
 	p := startPair(t, pairOptions{streams: 2}, echo)
-	hold := p.dial(t)
-	defer hold.Close()
-	_ = hold.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := hold.Write([]byte("hold")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(hold, make([]byte, 4)); err != nil {
-		t.Fatal(err)
-	}
+	hold := holdSession(t, p)
 	shutdown := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -42,25 +42,12 @@ func settledFounded(a *Agent, b byte) bool {
 func TestFoundedFileSurvivesRestarts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "founded")
 	t0 := time.Unix(1_800_000_000, 0)
-	ff, _, _, err := openFounded(path, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ff.record(foundedID(1), t0); err != nil {
-		t.Fatal(err)
-	}
+	ff := mustOpenFounded(t, path, t0)
+	mustRecord(t, ff, foundedID(1), t0)
 	ff.close() // process 1 ends
 	for i, at := range []time.Time{t0.Add(time.Second), t0.Add(2 * time.Second), t0.Add(3 * time.Second)} {
-		ff, ids, _, err := openFounded(path, at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ff.close() // process 2+i ends, founding nothing
-		found := false
-		for _, e := range ids {
-			found = found || e.id == foundedID(1)
-		}
-		if !found {
+		ids, _ := readBack(t, path, at) // process 2+i ends, founding nothing
+		if !idsHold(ids, foundedID(1)) {
 			t.Fatalf("process %d, started %v after the founding, did not read the founded id back (read %d ids)", i+2, at.Sub(t0), len(ids))
 		}
 	}
@@ -95,19 +82,10 @@ func TestFoundedAgentRestartedStillRefuses(t *testing.T) {
 func TestFoundedFileClockSteppedBack(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "founded")
 	t0 := time.Unix(1_800_000_000, 0)
-	ff, _, _, err := openFounded(path, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ff.record(foundedID(1), t0); err != nil {
-		t.Fatal(err)
-	}
+	ff := mustOpenFounded(t, path, t0)
+	mustRecord(t, ff, foundedID(1), t0)
 	ff.close()
-	ff, ids, bad, err := openFounded(path, t0.Add(-2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ff.close()
+	ids, bad := readBack(t, path, t0.Add(-2*time.Second))
 	if len(ids) != 1 {
 		t.Fatalf("read back %d ids (%d bad) after the clock stepped back 2s, want the one founded", len(ids), bad)
 	}
@@ -121,22 +99,13 @@ func TestFoundedFileClockSteppedBack(t *testing.T) {
 func TestFoundedFileRemovedWhileRunning(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "founded")
 	t0 := time.Unix(1_800_000_000, 0)
-	ff, _, _, err := openFounded(path, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ff := mustOpenFounded(t, path, t0)
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	if err := ff.record(foundedID(1), t0.Add(time.Second)); err != nil {
-		t.Fatalf("record: %v", err)
-	}
+	mustRecord(t, ff, foundedID(1), t0.Add(time.Second))
 	ff.close()
-	ff, ids, _, err := openFounded(path, t0.Add(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ff.close()
+	ids, _ := readBack(t, path, t0.Add(2*time.Second))
 	if len(ids) != 1 {
 		t.Fatalf("read back %d ids, want the one recorded after the file was removed (record returned no error)", len(ids))
 	}
@@ -229,19 +198,12 @@ func idsHold(ids []settledAt, id stripe.SessionID) bool {
 func TestFoundedFileFailedReopenKeepsTheGeneration(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "founded")
 	t0 := time.Unix(1_800_000_000, 0)
-	ff, _, _, err := openFounded(path, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ff := mustOpenFounded(t, path, t0)
 	defer ff.close()
 	x := foundedID(1)
-	if err := ff.record(x, t0.Add(4*time.Minute)); err != nil {
-		t.Fatal(err)
-	}
+	mustRecord(t, ff, x, t0.Add(4*time.Minute))
 	// The generation is due: x moves to .old, y starts the new one.
-	if err := ff.record(foundedID(2), t0.Add(settledFor)); err != nil {
-		t.Fatal(err)
-	}
+	mustRecord(t, ff, foundedID(2), t0.Add(settledFor))
 	// The path is replaced by something the reopen cannot open for
 	// writing (here a directory; EMFILE or EACCES do the same) ...
 	content, _ := os.ReadFile(path)
@@ -261,16 +223,10 @@ func TestFoundedFileFailedReopenKeepsTheGeneration(t *testing.T) {
 	if err := os.WriteFile(path, content, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := ff.record(foundedID(4), t0.Add(settledFor+20*time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	mustRecord(t, ff, foundedID(4), t0.Add(settledFor+20*time.Second))
 	ff.close()
 	restart := t0.Add(settledFor + 30*time.Second)
-	ff2, ids, _, err := openFounded(path, restart)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ff2.close()
+	ids, _ := readBack(t, path, restart)
 	if !idsHold(ids, x) || !idsHold(ids, foundedID(4)) {
 		t.Fatalf("id founded %v before the restart or the one after the failure is not read back (read %d ids)", restart.Sub(t0.Add(4*time.Minute)), len(ids))
 	}

@@ -19,6 +19,36 @@ func foundedID(b byte) stripe.SessionID {
 	return id
 }
 
+// mustOpenFounded opens path as an agent starting at now would.
+func mustOpenFounded(t *testing.T, path string, now time.Time) *foundedFile {
+	t.Helper()
+	ff, _, _, err := openFounded(path, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ff
+}
+
+// mustRecord records id founded at at.
+func mustRecord(t *testing.T, ff *foundedFile, id stripe.SessionID, at time.Time) {
+	t.Helper()
+	if err := ff.record(id, at); err != nil {
+		t.Fatalf("record: %v", err)
+	}
+}
+
+// readBack is what an agent starting at now reads back from path (and
+// then ends): the ids, and the lines that did not parse.
+func readBack(t *testing.T, path string, now time.Time) ([]settledAt, int) {
+	t.Helper()
+	ff, ids, bad, err := openFounded(path, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff.close()
+	return ids, bad
+}
+
 // TestFoundedFileReadsBackTheRecentIDs: ids recorded are read back by the
 // next open, the ones older than settledFor are not, and lines that do
 // not parse (one of 100 kB too) are skipped and counted.
@@ -30,9 +60,7 @@ func TestFoundedFileReadsBackTheRecentIDs(t *testing.T) {
 		t.Fatalf("first open: %d ids, %d bad, %v", len(ids), bad, err)
 	}
 	for i, at := range []time.Time{t0, t0.Add(time.Minute), t0.Add(2 * time.Minute)} {
-		if err := ff.record(foundedID(byte(i)), at); err != nil {
-			t.Fatal(err)
-		}
+		mustRecord(t, ff, foundedID(byte(i)), at)
 	}
 	ff.close()
 	if err := ff.record(foundedID(9), t0); err == nil {
@@ -46,11 +74,7 @@ func TestFoundedFileReadsBackTheRecentIDs(t *testing.T) {
 	_ = f.Close()
 
 	// settledFor after the second: the first is too old.
-	ff, ids, bad, err = openFounded(path, t0.Add(time.Minute+settledFor))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ff.close()
+	ids, bad = readBack(t, path, t0.Add(time.Minute+settledFor))
 	if bad != 4 {
 		t.Errorf("%d bad lines, want 4", bad)
 	}
@@ -65,10 +89,7 @@ func TestFoundedFileReadsBackTheRecentIDs(t *testing.T) {
 func TestFoundedFileStaysBounded(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "founded")
 	t0 := time.Unix(1_800_000_000, 0)
-	ff, _, _, err := openFounded(path, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ff := mustOpenFounded(t, path, t0)
 	const perPeriod = 50
 	step := settledFor / perPeriod
 	var last time.Time
@@ -94,12 +115,7 @@ func TestFoundedFileStaysBounded(t *testing.T) {
 	if len(entries) != 2 {
 		t.Errorf("%d files, want the two generations", len(entries))
 	}
-	ff, ids, _, err := openFounded(path, last)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ff.close()
-	if len(ids) < perPeriod {
+	if ids, _ := readBack(t, path, last); len(ids) < perPeriod {
 		t.Errorf("read back %d ids, want the last settledFor's %d at least", len(ids), perPeriod)
 	}
 }

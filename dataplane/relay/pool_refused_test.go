@@ -234,15 +234,7 @@ func fullFarAgent(t *testing.T, opt pairOptions, handle func(*net.TCPConn)) (*pa
 	opt.limitsB.MaxSessions = 1
 	p := pooledPair(t, opt, handle)
 	full := func() bool { return onlyPool(t, p.a).Idle >= p.poolMin }
-	hold := p.dial(t)
-	t.Cleanup(func() { hold.Close() })
-	_ = hold.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := hold.Write([]byte("hold")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(hold, make([]byte, 4)); err != nil {
-		t.Fatalf("the far agent's one session: %v", err)
-	}
+	hold := holdSession(t, p)
 	testsupport.Eventually(t, 10*time.Second, "the pool refilled", full)
 	return p, hold
 }
