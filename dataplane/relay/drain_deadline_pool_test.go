@@ -31,11 +31,7 @@ func TestDrainDeadlineCutsOnePooledConnectionOnce(t *testing.T) {
 		return binding == 4
 	})
 	go func() {
-		waitFor(20*time.Second, func() bool {
-			p.b.mu.Lock()
-			defer p.b.mu.Unlock()
-			return p.b.drainOver
-		})
+		awaitDrainOver(p.b)
 		release()
 	}()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -3,8 +3,6 @@ package relay
 import (
 	"context"
 	"errors"
-	"net"
-	"sync"
 	"testing"
 	"time"
 )
@@ -19,14 +17,7 @@ import (
 // error. Found by review: nothing counted it, and Shutdown returned nil.
 func TestDrainDeadlineCountsASetupFailingAsItPasses(t *testing.T) {
 	p := startPair(t, pairOptions{streams: 2}, echo)
-	dialed := make(chan struct{})
-	var once sync.Once
-	hook := func(*net.TCPConn) error {
-		first := false
-		once.Do(func() { first = true; close(dialed) })
-		if !first {
-			return nil
-		}
+	dialed := failFirstDial(p.a, func() {
 		p.a.mu.Lock()
 		var ss []*session
 		for s := range p.a.sessions {
@@ -36,14 +27,8 @@ func TestDrainDeadlineCountsASetupFailingAsItPasses(t *testing.T) {
 		for _, s := range ss {
 			s.abort(AbortSetup, errors.New("test: stream 0's setup failed"))
 		}
-		waitFor(20*time.Second, func() bool {
-			p.a.mu.Lock()
-			defer p.a.mu.Unlock()
-			return p.a.drainOver
-		})
-		return errors.New("test: stream 0's setup failed")
-	}
-	p.a.testDialed.Store(&hook)
+		awaitDrainOver(p.a)
+	})
 
 	c := dialSaying(t, p, "hello")
 	awaitClosed(t, dialed, "stream 0 never dialed")

@@ -3,10 +3,7 @@ package relay
 import (
 	"context"
 	"io"
-	"net"
-	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -18,20 +15,7 @@ import (
 // drain, and the reset counted only as a refusal.
 func TestDrainDeadlineCountsAConnectionStillSettingUp(t *testing.T) {
 	p := startPair(t, pairOptions{streams: 2}, echo)
-	looking := make(chan struct{})
-	var once sync.Once
-	p.a.mu.Lock()
-	orig := p.a.os.destination
-	p.a.os.destination = func(c *net.TCPConn) netip.AddrPort {
-		once.Do(func() { close(looking) })
-		waitFor(20*time.Second, func() bool {
-			p.a.mu.Lock()
-			defer p.a.mu.Unlock()
-			return p.a.drainOver
-		})
-		return orig(c)
-	}
-	p.a.mu.Unlock()
+	looking := holdLookups(p.a, func() { awaitDrainOver(p.a) })
 
 	c := dialSaying(t, p, "hello")
 	awaitClosed(t, looking, "the connection was never served")
@@ -66,11 +50,7 @@ func TestDrainDeadlineCountsAnAcceptedHello(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	go func() {
-		waitFor(20*time.Second, func() bool {
-			p.b.mu.Lock()
-			defer p.b.mu.Unlock()
-			return p.b.drainOver
-		})
+		awaitDrainOver(p.b)
 		gateOnce()
 	}()
 	serr := p.b.Shutdown(ctx)

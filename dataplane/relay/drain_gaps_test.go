@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -72,21 +71,13 @@ func TestDrainLetsASettingUpSessionGoDirect(t *testing.T) {
 	}
 	p := startPair(t, pairOptions{streams: 2, logger: slog.New(h)}, echo)
 	agentA.Store(p.a)
-	dialed, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	hook := func(*net.TCPConn) error {
-		first := false
-		once.Do(func() { first = true; close(dialed) })
-		if !first {
-			return nil
-		}
+	release := make(chan struct{})
+	dialed := failFirstDial(p.a, func() {
 		select {
 		case <-release:
 		case <-time.After(20 * time.Second):
 		}
-		return errors.New("test: stream 0's setup failed")
-	}
-	p.a.testDialed.Store(&hook)
+	})
 
 	c := dialSaying(t, p, "hello")
 	awaitClosed(t, dialed, "stream 0 never dialed")
@@ -294,22 +285,7 @@ func TestDrainJoinsAHelloAcceptedBeforeIt(t *testing.T) {
 // again as a refusal, with a warning.
 func TestDrainDeadlineAbortCountedOnce(t *testing.T) {
 	p := startPair(t, pairOptions{streams: 2}, echo)
-	dialed := make(chan struct{})
-	var once sync.Once
-	hook := func(*net.TCPConn) error {
-		first := false
-		once.Do(func() { first = true; close(dialed) })
-		if !first {
-			return nil
-		}
-		waitFor(20*time.Second, func() bool {
-			p.a.mu.Lock()
-			defer p.a.mu.Unlock()
-			return p.a.drainOver
-		})
-		return errors.New("test: stream 0's setup failed")
-	}
-	p.a.testDialed.Store(&hook)
+	dialed := failFirstDial(p.a, func() { awaitDrainOver(p.a) })
 
 	dialSaying(t, p, "hello")
 	awaitClosed(t, dialed, "stream 0 never dialed")
@@ -331,20 +307,13 @@ func TestDrainDeadlineAbortCountedOnce(t *testing.T) {
 // errShuttingDown reset it, and the drain had not waited for it.
 func TestDrainCarriesAConnectionAcceptedBeforeIt(t *testing.T) {
 	p := startPair(t, pairOptions{streams: 2}, echo)
-	looking := make(chan struct{})
-	var once sync.Once
-	p.a.mu.Lock()
-	orig := p.a.os.destination
-	p.a.os.destination = func(c *net.TCPConn) netip.AddrPort {
-		once.Do(func() { close(looking) })
+	looking := holdLookups(p.a, func() {
 		waitFor(20*time.Second, func() bool {
 			p.a.mu.Lock()
 			defer p.a.mu.Unlock()
 			return p.a.draining
 		})
-		return orig(c)
-	}
-	p.a.mu.Unlock()
+	})
 
 	c := dialSaying(t, p, "hello")
 	awaitClosed(t, looking, "the connection was never served")

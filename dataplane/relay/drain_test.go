@@ -3,6 +3,7 @@ package relay
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -55,6 +56,51 @@ func holdSession(t *testing.T, p *pair) *net.TCPConn {
 		t.Fatalf("the hold session: %v", err)
 	}
 	return hold
+}
+
+// awaitDrainOver waits, at most 20 s, until a's Shutdown stopped
+// waiting for what it drains (its deadline passed).
+func awaitDrainOver(a *Agent) {
+	waitFor(20*time.Second, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.drainOver
+	})
+}
+
+// failFirstDial makes the first session stream a dials run until, then
+// fail as a setup that failed; later dials go on. The channel closes as
+// the first dial begins.
+func failFirstDial(a *Agent, until func()) <-chan struct{} {
+	dialed := make(chan struct{})
+	var once sync.Once
+	hook := func(*net.TCPConn) error {
+		first := false
+		once.Do(func() { first = true; close(dialed) })
+		if !first {
+			return nil
+		}
+		until()
+		return errors.New("test: stream 0's setup failed")
+	}
+	a.testDialed.Store(&hook)
+	return dialed
+}
+
+// holdLookups makes a's steered connections run until as they look up
+// their destination. The channel closes as the first one does.
+func holdLookups(a *Agent, until func()) <-chan struct{} {
+	looking := make(chan struct{})
+	var once sync.Once
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	orig := a.os.destination
+	a.os.destination = func(c *net.TCPConn) netip.AddrPort {
+		once.Do(func() { close(looking) })
+		until()
+		return orig(c)
+	}
+	return looking
 }
 
 // awaitClosed waits up to 10 s for ch to close, or fails the test with
