@@ -254,6 +254,9 @@ type Agent struct {
 	testClaimed atomic.Pointer[func(claimed []*pooledStream)]
 	// testAbortSealed, set by tests, sees each ABORT frame sealed.
 	testAbortSealed atomic.Pointer[func(st *stream)]
+	// testJoinRefused, set by tests, runs as the client side takes up a
+	// join the far agent refused as an unknown session.
+	testJoinRefused atomic.Pointer[func(stream int)]
 	wmem            wmemCache // see sendBufferFull
 	ownKeys         ownKeys
 	counters        counters

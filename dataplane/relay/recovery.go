@@ -231,10 +231,16 @@ func (s *session) rejoin(parent context.Context, i int) error {
 	// wait their turn first.
 	ctx, cancel := context.WithTimeout(parent, rc.limits.PreAuthTimeout)
 	defer cancel()
+	// Whether the far agent had founded the session when the hello went,
+	// as far as this side knew: a refusal then may predate the founding.
+	unfoundedAtHello := s.unfounded()
 	st, err := a.openStream(ctx, s, rc, s.peerAddr, i, rc.streamTuningFor(s.chunkSize), true)
 	<-slots
 	if err != nil {
 		if errors.Is(err, errUnknownSession) {
+			if f := a.testJoinRefused.Load(); f != nil {
+				(*f)(i)
+			}
 			if s.isCompleted() {
 				// The peer finished the session after it completed too.
 				s.peerDoneOnce.Do(func() { close(s.peerDone) })
@@ -242,6 +248,13 @@ func (s *session) rejoin(parent context.Context, i int) error {
 			}
 			if s.unfounded() {
 				return s.refound(i, rc)
+			}
+			if unfoundedAtHello {
+				// Founded since the hello went (the fresh hello for
+				// stream 0 was accepted, or the far agent was heard): the
+				// far agent may have decided this refusal first. Try
+				// again; if it lost the session, that join is refused too.
+				return fmt.Errorf("stream %d: %w: decided before the far agent founded the session; trying again", i, errUnknownSession)
 			}
 			s.awaitPeerAbort(parent, peerAbortGrace)
 			s.abort(AbortPeer, &StreamError{Stream: i, Op: "join", Err: err})
