@@ -1047,6 +1047,7 @@ func (a *Agent) bindOne(s *session, rc *runtimeConfig, ps *pooledStream, index i
 	if err := tuneConn(ps.conn, tuning); err != nil {
 		return nil, nil, err
 	}
+	taken, known := bytesTaken(ps.conn)
 	_ = ps.conn.SetWriteDeadline(time.Now().Add(rc.limits.PreAuthTimeout))
 	if _, err := ps.conn.Write(frame); err != nil {
 		return nil, nil, fmt.Errorf("send bind: %w", err)
@@ -1057,6 +1058,9 @@ func (a *Agent) bindOne(s *session, rc *runtimeConfig, ps *pooledStream, index i
 		return nil, nil, err
 	}
 	st := newStream(s, index, ps.conn, codec)
+	if known {
+		st.bindEnd = taken + uint64(len(frame))
+	}
 	st.ctlSeq = 1 // the BIND counts as the stream's control frame 0, as a JOIN does
 	return st, bound.SessionKey, nil
 }

@@ -1683,6 +1683,10 @@ type stream struct {
 	paused bool
 
 	born time.Time // when its handshake was done (see streamProvenAfter)
+	// bindEnd, for a stream bound from the warm pool, is how many bytes
+	// the far agent's TCP has acknowledged once it has the BIND (0: not
+	// known). See finBefore.
+	bindEnd uint64
 
 	// Loss: dead closes once the stream is lost (lose); running counts
 	// its reader and writer, and the last to return frees its slot and
@@ -2363,6 +2367,15 @@ func (st *stream) readLoop() {
 				s.peerDoneOnce.Do(func() { close(s.peerDone) })
 				return
 			}
+			if errors.Is(err, io.EOF) && !s.isCompleted() && st.bindEnd > 0 && s.unfounded() && finBefore(st.conn, st.bindEnd) {
+				// The far agent's FIN came before its TCP had this
+				// pooled stream's BIND: its process ended with the stream
+				// idle, and the BIND, arriving at a closed socket, was
+				// never read. The session was not founded with it: a lost
+				// stream, replaced (stream 0 founds the session again).
+				lost("read", errors.New("the far agent closed the stream before its BIND arrived (its process ended)"))
+				return
+			}
 			if errors.Is(err, io.EOF) && !s.isCompleted() && peerClosed(st.conn) {
 				// An agent half-closes a stream only once its session
 				// completed, after the final ACK on that stream, which
@@ -2376,7 +2389,8 @@ func (st *stream) readLoop() {
 				// ended, and founded again at its restart, which knows
 				// nothing of it, the session would reach the server
 				// twice. (A FIN that came before the BIND went is an idle
-				// stream's death: take drops such a stream.)
+				// stream's death: take drops such a stream; one sent
+				// before the BIND arrived is a lost stream, above.)
 				fail(AbortPeer, "read", errors.New("the far agent closed the stream before the session finished (its process ended?)"))
 				return
 			}

@@ -28,32 +28,64 @@ var (
 
 const labDataPort = 9877
 
+// labClients are the lab's client addresses.
+var labClients = []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")}
+
+// labRoute is the whitelist of startHTTPAgents, its limits and health
+// address.
+var (
+	labRoute  = Whitelist{Name: "http", Clients: labClients, Server: labServer, Port: 80, Streams: 4, ChunkSize: 65536}
+	labLimits = Limits{StallTimeout: 2 * time.Second}
+	labHealth = netip.MustParseAddrPort("127.0.0.1:9878")
+)
+
+// labAgentA is agent A of startHTTPAgents: the client side, steered
+// connections at tproxyPort, a warm pool as pool says.
+func labAgentA(tproxyPort uint16, pool agentspec.Pool) Config {
+	toB := labRoute
+	toB.Peer, toB.PeerName, toB.Pool = netip.AddrPortFrom(netip.MustParseAddr("192.168.77.2"), labDataPort), "agent-b", pool
+	return Config{
+		TransparentListen: netip.AddrPortFrom(netip.IPv4Unspecified(), tproxyPort),
+		HealthListen:      labHealth, PSK: testPSK, Name: "agent-a", Client: []Whitelist{toB}, Limits: labLimits,
+	}
+}
+
+// labAgentB is agent B of startHTTPAgents: the server side.
+func labAgentB() Config {
+	fromA := labRoute
+	fromA.PeerName = "agent-a"
+	return Config{
+		DataListen:   netip.AddrPortFrom(netip.IPv4Unspecified(), labDataPort),
+		HealthListen: labHealth, PSK: testPSK, Name: "agent-b", Server: []Whitelist{fromA}, Limits: labLimits,
+	}
+}
+
+// pools is the agent's client-side pools (the helper's "pools" command).
+func (p *nsProcess) pools(t *testing.T) []PoolStats {
+	t.Helper()
+	if _, err := fmt.Fprintln(p.stdin, "pools"); err != nil {
+		t.Fatal(err)
+	}
+	var ps []PoolStats
+	if err := json.Unmarshal([]byte(p.next(t, "pools")), &ps); err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
 // startHTTPAgents steers the lab's client traffic to labServer:80
 // through agent A to agent B (4 streams of 64 KiB, a warm pool as pool
 // says, a stall timeout of 2 s: the tests wait for it a few times, far
 // below the reconnect timeout) and starts the HTTP helper on the server.
 func startHTTPAgents(t *testing.T, l *lab, pool agentspec.Pool) (agentA, agentB, srv *nsProcess) {
 	t.Helper()
-	clients := []netip.Prefix{netip.MustParsePrefix("10.10.1.0/24")}
 	const tproxyPort = 9876
 	steer(t, l.agA, item.SteeringSpec{Interface: "a0", ListenPort: tproxyPort, Divert: []item.Divert{
-		{Clients: clients, Server: labServer, Port: 80},
+		{Clients: labClients, Server: labServer, Port: 80},
 	}})
 	steer(t, l.agB, item.SteeringSpec{})
-	route := Whitelist{Name: "http", Clients: clients, Server: labServer, Port: 80, Streams: 4, ChunkSize: 65536}
-	toB, fromA := route, route
-	toB.Peer, toB.PeerName, toB.Pool = netip.AddrPortFrom(netip.MustParseAddr("192.168.77.2"), labDataPort), "agent-b", pool
-	fromA.PeerName = "agent-a"
-	lim := Limits{StallTimeout: 2 * time.Second}
-	health := netip.MustParseAddrPort("127.0.0.1:9878")
-	agentA = startLabAgent(t, l.agA, Config{
-		TransparentListen: netip.AddrPortFrom(netip.IPv4Unspecified(), tproxyPort),
-		HealthListen:      health, PSK: testPSK, Name: "agent-a", Client: []Whitelist{toB}, Limits: lim,
-	})
-	agentB = startLabAgent(t, l.agB, Config{
-		DataListen:   netip.AddrPortFrom(netip.IPv4Unspecified(), labDataPort),
-		HealthListen: health, PSK: testPSK, Name: "agent-b", Server: []Whitelist{fromA}, Limits: lim,
-	})
+	agentA = startLabAgent(t, l.agA, labAgentA(tproxyPort, pool))
+	agentB = startLabAgent(t, l.agB, labAgentB())
 	srv = startHelperInNetns(t, l.srv, "http")
 	if line := srv.next(t, "http server"); line != "ready" {
 		t.Fatalf("http server said %q", line)
@@ -79,13 +111,7 @@ func TestNetnsSilentPathDeath(t *testing.T) {
 	const dataPort = labDataPort
 	agentA, agentB, srv := startHTTPAgents(t, l, agentspec.Pool{MinIdle: 4, Max: 4})
 	pools := func() []PoolStats {
-		if _, err := fmt.Fprintln(agentA.stdin, "pools"); err != nil {
-			t.Fatal(err)
-		}
-		var ps []PoolStats
-		if err := json.Unmarshal([]byte(agentA.next(t, "pools")), &ps); err != nil {
-			t.Fatal(err)
-		}
+		ps := agentA.pools(t)
 		if len(ps) != 1 {
 			t.Fatalf("agent A has %d pools, want 1", len(ps))
 		}

@@ -286,6 +286,7 @@ type tcpInfo struct {
 	// lastAckRecv is tcpi_last_ack_recv: the time since an ACK last
 	// arrived (window probes' answers included).
 	lastAckRecv time.Duration
+	bytesAcked  uint64 // tcpi_bytes_acked: bytes the peer's TCP acknowledged
 }
 
 func readTCPInfo(c *net.TCPConn) (tcpInfo, bool) {
@@ -322,6 +323,7 @@ func fromTCPInfo(info *unix.TCPInfo) tcpInfo {
 		unacked:     info.Unacked,
 		probes:      info.Probes,
 		lastAckRecv: time.Duration(info.Last_ack_recv) * time.Millisecond,
+		bytesAcked:  info.Bytes_acked,
 	}
 }
 
@@ -335,6 +337,41 @@ const tcpCloseWait = 8
 func peerClosed(c *net.TCPConn) bool {
 	info, ok := readTCPInfo(c)
 	return ok && info.state == tcpCloseWait
+}
+
+// bytesTaken is how far c's socket has taken writes, counted as
+// tcpi_bytes_acked counts (the SYN is its first byte): acknowledged,
+// then (read second, so that bytes acknowledged in between make the sum
+// smaller, never larger) still queued. ok is false when the kernel does
+// not say.
+func bytesTaken(c *net.TCPConn) (n uint64, ok bool) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var info *unix.TCPInfo
+	var outq int
+	var ierr, qerr error
+	if err := rc.Control(func(fd uintptr) {
+		info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		outq, qerr = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
+	}); err != nil || ierr != nil || qerr != nil || outq < 0 {
+		return 0, false
+	}
+	return info.Bytes_acked + uint64(outq), true
+}
+
+// finBefore reports whether the peer closed c with a FIN (and no reset
+// since) before its TCP acknowledged the writes up to end (as bytesTaken
+// counts).
+// The FIN's own acknowledgment covers everything the peer had received
+// when it sent it (a process that closes with bytes unread sends a reset,
+// not a FIN), and a socket its process closed answers later data with a
+// reset, never an ACK: the bytes beyond were never read by the peer's
+// process.
+func finBefore(c *net.TCPConn, end uint64) bool {
+	info, ok := readTCPInfo(c)
+	return ok && info.state == tcpCloseWait && info.bytesAcked < end
 }
 
 // tcpEstablished is tcpi_state of an open connection.

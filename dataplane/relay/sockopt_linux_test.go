@@ -85,3 +85,59 @@ func TestEndedByFin(t *testing.T) {
 		}
 	})
 }
+
+// TestFinBefore checks on real sockets what finBefore relies on: a FIN
+// acknowledges everything its sender had received (a peer that read the
+// bytes and closed: finBefore false for them), and bytes written after a
+// peer closed its socket are answered with a reset, never acknowledged
+// (finBefore true until the reset; the bytes stay unacknowledged). It
+// also checks bytesTaken's count of written bytes.
+func TestFinBefore(t *testing.T) {
+	t.Run("read then closed", func(t *testing.T) {
+		ours, theirs := loopbackPair(t)
+		// The count starts at 1: tcpi_bytes_acked counts the SYN.
+		start, ok := bytesTaken(ours)
+		if !ok || start != 1 {
+			t.Fatalf("bytesTaken of a fresh connection: %d, %v; want 1 (the SYN)", start, ok)
+		}
+		if _, err := ours.Write(make([]byte, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if n, ok := bytesTaken(ours); !ok || n != start+100 {
+			t.Fatalf("bytesTaken after 100 bytes written: %d, %v; want %d", n, ok, start+100)
+		}
+		if _, err := io.ReadFull(theirs, make([]byte, 100)); err != nil {
+			t.Fatal(err)
+		}
+		_ = theirs.Close()
+		testsupport.Eventually(t, 10*time.Second, "the peer's FIN", func() bool { return peerClosed(ours) })
+		if finBefore(ours, start+100) {
+			t.Error("finBefore(the 100 bytes) after the peer read them and closed: true, want false")
+		}
+		if !finBefore(ours, start+101) {
+			t.Error("finBefore(one byte more) after the peer read 100 bytes and closed: false, want true")
+		}
+	})
+	t.Run("closed then written", func(t *testing.T) {
+		ours, theirs := loopbackPair(t)
+		_ = theirs.Close()
+		testsupport.Eventually(t, 10*time.Second, "the peer's FIN", func() bool { return peerClosed(ours) })
+		taken, ok := bytesTaken(ours)
+		if !ok {
+			t.Fatal("bytesTaken: no answer")
+		}
+		if !finBefore(ours, taken+50) {
+			t.Error("finBefore before the write: false, want true")
+		}
+		if _, err := ours.Write(make([]byte, 50)); err != nil {
+			t.Fatal(err)
+		}
+		testsupport.Eventually(t, 10*time.Second, "the closed socket's reset", func() bool { return !peerClosed(ours) })
+		if info, ok := readTCPInfo(ours); !ok || info.bytesAcked != taken {
+			t.Errorf("bytes acknowledged after writing to a closed socket: %d (ok %v), want %d", info.bytesAcked, ok, taken)
+		}
+		if finBefore(ours, taken+50) {
+			t.Error("finBefore after the reset: true, want false (a reset is not a FIN)")
+		}
+	})
+}
