@@ -842,7 +842,7 @@ func (a *Agent) acceptBind(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 	var running *session
 	if hello.Join {
 		// Stream 0's bind travels on another connection.
-		running = a.awaitSession(b.Session, joinGrace)
+		running = a.awaitSession(b.Session, initiator, joinGrace)
 	}
 	route, status, _ := a.admit(rc, &hello, src, false, beforeDrain)
 	if status != stripe.StatusAccepted {
@@ -1066,19 +1066,27 @@ func (a *Agent) bindOne(s *session, rc *runtimeConfig, ps *pooledStream, index i
 }
 
 // joinGrace bounds how long a JOIN waits for the session it names to
-// appear (its stream 0's BIND still on its way) before it is refused.
+// appear (its stream 0's BIND still on its way) before it is refused;
+// see awaitSession for a fresh stream 0 still in its handshake.
 const joinGrace = 500 * time.Millisecond
 
-// awaitSession waits, at most d, until the server side holds session id.
-func (a *Agent) awaitSession(id stripe.SessionID, d time.Duration) *session {
+// awaitSession waits until the server side holds session id: at most d,
+// and past that while a fresh stream of initiator's holds the session's
+// place (a handshake under way: the confirm of its stream 0, which makes
+// the session, may come after a JOIN that overtook it, when a segment of
+// it was lost on a long path). That handshake's pre-auth deadline bounds
+// the wait.
+func (a *Agent) awaitSession(id stripe.SessionID, initiator string, d time.Duration) *session {
 	deadline := time.Now().Add(d)
 	for {
 		a.mu.Lock()
 		s, over := a.byID[id], a.drainOver
+		p := a.pending[id]
 		a.mu.Unlock()
+		founding := p != nil && p.peer == initiator
 		// (A drain makes the sessions of what it accepted before it:
 		// their streams wait as ever, until it is over.)
-		if s != nil || time.Now().After(deadline) || over {
+		if s != nil || over || !founding && time.Now().After(deadline) {
 			return s
 		}
 		time.Sleep(5 * time.Millisecond)

@@ -202,15 +202,17 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 	if hello.Join && hello.Stream != 0 {
 		// A session bound from a pool starts before its other streams
 		// join: their JOIN may overtake the BIND of its stream 0 (on
-		// another connection). Give the BIND a moment before refusing.
-		// A JOIN of stream 0 itself waits for nothing: the initiator
+		// another connection). Give the BIND a moment before refusing,
+		// and a fresh stream 0 (whose confirm makes the session; the
+		// JOINs go once it is written) its handshake's time. A JOIN of
+		// stream 0 itself waits for nothing: the initiator
 		// gave up the stream that carried that BIND before it sent the
 		// JOIN. (This agent's client side sends one only for a session
 		// it heard from or was told was founded; an older one, refused
 		// at once, sends its fresh hello half a second sooner: refound,
 		// pool.go. A late BIND and that hello are decided as always,
 		// whichever comes second refused: settled.go.)
-		a.awaitSession(hello.Session, joinGrace)
+		a.awaitSession(hello.Session, hello.Initiator, joinGrace)
 	}
 	route, status, place := a.admit(rc, &hello, src, true, false)
 	if place != nil {
