@@ -440,11 +440,34 @@ func SteerFlowCount(st Steer, noMasks bool) int {
 
 // Sort orders flows as Compile returns them: table, priority (highest
 // first), cookie, match.
+//
+// The match and key texts are made once per flow, not per comparison
+// (cmp.Or evaluates all its arguments): a switch's dump of flows with
+// long matches took seconds of CPU to sort that way.
 func Sort(flows []Flow) {
-	slices.SortStableFunc(flows, func(a, b Flow) int {
-		return cmp.Or(cmp.Compare(a.Table, b.Table), cmp.Compare(b.Priority, a.Priority),
-			cmp.Compare(a.Cookie, b.Cookie), cmp.Compare(a.Match.String(), b.Match.String()), cmp.Compare(a.Key(), b.Key()))
+	type keyed struct {
+		f          Flow
+		match, key string
+	}
+	ks := make([]keyed, len(flows))
+	for i, f := range flows {
+		ks[i] = keyed{f, f.Match.String(), string(f.Key())}
+	}
+	slices.SortStableFunc(ks, func(a, b keyed) int {
+		if c := cmp.Compare(a.f.Table, b.f.Table); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.f.Priority, a.f.Priority); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.f.Cookie, b.f.Cookie); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(a.match, b.match), cmp.Compare(a.key, b.key))
 	})
+	for i := range ks {
+		flows[i] = ks[i].f
+	}
 }
 
 // FailOpen returns the switch without the steering of every whitelist that
