@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ofp13"
@@ -120,9 +121,11 @@ const maxQueuedEchoes = 16
 // learn whether the switch refused it.
 type pending struct {
 	replies []ofp13.Message
-	bytes   int // of replies, headers included
+	bytes   int // of replies, headers included, and their decoded cost (replyCost)
 	limit   ReplyLimit
-	err     error
+	// reply is the type of message that answers the request (0: any).
+	reply ofp13.Type
+	err   error
 	// quiet entries (flow mods) never complete by themselves; a later
 	// barrier reply proves they were processed.
 	quiet bool
@@ -397,6 +400,19 @@ func Handshake(ctx context.Context, conn net.Conn, opts ConnOptions) (*SwitchCon
 	return sc, nil
 }
 
+// heardSince reports whether a message came from the switch after at:
+// a switch that sends its own echoes, barrier replies or errors is alive,
+// though the answer to an echo sent at at may wait behind the flow mods
+// ahead of it (TCP keeps the order).
+func (c *SwitchConn) heardSince(at time.Time) bool {
+	select {
+	case <-c.done:
+		return false
+	default:
+	}
+	return c.lastRecv.Load() > at.UnixNano()
+}
+
 // DatapathID is the switch's datapath id from its features reply.
 func (c *SwitchConn) DatapathID() uint64 { return c.features.DatapathID }
 
@@ -520,6 +536,13 @@ func (c *SwitchConn) dispatch(m ofp13.Message, size int) {
 		}
 		return
 	case *ofp13.Error:
+		if len(m.Data) > maxErrorData {
+			// Kept until the barrier after the flow mod it answers: only
+			// the start, which names the request, and not the buffer the
+			// whole message came in (a switch could answer each of
+			// thousands of flow mods with 64 KiB).
+			m.Data = slices.Clone(m.Data[:maxErrorData])
+		}
 		c.mu.Lock()
 		p := c.pending[m.XID]
 		if p != nil {
@@ -538,9 +561,17 @@ func (c *SwitchConn) dispatch(m ofp13.Message, size int) {
 	xid := m.TransactionID()
 	c.mu.Lock()
 	p := c.pending[xid]
+	if p != nil && !p.quiet && p.reply != 0 && m.MessageType() != p.reply {
+		c.mu.Unlock()
+		// Not an answer to that request (a multipart reply to a barrier,
+		// say): dropped, so that it is not held with the request.
+		c.limitedWarn("switch answered a request with the wrong type of message; ignored",
+			"xid", xid, "type", m.MessageType().String(), "want", p.reply.String())
+		return
+	}
 	if p != nil && !p.quiet {
 		p.replies = append(p.replies, m)
-		p.bytes += size
+		p.bytes += size + replyCost(m)
 		var tooLarge error
 		if len(p.replies) > p.limit.Parts || p.bytes > p.limit.Bytes {
 			tooLarge = fmt.Errorf("%w: more than %d parts or %d bytes (%d parts, %d bytes so far)",
@@ -569,6 +600,44 @@ func (c *SwitchConn) dispatch(m ofp13.Message, size int) {
 	}
 }
 
+// maxErrorData is how much of a switch ERROR's data is kept: the
+// specification asks for at least the first 64 bytes of the request.
+const maxErrorData = 64
+
+// replyType is the type of message that answers each request type.
+var replyType = map[ofp13.Type]ofp13.Type{
+	ofp13.TypeEchoRequest:      ofp13.TypeEchoReply,
+	ofp13.TypeFeaturesRequest:  ofp13.TypeFeaturesReply,
+	ofp13.TypeGetConfigRequest: ofp13.TypeGetConfigReply,
+	ofp13.TypeMultipartRequest: ofp13.TypeMultipartReply,
+	ofp13.TypeBarrierRequest:   ofp13.TypeBarrierReply,
+	ofp13.TypeRoleRequest:      ofp13.TypeRoleReply,
+	ofp13.TypeGetAsyncRequest:  ofp13.TypeGetAsyncReply,
+}
+
+// replyCost is what a reply takes in memory beyond its bytes on the wire,
+// counted against its request's ReplyLimit: a flow entry's match fields
+// and instructions decode to structs many times their size (an empty
+// 4-byte match field to a 56-byte OXM), so a dump within the limit on the
+// wire could take many times it in the heap. (An entry itself decodes to
+// about twice its minimal size on the wire; that is not counted.)
+func replyCost(m ofp13.Message) int {
+	r, ok := m.(*ofp13.FlowStatsReply)
+	if !ok {
+		return 0
+	}
+	n := 0
+	for i := range r.Stats {
+		st := &r.Stats[i]
+		n += len(st.Match.Fields)*int(unsafe.Sizeof(ofp13.OXM{})) + len(st.Instructions)*instructionCost
+	}
+	return n
+}
+
+// instructionCost is what replyCost counts for a decoded instruction: its
+// interface value and struct, and an action or two.
+const instructionCost = 96
+
 // register reserves an xid for msg and tracks it.
 func (c *SwitchConn) register(msg ofp13.Message, quiet bool, limit ReplyLimit) (*pending, error) {
 	c.mu.Lock()
@@ -578,7 +647,7 @@ func (c *SwitchConn) register(msg ofp13.Message, quiet bool, limit ReplyLimit) (
 	}
 	xid := c.takeXIDLocked()
 	msg.SetTransactionID(xid)
-	p := &pending{quiet: quiet, limit: limit, done: make(chan struct{})}
+	p := &pending{quiet: quiet, limit: limit, reply: replyType[msg.MessageType()], done: make(chan struct{})}
 	c.pending[xid] = p
 	return p, nil
 }
@@ -621,10 +690,12 @@ var DefaultReplyLimit = ReplyLimit{Parts: 1024, Bytes: 16 << 20}
 
 // FlowReplyLimit bounds a flow dump expected to hold about expected flows.
 // The margin covers owned flows a larger earlier configuration left
-// behind, and entries bigger than the appliance's own.
+// behind, and entries bigger than the appliance's own. The bytes count
+// what the entries' fields and instructions take decoded too (replyCost):
+// an appliance flow some 650 in all.
 func FlowReplyLimit(expected int) ReplyLimit {
 	n := 4*expected + 16384
-	return ReplyLimit{Parts: n, Bytes: n * 512}
+	return ReplyLimit{Parts: n, Bytes: n * 1024}
 }
 
 // Request sends msg with a fresh xid and waits for its reply: one message,
@@ -645,6 +716,11 @@ func (c *SwitchConn) RequestLimit(ctx context.Context, msg ofp13.Message, limit 
 		c.forget(msg.TransactionID())
 		return nil, err
 	}
+	return c.await(ctx, p, msg.TransactionID())
+}
+
+// await waits for the reply of the request p registered under xid.
+func (c *SwitchConn) await(ctx context.Context, p *pending, xid uint32) ([]ofp13.Message, error) {
 	select {
 	case <-p.done:
 		if p.err != nil {
@@ -652,7 +728,7 @@ func (c *SwitchConn) RequestLimit(ctx context.Context, msg ofp13.Message, limit 
 		}
 		return p.replies, nil
 	case <-ctx.Done():
-		c.forget(msg.TransactionID())
+		c.forget(xid)
 		return nil, ctx.Err()
 	}
 }
@@ -746,8 +822,30 @@ type Result struct {
 	Failed  []*FlowError
 }
 
-// maxBatch is how many bytes of flow mods go into one write.
-const maxBatch = 64 << 10
+// maxBatch is how many bytes of flow mods go into one write at most
+// (Apply); firstBatchMods how many flow mods the first batch of a
+// convergence holds at most, and minBatchMods and maxBatchMods the
+// bounds of the later ones (nextBatchMods).
+const (
+	maxBatch       = 64 << 10
+	firstBatchMods = 256
+	minBatchMods   = 16
+	maxBatchMods   = 1 << 16
+)
+
+// nextBatchMods sizes a convergence's next batch from its last: n flow
+// mods (of at most limit) that the switch took took to answer, against
+// the target time per batch. Too slow, it shrinks to what the switch does
+// in target; well within, a full batch doubles.
+func nextBatchMods(limit, n int, took, target time.Duration) int {
+	switch {
+	case took > target && took > 0:
+		return max(minBatchMods, int(int64(n)*int64(target)/int64(took)))
+	case took < target/2 && n >= limit:
+		return min(maxBatchMods, 2*limit)
+	}
+	return limit
+}
 
 // Apply sends the flow mods that carry out changes, then a barrier, and
 // waits for it: when Apply returns, the switch has processed every change,
@@ -773,11 +871,27 @@ func (c *SwitchConn) Apply(ctx context.Context, changes flows.Changes) (Result, 
 		}
 		waits[i] = p
 	}
-	c.wmu.Lock()
+	// Each batch is followed by a barrier, and the next goes once the
+	// switch answered it, sized so that it works through a batch in about
+	// a quarter of the keepalive: an echo (the keepalive's own, a claim's
+	// check) then waits behind that much work at most, not behind the
+	// whole convergence, which can take a switch far longer than the
+	// keepalive (Open vSwitch took seconds for 50,000 deletes, and a
+	// switch whose echo is answered that late is taken for dead). The
+	// writer is taken per batch, so that such an echo goes between
+	// batches; and the context is looked at between them, so that a
+	// switch that reads slowly holds a convergence past its deadline by
+	// one batch's write timeout at most.
+	limit, target := firstBatchMods, c.opts.Keepalive/4
 	for start := 0; start < len(mods); {
+		if err := ctx.Err(); err != nil {
+			return res, fmt.Errorf("after %d of %d flow mods: %w", start, len(mods), err)
+		}
 		end := start
+		sent := time.Now()
+		c.wmu.Lock()
 		err := c.writeLocked(func(b []byte) ([]byte, error) {
-			for end < len(mods) && len(b) < maxBatch {
+			for end < len(mods) && end-start < limit && len(b) < maxBatch {
 				var err error
 				if b, err = mods[end].AppendBinary(b); err != nil {
 					return nil, fmt.Errorf("encode %s: %w", list[end], err)
@@ -786,19 +900,19 @@ func (c *SwitchConn) Apply(ctx context.Context, changes flows.Changes) (Result, 
 			}
 			return b, nil
 		})
+		c.wmu.Unlock()
 		if err != nil {
-			c.wmu.Unlock()
 			return res, err
 		}
 		res.Sent += end - start
 		if c.opts.OnFlowMods != nil {
 			c.opts.OnFlowMods(end - start)
 		}
+		if err := c.Barrier(ctx); err != nil {
+			return res, fmt.Errorf("barrier after %d of %d flow mods: %w", end, len(mods), err)
+		}
+		limit = nextBatchMods(limit, end-start, time.Since(sent), target)
 		start = end
-	}
-	c.wmu.Unlock()
-	if err := c.Barrier(ctx); err != nil {
-		return res, fmt.Errorf("barrier after %d flow mods: %w", len(mods), err)
 	}
 	// The barrier reply came after every error the flow mods caused.
 	var errs []error

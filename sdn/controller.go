@@ -274,6 +274,10 @@ type Controller struct {
 	handshakingNet map[netip.Prefix]int
 	handshakeOrder list.List
 	lastOverflow   atomic.Int64 // unix nanoseconds of the last refuseFlood logged
+	// lastAnonRefusal is when refuseAnonymous last logged (unix
+	// nanoseconds), anonSuppressed how many it left out since.
+	lastAnonRefusal atomic.Int64
+	anonSuppressed  atomic.Uint64
 
 	healthReady chan struct{}
 	healthNow   chan struct{}
@@ -762,7 +766,7 @@ func (c *Controller) serveConn(ctx context.Context, conn net.Conn, slot *handsha
 	refuse := func(dpid uint64, format string, args ...any) {
 		conn.Close()
 		if c.releaseHandshake(slot) {
-			c.refuse(peer, dpid, fmt.Sprintf(format, args...))
+			c.refuseAnonymous(peer, fmt.Sprintf(format, args...))
 		}
 	}
 	conn, secure, err := secure(hctx, conn, c.serverTLS.Load())
@@ -851,9 +855,27 @@ func (p *peekedConn) Read(b []byte) (int, error) {
 	return p.Conn.Read(b)
 }
 
+// maxFlowErrorsShown is how many refused changes of one convergence are
+// logged and listed in its switch's status.
+const maxFlowErrorsShown = 20
+
 func (c *Controller) refuse(remote string, dpid uint64, reason string) {
 	c.log.Warn("refusing switch", "remote", remote, "datapath_id", DatapathIDString(dpid), "reason", reason)
 	c.record(remote, dpid, reason)
+}
+
+// refuseAnonymous refuses a connection in its handshake, before it named
+// a datapath id: anyone who reaches the listener can cause any number of
+// these, so they are logged at most once a second, with the count of the
+// ones left out. Each is counted and listed in the status.
+func (c *Controller) refuseAnonymous(remote, reason string) {
+	now := time.Now().UnixNano()
+	if last := c.lastAnonRefusal.Load(); now-last > int64(time.Second) && c.lastAnonRefusal.CompareAndSwap(last, now) {
+		c.log.Warn("refusing switch", "remote", remote, "reason", reason, "suppressed", c.anonSuppressed.Swap(0))
+	} else {
+		c.anonSuppressed.Add(1)
+	}
+	c.record(remote, 0, reason)
 }
 
 // refuseFlood refuses a connection at accept, where anyone can cause any
@@ -946,9 +968,15 @@ func (c *Controller) claim(ctx context.Context, sc *SwitchConn, name string) boo
 		}
 		c.claiming[name] = true
 		c.mu.Unlock()
+		asked := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, c.cfg.Keepalive)
 		_, err := prev.conn.Echo(pctx)
 		cancel()
+		if err != nil && prev.conn.heardSince(asked) {
+			// Busy, not silent: its echo's answer waits behind what
+			// it works through.
+			err = nil
+		}
 		c.mu.Lock()
 		delete(c.claiming, name)
 		if err == nil {
@@ -1180,8 +1208,16 @@ func (c *Controller) converge(ctx context.Context, sc *SwitchConn, name string, 
 	res, err := ConvergeOnce(ctx, sc, desired)
 	c.counters.converges.Add(1)
 	c.counters.flowModErrors.Add(uint64(len(res.Failed)))
+	// A switch can refuse every change of a large convergence, each
+	// time it is retried: the log and the status name the first few.
 	var flowErrs []string
-	for _, fe := range res.Failed {
+	for i, fe := range res.Failed {
+		if i == maxFlowErrorsShown {
+			more := fmt.Sprintf("and %d more refused changes", len(res.Failed)-i)
+			flowErrs = append(flowErrs, more)
+			log.Warn("switch refused further flow changes, not listed", "count", len(res.Failed)-i)
+			break
+		}
 		flowErrs = append(flowErrs, fe.Error())
 		log.Warn("switch refused a flow change", "err", fe.Err.Error(), "change", fe.Change.String())
 	}

@@ -82,13 +82,26 @@ func (c *Controller) onRoleStatus(sink *roleSink, m *ofp13.RoleStatus) {
 		return
 	}
 	c.counters.roleStatus.Add(1)
+	if !c.cfg.Roles {
+		// No role was asked for, so none can change: a switch that says
+		// otherwise is ignored (each kick is a whole convergence, and a
+		// switch could send these back to back).
+		s.conn.limitedWarn("switch sent a role status, though this controller asks for no role; ignored",
+			"switch_remote", s.conn.RemoteAddr(), "to", m.Role.String(), "reason", m.Reason.String())
+		return
+	}
 	c.mu.Lock()
 	old := s.role.role
 	s.role.role, s.role.generation = m.Role, m.GenerationID
-	signal(s.kick)
+	changed := old != m.Role
+	if changed {
+		signal(s.kick)
+	}
 	c.mu.Unlock()
-	s.conn.limitedWarn("switch changed this controller's role", "switch_remote", s.conn.RemoteAddr(),
-		"from", old.String(), "to", m.Role.String(), "reason", m.Reason.String(), "switch_generation", m.GenerationID)
+	if changed {
+		s.conn.limitedWarn("switch changed this controller's role", "switch_remote", s.conn.RemoteAddr(),
+			"from", old.String(), "to", m.Role.String(), "reason", m.Reason.String(), "switch_generation", m.GenerationID)
+	}
 }
 
 // ensureRole asks the switch of s for the role the election set, unless
