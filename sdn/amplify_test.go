@@ -42,6 +42,25 @@ func fatFlowPart(xid uint32, more bool) []byte {
 	return b
 }
 
+// staleDump is a flow dump's reply, for xid, of stale owned flows (as a
+// larger earlier configuration leaves them: each of its own priority), in
+// parts of 1,000.
+func staleDump(xid uint32, stale int) []*ofp13.FlowStatsReply {
+	var parts []*ofp13.FlowStatsReply
+	for i := 0; i < stale; i += 1000 {
+		part := &ofp13.FlowStatsReply{XID: xid}
+		if i+1000 < stale {
+			part.Flags = ofp13.MultipartMore
+		}
+		for j := i; j < min(i+1000, stale); j++ {
+			part.Stats = append(part.Stats, ofp13.FlowStats{TableID: uint8(j / 60000), Priority: uint16(j%60000 + 1),
+				Cookie: flows.CookiePrefix | 0x7777})
+		}
+		parts = append(parts, part)
+	}
+	return parts
+}
+
 // declaredSession completes the handshake of a declared switch against
 // the controller listening at addr.
 func declaredSession(t *testing.T, ctl *running, addr string, sw flows.Switch) net.Conn {
@@ -146,16 +165,8 @@ func TestSwitchErrorsKeptShort(t *testing.T) {
 		RetryInterval: time.Hour, Switches: []flows.Switch{hostileSwitch}})
 	conn := declaredSession(t, ctl, ln.Addr().String(), hostileSwitch)
 	dump := readUntil(t, conn, func(m ofp13.Message) bool { return m.MessageType() == ofp13.TypeMultipartRequest })
-	const stale, perPart = 4000, 1000
-	for i := 0; i < stale; i += perPart {
-		part := &ofp13.FlowStatsReply{XID: dump.TransactionID()}
-		if i+perPart < stale {
-			part.Flags = ofp13.MultipartMore
-		}
-		for j := i; j < i+perPart; j++ {
-			part.Stats = append(part.Stats, ofp13.FlowStats{TableID: uint8(j / 60000), Priority: uint16(j%60000 + 1),
-				Cookie: flows.CookiePrefix | 0x7777})
-		}
+	const stale = 4000
+	for _, part := range staleDump(dump.TransactionID(), stale) {
 		if err := writeOF(conn, part); err != nil {
 			t.Fatal(err)
 		}

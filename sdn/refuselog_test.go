@@ -70,16 +70,8 @@ func TestFlowModRefusalsLogBounded(t *testing.T) {
 	conn := declaredSession(t, ctl, ln.Addr().String(), hostileSwitch)
 	dump := readUntil(t, conn, func(m ofp13.Message) bool { return m.MessageType() == ofp13.TypeMultipartRequest })
 	sent := 0
-	const stale, perPart = 4000, 1000
-	for i := 0; i < stale; i += perPart {
-		part := &ofp13.FlowStatsReply{XID: dump.TransactionID()}
-		if i+perPart < stale {
-			part.Flags = ofp13.MultipartMore
-		}
-		for j := i; j < i+perPart; j++ {
-			part.Stats = append(part.Stats, ofp13.FlowStats{TableID: uint8(j / 60000), Priority: uint16(j%60000 + 1),
-				Cookie: flows.CookiePrefix | 0x7777})
-		}
+	const stale = 4000
+	for _, part := range staleDump(dump.TransactionID(), stale) {
 		b, err := part.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)

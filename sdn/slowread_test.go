@@ -51,17 +51,9 @@ func TestSlowReaderConvergenceHeedsItsDeadline(t *testing.T) {
 		return switchStatus(ctl.Controller, hostileSwitch.Name).Connected
 	})
 	dump := readUntil(t, conn, func(m ofp13.Message) bool { return m.MessageType() == ofp13.TypeMultipartRequest })
-	const stale, perPart = 140000, 1000
+	const stale = 140000
 	var buf []byte
-	for i := 0; i < stale; i += perPart {
-		part := &ofp13.FlowStatsReply{XID: dump.TransactionID()}
-		if i+perPart < stale {
-			part.Flags = ofp13.MultipartMore
-		}
-		for j := i; j < i+perPart; j++ {
-			part.Stats = append(part.Stats, ofp13.FlowStats{TableID: uint8(j / 60000), Priority: uint16(j%60000 + 1),
-				Cookie: flows.CookiePrefix | 0x7777})
-		}
+	for _, part := range staleDump(dump.TransactionID(), stale) {
 		if buf, err = part.AppendBinary(buf[:0]); err != nil {
 			t.Fatal(err)
 		}

@@ -116,16 +116,8 @@ func TestImpostorRefusedDuringALongConvergence(t *testing.T) {
 	if err := real.conn.SetReadDeadline(time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	const stale, perPart = 140000, 1000
-	for i := 0; i < stale; i += perPart {
-		part := &ofp13.FlowStatsReply{XID: dump.TransactionID()}
-		if i+perPart < stale {
-			part.Flags = ofp13.MultipartMore
-		}
-		for j := i; j < i+perPart; j++ {
-			part.Stats = append(part.Stats, ofp13.FlowStats{TableID: uint8(j / 60000), Priority: uint16(j%60000 + 1),
-				Cookie: flows.CookiePrefix | 0x7777})
-		}
+	const stale = 140000
+	for _, part := range staleDump(dump.TransactionID(), stale) {
 		if err := real.write(part); err != nil {
 			t.Fatal(err)
 		}
