@@ -61,6 +61,39 @@ func staleDump(xid uint32, stale int) []*ofp13.FlowStatsReply {
 	return parts
 }
 
+// refuseFlowMods answers the next n flow mods the controller sends on
+// conn with an ERROR carrying data, and every barrier before the last of
+// them with its reply, and returns the bytes it sent. It leaves the
+// barrier after the last flow mod unread.
+func refuseFlowMods(t *testing.T, conn net.Conn, n int, data []byte) (sent int) {
+	t.Helper()
+	for mods := 0; mods < n; {
+		m, err := readOF(conn)
+		if err != nil {
+			t.Fatalf("reading from the controller after %d flow mods: %v", mods, err)
+		}
+		var answer ofp13.Message
+		switch m.MessageType() {
+		case ofp13.TypeFlowMod:
+			answer = &ofp13.Error{XID: m.TransactionID(), Type: ofp13.ErrorTypeFlowModFailed, Code: 4, Data: data}
+			mods++
+		case ofp13.TypeBarrierRequest:
+			answer = &ofp13.BarrierReply{XID: m.TransactionID()}
+		default:
+			continue
+		}
+		b, err := answer.AppendBinary(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write(b); err != nil {
+			t.Fatalf("the controller hung up after %d flow mods: %v", mods, err)
+		}
+		sent += len(b)
+	}
+	return sent
+}
+
 // declaredSession completes the handshake of a declared switch against
 // the controller listening at addr.
 func declaredSession(t *testing.T, ctl *running, addr string, sw flows.Switch) net.Conn {
@@ -179,24 +212,8 @@ func TestSwitchErrorsKeptShort(t *testing.T) {
 	// Every delete answered with an ERROR, every barrier but the last
 	// with its reply; the last is left pending, so that the convergence
 	// holds every ERROR when the heap is measured.
-	errs := 0
-	for errs < stale {
-		m, err := readOF(conn)
-		if err != nil {
-			t.Fatalf("reading from the controller after %d errors: %v", errs, err)
-		}
-		switch m.MessageType() {
-		case ofp13.TypeFlowMod:
-			if err := writeOF(conn, &ofp13.Error{XID: m.TransactionID(), Type: ofp13.ErrorTypeFlowModFailed, Code: 4, Data: data}); err != nil {
-				t.Fatalf("the controller hung up: %v", err)
-			}
-			errs++
-		case ofp13.TypeBarrierRequest:
-			if err := writeOF(conn, &ofp13.BarrierReply{XID: m.TransactionID()}); err != nil {
-				t.Fatalf("the controller hung up: %v", err)
-			}
-		}
-	}
+	errs := stale
+	refuseFlowMods(t, conn, stale, data)
 	if err := writeOF(conn, &ofp13.EchoRequest{XID: 0x5353}); err != nil {
 		t.Fatal(err)
 	}

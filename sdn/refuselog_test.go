@@ -86,31 +86,8 @@ func TestFlowModRefusalsLogBounded(t *testing.T) {
 	if err := conn.SetDeadline(time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	mods := 0
-	for mods < stale {
-		m, err := readOF(conn)
-		if err != nil {
-			t.Fatalf("reading from the controller after %d flow mods: %v", mods, err)
-		}
-		var answer ofp13.Message
-		switch m.MessageType() {
-		case ofp13.TypeFlowMod:
-			answer = &ofp13.Error{XID: m.TransactionID(), Type: ofp13.ErrorTypeFlowModFailed, Code: 4}
-			mods++
-		case ofp13.TypeBarrierRequest:
-			answer = &ofp13.BarrierReply{XID: m.TransactionID()}
-		default:
-			continue
-		}
-		b, err := answer.AppendBinary(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := conn.Write(b); err != nil {
-			t.Fatal(err)
-		}
-		sent += len(b)
-	}
+	sent += refuseFlowMods(t, conn, stale, nil)
+	mods := stale
 	// The last barrier.
 	barrier := readUntil(t, conn, func(m ofp13.Message) bool { return m.MessageType() == ofp13.TypeBarrierRequest })
 	if err := writeOF(conn, &ofp13.BarrierReply{XID: barrier.TransactionID()}); err != nil {
