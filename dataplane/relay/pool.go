@@ -842,7 +842,7 @@ func (a *Agent) acceptBind(rc *runtimeConfig, initiator string, c *net.TCPConn, 
 	var running *session
 	if hello.Join {
 		// Stream 0's bind travels on another connection.
-		running = a.awaitSession(b.Session, initiator, joinGrace)
+		running = a.awaitSession(b.Session, initiator, joinGrace, rc.limits.PreAuthTimeout)
 	}
 	route, status, _ := a.admit(rc, &hello, src, false, beforeDrain)
 	if status != stripe.StatusAccepted {
@@ -1071,13 +1071,15 @@ func (a *Agent) bindOne(s *session, rc *runtimeConfig, ps *pooledStream, index i
 const joinGrace = 500 * time.Millisecond
 
 // awaitSession waits until the server side holds session id: at most d,
-// and past that while a fresh stream of initiator's holds the session's
-// place (a handshake under way: the confirm of its stream 0, which makes
-// the session, may come after a JOIN that overtook it, when a segment of
-// it was lost on a long path). That handshake's pre-auth deadline bounds
-// the wait.
-func (a *Agent) awaitSession(id stripe.SessionID, initiator string, d time.Duration) *session {
-	deadline := time.Now().Add(d)
+// and past that, up to limit, while a fresh stream of initiator's holds
+// the session's place (a handshake under way: the confirm of its stream
+// 0, which makes the session, may come after a JOIN that overtook it,
+// when a segment of it was lost on a long path). limit is the waiting
+// stream's own pre-auth time: fresh hellos sent again and again could
+// keep a place held for ever.
+func (a *Agent) awaitSession(id stripe.SessionID, initiator string, d, limit time.Duration) *session {
+	now := time.Now()
+	grace, hard := now.Add(d), now.Add(limit)
 	for {
 		a.mu.Lock()
 		s, over := a.byID[id], a.drainOver
@@ -1086,7 +1088,8 @@ func (a *Agent) awaitSession(id stripe.SessionID, initiator string, d time.Durat
 		founding := p != nil && p.peer == initiator
 		// (A drain makes the sessions of what it accepted before it:
 		// their streams wait as ever, until it is over.)
-		if s != nil || over || !founding && time.Now().After(deadline) {
+		now := time.Now()
+		if s != nil || over || now.After(hard) || !founding && now.After(grace) {
 			return s
 		}
 		time.Sleep(5 * time.Millisecond)

@@ -212,7 +212,7 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 		// at once, sends its fresh hello half a second sooner: refound,
 		// pool.go. A late BIND and that hello are decided as always,
 		// whichever comes second refused: settled.go.)
-		a.awaitSession(hello.Session, hello.Initiator, joinGrace)
+		a.awaitSession(hello.Session, hello.Initiator, joinGrace, rc.limits.PreAuthTimeout)
 	}
 	route, status, place := a.admit(rc, &hello, src, true, false)
 	if place != nil {
