@@ -75,6 +75,12 @@ type SwitchConn struct {
 	log      *slog.Logger
 
 	wmu sync.Mutex // one writer at a time, whole messages
+	// applyMu is held by Apply for a whole convergence and by
+	// RemoveOwnedFlows, so that a delete-all never lands between two of a
+	// convergence's batches; removing, once set, ends Apply at its next
+	// batch.
+	applyMu  sync.Mutex
+	removing atomic.Bool
 
 	mu      sync.Mutex
 	nextXID uint32
@@ -692,10 +698,11 @@ var DefaultReplyLimit = ReplyLimit{Parts: 1024, Bytes: 16 << 20}
 // The margin covers owned flows a larger earlier configuration left
 // behind, and entries bigger than the appliance's own. The bytes count
 // what the entries' fields and instructions take decoded too (replyCost):
-// an appliance flow some 650 in all.
+// an appliance flow with a port range some 512 in all, 136 of them on the
+// wire; 2,048 an entry keeps the margin 512 bytes on the wire gave.
 func FlowReplyLimit(expected int) ReplyLimit {
 	n := 4*expected + 16384
-	return ReplyLimit{Parts: n, Bytes: n * 1024}
+	return ReplyLimit{Parts: n, Bytes: n * 2048}
 }
 
 // Request sends msg with a fresh xid and waits for its reply: one message,
@@ -834,18 +841,23 @@ const (
 )
 
 // nextBatchMods sizes a convergence's next batch from its last: n flow
-// mods (of at most limit) that the switch took took to answer, against
-// the target time per batch. Too slow, it shrinks to what the switch does
-// in target; well within, a full batch doubles.
-func nextBatchMods(limit, n int, took, target time.Duration) int {
+// mods (of at most limit) that the switch took work to answer, beyond the
+// round trip of the quickest batch (the link's share, which an echo waits
+// for anyway), against the target time per batch. Too slow, it shrinks
+// to what the switch does in target; well within, a full batch doubles.
+func nextBatchMods(limit, n int, work, target time.Duration) int {
 	switch {
-	case took > target && took > 0:
-		return max(minBatchMods, int(int64(n)*int64(target)/int64(took)))
-	case took < target/2 && n >= limit:
+	case work > target && work > 0:
+		return max(minBatchMods, int(int64(n)*int64(target)/int64(work)))
+	case work < target/2 && n >= limit:
 		return min(maxBatchMods, 2*limit)
 	}
 	return limit
 }
+
+// errRemoving ends a convergence when the owned flows are being removed
+// (RemoveOwnedFlows).
+var errRemoving = errors.New("the owned flows are being removed")
 
 // Apply sends the flow mods that carry out changes, then a barrier, and
 // waits for it: when Apply returns, the switch has processed every change,
@@ -882,10 +894,16 @@ func (c *SwitchConn) Apply(ctx context.Context, changes flows.Changes) (Result, 
 	// batches; and the context is looked at between them, so that a
 	// switch that reads slowly holds a convergence past its deadline by
 	// one batch's write timeout at most.
+	c.applyMu.Lock()
+	defer c.applyMu.Unlock()
 	limit, target := firstBatchMods, c.opts.Keepalive/4
+	var quickest time.Duration // the shortest batch's round trip: the link's share of each
 	for start := 0; start < len(mods); {
 		if err := ctx.Err(); err != nil {
 			return res, fmt.Errorf("after %d of %d flow mods: %w", start, len(mods), err)
+		}
+		if c.removing.Load() {
+			return res, fmt.Errorf("after %d of %d flow mods: %w", start, len(mods), errRemoving)
 		}
 		end := start
 		sent := time.Now()
@@ -911,7 +929,11 @@ func (c *SwitchConn) Apply(ctx context.Context, changes flows.Changes) (Result, 
 		if err := c.Barrier(ctx); err != nil {
 			return res, fmt.Errorf("barrier after %d of %d flow mods: %w", end, len(mods), err)
 		}
-		limit = nextBatchMods(limit, end-start, time.Since(sent), target)
+		took := time.Since(sent)
+		if quickest == 0 || took < quickest {
+			quickest = took
+		}
+		limit = nextBatchMods(limit, end-start, took-quickest, target)
 		start = end
 	}
 	// The barrier reply came after every error the flow mods caused.
@@ -953,6 +975,9 @@ func ConvergeOnce(ctx context.Context, c *SwitchConn, desired []flows.Flow) (Res
 // RemoveOwnedFlows deletes every flow with the appliance's cookie prefix
 // and waits for the barrier. Foreign flows stay.
 func (c *SwitchConn) RemoveOwnedFlows(ctx context.Context) error {
+	c.removing.Store(true)
+	c.applyMu.Lock()
+	defer c.applyMu.Unlock()
 	del := ofp13.NewFlowMod(ofp13.FlowDelete)
 	del.TableID = ofp13.TableAll
 	del.Cookie, del.CookieMask = flows.CookiePrefix, flows.CookieMask

@@ -766,7 +766,7 @@ func (c *Controller) serveConn(ctx context.Context, conn net.Conn, slot *handsha
 	refuse := func(dpid uint64, format string, args ...any) {
 		conn.Close()
 		if c.releaseHandshake(slot) {
-			c.refuseAnonymous(peer, fmt.Sprintf(format, args...))
+			c.refuseAnonymous(peer, dpid, fmt.Sprintf(format, args...))
 		}
 	}
 	conn, secure, err := secure(hctx, conn, c.serverTLS.Load())
@@ -804,8 +804,13 @@ func (c *Controller) serveConn(ctx context.Context, conn net.Conn, slot *handsha
 		reason = c.refusalLocked(sc, name, "", secure)
 	}
 	c.mu.Unlock()
-	if reason != "" {
+	switch {
+	case reason != "" && !ok:
+		c.refuseAnonymous(sc.RemoteAddr(), dpid, reason)
+	case reason != "":
 		c.refuse(sc.RemoteAddr(), dpid, reason)
+	}
+	if reason != "" {
 		sc.Close()
 		return
 	}
@@ -865,17 +870,19 @@ func (c *Controller) refuse(remote string, dpid uint64, reason string) {
 }
 
 // refuseAnonymous refuses a connection in its handshake, before it named
-// a datapath id: anyone who reaches the listener can cause any number of
-// these, so they are logged at most once a second, with the count of the
-// ones left out. Each is counted and listed in the status.
-func (c *Controller) refuseAnonymous(remote, reason string) {
+// a datapath id, or for one it named that no switch declares: anyone who
+// reaches the listener can cause any number of these, so they are logged
+// at most once a second, with the count of the ones left out. Each is
+// counted and listed in the status.
+func (c *Controller) refuseAnonymous(remote string, dpid uint64, reason string) {
 	now := time.Now().UnixNano()
 	if last := c.lastAnonRefusal.Load(); now-last > int64(time.Second) && c.lastAnonRefusal.CompareAndSwap(last, now) {
-		c.log.Warn("refusing switch", "remote", remote, "reason", reason, "suppressed", c.anonSuppressed.Swap(0))
+		c.log.Warn("refusing switch", "remote", remote, "datapath_id", DatapathIDString(dpid), "reason", reason,
+			"suppressed", c.anonSuppressed.Swap(0))
 	} else {
 		c.anonSuppressed.Add(1)
 	}
-	c.record(remote, 0, reason)
+	c.record(remote, dpid, reason)
 }
 
 // refuseFlood refuses a connection at accept, where anyone can cause any

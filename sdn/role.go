@@ -124,9 +124,9 @@ func (c *Controller) ensureRole(ctx context.Context, s *session, name string, lo
 	defer cancel()
 	got, err := c.requestRole(ctx, s, want, gen)
 	if err == nil {
-		c.setSessionRole(s, name, got, sessionRole{role: got.Role, generation: got.GenerationID})
+		role := c.setSessionRole(s, name, got, sessionRole{role: got.Role, generation: got.GenerationID})
 		log.Info("switch confirmed role", "role", got.Role.String(), "generation", got.GenerationID)
-		return got.Role == ofp13.RoleMaster, nil
+		return role == ofp13.RoleMaster, nil
 	}
 	var swErr *ofp13.Error
 	if !errors.As(err, &swErr) || swErr.Type != ofp13.ErrorTypeRoleRequestFailed || swErr.Code != ofp13.RoleRequestFailedStale {
@@ -176,13 +176,22 @@ func (c *Controller) requestRole(ctx context.Context, s *session, role ofp13.Con
 	return r, nil
 }
 
-func (c *Controller) setSessionRole(s *session, name string, got *ofp13.RoleReply, sr sessionRole) {
+// setSessionRole records the role the switch's reply gave s, and returns
+// the role in force: a ROLE_STATUS of a newer generation read since (the
+// switch made another controller master right after it answered) is not
+// overwritten by the older reply, and the session is kicked to act on it.
+func (c *Controller) setSessionRole(s *session, name string, got *ofp13.RoleReply, sr sessionRole) ofp13.ControllerRole {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.role.role != 0 && int64(sr.generation-s.role.generation) < 0 {
+		signal(s.kick)
+		return s.role.role
+	}
 	s.role = sr
 	if st := c.status[name]; st != nil && c.sessions[name] == s {
 		st.Role, st.RoleGeneration = got.Role.String(), got.GenerationID
 	}
-	c.mu.Unlock()
+	return sr.role
 }
 
 // mayWrite reports whether s may change its switch's flows: always
