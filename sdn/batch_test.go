@@ -203,6 +203,61 @@ func TestRemoveFlowsOnStopNotUndone(t *testing.T) {
 	}
 }
 
+// TestRemoveFlowsOnStopDuringAnUnansweredBarrier: a convergence waits for
+// the barrier after its first batch, which the switch does not answer,
+// though it answers echoes; the controller stops with RemoveFlowsOnStop.
+// The removal waits for the convergence to end (TestRemoveFlowsOnStopNotUndone),
+// and must not wait for its barrier: before, it waited until the
+// convergence's deadline (ConvergeTimeout, 2 minutes by default). Now the
+// removal ends the convergence's waits at once, and its own delete and
+// barrier go.
+func TestRemoveFlowsOnStopDuringAnUnansweredBarrier(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := bigSwitch(0xd56, 400)
+	ctl := startController(t, sdn.Config{Listener: ln, Keepalive: time.Second, ResyncInterval: -1, RemoveFlowsOnStop: true,
+		Switches: []flows.Switch{sw}})
+	conn := declaredSession(t, ctl, ln.Addr().String(), sw)
+	dump := readUntil(t, conn, func(m ofp13.Message) bool { return m.MessageType() == ofp13.TypeMultipartRequest })
+	answerStaleDump(t, conn, dump.TransactionID(), 0)
+	readUntil(t, conn, func(m ofp13.Message) bool { return m.MessageType() == ofp13.TypeBarrierRequest })
+
+	stopped := make(chan struct{})
+	start := time.Now()
+	go func() { ctl.stop(); close(stopped) }()
+	// Echoes answered; barriers only once the delete of every owned flow
+	// came.
+	deleted := false
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for {
+		m, err := readOF(conn)
+		if err != nil {
+			break // the controller hung up
+		}
+		switch m := m.(type) {
+		case *ofp13.EchoRequest:
+			_ = writeOF(conn, &ofp13.EchoReply{XID: m.XID, Data: m.Data})
+		case *ofp13.FlowMod:
+			deleted = deleted || m.Command == ofp13.FlowDelete && m.TableID == ofp13.TableAll
+		case *ofp13.BarrierRequest:
+			if deleted {
+				_ = writeOF(conn, &ofp13.BarrierReply{XID: m.XID})
+			}
+		}
+	}
+	select {
+	case <-stopped:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the controller did not stop within 20 s of a stop during an unanswered barrier")
+	}
+	t.Logf("stopped %v after the stop began; delete of the owned flows sent: %v", time.Since(start).Round(time.Millisecond), deleted)
+	if !deleted {
+		t.Error("the stopping controller sent no delete of its owned flows")
+	}
+}
+
 // TestRoleStatusRightAfterRoleReply: with roles on, the controller asks
 // for MASTER with generation 7; the switch grants it and, at once, another
 // controller takes MASTER with generation 8, so the switch sends this one

@@ -75,12 +75,13 @@ type SwitchConn struct {
 	log      *slog.Logger
 
 	wmu sync.Mutex // one writer at a time, whole messages
-	// applyMu is held by Apply for a whole convergence and by
-	// RemoveOwnedFlows, so that a delete-all never lands between two of a
-	// convergence's batches; removing, once set, ends Apply at its next
-	// batch.
-	applyMu  sync.Mutex
-	removing atomic.Bool
+	// applying is held (a token in it) by Apply for a whole convergence
+	// and by RemoveOwnedFlows, so that a delete-all never lands between
+	// two of a convergence's batches. removing, once closed, ends an
+	// Apply under way (its waits too) and refuses later ones.
+	applying     chan struct{}
+	removing     chan struct{}
+	removingOnce sync.Once
 
 	mu      sync.Mutex
 	nextXID uint32
@@ -396,7 +397,8 @@ func Handshake(ctx context.Context, conn net.Conn, opts ConnOptions) (*SwitchCon
 		conn: conn, features: *features, opts: opts,
 		log:     opts.Logger.With("remote", remote, "datapath_id", DatapathIDString(features.DatapathID)),
 		nextXID: 16, pending: map[uint32]*pending{}, done: make(chan struct{}),
-		echoes: make(chan *ofp13.EchoReply, maxQueuedEchoes),
+		echoes:   make(chan *ofp13.EchoReply, maxQueuedEchoes),
+		applying: make(chan struct{}, 1), removing: make(chan struct{}),
 	}
 	sc.lastRecv.Store(time.Now().UnixNano())
 	// Only a switch that completed the handshake gets a full-size buffer.
@@ -894,16 +896,28 @@ func (c *SwitchConn) Apply(ctx context.Context, changes flows.Changes) (Result, 
 	// batches; and the context is looked at between them, so that a
 	// switch that reads slowly holds a convergence past its deadline by
 	// one batch's write timeout at most.
-	c.applyMu.Lock()
-	defer c.applyMu.Unlock()
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	select {
+	case c.applying <- struct{}{}:
+		defer func() { <-c.applying }()
+	case <-c.removing:
+		return res, errRemoving
+	case <-ctx.Done():
+		return res, context.Cause(ctx)
+	}
+	go func() {
+		select {
+		case <-c.removing:
+			stop(errRemoving)
+		case <-ctx.Done():
+		}
+	}()
 	limit, target := firstBatchMods, c.opts.Keepalive/4
 	var quickest time.Duration // the shortest batch's round trip: the link's share of each
 	for start := 0; start < len(mods); {
-		if err := ctx.Err(); err != nil {
-			return res, fmt.Errorf("after %d of %d flow mods: %w", start, len(mods), err)
-		}
-		if c.removing.Load() {
-			return res, fmt.Errorf("after %d of %d flow mods: %w", start, len(mods), errRemoving)
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("after %d of %d flow mods: %w", start, len(mods), context.Cause(ctx))
 		}
 		end := start
 		sent := time.Now()
@@ -975,9 +989,13 @@ func ConvergeOnce(ctx context.Context, c *SwitchConn, desired []flows.Flow) (Res
 // RemoveOwnedFlows deletes every flow with the appliance's cookie prefix
 // and waits for the barrier. Foreign flows stay.
 func (c *SwitchConn) RemoveOwnedFlows(ctx context.Context) error {
-	c.removing.Store(true)
-	c.applyMu.Lock()
-	defer c.applyMu.Unlock()
+	c.removingOnce.Do(func() { close(c.removing) })
+	select {
+	case c.applying <- struct{}{}:
+		defer func() { <-c.applying }()
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the convergence under way to stop: %w", ctx.Err())
+	}
 	del := ofp13.NewFlowMod(ofp13.FlowDelete)
 	del.TableID = ofp13.TableAll
 	del.Cookie, del.CookieMask = flows.CookiePrefix, flows.CookieMask
