@@ -358,6 +358,12 @@ func bytesTaken(c *net.TCPConn) (n uint64, ok bool) {
 	}); err != nil || ierr != nil || qerr != nil || outq < 0 {
 		return 0, false
 	}
+	if info.Bytes_acked == 0 {
+		// A connected socket's count is at least 1 (the SYN): 0 is a
+		// kernel without tcpi_bytes_acked (before 4.1, as RHEL 7's),
+		// whose FINs would all look early (finBefore).
+		return 0, false
+	}
 	return info.Bytes_acked + uint64(outq), true
 }
 
