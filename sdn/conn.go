@@ -77,11 +77,11 @@ type SwitchConn struct {
 	wmu sync.Mutex // one writer at a time, whole messages
 	// applying is held (a token in it) by Apply for a whole convergence
 	// and by RemoveOwnedFlows, so that a delete-all never lands between
-	// two of a convergence's batches. removing, once closed, ends an
-	// Apply under way (its waits too) and refuses later ones.
-	applying     chan struct{}
-	removing     chan struct{}
-	removingOnce sync.Once
+	// two of a convergence's batches. retired, once closed (retire), ends
+	// an Apply under way (its waits too) and refuses later ones.
+	applying    chan struct{}
+	retired     chan struct{}
+	retiredOnce sync.Once
 
 	mu      sync.Mutex
 	nextXID uint32
@@ -398,7 +398,7 @@ func Handshake(ctx context.Context, conn net.Conn, opts ConnOptions) (*SwitchCon
 		log:     opts.Logger.With("remote", remote, "datapath_id", DatapathIDString(features.DatapathID)),
 		nextXID: 16, pending: map[uint32]*pending{}, done: make(chan struct{}),
 		echoes:   make(chan *ofp13.EchoReply, maxQueuedEchoes),
-		applying: make(chan struct{}, 1), removing: make(chan struct{}),
+		applying: make(chan struct{}, 1), retired: make(chan struct{}),
 	}
 	sc.lastRecv.Store(time.Now().UnixNano())
 	// Only a switch that completed the handshake gets a full-size buffer.
@@ -627,8 +627,8 @@ var replyType = map[ofp13.Type]ofp13.Type{
 // counted against its request's ReplyLimit: a flow entry's match fields
 // and instructions decode to structs many times their size (an empty
 // 4-byte match field to a 56-byte OXM), so a dump within the limit on the
-// wire could take many times it in the heap. (An entry itself decodes to
-// about twice its minimal size on the wire; that is not counted.)
+// wire could take many times it in the heap. An entry itself decodes to
+// a struct of about twice its minimal size on the wire, counted too.
 func replyCost(m ofp13.Message) int {
 	r, ok := m.(*ofp13.FlowStatsReply)
 	if !ok {
@@ -637,7 +637,7 @@ func replyCost(m ofp13.Message) int {
 	n := 0
 	for i := range r.Stats {
 		st := &r.Stats[i]
-		n += len(st.Match.Fields)*int(unsafe.Sizeof(ofp13.OXM{})) + len(st.Instructions)*instructionCost
+		n += int(unsafe.Sizeof(*st)) + len(st.Match.Fields)*int(unsafe.Sizeof(ofp13.OXM{})) + len(st.Instructions)*instructionCost
 	}
 	return n
 }
@@ -699,12 +699,14 @@ var DefaultReplyLimit = ReplyLimit{Parts: 1024, Bytes: 16 << 20}
 // FlowReplyLimit bounds a flow dump expected to hold about expected flows.
 // The margin covers owned flows a larger earlier configuration left
 // behind, and entries bigger than the appliance's own. The bytes count
-// what the entries' fields and instructions take decoded too (replyCost):
-// an appliance flow with a port range some 512 in all, 136 of them on the
-// wire; 2,048 an entry keeps the margin 512 bytes on the wire gave.
+// what the entries take decoded too (replyCost): an appliance flow with a
+// port range some 610 in all, 136 of them on the wire; 2,304 an entry
+// keeps the margin 512 bytes on the wire gave, and holds a dump of
+// minimal entries (56 bytes on the wire, some 150 decoded) to about 40
+// MiB of heap.
 func FlowReplyLimit(expected int) ReplyLimit {
 	n := 4*expected + 16384
-	return ReplyLimit{Parts: n, Bytes: n * 2048}
+	return ReplyLimit{Parts: n, Bytes: n * 2304}
 }
 
 // Request sends msg with a fresh xid and waits for its reply: one message,
@@ -857,9 +859,13 @@ func nextBatchMods(limit, n int, work, target time.Duration) int {
 	return limit
 }
 
-// errRemoving ends a convergence when the owned flows are being removed
-// (RemoveOwnedFlows).
-var errRemoving = errors.New("the owned flows are being removed")
+// errRetired ends a convergence on a connection retire was called for.
+var errRetired = errors.New("the controller is removing its flows and leaving the switch")
+
+// retire ends a convergence under way at once, its waits too, and
+// refuses later ones: the controller is about to remove its owned flows
+// (RemoveOwnedFlows) and close the connection.
+func (c *SwitchConn) retire() { c.retiredOnce.Do(func() { close(c.retired) }) }
 
 // Apply sends the flow mods that carry out changes, then a barrier, and
 // waits for it: when Apply returns, the switch has processed every change,
@@ -901,21 +907,26 @@ func (c *SwitchConn) Apply(ctx context.Context, changes flows.Changes) (Result, 
 	select {
 	case c.applying <- struct{}{}:
 		defer func() { <-c.applying }()
-	case <-c.removing:
-		return res, errRemoving
+	case <-c.retired:
+		return res, errRetired
 	case <-ctx.Done():
 		return res, context.Cause(ctx)
 	}
 	go func() {
 		select {
-		case <-c.removing:
-			stop(errRemoving)
+		case <-c.retired:
+			stop(errRetired)
 		case <-ctx.Done():
 		}
 	}()
 	limit, target := firstBatchMods, c.opts.Keepalive/4
 	var quickest time.Duration // the shortest batch's round trip: the link's share of each
 	for start := 0; start < len(mods); {
+		select {
+		case <-c.retired: // (also when both were ready as the token was taken)
+			return res, fmt.Errorf("after %d of %d flow mods: %w", start, len(mods), errRetired)
+		default:
+		}
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("after %d of %d flow mods: %w", start, len(mods), context.Cause(ctx))
 		}
@@ -989,7 +1000,6 @@ func ConvergeOnce(ctx context.Context, c *SwitchConn, desired []flows.Flow) (Res
 // RemoveOwnedFlows deletes every flow with the appliance's cookie prefix
 // and waits for the barrier. Foreign flows stay.
 func (c *SwitchConn) RemoveOwnedFlows(ctx context.Context) error {
-	c.removingOnce.Do(func() { close(c.removing) })
 	select {
 	case c.applying <- struct{}{}:
 		defer func() { <-c.applying }()

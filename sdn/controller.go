@@ -573,6 +573,7 @@ func (c *Controller) removeAllOwnedFlows() {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
+			s.conn.retire()
 			if err := s.conn.RemoveOwnedFlows(ctx); err != nil {
 				c.log.Warn("removing owned flows on stop failed", "switch", name, "err", err)
 			} else {
@@ -1213,6 +1214,9 @@ func (c *Controller) converge(ctx context.Context, sc *SwitchConn, name string, 
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ConvergeTimeout)
 	defer cancel()
 	res, err := ConvergeOnce(ctx, sc, desired)
+	if errors.Is(err, errRetired) {
+		return res.Sent, err // the controller is stopping: not a failure
+	}
 	c.counters.converges.Add(1)
 	c.counters.flowModErrors.Add(uint64(len(res.Failed)))
 	// A switch can refuse every change of a large convergence, each
