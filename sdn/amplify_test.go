@@ -94,6 +94,23 @@ func refuseFlowMods(t *testing.T, conn net.Conn, n int, data []byte) (sent int) 
 	return sent
 }
 
+// dumpingSession starts a controller with cfg (on a listener of its own)
+// for sw, completes sw's handshake as declaredSession does, and returns
+// the controller, the switch's side and the flow dump request the
+// controller sent first.
+func dumpingSession(t *testing.T, cfg sdn.Config, sw flows.Switch) (*running, net.Conn, ofp13.Message) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listener, cfg.Switches = ln, []flows.Switch{sw}
+	ctl := startController(t, cfg)
+	conn := declaredSession(t, ctl, ln.Addr().String(), sw)
+	dump := readUntil(t, conn, func(m ofp13.Message) bool { return m.MessageType() == ofp13.TypeMultipartRequest })
+	return ctl, conn, dump
+}
+
 // declaredSession completes the handshake of a declared switch against
 // the controller listening at addr.
 func declaredSession(t *testing.T, ctl *running, addr string, sw flows.Switch) net.Conn {
@@ -141,14 +158,7 @@ func readUntil(t *testing.T, conn net.Conn, want func(ofp13.Message) bool) ofp13
 // now dropped. Found by review (helper-53); the bound is
 // TestEndlessMultipartMore's.
 func TestReplyOfTheWrongTypeDropped(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl := startController(t, sdn.Config{Listener: ln, Keepalive: 2 * time.Second, ResyncInterval: -1,
-		Switches: []flows.Switch{hostileSwitch}})
-	conn := declaredSession(t, ctl, ln.Addr().String(), hostileSwitch)
-	dump := readUntil(t, conn, func(m ofp13.Message) bool { return m.MessageType() == ofp13.TypeMultipartRequest })
+	ctl, conn, dump := dumpingSession(t, sdn.Config{Keepalive: 2 * time.Second, ResyncInterval: -1}, hostileSwitch)
 	if err := writeOF(conn, &ofp13.FlowStatsReply{XID: dump.TransactionID()}); err != nil {
 		t.Fatal(err)
 	}
@@ -190,14 +200,7 @@ func TestReplyOfTheWrongTypeDropped(t *testing.T) {
 // only the first 64 bytes of an ERROR's data are kept. Found by review
 // (helper-53).
 func TestSwitchErrorsKeptShort(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl := startController(t, sdn.Config{Listener: ln, Keepalive: 10 * time.Second, ResyncInterval: -1,
-		RetryInterval: time.Hour, Switches: []flows.Switch{hostileSwitch}})
-	conn := declaredSession(t, ctl, ln.Addr().String(), hostileSwitch)
-	dump := readUntil(t, conn, func(m ofp13.Message) bool { return m.MessageType() == ofp13.TypeMultipartRequest })
+	ctl, conn, dump := dumpingSession(t, sdn.Config{Keepalive: 10 * time.Second, ResyncInterval: -1, RetryInterval: time.Hour}, hostileSwitch)
 	const stale = 4000
 	for _, part := range staleDump(dump.TransactionID(), stale) {
 		if err := writeOF(conn, part); err != nil {
@@ -263,14 +266,7 @@ func sendFatDump(t *testing.T, conn net.Conn, xid uint32, parts int, owned bool)
 // works through the dump; the bound is TestEndlessMultipartMore's. Found
 // by review (helper-53).
 func TestFlowDumpDecodedCostCapped(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl := startController(t, sdn.Config{Listener: ln, Keepalive: 10 * time.Second, ResyncInterval: -1,
-		RetryInterval: time.Hour, Switches: []flows.Switch{hostileSwitch}})
-	conn := declaredSession(t, ctl, ln.Addr().String(), hostileSwitch)
-	dump := readUntil(t, conn, func(m ofp13.Message) bool { return m.MessageType() == ofp13.TypeMultipartRequest })
+	ctl, conn, dump := dumpingSession(t, sdn.Config{Keepalive: 10 * time.Second, ResyncInterval: -1, RetryInterval: time.Hour}, hostileSwitch)
 	p := newPeak()
 	done, sampled := make(chan struct{}), make(chan struct{})
 	go func() {

@@ -2,7 +2,6 @@ package sdn_test
 
 import (
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/sdn"
-	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ofp13"
 )
 
@@ -21,13 +19,7 @@ import (
 // to the barrier that follows its batch. Every refusal names the flow it
 // was for, whatever batch it was in. Written by review (helper-54).
 func TestFlowErrorsAttributedAcrossBatches(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl := startController(t, sdn.Config{Listener: ln, ResyncInterval: -1, RetryInterval: time.Hour, Switches: []flows.Switch{hostileSwitch}})
-	conn := declaredSession(t, ctl, ln.Addr().String(), hostileSwitch)
-	dump := readUntil(t, conn, func(m ofp13.Message) bool { return m.MessageType() == ofp13.TypeMultipartRequest })
+	ctl, conn, dump := dumpingSession(t, sdn.Config{ResyncInterval: -1, RetryInterval: time.Hour}, hostileSwitch)
 	const stale = 2000
 	answerStaleDump(t, conn, dump.TransactionID(), stale)
 	var held []ofp13.Message

@@ -49,14 +49,7 @@ func answerStaleDump(t *testing.T, conn net.Conn, xid uint32, n int) {
 // what a batch took beyond the quickest batch's round trip, and the
 // batches grow. Found by review (helper-54).
 func TestConvergenceOverALatentLink(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl := startController(t, sdn.Config{Listener: ln, Keepalive: time.Second, ResyncInterval: -1,
-		Switches: []flows.Switch{hostileSwitch}})
-	conn := declaredSession(t, ctl, ln.Addr().String(), hostileSwitch)
-	dump := readUntil(t, conn, func(m ofp13.Message) bool { return m.MessageType() == ofp13.TypeMultipartRequest })
+	ctl, conn, dump := dumpingSession(t, sdn.Config{Keepalive: time.Second, ResyncInterval: -1}, hostileSwitch)
 	if err := conn.SetReadDeadline(time.Time{}); err != nil {
 		t.Fatal(err)
 	}

@@ -61,14 +61,7 @@ func TestRefusalsInHandshakeLogBounded(t *testing.T) {
 // TestSwitchMessageStormLogsBounded's: no more log than the switch sent.
 // Found by review (helper-53).
 func TestFlowModRefusalsLogBounded(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl := startController(t, sdn.Config{Listener: ln, Keepalive: 2 * time.Second, ResyncInterval: -1,
-		RetryInterval: time.Hour, Switches: []flows.Switch{hostileSwitch}})
-	conn := declaredSession(t, ctl, ln.Addr().String(), hostileSwitch)
-	dump := readUntil(t, conn, func(m ofp13.Message) bool { return m.MessageType() == ofp13.TypeMultipartRequest })
+	ctl, conn, dump := dumpingSession(t, sdn.Config{Keepalive: 2 * time.Second, ResyncInterval: -1, RetryInterval: time.Hour}, hostileSwitch)
 	sent := 0
 	const stale = 4000
 	for _, part := range staleDump(dump.TransactionID(), stale) {
