@@ -824,6 +824,42 @@ func (e *FlowError) Error() string {
 
 func (e *FlowError) Unwrap() error { return e.Err }
 
+// RefusedError is the error of a convergence some of whose changes the
+// switch refused: every one is in Failed (and errors.As finds each), the
+// text names the first refusedShown and counts the rest, so that a switch
+// refusing thousands of changes does not make a status or a command's
+// output thousands of lines long.
+type RefusedError struct {
+	Failed []*FlowError
+	// Of is how many changes the convergence sent.
+	Of int
+}
+
+// refusedShown is how many refused changes RefusedError's text names.
+const refusedShown = 5
+
+func (e *RefusedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "switch refused %d of %d flow changes:", len(e.Failed), e.Of)
+	for i, fe := range e.Failed {
+		if i == refusedShown {
+			fmt.Fprintf(&b, "\n... and %d more", len(e.Failed)-i)
+			break
+		}
+		b.WriteString("\n")
+		b.WriteString(fe.Error())
+	}
+	return b.String()
+}
+
+func (e *RefusedError) Unwrap() []error {
+	errs := make([]error, len(e.Failed))
+	for i, fe := range e.Failed {
+		errs[i] = fe
+	}
+	return errs
+}
+
 // Result is what one convergence did.
 type Result struct {
 	// Changes are the differences found; Sent of them were sent as flow
@@ -870,7 +906,10 @@ func (c *SwitchConn) retire() { c.retiredOnce.Do(func() { close(c.retired) }) }
 // Apply sends the flow mods that carry out changes, then a barrier, and
 // waits for it: when Apply returns, the switch has processed every change,
 // and every change it refused is in Result.Failed with the switch's error.
-// The error is non-nil when the connection failed or a change was refused.
+// The error is non-nil when the connection failed or a change was refused:
+// a *RefusedError alone when the switch processed every change, joined
+// with what ended the convergence when it did not (the refusals that
+// arrived before are kept then too).
 func (c *SwitchConn) Apply(ctx context.Context, changes flows.Changes) (Result, error) {
 	res := Result{Changes: changes}
 	if changes.Empty() {
@@ -902,6 +941,27 @@ func (c *SwitchConn) Apply(ctx context.Context, changes flows.Changes) (Result, 
 	// batches; and the context is looked at between them, so that a
 	// switch that reads slowly holds a convergence past its deadline by
 	// one batch's write timeout at most.
+	// refused gathers the changes the switch refused so far.
+	refused := func() error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, p := range waits {
+			var swErr *ofp13.Error
+			if errors.As(p.err, &swErr) {
+				res.Failed = append(res.Failed, &FlowError{Change: list[i], Err: swErr})
+			}
+		}
+		if len(res.Failed) == 0 {
+			return nil
+		}
+		return &RefusedError{Failed: res.Failed, Of: res.Sent}
+	}
+	// ended is what Apply returns when the convergence ends early: err,
+	// and the refusals that came before it.
+	ended := func(err error) (Result, error) {
+		rerr := refused()
+		return res, errors.Join(err, rerr)
+	}
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	select {
@@ -924,11 +984,11 @@ func (c *SwitchConn) Apply(ctx context.Context, changes flows.Changes) (Result, 
 	for start := 0; start < len(mods); {
 		select {
 		case <-c.retired: // (also when both were ready as the token was taken)
-			return res, fmt.Errorf("after %d of %d flow mods: %w", start, len(mods), errRetired)
+			return ended(fmt.Errorf("after %d of %d flow mods: %w", start, len(mods), errRetired))
 		default:
 		}
 		if ctx.Err() != nil {
-			return res, fmt.Errorf("after %d of %d flow mods: %w", start, len(mods), context.Cause(ctx))
+			return ended(fmt.Errorf("after %d of %d flow mods: %w", start, len(mods), context.Cause(ctx)))
 		}
 		end := start
 		sent := time.Now()
@@ -945,14 +1005,14 @@ func (c *SwitchConn) Apply(ctx context.Context, changes flows.Changes) (Result, 
 		})
 		c.wmu.Unlock()
 		if err != nil {
-			return res, err
+			return ended(err)
 		}
 		res.Sent += end - start
 		if c.opts.OnFlowMods != nil {
 			c.opts.OnFlowMods(end - start)
 		}
 		if err := c.Barrier(ctx); err != nil {
-			return res, fmt.Errorf("barrier after %d of %d flow mods: %w", end, len(mods), err)
+			return ended(fmt.Errorf("barrier after %d of %d flow mods: %w", end, len(mods), err))
 		}
 		took := time.Since(sent)
 		if quickest == 0 || took < quickest {
@@ -962,18 +1022,8 @@ func (c *SwitchConn) Apply(ctx context.Context, changes flows.Changes) (Result, 
 		start = end
 	}
 	// The barrier reply came after every error the flow mods caused.
-	var errs []error
-	c.mu.Lock()
-	for i, p := range waits {
-		var swErr *ofp13.Error
-		if errors.As(p.err, &swErr) {
-			fe := &FlowError{Change: list[i], Err: swErr}
-			res.Failed = append(res.Failed, fe)
-			errs = append(errs, fe)
-		}
-	}
-	c.mu.Unlock()
-	return res, errors.Join(errs...)
+	err := refused()
+	return res, err
 }
 
 // Plan reads the owned flows of the switch and diffs them against the

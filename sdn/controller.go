@@ -1250,7 +1250,9 @@ func (c *Controller) converge(ctx context.Context, sc *SwitchConn, name string, 
 	c.mu.Unlock()
 	if err != nil {
 		c.counters.convergeFailures.Add(1)
-		if len(res.Failed) == 0 {
+		// Refusals alone were logged above, one by one; what ended a
+		// convergence early is logged here.
+		if _, refusedOnly := err.(*RefusedError); !refusedOnly {
 			log.Warn("convergence failed", "err", err)
 		}
 		return res.Sent, err
