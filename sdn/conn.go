@@ -1036,6 +1036,23 @@ func Plan(ctx context.Context, c *SwitchConn, desired []flows.Flow) (flows.Chang
 	return flows.Diff(desired, actual), nil
 }
 
+// planSettled is Plan once no convergence is under way on c: a
+// convergence sends its changes in batches (Apply), and a dump read
+// between two of them shows the switch half-converged, its later batches
+// as still to do although they are on their way. It waits for such a
+// convergence to end, and holds the next one off until the dump is read.
+func (c *SwitchConn) planSettled(ctx context.Context, desired []flows.Flow) (flows.Changes, error) {
+	select {
+	case c.applying <- struct{}{}:
+		defer func() { <-c.applying }()
+	case <-c.retired:
+		return flows.Changes{}, errRetired
+	case <-ctx.Done():
+		return flows.Changes{}, fmt.Errorf("waiting for the convergence under way to end: %w", ctx.Err())
+	}
+	return Plan(ctx, c, desired)
+}
+
 // ConvergeOnce brings the owned flows of the switch to the desired set:
 // dump, diff, send only the differences, barrier. An unchanged switch gets
 // no flow mod at all.

@@ -1272,8 +1272,9 @@ func (c *Controller) converge(ctx context.Context, sc *SwitchConn, name string, 
 }
 
 // PlanSwitch diffs the flows sw must carry against what the connected
-// switch of that name carries now, sending nothing. connected is false when
-// the switch is not connected to this controller.
+// switch of that name carries now, sending nothing; a convergence under
+// way on it ends first. connected is false when the switch is not
+// connected to this controller.
 func (c *Controller) PlanSwitch(ctx context.Context, sw flows.Switch) (changes flows.Changes, connected bool, err error) {
 	c.mu.Lock()
 	s := c.sessions[sw.Name]
@@ -1285,7 +1286,7 @@ func (c *Controller) PlanSwitch(ctx context.Context, sw flows.Switch) (changes f
 	if err != nil {
 		return flows.Changes{}, true, err
 	}
-	changes, err = Plan(ctx, s.conn, desired)
+	changes, err = s.conn.planSettled(ctx, desired)
 	return changes, true, err
 }
 
