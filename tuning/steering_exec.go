@@ -261,6 +261,11 @@ func applySteeringTable(t item.TproxyRules) error {
 	return nil
 }
 
+// setElementsPerMessage is how many set elements one netlink message of
+// addSteeringTable carries: an IPv6 interval element encodes in 36 bytes,
+// so 512 of them stay well under the 64 KiB a netlink attribute holds.
+const setElementsPerMessage = 512
+
 // addSteeringTable queues the replacement of the table of family f: add
 // (so that delete cannot fail), delete, add again with the new content.
 func addSteeringTable(c *nftables.Conn, t item.TproxyRules, f nftFamily) error {
@@ -273,8 +278,20 @@ func addSteeringTable(c *nftables.Conn, t item.TproxyRules, f nftFamily) error {
 	ids := map[string]uint32{}
 	for _, s := range sets {
 		set := &nftables.Set{Table: table, Name: s.name, KeyType: s.keyType, Interval: true}
-		if err := c.AddSet(set, s.elements); err != nil {
+		if err := c.AddSet(set, nil); err != nil {
 			return fmt.Errorf("nftables: %s set %s: %w", f.name, s.name, err)
+		}
+		// The elements go in messages of setElementsPerMessage each, in
+		// the same transaction: the library puts a message's elements
+		// in one netlink attribute, whose length is 16 bits and wraps
+		// past 64 KiB unchecked. 4,000 elements in one (2,000 client
+		// hosts) left the kernel a set cut short whose last range never
+		// closed, diverting every source above it.
+		for from := 0; from < len(s.elements); from += setElementsPerMessage {
+			chunk := s.elements[from:min(from+setElementsPerMessage, len(s.elements))]
+			if err := c.SetAddElements(set, chunk); err != nil {
+				return fmt.Errorf("nftables: %s set %s: %w", f.name, s.name, err)
+			}
 		}
 		ids[s.name] = set.ID
 	}
