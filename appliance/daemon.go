@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -312,11 +313,7 @@ type runningController struct {
 // new config needs that involves I/O but changes nothing: it reads the PSK
 // and TLS files and lets the relays and the controller check their specs.
 func (d *Daemon) load() (*candidate, error) {
-	cfg, src, diags := config.LoadFile(d.opts.ConfigPath)
-	if diags.HasErrors() {
-		return nil, &ConfigError{Diagnostics: diags, Source: src}
-	}
-	want, err := desired.Compile(cfg, d.opts.Node)
+	cfg, src, want, err := d.compile()
 	if err != nil {
 		return nil, err
 	}
@@ -353,6 +350,33 @@ func (d *Daemon) load() (*candidate, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	return c, nil
+}
+
+// loadConfigFile is config.LoadFile; a test makes it panic.
+var loadConfigFile = config.LoadFile
+
+// compile decodes, validates and compiles the file. A panic in that
+// (a bug: no file should cause one) is a failed load, not the end of the
+// daemon, its relays and its controller with it: the last good config
+// keeps running.
+func (d *Daemon) compile() (cfg *config.Config, src config.Source, want *desired.Desired, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			d.log.Error("reading the config file panicked; this is a bug, please report it with the file",
+				"path", d.opts.ConfigPath, "panic", p, "stack", string(debug.Stack()))
+			cfg, src, want = nil, config.Source{}, nil
+			err = fmt.Errorf("reading %s failed on a bug in sosappliance (logged with its stack; please report it): %v", d.opts.ConfigPath, p)
+		}
+	}()
+	cfg, src, diags := loadConfigFile(d.opts.ConfigPath)
+	if diags.HasErrors() {
+		return nil, src, nil, &ConfigError{Diagnostics: diags, Source: src}
+	}
+	want, err = desired.Compile(cfg, d.opts.Node)
+	if err != nil {
+		return nil, src, nil, err
+	}
+	return cfg, src, want, nil
 }
 
 func (d *Daemon) buildController(spec *desired.Controller, roles bool) (*controllerCandidate, error) {

@@ -175,9 +175,15 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 			if len(group) < 2 {
 				continue
 			}
+			// A whitelist resolveWhitelist could not resolve (its clients
+			// in no site, say: reported) keeps the names as written,
+			// which may name no agent.
 			first := cfg.Agent(group[0])
+			if first == nil {
+				continue
+			}
 			for _, name := range group[1:] {
-				if a := cfg.Agent(name); a.Switch != first.Switch {
+				if a := cfg.Agent(name); a != nil && a.Switch != first.Switch {
 					add(w.Range, "The switch deals a site's connections to its agents by output port; put the agents of one whitelist on one switch, or name a subset with client_agents/server_agents.",
 						"Whitelist %q spreads over agents %q and %q on different switches", w.Name, first.Name, a.Name)
 				}

@@ -1,0 +1,182 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// twoSitesWith is a valid two-site file; %s is spliced in at the end of
+// site "a" (inside it) and %s at the end of the file.
+const twoSitesWith = `security { psk_file = "/etc/sosappliance/psk" }
+controller { node = "ctl" }
+site "a" {
+  prefixes = ["10.1.0.0/24"]
+  switch "sa" { datapath_id = "00:00:00:00:00:00:0a:01" }
+  agent "a1" {
+    node        = "host-a1"
+    switch      = "sa"
+    switch_port = 2
+    mac         = "02:00:00:00:0a:02"
+    address     = "10.1.0.2"
+    interface   = "eth1"
+%s
+  }
+}
+site "b" {
+  prefixes = ["10.2.0.0/24"]
+  switch "sb" { datapath_id = "00:00:00:00:00:00:0b:01" }
+  agent "b1" {
+    node        = "host-b1"
+    switch      = "sb"
+    switch_port = 2
+    mac         = "02:00:00:00:0b:02"
+    address     = "10.2.0.2"
+    interface   = "eth1"
+  }
+}
+%s
+`
+
+// loadFileOf writes src to a temp sos.hcl and runs the real LoadFile on it,
+// turning a panic into a test failure that shows where it came from.
+func loadFileOf(t *testing.T, src string) (cfg *Config, path string, diags hcl.Diagnostics, text string) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "sos.hcl")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("LoadFile panicked on a bad file: %v\n%s", r, firstLines(string(debug.Stack()), 24))
+			}
+		}()
+		var s Source
+		cfg, s, diags = LoadFile(path)
+		var b bytes.Buffer
+		WriteDiagnostics(&b, diags, s.Bytes)
+		text = b.String()
+	}()
+	return cfg, path, diags, text
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[:n]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestClientAgentsUnknownWhileClientsInNoSite: a whitelist whose
+// clients lie in no site (a typo in a prefix) and whose client_agents name
+// agents that do not exist. resolveWhitelist returns before pickAgents, so
+// the names stay unresolved. Before, validate's spread check dereferenced
+// cfg.Agent(name) == nil and the loader panicked (and with it `validate`,
+// `status -c` and a running daemon's reload); now the whitelist's problem
+// is reported with its position. Found by review (helper-58).
+func TestClientAgentsUnknownWhileClientsInNoSite(t *testing.T) {
+	src := fmt.Sprintf(twoSitesWith, "", `
+whitelist "w" {
+  clients       = ["10.9.0.0/24"]
+  client_agents = ["a1x", "a2x"]
+  server        = "10.2.0.10"
+  server_port   = 5201
+}
+`)
+	_, _, diags, text := loadFileOf(t, src)
+	if !diags.HasErrors() {
+		t.Fatalf("accepted:\n%s", text)
+	}
+	t.Logf("diagnostics:\n%s", text)
+}
+
+// TestClientAgentsWithIncompleteSite: the same panic through the
+// other early return: a site prefix with a typo (site incomplete) and a
+// typo in one client_agents name. Found by review (helper-58).
+func TestClientAgentsWithIncompleteSite(t *testing.T) {
+	src := strings.Replace(fmt.Sprintf(twoSitesWith, "", `
+whitelist "w" {
+  clients       = ["10.1.0.0/24"]
+  client_agents = ["a1", "a9"]
+  server        = "10.2.0.10"
+  server_port   = 5201
+}
+`), `prefixes = ["10.2.0.0/24"]`, `prefixes = ["10.2.0.0/33"]`, 1)
+	_, _, diags, text := loadFileOf(t, src)
+	if !diags.HasErrors() {
+		t.Fatalf("accepted:\n%s", text)
+	}
+	t.Logf("diagnostics:\n%s", text)
+}
+
+// TestOddInputsDoNotPanic runs the loader over odd inputs; each
+// must come back with diagnostics that carry a position in the file.
+// "mixed family" and "same site" panicked as
+// TestClientAgentsUnknownWhileClientsInNoSite did. Written by review
+// (helper-58).
+func TestOddInputsDoNotPanic(t *testing.T) {
+	cases := map[string]string{
+		"empty":            "",
+		"only comments":    "# nothing\n// here\n",
+		"bom":              "\ufeff" + fmt.Sprintf(twoSitesWith, "", ""),
+		"empty blocks":     "security {}\nsite \"a\" {}\nwhitelist \"w\" {}\ntuning \"t\" {}\nnode \"n\" {}\npool \"p\" {}\nlimits {}\ndaemon {}\nspread {}\ncluster {}\ncontroller {}\n",
+		"huge numbers":     fmt.Sprintf(twoSitesWith, "    switch_port = 1e400", "limits { max_sessions = 99999999999999999999999999999\n memory = 1e400 }"),
+		"negative":         fmt.Sprintf(twoSitesWith, "", "limits { max_sessions = -1\n session_memory = \"-1KiB\"\n stall_timeout = \"-5s\" }\ndaemon { drift_interval = \"-1s\" }"),
+		"zero durations":   fmt.Sprintf(twoSitesWith, "", "daemon { drift_interval = \"0s\"\n shutdown_timeout = \"0\" }"),
+		"unicode labels":   fmt.Sprintf(twoSitesWith, "", "whitelist \"wé\u200b\" {\n clients = [\"10.1.0.0/24\"]\n server = \"10.2.0.1\"\n server_port = 1\n}"),
+		"null values":      fmt.Sprintf(twoSitesWith, "", "whitelist \"w\" {\n clients = [null]\n server = null\n server_port = null\n}"),
+		"object for list":  fmt.Sprintf(twoSitesWith, "", "whitelist \"w\" {\n clients = {a = 1}\n server = \"10.2.0.1\"\n server_ports = [1, [2]]\n}"),
+		"sysctl not a map": fmt.Sprintf(twoSitesWith, "", "tuning \"t\" { sysctl = [\"a\"] }"),
+		"sysctl odd keys":  fmt.Sprintf(twoSitesWith, "", "tuning \"t\" {\n sysctl = { (\"a.b\") = \"1\", \"x.y\" = null, \"c.d\" = [1] }\n}"),
+		"dup labels":       fmt.Sprintf(twoSitesWith, "", "site \"a\" { prefixes = [\"10.3.0.0/24\"] }\nwhitelist \"w\" {\n clients = [\"10.1.0.0/24\"]\n server = \"10.2.0.1\"\n}\nwhitelist \"w\" {\n clients = [\"10.1.0.0/24\"]\n server = \"10.2.0.1\"\n}"),
+		"missing label":    "security { psk_file = \"/p\" }\nsite { prefixes = [] }\n",
+		"two labels":       "security { psk_file = \"/p\" }\nsite \"a\" \"b\" { prefixes = [] }\n",
+		"template":         fmt.Sprintf(twoSitesWith, "", "whitelist \"w\" {\n clients = [\"${x}\"]\n server = \"10.2.0.1\"\n}"),
+		"funcs":            fmt.Sprintf(twoSitesWith, "", "whitelist \"w\" {\n clients = [upper(\"x\")]\n server = \"10.2.0.1\"\n}"),
+		"for expr":         fmt.Sprintf(twoSitesWith, "", "whitelist \"w\" {\n clients = [for x in [\"10.1.0.0/24\"]: x]\n server = \"10.2.0.1\"\n}"),
+		"client_agents x":  fmt.Sprintf(twoSitesWith, "", "whitelist \"w\" {\n clients = [\"10.1.0.0/24\", \"10.2.0.0/24\"]\n client_agents = [\"q\", \"r\"]\n server = \"10.2.0.1\"\n}"),
+		"mixed family":     fmt.Sprintf(twoSitesWith, "", "whitelist \"w\" {\n clients = [\"2001:db8::/64\"]\n server_agents = [\"zz\", \"yy\"]\n server = \"10.2.0.1\"\n}"),
+		"same site":        fmt.Sprintf(twoSitesWith, "", "whitelist \"w\" {\n clients = [\"10.1.0.0/25\"]\n server_agents = [\"zz\", \"yy\"]\n server = \"10.1.0.200\"\n}"),
+	}
+	for name, src := range cases {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "sos.hcl")
+			if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var diags hcl.Diagnostics
+			var text string
+			panicked := func() (p any) {
+				defer func() { p = recover() }()
+				var s Source
+				_, s, diags = LoadFile(path)
+				var b bytes.Buffer
+				WriteDiagnostics(&b, diags, s.Bytes)
+				text = b.String()
+				return nil
+			}()
+			if panicked != nil {
+				t.Fatalf("panic: %v", panicked)
+			}
+			for _, d := range diags {
+				if d.Subject == nil || d.Subject.Filename != path || d.Subject.Start.Line < 1 {
+					t.Errorf("diagnostic without a position in %s: %q (subject %v)", path, d.Summary, d.Subject)
+				}
+			}
+			// A BOM, a for expression and a unicode whitelist name are
+			// fine HCL; every other case is a mistake.
+			if name != "bom" && name != "for expr" && name != "unicode labels" && !diags.HasErrors() {
+				t.Errorf("accepted:\n%s", src)
+			}
+			t.Logf("%s", text)
+		})
+	}
+}
