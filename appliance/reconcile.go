@@ -376,7 +376,16 @@ func applyChanges(ctx context.Context, st *store.Store, exs map[string]tuning.Ex
 			res.Done = append(res.Done, c)
 			continue
 		}
-		prev := previous[c.ID()]
+		prev, first := previous[c.ID()]
+		if first && c.BeforePresent && !prev.Present {
+			// Gone since the plan (an interface renamed or taken out):
+			// "absent" is no value a rollback can put back, and a
+			// record of it would stay the item's only one once the
+			// object is back (sysctl, interface and IRQ items can only
+			// be set, not removed). Nothing is recorded or changed.
+			return fmt.Errorf("%s %s: there when the plan was made, gone now: %w; plan again once it is back",
+				c.Action, c.ID(), tuning.ErrGone)
+		}
 		if _, err := st.Touch(c.Kind, c.Key, prev.Value, prev.Present, c.After, serial); err != nil {
 			return err
 		}

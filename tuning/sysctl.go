@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -141,6 +142,10 @@ func (s *Sysctl) Validate(ctx context.Context, items []item.Item) error {
 			errs = append(errs, fmt.Errorf("sysctl %s: empty value", it.Key))
 			continue
 		}
+		if err := s.checkDecimal(it); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		if it.Key == keyCongestionControl {
 			if err := s.ensureCongestionControl(ctx, item.CanonicalSysctlValue(it.Value)); err != nil {
 				errs = append(errs, err)
@@ -153,6 +158,39 @@ func (s *Sysctl) Validate(ctx context.Context, items []item.Item) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkDecimal refuses, for a parameter whose value is integers, an
+// integer written otherwise than in plain decimal (a base prefix, leading
+// zeros, a sign, underscores): the kernel reads it in its own way (0x1e as
+// 30, 017 as 15) and reports it in decimal, so Apply would change the
+// host and then find it different from what it wrote, at every
+// convergence.
+func (s *Sysctl) checkDecimal(it item.Item) error {
+	var odd []string
+	for _, f := range strings.Fields(it.Value) {
+		if f[0] == '-' && len(f) > 1 && f[1] != '0' && strings.Trim(f[1:], "0123456789") == "" ||
+			f == "0" || f[0] != '0' && f[0] != '+' && f[0] != '-' && strings.Trim(f, "0123456789") == "" {
+			continue // plain decimal
+		}
+		if _, err := strconv.ParseInt(f, 0, 64); err == nil || strings.Trim(f, "+-0123456789") == "" {
+			odd = append(odd, f)
+		}
+	}
+	if len(odd) == 0 {
+		return nil
+	}
+	current, err := s.read(it.Key)
+	if err != nil {
+		return nil // Apply says what is wrong
+	}
+	for _, f := range strings.Fields(current) {
+		if _, err := strconv.ParseInt(f, 10, 64); err != nil {
+			return nil // not a parameter of integers: the text is its value
+		}
+	}
+	return fmt.Errorf("sysctl %s = %q: write %s in plain decimal, as the kernel reports it (now %q): it would read a base prefix, leading zeros or a sign its own way and report the value back in decimal, different from what was written",
+		it.Key, it.Value, strings.Join(odd, ", "), current)
 }
 
 // ensureCongestionControl checks name against tcp_available_congestion_control
