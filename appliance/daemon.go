@@ -78,7 +78,10 @@ type Daemon struct {
 	relays     map[string]*runningRelay
 	ctl        *runningController // nil: no controller runs
 	status     Status
-	driftEvery time.Duration
+	// driftEvery is the drift interval in force (a reload changes it);
+	// started holds what the daemon takes only at start.
+	driftEvery atomic.Int64
+	started    startedWith
 	// flowRepairs is the controller's drift repair count already counted.
 	flowRepairs uint64
 	// held are the warnings of the items the last drift check that
@@ -165,6 +168,49 @@ func (d *Daemon) controlPath(cfg *config.Config) string {
 	return cfg.Daemon.ControlSocket
 }
 
+func (d *Daemon) metricsListen(cfg *config.Config) string {
+	if d.opts.MetricsListen != nil {
+		return *d.opts.MetricsListen
+	}
+	return cfg.Daemon.MetricsListen
+}
+
+func (d *Daemon) driftInterval(cfg *config.Config) time.Duration {
+	if d.opts.DriftInterval > 0 {
+		return d.opts.DriftInterval
+	}
+	return cfg.Daemon.DriftInterval
+}
+
+// startedWith is what the daemon takes from the file only at start, as
+// the command line and the file resolve it: the state database it
+// records the node's original values in, the control socket `status`
+// and `apply` find it by, and the metrics address.
+type startedWith struct {
+	state, control, metrics string
+}
+
+// restartOnlyChanged refuses a reload that changes what the daemon takes
+// only at start. Taking the rest of the edit would leave the file naming
+// a state database that does not hold the node's original values (a
+// rollback with the file would put nothing back), or a control socket
+// nobody listens on (`apply` would take the node for one without a
+// daemon and converge beside it).
+func (d *Daemon) restartOnlyChanged(cfg *config.Config) error {
+	var errs []error
+	if file := d.statePath(cfg); file != d.started.state {
+		errs = append(errs, fmt.Errorf("daemon.state_path changed to %q, but the state of this node is in %q, which the daemon opened at start: to move it, stop sosappliance, move %s (and the founded-* files beside it) there, and start it again; or put the path back",
+			file, d.started.state, filepath.Base(d.started.state)))
+	}
+	if file := d.controlPath(cfg); file != d.started.control {
+		errs = append(errs, fmt.Errorf("daemon.control_socket changed to %q, but the daemon listens on %q, taken at start: restart sosappliance to move it, or put the path back", file, d.started.control))
+	}
+	if file := d.metricsListen(cfg); file != d.started.metrics {
+		errs = append(errs, fmt.Errorf("daemon.metrics_listen changed to %q, but the daemon serves metrics on %q, taken at start: restart sosappliance to move it, or put the address back", file, d.started.metrics))
+	}
+	return errors.Join(errs...)
+}
+
 // Run converges the node, then keeps it converged until ctx ends or SIGTERM
 // or SIGINT arrives; SIGHUP and edits of the file reload. A config that is
 // invalid at start-up is an error: there is no last good config to keep.
@@ -180,11 +226,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	d.mu.Lock() // Status may be asked from now on
-	d.driftEvery = c.cfg.Daemon.DriftInterval
-	if d.opts.DriftInterval > 0 {
-		d.driftEvery = d.opts.DriftInterval
-	}
-	d.status.Drift.Interval = d.driftEvery.String()
+	every := d.driftInterval(c.cfg)
+	d.driftEvery.Store(int64(every))
+	d.status.Drift.Interval = every.String()
+	d.started = startedWith{state: d.statePath(c.cfg), control: d.controlPath(c.cfg), metrics: d.metricsListen(c.cfg)}
 	d.mu.Unlock()
 	d.log.Info("starting", "roles", c.want.Roles, "config", c.src.Filename, "sha256", c.src.Hash()[:12])
 
@@ -193,12 +238,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer ctl.Close()
-	metricsAddr := c.cfg.Daemon.MetricsListen
-	if d.opts.MetricsListen != nil {
-		metricsAddr = *d.opts.MetricsListen
-	}
 	d.met.allowFrom(c.cfg.Daemon.MetricsAllow) // in force from the first connection
-	stopMetrics, err := d.met.serve(ctx, metricsAddr)
+	stopMetrics, err := d.met.serve(ctx, d.started.metrics)
 	if err != nil {
 		return err
 	}
@@ -229,12 +270,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	go d.note.watchdog(ctx, func() bool {
 		// The loop turns at least every drift interval; allow three.
-		return time.Since(time.Unix(d.beat.Load(), 0)) < 3*d.driftEvery+10*time.Second
+		return time.Since(time.Unix(d.beat.Load(), 0)) < 3*time.Duration(d.driftEvery.Load())+10*time.Second
 	})
-	drift := time.NewTicker(d.driftEvery)
+	drift := time.NewTicker(every)
 	defer drift.Stop()
 	for {
 		d.beat.Store(time.Now().Unix())
+		if now := time.Duration(d.driftEvery.Load()); now != every {
+			every = now // a reload changed it
+			drift.Reset(every)
+		}
 		select {
 		case <-ctx.Done():
 			d.note.stopping()
@@ -810,7 +855,9 @@ func (d *Daemon) reload(ctx context.Context) {
 		return
 	}
 	if err == nil && !unedited {
-		err = d.switchTo(ctx, c)
+		if err = d.restartOnlyChanged(c.cfg); err == nil {
+			err = d.switchTo(ctx, c)
+		}
 	}
 	if err != nil {
 		d.status.ReloadFails++
@@ -841,6 +888,9 @@ func (d *Daemon) reload(ctx context.Context) {
 		return
 	}
 	d.met.reloads.WithLabelValues("ok").Inc()
+	every := d.driftInterval(c.cfg)
+	d.driftEvery.Store(int64(every))
+	d.status.Drift.Interval = every.String()
 	d.status.LastReload = &ReloadInfo{At: time.Now(), Hash: c.src.Hash(), Result: "ok"}
 	d.log.Info("reloaded", "sha256", c.src.Hash()[:12], "serial", d.status.Serial)
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sosappliance/sosappliance/appliance"
@@ -184,4 +185,82 @@ whitelist "w" {
 	}
 	writeConfig(t, cfg, hostTuningFile("300000", ""))
 	testsupport.Eventually(t, converges, "the next good edit", func() bool { return rmemMaxIn(t, root) == "300000" })
+}
+
+// TestReloadOfTheDaemonBlock: `run` without --state and
+// --control-socket, so the file's daemon block decides them. Before, an
+// edit of state_path, control_socket and drift_interval reloaded "ok",
+// but the control socket stayed where it was (`status -c FILE` could not
+// reach the daemon, and `apply` would take the node for one without a
+// daemon), the drift interval stayed the old one, and the state moved to
+// a fresh database whose records held the appliance's own value as the
+// one from before: a rollback with the file put back 100000, not the
+// node's 212992. Now the daemon refuses an edit of what it takes only at
+// start, names each and says what to do, and keeps running the last good
+// config; an edit of the drift interval alone takes effect. Found by
+// review (helper-58).
+func TestReloadOfTheDaemonBlock(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	testsupport.WriteTree(t, root, map[string]string{"proc/sys/net/core/rmem_max": "212992\n"})
+	cfg := filepath.Join(dir, "sos.hcl")
+	block := func(n int, drift string) string {
+		return fmt.Sprintf(`daemon {
+  state_path     = %q
+  control_socket = %q
+  drift_interval = %q
+}
+`, filepath.Join(dir, fmt.Sprintf("state%d.db", n)), filepath.Join(dir, fmt.Sprintf("ctl%d.sock", n)), drift)
+	}
+	writeConfig(t, cfg, hostTuningFile("100000", block(1, "1h")))
+	d := testsupport.StartDaemon(t, testsupport.Command(t, mainChild, "run", "-c", cfg, "--node", "host1",
+		"--root", root, "--metrics-listen", "", "--settle", "50ms"))
+	sock1 := filepath.Join(dir, "ctl1.sock")
+	testsupport.Eventually(t, converges, "first convergence", func() bool {
+		st, err := appliance.FetchStatus(context.Background(), sock1)
+		return err == nil && st.Serial == 1 && rmemMaxIn(t, root) == "100000"
+	})
+	reloaded := func(n uint64) *appliance.Status {
+		var st *appliance.Status
+		testsupport.Eventually(t, converges, "the edit reloaded", func() bool {
+			s, err := appliance.FetchStatus(context.Background(), sock1)
+			if err == nil && s.Reloads >= n {
+				st = s
+				return true
+			}
+			return false
+		})
+		return st
+	}
+
+	writeConfig(t, cfg, hostTuningFile("200000", block(2, "5m")))
+	st := reloaded(1)
+	t.Logf("after moving the paths: reload %q, drift interval %s, rmem_max %s", st.LastReload.Result, st.Drift.Interval, rmemMaxIn(t, root))
+	for _, want := range []string{"daemon.state_path", "state1.db", "daemon.control_socket", "ctl1.sock"} {
+		if !strings.Contains(st.LastReload.Result, want) {
+			t.Errorf("the refusal does not name %s: %q", want, st.LastReload.Result)
+		}
+	}
+	if st.ReloadFails != 1 || rmemMaxIn(t, root) != "100000" || st.Drift.Interval != "1h0m0s" {
+		t.Errorf("an edit moving the daemon's paths was taken: %d failed reloads, rmem_max %s, drift interval %s",
+			st.ReloadFails, rmemMaxIn(t, root), st.Drift.Interval)
+	}
+
+	writeConfig(t, cfg, hostTuningFile("200000", block(1, "5m")))
+	st = reloaded(2)
+	t.Logf("after the paths went back: reload %q, drift interval %s, rmem_max %s", st.LastReload.Result, st.Drift.Interval, rmemMaxIn(t, root))
+	if st.LastReload.Result != "ok" || st.Drift.Interval != "5m0s" || rmemMaxIn(t, root) != "200000" {
+		t.Errorf("the edit of the drift interval and a sysctl was not taken")
+	}
+	if code, _, errOut := runCLI(t, "status", "-c", cfg); code != 0 {
+		t.Errorf("`status -c FILE` cannot reach the daemon: %s", strings.TrimSpace(errOut))
+	}
+
+	// Stop the daemon, then roll back as an operator would, with the file.
+	testsupport.RequireNoError(t, d.Cmd.Process.Signal(syscall.SIGTERM))
+	<-d.Done()
+	code, out, errOut := runCLI(t, "rollback", "-c", cfg, "--node", "host1", "--root", root, "--auto-approve")
+	if got := rmemMaxIn(t, root); got != "212992" {
+		t.Errorf("rollback (exit %d) left rmem_max at %s, want the value before the appliance, 212992:\n%s%s", code, got, out, errOut)
+	}
 }
