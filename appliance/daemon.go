@@ -71,13 +71,13 @@ type Daemon struct {
 
 	// mu guards everything below; converge and reload hold it for their
 	// whole run, so status never shows a half-swapped state.
-	mu         sync.Mutex
-	cfg        *config.Config
-	src        config.Source
-	want       *desired.Desired
-	relays     map[string]*runningRelay
-	ctl        *runningController // nil: no controller runs
-	status     Status
+	mu     sync.Mutex
+	cfg    *config.Config
+	src    config.Source
+	want   *desired.Desired
+	relays map[string]*runningRelay
+	ctl    *runningController // nil: no controller runs
+	status Status
 	// driftEvery is the drift interval in force (a reload changes it);
 	// started holds what the daemon takes only at start.
 	driftEvery atomic.Int64
