@@ -48,10 +48,17 @@ func TestDrainDeadlineCutsOnePooledConnectionOnce(t *testing.T) {
 	}
 }
 
+// sumRejected counts a's refusals but those of pooled streams beyond its
+// bound: the client side's pool refilling while the far agent still
+// counts the claimed streams as idle pooled ones (their BINDs unread),
+// which happened once under the race detector and is no count of a
+// connection the drain cut.
 func sumRejected(a *Agent) uint64 {
 	var n uint64
-	for _, v := range a.Stats().Totals.Rejected {
-		n += v
+	for reason, v := range a.Stats().Totals.Rejected {
+		if reason != "pool_limit" {
+			n += v
+		}
 	}
 	return n
 }
