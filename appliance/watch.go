@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -16,14 +17,17 @@ import (
 // the change was made: editors that save by writing a temp file and renaming
 // it over the original, editors that truncate and rewrite in place, and
 // config management that swaps a symlink (or the directory a symlink points
-// into). It watches directories, not the file, because renames replace the
-// inode a file watch would hold.
+// into), or replaces the directory itself. It watches directories, not the
+// file, because renames replace the inode a file watch would hold; and the
+// parent of each, where a directory replaced is seen.
 type ConfigWatcher struct {
 	path   string
 	settle time.Duration
 	w      *fsnotify.Watcher
-	dirs   map[string]bool
-	last   [sha256.Size]byte
+	// dirs maps each directory watched to the one it was when the watch
+	// was added: a directory replaced at that path is watched again.
+	dirs map[string]os.FileInfo
+	last [sha256.Size]byte
 	// C receives one value per settled change of content.
 	C chan struct{}
 }
@@ -35,7 +39,7 @@ func NewConfigWatcher(path string, settle time.Duration) (*ConfigWatcher, error)
 	if err != nil {
 		return nil, fmt.Errorf("watch %s: %w", path, err)
 	}
-	cw := &ConfigWatcher{path: path, settle: settle, w: w, dirs: map[string]bool{}, C: make(chan struct{}, 1)}
+	cw := &ConfigWatcher{path: path, settle: settle, w: w, dirs: map[string]os.FileInfo{}, C: make(chan struct{}, 1)}
 	cw.last, _ = hashFile(path)
 	if err := cw.watchDirs(); err != nil {
 		w.Close()
@@ -46,7 +50,10 @@ func NewConfigWatcher(path string, settle time.Duration) (*ConfigWatcher, error)
 
 // watchDirs watches the directory of the path and of every link target on
 // the way, each resolved to the real directory, so a swapped symlink anywhere
-// in the chain (of the file or of a directory above it) is seen.
+// in the chain (of the file or of a directory above it) is seen; and each
+// one's parent, so a directory renamed away or removed and another put in
+// its place is seen, and watched in turn. Only a directory of the path
+// that cannot be watched is an error; its parent is watched if it can be.
 func (cw *ConfigWatcher) watchDirs() error {
 	p := cw.path
 	for range 16 {
@@ -54,12 +61,10 @@ func (cw *ConfigWatcher) watchDirs() error {
 		if real, err := filepath.EvalSymlinks(dir); err == nil {
 			dir = real
 		}
-		if !cw.dirs[dir] {
-			if err := cw.w.Add(dir); err != nil {
-				return fmt.Errorf("watch %s: %w", dir, err)
-			}
-			cw.dirs[dir] = true
+		if err := cw.watchDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
 		}
+		_ = cw.watchDir(filepath.Dir(dir))
 		target, err := os.Readlink(p)
 		if err != nil {
 			return nil
@@ -112,6 +117,28 @@ func (cw *ConfigWatcher) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// watchDir watches dir, again when the directory now at that path is
+// not the one watched (the old one's watch went with it, or holds a
+// directory renamed elsewhere).
+func (cw *ConfigWatcher) watchDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err // gone for now: its parent's watch sees it come back
+	}
+	old, watched := cw.dirs[dir]
+	if watched && os.SameFile(old, fi) {
+		return nil
+	}
+	if watched {
+		_ = cw.w.Remove(dir)
+	}
+	if err := cw.w.Add(dir); err != nil {
+		return fmt.Errorf("watch %s: %w", dir, err)
+	}
+	cw.dirs[dir] = fi
+	return nil
 }
 
 func hashFile(path string) ([sha256.Size]byte, error) {
