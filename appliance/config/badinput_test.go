@@ -180,3 +180,41 @@ func TestOddInputsDoNotPanic(t *testing.T) {
 		})
 	}
 }
+
+// TestTooDeepRefusedAtItsPosition: each way the HCL parser recurses per
+// level, 100,000 levels deep (brackets overflowed the stack at 100,000,
+// unary operators and conditionals at a million), is refused before the
+// parse, at the position where the limit passed; a file near the limits
+// but within them parses on.
+func TestTooDeepRefusedAtItsPosition(t *testing.T) {
+	const n = 100000
+	for name, c := range map[string]struct {
+		src  string
+		line int
+	}{
+		"brackets":     {"security { psk_file = \"/p\" }\nx = " + strings.Repeat("[", n) + strings.Repeat("]", n) + "\n", 2},
+		"parentheses":  {"\n\nx = " + strings.Repeat("(", n) + "1" + strings.Repeat(")", n) + "\n", 3},
+		"not":          {"x = " + strings.Repeat("! ", n) + "true\n", 1},
+		"negation":     {"x = " + strings.Repeat("-", n) + "1\n", 1},
+		"conditionals": {"x = " + strings.Repeat("a ? b : ", n) + "c\n", 1},
+		"in a string":  {"x = \"${" + strings.Repeat("[", n) + "}\"\n", 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, diags, text := loadFileOf(t, c.src)
+			if len(diags) != 1 || diags[0].Summary != "Config file nests too deep" || diags[0].Subject.Start.Line != c.line {
+				t.Fatalf("want one refusal at line %d:\n%s", c.line, headOf(text))
+			}
+			t.Logf("%s", headOf(text))
+		})
+	}
+	within := "x = " + strings.Repeat("[", maxNesting) + strings.Repeat("]", maxNesting) + "\ny = " +
+		strings.Repeat("!", maxUnary) + "true\n"
+	_, _, diags, text := loadFileOf(t, within)
+	for _, d := range diags {
+		if d.Summary == "Config file nests too deep" {
+			t.Errorf("a file within the limits refused:\n%s", headOf(text))
+		}
+	}
+}
+
+func headOf(s string) string { return firstLines(s, 4) }

@@ -98,6 +98,9 @@ func Parse(src Source) (*Config, hcl.Diagnostics) {
 		return nil, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Config file is not text",
 			Detail: "It holds NUL bytes or invalid UTF-8; this is not an HCL file.", Subject: start}}
 	}
+	if d := tooDeep(src); d != nil {
+		return nil, hcl.Diagnostics{d}
+	}
 	file, diags := hclsyntax.ParseConfig(src.Bytes, src.Filename, hcl.InitialPos)
 	if diags.HasErrors() {
 		return nil, diags
@@ -110,6 +113,61 @@ func Parse(src Source) (*Config, hcl.Diagnostics) {
 		return nil, diags
 	}
 	return cfg, diags
+}
+
+// The HCL parser recurses once per level of nesting, and a stack
+// overflow is a fatal error no recover catches: a file of nothing but
+// 100,000 '[' (400 KiB) ended the process, a running daemon on its reload
+// too. tooDeep refuses, before parsing, what nests deeper than a config
+// ever does: brackets, braces and parentheses deeper than maxNesting, more
+// than maxConditionals '?' (each conditional's false branch nests the
+// next), or a run of more than maxUnary unary operators. It counts them
+// in strings and comments too, where a template's ${...} nests as well.
+const (
+	maxNesting      = 128
+	maxConditionals = 4096
+	maxUnary        = 4096
+)
+
+func tooDeep(src Source) *hcl.Diagnostic {
+	depth, conditionals, unary := 0, 0, 0
+	pos := hcl.InitialPos
+	for i, r := range string(src.Bytes) {
+		var why string
+		switch r {
+		case '[', '{', '(':
+			if depth++; depth > maxNesting {
+				why = fmt.Sprintf("brackets, braces or parentheses nest deeper than %d levels here", maxNesting)
+			}
+		case ']', '}', ')':
+			depth = max(0, depth-1)
+		case '?':
+			if conditionals++; conditionals > maxConditionals {
+				why = fmt.Sprintf("this is conditional number %d ('?'); a file holds at most %d", conditionals, maxConditionals)
+			}
+		}
+		switch r {
+		case '!', '-':
+			if unary++; unary > maxUnary {
+				why = fmt.Sprintf("more than %d operators '!' or '-' in a row", maxUnary)
+			}
+		case ' ', '\t', '\r', '\n':
+		default:
+			unary = 0
+		}
+		if why != "" {
+			rng := hcl.Range{Filename: src.Filename, Start: pos, End: hcl.Pos{Line: pos.Line, Column: pos.Column + 1, Byte: i + utf8.RuneLen(r)}}
+			return &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Config file nests too deep",
+				Detail: why + "; a sos.hcl nests a few levels. This is not a config sosappliance can read.", Subject: &rng}
+		}
+		pos.Byte = i + utf8.RuneLen(r)
+		if r == '\n' {
+			pos.Line, pos.Column = pos.Line+1, 1
+		} else {
+			pos.Column++
+		}
+	}
+	return nil
 }
 
 // sortDiagnostics orders diagnostics by position so the report reads top to

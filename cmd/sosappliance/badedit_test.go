@@ -264,3 +264,22 @@ func TestReloadOfTheDaemonBlock(t *testing.T) {
 		t.Errorf("rollback (exit %d) left rmem_max at %s, want the value before the appliance, 212992:\n%s%s", code, got, out, errOut)
 	}
 }
+
+// TestValidateDeeplyNestedFile: a file under MaxFileSize made of deeply
+// nested brackets. The HCL parser recurses once per level; before,
+// validate ended in "fatal error: stack overflow" (exit 2, after 9 s and
+// 1 GB), which no recover catches, so a daemon would have died on
+// reloading it too. Now it is refused before parsing, at its line and
+// column. Found by review (helper-58).
+func TestValidateDeeplyNestedFile(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "sos.hcl")
+	depth := 1 << 20
+	writeConfig(t, cfg, "security { psk_file = \"/p\" }\nx = "+strings.Repeat("[", depth)+strings.Repeat("]", depth)+"\n")
+	cmd := testsupport.Command(t, mainChild, "validate", "-c", cfg)
+	out, _ := cmd.CombinedOutput()
+	code := cmd.ProcessState.ExitCode()
+	if code != 1 || !fileLinePos.Match(out) {
+		t.Errorf("validate of %d nested brackets: exit %d, output:\n%s", depth, code, headLines(string(out), 6))
+	}
+}
