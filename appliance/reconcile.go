@@ -386,6 +386,12 @@ func applyChanges(ctx context.Context, st *store.Store, exs map[string]tuning.Ex
 			return fmt.Errorf("%s %s: there when the plan was made, gone now: %w; plan again once it is back",
 				c.Action, c.ID(), tuning.ErrGone)
 		}
+		if r, ok := ex.(tuning.Restorer); ok && first && prev.Present && !r.Restorable(prev.Item) {
+			// An object of the appliance's own marks not as it writes
+			// it (an earlier install's, a lost state database's): a
+			// rollback removes it, the appliance's as it is.
+			prev = item.Observation{Item: item.Item{Kind: c.Kind, Key: c.Key}}
+		}
 		if _, err := st.Touch(c.Kind, c.Key, prev.Value, prev.Present, c.After, serial); err != nil {
 			return err
 		}

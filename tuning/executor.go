@@ -42,6 +42,17 @@ type Validator interface {
 	Validate(ctx context.Context, items []item.Item) error
 }
 
+// Restorer is implemented by executors that may observe a value Apply
+// cannot take back: steering reads an object of its own marks (its table
+// name, its rule and route protocol) that is not as it writes it, a
+// leftover of an earlier install or of a lost state database, as a text
+// saying so. Restorable says whether Apply takes the observed value it.
+// The reconciler records a value it does not take, at first touch, as
+// absent: a rollback removes the object rather than failing on it.
+type Restorer interface {
+	Restorable(it item.Item) bool
+}
+
 // ErrGone marks a refusal whose cause is a host object the item names
 // that is not there now (an interface: a driver reload, a NIC taken
 // out), not the item itself. errors.Is(err, ErrGone) finds it in a

@@ -65,12 +65,28 @@ func (s *Steering) Observe(ctx context.Context, items []item.Item) ([]item.Obser
 	return obs, errors.Join(errs...)
 }
 
-// Validate checks that each value parses.
+// Restorable implements Restorer: an observed value Apply takes is one
+// that parses.
+func (s *Steering) Restorable(it item.Item) bool {
+	_, err := item.CanonicalSteeringValue(it.Key, it.Value)
+	return err == nil
+}
+
+// Validate checks that each value parses, and that the route table holds
+// no default route steering did not make.
 func (s *Steering) Validate(ctx context.Context, items []item.Item) error {
 	var errs []error
 	for _, it := range items {
-		if _, err := item.CanonicalSteeringValue(it.Key, it.Value); err != nil {
+		v, err := item.CanonicalSteeringValue(it.Key, it.Value)
+		if err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		if it.Key == item.SteeringKeyRoute {
+			r, _ := item.ParseSteeringRoute(v)
+			if err := checkForeignRoutes(r); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -88,10 +104,16 @@ func (s *Steering) Apply(ctx context.Context, it item.Item) error {
 		err = applySteeringTable(t)
 	case item.SteeringKeyRule:
 		r, _ := item.ParseSteeringRule(want)
-		err = applySteeringRule(r)
+		if err = applySteeringRule(r); err == nil {
+			err = readBack(it.Key, want, func() (bool, error) { return hasSteeringRule(r) })
+		}
+		return err
 	case item.SteeringKeyRoute:
 		r, _ := item.ParseSteeringRoute(want)
-		err = applySteeringRoute(r)
+		if err = applySteeringRoute(r); err == nil {
+			err = readBack(it.Key, want, func() (bool, error) { return hasSteeringRoute(r) })
+		}
+		return err
 	}
 	if err != nil {
 		return err
@@ -106,6 +128,28 @@ func (s *Steering) Apply(ctx context.Context, it item.Item) error {
 	return nil
 }
 
+// readBack checks that an applied rule or route is there: others of ours
+// may stay beside it while the table still needs them, so its observed
+// value need not equal want yet.
+func readBack(key, want string, has func() (bool, error)) error {
+	ok, err := has()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		v, _, _ := observeSteering(key)
+		return fmt.Errorf("steering %s: applied %q but read back %q", key, want, v)
+	}
+	return nil
+}
+
+func observeSteering(key string) (string, bool, error) {
+	if key == item.SteeringKeyRule {
+		return observeSteeringRules()
+	}
+	return observeSteeringRoutes()
+}
+
 // Remove deletes the object; it is not an error when it is already gone.
 func (s *Steering) Remove(ctx context.Context, it item.Item) error {
 	switch it.Key {
@@ -114,7 +158,7 @@ func (s *Steering) Remove(ctx context.Context, it item.Item) error {
 	case item.SteeringKeyRule:
 		return deleteSteeringRules(nil)
 	case item.SteeringKeyRoute:
-		return deleteSteeringRoutes(nil)
+		return deleteSteeringRoutes(nil, false)
 	}
 	return fmt.Errorf("steering key %q: want %s, %s or %s", it.Key, item.SteeringKeyNftables, item.SteeringKeyRule, item.SteeringKeyRoute)
 }
@@ -258,7 +302,13 @@ func applySteeringTable(t item.TproxyRules) error {
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: write table %s: %w", SteeringTable, err)
 	}
-	return nil
+	// The table marks with t.Mark now: a rule of ours kept for the mark
+	// it set before (applySteeringRule) goes, with the routes only it
+	// looked up.
+	if err := deleteSteeringRules(func(r netlink.Rule) bool { return r.Mark == t.Mark }); err != nil {
+		return err
+	}
+	return pruneSteeringRoutes(nil)
 }
 
 // setElementsPerMessage is how many set elements one netlink message of
@@ -443,15 +493,32 @@ func observeSteeringRules() (string, bool, error) {
 	return v, ok, nil
 }
 
-// deleteSteeringRules deletes our rules of both families except keep.
-func deleteSteeringRules(keep *item.SteeringRule) error {
-	for _, fam := range routeFamilies() {
-		ours, err := ownRules(fam)
+// allFamilies are the families whose rules and routes steering deletes:
+// both, whatever IPv6 is now, so that a rule made while IPv6 ran does not
+// outlive a rollback made after it was turned off (the kernel keeps policy
+// rules of a family whose loopback lost IPv6).
+var allFamilies = []int{netlink.FAMILY_V4, netlink.FAMILY_V6}
+
+// ownRulesOf is ownRules for a deletion: a family the kernel has no
+// IPv6 for (ipv6.disable=1) holds none.
+func ownRulesOf(fam int) ([]netlink.Rule, error) {
+	ours, err := ownRules(fam)
+	if fam == netlink.FAMILY_V6 && errors.Is(err, unix.EAFNOSUPPORT) {
+		return nil, nil
+	}
+	return ours, err
+}
+
+// deleteSteeringRules deletes our rules of both families but those keep
+// keeps (nil: all).
+func deleteSteeringRules(keep func(netlink.Rule) bool) error {
+	for _, fam := range allFamilies {
+		ours, err := ownRulesOf(fam)
 		if err != nil {
 			return err
 		}
 		for _, r := range ours {
-			if keep != nil && ruleValue(r) == keep.String() {
+			if keep != nil && keep(r) {
 				continue
 			}
 			if err := netlink.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
@@ -462,16 +529,35 @@ func deleteSteeringRules(keep *item.SteeringRule) error {
 	return nil
 }
 
-func applySteeringRule(want item.SteeringRule) error {
-	if err := deleteSteeringRules(&want); err != nil {
-		return err
+// liveMark is the mark the live steering table sets on the packets it
+// diverts, 0 without a table sosappliance reads as its own.
+func liveMark() uint32 {
+	v, present, err := observeSteeringTable()
+	if err != nil || !present {
+		return 0
 	}
+	t, err := item.ParseTproxyRules(v)
+	if err != nil {
+		return 0
+	}
+	return t.Mark
+}
+
+// applySteeringRule makes before it breaks: the rule wanted is added
+// first; a rule of ours for the mark the live table still sets (a mark
+// being changed) stays until the table sets the new one
+// (applySteeringTable removes it then), since without it packets of
+// connections already diverted would lose their local route; any other
+// rule of ours goes, and so do our routes no rule of ours looks up any
+// more. (The plan converges the route first, then the rule, then the
+// table.)
+func applySteeringRule(want item.SteeringRule) error {
 	for _, fam := range routeFamilies() {
 		ours, err := ownRules(fam)
 		if err != nil {
 			return err
 		}
-		if len(ours) == 1 {
+		if slices.ContainsFunc(ours, func(r netlink.Rule) bool { return ruleValue(r) == want.String() }) {
 			continue
 		}
 		r := netlink.NewRule()
@@ -486,7 +572,29 @@ func applySteeringRule(want item.SteeringRule) error {
 			return fmt.Errorf("add %s policy rule %s: %w", familyName(fam), want, err)
 		}
 	}
-	return nil
+	live := liveMark()
+	err := deleteSteeringRules(func(r netlink.Rule) bool {
+		return ruleValue(r) == want.String() || r.Mark != want.Mark && r.Mark == live
+	})
+	if err != nil {
+		return err
+	}
+	return pruneSteeringRoutes(nil)
+}
+
+// hasSteeringRule says whether each family steering routes holds want
+// among its rules (applySteeringRule may keep another for a while).
+func hasSteeringRule(want item.SteeringRule) (bool, error) {
+	for _, fam := range routeFamilies() {
+		ours, err := ownRules(fam)
+		if err != nil {
+			return false, err
+		}
+		if !slices.ContainsFunc(ours, func(r netlink.Rule) bool { return ruleValue(r) == want.String() }) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // ownRoutes lists the routes of one family in any table tagged with
@@ -537,14 +645,29 @@ func observeSteeringRoutes() (string, bool, error) {
 	return v, ok, nil
 }
 
-func deleteSteeringRoutes(keep *item.SteeringRoute) error {
-	for _, fam := range routeFamilies() {
+// deleteSteeringRoutes deletes our routes of both families but keep
+// (nil: all) and, with inUse, those a rule of ours still looks up.
+func deleteSteeringRoutes(keep *item.SteeringRoute, inUse bool) error {
+	for _, fam := range allFamilies {
 		ours, err := ownRoutes(fam)
+		if fam == netlink.FAMILY_V6 && errors.Is(err, unix.EAFNOSUPPORT) {
+			continue
+		}
 		if err != nil {
 			return err
 		}
+		used := map[int]bool{}
+		if inUse {
+			rules, err := ownRulesOf(fam)
+			if err != nil {
+				return err
+			}
+			for _, r := range rules {
+				used[r.Table] = true
+			}
+		}
 		for _, r := range ours {
-			if keep != nil && routeValue(r) == keep.String() {
+			if keep != nil && routeValue(r) == keep.String() || used[r.Table] {
 				continue
 			}
 			if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
@@ -555,8 +678,70 @@ func deleteSteeringRoutes(keep *item.SteeringRoute) error {
 	return nil
 }
 
+// pruneSteeringRoutes deletes our routes no rule of ours looks up any
+// more, but keep.
+func pruneSteeringRoutes(keep *item.SteeringRoute) error { return deleteSteeringRoutes(keep, true) }
+
+// foreignRoute names a default route of table in family fam that is not
+// ours, "" when there is none: the operator's own TPROXY recipe (`ip
+// route add local 0.0.0.0/0 dev lo table 100`) or another tool's.
+func foreignRoute(fam int, table uint32) (string, error) {
+	routes, err := netlink.RouteListFiltered(fam, &netlink.Route{Table: int(table)}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return "", fmt.Errorf("list %s routes of table %d: %w", familyName(fam), table, err)
+	}
+	for _, r := range routes {
+		isDefault := r.Dst == nil || isZeroMask(r.Dst.Mask)
+		if isDefault && r.Protocol != netlink.RouteProtocol(SteeringProtocol) {
+			return describeRoute(r), nil
+		}
+	}
+	return "", nil
+}
+
+// describeRoute writes a route about as `ip route` does.
+func describeRoute(r netlink.Route) string {
+	dst := "default"
+	if r.Dst != nil && !isZeroMask(r.Dst.Mask) {
+		dst = r.Dst.String()
+	}
+	typ := map[int]string{unix.RTN_UNICAST: "unicast", unix.RTN_LOCAL: "local", unix.RTN_BLACKHOLE: "blackhole",
+		unix.RTN_UNREACHABLE: "unreachable", unix.RTN_PROHIBIT: "prohibit"}[r.Type]
+	if typ == "" {
+		typ = fmt.Sprintf("type %d", r.Type)
+	}
+	via := ""
+	if r.Gw != nil {
+		via = " via " + r.Gw.String()
+	}
+	if l, err := netlink.LinkByIndex(r.LinkIndex); err == nil {
+		via += " dev " + l.Attrs().Name
+	}
+	return fmt.Sprintf("%s %s%s table %d proto %d", typ, dst, via, r.Table, r.Protocol)
+}
+
+// checkForeignRoutes refuses a route table whose default route is not
+// ours: steering would replace it, and a rollback then delete it.
+func checkForeignRoutes(want item.SteeringRoute) error {
+	for _, fam := range routeFamilies() {
+		r, err := foreignRoute(fam, want.Table)
+		if err != nil {
+			return err
+		}
+		if r != "" {
+			return fmt.Errorf("route table %d, steering's, already holds an %s default route sosappliance did not make (%s): steering needs the table to itself; remove that route, or move it to another table",
+				want.Table, familyName(fam), r)
+		}
+	}
+	return nil
+}
+
+// applySteeringRoute adds the route wanted, never over one that is not
+// ours (checkForeignRoutes), and deletes our others but those a rule of
+// ours still looks up (a route table being changed: applySteeringRule
+// deletes them once it moved).
 func applySteeringRoute(want item.SteeringRoute) error {
-	if err := deleteSteeringRoutes(&want); err != nil {
+	if err := checkForeignRoutes(want); err != nil {
 		return err
 	}
 	lo, err := netlink.LinkByName("lo")
@@ -564,6 +749,13 @@ func applySteeringRoute(want item.SteeringRoute) error {
 		return fmt.Errorf("loopback: %w", err)
 	}
 	for _, fam := range routeFamilies() {
+		ours, err := ownRoutes(fam)
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(ours, func(r netlink.Route) bool { return routeValue(r) == want.String() }) {
+			continue
+		}
 		_, all, _ := net.ParseCIDR("0.0.0.0/0")
 		if fam == netlink.FAMILY_V6 {
 			_, all, _ = net.ParseCIDR("::/0")
@@ -576,9 +768,26 @@ func applySteeringRoute(want item.SteeringRoute) error {
 			Scope:     netlink.SCOPE_HOST,
 			Protocol:  netlink.RouteProtocol(SteeringProtocol),
 		}
-		if err := netlink.RouteReplace(r); err != nil {
+		// Add, not replace: the kernel replaces by table and
+		// destination, whoever made the route.
+		if err := netlink.RouteAdd(r); err != nil {
 			return fmt.Errorf("add %s route %s: %w", familyName(fam), want, err)
 		}
 	}
-	return nil
+	return pruneSteeringRoutes(&want)
+}
+
+// hasSteeringRoute says whether each family steering routes holds want
+// among its routes (applySteeringRoute may keep another for a while).
+func hasSteeringRoute(want item.SteeringRoute) (bool, error) {
+	for _, fam := range routeFamilies() {
+		ours, err := ownRoutes(fam)
+		if err != nil {
+			return false, err
+		}
+		if !slices.ContainsFunc(ours, func(r netlink.Route) bool { return routeValue(r) == want.String() }) {
+			return false, nil
+		}
+	}
+	return true, nil
 }

@@ -1,0 +1,318 @@
+package appliance
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sosappliance/sosappliance/host/item"
+	"github.com/sosappliance/sosappliance/internal/testsupport"
+	"github.com/sosappliance/sosappliance/tuning"
+)
+
+// steeringItems is a steering spec using route table table (100: the
+// number of the usual TPROXY recipe, `ip route add local 0.0.0.0/0 dev
+// lo table 100`; 0: steering's own).
+func steeringItems(t *testing.T, table uint32) []item.Item {
+	t.Helper()
+	items, err := item.SteeringSpec{
+		RouteTable: table,
+		ListenPort: 9876,
+		Divert: []item.Divert{{
+			Clients: []netip.Prefix{netip.MustParsePrefix("10.20.1.0/24")},
+			Server:  netip.MustParseAddr("10.20.2.1"),
+			Port:    5201,
+		}},
+	}.Items()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return items
+}
+
+// TestForeignRouteInSteeringTableRefusedInNetns: a default route in
+// steering's route table that sosappliance did not make (the operator's
+// own TPROXY recipe, another tool). Before, the apply replaced it (the
+// kernel replaces by table and destination, whoever made the route) and
+// recorded it as absent: the rollback deleted it. Now the plan refuses
+// the route table, naming the route, and nothing changes. (Here table
+// 100 stands for steering's; the configuration does not set it.) Found
+// by review (helper-57).
+func TestForeignRouteInSteeringTableRefusedInNetns(t *testing.T) {
+	if !testsupport.InFreshNetns(t, "ip", "nft") {
+		return
+	}
+	ctx := context.Background()
+	cmdOut(t, "ip", "link", "set", "lo", "up")
+	cmdOut(t, "ip", "route", "add", "local", "0.0.0.0/0", "dev", "lo", "table", "100")
+	foreign := cmdOut(t, "ip", "route", "show", "table", "100")
+	t.Logf("foreign routes in table 100 before: %q", foreign)
+
+	exs := tuning.Executors("/")
+	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
+	_, err := Plan(ctx, st, exs, steeringItems(t, 100), "node-a", "h1")
+	t.Logf("plan: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "route table 100") || !strings.Contains(err.Error(), "local default dev lo table 100") {
+		t.Errorf("plan: %v, want the route table refused, naming the route", err)
+	}
+	if got := cmdOut(t, "ip", "route", "show", "table", "100"); got != foreign {
+		t.Errorf("table 100 is %q, was %q", got, foreign)
+	}
+	// Nor does a plan made before the route came get to replace it.
+	cmdOut(t, "ip", "route", "del", "local", "0.0.0.0/0", "dev", "lo", "table", "100")
+	p := mustPlan(t, st, exs, steeringItems(t, 100))
+	cmdOut(t, "ip", "route", "add", "local", "0.0.0.0/0", "dev", "lo", "table", "100")
+	_, err = Apply(ctx, st, exs, p)
+	t.Logf("apply of a plan made before: %v", err)
+	if got := cmdOut(t, "ip", "route", "show", "table", "100"); got != foreign || err == nil {
+		t.Errorf("apply: %v; table 100 is %q, was %q", err, got, foreign)
+	}
+}
+
+// TestRollbackAfterIPv6DisabledLeavesNothingInNetns: rollback must
+// remove every steering rule and route it made, IPv6 too, even when IPv6
+// on lo was turned off after the apply (someone's sysctl, a profile).
+// Before, deletion looked at IPv6 only while it ran, and the IPv6 fwmark
+// rule stayed behind with no record left to remove it; now deletions look
+// at both families. Found by review (helper-57).
+func TestRollbackAfterIPv6DisabledLeavesNothingInNetns(t *testing.T) {
+	if !testsupport.InFreshNetns(t, "ip", "nft", "sysctl") {
+		return
+	}
+	ctx := context.Background()
+	cmdOut(t, "ip", "link", "set", "lo", "up")
+	exs := tuning.Executors("/")
+	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
+	if _, _, err := Converge(ctx, st, exs, steeringItems(t, 0), "node-a", "h1"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ipv6 rules after apply:\n%s", cmdOut(t, "ip", "-6", "rule", "show"))
+	cmdOut(t, "sysctl", "-w", "net.ipv6.conf.lo.disable_ipv6=1")
+	rp, _, err := Rollback(ctx, st, exs, "node-a")
+	t.Logf("rollback:\n%s", rp.Text())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs, _ := st.Records(); len(recs) != 0 {
+		t.Logf("records left: %+v", recs)
+	}
+	cmdOut(t, "sysctl", "-w", "net.ipv6.conf.lo.disable_ipv6=0")
+	rules := cmdOut(t, "ip", "-6", "rule", "show")
+	routes := cmdOut(t, "ip", "-6", "route", "show", "table", "all", "proto", "83")
+	t.Logf("ipv6 rules after rollback:\n%s\nipv6 routes proto 83: %q", rules, routes)
+	if strings.Contains(rules, "proto 83") {
+		t.Errorf("an IPv6 steering rule outlived the rollback:\n%s", rules)
+	}
+}
+
+// TestRollbackOverPreexistingPartialTableInNetns: a table named
+// sosappliance already there before the appliance first touched it (a
+// state database lost or reset, an older install that wrote only table
+// ip). Before, the observation's text ("not as sosappliance writes it")
+// was recorded as the previous value, every rollback failed to parse it,
+// and all three records stayed. Now such a leftover of the appliance's
+// own marks is recorded as absent (tuning.Restorer), and the rollback
+// removes it. Found by review (helper-57).
+func TestRollbackOverPreexistingPartialTableInNetns(t *testing.T) {
+	if !testsupport.InFreshNetns(t, "ip", "nft") {
+		return
+	}
+	ctx := context.Background()
+	cmdOut(t, "ip", "link", "set", "lo", "up")
+	cmdOut(t, "nft", "add table ip sosappliance")
+	exs := tuning.Executors("/")
+	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
+	if _, _, err := Converge(ctx, st, exs, steeringItems(t, 0), "node-a", "h1"); err != nil {
+		t.Fatal(err)
+	}
+	if rec, ok := recordOf(t, st, item.KindSteering, item.SteeringKeyNftables); ok {
+		t.Logf("recorded previous: %q present %v", rec.Previous, rec.PreviousPresent)
+	}
+	for i := range 2 {
+		rp, _, err := Rollback(ctx, st, exs, "node-a")
+		t.Logf("rollback %d:\n%s\nerr: %v", i+1, rp.Text(), err)
+		if err != nil {
+			t.Errorf("rollback %d: %v", i+1, err)
+		}
+	}
+	if recs, _ := st.Records(); len(recs) != 0 {
+		t.Errorf("%d records left after rollback", len(recs))
+	}
+}
+
+// steppedExecutor is the real steering executor, with a look at the host
+// after each step it takes.
+type steppedExecutor struct {
+	tuning.Executor
+	after func(step string)
+}
+
+func (p steppedExecutor) Apply(ctx context.Context, it item.Item) error {
+	err := p.Executor.Apply(ctx, it)
+	p.after("~ " + it.Key)
+	return err
+}
+
+func (p steppedExecutor) Remove(ctx context.Context, it item.Item) error {
+	err := p.Executor.Remove(ctx, it)
+	p.after("- " + it.Key)
+	return err
+}
+
+// markedPacketRoute says how the kernel routes a packet the steering
+// table has just marked: a whitelisted client's packet to the server,
+// with the mark the live nftables table sets.
+func markedPacketRoute(t *testing.T) string {
+	t.Helper()
+	ex := tuning.NewSteering()
+	obs, err := ex.Observe(context.Background(), []item.Item{{Kind: item.KindSteering, Key: item.SteeringKeyNftables}})
+	if err != nil || !obs[0].Present {
+		return "no table"
+	}
+	tp, err := item.ParseTproxyRules(obs[0].Value)
+	if err != nil {
+		return "table unreadable: " + err.Error()
+	}
+	out, err := exec.Command("ip", "route", "get", "10.20.2.1", "from", "10.20.1.10", "iif", "sosr0",
+		"mark", fmt.Sprintf("%#x", tp.Mark)).CombinedOutput()
+	s := strings.Join(strings.Fields(string(out)), " ")
+	if err != nil {
+		return fmt.Sprintf("mark %#x: %s (%v)", tp.Mark, s, err)
+	}
+	return fmt.Sprintf("mark %#x: %s", tp.Mark, s)
+}
+
+func steeringOnlyItems(t *testing.T, mark, table uint32) []item.Item {
+	t.Helper()
+	items, err := item.SteeringSpec{
+		Mark: mark, RouteTable: table,
+		ListenPort: 9876,
+		Divert: []item.Divert{{
+			Clients: []netip.Prefix{netip.MustParsePrefix("10.20.1.0/24")},
+			Server:  netip.MustParseAddr("10.20.2.1"),
+			Port:    5201,
+		}},
+	}.Items()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []item.Item
+	for _, it := range items {
+		if it.Kind == item.KindSteering {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// TestMarkOrTableChangeKeepsMarkedPacketsLocalInNetns: a change of the
+// steering mark or route table (between versions: the configuration does
+// not set them). At every step of the apply, a packet the live table
+// marks must still be routed to the local (transparent) stack. Before,
+// the rule and route steps deleted the old object first: after the rule
+// step, a packet of the live mark had no route ("No route to host"),
+// until the table step, or for good if it failed. Now each step makes
+// before it breaks, and the table step removes what only the old mark
+// used. Found by review (helper-57).
+func TestMarkOrTableChangeKeepsMarkedPacketsLocalInNetns(t *testing.T) {
+	if !testsupport.InFreshNetns(t, "ip", "nft") {
+		return
+	}
+	ctx := context.Background()
+	cmdOut(t, "ip", "link", "set", "lo", "up")
+	cmdOut(t, "ip", "link", "add", "sosr0", "type", "veth", "peer", "name", "sosr1")
+	cmdOut(t, "ip", "addr", "add", "10.20.1.1/24", "dev", "sosr0")
+	cmdOut(t, "ip", "link", "set", "sosr0", "up")
+	cmdOut(t, "ip", "link", "set", "sosr1", "up")
+	exs := tuning.Executors("/")
+	var bad []string
+	exs[item.KindSteering] = steppedExecutor{Executor: tuning.NewSteering(), after: func(step string) {
+		got := markedPacketRoute(t)
+		t.Logf("after %s: %s", step, got)
+		if got != "no table" && !strings.Contains(got, "local 10.20.2.1") {
+			bad = append(bad, step+": "+got)
+		}
+	}}
+	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
+	for i, spec := range [][2]uint32{{0, 0}, {0x5350, 0}, {0x5350, 200}, {0x5351, 300}} {
+		desired := steeringOnlyItems(t, spec[0], spec[1])
+		p, _, err := Converge(ctx, st, exs, desired, "node-a", fmt.Sprint(i))
+		t.Logf("converge %d:\n%s", i, p.Text())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Nothing of the old mark or table is left once the table moved.
+		if p := mustPlan(t, st, exs, desired); !p.Empty() {
+			t.Errorf("after converge %d:\n%s\nrules: %s\nroutes: %s", i, p.Text(), cmdOut(t, "ip", "rule", "show"),
+				cmdOut(t, "ip", "route", "show", "table", "all", "proto", "83"))
+		}
+	}
+	if len(bad) > 0 {
+		t.Errorf("marked packets not routed locally after these steps:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+// An operator's own rule identical to steering's but their own (no
+// proto 83) survives apply and rollback. Written by review (helper-57);
+// it passed.
+func TestForeignIdenticalRuleSurvivesInNetns(t *testing.T) {
+	if !testsupport.InFreshNetns(t, "ip", "nft") {
+		return
+	}
+	ctx := context.Background()
+	cmdOut(t, "ip", "link", "set", "lo", "up")
+	cmdOut(t, "ip", "rule", "add", "fwmark", "0x534f", "lookup", "21327", "priority", "21327")
+	before := cmdOut(t, "ip", "rule", "show")
+	exs := tuning.Executors("/")
+	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
+	p, _, err := Converge(ctx, st, exs, steeringItems(t, 0), "node-a", "h1")
+	t.Logf("apply: %v\n%s\nrules: %s", err, p.Text(), cmdOut(t, "ip", "rule", "show"))
+	if _, _, err := Rollback(ctx, st, exs, "node-a"); err != nil {
+		t.Errorf("rollback: %v", err)
+	}
+	if got := cmdOut(t, "ip", "rule", "show"); got != before {
+		t.Errorf("rules after rollback:\n%s\nwant\n%s", got, before)
+	}
+}
+
+// Someone edits the appliance's table behind its back (adds a rule,
+// deletes an element): the next converge repairs it, and rollback still
+// removes exactly the appliance's objects. Written by review (helper-57);
+// it passed.
+func TestDriftedTableRepairedAndRolledBackInNetns(t *testing.T) {
+	if !testsupport.InFreshNetns(t, "ip", "nft") {
+		return
+	}
+	ctx := context.Background()
+	cmdOut(t, "ip", "link", "set", "lo", "up")
+	cmdOut(t, "nft", "add table ip foreign; add chain ip foreign pre { type filter hook prerouting priority mangle; }; add rule ip foreign pre meta mark set 0x7 counter")
+	foreign := cmdOut(t, "nft", "list", "table", "ip", "foreign")
+	exs := tuning.Executors("/")
+	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
+	desired := steeringItems(t, 0)
+	if _, _, err := Converge(ctx, st, exs, desired, "node-a", "h1"); err != nil {
+		t.Fatal(err)
+	}
+	cmdOut(t, "nft", "add rule ip sosappliance prerouting counter; delete element ip sosappliance ports0 { 5201 }")
+	p, _, err := Converge(ctx, st, exs, desired, "node-a", "h1")
+	t.Logf("repair:\n%s", p.Text())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := mustPlan(t, st, exs, desired); !p.Empty() {
+		t.Errorf("not repaired:\n%s", p.Text())
+	}
+	if _, _, err := Rollback(ctx, st, exs, "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := exec.Command("nft", "list", "tables").CombinedOutput(); strings.Contains(string(out), "sosappliance") {
+		t.Errorf("tables after rollback:\n%s", out)
+	}
+	if got := cmdOut(t, "nft", "list", "table", "ip", "foreign"); got != foreign {
+		t.Errorf("foreign table changed:\n%s", got)
+	}
+}
