@@ -218,3 +218,132 @@ func TestTooDeepRefusedAtItsPosition(t *testing.T) {
 }
 
 func headOf(s string) string { return firstLines(s, 4) }
+
+// TestRelayPortClashPosition: relay_port equal to the default
+// data_port, with data_port left out. Before, the clash was reported
+// against the absent data_port: ":0:0: error". Now it points at
+// relay_port. Found by review (helper-58).
+func TestRelayPortClashPosition(t *testing.T) {
+	src := fmt.Sprintf(twoSitesWith, "    relay_port  = 9877", "")
+	_, path, diags, text := loadFileOf(t, src)
+	if !diags.HasErrors() {
+		t.Fatalf("accepted")
+	}
+	for _, d := range diags {
+		if strings.Contains(d.Summary, "data_port and relay_port") {
+			if d.Subject == nil || d.Subject.Filename != path || d.Subject.Start.Line != 13 {
+				t.Errorf("the clash must point at relay_port, %s:13; got:\n%s", path, text)
+			}
+			return
+		}
+	}
+	t.Fatalf("no clash diagnostic:\n%s", text)
+}
+
+// TestWrongTypeReportedOnce: one wrong-typed argument is one problem.
+// Before, state_path, control_socket and the tls files were read twice
+// (once for the value, once for the absolute-path check), and each read
+// reported the type. Now an argument reported once is not read again
+// (attrs.bad). Found by review (helper-58).
+func TestWrongTypeReportedOnce(t *testing.T) {
+	for name, extra := range map[string]string{
+		"state_path": `daemon { state_path = ["/var/lib/sosappliance/state.db"] }`,
+		"cert_file":  "controller {\n  node = \"ctl\"\n  tls {\n    cert_file = [\"/x\"]\n    key_file = \"/k\"\n    ca_file = \"/c\"\n  }\n}",
+	} {
+		src := fmt.Sprintf(twoSitesWith, "", extra)
+		if name == "cert_file" {
+			src = strings.Replace(src, `controller { node = "ctl" }`, "", 1)
+		}
+		_, _, diags, text := loadFileOf(t, src)
+		n := 0
+		for _, d := range diags {
+			if strings.Contains(d.Summary, name) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s of a wrong type gives %d diagnostics, want 1:\n%s", name, n, text)
+		}
+	}
+}
+
+// TestHealthListenIsAnAddress: before, validate accepted a health_listen
+// of "localhost:PORT" or ":PORT", which desired.Compile then refused at
+// plan and run with no file:line (the controller probes it, so it is an
+// address). Now validate refuses it at its line; "IP:PORT" passes. Found
+// by review (helper-58).
+func TestHealthListenIsAnAddress(t *testing.T) {
+	for _, v := range []string{"localhost:9878", ":9878", "0.0.0.0:9878"} {
+		src := fmt.Sprintf(twoSitesWith, fmt.Sprintf("    health_listen = %q", v), "")
+		_, _, diags, text := loadFileOf(t, src)
+		t.Logf("health_listen = %q:\n%s", v, headOf(text))
+		if refused := diags.HasErrors(); refused != (v != "0.0.0.0:9878") || refused && diags[0].Subject.Start.Line != 13 {
+			t.Errorf("health_listen = %q: refused %v:\n%s", v, refused, text)
+		}
+	}
+}
+
+// TestEmptyAgentName: before, agent "" passed validate (the handshake
+// identity check only bounded the length from above), while the relay
+// refused an empty name when the daemon built it. Found by review
+// (helper-58).
+func TestEmptyAgentName(t *testing.T) {
+	src := strings.Replace(fmt.Sprintf(twoSitesWith, "", ""), `agent "b1"`, `agent ""`, 1)
+	_, _, diags, text := loadFileOf(t, src)
+	if !diags.HasErrors() || !strings.Contains(text, `Agent name "" is not a valid handshake identity`) {
+		t.Errorf("agent \"\" not refused by validate:\n%s", text)
+	}
+}
+
+// TestSpecialPaths: a directory, a dangling symlink and /dev/null as the
+// config (a mode-000 file is not tested: root reads anything). Before,
+// the hint for /dev/null said "is a Dc---------". Found by review
+// (helper-58).
+func TestSpecialPaths(t *testing.T) {
+	dir := t.TempDir()
+	dangling := filepath.Join(dir, "dangling.hcl")
+	if err := os.Symlink(filepath.Join(dir, "gone"), dangling); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, dangling, "/dev/null", "/dev/zero"} {
+		_, src, diags := LoadFile(p)
+		var b bytes.Buffer
+		WriteDiagnostics(&b, diags, src.Bytes)
+		if !diags.HasErrors() {
+			t.Errorf("%s accepted", p)
+		}
+		for _, d := range diags {
+			if d.Subject == nil || d.Subject.Filename != p {
+				t.Errorf("%s: diagnostic without the path: %q", p, d.Summary)
+			}
+		}
+		if strings.Contains(b.String(), "---------") || strings.HasPrefix(p, "/dev/") && !strings.Contains(b.String(), "is a character device") {
+			t.Errorf("%s: the hint shows a raw mode string instead of saying what the path is:\n%s", p, b.String())
+		}
+		t.Logf("%s:\n%s", p, b.String())
+	}
+}
+
+// TestLongLineQuoted: a diagnostic on a long line that holds multi-byte
+// characters around column 200 still quotes the line. Before, the cut at
+// byte 200 split a character, and the line, no longer valid UTF-8, was
+// not quoted. Found by review (helper-58).
+func TestLongLineQuoted(t *testing.T) {
+	pad := strings.Repeat("é", 120) // 240 bytes
+	src := fmt.Sprintf(twoSitesWith, "", "whitelist \"w\" { clients = [\"bad\"] } # x"+pad)
+	_, _, _, text := loadFileOf(t, src)
+	if !strings.Contains(text, "    | whitelist \"w\"") {
+		t.Errorf("the offending line is not quoted:\n%s", text)
+	}
+}
+
+// TestBadClientOneProblem: one bad client prefix is one problem. Before,
+// resolveWhitelist added "has no clients" on top of the decode error.
+// Found by review (helper-58).
+func TestBadClientOneProblem(t *testing.T) {
+	src := fmt.Sprintf(twoSitesWith, "", "whitelist \"w\" {\n  clients = [\"10.1.0.0/244\"]\n  server = \"10.2.0.1\"\n  server_port = 1\n}")
+	_, _, diags, text := loadFileOf(t, src)
+	if n := len(diags.Errs()); n != 1 {
+		t.Errorf("one typo in clients gives %d errors, want 1:\n%s", n, text)
+	}
+}

@@ -84,6 +84,9 @@ var rootSchema = &hcl.BodySchema{
 type attrs struct {
 	m     hcl.Attributes
 	diags *hcl.Diagnostics
+	// bad holds the arguments already reported as unreadable: a second
+	// read of one (a check after the decode) reports nothing again.
+	bad map[string]bool
 }
 
 func newAttrs(body hcl.Body, schema *hcl.BodySchema, diags *hcl.Diagnostics) (*attrs, hcl.Blocks) {
@@ -115,21 +118,27 @@ func (a *attrs) errorf(name, summary, hint string, args ...any) {
 
 func (a *attrs) value(name string, want cty.Type, wantName string) (cty.Value, bool) {
 	at, ok := a.m[name]
-	if !ok {
+	if !ok || a.bad[name] {
 		return cty.NilVal, false
+	}
+	if a.bad == nil {
+		a.bad = map[string]bool{}
 	}
 	v, d := at.Expr.Value(nil)
 	if d.HasErrors() {
 		*a.diags = append(*a.diags, d...)
+		a.bad[name] = true
 		return cty.NilVal, false
 	}
 	if v.IsNull() {
 		a.errorf(name, "%s must not be null", "Remove the argument or give it a value.", name)
+		a.bad[name] = true
 		return cty.NilVal, false
 	}
 	cv, err := convert.Convert(v, want)
 	if err != nil || !cv.IsWhollyKnown() {
 		a.errorf(name, "%s must be %s", fmt.Sprintf("Write it as %s.", exampleOf(wantName)), name, wantName)
+		a.bad[name] = true
 		return cty.NilVal, false
 	}
 	return cv, true
@@ -451,8 +460,8 @@ func decodeDaemon(body hcl.Body, diags *hcl.Diagnostics) Daemon {
 		ShutdownTimeout: a.duration("shutdown_timeout", DefaultShutdownTimeout),
 		LogFormat:       a.str("log_format", "text"),
 	}
-	for _, name := range []string{"state_path", "control_socket"} {
-		if v := a.str(name, "/"); !strings.HasPrefix(v, "/") {
+	for name, v := range map[string]string{"state_path": d.StatePath, "control_socket": d.ControlSocket} {
+		if !strings.HasPrefix(v, "/") {
 			a.errorf(name, "%s must be an absolute path", "Write the full path.", name)
 		}
 	}
@@ -631,14 +640,19 @@ func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
 		a.errorf("node", "agent %q: node must not be empty", "Name the node (hostname) that runs this agent.", ag.Name)
 	}
 	if ag.DataPort == ag.RelayPort {
-		a.errorf("data_port", "agent %q: data_port and relay_port are both %d", "The stripe listener and the transparent listener need different ports.", ag.Name, ag.DataPort)
+		// At the port the file sets (the other is the default).
+		at := "data_port"
+		if !a.has("data_port") {
+			at = "relay_port"
+		}
+		a.errorf(at, "agent %q: data_port and relay_port are both %d", "The stripe listener and the transparent listener need different ports.", ag.Name, ag.DataPort)
 	}
 	ag.HealthListen = a.str("health_listen", "")
 	if ag.HealthListen == "" && ag.Address.IsValid() {
 		ag.HealthListen = netip.AddrPortFrom(ag.Address, DefaultHealthPort).String()
 	} else if ag.HealthListen != "" {
-		if err := ValidHostPort(ag.HealthListen); err != nil {
-			a.errorf("health_listen", "agent %q health_listen: %v", `Use "IP:PORT"; the controller probes GET /healthz there.`, ag.Name, err)
+		if _, err := netip.ParseAddrPort(ag.HealthListen); err != nil {
+			a.errorf("health_listen", "agent %q health_listen %q is not an IP address and port", `Use "IP:PORT" (a name or an empty host is not taken), e.g. "0.0.0.0:9878"; the controller probes GET /healthz there.`, ag.Name, ag.HealthListen)
 		}
 	}
 	ag.HealthAllow, ag.HealthAllowRange = a.allowList("health_allow", fmt.Sprintf("agent %q", ag.Name), `List the addresses the controller nodes probe from, e.g. ["192.0.2.10/32"].`), a.rng("health_allow")
@@ -732,10 +746,12 @@ func decodeWhitelist(b *hcl.Block, diags *hcl.Diagnostics) *Whitelist {
 		p, err := ParsePrefix(c)
 		if err != nil {
 			a.errorf("clients", "whitelist %q clients: %v", `List client networks in CIDR form, e.g. "10.10.1.0/24".`, w.Name, err)
+			w.clientsUnread = true
 			continue
 		}
 		w.Clients = append(w.Clients, p)
 	}
+	w.clientsUnread = w.clientsUnread || a.bad["clients"]
 	if w.Direction != DirectionClient && w.Direction != DirectionBoth {
 		a.errorf("direction", "whitelist %q: direction must be %q or %q", fmt.Sprintf(`%q (the default) carries connections that clients open; %q also those that servers open toward clients, such as GridFTP downloads in mode E.`, DirectionClient, DirectionBoth), w.Name, DirectionClient, DirectionBoth)
 		w.Direction = DirectionClient
@@ -883,8 +899,11 @@ func decodeTuning(b *hcl.Block, diags *hcl.Diagnostics) *Tuning {
 		cpus, err := ParseCPUList(a.str("relay_cpus", ""))
 		if err != nil {
 			a.errorf("relay_cpus", "tuning %q relay_cpus: %v", `Write CPUs as a list such as "13" or "0-3,8".`, t.Name, err)
+		} else if len(cpus) > 0 && cpus[len(cpus)-1] >= agentspec.MaxRelayCPUs {
+			a.errorf("relay_cpus", "tuning %q relay_cpus: CPU %d is beyond those the relay can pin itself to (0-%d)",
+				"Name CPUs this node has; `nproc --all` counts them.", t.Name, cpus[len(cpus)-1], agentspec.MaxRelayCPUs-1)
 		}
-		t.RelayCPUs = cpus
+		t.RelayCPUs, t.RelayCPUsRange = cpus, a.rng("relay_cpus")
 	}
 	if t.CongestionControl != "" && !validCongestionName(t.CongestionControl) {
 		a.errorf("congestion_control", "tuning %q: %q is not a congestion control name", `Use a kernel name such as "htcp", "cubic" or "bbr".`, t.Name, t.CongestionControl)

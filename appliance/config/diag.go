@@ -27,7 +27,13 @@ func WriteDiagnostics(w io.Writer, diags hcl.Diagnostics, src []byte) {
 		if d.Subject != nil && d.Subject.Start.Line >= 1 && d.Subject.Start.Line <= len(lines) && len(src) > 0 {
 			line := strings.TrimRight(lines[d.Subject.Start.Line-1], "\r")
 			if len(line) > 200 {
-				line = line[:200] + "..."
+				// At a character's start: a cut inside one would make
+				// the line unprintable, and it would not be quoted.
+				cut := 200
+				for cut > 0 && !utf8.RuneStart(line[cut]) {
+					cut--
+				}
+				line = line[:cut] + "..."
 			}
 			if strings.TrimSpace(line) != "" && printable(line) {
 				fmt.Fprintf(w, "    | %s\n", line)

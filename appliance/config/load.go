@@ -60,7 +60,7 @@ func ReadFile(path string) (Source, hcl.Diagnostics) {
 		return fail("Config path is a directory", fmt.Sprintf("%s is a directory; pass the sos.hcl file inside it.", path))
 	}
 	if !st.Mode().IsRegular() && st.Mode()&fs.ModeNamedPipe == 0 {
-		return fail("Config path is not a regular file", fmt.Sprintf("%s is a %s.", path, st.Mode().Type()))
+		return fail("Config path is not a regular file", fmt.Sprintf("%s is %s; pass the sos.hcl file.", path, fileKind(st.Mode())))
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
@@ -74,6 +74,23 @@ func ReadFile(path string) (Source, hcl.Diagnostics) {
 			fmt.Sprintf("%s is larger than %d MiB; a sos.hcl is a few kilobytes, so this is probably the wrong file.", path, MaxFileSize>>20))
 	}
 	return Source{Filename: path, Bytes: data}, nil
+}
+
+// fileKind names the kind of file a mode is, in words.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m&fs.ModeIrregular != 0:
+		return "not a regular file"
+	}
+	return "not a regular file (" + m.Type().String() + ")"
 }
 
 // LoadFile reads, decodes and validates a config file.

@@ -272,8 +272,11 @@ type Whitelist struct {
 	ClientSite   string
 	ServerSite   string
 
-	Range           hcl.Range
-	ClientsRange    hcl.Range
+	Range        hcl.Range
+	ClientsRange hcl.Range
+	// clientsUnread is set when an entry of clients (or the list) could
+	// not be read: reported, and no cause to say it has none.
+	clientsUnread   bool
 	ServerRange     hcl.Range
 	PortsRange      hcl.Range
 	StreamsRange    hcl.Range
@@ -308,6 +311,7 @@ type Tuning struct {
 	Sysctl            map[string]string
 	Interfaces        []*InterfaceTuning
 	RelayCPUs         []int
+	RelayCPUsRange    hcl.Range
 	CongestionControl string // per stream socket; empty keeps the host default
 	SocketBuffer      int64  // per stream socket; 0 sizes it from the whitelist
 	Range             hcl.Range

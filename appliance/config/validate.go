@@ -42,8 +42,8 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 		for _, a := range s.Agents {
 			agents = append(agents, named{a.Name, a.Range})
 			// The name is the agent's identity in every stream handshake.
-			if len(a.Name) > stripe.MaxNameSize || strings.ContainsFunc(a.Name, unicode.IsControl) {
-				add(a.Range, fmt.Sprintf("Agents name themselves in every stream handshake, in at most %d bytes without control characters.", stripe.MaxNameSize),
+			if a.Name == "" || len(a.Name) > stripe.MaxNameSize || strings.ContainsFunc(a.Name, unicode.IsControl) {
+				add(a.Range, fmt.Sprintf("Agents name themselves in every stream handshake, in 1 to %d bytes without control characters.", stripe.MaxNameSize),
 					"Agent name %q is not a valid handshake identity", a.Name)
 			}
 		}
@@ -262,7 +262,7 @@ func resolveWhitelist(cfg *Config, w *Whitelist) hcl.Diagnostics {
 	add := func(rng hcl.Range, hint, format string, args ...any) {
 		diags = append(diags, diagAt(rng, fmt.Sprintf(format, args...), hint))
 	}
-	if len(w.Clients) == 0 && w.ClientsRange.Filename != "" {
+	if len(w.Clients) == 0 && w.ClientsRange.Filename != "" && !w.clientsUnread {
 		add(w.ClientsRange, "List at least one client network.", "Whitelist %q has no clients", w.Name)
 	}
 	// A TCP connection has one address family: IPv4 and IPv6 hosts of a

@@ -177,12 +177,32 @@ func Compile(cfg *config.Config, node string) (*Desired, error) {
 		}
 		for i := range steer {
 			steer[i].Origin = "agent " + a.Name
+			// A tuning may not set what steering needs otherwise (the
+			// interface's rp_filter): the plan would take it for one
+			// item desired twice.
+			if j := slices.IndexFunc(items, func(it item.Item) bool { return it.Kind == steer[i].Kind && it.Key == steer[i].Key }); j >= 0 {
+				if got, _ := item.Canonical(items[j]); got.Value != steer[i].Value {
+					return nil, fmt.Errorf("%s %s is %q in a tuning%s, but agent %s's steering needs %q on its interface %s (loose reverse-path checks: steered packets carry addresses that are not the host's); take it out of the tuning",
+						items[j].Kind, items[j].Key, items[j].Value, sysctlAt(profiles, items[j].Key), a.Name, steer[i].Value, a.Interface)
+				}
+			}
 		}
 		items = append(items, steer...)
 	}
 	sortItems(items)
 	d.Items = items
 	return d, nil
+}
+
+// sysctlAt says where the first of profiles that sets sysctl key sets
+// it: " at file:line:col", or "" when none says.
+func sysctlAt(profiles []profileUse, key string) string {
+	for _, p := range profiles {
+		if o, ok := p.t.SysctlOrigins[key]; ok && o.Range.Filename != "" {
+			return fmt.Sprintf(" at %s:%d:%d", o.Range.Filename, o.Range.Start.Line, o.Range.Start.Column)
+		}
+	}
+	return ""
 }
 
 // Nodes lists every node the configuration gives a role, sorted.
@@ -450,18 +470,34 @@ type profileUse struct {
 func compileTuning(profiles []profileUse) ([]item.Item, []int, error) {
 	type origin struct {
 		value, who string
+		from       config.Origin
 	}
 	set := map[string]origin{}
 	var items []item.Item
+	// at names where a value was set, file:line:col (a profile's: the
+	// base argument that brought it in).
+	at := func(o origin) string {
+		r := o.from.Range
+		if r.Filename == "" {
+			return ""
+		}
+		pos := fmt.Sprintf(" at %s:%d:%d", r.Filename, r.Start.Line, r.Start.Column)
+		if o.from.Profile != "" {
+			pos = " from profile " + o.from.Profile + pos
+		}
+		return pos
+	}
 	put := func(kind, key, value, who string, from config.Origin) error {
 		id := kind + "/" + key
 		if prev, ok := set[id]; ok {
 			if prev.value != value {
-				return fmt.Errorf("%s %s is %q in tuning %s but %q in tuning %s", kind, key, prev.value, prev.who, value, who)
+				now := origin{value, who, from}
+				return fmt.Errorf("%s %s is %q in tuning %s%s but %q in tuning %s%s; one node takes one value: set it in one tuning, or the same in both",
+					kind, key, prev.value, prev.who, at(prev), value, who, at(now))
 			}
 			return nil
 		}
-		set[id] = origin{value, who}
+		set[id] = origin{value, who, from}
 		if kind != item.KindRelay {
 			items = append(items, item.Item{Kind: kind, Key: key, Value: value, Origin: from.String(), Optional: from.Optional})
 		}
@@ -493,7 +529,7 @@ func compileTuning(profiles []profileUse) ([]item.Item, []int, error) {
 			}
 		}
 		if len(p.t.RelayCPUs) > 0 {
-			if err := put(item.KindRelay, "cpus", config.FormatCPUList(p.t.RelayCPUs), who, config.Origin{}); err != nil {
+			if err := put(item.KindRelay, "cpus", config.FormatCPUList(p.t.RelayCPUs), who, config.Origin{Range: p.t.RelayCPUsRange}); err != nil {
 				return nil, nil, err
 			}
 			if relayCPUs == nil {

@@ -283,3 +283,43 @@ func TestValidateDeeplyNestedFile(t *testing.T) {
 		t.Errorf("validate of %d nested brackets: exit %d, output:\n%s", depth, code, headLines(string(out), 6))
 	}
 }
+
+// TestValidateRefusesWhatPlanOrRunWould: files validate called valid,
+// which plan or run on agent a1's node then refused, with an error that
+// named no place in the file: a health_listen of a name or an empty host,
+// two tunings of one node setting a sysctl or relay_cpus differently, a
+// tuning setting the rp_filter steering sets on the agent's interface
+// (plan: "desired twice"), an agent named "", relay_cpus past 1023 (run:
+// the relay refused its spec). Now validate refuses each, naming the
+// place. Found by review (helper-58).
+func TestValidateRefusesWhatPlanOrRunWould(t *testing.T) {
+	psk := "/etc/sosappliance/psk"
+	cases := map[string]struct{ src, says string }{
+		"health_listen localhost": {twoSiteFile(psk, `    health_listen = "localhost:9878"`, ""), "is not an IP address and port"},
+		"health_listen :port":     {twoSiteFile(psk, `    health_listen = ":9878"`, ""), "is not an IP address and port"},
+		"two tunings disagree": {twoSiteFile(psk, `    tuning = ["t1", "t2"]`, `
+tuning "t1" { sysctl = { "net.core.rmem_max" = "100000" } }
+tuning "t2" { sysctl = { "net.core.rmem_max" = "200000" } }
+`), "one node takes one value"},
+		"node and agent tunings disagree": {twoSiteFile(psk, `    tuning = ["t1"]`, `
+tuning "t1" { relay_cpus = "1" }
+tuning "t2" { relay_cpus = "2" }
+node "host-a1" { tuning = ["t2"] }
+`), "one node takes one value"},
+		"tuning sets steering's rp_filter": {twoSiteFile(psk, `    tuning = ["t"]`, `tuning "t" { sysctl = { "net.ipv4.conf.eth1.rp_filter" = "1" } }`),
+			"steering needs \"2\" on its interface eth1"},
+		"empty agent name": {strings.Replace(twoSiteFile(psk, "", ""), `agent "b1"`, `agent ""`, 1), "not a valid handshake identity"},
+		"relay_cpus 1500":  {twoSiteFile(psk, `    tuning = ["t"]`, `tuning "t" { relay_cpus = "1500" }`), "beyond those the relay can pin itself to"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			cfg := filepath.Join(t.TempDir(), "sos.hcl")
+			writeConfig(t, cfg, c.src)
+			code, out, errOut := runCLI(t, "validate", "-c", cfg)
+			t.Logf("validate (exit %d): %s%s", code, out, errOut)
+			if code != 1 || !fileLinePos.MatchString(errOut) || !strings.Contains(errOut, c.says) {
+				t.Errorf("validate: exit %d, want 1 with a file:line:col saying %q", code, c.says)
+			}
+		})
+	}
+}

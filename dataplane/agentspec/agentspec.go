@@ -371,6 +371,10 @@ func peerNamesOf(peers []Peer) []string {
 	return names
 }
 
+// MaxRelayCPUs bounds the CPUs a relay pins itself to: 0 to 1023, the
+// CPU set the affinity call takes.
+const MaxRelayCPUs = 1024
+
 // Validate reports every problem of the relay spec at once. It needs the
 // PSK: the shell validates after joining it.
 func (c *Relay) Validate() error {
@@ -514,7 +518,7 @@ func (c *Relay) Validate() error {
 		}
 	}
 	for _, cpu := range c.RelayCPUs {
-		if cpu < 0 || cpu >= 1024 {
+		if cpu < 0 || cpu >= MaxRelayCPUs {
 			errs = append(errs, fmt.Errorf("relay CPU %d out of range", cpu))
 		}
 	}
