@@ -347,3 +347,28 @@ func TestBadClientOneProblem(t *testing.T) {
 		t.Errorf("one typo in clients gives %d errors, want 1:\n%s", n, text)
 	}
 }
+
+// TestIntervalsBounded: a keepalive, health interval or drift interval
+// so short that its work never stops (1ns: an echo to every switch
+// without end, a convergence without pause), and any duration so long
+// that twice it overflows (a keepalive's dead-peer time), are refused at
+// their line. Before, any positive duration passed. Noticed by review
+// (helper-58).
+func TestIntervalsBounded(t *testing.T) {
+	for _, c := range []struct{ block, says string }{
+		{"controller {\n node = \"ctl\"\n keepalive = \"1ns\"\n}", "keepalive 1ns is shorter than 100ms"},
+		{"controller {\n node = \"ctl\"\n health_interval = \"10ms\"\n}", "health_interval 10ms is shorter than 100ms"},
+		{`daemon { drift_interval = "1ns" }`, "drift_interval 1ns is shorter than 1s"},
+		{"controller {\n node = \"ctl\"\n keepalive = \"2000000h\"\n}", "keepalive 2000000h0m0s is longer than 720h0m0s"},
+		{`limits { stall_timeout = "9999h" }`, "stall_timeout 9999h0m0s is longer than 720h0m0s"},
+	} {
+		src := fmt.Sprintf(twoSitesWith, "", c.block)
+		if strings.HasPrefix(c.block, "controller") {
+			src = strings.Replace(src, `controller { node = "ctl" }`, "", 1)
+		}
+		_, _, diags, text := loadFileOf(t, src)
+		if len(diags.Errs()) != 1 || !strings.Contains(diags[0].Summary, c.says) || diags[0].Subject.Start.Line < 2 {
+			t.Errorf("%s: want one refusal saying %q:\n%s", c.block, c.says, text)
+		}
+	}
+}

@@ -281,14 +281,32 @@ func (a *attrs) strMap(name string) map[string]string {
 	return out
 }
 
+// maxDuration bounds every duration of the file: longer ones are typos,
+// and twice one (a keepalive's dead-peer time) must not overflow.
+const maxDuration = 30 * 24 * time.Hour
+
 func (a *attrs) duration(name string, def time.Duration) time.Duration {
+	return a.durationAtLeast(name, def, 0)
+}
+
+// durationAtLeast is duration for an interval that runs work each time
+// it passes: below lo the work would never stop (a keepalive of 1ns is an
+// echo storm to every switch).
+func (a *attrs) durationAtLeast(name string, def, lo time.Duration) time.Duration {
 	s, ok := a.value(name, cty.String, "a string")
 	if !ok {
 		return def
 	}
 	v, err := ParseDuration(s.AsString())
-	if err != nil {
+	switch {
+	case err != nil:
 		a.errorf(name, "%s: %v", `Use a duration such as "500ms", "30s" or "5m".`, name, err)
+		return def
+	case v < lo:
+		a.errorf(name, "%s %s is shorter than %s", "It sets how often work is done; a shorter one would keep the node busy.", name, v, lo)
+		return def
+	case v > maxDuration:
+		a.errorf(name, "%s %s is longer than %s", "Durations here are seconds to hours.", name, v, maxDuration)
 		return def
 	}
 	return v
@@ -378,8 +396,8 @@ func decodeController(b *hcl.Block, diags *hcl.Diagnostics) *Controller {
 	c := &Controller{
 		Node:              a.str("node", ""),
 		Listen:            a.str("listen", DefaultListen),
-		Keepalive:         a.duration("keepalive", DefaultKeepalive),
-		HealthInterval:    a.duration("health_interval", DefaultHealthInterval),
+		Keepalive:         a.durationAtLeast("keepalive", DefaultKeepalive, 100*time.Millisecond),
+		HealthInterval:    a.durationAtLeast("health_interval", DefaultHealthInterval, 100*time.Millisecond),
 		RemoveFlowsOnStop: a.boolean("remove_flows_on_stop", false),
 		Range:             b.DefRange,
 	}
@@ -456,7 +474,7 @@ func decodeDaemon(body hcl.Body, diags *hcl.Diagnostics) Daemon {
 		StatePath:       a.str("state_path", DefaultStatePath),
 		ControlSocket:   a.str("control_socket", DefaultControlSocket),
 		MetricsListen:   a.str("metrics_listen", DefaultMetricsListen),
-		DriftInterval:   a.duration("drift_interval", DefaultDriftInterval),
+		DriftInterval:   a.durationAtLeast("drift_interval", DefaultDriftInterval, time.Second),
 		ShutdownTimeout: a.duration("shutdown_timeout", DefaultShutdownTimeout),
 		LogFormat:       a.str("log_format", "text"),
 	}
