@@ -14,13 +14,14 @@ import (
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
-// steeringItems is a steering spec using route table table (100: the
+// steeringItems are the steering items (no interface: no rp_filter) of a
+// spec with mark and route table (0: steering's own; table 100 is the
 // number of the usual TPROXY recipe, `ip route add local 0.0.0.0/0 dev
-// lo table 100`; 0: steering's own).
-func steeringItems(t *testing.T, table uint32) []item.Item {
+// lo table 100`).
+func steeringItems(t *testing.T, mark, table uint32) []item.Item {
 	t.Helper()
 	items, err := item.SteeringSpec{
-		RouteTable: table,
+		Mark: mark, RouteTable: table,
 		ListenPort: 9876,
 		Divert: []item.Divert{{
 			Clients: []netip.Prefix{netip.MustParsePrefix("10.20.1.0/24")},
@@ -54,7 +55,7 @@ func TestForeignRouteInSteeringTableRefusedInNetns(t *testing.T) {
 
 	exs := tuning.Executors("/")
 	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
-	_, err := Plan(ctx, st, exs, steeringItems(t, 100), "node-a", "h1")
+	_, err := Plan(ctx, st, exs, steeringItems(t, 0, 100), "node-a", "h1")
 	t.Logf("plan: %v", err)
 	if err == nil || !strings.Contains(err.Error(), "route table 100") || !strings.Contains(err.Error(), "local default dev lo table 100") {
 		t.Errorf("plan: %v, want the route table refused, naming the route", err)
@@ -64,7 +65,7 @@ func TestForeignRouteInSteeringTableRefusedInNetns(t *testing.T) {
 	}
 	// Nor does a plan made before the route came get to replace it.
 	cmdOut(t, "ip", "route", "del", "local", "0.0.0.0/0", "dev", "lo", "table", "100")
-	p := mustPlan(t, st, exs, steeringItems(t, 100))
+	p := mustPlan(t, st, exs, steeringItems(t, 0, 100))
 	cmdOut(t, "ip", "route", "add", "local", "0.0.0.0/0", "dev", "lo", "table", "100")
 	_, err = Apply(ctx, st, exs, p)
 	t.Logf("apply of a plan made before: %v", err)
@@ -87,7 +88,7 @@ func TestRollbackAfterIPv6DisabledLeavesNothingInNetns(t *testing.T) {
 	cmdOut(t, "ip", "link", "set", "lo", "up")
 	exs := tuning.Executors("/")
 	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
-	if _, _, err := Converge(ctx, st, exs, steeringItems(t, 0), "node-a", "h1"); err != nil {
+	if _, _, err := Converge(ctx, st, exs, steeringItems(t, 0, 0), "node-a", "h1"); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("ipv6 rules after apply:\n%s", cmdOut(t, "ip", "-6", "rule", "show"))
@@ -126,7 +127,7 @@ func TestRollbackOverPreexistingPartialTableInNetns(t *testing.T) {
 	cmdOut(t, "nft", "add table ip sosappliance")
 	exs := tuning.Executors("/")
 	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
-	if _, _, err := Converge(ctx, st, exs, steeringItems(t, 0), "node-a", "h1"); err != nil {
+	if _, _, err := Converge(ctx, st, exs, steeringItems(t, 0, 0), "node-a", "h1"); err != nil {
 		t.Fatal(err)
 	}
 	if rec, ok := recordOf(t, st, item.KindSteering, item.SteeringKeyNftables); ok {
@@ -186,29 +187,6 @@ func markedPacketRoute(t *testing.T) string {
 	return fmt.Sprintf("mark %#x: %s", tp.Mark, s)
 }
 
-func steeringOnlyItems(t *testing.T, mark, table uint32) []item.Item {
-	t.Helper()
-	items, err := item.SteeringSpec{
-		Mark: mark, RouteTable: table,
-		ListenPort: 9876,
-		Divert: []item.Divert{{
-			Clients: []netip.Prefix{netip.MustParsePrefix("10.20.1.0/24")},
-			Server:  netip.MustParseAddr("10.20.2.1"),
-			Port:    5201,
-		}},
-	}.Items()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []item.Item
-	for _, it := range items {
-		if it.Kind == item.KindSteering {
-			out = append(out, it)
-		}
-	}
-	return out
-}
-
 // TestMarkOrTableChangeKeepsMarkedPacketsLocalInNetns: a change of the
 // steering mark or route table (between versions: the configuration does
 // not set them). At every step of the apply, a packet the live table
@@ -239,7 +217,7 @@ func TestMarkOrTableChangeKeepsMarkedPacketsLocalInNetns(t *testing.T) {
 	}}
 	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
 	for i, spec := range [][2]uint32{{0, 0}, {0x5350, 0}, {0x5350, 200}, {0x5351, 300}} {
-		desired := steeringOnlyItems(t, spec[0], spec[1])
+		desired := steeringItems(t, spec[0], spec[1])
 		p, _, err := Converge(ctx, st, exs, desired, "node-a", fmt.Sprint(i))
 		t.Logf("converge %d:\n%s", i, p.Text())
 		if err != nil {
@@ -269,7 +247,7 @@ func TestForeignIdenticalRuleSurvivesInNetns(t *testing.T) {
 	before := cmdOut(t, "ip", "rule", "show")
 	exs := tuning.Executors("/")
 	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
-	p, _, err := Converge(ctx, st, exs, steeringItems(t, 0), "node-a", "h1")
+	p, _, err := Converge(ctx, st, exs, steeringItems(t, 0, 0), "node-a", "h1")
 	t.Logf("apply: %v\n%s\nrules: %s", err, p.Text(), cmdOut(t, "ip", "rule", "show"))
 	if _, _, err := Rollback(ctx, st, exs, "node-a"); err != nil {
 		t.Errorf("rollback: %v", err)
@@ -293,7 +271,7 @@ func TestDriftedTableRepairedAndRolledBackInNetns(t *testing.T) {
 	foreign := cmdOut(t, "nft", "list", "table", "ip", "foreign")
 	exs := tuning.Executors("/")
 	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
-	desired := steeringItems(t, 0)
+	desired := steeringItems(t, 0, 0)
 	if _, _, err := Converge(ctx, st, exs, desired, "node-a", "h1"); err != nil {
 		t.Fatal(err)
 	}

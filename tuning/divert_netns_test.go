@@ -44,9 +44,10 @@ func divertTopology(t *testing.T) netns.NsHandle {
 	return ns
 }
 
-// echoWithLocalAddr is a transparent listener on :9876 echoing lines
-// prefixed by the local address the connection was accepted on.
-func echoWithLocalAddr(t *testing.T) {
+// transparentListener listens on addr with IP_TRANSPARENT, as the
+// relay's transparent listener does: it accepts connections diverted to
+// it for addresses that are not the host's. Closed at the test's end.
+func transparentListener(t *testing.T, addr string) net.Listener {
 	t.Helper()
 	lc := net.ListenConfig{Control: func(network, address string, c syscall.RawConn) error {
 		var serr error
@@ -58,11 +59,19 @@ func echoWithLocalAddr(t *testing.T) {
 		}
 		return serr
 	}}
-	ln, err := lc.Listen(context.Background(), "tcp4", "0.0.0.0:9876")
+	ln, err := lc.Listen(context.Background(), "tcp4", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// echoWithLocalAddr is a transparent listener on :9876 echoing lines
+// prefixed by the local address the connection was accepted on.
+func echoWithLocalAddr(t *testing.T) {
+	t.Helper()
+	ln := transparentListener(t, "0.0.0.0:9876")
 	go func() {
 		for {
 			c, err := ln.Accept()

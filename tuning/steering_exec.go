@@ -105,13 +105,13 @@ func (s *Steering) Apply(ctx context.Context, it item.Item) error {
 	case item.SteeringKeyRule:
 		r, _ := item.ParseSteeringRule(want)
 		if err = applySteeringRule(r); err == nil {
-			err = readBack(it.Key, want, func() (bool, error) { return hasSteeringRule(r) })
+			err = readBack(it.Key, want, func() (bool, error) { return hasOwn(ownRules, ruleValue, r.String()) })
 		}
 		return err
 	case item.SteeringKeyRoute:
 		r, _ := item.ParseSteeringRoute(want)
 		if err = applySteeringRoute(r); err == nil {
-			err = readBack(it.Key, want, func() (bool, error) { return hasSteeringRoute(r) })
+			err = readBack(it.Key, want, func() (bool, error) { return hasOwn(ownRoutes, routeValue, r.String()) })
 		}
 		return err
 	}
@@ -126,6 +126,22 @@ func (s *Steering) Apply(ctx context.Context, it item.Item) error {
 		return fmt.Errorf("steering %s: applied %q but read back %q", it.Key, want, got[0].Value)
 	}
 	return nil
+}
+
+// hasOwn says whether each family steering routes holds want among our
+// objects (rules or routes) as list lists them: applySteeringRule and
+// applySteeringRoute may keep another beside it for a while.
+func hasOwn[T any](list func(int) ([]T, error), value func(T) string, want string) (bool, error) {
+	for _, fam := range routeFamilies() {
+		ours, err := list(fam)
+		if err != nil {
+			return false, err
+		}
+		if !slices.ContainsFunc(ours, func(o T) bool { return value(o) == want }) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // readBack checks that an applied rule or route is there: others of ours
@@ -582,21 +598,6 @@ func applySteeringRule(want item.SteeringRule) error {
 	return pruneSteeringRoutes(nil)
 }
 
-// hasSteeringRule says whether each family steering routes holds want
-// among its rules (applySteeringRule may keep another for a while).
-func hasSteeringRule(want item.SteeringRule) (bool, error) {
-	for _, fam := range routeFamilies() {
-		ours, err := ownRules(fam)
-		if err != nil {
-			return false, err
-		}
-		if !slices.ContainsFunc(ours, func(r netlink.Rule) bool { return ruleValue(r) == want.String() }) {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
 // ownRoutes lists the routes of one family in any table tagged with
 // SteeringProtocol.
 func ownRoutes(family int) ([]netlink.Route, error) {
@@ -775,19 +776,4 @@ func applySteeringRoute(want item.SteeringRoute) error {
 		}
 	}
 	return pruneSteeringRoutes(&want)
-}
-
-// hasSteeringRoute says whether each family steering routes holds want
-// among its routes (applySteeringRoute may keep another for a while).
-func hasSteeringRoute(want item.SteeringRoute) (bool, error) {
-	for _, fam := range routeFamilies() {
-		ours, err := ownRoutes(fam)
-		if err != nil {
-			return false, err
-		}
-		if !slices.ContainsFunc(ours, func(r netlink.Route) bool { return routeValue(r) == want.String() }) {
-			return false, nil
-		}
-	}
-	return true, nil
 }

@@ -3,12 +3,10 @@ package tuning
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -198,21 +196,7 @@ func TestSteeringDivertsToTransparentListenerInNetns(t *testing.T) {
 		t.Fatalf("rp_filter = %q", got)
 	}
 
-	lc := net.ListenConfig{Control: func(network, address string, c syscall.RawConn) error {
-		var serr error
-		err := c.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_IP, syscall.IP_TRANSPARENT, 1)
-		})
-		if err != nil {
-			return err
-		}
-		return serr
-	}}
-	ln, err := lc.Listen(context.Background(), "tcp4", "0.0.0.0:9876")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := transparentListener(t, "0.0.0.0:9876")
 	accepted := make(chan string, 4)
 	go func() {
 		for {
