@@ -377,7 +377,7 @@ func applyChanges(ctx context.Context, st *store.Store, exs map[string]tuning.Ex
 			continue
 		}
 		prev, first := previous[c.ID()]
-		if first && c.BeforePresent && !prev.Present {
+		if first && c.BeforePresent && !prev.Present && tuning.SetOnly(ex) {
 			// Gone since the plan (an interface renamed or taken out):
 			// "absent" is no value a rollback can put back, and a
 			// record of it would stay the item's only one once the

@@ -2,10 +2,12 @@ package appliance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -164,29 +166,6 @@ func (p steppedExecutor) Remove(ctx context.Context, it item.Item) error {
 	return err
 }
 
-// markedPacketRoute says how the kernel routes a packet the steering
-// table has just marked: a whitelisted client's packet to the server,
-// with the mark the live nftables table sets.
-func markedPacketRoute(t *testing.T) string {
-	t.Helper()
-	ex := tuning.NewSteering()
-	obs, err := ex.Observe(context.Background(), []item.Item{{Kind: item.KindSteering, Key: item.SteeringKeyNftables}})
-	if err != nil || !obs[0].Present {
-		return "no table"
-	}
-	tp, err := item.ParseTproxyRules(obs[0].Value)
-	if err != nil {
-		return "table unreadable: " + err.Error()
-	}
-	out, err := exec.Command("ip", "route", "get", "10.20.2.1", "from", "10.20.1.10", "iif", "sosr0",
-		"mark", fmt.Sprintf("%#x", tp.Mark)).CombinedOutput()
-	s := strings.Join(strings.Fields(string(out)), " ")
-	if err != nil {
-		return fmt.Sprintf("mark %#x: %s (%v)", tp.Mark, s, err)
-	}
-	return fmt.Sprintf("mark %#x: %s", tp.Mark, s)
-}
-
 // TestMarkOrTableChangeKeepsMarkedPacketsLocalInNetns: a change of the
 // steering mark or route table (between versions: the configuration does
 // not set them). At every step of the apply, a packet the live table
@@ -201,20 +180,10 @@ func TestMarkOrTableChangeKeepsMarkedPacketsLocalInNetns(t *testing.T) {
 		return
 	}
 	ctx := context.Background()
-	cmdOut(t, "ip", "link", "set", "lo", "up")
-	cmdOut(t, "ip", "link", "add", "sosr0", "type", "veth", "peer", "name", "sosr1")
-	cmdOut(t, "ip", "addr", "add", "10.20.1.1/24", "dev", "sosr0")
-	cmdOut(t, "ip", "link", "set", "sosr0", "up")
-	cmdOut(t, "ip", "link", "set", "sosr1", "up")
+	markTopology(t)
 	exs := tuning.Executors("/")
 	var bad []string
-	exs[item.KindSteering] = steppedExecutor{Executor: tuning.NewSteering(), after: func(step string) {
-		got := markedPacketRoute(t)
-		t.Logf("after %s: %s", step, got)
-		if got != "no table" && !strings.Contains(got, "local 10.20.2.1") {
-			bad = append(bad, step+": "+got)
-		}
-	}}
+	exs[item.KindSteering] = watchMarkedRoute(t, &bad)
 	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
 	for i, spec := range [][2]uint32{{0, 0}, {0x5350, 0}, {0x5350, 200}, {0x5351, 300}} {
 		desired := steeringItems(t, spec[0], spec[1])
@@ -292,5 +261,182 @@ func TestDriftedTableRepairedAndRolledBackInNetns(t *testing.T) {
 	}
 	if got := cmdOut(t, "nft", "list", "table", "ip", "foreign"); got != foreign {
 		t.Errorf("foreign table changed:\n%s", got)
+	}
+}
+
+var nftMarkSet = regexp.MustCompile(`mark set (0x[0-9a-f]+)`)
+
+// liveMarkRoute routes a packet with the mark the live ip table
+// sets (read from nft itself, so a table steering cannot parse counts).
+func liveMarkRoute(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("nft", "list", "table", "ip", tuning.SteeringTable).CombinedOutput()
+	if err != nil {
+		return "no table"
+	}
+	m := nftMarkSet.FindStringSubmatch(string(out))
+	if m == nil {
+		return "table sets no mark"
+	}
+	r, err := exec.Command("ip", "route", "get", "10.20.2.1", "from", "10.20.1.10", "iif", "sosr0", "mark", m[1]).CombinedOutput()
+	s := strings.Join(strings.Fields(string(r)), " ")
+	if err != nil {
+		return fmt.Sprintf("mark %s: %s (%v)", m[1], s, err)
+	}
+	return fmt.Sprintf("mark %s: %s", m[1], s)
+}
+
+// markTopology is the agent's side of a steering test: loopback up, and
+// sosr0 (10.20.1.1/24), where whitelisted clients' packets come in.
+func markTopology(t *testing.T) {
+	cmdOut(t, "ip", "link", "set", "lo", "up")
+	cmdOut(t, "ip", "link", "add", "sosr0", "type", "veth", "peer", "name", "sosr1")
+	cmdOut(t, "ip", "addr", "add", "10.20.1.1/24", "dev", "sosr0")
+	cmdOut(t, "ip", "link", "set", "sosr0", "up")
+	cmdOut(t, "ip", "link", "set", "sosr1", "up")
+}
+
+// watchMarkedRoute is the steering executor, noting in bad each step
+// after which a packet of the live table's mark is not routed locally.
+func watchMarkedRoute(t *testing.T, bad *[]string) tuning.Executor {
+	return steppedExecutor{Executor: tuning.NewSteering(), after: func(step string) {
+		got := liveMarkRoute(t)
+		t.Logf("after %s: %s", step, got)
+		if got != "no table" && !strings.Contains(got, "local 10.20.2.1") {
+			*bad = append(*bad, step+": "+got)
+		}
+	}}
+}
+
+// TestRollbackToOtherMarkMakesBeforeItBreaksInNetns: a leftover of
+// an older install (other mark and route table, every object as steering
+// writes it, so tuning.Restorer takes it as a previous value) under a
+// lost state database. The apply moves to the new mark making before it
+// breaks; the rollback puts the leftover back in the restore order,
+// table, rule, route: the table step (applySteeringTable) now deletes
+// the rule of the mark it leaves and prunes its route before any rule
+// of the restored mark exists, and the rule step restores a rule whose
+// table has no route yet. Marked packets of diverted connections have
+// no local route in between (for good if a step fails). Now a restore
+// that puts a value back runs in the apply's order (steeringRank). Found
+// by review (helper-59) of the make-before-break fix.
+func TestRollbackToOtherMarkMakesBeforeItBreaksInNetns(t *testing.T) {
+	if !testsupport.InFreshNetns(t, "ip", "nft") {
+		return
+	}
+	ctx := context.Background()
+	markTopology(t)
+	leftover := steeringItems(t, 0x5350, 200)
+	s := tuning.NewSteering()
+	for _, key := range []string{item.SteeringKeyRoute, item.SteeringKeyRule, item.SteeringKeyNftables} {
+		for _, it := range leftover {
+			if it.Key == key {
+				if err := s.Apply(ctx, it); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	var bad []string
+	exs := tuning.Executors("/")
+	exs[item.KindSteering] = watchMarkedRoute(t, &bad)
+	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
+	p, _, err := Converge(ctx, st, exs, steeringItems(t, 0, 0), "node-a", "h1")
+	t.Logf("converge:\n%s", p.Text())
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := st.Records()
+	for _, r := range recs {
+		t.Logf("record %s/%s previous %q present %v", r.Kind, r.Key, r.Previous, r.PreviousPresent)
+	}
+	if len(bad) > 0 {
+		t.Errorf("apply: marked packets not routed locally after: %s", strings.Join(bad, "; "))
+	}
+	bad = nil
+	rp, _, err := Rollback(ctx, st, exs, "node-a")
+	t.Logf("rollback:\n%s\nerr %v\nrules:\n%s\nroutes: %s", rp.Text(), err, cmdOut(t, "ip", "rule", "show"),
+		cmdOut(t, "ip", "route", "show", "table", "all", "proto", "83"))
+	if len(bad) > 0 {
+		t.Errorf("rollback: marked packets not routed locally after:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+// TestMarkChangeOverUnreadableTableInNetns: a mark change (between
+// versions) while the live table is one steering does not read as its
+// own (a rule added to it by hand). Before, liveMark said 0, so the rule
+// step deleted the rule of the mark the live table still set, before the
+// table step replaced the table. Now every rule of ours stays until the
+// table step when the live table cannot be read. Found by review
+// (helper-59).
+func TestMarkChangeOverUnreadableTableInNetns(t *testing.T) {
+	if !testsupport.InFreshNetns(t, "ip", "nft") {
+		return
+	}
+	ctx := context.Background()
+	markTopology(t)
+	var bad []string
+	exs := tuning.Executors("/")
+	exs[item.KindSteering] = watchMarkedRoute(t, &bad)
+	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
+	if _, _, err := Converge(ctx, st, exs, steeringItems(t, 0, 0), "node-a", "h1"); err != nil {
+		t.Fatal(err)
+	}
+	cmdOut(t, "nft", "add rule ip sosappliance prerouting counter")
+	bad = nil
+	p, _, err := Converge(ctx, st, exs, steeringItems(t, 0x5350, 0), "node-a", "h2")
+	t.Logf("converge:\n%s\nerr %v", p.Text(), err)
+	if len(bad) > 0 {
+		t.Errorf("marked packets not routed locally after:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+// TestSteeringGoneAtApplyIsMadeAgainInNetns: a steering object there at
+// plan time (a leftover, not recorded) and gone at apply (a saved plan
+// applied after a reboot: rules, routes and tables do not survive one).
+// Before, it was refused as tuning.ErrGone, "plan again once it is
+// back", though steering can always make it and it never comes back by
+// itself. Now only set-only kinds (tuning.SetOnly) are refused so. Found
+// by review (helper-59).
+func TestSteeringGoneAtApplyIsMadeAgainInNetns(t *testing.T) {
+	if !testsupport.InFreshNetns(t, "ip", "nft") {
+		return
+	}
+	ctx := context.Background()
+	cmdOut(t, "ip", "link", "set", "lo", "up")
+	cmdOut(t, "ip", "rule", "add", "fwmark", "0x5350", "lookup", "200", "priority", "21327", "proto", "83")
+	exs := tuning.Executors("/")
+	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
+	p := mustPlan(t, st, exs, steeringItems(t, 0, 0))
+	t.Logf("plan:\n%s", p.Text())
+	cmdOut(t, "ip", "rule", "del", "fwmark", "0x5350", "lookup", "200", "priority", "21327")
+	_, err := Apply(ctx, st, exs, p)
+	t.Logf("apply: %v (ErrGone: %v)", err, errors.Is(err, tuning.ErrGone))
+	if errors.Is(err, tuning.ErrGone) {
+		t.Errorf("a steering rule gone since the plan refused as gone: %v", err)
+	}
+}
+
+// TestReservedPortsRangeTakenInNetns: a port range for
+// net.ipv4.ip_local_reserved_ports ("" after every boot). Before, the
+// first checkDecimal took "30000-32767" for a signed integer and refused
+// it; the refusal is no ErrGone, so the whole plan failed, every other
+// item of the node with it, at every start and drift check. Found by
+// review (helper-59).
+func TestReservedPortsRangeTakenInNetns(t *testing.T) {
+	if !testsupport.InFreshNetns(t, "ip") {
+		return
+	}
+	ctx := context.Background()
+	exs := tuning.Executors("/")
+	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
+	desired := []item.Item{
+		{Kind: item.KindSysctl, Key: "net.ipv4.ip_local_reserved_ports", Value: "30000-32767"},
+		{Kind: item.KindSysctl, Key: "net.ipv4.tcp_fin_timeout", Value: "15"},
+	}
+	p, held, res, err := ConvergeHolding(ctx, st, exs, desired, "node-a", "h1")
+	t.Logf("drift-check converge: err %v; held %v; done %d\n%s", err, held, len(res.Done), p.Text())
+	if err != nil {
+		t.Errorf("a node with ip_local_reserved_ports = 30000-32767 converges nothing: %v", err)
 	}
 }

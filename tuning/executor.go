@@ -53,6 +53,18 @@ type Restorer interface {
 	Restorable(it item.Item) bool
 }
 
+// SetOnly says whether ex's objects can only be set, never made or
+// removed (a sysctl, an interface setting, an IRQ's affinity: they exist
+// with their host object): one gone is not the appliance's to bring back.
+// Steering makes its objects.
+func SetOnly(ex Executor) bool {
+	switch ex.Kind() {
+	case item.KindSysctl, item.KindInterface, item.KindIRQ:
+		return true
+	}
+	return false
+}
+
 // ErrGone marks a refusal whose cause is a host object the item names
 // that is not there now (an interface: a driver reload, a NIC taken
 // out), not the item itself. errors.Is(err, ErrGone) finds it in a

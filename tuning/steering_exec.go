@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	mnl "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -179,12 +180,41 @@ func (s *Steering) Remove(ctx context.Context, it item.Item) error {
 	return fmt.Errorf("steering key %q: want %s, %s or %s", it.Key, item.SteeringKeyNftables, item.SteeringKeyRule, item.SteeringKeyRoute)
 }
 
-func nftConn() (*nftables.Conn, error) {
-	c, err := nftables.New()
+func nftConn(opts ...nftables.ConnOption) (*nftables.Conn, error) {
+	c, err := nftables.New(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	return c, nil
+}
+
+// steeringSendBuffer is the send buffer of the connection that writes the
+// steering table. The library sends a transaction as one message, and the
+// kernel refuses one larger than the socket's send buffer (212,992 bytes
+// by default, net.core.wmem_default): 4,500 IPv6 client hosts failed with
+// "message too long". 32 MiB holds about 500,000 set elements; the
+// appliance holds CAP_NET_ADMIN, which SO_SNDBUFFORCE needs.
+const steeringSendBuffer = 32 << 20
+
+// withSendBuffer sets the netlink socket's send buffer to n bytes,
+// past net.core.wmem_max.
+func withSendBuffer(n int) nftables.ConnOption {
+	return nftables.WithSockOptions(func(c *mnl.Conn) error {
+		rc, err := c.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, n)
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("nftables: send buffer of %d bytes: %w", n, serr)
+		}
+		return nil
+	})
 }
 
 func steeringTableExists(c *nftables.Conn, f nftFamily) (bool, error) {
@@ -306,7 +336,7 @@ func checkSteeringChains(c *nftables.Conn, f nftFamily) (string, error) {
 // add (so that delete cannot fail), delete, add again with the new content.
 // Packets never see a half-written table.
 func applySteeringTable(t item.TproxyRules) error {
-	c, err := nftConn()
+	c, err := nftConn(nftables.AsLasting(), withSendBuffer(steeringSendBuffer))
 	if err != nil {
 		return err
 	}
@@ -315,7 +345,11 @@ func applySteeringTable(t item.TproxyRules) error {
 			return err
 		}
 	}
-	if err := c.Flush(); err != nil {
+	err = c.Flush()
+	if cerr := c.CloseLasting(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
 		return fmt.Errorf("nftables: write table %s: %w", SteeringTable, err)
 	}
 	// The table marks with t.Mark now: a rule of ours kept for the mark
@@ -546,17 +580,21 @@ func deleteSteeringRules(keep func(netlink.Rule) bool) error {
 }
 
 // liveMark is the mark the live steering table sets on the packets it
-// diverts, 0 without a table sosappliance reads as its own.
-func liveMark() uint32 {
+// diverts, 0 without a table. known is false when a table is there that
+// sosappliance cannot read (or reading failed): it may set any mark.
+func liveMark() (mark uint32, known bool) {
 	v, present, err := observeSteeringTable()
-	if err != nil || !present {
-		return 0
+	if err != nil {
+		return 0, false
+	}
+	if !present {
+		return 0, true
 	}
 	t, err := item.ParseTproxyRules(v)
 	if err != nil {
-		return 0
+		return 0, false
 	}
-	return t.Mark
+	return t.Mark, true
 }
 
 // applySteeringRule makes before it breaks: the rule wanted is added
@@ -588,9 +626,11 @@ func applySteeringRule(want item.SteeringRule) error {
 			return fmt.Errorf("add %s policy rule %s: %w", familyName(fam), want, err)
 		}
 	}
-	live := liveMark()
+	// A table it cannot read may set any mark: every rule of ours stays
+	// until the table step has written the table.
+	live, known := liveMark()
 	err := deleteSteeringRules(func(r netlink.Rule) bool {
-		return ruleValue(r) == want.String() || r.Mark != want.Mark && r.Mark == live
+		return ruleValue(r) == want.String() || r.Mark != want.Mark && (r.Mark == live || !known)
 	})
 	if err != nil {
 		return err
@@ -668,7 +708,10 @@ func deleteSteeringRoutes(keep *item.SteeringRoute, inUse bool) error {
 			}
 		}
 		for _, r := range ours {
-			if keep != nil && routeValue(r) == keep.String() || used[r.Table] {
+			// A route of ours a rule looks up stays if it is one
+			// steering writes; a stray one in that table goes.
+			_, wellFormed := item.ParseSteeringRoute(routeValue(r))
+			if keep != nil && routeValue(r) == keep.String() || used[r.Table] && wellFormed == nil {
 				continue
 			}
 			if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
@@ -756,6 +799,15 @@ func applySteeringRoute(want item.SteeringRoute) error {
 		}
 		if slices.ContainsFunc(ours, func(r netlink.Route) bool { return routeValue(r) == want.String() }) {
 			continue
+		}
+		// A route of ours in the table that is not the one wanted (a
+		// unicast default, say) would make the add fail: it goes first.
+		for _, r := range ours {
+			if r.Table == int(want.Table) {
+				if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+					return fmt.Errorf("delete %s route %s: %w", familyName(fam), routeValue(r), err)
+				}
+			}
 		}
 		_, all, _ := net.ParseCIDR("0.0.0.0/0")
 		if fam == netlink.FAMILY_V6 {

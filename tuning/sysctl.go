@@ -169,11 +169,11 @@ func (s *Sysctl) Validate(ctx context.Context, items []item.Item) error {
 func (s *Sysctl) checkDecimal(it item.Item) error {
 	var odd []string
 	for _, f := range strings.Fields(it.Value) {
-		if f[0] == '-' && len(f) > 1 && f[1] != '0' && strings.Trim(f[1:], "0123456789") == "" ||
-			f == "0" || f[0] != '0' && f[0] != '+' && f[0] != '-' && strings.Trim(f, "0123456789") == "" {
-			continue // plain decimal
-		}
-		if _, err := strconv.ParseInt(f, 0, 64); err == nil || strings.Trim(f, "+-0123456789") == "" {
+		// An integer Go reads the way the kernel does (base prefixes,
+		// a leading 0 for octal, a sign, underscores) whose decimal
+		// spelling is another: "30000-32767" (a range) is no integer.
+		n, err := strconv.ParseInt(f, 0, 64)
+		if err == nil && strconv.FormatInt(n, 10) != f {
 			odd = append(odd, f)
 		}
 	}
@@ -184,9 +184,16 @@ func (s *Sysctl) checkDecimal(it item.Item) error {
 	if err != nil {
 		return nil // Apply says what is wrong
 	}
-	for _, f := range strings.Fields(current) {
-		if _, err := strconv.ParseInt(f, 10, 64); err != nil {
-			return nil // not a parameter of integers: the text is its value
+	// Only a parameter the kernel shows as plain decimal integers: not
+	// one it shows as text, as ranges, or as zero-padded hex bitmaps
+	// (rps_default_mask reads "00", and takes "03").
+	fields := strings.Fields(current)
+	if len(fields) == 0 {
+		return nil
+	}
+	for _, f := range fields {
+		if n, err := strconv.ParseInt(f, 10, 64); err != nil || strconv.FormatInt(n, 10) != f {
+			return nil
 		}
 	}
 	return fmt.Errorf("sysctl %s = %q: write %s in plain decimal, as the kernel reports it (now %q): it would read a base prefix, leading zeros or a sign its own way and report the value back in decimal, different from what was written",

@@ -266,8 +266,22 @@ func (p *Plan) AddWarnings(ws ...Warning) {
 var kindOrder = []string{item.KindSysctl, item.KindInterface, item.KindIRQ, item.KindRelay, item.KindSteering}
 
 // steeringOrder makes the local route and the policy rule exist before the
-// table starts marking packets for them; restores run the other way.
+// table starts marking packets for them; removals run the other way
+// (steeringRank).
 var steeringOrder = []string{item.SteeringKeyRoute, item.SteeringKeyRule, item.SteeringKeyNftables}
+
+// steeringRank orders steering changes: removals the other way from
+// steeringOrder (the table stops marking before the rule and route go),
+// and a restore that puts a value back (another mark or table) as an
+// apply does, so that the route and rule it needs are there before the
+// table marks for them.
+func steeringRank(c Change) int {
+	r := rank(steeringOrder, c.Key)
+	if c.Action == Restore && !c.AfterPresent {
+		return r - len(steeringOrder)
+	}
+	return r
+}
 
 func rank(list []string, s string) int {
 	if i := slices.Index(list, s); i >= 0 {
@@ -296,11 +310,7 @@ func compareChanges(a, b Change) int {
 		return c
 	}
 	if a.Kind == item.KindSteering {
-		ra, rb := rank(steeringOrder, a.Key), rank(steeringOrder, b.Key)
-		if a.Action == Restore {
-			ra, rb = -ra, -rb
-		}
-		if c := cmp.Compare(ra, rb); c != 0 {
+		if c := cmp.Compare(steeringRank(a), steeringRank(b)); c != 0 {
 			return c
 		}
 	}
