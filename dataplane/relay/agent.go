@@ -246,6 +246,9 @@ type Agent struct {
 	// testDialed, set by tests, sees every session stream the client
 	// side dials (to cap its rate, as a path would cap each stream).
 	testDialed atomic.Pointer[func(c *net.TCPConn) error]
+	// testDirectDialed, set by tests, sees each direct connection to a
+	// server as it is dialed (to bound its send buffer).
+	testDirectDialed atomic.Pointer[func(c *net.TCPConn)]
 	// testJoinSent, set by tests, runs as a replacement's JOIN went; an
 	// error fails the join there, as a cancel would.
 	testJoinSent atomic.Pointer[func(c *net.TCPConn) error]

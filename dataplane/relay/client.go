@@ -199,6 +199,9 @@ func (a *Agent) relayDirect(rc *runtimeConfig, host *net.TCPConn, server netip.A
 		return
 	}
 	far := c.(*net.TCPConn)
+	if f := a.testDirectDialed.Load(); f != nil {
+		(*f)(far)
+	}
 	// As a session's: should this process die, both ends see a reset.
 	_ = host.SetLinger(0)
 	_ = far.SetLinger(0)

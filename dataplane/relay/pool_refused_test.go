@@ -285,8 +285,9 @@ func TestHandedOverBytesStayInMemoryCap(t *testing.T) {
 // fullFarAgentSlowDirect is fullFarAgent whose end server reads nothing
 // of the connections after the held session's (a connection carried
 // direct) until release is closed, and gives them a small receive
-// buffer, so that the sockets between cannot take what a direct
-// connection hands over while the server does not read.
+// buffer, as the agent's direct connection a small send buffer, so that
+// the sockets between cannot take what a direct connection hands over
+// while the server does not read.
 func fullFarAgentSlowDirect(t *testing.T) (*pair, chan struct{}) {
 	t.Helper()
 	release := make(chan struct{})
@@ -307,5 +308,11 @@ func fullFarAgentSlowDirect(t *testing.T) (*pair, chan struct{}) {
 	}); err != nil || serr != nil {
 		t.Fatal(err, serr)
 	}
+	// And a bounded send buffer on the agent's direct connection: its
+	// kernel would otherwise grow it up to tcp_wmem's 4 MiB, take all
+	// that was handed over, and the reservation would end early (seen
+	// once in CI, under load).
+	bound := func(c *net.TCPConn) { _ = c.SetWriteBuffer(64 << 10) }
+	p.a.testDirectDialed.Store(&bound)
 	return p, release
 }
