@@ -198,11 +198,11 @@ type startedWith struct {
 // daemon and converge beside it).
 func (d *Daemon) restartOnlyChanged(cfg *config.Config) error {
 	var errs []error
-	if file := d.statePath(cfg); file != d.started.state {
+	if file := d.statePath(cfg); filepath.Clean(file) != filepath.Clean(d.started.state) {
 		errs = append(errs, fmt.Errorf("daemon.state_path changed to %q, but the state of this node is in %q, which the daemon opened at start: to move it, stop sosappliance, move %s (and the founded-* files beside it) there, and start it again; or put the path back",
 			file, d.started.state, filepath.Base(d.started.state)))
 	}
-	if file := d.controlPath(cfg); file != d.started.control {
+	if file := d.controlPath(cfg); filepath.Clean(file) != filepath.Clean(d.started.control) {
 		errs = append(errs, fmt.Errorf("daemon.control_socket changed to %q, but the daemon listens on %q, taken at start: restart sosappliance to move it, or put the path back", file, d.started.control))
 	}
 	if file := d.metricsListen(cfg); file != d.started.metrics {

@@ -1,10 +1,12 @@
 package appliance
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -98,4 +100,114 @@ func TestReloadOfHalfWrittenFile(t *testing.T) {
 	if r := td.status().LastReload; r == nil || r.Result != "ok" {
 		t.Errorf("after the good edit: %+v", r)
 	}
+}
+
+func inodeOf(t *testing.T, p string) uint64 {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+// TestWatchDirRecreatedWithTheSameInode: config management removes the
+// directory holding the file and unpacks a new one. The kernel drops the
+// watch of a directory removed; on ext4 (and most file systems) the new
+// directory often gets the inode number the old one freed, and the first
+// watchDir's os.SameFile took it for the one still watched and never
+// added it again: the next edit went unseen until a SIGHUP. A directory
+// an event says went is now watched anew. Found by review (helper-60).
+func TestWatchDirRecreatedWithTheSameInode(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "conf")
+	path := filepath.Join(dir, "sos.hcl")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	orig := inodeOf(t, dir)
+	// A settle long enough that the watcher looks at nothing while the
+	// directory is replaced below.
+	cw, err := NewConfigWatcher(path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cw.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	// Remove and unpack, as config management does; the inode number
+	// the new directory gets is the file system's choice.
+	same := false
+	for i := 0; i < 200 && !same; i++ {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		same = inodeOf(t, dir) == orig
+	}
+	t.Logf("new directory has the old inode number %d: %v", orig, same)
+	if err := os.WriteFile(path, []byte("b"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitChange(t, cw, "directory replaced") // seen from the parent
+	// Now an edit in place, in the new directory.
+	if err := os.WriteFile(path, []byte("c"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitChange(t, cw, "edit after the directory was replaced (same inode number)")
+}
+
+// TestBusyParentHoldsNoReloadOff: the parent of the config's directory
+// is watched (/etc for /etc/sosappliance/sos.hcl). In the first version
+// every event there restarted the settle timer, and a sibling written
+// more often than the settle time (a lease file) held every edit of the
+// config off for as long as it went on. Now an event in a parent counts
+// only when it names a directory of the path, and events that keep
+// coming hold a look off for maxSettle at most. Found by review
+// (helper-60).
+func TestBusyParentHoldsNoReloadOff(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "sosappliance")
+	path := filepath.Join(dir, "sos.hcl")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cw, err := NewConfigWatcher(path, 200*time.Millisecond) // run's default --settle
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cw.Run(ctx) }()
+	busyStop, busyDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(busyDone)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-busyStop:
+				return
+			case <-tick.C:
+				_ = os.WriteFile(filepath.Join(parent, "busy.lease"), []byte{byte(i)}, 0o644)
+			}
+		}
+	}()
+	t.Cleanup(func() { close(busyStop); <-busyDone; cancel(); <-done })
+
+	time.Sleep(100 * time.Millisecond) // the parent is busy already
+	if err := os.WriteFile(path, []byte("b"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitChange(t, cw, "edit of the config while a sibling of its directory is written every 20ms")
 }

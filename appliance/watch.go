@@ -25,9 +25,13 @@ type ConfigWatcher struct {
 	settle time.Duration
 	w      *fsnotify.Watcher
 	// dirs maps each directory watched to the one it was when the watch
-	// was added: a directory replaced at that path is watched again.
-	dirs map[string]os.FileInfo
-	last [sha256.Size]byte
+	// was added (nil once an event said it went): a directory replaced
+	// at that path is watched again. chain holds the directories the
+	// path and its links run through; the others are their parents,
+	// watched only to see them replaced.
+	dirs  map[string]os.FileInfo
+	chain map[string]bool
+	last  [sha256.Size]byte
 	// C receives one value per settled change of content.
 	C chan struct{}
 }
@@ -39,7 +43,7 @@ func NewConfigWatcher(path string, settle time.Duration) (*ConfigWatcher, error)
 	if err != nil {
 		return nil, fmt.Errorf("watch %s: %w", path, err)
 	}
-	cw := &ConfigWatcher{path: path, settle: settle, w: w, dirs: map[string]os.FileInfo{}, C: make(chan struct{}, 1)}
+	cw := &ConfigWatcher{path: path, settle: settle, w: w, dirs: map[string]os.FileInfo{}, chain: map[string]bool{}, C: make(chan struct{}, 1)}
 	cw.last, _ = hashFile(path)
 	if err := cw.watchDirs(); err != nil {
 		w.Close()
@@ -56,11 +60,13 @@ func NewConfigWatcher(path string, settle time.Duration) (*ConfigWatcher, error)
 // that cannot be watched is an error; its parent is watched if it can be.
 func (cw *ConfigWatcher) watchDirs() error {
 	p := cw.path
+	clear(cw.chain)
 	for range 16 {
 		dir := filepath.Dir(p)
 		if real, err := filepath.EvalSymlinks(dir); err == nil {
 			dir = real
 		}
+		cw.chain[filepath.Clean(p)], cw.chain[dir] = true, true
 		if err := cw.watchDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
@@ -82,18 +88,36 @@ func (cw *ConfigWatcher) Run(ctx context.Context) error {
 	defer cw.w.Close()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	var pending time.Time // the first event the timer waits out
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case _, ok := <-cw.w.Events:
+		case ev, ok := <-cw.w.Events:
 			if !ok {
 				return errors.New("config watcher closed")
 			}
-			// Any event in a watched directory may concern us (a rename
-			// of a sibling temp file, a symlink swap); the content hash
-			// decides.
-			timer.Reset(cw.settle)
+			name := filepath.Clean(ev.Name)
+			if _, watched := cw.dirs[name]; watched && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+				// A watched directory went: the one put in its place
+				// may get its inode number, and is watched anew.
+				cw.dirs[name] = nil
+			}
+			// Any event in a directory of the path may concern us (a
+			// rename of a sibling temp file, a symlink swap); the
+			// content hash decides. In a parent only one naming a
+			// directory of the path does: a busy /etc would hold every
+			// edit off. And a directory busy for good holds an edit off
+			// for maxSettle at most.
+			if !cw.chain[name] && !cw.chain[filepath.Dir(name)] {
+				continue
+			}
+			if pending.IsZero() {
+				pending = time.Now()
+			}
+			if time.Since(pending) < cw.maxSettle() {
+				timer.Reset(cw.settle)
+			}
 		case err, ok := <-cw.w.Errors:
 			if !ok {
 				return errors.New("config watcher closed")
@@ -103,6 +127,7 @@ func (cw *ConfigWatcher) Run(ctx context.Context) error {
 				timer.Reset(cw.settle)
 			}
 		case <-timer.C:
+			pending = time.Time{}
 			// A symlink chain may point somewhere new now.
 			_ = cw.watchDirs()
 			sum, err := hashFile(cw.path)
@@ -128,7 +153,7 @@ func (cw *ConfigWatcher) watchDir(dir string) error {
 		return err // gone for now: its parent's watch sees it come back
 	}
 	old, watched := cw.dirs[dir]
-	if watched && os.SameFile(old, fi) {
+	if old != nil && os.SameFile(old, fi) {
 		return nil
 	}
 	if watched {
@@ -140,6 +165,10 @@ func (cw *ConfigWatcher) watchDir(dir string) error {
 	cw.dirs[dir] = fi
 	return nil
 }
+
+// maxSettle is how long events that keep coming hold a look at the file
+// off.
+func (cw *ConfigWatcher) maxSettle() time.Duration { return max(10*cw.settle, time.Second) }
 
 func hashFile(path string) ([sha256.Size]byte, error) {
 	b, err := os.ReadFile(path)

@@ -954,7 +954,9 @@ func (c *SwitchConn) Apply(ctx context.Context, changes flows.Changes) (Result, 
 		if len(res.Failed) == 0 {
 			return nil
 		}
-		return &RefusedError{Failed: res.Failed, Of: res.Sent}
+		// (A batch whose write failed partway is not in Sent, though
+		// the switch may have refused some of it.)
+		return &RefusedError{Failed: res.Failed, Of: max(res.Sent, len(res.Failed))}
 	}
 	// ended is what Apply returns when the convergence ends early: err,
 	// and the refusals that came before it.

@@ -372,3 +372,73 @@ func TestIntervalsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestTooDeepCountsAsTheParserSees: the first tooDeep counted characters.
+// A closer inside a string or a comment took a level off its count, and
+// a comment between unary operators ended their run, though the parser
+// sees neither: `["]", ["]", ...` nesting 100,000 deep, or 1.4 million
+// "-" each followed by a comment, still reached the recursive parser and
+// ended the process in a stack overflow (a running daemon on its reload:
+// TestRunSurvivesNestingPastTheCount). And a banner of dashes in a
+// comment was refused as a run of operators. tooDeep now counts the
+// lexer's tokens. (Smaller files here: past the limits is enough.) Found
+// by review (helper-60).
+func TestTooDeepCountsAsTheParserSees(t *testing.T) {
+	for name, src := range map[string]string{
+		"closer in a string":      "x = " + strings.Repeat(`["]",`, 1000) + "1" + strings.Repeat("]", 1000) + "\n",
+		"closer in a comment":     "x = " + strings.Repeat("[/*]*/", 1000) + "1" + strings.Repeat("]", 1000) + "\n",
+		"unary split by comments": "x = (" + strings.Repeat("-#\n", 5000) + "1)\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, diags, text := loadFileOf(t, src)
+			if len(diags) != 1 || diags[0].Summary != "Config file nests too deep" {
+				t.Fatalf("not refused before the parse:\n%s", headOf(text))
+			}
+			t.Logf("%s", headOf(text))
+		})
+	}
+	banner := "/*\n" + strings.Repeat(strings.Repeat("-", 70)+"\n", 60) + "*/\n"
+	_, _, diags, text := loadFileOf(t, banner+fmt.Sprintf(twoSitesWith, "", ""))
+	if diags.HasErrors() {
+		t.Errorf("a valid file with a comment banner of dashes refused:\n%s", headOf(text))
+	}
+}
+
+// TestWrongTypeReportedOnceMore: several decoders read an argument as a
+// string (reported: not a string), got the default "" back and parsed
+// that, reporting the same argument a second time ("empty CPU list", "not
+// a MAC"). They now parse only a value the file gives as a string
+// (attrs.given). Found by review (helper-60).
+func TestWrongTypeReportedOnceMore(t *testing.T) {
+	cases := map[string]struct{ agent, extra string }{
+		"relay_cpus list":  {"    tuning = [\"t\"]", "tuning \"t\" { relay_cpus = [13] }"},
+		"irq_cpus list":    {"    tuning = [\"t\"]", "tuning \"t\" {\n interface \"eth1\" { irq_cpus = [3] }\n}"},
+		"mac list":         {"", ""},
+		"datapath_id list": {"", "site \"c\" {\n prefixes = [\"10.3.0.0/24\"]\n switch \"sc\" { datapath_id = [1] }\n}"},
+		"public_key list":  {"    public_key = [5]", ""},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			src := fmt.Sprintf(twoSitesWith, c.agent, c.extra)
+			if name == "mac list" {
+				src = fmt.Sprintf(twoSitesWith, "", "")
+				src = strings.Replace(src, `mac         = "02:00:00:00:0a:02"`, `mac         = [2]`, 1)
+			}
+			_, _, diags, text := loadFileOf(t, src)
+			perLine := map[int]int{}
+			for _, d := range diags {
+				if d.Subject != nil {
+					perLine[d.Subject.Start.Line]++
+				}
+			}
+			for line, n := range perLine {
+				if n > 1 {
+					t.Errorf("line %d reported %d times:\n%s", line, n, text)
+				}
+			}
+			if len(diags) == 0 {
+				t.Errorf("accepted")
+			}
+		})
+	}
+}

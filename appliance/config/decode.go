@@ -160,6 +160,17 @@ func exampleOf(wantName string) string {
 	return wantName
 }
 
+// given reads a string argument the file sets: ok is false when it does
+// not set it, or sets something that is not a string (reported), so that
+// a check of the value does not report the argument again.
+func (a *attrs) given(name string) (string, bool) {
+	v, ok := a.value(name, cty.String, "a string")
+	if !ok {
+		return "", false
+	}
+	return v.AsString(), true
+}
+
 func (a *attrs) str(name, def string) string {
 	v, ok := a.value(name, cty.String, "a string")
 	if !ok {
@@ -575,8 +586,7 @@ func decodeSwitch(b *hcl.Block, diags *hcl.Diagnostics) *Switch {
 	a, _ := newAttrs(b.Body, switchSchema, diags)
 	sw := &Switch{Name: b.Labels[0], Forwarding: a.str("forwarding", "normal"), Connect: a.str("connect", ""),
 		PortMasks: a.boolean("port_masks", true), Range: b.DefRange}
-	if a.has("datapath_id") {
-		v := a.str("datapath_id", "")
+	if v, ok := a.given("datapath_id"); ok {
 		dpid, err := ParseDatapathID(v)
 		if err != nil {
 			a.errorf("datapath_id", "switch %q: %v", `Write the 64-bit datapath id as "00:00:00:00:00:00:00:01" (ovs-ofctl show prints it).`, sw.Name, err)
@@ -637,8 +647,8 @@ func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
 		SwitchPortRange: a.rng("switch_port"),
 		TuningRange:     a.rng("tuning"),
 	}
-	if a.has("mac") {
-		mac, err := ParseMAC(a.str("mac", ""))
+	if v, ok := a.given("mac"); ok {
+		mac, err := ParseMAC(v)
 		if err != nil {
 			a.errorf("mac", "agent %q mac: %v", `Write the agent interface's MAC as "02:00:00:00:01:02" (ip link show prints it).`, ag.Name, err)
 		}
@@ -676,9 +686,12 @@ func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
 	ag.HealthAllow, ag.HealthAllowRange = a.allowList("health_allow", fmt.Sprintf("agent %q", ag.Name), `List the addresses the controller nodes probe from, e.g. ["192.0.2.10/32"].`), a.rng("health_allow")
 	ag.PublicKeyRange, ag.KeyFileRange = a.rng("public_key"), a.rng("key_file")
 	if a.has("public_key") {
-		key, err := ParseAgentPublicKey(a.str("public_key", ""))
+		v, readable := a.given("public_key")
+		key, err := ParseAgentPublicKey(v)
 		if err != nil {
-			a.errorf("public_key", "agent %q public_key: %v", "Paste the line `sosappliance keygen` printed on the agent's node.", ag.Name, err)
+			if readable {
+				a.errorf("public_key", "agent %q public_key: %v", "Paste the line `sosappliance keygen` printed on the agent's node.", ag.Name, err)
+			}
 			key = []byte{} // given, if bad: the agent is not one without a key
 		}
 		ag.PublicKey = key
@@ -913,8 +926,8 @@ func decodeTuning(b *hcl.Block, diags *hcl.Diagnostics) *Tuning {
 	if a.has("sysctl") {
 		decodeSysctl(a.m["sysctl"], t, diags)
 	}
-	if a.has("relay_cpus") {
-		cpus, err := ParseCPUList(a.str("relay_cpus", ""))
+	if v, ok := a.given("relay_cpus"); ok {
+		cpus, err := ParseCPUList(v)
 		if err != nil {
 			a.errorf("relay_cpus", "tuning %q relay_cpus: %v", `Write CPUs as a list such as "13" or "0-3,8".`, t.Name, err)
 		} else if len(cpus) > 0 && cpus[len(cpus)-1] >= agentspec.MaxRelayCPUs {
@@ -1057,8 +1070,8 @@ func decodeInterfaceTuning(b *hcl.Block, diags *hcl.Diagnostics) *InterfaceTunin
 		*diags = append(*diags, diagAt(b.LabelRanges[0], fmt.Sprintf("%q is not a network interface name", it.Name),
 			"Interface names are 1-15 characters without spaces, '/' or ':'."))
 	}
-	if a.has("irq_cpus") {
-		cpus, err := ParseCPUList(a.str("irq_cpus", ""))
+	if v, ok := a.given("irq_cpus"); ok {
+		cpus, err := ParseCPUList(v)
 		if err != nil {
 			a.errorf("irq_cpus", "interface %q irq_cpus: %v", `Write CPUs as a list such as "0-12" or "0-3,8".`, it.Name, err)
 		}

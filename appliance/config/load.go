@@ -136,10 +136,12 @@ func Parse(src Source) (*Config, hcl.Diagnostics) {
 // overflow is a fatal error no recover catches: a file of nothing but
 // 100,000 '[' (400 KiB) ended the process, a running daemon on its reload
 // too. tooDeep refuses, before parsing, what nests deeper than a config
-// ever does: brackets, braces and parentheses deeper than maxNesting, more
-// than maxConditionals '?' (each conditional's false branch nests the
-// next), or a run of more than maxUnary unary operators. It counts them
-// in strings and comments too, where a template's ${...} nests as well.
+// ever does: brackets, braces, parentheses and template interpolations
+// deeper than maxNesting, more than maxConditionals '?' (each
+// conditional's false branch nests the next), or a run of more than
+// maxUnary unary operators. It reads the parser's own tokens (its lexer
+// does not recurse), so a bracket inside a string or a comment, or a
+// comment between two operators, counts as the parser sees it.
 const (
 	maxNesting      = 128
 	maxConditionals = 4096
@@ -147,41 +149,36 @@ const (
 )
 
 func tooDeep(src Source) *hcl.Diagnostic {
+	tokens, _ := hclsyntax.LexConfig(src.Bytes, src.Filename, hcl.InitialPos)
 	depth, conditionals, unary := 0, 0, 0
-	pos := hcl.InitialPos
-	for i, r := range string(src.Bytes) {
+	for _, tok := range tokens {
 		var why string
-		switch r {
-		case '[', '{', '(':
+		switch tok.Type {
+		case hclsyntax.TokenOBrack, hclsyntax.TokenOBrace, hclsyntax.TokenOParen,
+			hclsyntax.TokenTemplateInterp, hclsyntax.TokenTemplateControl:
 			if depth++; depth > maxNesting {
-				why = fmt.Sprintf("brackets, braces or parentheses nest deeper than %d levels here", maxNesting)
+				why = fmt.Sprintf("brackets, braces, parentheses or interpolations nest deeper than %d levels here", maxNesting)
 			}
-		case ']', '}', ')':
+		case hclsyntax.TokenCBrack, hclsyntax.TokenCBrace, hclsyntax.TokenCParen, hclsyntax.TokenTemplateSeqEnd:
 			depth = max(0, depth-1)
-		case '?':
+		case hclsyntax.TokenQuestion:
 			if conditionals++; conditionals > maxConditionals {
 				why = fmt.Sprintf("this is conditional number %d ('?'); a file holds at most %d", conditionals, maxConditionals)
 			}
 		}
-		switch r {
-		case '!', '-':
+		switch tok.Type {
+		case hclsyntax.TokenMinus, hclsyntax.TokenBang:
 			if unary++; unary > maxUnary {
 				why = fmt.Sprintf("more than %d operators '!' or '-' in a row", maxUnary)
 			}
-		case ' ', '\t', '\r', '\n':
+		case hclsyntax.TokenComment, hclsyntax.TokenNewline:
 		default:
 			unary = 0
 		}
 		if why != "" {
-			rng := hcl.Range{Filename: src.Filename, Start: pos, End: hcl.Pos{Line: pos.Line, Column: pos.Column + 1, Byte: i + utf8.RuneLen(r)}}
+			rng := tok.Range
 			return &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Config file nests too deep",
 				Detail: why + "; a sos.hcl nests a few levels. This is not a config sosappliance can read.", Subject: &rng}
-		}
-		pos.Byte = i + utf8.RuneLen(r)
-		if r == '\n' {
-			pos.Line, pos.Column = pos.Line+1, 1
-		} else {
-			pos.Column++
 		}
 	}
 	return nil

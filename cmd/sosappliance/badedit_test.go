@@ -323,3 +323,117 @@ node "host-a1" { tuning = ["t2"] }
 		})
 	}
 }
+
+// TestReloadSamePathsSpelledOtherwise: the first restartOnlyChanged
+// compared daemon.state_path and control_socket as strings. An edit that
+// wrote the same files otherwise ("dir/./state.db", a doubled slash)
+// named the very database and socket the daemon opened, yet the reload
+// was refused and the rest of the edit (here a sysctl) not taken. Paths
+// are compared clean now. Found by review (helper-60).
+func TestReloadSamePathsSpelledOtherwise(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	testsupport.WriteTree(t, root, map[string]string{"proc/sys/net/core/rmem_max": "212992\n"})
+	cfg := filepath.Join(dir, "sos.hcl")
+	sock := filepath.Join(dir, "ctl.sock")
+	block := func(state, socket string) string {
+		return fmt.Sprintf("daemon {\n  state_path     = %q\n  control_socket = %q\n  drift_interval = \"1h\"\n}\n", state, socket)
+	}
+	writeConfig(t, cfg, hostTuningFile("100000", block(filepath.Join(dir, "state.db"), sock)))
+	d := testsupport.StartDaemon(t, testsupport.Command(t, mainChild, "run", "-c", cfg, "--node", "host1",
+		"--root", root, "--metrics-listen", "", "--settle", "50ms"))
+	_ = d
+	testsupport.Eventually(t, converges, "first convergence", func() bool {
+		st, err := appliance.FetchStatus(context.Background(), sock)
+		return err == nil && st.Serial == 1 && rmemMaxIn(t, root) == "100000"
+	})
+	writeConfig(t, cfg, hostTuningFile("200000", block(dir+"/./state.db", dir+"//ctl.sock")))
+	var st *appliance.Status
+	testsupport.Eventually(t, converges, "the edit reloaded", func() bool {
+		s, err := appliance.FetchStatus(context.Background(), sock)
+		if err == nil && s.Reloads >= 1 {
+			st = s
+			return true
+		}
+		return false
+	})
+	if st.LastReload.Result != "ok" || rmemMaxIn(t, root) != "200000" {
+		t.Errorf("an edit naming the same state database and socket was refused: %q; rmem_max %s", st.LastReload.Result, rmemMaxIn(t, root))
+	}
+}
+
+// TestDriftIntervalFlagHasAFloor: the file's drift_interval is refused
+// under 1 s ("1ns: convergence without pause"), but `run
+// --drift-interval`, which overrides it, took 1ns. It is refused too now.
+// Found by review (helper-60).
+func TestDriftIntervalFlagHasAFloor(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	testsupport.WriteTree(t, root, map[string]string{"proc/sys/net/core/rmem_max": "212992\n"})
+	cfg := filepath.Join(dir, "sos.hcl")
+	sock := filepath.Join(dir, "ctl.sock")
+	writeConfig(t, cfg, hostTuningFile("100000", ""))
+	d := testsupport.StartDaemon(t, testsupport.Command(t, mainChild, "run", "-c", cfg, "--node", "host1",
+		"--state", filepath.Join(dir, "state.db"), "--control-socket", sock,
+		"--root", root, "--metrics-listen", "", "--drift-interval", "1ns", "--settle", "50ms"))
+	var st *appliance.Status
+	testsupport.Eventually(t, converges, "the daemon up, or refused", func() bool {
+		select {
+		case <-d.Done():
+			return true
+		default:
+		}
+		s, err := appliance.FetchStatus(context.Background(), sock)
+		if err == nil && s.Serial >= 1 {
+			st = s
+			return true
+		}
+		return false
+	})
+	if st != nil {
+		t.Errorf("run took --drift-interval 1ns: status drift interval %q", st.Drift.Interval)
+	} else if out := d.Output.String(); !strings.Contains(out, "--drift-interval 1ns: at least 1s") {
+		t.Errorf("run refused --drift-interval 1ns without saying why:\n%s", out)
+	}
+}
+
+// TestRunSurvivesNestingPastTheCount: `sosappliance run` with a good
+// file, then an edit nesting 100,000 brackets whose closers sit in
+// strings ("]" inside ["]", [...]). The first tooDeep counted each
+// string's ']' as a closer and let the file through to the parser, whose
+// stack overflow no recover catches: the daemon died on the reload, its
+// relays and controller with it. Now the edit is refused and the daemon
+// keeps running. Found by review (helper-60).
+func TestRunSurvivesNestingPastTheCount(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	testsupport.WriteTree(t, root, map[string]string{"proc/sys/net/core/rmem_max": "212992\n"})
+	cfg := filepath.Join(dir, "sos.hcl")
+	socket := filepath.Join(dir, "control.sock")
+	writeConfig(t, cfg, hostTuningFile("100000", ""))
+	d := testsupport.StartDaemon(t, testsupport.Command(t, mainChild, "run", "-c", cfg, "--node", "host1",
+		"--state", filepath.Join(dir, "state.db"), "--control-socket", socket,
+		"--root", root, "--metrics-listen", "", "--drift-interval", "1h", "--settle", "50ms"))
+	testsupport.Eventually(t, converges, "first convergence", func() bool { return rmemMaxIn(t, root) == "100000" })
+
+	const n = 100000
+	writeConfig(t, cfg, hostTuningFile("100000", "")+"x = "+strings.Repeat(`["]",`, n)+"1"+strings.Repeat("]", n)+"\n")
+	testsupport.Eventually(t, converges, "the deep edit refused, or the daemon gone", func() bool {
+		select {
+		case <-d.Done():
+			return true
+		default:
+		}
+		s, err := appliance.FetchStatus(context.Background(), socket)
+		return err == nil && s.ReloadFails > 0
+	})
+	select {
+	case <-d.Done():
+		out := d.Output.String()
+		if i := strings.Index(out, "fatal error"); i >= 0 {
+			out = out[max(0, i-400):min(len(out), i+200)]
+		}
+		t.Fatalf("the edit killed the daemon (%v):\n%s", d.Err(), headLines(out, 12))
+	default:
+	}
+}

@@ -39,6 +39,10 @@ when started by systemd (Type=notify).`,
 			if err != nil {
 				return err
 			}
+			if driftInterval != 0 && driftInterval < time.Second {
+				// As daemon.drift_interval's floor: each turn converges.
+				return exitError{code: 1, msg: fmt.Sprintf("--drift-interval %s: at least 1s", driftInterval)}
+			}
 			if logFormat == "" {
 				logFormat = "text"
 				if cfg, _, bad := loadConfigQuiet(nf.config); !bad && cfg != nil {
