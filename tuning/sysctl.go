@@ -171,9 +171,14 @@ func (s *Sysctl) checkDecimal(it item.Item) error {
 	for _, f := range strings.Fields(it.Value) {
 		// An integer Go reads the way the kernel does (base prefixes,
 		// a leading 0 for octal, a sign, underscores) whose decimal
-		// spelling is another: "30000-32767" (a range) is no integer.
+		// spelling is another, or digits behind a leading 0 that are
+		// no octal ("087380": the kernel refuses it, maybe after
+		// taking the fields before it). "30000-32767" (a range) is no
+		// integer.
 		n, err := strconv.ParseInt(f, 0, 64)
-		if err == nil && strconv.FormatInt(n, 10) != f {
+		unsigned := strings.TrimLeft(f, "+-")
+		if err == nil && strconv.FormatInt(n, 10) != f ||
+			len(unsigned) > 1 && unsigned[0] == '0' && strings.Trim(unsigned, "0123456789") == "" && len(f)-len(unsigned) <= 1 {
 			odd = append(odd, f)
 		}
 	}
