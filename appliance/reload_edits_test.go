@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -210,4 +211,161 @@ func TestBusyParentHoldsNoReloadOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitChange(t, cw, "edit of the config while a sibling of its directory is written every 20ms")
+}
+
+func startWatcher(t *testing.T, path string, settle time.Duration) *ConfigWatcher {
+	t.Helper()
+	cw, err := NewConfigWatcher(path, settle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cw.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return cw
+}
+
+func writeOrFail(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func watchedDirs(cw *ConfigWatcher) []string {
+	var ks []string
+	for k := range cw.dirs {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// TestSymlinkedDirInGivenPath: --config /srv/sos/current/sos.hcl,
+// where current is a symlink to a release directory that a deploy swaps
+// (ln -s releases/2 current.new; mv -T current.new current). Before,
+// only the release directory and its parent were watched and the swap
+// was never seen; now the directory holding each link on the path is
+// watched too. Found by review (helper-61).
+func TestSymlinkedDirInGivenPath(t *testing.T) {
+	d := t.TempDir()
+	writeOrFail(t, filepath.Join(d, "releases", "1", "sos.hcl"), "one")
+	writeOrFail(t, filepath.Join(d, "releases", "2", "sos.hcl"), "two")
+	if err := os.Symlink(filepath.Join(d, "releases", "1"), filepath.Join(d, "current")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(d, "current", "sos.hcl")
+	cw := startWatcher(t, path, 50*time.Millisecond)
+	if err := os.Symlink(filepath.Join(d, "releases", "2"), filepath.Join(d, "current.new")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(d, "current.new"), filepath.Join(d, "current")); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	t.Logf("%s reads %q now; watched: %v", path, b, watchedDirs(cw))
+	waitChange(t, cw, "the symlinked directory of the given path swapped")
+}
+
+// TestDotDotAfterSymlink: a path with ".." after a symlinked
+// directory: the kernel resolves ".." from the link's target, Dir/Clean
+// lexically. Before, the watcher watched the wrong directory; now it
+// resolves the directory as given. Found by review (helper-61).
+func TestDotDotAfterSymlink(t *testing.T) {
+	d := t.TempDir()
+	writeOrFail(t, filepath.Join(d, "real", "sos.hcl"), "one")
+	if err := os.MkdirAll(filepath.Join(d, "real", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(d, "real", "sub"), filepath.Join(d, "link")); err != nil {
+		t.Fatal(err)
+	}
+	path := d + "/link/../sos.hcl"
+	cw := startWatcher(t, path, 50*time.Millisecond)
+	writeOrFail(t, filepath.Join(d, "real", "sos.hcl"), "two")
+	b, _ := os.ReadFile(path)
+	t.Logf("%s reads %q; watched: %v", path, b, watchedDirs(cw))
+	waitChange(t, cw, "edit of the file a path with '..' names")
+}
+
+// TestRelativeAndForeignRename: a relative config path; a file
+// replaced by a rename from another directory; deleted and recreated.
+// Written by review (helper-61); it passed.
+func TestRelativeAndForeignRename(t *testing.T) {
+	d := t.TempDir()
+	other := t.TempDir()
+	writeOrFail(t, filepath.Join(d, "conf", "sos.hcl"), "one")
+	t.Chdir(d)
+	cw := startWatcher(t, "conf/../conf/sos.hcl", 50*time.Millisecond)
+	writeOrFail(t, filepath.Join(other, "new"), "two")
+	if err := os.Rename(filepath.Join(other, "new"), filepath.Join(d, "conf", "sos.hcl")); err != nil {
+		t.Fatal(err)
+	}
+	waitChange(t, cw, "rename from another directory")
+	os.Remove(filepath.Join(d, "conf", "sos.hcl"))
+	time.Sleep(100 * time.Millisecond)
+	writeOrFail(t, filepath.Join(d, "conf", "sos.hcl"), "three")
+	waitChange(t, cw, "deleted and recreated")
+}
+
+// TestSlowWriterNotReadHalfWritten: a file rewritten in place by a slow
+// writer (a copy over a slow link, a pipe), a few lines every settle/2.
+// The first maxSettle (10 settles) cut the wait for writes to pause, and
+// a prefix of the file was reported as the new content. Writes of the
+// file itself always wait out the settle now. Found by review
+// (helper-61).
+func TestSlowWriterNotReadHalfWritten(t *testing.T) {
+	d := t.TempDir()
+	path := filepath.Join(d, "sos.hcl")
+	writeOrFail(t, path, "old\n")
+	settle := 50 * time.Millisecond
+	cw := startWatcher(t, path, settle)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	lines := 60 // 60 × settle/2 = 1.5s, beyond maxSettle (1s)
+	for i := range lines {
+		f.WriteString(strings.Repeat("x", 10) + "\n")
+		time.Sleep(settle / 2)
+		select {
+		case <-cw.C:
+			b, _ := os.ReadFile(path)
+			seen = append(seen, fmt.Sprintf("reported after line %d of %d: the file holds %d of %d bytes", i+1, lines, len(b), lines*11))
+		default:
+		}
+	}
+	f.Close()
+	if len(seen) > 0 {
+		t.Errorf("changes reported while the file was still being written: %v", seen)
+	}
+}
+
+// TestGrandparentReplacedByRename: --config <d>/top/conf/sos.hcl; a
+// deploy replaces <d>/top whole (mv top top.old; mv top.new top). The
+// watch of top (the parent of the config's directory) reports top moved
+// away, an event named <d>/top. The first parent filter dropped it (top
+// is neither a chain directory nor the parent of one); a watched
+// directory that went counts now. Found by review (helper-61).
+func TestGrandparentReplacedByRename(t *testing.T) {
+	d := t.TempDir()
+	path := filepath.Join(d, "top", "conf", "sos.hcl")
+	writeOrFail(t, path, "one")
+	writeOrFail(t, filepath.Join(d, "top.new", "conf", "sos.hcl"), "two")
+	cw := startWatcher(t, path, 50*time.Millisecond)
+	if err := os.Rename(filepath.Join(d, "top"), filepath.Join(d, "top.old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(d, "top.new"), filepath.Join(d, "top")); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	t.Logf("%s reads %q now", path, b)
+	waitChange(t, cw, "the config's grandparent directory replaced by rename")
+	writeOrFail(t, path, "three")
+	waitChange(t, cw, "an edit after the grandparent was replaced")
 }

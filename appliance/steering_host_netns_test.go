@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"github.com/sosappliance/sosappliance/tuning"
@@ -438,5 +439,54 @@ func TestReservedPortsRangeTakenInNetns(t *testing.T) {
 	t.Logf("drift-check converge: err %v; held %v; done %d\n%s", err, held, len(res.Done), p.Text())
 	if err != nil {
 		t.Errorf("a node with ip_local_reserved_ports = 30000-32767 converges nothing: %v", err)
+	}
+}
+
+// TestRemovalOrderOfSteeringPlan: steering objects the appliance made
+// (none before it) and no longer wanted: the table must stop marking
+// before the rule and the route go, so the removals run nftables, rule,
+// route. The first steeringRank ran them route, rule, table. Found by
+// review (helper-61).
+func TestRemovalOrderOfSteeringPlan(t *testing.T) {
+	var obs []item.Observation
+	var owned []plan.Owned
+	for _, key := range []string{item.SteeringKeyRoute, item.SteeringKeyRule, item.SteeringKeyNftables} {
+		obs = append(obs, item.Observation{Item: item.Item{Kind: item.KindSteering, Key: key, Value: "v"}, Present: true})
+		owned = append(owned, plan.Owned{Kind: item.KindSteering, Key: key, Desired: "v", Applied: true, FirstSerial: 1, Serial: 1})
+	}
+	p := plan.Diff(nil, obs, owned)
+	var got []string
+	for _, c := range p.Changes {
+		got = append(got, string(c.Action)+c.Key)
+	}
+	want := []string{"-" + item.SteeringKeyNftables, "-" + item.SteeringKeyRule, "-" + item.SteeringKeyRoute}
+	t.Logf("order: %v", got)
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("removal order %v, want %v", got, want)
+	}
+}
+
+// TestRollbackKeepsMarkedPacketsLocalInNetns: a rollback of steering the
+// appliance made: after each step, a packet the live table marks is
+// routed locally (with the first steeringRank it was not, after the
+// route's removal and the rule's). Found by review (helper-61).
+func TestRollbackKeepsMarkedPacketsLocalInNetns(t *testing.T) {
+	if !testsupport.InFreshNetns(t, "ip", "nft") {
+		return
+	}
+	ctx := context.Background()
+	markTopology(t)
+	var bad []string
+	exs := tuning.Executors("/")
+	exs[item.KindSteering] = watchMarkedRoute(t, &bad)
+	st := openTestStore(t, filepath.Join(t.TempDir(), "state.db"))
+	if _, _, err := Converge(ctx, st, exs, steeringItems(t, 0, 0), "node-a", "h1"); err != nil {
+		t.Fatal(err)
+	}
+	bad = nil
+	rp, _, err := Rollback(ctx, st, exs, "node-a")
+	t.Logf("rollback:\n%s\nerr %v", rp.Text(), err)
+	if len(bad) > 0 {
+		t.Errorf("rollback: marked packets not routed locally after:\n%s", strings.Join(bad, "\n"))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -31,6 +32,8 @@ type ConfigWatcher struct {
 	// watched only to see them replaced.
 	dirs  map[string]os.FileInfo
 	chain map[string]bool
+	// files are the chain's files: the path and each link on its way.
+	files map[string]bool
 	last  [sha256.Size]byte
 	// C receives one value per settled change of content.
 	C chan struct{}
@@ -43,7 +46,7 @@ func NewConfigWatcher(path string, settle time.Duration) (*ConfigWatcher, error)
 	if err != nil {
 		return nil, fmt.Errorf("watch %s: %w", path, err)
 	}
-	cw := &ConfigWatcher{path: path, settle: settle, w: w, dirs: map[string]os.FileInfo{}, chain: map[string]bool{}, C: make(chan struct{}, 1)}
+	cw := &ConfigWatcher{path: path, settle: settle, w: w, dirs: map[string]os.FileInfo{}, chain: map[string]bool{}, files: map[string]bool{}, C: make(chan struct{}, 1)}
 	cw.last, _ = hashFile(path)
 	if err := cw.watchDirs(); err != nil {
 		w.Close()
@@ -61,16 +64,27 @@ func NewConfigWatcher(path string, settle time.Duration) (*ConfigWatcher, error)
 func (cw *ConfigWatcher) watchDirs() error {
 	p := cw.path
 	clear(cw.chain)
+	clear(cw.files)
 	for range 16 {
-		dir := filepath.Dir(p)
-		if real, err := filepath.EvalSymlinks(dir); err == nil {
+		// The directory as the kernel finds it: a ".." after a link
+		// goes up from the link's target, not from the link.
+		raw := "."
+		if i := strings.LastIndexByte(p, '/'); i == 0 {
+			raw = "/"
+		} else if i > 0 {
+			raw = p[:i]
+		}
+		dir := filepath.Clean(raw)
+		if real, err := filepath.EvalSymlinks(raw); err == nil {
 			dir = real
 		}
+		cw.files[filepath.Clean(p)] = true
 		cw.chain[filepath.Clean(p)], cw.chain[dir] = true, true
 		if err := cw.watchDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 		_ = cw.watchDir(filepath.Dir(dir))
+		cw.watchLinksOn(raw)
 		target, err := os.Readlink(p)
 		if err != nil {
 			return nil
@@ -98,9 +112,12 @@ func (cw *ConfigWatcher) Run(ctx context.Context) error {
 				return errors.New("config watcher closed")
 			}
 			name := filepath.Clean(ev.Name)
-			if _, watched := cw.dirs[name]; watched && ev.Has(fsnotify.Remove|fsnotify.Rename) {
-				// A watched directory went: the one put in its place
-				// may get its inode number, and is watched anew.
+			_, watched := cw.dirs[name]
+			went := watched && ev.Has(fsnotify.Remove|fsnotify.Rename)
+			if went {
+				// A watched directory went (a directory above the
+				// path's, renamed away, is one): the one put in its
+				// place may get its inode number, and is watched anew.
 				cw.dirs[name] = nil
 			}
 			// Any event in a directory of the path may concern us (a
@@ -108,14 +125,16 @@ func (cw *ConfigWatcher) Run(ctx context.Context) error {
 			// content hash decides. In a parent only one naming a
 			// directory of the path does: a busy /etc would hold every
 			// edit off. And a directory busy for good holds an edit off
-			// for maxSettle at most.
-			if !cw.chain[name] && !cw.chain[filepath.Dir(name)] {
+			// for maxSettle at most; a write of the file itself always
+			// waits out the settle, so that a slow writer's half is
+			// never read.
+			if !went && !cw.chain[name] && !cw.chain[filepath.Dir(name)] {
 				continue
 			}
 			if pending.IsZero() {
 				pending = time.Now()
 			}
-			if time.Since(pending) < cw.maxSettle() {
+			if cw.files[name] || time.Since(pending) < cw.maxSettle() {
 				timer.Reset(cw.settle)
 			}
 		case err, ok := <-cw.w.Errors:
@@ -140,6 +159,23 @@ func (cw *ConfigWatcher) Run(ctx context.Context) error {
 			case cw.C <- struct{}{}:
 			default:
 			}
+		}
+	}
+}
+
+// watchLinksOn watches the directory that holds each link among the
+// directories of path as given (a "current" link to a release, swapped
+// on each deploy), and takes the link into the chain: a swap of it is
+// an event there.
+func (cw *ConfigWatcher) watchLinksOn(path string) {
+	path = filepath.Clean(path)
+	for prefix := path; ; prefix = filepath.Dir(prefix) {
+		if fi, err := os.Lstat(prefix); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			cw.chain[prefix] = true
+			_ = cw.watchDir(filepath.Dir(prefix))
+		}
+		if next := filepath.Dir(prefix); next == prefix {
+			return
 		}
 	}
 }

@@ -183,7 +183,7 @@ func (s *Steering) Remove(ctx context.Context, it item.Item) error {
 func nftConn(opts ...nftables.ConnOption) (*nftables.Conn, error) {
 	c, err := nftables.New(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("nftables: %w", err)
+		return nil, fmt.Errorf("nftables: open: %w", err)
 	}
 	return c, nil
 }
@@ -196,23 +196,22 @@ func nftConn(opts ...nftables.ConnOption) (*nftables.Conn, error) {
 // appliance holds CAP_NET_ADMIN, which SO_SNDBUFFORCE needs.
 const steeringSendBuffer = 32 << 20
 
-// withSendBuffer sets the netlink socket's send buffer to n bytes,
-// past net.core.wmem_max.
+// withSendBuffer sets the netlink socket's send buffer to n bytes, past
+// net.core.wmem_max. Where that is not permitted (CAP_NET_ADMIN of a
+// container's user namespace only) it asks for n within wmem_max: a
+// table that fits the default buffer is written as before. It never
+// fails the dial (the library would leak the socket).
 func withSendBuffer(n int) nftables.ConnOption {
 	return nftables.WithSockOptions(func(c *mnl.Conn) error {
 		rc, err := c.SyscallConn()
 		if err != nil {
-			return err
+			return nil
 		}
-		var serr error
-		if err := rc.Control(func(fd uintptr) {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, n)
-		}); err != nil {
-			return err
-		}
-		if serr != nil {
-			return fmt.Errorf("nftables: send buffer of %d bytes: %w", n, serr)
-		}
+		_ = rc.Control(func(fd uintptr) {
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, n) != nil {
+				_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, n)
+			}
+		})
 		return nil
 	})
 }
@@ -340,16 +339,13 @@ func applySteeringTable(t item.TproxyRules) error {
 	if err != nil {
 		return err
 	}
+	defer c.CloseLasting()
 	for _, f := range nftFamilies {
 		if err := addSteeringTable(c, t, f); err != nil {
 			return err
 		}
 	}
-	err = c.Flush()
-	if cerr := c.CloseLasting(); err == nil && cerr != nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: write table %s: %w", SteeringTable, err)
 	}
 	// The table marks with t.Mark now: a rule of ours kept for the mark

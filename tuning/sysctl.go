@@ -176,8 +176,9 @@ func (s *Sysctl) checkDecimal(it item.Item) error {
 		// taking the fields before it). "30000-32767" (a range) is no
 		// integer.
 		n, err := strconv.ParseInt(f, 0, 64)
+		u, uerr := strconv.ParseUint(f, 0, 64) // past int64 (kernel.shmmax)
 		unsigned := strings.TrimLeft(f, "+-")
-		if err == nil && strconv.FormatInt(n, 10) != f ||
+		if err == nil && strconv.FormatInt(n, 10) != f || err != nil && uerr == nil && strconv.FormatUint(u, 10) != f ||
 			len(unsigned) > 1 && unsigned[0] == '0' && strings.Trim(unsigned, "0123456789") == "" && len(f)-len(unsigned) <= 1 {
 			odd = append(odd, f)
 		}
@@ -197,7 +198,9 @@ func (s *Sysctl) checkDecimal(it item.Item) error {
 		return nil
 	}
 	for _, f := range fields {
-		if n, err := strconv.ParseInt(f, 10, 64); err != nil || strconv.FormatInt(n, 10) != f {
+		n, err := strconv.ParseInt(f, 10, 64)
+		u, uerr := strconv.ParseUint(f, 10, 64)
+		if (err != nil || strconv.FormatInt(n, 10) != f) && (uerr != nil || strconv.FormatUint(u, 10) != f) {
 			return nil
 		}
 	}

@@ -2,6 +2,9 @@ package tuning
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"syscall"
 	"testing"
 
 	"github.com/sosappliance/sosappliance/host/item"
@@ -57,5 +60,57 @@ func TestHexBitmapAsTheKernelPrintsIt(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s = %q, the kernel's own spelling of CPUs 0-1 on an 8-CPU host, refused: %v", key, it.Value, err)
 		}
+	}
+}
+
+// TestHexBeyondInt64Refused: kernel.shmmax and kernel.shmall are
+// unsigned longs whose default, 18446744073692774399, is no int64. The
+// second checkDecimal took such a parameter for "not integers" and let
+// any spelling through, and a value past int64 written in hex
+// ("0xffffffffffffffff") was never odd. The kernel reads both in hex and
+// prints them back in decimal. Both are read as unsigned too now. Found
+// by review (helper-61).
+func TestHexBeyondInt64Refused(t *testing.T) {
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{
+		"proc/sys/kernel/shmmax": "18446744073692774399\n",
+		"proc/sys/kernel/shmall": "4294967296\n",
+	})
+	s := NewSysctl(root)
+	for _, it := range []item.Item{
+		{Kind: item.KindSysctl, Key: "kernel.shmmax", Value: "0x100000000"},
+		{Kind: item.KindSysctl, Key: "kernel.shmall", Value: "0xffffffffffffffff"},
+		{Kind: item.KindSysctl, Key: "kernel.shmall", Value: "0x10"}, // control: in int64
+	} {
+		err := s.Validate(context.Background(), []item.Item{it})
+		t.Logf("%s = %q: %v", it.Key, it.Value, err)
+		if err == nil {
+			t.Errorf("%s = %q let through: the kernel reads it in hex and prints it in decimal", it.Key, it.Value)
+		}
+	}
+}
+
+// TestShmmaxHexReadsBackDecimal: on the real kernel, in a fresh IPC
+// namespace: what Apply of such a value leaves (the kernel's decimal).
+// Written by review (helper-61).
+func TestShmmaxHexReadsBackDecimal(t *testing.T) {
+	if os.Getenv("REVIEW61_IPC") == "1" {
+		s := NewSysctl("/")
+		it := item.Item{Kind: item.KindSysctl, Key: "kernel.shmmax", Value: "0x100000000"}
+		aerr := s.Apply(context.Background(), it)
+		after := observeOne(t, s, it)
+		t.Logf("Apply %q: %v; reads back %q", it.Value, aerr, after.Value)
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root for an IPC namespace")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestShmmaxHexReadsBackDecimal$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "REVIEW61_IPC=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWIPC}
+	out, err := cmd.CombinedOutput()
+	t.Logf("child in a fresh IPC namespace:\n%s", out)
+	if err != nil {
+		t.Errorf("child: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
@@ -441,4 +442,54 @@ func TestWrongTypeReportedOnceMore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLegitTemplatesNotTooDeep: heredocs, %{ if } / %{ for }
+// directives, strip markers, negative numbers, '?' in strings and a
+// PEM banner of dashes in a heredoc are no nesting. Written by review
+// (helper-61); it passed.
+func TestLegitTemplatesNotTooDeep(t *testing.T) {
+	var wl strings.Builder
+	for i := range 20000 {
+		fmt.Fprintf(&wl, "  \"10.%d.%d.0/24\", # client? %d ?\n", i/256%256, i%256, i)
+	}
+	cases := map[string]string{
+		"heredoc with directives": "x = <<EOT\n%{ for a in b ~}\n${a}%{ if a == 1 }one%{ else }${ \"${a}\" }%{ endif }\n%{~ endfor }\nEOT\n",
+		"indented heredoc pem":    "k = <<-EOT\n  -----BEGIN PUBLIC KEY-----\n  " + strings.Repeat("-", 9000) + "\n  -----END PUBLIC KEY-----\n  EOT\n",
+		"negatives":               "n = [" + strings.Repeat("-1, -2, - 3,\n", 20000) + "]\n",
+		"many ? in strings":       "w = [\n" + wl.String() + "]\n",
+		"many closed interps":     "s = \"" + strings.Repeat("${a}%{if b}c%{endif}", 20000) + "\"\n",
+		"unclosed heredoc":        "x = <<EOT\n${a}\n",
+	}
+	for name, src := range cases {
+		if d := tooDeep(Source{Filename: "sos.hcl", Bytes: []byte(src)}); d != nil && name != "unclosed heredoc" {
+			t.Errorf("%s: refused: %s: %s", name, d.Subject, d.Detail)
+		}
+	}
+}
+
+// TestLongBinaryChainRefused: "1+1+...+1" nests no bracket, but the
+// parser builds a left-deep tree of one BinaryOpExpr per '+', and
+// evaluating it recurses once per operator. Before, a MaxFileSize file of
+// one such argument ended the process in a stack overflow; now more than
+// maxChain operators, indexes or attributes chained in one argument are
+// refused. Run in a child: a stack overflow is fatal. Found by review
+// (helper-61).
+func TestLongBinaryChainRefused(t *testing.T) {
+	n := (MaxFileSize - len(twoSitesWith) - 200) / 2
+	src := fmt.Sprintf(twoSitesWith, "    switch_port = 1"+strings.Repeat("+1", n), "")
+	src = strings.Replace(src, "    switch_port = 2\n", "", 1)
+	if os.Getenv("REVIEW61_CHILD") == "chain" {
+		_, _, diags, text := loadFileOf(t, src)
+		t.Logf("loaded: %d diagnostics\n%s", len(diags), headOf(text))
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLongBinaryChainRefused$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "REVIEW61_CHILD=chain")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("LoadFile of a %d KiB file with %d '+' in one expression: child %v:\n%s", len(src)>>10, n, err, firstLines(string(out), 12))
+		return
+	}
+	t.Logf("child:\n%s", firstLines(string(out), 12))
 }

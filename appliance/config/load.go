@@ -18,7 +18,7 @@ import (
 
 // MaxFileSize bounds what LoadFile reads: a real sos.hcl is a few kilobytes,
 // so anything near this is a mistake (a log or an image given by accident).
-const MaxFileSize = 4 << 20
+const MaxFileSize = 1 << 20
 
 // Source is a config file as read from disk, kept so diagnostics can quote it
 // and the daemon can compare content hashes.
@@ -142,17 +142,32 @@ func Parse(src Source) (*Config, hcl.Diagnostics) {
 // maxUnary unary operators. It reads the parser's own tokens (its lexer
 // does not recurse), so a bracket inside a string or a comment, or a
 // comment between two operators, counts as the parser sees it.
+// Evaluating an expression recurses once per binary operator, index or
+// attribute of a chain ("1+1+...+1" builds a left-deep tree): more than
+// maxChain of them in one argument are refused too.
 const (
 	maxNesting      = 128
 	maxConditionals = 4096
 	maxUnary        = 4096
+	maxChain        = 4096
 )
 
 func tooDeep(src Source) *hcl.Diagnostic {
 	tokens, _ := hclsyntax.LexConfig(src.Bytes, src.Filename, hcl.InitialPos)
-	depth, conditionals, unary := 0, 0, 0
+	depth, conditionals, unary, chain := 0, 0, 0, 0
+	prev := hclsyntax.TokenNewline // the last token but comments and newlines
 	for _, tok := range tokens {
 		var why string
+		// An operator or a postfix after an operand extends a chain;
+		// the argument ends at a newline outside brackets.
+		if operandEnd(prev) && chainsOn(tok.Type) {
+			if chain++; chain > maxChain {
+				why = fmt.Sprintf("more than %d operators, indexes or attributes chained in one argument", maxChain)
+			}
+		}
+		if tok.Type == hclsyntax.TokenNewline && depth == 0 {
+			chain = 0
+		}
 		switch tok.Type {
 		case hclsyntax.TokenOBrack, hclsyntax.TokenOBrace, hclsyntax.TokenOParen,
 			hclsyntax.TokenTemplateInterp, hclsyntax.TokenTemplateControl:
@@ -180,8 +195,34 @@ func tooDeep(src Source) *hcl.Diagnostic {
 			return &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Config file nests too deep",
 				Detail: why + "; a sos.hcl nests a few levels. This is not a config sosappliance can read.", Subject: &rng}
 		}
+		if tok.Type != hclsyntax.TokenComment && tok.Type != hclsyntax.TokenNewline {
+			prev = tok.Type
+		}
 	}
 	return nil
+}
+
+// operandEnd says whether a token can end an operand, so that a '-'
+// after it is binary and a '[' or '.' after it an index or an attribute.
+func operandEnd(t hclsyntax.TokenType) bool {
+	switch t {
+	case hclsyntax.TokenNumberLit, hclsyntax.TokenIdent, hclsyntax.TokenCQuote, hclsyntax.TokenCHeredoc,
+		hclsyntax.TokenCBrack, hclsyntax.TokenCParen, hclsyntax.TokenCBrace:
+		return true
+	}
+	return false
+}
+
+// chainsOn says whether a token after an operand chains another on it.
+func chainsOn(t hclsyntax.TokenType) bool {
+	switch t {
+	case hclsyntax.TokenPlus, hclsyntax.TokenMinus, hclsyntax.TokenStar, hclsyntax.TokenSlash, hclsyntax.TokenPercent,
+		hclsyntax.TokenEqualOp, hclsyntax.TokenNotEqual, hclsyntax.TokenLessThan, hclsyntax.TokenLessThanEq,
+		hclsyntax.TokenGreaterThan, hclsyntax.TokenGreaterThanEq, hclsyntax.TokenAnd, hclsyntax.TokenOr,
+		hclsyntax.TokenOBrack, hclsyntax.TokenDot:
+		return true
+	}
+	return false
 }
 
 // sortDiagnostics orders diagnostics by position so the report reads top to

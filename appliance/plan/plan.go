@@ -278,7 +278,7 @@ var steeringOrder = []string{item.SteeringKeyRoute, item.SteeringKeyRule, item.S
 func steeringRank(c Change) int {
 	r := rank(steeringOrder, c.Key)
 	if c.Action == Restore && !c.AfterPresent {
-		return r - len(steeringOrder)
+		return -1 - r // table, rule, route; before the put-backs
 	}
 	return r
 }
