@@ -323,23 +323,7 @@ func TestSlowWriterNotReadHalfWritten(t *testing.T) {
 	writeOrFail(t, path, "old\n")
 	settle := 50 * time.Millisecond
 	cw := startWatcher(t, path, settle)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var seen []string
-	lines := 60 // 60 × settle/2 = 1.5s, beyond maxSettle (1s)
-	for i := range lines {
-		f.WriteString(strings.Repeat("x", 10) + "\n")
-		time.Sleep(settle / 2)
-		select {
-		case <-cw.C:
-			b, _ := os.ReadFile(path)
-			seen = append(seen, fmt.Sprintf("reported after line %d of %d: the file holds %d of %d bytes", i+1, lines, len(b), lines*11))
-		default:
-		}
-	}
-	f.Close()
+	seen := slowWrite(t, cw, path, settle)
 	if len(seen) > 0 {
 		t.Errorf("changes reported while the file was still being written: %v", seen)
 	}
@@ -368,4 +352,194 @@ func TestGrandparentReplacedByRename(t *testing.T) {
 	waitChange(t, cw, "the config's grandparent directory replaced by rename")
 	writeOrFail(t, path, "three")
 	waitChange(t, cw, "an edit after the grandparent was replaced")
+}
+
+// slowWrite rewrites path in place, one line every settle/2 for lines
+// lines (beyond maxSettle), and returns what was reported meanwhile.
+func slowWrite(t *testing.T, cw *ConfigWatcher, path string, settle time.Duration) []string {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var seen []string
+	lines := 60 // 60 × settle/2 = 1.5s, beyond maxSettle (1s)
+	for i := range lines {
+		f.WriteString(strings.Repeat("x", 10) + "\n")
+		time.Sleep(settle / 2)
+		select {
+		case <-cw.C:
+			b, _ := os.ReadFile(path)
+			seen = append(seen, fmt.Sprintf("reported after line %d of %d: the file holds %d of %d bytes", i+1, lines, len(b), lines*11))
+		default:
+		}
+	}
+	return seen
+}
+
+// TestSlowWriterThroughSymlinkedDir: the slow writer of
+// TestSlowWriterNotReadHalfWritten, with the config path through a
+// symlinked directory (/etc/sosappliance -> /opt/sos/etc) or holding
+// "..". The first files set held the path as given, while events are
+// named after the resolved directory, so maxSettle cut the wait again.
+// Found by review (helper-62).
+func TestSlowWriterThroughSymlinkedDir(t *testing.T) {
+	settle := 50 * time.Millisecond
+	for _, shape := range []string{"linked dir", "dotdot after link"} {
+		t.Run(strings.ReplaceAll(shape, " ", "_"), func(t *testing.T) {
+			d := t.TempDir()
+			real := filepath.Join(d, "real", "sos.hcl")
+			writeOrFail(t, real, "old\n")
+			var path string
+			switch shape {
+			case "linked dir":
+				if err := os.Symlink(filepath.Join(d, "real"), filepath.Join(d, "link")); err != nil {
+					t.Fatal(err)
+				}
+				path = filepath.Join(d, "link", "sos.hcl")
+			default:
+				if err := os.MkdirAll(filepath.Join(d, "real", "sub"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(filepath.Join(d, "real", "sub"), filepath.Join(d, "link")); err != nil {
+					t.Fatal(err)
+				}
+				path = d + "/link/../sos.hcl"
+			}
+			cw := startWatcher(t, path, settle)
+			t.Logf("files %v", cw.files)
+			if seen := slowWrite(t, cw, real, settle); len(seen) > 0 {
+				t.Errorf("%s: changes reported while the file was still being written: %v", path, seen)
+			}
+		})
+	}
+}
+
+// TestRelativeLinkTargetUnderLinkedDir: a relative link target under a
+// linked directory is read by the kernel from the link's real directory;
+// the watcher joined it to the path as given and never watched the
+// file's directory. Found by review (helper-62).
+func TestRelativeLinkTargetUnderLinkedDir(t *testing.T) {
+	d := t.TempDir()
+	shared := filepath.Join(d, "opt", "sos", "share", "sos.hcl")
+	writeOrFail(t, shared, "one")
+	if err := os.MkdirAll(filepath.Join(d, "opt", "sos", "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../share/sos.hcl", filepath.Join(d, "opt", "sos", "etc", "sos.hcl")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(d, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(d, "opt", "sos", "etc"), filepath.Join(d, "etc", "sos")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(d, "etc", "sos", "sos.hcl")
+	cw := startWatcher(t, path, 50*time.Millisecond)
+	writeOrFail(t, shared, "two")
+	b, _ := os.ReadFile(path)
+	t.Logf("%s reads %q; watched: %v", path, b, watchedDirs(cw))
+	waitChange(t, cw, "edit of the file a relative link under a linked directory names")
+}
+
+// TestLinkDirReachedThroughLink: a "current" link in a directory itself
+// reached through a link (etc/sos -> opt/sos). The first watchLinksOn
+// watched the link's directory by its unresolved name, and the swap was
+// never seen. Found by review (helper-62).
+func TestLinkDirReachedThroughLink(t *testing.T) {
+	d := t.TempDir()
+	writeOrFail(t, filepath.Join(d, "opt", "sos", "v1", "sos.hcl"), "one")
+	writeOrFail(t, filepath.Join(d, "opt", "sos", "v2", "sos.hcl"), "two")
+	if err := os.Symlink("v1", filepath.Join(d, "opt", "sos", "current")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(d, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(d, "opt", "sos"), filepath.Join(d, "etc", "sos")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(d, "etc", "sos", "current", "sos.hcl")
+	cw := startWatcher(t, path, 50*time.Millisecond)
+	if err := os.Symlink("v2", filepath.Join(d, "opt", "sos", "current.new")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(d, "opt", "sos", "current.new"), filepath.Join(d, "opt", "sos", "current")); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	t.Logf("%s reads %q now; watched: %v", path, b, watchedDirs(cw))
+	waitChange(t, cw, "the current link swapped, in a directory reached through a link")
+}
+
+// TestOddPathsTerminate: "/", a bare "sos.hcl", "./x/../sos.hcl" and
+// loops of file or directory links: watchLinksOn ends, and an edit is
+// seen where the path can be watched. Written by review (helper-62); it
+// passed.
+func TestOddPathsTerminate(t *testing.T) {
+	d := t.TempDir()
+	if err := os.Symlink("loop", filepath.Join(d, "loop")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("b", filepath.Join(d, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("a", filepath.Join(d, "b")); err != nil {
+		t.Fatal(err)
+	}
+	writeOrFail(t, filepath.Join(d, "x", "keep"), "")
+	writeOrFail(t, filepath.Join(d, "sos.hcl"), "one")
+	t.Chdir(d)
+	for _, p := range []string{filepath.Join(d, "loop", "sos.hcl"), filepath.Join(d, "loop", "..", "sos.hcl"), filepath.Join(d, "a"), "/", "sos.hcl", "./x/../sos.hcl"} {
+		cw, err := NewConfigWatcher(p, 50*time.Millisecond)
+		if err != nil {
+			t.Logf("%s: %v", p, err)
+			continue
+		}
+		t.Logf("%s: watched %v", p, watchedDirs(cw))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- cw.Run(ctx) }()
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: Run did not stop", p)
+		}
+	}
+	cw := startWatcher(t, "./x/../sos.hcl", 50*time.Millisecond)
+	writeOrFail(t, filepath.Join(d, "sos.hcl"), "two")
+	waitChange(t, cw, "edit of ./x/../sos.hcl")
+}
+
+// TestAliasWatchedFirst: fsnotify keeps the first name it is given for a
+// directory and names its events so. The first watchLinksOn gave one an
+// unresolved name (etc/sub for opt/sub) before watchDirs gave the
+// resolved one, and an edit of the file at the end of the link chain was
+// dropped as outside the chain. Every name given to fsnotify is resolved
+// now. Found by review (helper-62).
+func TestAliasWatchedFirst(t *testing.T) {
+	d := t.TempDir()
+	real := filepath.Join(d, "opt", "sub", "sos.hcl")
+	writeOrFail(t, real, "one")
+	if err := os.MkdirAll(filepath.Join(d, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(d, "x"), filepath.Join(d, "opt", "sub", "l")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, filepath.Join(d, "x", "sos.hcl")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(d, "opt"), filepath.Join(d, "etc")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(d, "etc", "sub", "l", "sos.hcl")
+	cw := startWatcher(t, path, 50*time.Millisecond)
+	writeOrFail(t, real, "two")
+	b, _ := os.ReadFile(path)
+	t.Logf("%s reads %q; watched: %v", path, b, watchedDirs(cw))
+	waitChange(t, cw, "edit of the file at the end of the link chain")
 }

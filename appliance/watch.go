@@ -78,8 +78,12 @@ func (cw *ConfigWatcher) watchDirs() error {
 		if real, err := filepath.EvalSymlinks(raw); err == nil {
 			dir = real
 		}
-		cw.files[filepath.Clean(p)] = true
-		cw.chain[filepath.Clean(p)], cw.chain[dir] = true, true
+		// Events name the file under the resolved directory (fsnotify
+		// is given resolved names only: it keeps the first name of a
+		// directory for its events).
+		file := filepath.Join(dir, filepath.Base(p))
+		cw.files[file], cw.files[filepath.Clean(p)] = true, true
+		cw.chain[file], cw.chain[filepath.Clean(p)], cw.chain[dir] = true, true, true
 		if err := cw.watchDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
@@ -90,7 +94,8 @@ func (cw *ConfigWatcher) watchDirs() error {
 			return nil
 		}
 		if !filepath.IsAbs(target) {
-			target = filepath.Join(filepath.Dir(p), target)
+			// Relative to the link's directory as the kernel finds it.
+			target = filepath.Join(dir, target)
 		}
 		p = target
 	}
@@ -171,8 +176,14 @@ func (cw *ConfigWatcher) watchLinksOn(path string) {
 	path = filepath.Clean(path)
 	for prefix := path; ; prefix = filepath.Dir(prefix) {
 		if fi, err := os.Lstat(prefix); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-			cw.chain[prefix] = true
-			_ = cw.watchDir(filepath.Dir(prefix))
+			// The link's directory by its resolved name, as every
+			// directory given to fsnotify.
+			holder := filepath.Dir(prefix)
+			if real, err := filepath.EvalSymlinks(holder); err == nil {
+				holder = real
+			}
+			cw.chain[filepath.Join(holder, filepath.Base(prefix))] = true
+			_ = cw.watchDir(holder)
 		}
 		if next := filepath.Dir(prefix); next == prefix {
 			return

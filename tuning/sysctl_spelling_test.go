@@ -114,3 +114,41 @@ func TestShmmaxHexReadsBackDecimal(t *testing.T) {
 		t.Errorf("child: %v", err)
 	}
 }
+
+// TestCheckDecimalEdges: on a parameter the host shows as plain
+// decimal (kernel.shmmax, past int64), what checkDecimal refuses and
+// takes: the kernel would read "-0", "00", "+1", "0x10", "1_0" and
+// "0x8000000000000000" otherwise than written (or refuse them), and takes
+// and reads back plain decimal up to uint64's max. Written by review
+// (helper-62); it passed.
+func TestCheckDecimalEdges(t *testing.T) {
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{
+		"proc/sys/kernel/shmmax":     "18446744073692774399\n",
+		"proc/sys/net/ipv4/tcp_rmem": "4096\t131072\t6291456\n",
+	})
+	s := NewSysctl(root)
+	refuse := []string{"-0", "00", "+1", "0x10", "1_0", "0x8000000000000000", "-00", "+0", "0o17", "01"}
+	take := []string{"0", "1", "18446744073709551615", "9223372036854775808", "-1", "-9223372036854775808"}
+	// Not refused at plan: the kernel refuses them at apply (no drift).
+	noDrift := []string{"-9223372036854775809", "18446744073709551616", "--5", "1-2"}
+	for _, v := range refuse {
+		err := s.Validate(context.Background(), []item.Item{{Kind: item.KindSysctl, Key: "kernel.shmmax", Value: v}})
+		t.Logf("%q: %v", v, err)
+		if err == nil {
+			t.Errorf("kernel.shmmax = %q taken", v)
+		}
+	}
+	for _, v := range append(take, noDrift...) {
+		err := s.Validate(context.Background(), []item.Item{{Kind: item.KindSysctl, Key: "kernel.shmmax", Value: v}})
+		t.Logf("%q: %v", v, err)
+		if err != nil {
+			t.Errorf("kernel.shmmax = %q refused: %v", v, err)
+		}
+	}
+	err := s.Validate(context.Background(), []item.Item{{Kind: item.KindSysctl, Key: "net.ipv4.tcp_rmem", Value: "4096 0x20000 6291456"}})
+	t.Logf("tcp_rmem with a hex field: %v", err)
+	if err == nil {
+		t.Errorf("tcp_rmem with a hex field taken")
+	}
+}

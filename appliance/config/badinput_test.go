@@ -493,3 +493,56 @@ func TestLongBinaryChainRefused(t *testing.T) {
 	}
 	t.Logf("child:\n%s", firstLines(string(out), 12))
 }
+
+// TestChainCountsPerExpression: the first chain count reset only at a
+// newline outside brackets, and every argument sits in a block: 4,200
+// sysctl values of two operators each, or agent blocks of one, were
+// refused as one chain. It counts per expression now (a ',', '=' or ':'
+// ends one, as a newline in a body). Found by review (helper-62).
+func TestChainCountsPerExpression(t *testing.T) {
+	var sysctl, agents, list strings.Builder
+	for i := range 2100 {
+		fmt.Fprintf(&sysctl, "    \"net.core.k%d\" = 64 * 1024 * 1024\n", i)
+	}
+	for i := range 4200 {
+		fmt.Fprintf(&agents, "  agent \"a%d\" {\n    switch_port = %d + 1\n  }\n", i, i)
+		fmt.Fprintf(&list, "%d * 2, ", i)
+	}
+	var ports strings.Builder
+	for i := range 4200 {
+		fmt.Fprintf(&ports, "  x%d = %d - 1\n", i, i)
+	}
+	cases := map[string]string{
+		"sysctl map, 2 operators per value":    "tuning \"t\" {\n  sysctl = {\n" + sysctl.String() + "  }\n}\n",
+		"agent blocks, 1 operator per block":   "site \"s\" {\n" + agents.String() + "}\n",
+		"list on one line, 1 operator each":    "tuning \"t\" {\n  relay_cpus = [" + list.String() + "]\n}\n",
+		"one block, 4200 arguments of one '-'": "daemon {\n" + ports.String() + "}\n",
+	}
+	for name, src := range cases {
+		if d := tooDeep(Source{Filename: "sos.hcl", Bytes: []byte(src)}); d != nil {
+			t.Errorf("%s (%d KiB): refused: %s: %s", name, len(src)>>10, d.Subject, d.Detail)
+		}
+	}
+}
+
+// TestLegitTextNotChained: heredocs of operators, strings of thousands
+// of interpolations, 20,000 prefixes on one line, a for expression: no
+// chain. Written by review (helper-62); it passed.
+func TestLegitTextNotChained(t *testing.T) {
+	var cidrs strings.Builder
+	for i := range 20000 {
+		fmt.Fprintf(&cidrs, "\"10.%d.%d.0/24\", ", i/256%256, i%256)
+	}
+	cases := map[string]string{
+		"heredoc of + . [":       "x {\n  k = <<EOT\n" + strings.Repeat("a+b.c[d] - e.f[0] ", 20000) + "\nEOT\n}\n",
+		"template interps":       "x {\n  s = \"" + strings.Repeat("${1}.${\"a\"}[", 20000) + "\"\n}\n",
+		"cidrs on one line":      "x {\n  clients = [" + cidrs.String() + "]\n}\n",
+		"for expression":         "x {\n  l = [for i in [" + strings.Repeat("1, ", 5000) + "] : \"10.0.${i}.0/24\" if i != 0]\n}\n",
+		"pem heredoc in a block": "x {\n  k = <<-EOT\n  -----BEGIN-----\n  " + strings.Repeat("ab+/.", 20000) + "\n  -----END-----\n  EOT\n}\n",
+	}
+	for name, src := range cases {
+		if d := tooDeep(Source{Filename: "sos.hcl", Bytes: []byte(src)}); d != nil {
+			t.Errorf("%s: refused: %s: %s", name, d.Subject, d.Detail)
+		}
+	}
+}

@@ -144,7 +144,7 @@ func Parse(src Source) (*Config, hcl.Diagnostics) {
 // comment between two operators, counts as the parser sees it.
 // Evaluating an expression recurses once per binary operator, index or
 // attribute of a chain ("1+1+...+1" builds a left-deep tree): more than
-// maxChain of them in one argument are refused too.
+// maxChain of them in one expression are refused too.
 const (
 	maxNesting      = 128
 	maxConditionals = 4096
@@ -154,19 +154,40 @@ const (
 
 func tooDeep(src Source) *hcl.Diagnostic {
 	tokens, _ := hclsyntax.LexConfig(src.Bytes, src.Filename, hcl.InitialPos)
-	depth, conditionals, unary, chain := 0, 0, 0, 0
+	depth, conditionals, unary := 0, 0, 0
 	prev := hclsyntax.TokenNewline // the last token but comments and newlines
+	// chains holds, per open bracket (the file's level first), the
+	// opening token and the operators chained in the expression under
+	// way at that level: a ',', '=' or ':' ends one, as a newline does
+	// in a body.
+	type level struct {
+		open  hclsyntax.TokenType
+		chain int
+	}
+	levels := []level{{open: hclsyntax.TokenOBrace}}
 	for _, tok := range tokens {
 		var why string
-		// An operator or a postfix after an operand extends a chain;
-		// the argument ends at a newline outside brackets.
+		top := &levels[len(levels)-1]
+		// An operator or a postfix after an operand extends a chain.
 		if operandEnd(prev) && chainsOn(tok.Type) {
-			if chain++; chain > maxChain {
-				why = fmt.Sprintf("more than %d operators, indexes or attributes chained in one argument", maxChain)
+			if top.chain++; top.chain > maxChain {
+				why = fmt.Sprintf("more than %d operators, indexes or attributes chained in one expression", maxChain)
 			}
 		}
-		if tok.Type == hclsyntax.TokenNewline && depth == 0 {
-			chain = 0
+		switch tok.Type {
+		case hclsyntax.TokenComma, hclsyntax.TokenEqual, hclsyntax.TokenColon:
+			top.chain = 0
+		case hclsyntax.TokenNewline:
+			if top.open == hclsyntax.TokenOBrace {
+				top.chain = 0
+			}
+		case hclsyntax.TokenOBrack, hclsyntax.TokenOBrace, hclsyntax.TokenOParen,
+			hclsyntax.TokenTemplateInterp, hclsyntax.TokenTemplateControl:
+			levels = append(levels, level{open: tok.Type})
+		case hclsyntax.TokenCBrack, hclsyntax.TokenCBrace, hclsyntax.TokenCParen, hclsyntax.TokenTemplateSeqEnd:
+			if len(levels) > 1 {
+				levels = levels[:len(levels)-1]
+			}
 		}
 		switch tok.Type {
 		case hclsyntax.TokenOBrack, hclsyntax.TokenOBrace, hclsyntax.TokenOParen,
