@@ -79,6 +79,30 @@ func headLines(s string, n int) string {
 	return strings.Join(l, "\n")
 }
 
+// tuningNode is a node the tests run `sosappliance run` on: a temp tree
+// whose rmem_max is 212992, where its file (cfg, hostTuningFile), state
+// and control socket live.
+type tuningNode struct {
+	dir, root, cfg, socket string
+}
+
+func newTuningNode(t *testing.T) tuningNode {
+	t.Helper()
+	dir := t.TempDir()
+	n := tuningNode{dir: dir, root: filepath.Join(dir, "root"), cfg: filepath.Join(dir, "sos.hcl"), socket: filepath.Join(dir, "control.sock")}
+	testsupport.WriteTree(t, n.root, map[string]string{"proc/sys/net/core/rmem_max": "212992\n"})
+	return n
+}
+
+// run starts `sosappliance run` on the node's file, state and socket,
+// with the drift interval drift.
+func (n tuningNode) run(t *testing.T, drift string) *testsupport.Daemon {
+	t.Helper()
+	return testsupport.StartDaemon(t, testsupport.Command(t, mainChild, "run", "-c", n.cfg, "--node", "host1",
+		"--state", filepath.Join(n.dir, "state.db"), "--control-socket", n.socket,
+		"--root", n.root, "--metrics-listen", "", "--drift-interval", drift, "--settle", "50ms"))
+}
+
 // hostTuningFile is a node that only tunes one sysctl, over a temp tree.
 func hostTuningFile(rmem, daemonBlock string) string {
 	return `
@@ -140,15 +164,10 @@ func TestStatusWithTypoFile(t *testing.T) {
 // daemon still survives, by compile's recover, and its status names the
 // bug: TestCompilePanicIsAFailedLoad.) Found by review (helper-58).
 func TestRunSurvivesAFileThatPanickedTheValidator(t *testing.T) {
-	dir := t.TempDir()
-	root := filepath.Join(dir, "root")
-	testsupport.WriteTree(t, root, map[string]string{"proc/sys/net/core/rmem_max": "212992\n"})
-	cfg := filepath.Join(dir, "sos.hcl")
-	socket := filepath.Join(dir, "control.sock")
+	n := newTuningNode(t)
+	root, cfg, socket := n.root, n.cfg, n.socket
 	writeConfig(t, cfg, hostTuningFile("100000", ""))
-	d := testsupport.StartDaemon(t, testsupport.Command(t, mainChild, "run", "-c", cfg, "--node", "host1",
-		"--state", filepath.Join(dir, "state.db"), "--control-socket", socket,
-		"--root", root, "--metrics-listen", "", "--drift-interval", "1h", "--settle", "50ms"))
+	d := n.run(t, "1h")
 	testsupport.Eventually(t, converges, "first convergence", func() bool { return rmemMaxIn(t, root) == "100000" })
 
 	bad := hostTuningFile("100000", "") + `
@@ -367,15 +386,10 @@ func TestReloadSamePathsSpelledOtherwise(t *testing.T) {
 // --drift-interval`, which overrides it, took 1ns. It is refused too now.
 // Found by review (helper-60).
 func TestDriftIntervalFlagHasAFloor(t *testing.T) {
-	dir := t.TempDir()
-	root := filepath.Join(dir, "root")
-	testsupport.WriteTree(t, root, map[string]string{"proc/sys/net/core/rmem_max": "212992\n"})
-	cfg := filepath.Join(dir, "sos.hcl")
-	sock := filepath.Join(dir, "ctl.sock")
-	writeConfig(t, cfg, hostTuningFile("100000", ""))
-	d := testsupport.StartDaemon(t, testsupport.Command(t, mainChild, "run", "-c", cfg, "--node", "host1",
-		"--state", filepath.Join(dir, "state.db"), "--control-socket", sock,
-		"--root", root, "--metrics-listen", "", "--drift-interval", "1ns", "--settle", "50ms"))
+	n := newTuningNode(t)
+	sock := n.socket
+	writeConfig(t, n.cfg, hostTuningFile("100000", ""))
+	d := n.run(t, "1ns")
 	var st *appliance.Status
 	testsupport.Eventually(t, converges, "the daemon up, or refused", func() bool {
 		select {
@@ -405,19 +419,14 @@ func TestDriftIntervalFlagHasAFloor(t *testing.T) {
 // relays and controller with it. Now the edit is refused and the daemon
 // keeps running. Found by review (helper-60).
 func TestRunSurvivesNestingPastTheCount(t *testing.T) {
-	dir := t.TempDir()
-	root := filepath.Join(dir, "root")
-	testsupport.WriteTree(t, root, map[string]string{"proc/sys/net/core/rmem_max": "212992\n"})
-	cfg := filepath.Join(dir, "sos.hcl")
-	socket := filepath.Join(dir, "control.sock")
+	n := newTuningNode(t)
+	root, cfg, socket := n.root, n.cfg, n.socket
 	writeConfig(t, cfg, hostTuningFile("100000", ""))
-	d := testsupport.StartDaemon(t, testsupport.Command(t, mainChild, "run", "-c", cfg, "--node", "host1",
-		"--state", filepath.Join(dir, "state.db"), "--control-socket", socket,
-		"--root", root, "--metrics-listen", "", "--drift-interval", "1h", "--settle", "50ms"))
+	d := n.run(t, "1h")
 	testsupport.Eventually(t, converges, "first convergence", func() bool { return rmemMaxIn(t, root) == "100000" })
 
-	const n = 100000
-	writeConfig(t, cfg, hostTuningFile("100000", "")+"x = "+strings.Repeat(`["]",`, n)+"1"+strings.Repeat("]", n)+"\n")
+	const deep = 100000
+	writeConfig(t, cfg, hostTuningFile("100000", "")+"x = "+strings.Repeat(`["]",`, deep)+"1"+strings.Repeat("]", deep)+"\n")
 	testsupport.Eventually(t, converges, "the deep edit refused, or the daemon gone", func() bool {
 		select {
 		case <-d.Done():
