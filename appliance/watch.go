@@ -24,13 +24,16 @@ import (
 type ConfigWatcher struct {
 	path   string
 	settle time.Duration
-	w      *fsnotify.Watcher
+	// recheck is how often the file is looked at without an event.
+	recheck time.Duration
+	w       *fsnotify.Watcher
 	// dirs maps each directory watched to the one it was when the watch
 	// was added (nil once an event said it went): a directory replaced
 	// at that path is watched again. chain holds the directories the
 	// path and its links run through; the others are their parents,
 	// watched only to see them replaced.
 	dirs  map[string]os.FileInfo
+	want  map[string]bool // what the last watchDirs watched
 	chain map[string]bool
 	// files are the chain's files: the path and each link on its way.
 	files map[string]bool
@@ -46,7 +49,8 @@ func NewConfigWatcher(path string, settle time.Duration) (*ConfigWatcher, error)
 	if err != nil {
 		return nil, fmt.Errorf("watch %s: %w", path, err)
 	}
-	cw := &ConfigWatcher{path: path, settle: settle, w: w, dirs: map[string]os.FileInfo{}, chain: map[string]bool{}, files: map[string]bool{}, C: make(chan struct{}, 1)}
+	cw := &ConfigWatcher{path: path, settle: settle, recheck: recheckEvery, w: w, dirs: map[string]os.FileInfo{},
+		chain: map[string]bool{}, files: map[string]bool{}, want: map[string]bool{}, C: make(chan struct{}, 1)}
 	cw.last, _ = hashFile(path)
 	if err := cw.watchDirs(); err != nil {
 		w.Close()
@@ -62,6 +66,22 @@ func NewConfigWatcher(path string, settle time.Duration) (*ConfigWatcher, error)
 // its place is seen, and watched in turn. Only a directory of the path
 // that cannot be watched is an error; its parent is watched if it can be.
 func (cw *ConfigWatcher) watchDirs() error {
+	clear(cw.want)
+	if err := cw.watchChain(); err != nil {
+		return err
+	}
+	// What no longer is on the path (a release directory swapped out, a
+	// ConfigMap's old ..data target) is watched no more.
+	for name := range cw.dirs {
+		if !cw.want[name] {
+			_ = cw.w.Remove(name)
+			delete(cw.dirs, name)
+		}
+	}
+	return nil
+}
+
+func (cw *ConfigWatcher) watchChain() error {
 	p := cw.path
 	clear(cw.chain)
 	clear(cw.files)
@@ -87,6 +107,12 @@ func (cw *ConfigWatcher) watchDirs() error {
 		if err := cw.watchDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
+		// And the file itself: a write through another name of it (a
+		// file bind mount, a hard link) is an event of its own watch
+		// only.
+		if fi, err := os.Stat(file); err == nil && fi.Mode().IsRegular() {
+			_ = cw.watchDir(file)
+		}
 		_ = cw.watchDir(filepath.Dir(dir))
 		cw.watchLinksOn(raw)
 		target, err := os.Readlink(p)
@@ -108,6 +134,10 @@ func (cw *ConfigWatcher) Run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	var pending time.Time // the first event the timer waits out
+	// A look now and then, events or not: a mount over a directory of
+	// the path (or its unmount) raises none, nor does NFS.
+	recheck := time.NewTicker(cw.recheck)
+	defer recheck.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -149,6 +179,10 @@ func (cw *ConfigWatcher) Run(ctx context.Context) error {
 			// An overflow loses events; treat it as a possible change.
 			if errors.Is(err, fsnotify.ErrEventOverflow) {
 				timer.Reset(cw.settle)
+			}
+		case <-recheck.C:
+			if pending.IsZero() {
+				timer.Reset(0)
 			}
 		case <-timer.C:
 			pending = time.Time{}
@@ -199,6 +233,7 @@ func (cw *ConfigWatcher) watchDir(dir string) error {
 	if err != nil {
 		return err // gone for now: its parent's watch sees it come back
 	}
+	cw.want[dir] = true
 	old, watched := cw.dirs[dir]
 	if old != nil && os.SameFile(old, fi) {
 		return nil
@@ -217,7 +252,17 @@ func (cw *ConfigWatcher) watchDir(dir string) error {
 // off.
 func (cw *ConfigWatcher) maxSettle() time.Duration { return max(10*cw.settle, time.Second) }
 
+// recheckEvery is how often the watcher looks at the file without an
+// event.
+const recheckEvery = 10 * time.Second
+
+// hashFile hashes a regular file; anything else (a named pipe, whose
+// reading would block, or take a writer's output from the loader) is not
+// read.
 func hashFile(path string) ([sha256.Size]byte, error) {
+	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+		return [sha256.Size]byte{}, fmt.Errorf("%s is no regular file", path)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return [sha256.Size]byte{}, err

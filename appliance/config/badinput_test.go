@@ -479,15 +479,23 @@ func TestLongBinaryChainRefused(t *testing.T) {
 	n := (MaxFileSize - len(twoSitesWith) - 200) / 2
 	src := fmt.Sprintf(twoSitesWith, "    switch_port = 1"+strings.Repeat("+1", n), "")
 	src = strings.Replace(src, "    switch_port = 2\n", "", 1)
-	if os.Getenv("REVIEW61_CHILD") == "chain" {
-		_, _, diags, text := loadFileOf(t, src)
-		t.Logf("loaded: %d diagnostics\n%s", len(diags), headOf(text))
+	if dir := os.Getenv("CHAIN_CHILD_DIR"); dir != "" {
+		// The parent's temp directory: a stack overflow skips every
+		// cleanup of the child.
+		path := filepath.Join(dir, "sos.hcl")
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, _, diags := LoadFile(path)
+		for _, d := range diags {
+			t.Logf("loaded: %s", d.Summary)
+		}
 		return
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestLongBinaryChainRefused$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), "REVIEW61_CHILD=chain")
+	cmd.Env = append(os.Environ(), "CHAIN_CHILD_DIR="+t.TempDir())
 	out, err := cmd.CombinedOutput()
-	if err != nil {
+	if err != nil || !strings.Contains(string(out), "loaded: Config file nests too deep") {
 		t.Errorf("LoadFile of a %d KiB file with %d '+' in one expression: child %v:\n%s", len(src)>>10, n, err, firstLines(string(out), 12))
 		return
 	}
@@ -545,4 +553,112 @@ func TestLegitTextNotChained(t *testing.T) {
 			t.Errorf("%s: refused: %s: %s", name, d.Subject, d.Detail)
 		}
 	}
+}
+
+// nestedChains builds one expression that stays within every tooDeep
+// limit per level (at most maxUnary '-' in a row, at most maxChain
+// operators per expression) but repeats that across nested parentheses:
+// level k is  -…-( <level k+1> ) +1+1…+1. Evaluation recurses once per
+// unary operator and once per binary operator along the left spine, so
+// the depth is the sum over all levels, not the per-level cap.
+func nestedChains(levels, unary, chain int) string {
+	var b strings.Builder
+	for range levels {
+		b.WriteString(strings.Repeat("-", unary))
+		b.WriteString("(")
+	}
+	b.WriteString("1")
+	for range levels {
+		b.WriteString(")")
+		b.WriteString(strings.Repeat("+1", chain))
+	}
+	return b.String()
+}
+
+func nestedChainsFile(unary, budget int) (string, int) {
+	levels := maxNesting - 3 // the agent's switch_port sits 2 braces deep
+	if v := os.Getenv("NESTED_LEVELS"); v != "" {
+		fmt.Sscan(v, &levels)
+	}
+	base := fmt.Sprintf(twoSitesWith, "", "")
+	room := MaxFileSize - len(base) - 64 - levels*(unary+2)
+	chain := min(maxChain, room/2/levels)
+	if budget >= 0 {
+		chain = min(chain, budget)
+	}
+	expr := nestedChains(levels, unary, chain)
+	src := fmt.Sprintf(twoSitesWith, "    switch_port = "+expr, "")
+	src = strings.Replace(src, "    switch_port = 2\n", "", 1)
+	return src, levels * (unary + chain)
+}
+
+// TestNestedChainsWithinTheLimitsLoad: the worst file within tooDeep's
+// limits, each of 125 nested parentheses holding a full run of unary
+// operators and a full chain of binary ones, loads without overflowing
+// the stack. Before, the limits were per level only (4,096 each), and
+// such a file of 256 KiB (64 levels of 4,096 '-') ended the process; the
+// limits are now low enough that their sum along the nesting is safe.
+// Run in a child: a stack overflow is fatal. Found by review (helper-63).
+func TestNestedChainsWithinTheLimitsLoad(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		unary, chain int
+	}{{"unary only", maxUnary, 0}, {"binary only", 0, -1}, {"unary and binary", maxUnary, -1}} {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			src, frames := nestedChainsFile(c.unary, c.chain)
+			if os.Getenv("NESTED_CHILD") == c.name {
+				// The parent's temp directory: a stack overflow skips
+				// every cleanup of the child.
+				path := filepath.Join(os.Getenv("NESTED_DIR"), "sos.hcl")
+				if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				_, _, diags := LoadFile(path)
+				t.Logf("loaded: %d diagnostics", len(diags))
+				return
+			}
+			if d := tooDeep(Source{Filename: "sos.hcl", Bytes: []byte(src)}); d != nil {
+				t.Logf("tooDeep refuses it: %s", d.Detail)
+				return
+			}
+			if len(src) > MaxFileSize {
+				t.Fatalf("test file too large: %d", len(src))
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^TestNestedChainsWithinTheLimitsLoad$/^"+strings.ReplaceAll(c.name, " ", "_")+"$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), "NESTED_CHILD="+c.name, "NESTED_DIR="+t.TempDir())
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Errorf("LoadFile of a %d KiB file (tooDeep passes it; %d unary+binary operators nested along one spine): child %v:\n%s", len(src)>>10, frames, err, firstLines(string(out), 14))
+				return
+			}
+			t.Logf("child ok (%d KiB, %d operators):\n%s", len(src)>>10, frames, firstLines(string(out), 8))
+		})
+	}
+}
+
+// TestSplatChainCounted: an attribute splat ends with '*', which
+// operandEnd does not take for the end of an operand, so the '+' after
+// "a.*" goes uncounted; but the '.' of each "a.*" follows an operand and
+// is, and the chain is refused. Written by review (helper-63); it passed.
+func TestSplatChainCounted(t *testing.T) {
+	n := (MaxFileSize - len(twoSitesWith) - 200) / 4
+	src := fmt.Sprintf(twoSitesWith, "    switch_port = 1"+strings.Repeat("+a.*", n), "")
+	src = strings.Replace(src, "    switch_port = 2\n", "", 1)
+	if os.Getenv("NESTED_CHILD") == "splat" {
+		_, _, diags, text := loadFileOf(t, src)
+		t.Logf("loaded: %d diagnostics\n%s", len(diags), headOf(text))
+		return
+	}
+	if d := tooDeep(Source{Filename: "sos.hcl", Bytes: []byte(src)}); d != nil {
+		t.Logf("tooDeep refuses it: %s", d.Detail)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSplatChainCounted$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "NESTED_CHILD=splat")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("LoadFile of a %d KiB file with %d '+' after \"a.*\" (tooDeep passes it): child %v:\n%s", len(src)>>10, n, err, firstLines(string(out), 8))
+		return
+	}
+	t.Logf("child ok:\n%s", firstLines(string(out), 8))
 }

@@ -145,11 +145,17 @@ func Parse(src Source) (*Config, hcl.Diagnostics) {
 // Evaluating an expression recurses once per binary operator, index or
 // attribute of a chain ("1+1+...+1" builds a left-deep tree): more than
 // maxChain of them in one expression are refused too.
+//
+// The limits hold along every path through the nesting, not per level
+// only: each level may hold its own run and chain, and the recursion is
+// their sum over the levels open, so maxNesting x (maxUnary + maxChain)
+// (65,536) stays far below what overflows (about 230,000 unary
+// operators nested that way, helper-63's measure).
 const (
 	maxNesting      = 128
 	maxConditionals = 4096
-	maxUnary        = 4096
-	maxChain        = 4096
+	maxUnary        = 256
+	maxChain        = 256
 )
 
 func tooDeep(src Source) *hcl.Diagnostic {
