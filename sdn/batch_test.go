@@ -343,13 +343,7 @@ func TestRoleStatusRightAfterRoleReply(t *testing.T) {
 // datapath id are, at most once a second (refuseAnonymous). Found by
 // review (helper-54).
 func TestUndeclaredDatapathRefusalsLogBounded(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl := startController(t, sdn.Config{Listener: ln, Keepalive: time.Second, ResyncInterval: -1,
-		Switches: []flows.Switch{siteSwitch(0x5e60)}})
-	before := strings.Count(ctl.logs.String(), `msg="refusing switch" `)
+	ctl, ln, before := refusingController(t)
 	start := time.Now()
 	const n = 300
 	for i := range n {

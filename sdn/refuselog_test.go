@@ -24,13 +24,7 @@ import (
 // a line a second, with room for slow machines. Found by review
 // (helper-53).
 func TestRefusalsInHandshakeLogBounded(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl := startController(t, sdn.Config{Listener: ln, Keepalive: time.Second, ResyncInterval: -1,
-		Switches: []flows.Switch{siteSwitch(0x5e60)}})
-	before := strings.Count(ctl.logs.String(), `msg="refusing switch" `)
+	ctl, ln, before := refusingController(t)
 	start := time.Now()
 	const n = 2000
 	for range n {
@@ -95,4 +89,18 @@ func TestFlowModRefusalsLogBounded(t *testing.T) {
 	if logged > sent {
 		t.Errorf("the controller's log grew by %d bytes for %d bytes from one switch: one Warn line per refused flow mod", logged, sent)
 	}
+}
+
+// refusingController starts a controller on a listener of its own that
+// declares one switch, for tests that connect and get refused; it returns
+// them and how many "refusing switch" lines the log held at the start.
+func refusingController(t *testing.T) (*running, net.Listener, int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := startController(t, sdn.Config{Listener: ln, Keepalive: time.Second, ResyncInterval: -1,
+		Switches: []flows.Switch{siteSwitch(0x5e60)}})
+	return ctl, ln, strings.Count(ctl.logs.String(), `msg="refusing switch" `)
 }

@@ -23,8 +23,8 @@ import (
 
 // divertTopology: this (fresh) namespace is the agent, with sosa0
 // 10.9.1.1/24; a named client namespace has sosc0 10.9.1.10/24 routed
-// through the agent. It returns the client namespace handle.
-func divertTopology(t *testing.T) netns.NsHandle {
+// through the agent. It returns the client namespace's name and handle.
+func divertTopology(t *testing.T) (string, netns.NsHandle) {
 	t.Helper()
 	client := fmt.Sprintf("sosdivc%d", os.Getpid())
 	run(t, "ip", "netns", "add", client)
@@ -41,7 +41,7 @@ func divertTopology(t *testing.T) netns.NsHandle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Close() })
-	return ns
+	return client, ns
 }
 
 // transparentListener listens on addr with IP_TRANSPARENT, as the
@@ -151,7 +151,7 @@ func TestWhitelistChangeKeepsDivertedConnectionsInNetns(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "nft", "ip") {
 		return
 	}
-	client := divertTopology(t)
+	_, client := divertTopology(t)
 	applySpec(t, divertSpec(portrange.Single(5201), portrange.Range{Lo: 6000, Hi: 6010}))
 	echoWithLocalAddr(t)
 
@@ -187,7 +187,7 @@ func TestNoUndivertedWindowDuringWhitelistChangesInNetns(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "nft", "ip") {
 		return
 	}
-	client := divertTopology(t)
+	_, client := divertTopology(t)
 	a := divertSpec(portrange.Single(5201))
 	b := divertSpec(portrange.Single(5201), portrange.Range{Lo: 7000, Hi: 7100}, portrange.Single(22))
 	applySpec(t, a)
@@ -259,7 +259,7 @@ func TestWholeRangesReadBackAndDivertInNetns(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "nft", "ip") {
 		return
 	}
-	client := divertTopology(t)
+	_, client := divertTopology(t)
 	spec := item.SteeringSpec{
 		Interface:  "sosa0",
 		ListenPort: 9876,

@@ -170,16 +170,7 @@ func TestSteeringDivertsToTransparentListenerInNetns(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "nft", "ip", "curl") {
 		return
 	}
-	client := fmt.Sprintf("sosc%d", os.Getpid())
-	run(t, "ip", "netns", "add", client)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", client).Run() })
-	run(t, "ip", "link", "add", "sosa0", "type", "veth", "peer", "name", "sosc0", "netns", client)
-	run(t, "ip", "addr", "add", "10.9.1.1/24", "dev", "sosa0")
-	run(t, "ip", "link", "set", "sosa0", "up")
-	run(t, "ip", "link", "set", "lo", "up")
-	run(t, "ip", "-n", client, "addr", "add", "10.9.1.10/24", "dev", "sosc0")
-	run(t, "ip", "-n", client, "link", "set", "sosc0", "up")
-	run(t, "ip", "-n", client, "route", "add", "default", "via", "10.9.1.1")
+	client, _ := divertTopology(t)
 
 	spec := testSteeringSpec()
 	items, err := spec.Items()
