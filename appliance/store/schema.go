@@ -12,7 +12,8 @@ package store
 //	items/
 //	  <kind>/<key>    JSON Record: an item the appliance owns
 //	history/
-//	  <serial>        8-byte big-endian serial -> JSON HistoryEntry
+//	  <serial>        8-byte big-endian serial -> JSON HistoryEntry; the
+//	                  newest MaxHistory only
 //
 // Values are JSON so that `bbolt` tools and later schema versions can read
 // them without this package's Go types.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -39,6 +40,10 @@ type Options struct {
 	// LockTimeout is how long to wait for a database held by another
 	// process; zero means DefaultLockTimeout.
 	LockTimeout time.Duration
+	// MustExist refuses to create the database: Open fails with an error
+	// wrapping ErrNoDatabase when there is no file (rollback, which has
+	// nothing to restore from a new one, and a daemon whose database went).
+	MustExist bool
 }
 
 // Store is an open state database. Its methods are safe for concurrent use;
@@ -134,18 +139,35 @@ func Open(path string, opts Options) (*Store, error) {
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
+	if err := checkFile(path, opts.MustExist); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("state database directory: %w", err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
+	var db *bolt.DB
+	err := guarded(path, func() error {
+		var err error
+		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
+		return err
+	})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, &InUseError{Path: path, PID: lockHolder(path)}
+	}
+	var corrupt *CorruptError
+	if errors.As(err, &corrupt) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open state database %s: %w", path, err)
 	}
 	s := &Store{db: db, path: path}
-	if err := s.initSchema(); err != nil {
+	if err := guarded(path, func() error {
+		if err := readAll(db); err != nil {
+			return err
+		}
+		return s.initSchema()
+	}); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -156,23 +178,37 @@ func Open(path string, opts Options) (*Store, error) {
 // an older schema up to SchemaVersion, and reads the lineage.
 func (s *Store) initSchema() error {
 	return s.db.Update(func(tx *bolt.Tx) error {
+		// A database with no bucket at all is new; one that has some must
+		// have them all and say its version, or what it recorded is gone.
+		fresh := true
 		for _, b := range allBuckets {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return fmt.Errorf("create bucket %s: %w", b, err)
-			}
+			fresh = fresh && tx.Bucket(b) == nil
 		}
-		meta := tx.Bucket(bucketMeta)
 		version := uint64(0) // a database initialised just now
-		if v := meta.Get(keySchemaVersion); v != nil {
-			if len(v) != 8 {
-				return fmt.Errorf("state database %s: corrupt schema version", s.path)
+		if meta := tx.Bucket(bucketMeta); meta != nil {
+			if v := meta.Get(keySchemaVersion); v != nil {
+				if len(v) != 8 {
+					return &CorruptError{Path: s.path, Reason: "its schema version is not 8 bytes"}
+				}
+				version = binary.BigEndian.Uint64(v)
 			}
-			version = binary.BigEndian.Uint64(v)
 		}
 		if version > SchemaVersion {
 			return fmt.Errorf("state database %s has schema version %d; this sosappliance understands up to %d",
 				s.path, version, SchemaVersion)
 		}
+		if !fresh && version == 0 {
+			return &CorruptError{Path: s.path, Reason: "it records no schema version"}
+		}
+		for _, b := range allBuckets {
+			if !fresh && tx.Bucket(b) == nil {
+				return &CorruptError{Path: s.path, Reason: fmt.Sprintf("its %q bucket is missing", b)}
+			}
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return fmt.Errorf("create bucket %s: %w", b, err)
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
 		if version < 2 {
 			// New, or version 1 from before lineages: this open starts
 			// the lineage.
@@ -341,9 +377,36 @@ func (s *Store) BeginApply(planSerial uint64, entry HistoryEntry) (uint64, error
 		if entry.PID == 0 {
 			entry.PID = os.Getpid()
 		}
-		return putHistory(tx, entry)
+		if err := putHistory(tx, entry); err != nil {
+			return err
+		}
+		return pruneHistory(tx, serial)
 	})
 	return serial, err
+}
+
+// MaxHistory is how many history entries the database keeps: every drift
+// the daemon corrects is an apply, so a process fighting the appliance
+// over a setting would otherwise grow the file without bound.
+const MaxHistory = 1000
+
+// pruneHistory deletes the entries older than the newest MaxHistory.
+func pruneHistory(tx *bolt.Tx, newest uint64) error {
+	if newest <= MaxHistory {
+		return nil
+	}
+	b := tx.Bucket(bucketHistory)
+	var old [][]byte
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil && len(k) == 8 && binary.BigEndian.Uint64(k) <= newest-MaxHistory; k, _ = c.Next() {
+		old = append(old, slices.Clone(k))
+	}
+	for _, k := range old {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // FinishApply records the outcome of the apply at serial.

@@ -1,0 +1,173 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"os"
+	"runtime"
+	"runtime/debug"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The state database holds the only record of the values the host had
+// before the appliance changed them, so a damaged file must be an error
+// that names it, never a crash (every command, rollback included, would
+// die on it) and never an empty database (the next apply would record the
+// appliance's own values as the host's). bbolt maps the file and trusts
+// it: a file shorter than its meta page says faults the process with
+// SIGBUS when a page past the end is read, and garbage in a page panics.
+// So Open looks at the file before bbolt does, and reads every page once,
+// under a recover, before anything else reads it.
+
+// CorruptError reports a state database that cannot be read as one.
+type CorruptError struct {
+	Path   string
+	Reason string
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("state database %s is damaged: %s; the values it recorded before the appliance changed the host "+
+		"cannot be read from it: restore it from a backup, or move it away to start a new one (rollback then has nothing to restore)",
+		e.Path, e.Reason)
+}
+
+// ErrNoDatabase is wrapped by Open's error when Options.MustExist is set
+// and there is no file at the path.
+var ErrNoDatabase = errors.New("no state database")
+
+// bbolt's meta page: a 16-byte page header, then magic, version, page size,
+// flags (4 bytes each), the root bucket (16), the freelist's page, the high
+// water mark (the page count) and the transaction id (8 each), and an FNV-1a
+// checksum of all of it before the checksum, in the machine's byte order.
+const (
+	boltMagic       = 0xED0CDAED
+	boltVersion     = 2
+	metaStart       = 16
+	metaPageSize    = metaStart + 8
+	metaPgid        = metaStart + 40
+	metaTxid        = metaStart + 48
+	metaChecksum    = metaStart + 56
+	metaBytesNeeded = metaChecksum + 8
+)
+
+// boltMeta is what checkFile reads of one meta page.
+type boltMeta struct {
+	pageSize uint32
+	pages    uint64 // the high water mark
+	txid     uint64
+}
+
+// readMeta reads the meta page at off; ok is false if it is not a valid one.
+func readMeta(f *os.File, off int64) (boltMeta, bool) {
+	b := make([]byte, metaBytesNeeded)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return boltMeta{}, false
+	}
+	ne := binary.NativeEndian
+	if ne.Uint32(b[metaStart:]) != boltMagic || ne.Uint32(b[metaStart+4:]) != boltVersion {
+		return boltMeta{}, false
+	}
+	h := fnv.New64a()
+	h.Write(b[metaStart:metaChecksum])
+	if h.Sum64() != ne.Uint64(b[metaChecksum:]) {
+		return boltMeta{}, false
+	}
+	return boltMeta{pageSize: ne.Uint32(b[metaPageSize:]), pages: ne.Uint64(b[metaPgid:]), txid: ne.Uint64(b[metaTxid:])}, true
+}
+
+// checkFile looks at an existing file before bbolt maps it: it must not
+// be empty, and it must be as long as the meta page bbolt will use says.
+// A file whose meta pages are both invalid is left to bbolt, which
+// refuses it with an error.
+func checkFile(path string, mustExist bool) error {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if mustExist {
+			return fmt.Errorf("%w at %s", ErrNoDatabase, path)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open state database %s: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("open state database %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil // bbolt names what it is
+	}
+	if fi.Size() == 0 {
+		return &CorruptError{Path: path, Reason: "the file is empty (0 bytes)"}
+	}
+	m0, ok0 := readMeta(f, 0)
+	var m1 boltMeta
+	ok1 := false
+	for _, size := range []int64{int64(m0.pageSize), int64(os.Getpagesize())} {
+		if size >= 1024 && !ok1 {
+			m1, ok1 = readMeta(f, size)
+		}
+	}
+	m := m0
+	switch {
+	case ok0 && ok1 && m1.txid > m0.txid, !ok0 && ok1:
+		m = m1
+	case !ok0 && !ok1:
+		if fi.Size() < int64(os.Getpagesize())*2 {
+			return &CorruptError{Path: path, Reason: fmt.Sprintf("it is %d bytes, shorter than a database's first two pages", fi.Size())}
+		}
+		return nil
+	}
+	if need := int64(m.pages) * int64(m.pageSize); fi.Size() < need {
+		return &CorruptError{Path: path, Reason: fmt.Sprintf("it is truncated: %d bytes, where its header says %d pages of %d (%d bytes)",
+			fi.Size(), m.pages, m.pageSize, need)}
+	}
+	return nil
+}
+
+// guarded runs fn and turns a panic or a memory fault in it (bbolt
+// reading a damaged page) into a *CorruptError.
+func guarded(path string, fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = &CorruptError{Path: path, Reason: fmt.Sprint(r)}
+		}
+	}()
+	return fn()
+}
+
+// readAll reads every page of the database once: every bucket, nested or
+// not, and both ends of every value (a value's bytes past its first page
+// are on overflow pages).
+func readAll(db *bolt.DB) error {
+	var sink byte
+	err := db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error { return readBucket(b, &sink) })
+	})
+	runtime.KeepAlive(sink)
+	return err
+}
+
+func readBucket(b *bolt.Bucket, sink *byte) error {
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if v == nil {
+			if nb := b.Bucket(k); nb != nil {
+				if err := readBucket(nb, sink); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if len(v) > 0 {
+			*sink ^= v[0] ^ v[len(v)-1]
+		}
+	}
+	return nil
+}
