@@ -93,6 +93,10 @@ type Daemon struct {
 	// them even when the file is the last good one again.
 	keptNew []string
 
+	// stateLineage is the lineage of the state database this daemon
+	// opened first (nil before); see openState.
+	stateLineage atomic.Pointer[string]
+
 	// beat is the unix time the main loop last turned, for the watchdog.
 	beat atomic.Int64
 
@@ -233,6 +237,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.mu.Unlock()
 	d.log.Info("starting", "roles", c.want.Roles, "config", c.src.Filename, "sha256", c.src.Hash()[:12])
 
+	// Held while the daemon runs: a rollback refuses meanwhile (see
+	// store.LockAgainstDaemon), and so does a second daemon.
+	runLock, err := store.LockForDaemon(d.started.state, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer runLock.Release()
+
 	ctl, err := ListenControl(d.controlPath(c.cfg), d.Status, WithFlowPlanner(d.planFlows))
 	if err != nil {
 		return err
@@ -282,11 +294,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			d.note.stopping()
-			d.log.Info("stopping")
 			d.mu.Lock()
 			cfg := d.cfg
 			d.mu.Unlock()
+			d.note.stopping(shutdownGrace(cfg) + stopMargin)
+			d.log.Info("stopping")
 			d.shutdown(cfg)
 			return nil
 		case <-hup:
@@ -548,9 +560,9 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 	// before anything starts. The store stays open until the host is
 	// done, so the plan cannot go stale, and no longer: the CLI reads it
 	// while old relays drain.
-	st, err := store.Open(d.statePath(c.cfg), store.Options{LockTimeout: 5 * time.Second})
+	st, err := d.openState(c.cfg)
 	if err != nil {
-		return fmt.Errorf("open state: %w", err)
+		return err
 	}
 	stOpen := true
 	closeStore := func() {
@@ -1047,13 +1059,23 @@ func (d *Daemon) checkDriftLocked(ctx context.Context) {
 // shutdown stops accepting, lets live sessions finish up to the configured
 // timeout, and stops the controller. Switch flows stay in place unless the
 // config asks to remove them.
+// shutdownGrace is how long a stop lets the relays drain:
+// daemon.shutdown_timeout.
+func shutdownGrace(cfg *config.Config) time.Duration {
+	if cfg == nil {
+		return config.DefaultShutdownTimeout
+	}
+	return cfg.Daemon.ShutdownTimeout
+}
+
+// stopMargin is what a stop takes beyond the relays' drain: the
+// controller's and the cluster's goodbyes.
+const stopMargin = 15 * time.Second
+
 func (d *Daemon) shutdown(cfg *config.Config) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	grace := 30 * time.Second
-	if cfg != nil {
-		grace = cfg.Daemon.ShutdownTimeout
-	}
+	grace := shutdownGrace(cfg)
 	// Resign first, so another controller takes over at once.
 	if rc := d.cl; rc != nil {
 		d.cl = nil
@@ -1243,12 +1265,42 @@ type storeHandle = *store.Store
 // again, so the CLI can read it between runs. A CLI holding it briefly only
 // delays the daemon by the lock timeout.
 func (d *Daemon) withStore(cfg *config.Config, fn func(storeHandle) (plan.Plan, Result, error)) (plan.Plan, Result, error) {
-	st, err := store.Open(d.statePath(cfg), store.Options{LockTimeout: 5 * time.Second})
+	st, err := d.openState(cfg)
 	if err != nil {
-		return plan.Plan{}, Result{}, fmt.Errorf("open state: %w", err)
+		return plan.Plan{}, Result{}, err
 	}
 	defer st.Close()
 	return fn(st)
+}
+
+// openState opens the state database for one convergence. The daemon's
+// first open may create it; every later one must find the database that
+// one opened. A database removed or replaced under a running daemon
+// would otherwise be an empty one, and the next change would record the
+// appliance's own values as the host's originals: so the convergence
+// fails instead, each time, until the file is put back or the daemon is
+// restarted, which starts a new record knowingly.
+func (d *Daemon) openState(cfg *config.Config) (*store.Store, error) {
+	path := d.statePath(cfg)
+	lineage := d.stateLineage.Load()
+	st, err := store.Open(path, store.Options{LockTimeout: 5 * time.Second, MustExist: lineage != nil})
+	if errors.Is(err, store.ErrNoDatabase) {
+		return nil, fmt.Errorf("open state: the state database %s went away while this daemon ran; put it back, or restart "+
+			"sosappliance to begin a new one (the values it recorded before the appliance changed the host, which rollback restores, are lost with it)", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open state: %w", err)
+	}
+	switch {
+	case lineage == nil:
+		l := st.Lineage()
+		d.stateLineage.Store(&l)
+	case *lineage != st.Lineage():
+		st.Close()
+		return nil, fmt.Errorf("open state: the state database %s was replaced while this daemon ran (lineage %s, now %s); put the "+
+			"first back, or restart sosappliance to go on with this one", path, *lineage, st.Lineage())
+	}
+	return st, nil
 }
 
 // planFlows diffs the given switches against the live flow tables of the

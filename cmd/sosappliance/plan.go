@@ -259,21 +259,37 @@ func newRollbackCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			statePath := nf.state
+			statePath, guessed := nf.state, false
 			if statePath == "" {
 				// The config names the store; an unreadable config must
-				// not stop a rollback, so fall back to the default path.
+				// not stop a rollback, so fall back to the default path,
+				// but only to a database that is there.
 				if cfg, _, diags := loadConfigQuiet(nf.config); cfg != nil && !diags {
 					statePath = cfg.Daemon.StatePath
 				} else {
-					statePath = nf.statePath(nil)
+					statePath, guessed = nf.statePath(nil), true
 				}
 			}
-			st, err := openStore(statePath)
+			held, err := store.LockAgainstDaemon(statePath)
 			if err != nil {
 				return err
 			}
+			defer held.Release()
+			st, err := store.Open(statePath, store.Options{MustExist: true})
+			switch {
+			case errors.Is(err, store.ErrNoDatabase) && guessed:
+				return fmt.Errorf("%s cannot be read, so the state database it names is unknown, and there is none at the default %s: "+
+					"fix the file, or pass --state PATH", nf.config, statePath)
+			case errors.Is(err, store.ErrNoDatabase):
+				fmt.Fprintf(cmd.OutOrStdout(), "No state database at %s: nothing is recorded there to roll back.\n", statePath)
+				return nil
+			case err != nil:
+				return fmt.Errorf("open state: %w", err)
+			}
 			defer st.Close()
+			if guessed {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s cannot be read; rolling back the state database at the default path, %s\n", nf.config, statePath)
+			}
 			execs := tuning.Executors(nf.root)
 			p, err := appliance.PlanRollback(cmd.Context(), st, execs, node, forgetGone)
 			if err != nil {
