@@ -490,13 +490,15 @@ func (c *SwitchConn) readLoop(br *bufio.Reader) {
 			c.fail(err)
 			return
 		}
-		m, size, err := readMessage(br)
+		m, h, err := readMessage(br)
 		var de *ofp13.DecodeError
 		switch {
 		case errors.As(err, &de) && !errors.Is(err, errFraming):
 			// The frame was whole, only its content is malformed: report
-			// it and carry on with the next message.
+			// it, fail the request it answers, and carry on with the next
+			// message.
 			c.limitedWarn("malformed message from switch", "err", err)
+			c.failAnswered(h, err)
 			continue
 		case err != nil:
 			var ne net.Error
@@ -507,7 +509,27 @@ func (c *SwitchConn) readLoop(br *bufio.Reader) {
 			return
 		}
 		c.lastRecv.Store(time.Now().UnixNano())
-		c.dispatch(m, size)
+		c.dispatch(m, int(h.Length))
+	}
+}
+
+// failAnswered fails the request that a message the controller could not
+// decode answered (its transaction id, and its type if it was not an
+// error): a part of a flow dump that is left out must not leave the dump
+// looking whole, with the flows it held neither kept nor deleted, and an
+// error that cannot be read is still the switch refusing.
+func (c *SwitchConn) failAnswered(h ofp13.Header, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pending[h.XID]
+	if p == nil || h.Type != ofp13.TypeError && p.reply != 0 && h.Type != p.reply {
+		return
+	}
+	p.err = fmt.Errorf("malformed %s from switch: %w", h.Type, err)
+	if !p.quiet {
+		p.replies = nil
+		delete(c.pending, h.XID)
+		close(p.done)
 	}
 }
 
@@ -637,14 +659,48 @@ func replyCost(m ofp13.Message) int {
 	n := 0
 	for i := range r.Stats {
 		st := &r.Stats[i]
-		n += int(unsafe.Sizeof(*st)) + len(st.Match.Fields)*int(unsafe.Sizeof(ofp13.OXM{})) + len(st.Instructions)*instructionCost
+		n += int(unsafe.Sizeof(*st)) + len(st.Match.Fields)*int(unsafe.Sizeof(ofp13.OXM{})) + instructionsCost(st.Instructions)
 	}
 	return n
 }
 
 // instructionCost is what replyCost counts for a decoded instruction: its
-// interface value and struct, and an action or two.
-const instructionCost = 96
+// interface value and struct. actionCost is what it counts for each
+// action an instruction holds: its interface value and struct (a
+// set_field's OXM is the largest) and its share of the slice's growth;
+// the bytes an action or instruction holds come on top. An 8-byte action
+// on the wire costs about 72 bytes decoded, so a flow dump padded with
+// actions must be counted by its actions, not its instructions.
+const (
+	instructionCost = 64
+	actionCost      = 96
+)
+
+func instructionsCost(ins []ofp13.Instruction) int {
+	n := 0
+	for _, in := range ins {
+		n += instructionCost
+		var acts []ofp13.Action
+		switch in := in.(type) {
+		case *ofp13.ApplyActions:
+			acts = in.Actions
+		case *ofp13.WriteActions:
+			acts = in.Actions
+		case *ofp13.InstructionRaw:
+			n += len(in.Body)
+		}
+		for _, a := range acts {
+			n += actionCost
+			switch a := a.(type) {
+			case *ofp13.ActionSetField:
+				n += len(a.Field.Value) + len(a.Field.Mask)
+			case *ofp13.ActionRaw:
+				n += len(a.Body)
+			}
+		}
+	}
+	return n
+}
 
 // register reserves an xid for msg and tracks it.
 func (c *SwitchConn) register(msg ofp13.Message, quiet bool, limit ReplyLimit) (*pending, error) {
@@ -1087,22 +1143,23 @@ func (c *SwitchConn) RemoveOwnedFlows(ctx context.Context) error {
 // errFraming marks decode errors that leave the stream unusable.
 var errFraming = errors.New("framing")
 
-// readMessage reads one message and returns it with its size.
-func readMessage(br *bufio.Reader) (ofp13.Message, int, error) {
+// readMessage reads one message and returns it with its header, which
+// says its size, and its transaction id even when the body is malformed.
+func readMessage(br *bufio.Reader) (ofp13.Message, ofp13.Header, error) {
 	hdr, err := br.Peek(ofp13.HeaderLen)
 	if err != nil {
-		return nil, 0, err
+		return nil, ofp13.Header{}, err
 	}
 	h, err := ofp13.ParseHeader(hdr)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: %w", errFraming, err)
+		return nil, ofp13.Header{}, fmt.Errorf("%w: %w", errFraming, err)
 	}
 	buf := make([]byte, h.Length)
 	if _, err := io.ReadFull(br, buf); err != nil {
-		return nil, 0, err
+		return nil, ofp13.Header{}, err
 	}
 	m, err := ofp13.Unmarshal(buf)
-	return m, len(buf), err
+	return m, h, err
 }
 
 // maxHandshakeMessage bounds each message before the features reply: a
