@@ -31,7 +31,12 @@ func (n notifier) reloading() {
 	n.send(fmt.Sprintf("%s\nMONOTONIC_USEC=%d", daemon.SdNotifyReloading, monotonicUsec()))
 }
 
-func (n notifier) stopping() { n.send(daemon.SdNotifyStopping) }
+// stopping says the daemon stops and needs up to take for it: systemd
+// kills a unit still stopping after its TimeoutStopSec (90 s unless set),
+// which a longer daemon.shutdown_timeout would cut mid-drain.
+func (n notifier) stopping(take time.Duration) {
+	n.send(fmt.Sprintf("%s\nEXTEND_TIMEOUT_USEC=%d", daemon.SdNotifyStopping, take.Microseconds()))
+}
 
 func (n notifier) status(s string) { n.send("STATUS=" + s) }
 

@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sosappliance/sosappliance/appliance/config"
 )
 
 // TestDaemonSystemdNotify plays systemd's side of Type=notify: a datagram
@@ -69,5 +72,12 @@ func TestDaemonSystemdNotify(t *testing.T) {
 	}
 	next("READY=1")
 	td.stop()
-	next("STOPPING=1")
+	// The stop asks for the drain's time and more: systemd's stop timeout
+	// (90 s unless the unit sets one) would otherwise cut a longer
+	// shutdown_timeout (found by review, helper-66).
+	stopping := next("STOPPING=1")
+	want := fmt.Sprintf("EXTEND_TIMEOUT_USEC=%d", (config.DefaultShutdownTimeout + stopMargin).Microseconds())
+	if !strings.Contains(stopping, want) {
+		t.Errorf("STOPPING without %s: %q", want, stopping)
+	}
 }

@@ -85,6 +85,12 @@ func DebianChangelog(pkg, upstream, revision, maintainer string, built time.Time
 	snapshot := fmt.Sprintf("Snapshot build %s; the upstream changelog is changelog.gz.", upstream)
 	var entries []entry
 	rest := releases
+	if len(rest) > 1 && rest[0].Version == "" && tagVersion(rest[1].Version) == upstream {
+		// A build of a release whose changelog keeps an Unreleased
+		// heading on top (empty right after a release, as Keep a
+		// Changelog has it): the release heads the log.
+		rest = rest[1:]
+	}
 	switch {
 	case len(rest) > 0 && rest[0].Version == "":
 		changes := rest[0].Changes

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
@@ -124,9 +125,9 @@ func TestDebInstallLifecycle(t *testing.T) {
 		t.Error("reinstalling replaced the pre-shared key")
 	}
 
-	// Remove: the program goes, configuration, key and state stay.
-	state := []byte("state written by the daemon")
-	writeFile(t, stateFile, state, 0o600)
+	// Remove: the program goes (rolling back a state database that
+	// records nothing), configuration, key and state stay.
+	lineage := stateLineage(t, stateFile)
 	mustDpkg(t, "--remove", PackageName)
 	if s := dpkgStatus(t, PackageName); s != "config-files" {
 		t.Errorf("after dpkg --remove the status is %q, want config-files", s)
@@ -142,8 +143,8 @@ func TestDebInstallLifecycle(t *testing.T) {
 	if !bytes.Equal(readFile(t, PSKPath), psk) {
 		t.Error("dpkg --remove did not keep the pre-shared key")
 	}
-	if !bytes.Equal(readFile(t, stateFile), state) {
-		t.Error("dpkg --remove did not keep the state store")
+	if got := stateLineage(t, stateFile); got != lineage {
+		t.Errorf("dpkg --remove did not keep the state store: its lineage is %s, was %s", got, lineage)
 	}
 
 	// Purge: nothing of the package is left.
@@ -161,6 +162,18 @@ func TestDebInstallLifecycle(t *testing.T) {
 	}
 	mustDpkg(t, "--purge", PackageName)
 	checkPurged(t)
+}
+
+// stateLineage opens (or makes) the state database at path, as the
+// daemon would, and returns its lineage.
+func stateLineage(t *testing.T, path string) string {
+	t.Helper()
+	st, err := store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	return st.Lineage()
 }
 
 func checkPurged(t *testing.T) {
