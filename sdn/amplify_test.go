@@ -13,14 +13,10 @@ import (
 	"github.com/sosappliance/sosappliance/sdn/ofp13"
 )
 
-// fatFlowPart is one FLOW multipart reply part of 65,528 bytes that
-// holds a single flow entry whose match is 16,365 empty OXM fields of an
-// unassigned class: 4 bytes each on the wire, a 56-byte ofp13.OXM each
-// once decoded.
-func fatFlowPart(xid uint32, more bool) []byte {
-	const k = 16365
-	matchLen := 4 + 4*k
-	entryLen := 48 + matchLen
+// flowReplyStart is a FLOW multipart reply part up to the length of its
+// one flow entry of entryLen bytes (the length is not set: it is written
+// once the message is whole).
+func flowReplyStart(xid uint32, more bool, entryLen int) []byte {
 	b := make([]byte, 0, 16+entryLen)
 	b = append(b, ofp13.Version, byte(ofp13.TypeMultipartReply), 0, 0)
 	b = binary.BigEndian.AppendUint32(b, xid)
@@ -31,7 +27,18 @@ func fatFlowPart(xid uint32, more bool) []byte {
 	}
 	b = binary.BigEndian.AppendUint16(b, flags)
 	b = append(b, 0, 0, 0, 0)
-	b = binary.BigEndian.AppendUint16(b, uint16(entryLen))
+	return binary.BigEndian.AppendUint16(b, uint16(entryLen))
+}
+
+// fatFlowPart is one FLOW multipart reply part of 65,528 bytes that
+// holds a single flow entry whose match is 16,365 empty OXM fields of an
+// unassigned class: 4 bytes each on the wire, a 56-byte ofp13.OXM each
+// once decoded.
+func fatFlowPart(xid uint32, more bool) []byte {
+	const k = 16365
+	matchLen := 4 + 4*k
+	entryLen := 48 + matchLen
+	b := flowReplyStart(xid, more, entryLen)
 	b = append(b, make([]byte, 46)...)
 	b = binary.BigEndian.AppendUint16(b, ofp13.MatchTypeOXM)
 	b = binary.BigEndian.AppendUint16(b, uint16(matchLen))

@@ -21,18 +21,8 @@ func setFieldFlowPart64(xid uint32, prio uint16, more bool, action [8]byte) []by
 	const k = 8181
 	instLen := 8 + 8*k
 	entryLen := 48 + 8 + instLen
-	b := make([]byte, 0, 16+entryLen)
-	b = append(b, ofp13.Version, byte(ofp13.TypeMultipartReply), 0, 0)
-	b = binary.BigEndian.AppendUint32(b, xid)
-	b = binary.BigEndian.AppendUint16(b, uint16(ofp13.MultipartFlow))
-	flags := uint16(0)
-	if more {
-		flags = ofp13.MultipartMore
-	}
-	b = binary.BigEndian.AppendUint16(b, flags)
-	b = append(b, 0, 0, 0, 0)
 	// ofp_flow_stats: length, table, pad, durations, priority, ...
-	b = binary.BigEndian.AppendUint16(b, uint16(entryLen))
+	b := flowReplyStart(xid, more, entryLen)
 	fixed := make([]byte, 46)
 	binary.BigEndian.PutUint16(fixed[10:], prio) // priority at entry offset 12
 	b = append(b, fixed...)
