@@ -517,20 +517,29 @@ func (c *SwitchConn) readLoop(br *bufio.Reader) {
 // decode answered (its transaction id, and its type if it was not an
 // error): a part of a flow dump that is left out must not leave the dump
 // looking whole, with the flows it held neither kept nor deleted, and an
-// error that cannot be read is still the switch refusing.
+// error that cannot be read is still the switch refusing. A flow mod has
+// no reply: only an error answers it, and the first one stands (a
+// malformed message of another type with its id is ignored, as a
+// well-formed one is).
 func (c *SwitchConn) failAnswered(h ofp13.Header, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.pending[h.XID]
-	if p == nil || h.Type != ofp13.TypeError && p.reply != 0 && h.Type != p.reply {
+	switch {
+	case p == nil:
+		return
+	case p.quiet:
+		if h.Type == ofp13.TypeError && p.err == nil {
+			p.err = fmt.Errorf("malformed %s from switch: %w", h.Type, err)
+		}
+		return
+	case h.Type != ofp13.TypeError && p.reply != 0 && h.Type != p.reply:
 		return
 	}
 	p.err = fmt.Errorf("malformed %s from switch: %w", h.Type, err)
-	if !p.quiet {
-		p.replies = nil
-		delete(c.pending, h.XID)
-		close(p.done)
-	}
+	p.replies = nil
+	delete(c.pending, h.XID)
+	close(p.done)
 }
 
 // answerEchoes writes the echo replies the reader queued. It is the one
@@ -756,13 +765,14 @@ var DefaultReplyLimit = ReplyLimit{Parts: 1024, Bytes: 16 << 20}
 // The margin covers owned flows a larger earlier configuration left
 // behind, and entries bigger than the appliance's own. The bytes count
 // what the entries take decoded too (replyCost): an appliance flow with a
-// port range some 610 in all, 136 of them on the wire; 2,304 an entry
-// keeps the margin 512 bytes on the wire gave, and holds a dump of
-// minimal entries (56 bytes on the wire, some 150 decoded) to about 40
-// MiB of heap.
+// port range some 774 in all, its actions counted (816 measured in the
+// heap), 136 of them on the wire; 2,944 an entry keeps the margin 512
+// bytes on the wire gave (a stale table of some 62,000 appliance flows
+// still dumps, to be shrunk), and holds a dump of minimal entries (56
+// bytes on the wire, some 150 decoded) to about 50 MiB of heap.
 func FlowReplyLimit(expected int) ReplyLimit {
 	n := 4*expected + 16384
-	return ReplyLimit{Parts: n, Bytes: n * 2304}
+	return ReplyLimit{Parts: n, Bytes: n * 2944}
 }
 
 // Request sends msg with a fresh xid and waits for its reply: one message,
@@ -872,13 +882,24 @@ func (c *SwitchConn) ownedFlows(ctx context.Context, limit ReplyLimit) ([]flows.
 type FlowError struct {
 	Change flows.Change
 	Err    *ofp13.Error
+	// Unreadable is set instead of Err when the switch answered the change
+	// with an error message that did not decode: a refusal all the same.
+	Unreadable error
 }
 
 func (e *FlowError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("switch refused %s with an error message that does not decode: %v", e.Change, e.Unreadable)
+	}
 	return fmt.Sprintf("switch refused %s: %s/%s", e.Change, e.Err.Type, e.Err.CodeName())
 }
 
-func (e *FlowError) Unwrap() error { return e.Err }
+func (e *FlowError) Unwrap() error {
+	if e.Err == nil {
+		return e.Unreadable
+	}
+	return e.Err
+}
 
 // RefusedError is the error of a convergence some of whose changes the
 // switch refused: every one is in Failed (and errors.As finds each), the
@@ -1003,8 +1024,11 @@ func (c *SwitchConn) Apply(ctx context.Context, changes flows.Changes) (Result, 
 		defer c.mu.Unlock()
 		for i, p := range waits {
 			var swErr *ofp13.Error
-			if errors.As(p.err, &swErr) {
+			switch {
+			case errors.As(p.err, &swErr):
 				res.Failed = append(res.Failed, &FlowError{Change: list[i], Err: swErr})
+			case p.err != nil: // an error that did not decode (failAnswered)
+				res.Failed = append(res.Failed, &FlowError{Change: list[i], Unreadable: p.err})
 			}
 		}
 		if len(res.Failed) == 0 {

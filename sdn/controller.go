@@ -1230,7 +1230,7 @@ func (c *Controller) converge(ctx context.Context, sc *SwitchConn, name string, 
 			break
 		}
 		flowErrs = append(flowErrs, fe.Error())
-		log.Warn("switch refused a flow change", "err", fe.Err.Error(), "change", fe.Change.String())
+		log.Warn("switch refused a flow change", "err", fe.Unwrap().Error(), "change", fe.Change.String())
 	}
 	c.mu.Lock()
 	if st := c.status[name]; st != nil {
