@@ -116,6 +116,7 @@ func fixesMeasure(t *testing.T, sc *SwitchConn) (entries, counted, old int, heap
 // actions each (cookie 0, as ovs-ofctl add-flow leaves them), dumped as
 // Plan dumps them, against FlowReplyLimit for the shrunk configuration
 // (one whitelist).
+// Written by review (helper-69); it passed.
 func TestDumpCostRealOVS(t *testing.T) {
 	ovstest.Require(t, ovstest.Binaries...)
 	inst := ovstest.Start(t)
@@ -161,6 +162,8 @@ func TestDumpCostRealOVS(t *testing.T) {
 // 37.8 MB limit) can no longer be planned for the shrunk configuration
 // of one whitelist: the dump exceeds the limit, the session is cut, and
 // every reconnection does the same.
+// Found by review (helper-69) of a736a2b: with actions counted and the
+// limit left at 2,304 an entry, this dump was cut off at every reconnect.
 func TestShrinkFromFiftyThousandFlows(t *testing.T) {
 	ovstest.Require(t, ovstest.Binaries...)
 	inst := ovstest.Start(t)

