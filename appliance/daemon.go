@@ -238,7 +238,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("starting", "roles", c.want.Roles, "config", c.src.Filename, "sha256", c.src.Hash()[:12])
 
 	// Held while the daemon runs: a rollback refuses meanwhile (see
-	// store.LockAgainstDaemon), and so does a second daemon.
+	// store.LockAgainstDaemon), and so does a second daemon. It is a lock
+	// on the database file, so the first open (which may create it) comes
+	// first.
+	st, err := d.openState(c.cfg)
+	if err != nil {
+		return err
+	}
+	st.Close()
 	runLock, err := store.LockForDaemon(d.started.state, 5*time.Second)
 	if err != nil {
 		return err

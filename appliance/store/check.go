@@ -9,8 +9,10 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
 )
 
 // The state database holds the only record of the values the host had
@@ -81,27 +83,52 @@ func readMeta(f *os.File, off int64) (boltMeta, bool) {
 
 // checkFile looks at an existing file before bbolt maps it: it must not
 // be empty, and it must be as long as the meta page bbolt will use says.
-// A file whose meta pages are both invalid is left to bbolt, which
-// refuses it with an error.
-func checkFile(path string, mustExist bool) error {
+// It waits, up to timeout, for a process that holds the database to let
+// go first (bbolt's flock): one creating it has it empty or short for a
+// moment. A file whose meta pages are both invalid is left to bbolt, which
+// refuses it with an error. exists is whether there is a regular file.
+func checkFile(path string, mustExist bool, timeout time.Duration) (exists bool, err error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if mustExist {
-			return fmt.Errorf("%w at %s", ErrNoDatabase, path)
+			return false, fmt.Errorf("%w at %s", ErrNoDatabase, path)
 		}
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("open state database %s: %w", path, err)
+		return false, fmt.Errorf("open state database %s: %w", path, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("open state database %s: %w", path, err)
+		return false, fmt.Errorf("open state database %s: %w", path, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil // bbolt names what it is
+		return false, nil // bbolt names what it is
 	}
+	if err := sharedFlock(f, timeout); err != nil {
+		return false, &InUseError{Path: path, PID: lockHolder(path)}
+	}
+	if fi, err = f.Stat(); err != nil {
+		return false, fmt.Errorf("open state database %s: %w", path, err)
+	}
+	return true, checkLength(f, fi, path)
+}
+
+// sharedFlock takes bbolt's lock shared, waiting up to timeout.
+func sharedFlock(f *os.File, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkLength is checkFile's look at a regular file it holds.
+func checkLength(f *os.File, fi os.FileInfo, path string) error {
 	if fi.Size() == 0 {
 		return &CorruptError{Path: path, Reason: "the file is empty (0 bytes)"}
 	}
@@ -140,6 +167,37 @@ func guarded(path string, fn func() error) (err error) {
 		}
 	}()
 	return fn()
+}
+
+// verify opens the database read-only (bbolt then rebuilds no free list
+// of its own, in a goroutine no recover reaches), reads every page once in
+// this goroutine and has bbolt check the pages' bookkeeping (a free list
+// naming a live page makes the next write panic), all under guarded.
+func verify(path string, timeout time.Duration) error {
+	var db *bolt.DB
+	err := guarded(path, func() error {
+		var err error
+		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: true})
+		if err != nil {
+			return err
+		}
+		if err := readAll(db); err != nil {
+			return err
+		}
+		return db.View(func(tx *bolt.Tx) error {
+			var first error
+			for err := range tx.Check() {
+				if first == nil {
+					first = &CorruptError{Path: path, Reason: err.Error()}
+				}
+			}
+			return first
+		})
+	})
+	if db != nil {
+		db.Close()
+	}
+	return err
 }
 
 // readAll reads every page of the database once: every bucket, nested or

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -15,18 +14,18 @@ import (
 // that the CLI can read it in between; the database's own lock says
 // nothing about whether a daemon runs. A rollback made under a running
 // daemon would be undone at its next drift check, with the records gone.
-// So the daemon holds a lock of its own on a file beside the database, for
-// as long as it runs, and rollback takes it shared for as long as it runs.
+// So the daemon holds a lock on the database file itself for as long as it
+// runs, and rollback takes it shared for as long as it runs: an open file
+// description lock (fcntl F_OFD_SETLK), which bbolt's flock does not touch
+// and closing another descriptor of the file does not drop. It needs no
+// file of its own (a state_path made writable alone, as systemd's
+// ReadWritePaths= does, is enough), and every path to the file, a
+// symlink's too, finds it.
 
-// DaemonLockPath is the file beside the state database at statePath that a
-// running daemon holds locked.
-func DaemonLockPath(statePath string) string { return statePath + ".daemon" }
-
-// HeldLock is a lock taken on a daemon lock file.
+// HeldLock is a lock taken on a state database file.
 type HeldLock struct{ f *os.File }
 
-// Release gives the lock back. The file stays: removing it would let a
-// second holder lock a name the first no longer sees.
+// Release gives the lock back.
 func (l *HeldLock) Release() {
 	if l != nil && l.f != nil {
 		l.f.Close()
@@ -37,48 +36,45 @@ func (l *HeldLock) Release() {
 // DaemonRunningError reports a daemon running with the state database.
 type DaemonRunningError struct {
 	Path string // the state database
-	PID  int    // 0 when it could not be found
 }
 
 func (e *DaemonRunningError) Error() string {
-	who := "sosappliance run"
-	if e.PID > 0 {
-		who = fmt.Sprintf("sosappliance run (pid %d)", e.PID)
+	return fmt.Sprintf("a sosappliance daemon (sosappliance run) is running with the state database %s: stop it first "+
+		"(systemctl stop sosappliance), or it applies its file again at its next drift check, undoing the rollback", e.Path)
+}
+
+// ofdLock takes a lock of typ (unix.F_RDLCK or F_WRLCK) on the whole of f
+// without waiting; busy is true when another holds a conflicting one.
+func ofdLock(f *os.File, typ int16) (busy bool, err error) {
+	lk := unix.Flock_t{Type: typ, Whence: 0, Start: 0, Len: 0}
+	err = unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk)
+	if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
+		return true, nil
 	}
-	return fmt.Sprintf("%s is running with the state database %s: stop it first (systemctl stop sosappliance), "+
-		"or it applies its file again at its next drift check, undoing the rollback", who, e.Path)
+	return false, err
 }
 
 // LockForDaemon takes the lock a daemon holds while it runs with the state
-// database at statePath, waiting up to timeout for a rollback or another
-// daemon that holds it.
+// database at statePath, which must exist, waiting up to timeout for a
+// rollback or another daemon that holds it.
 func LockForDaemon(statePath string, timeout time.Duration) (*HeldLock, error) {
-	if err := os.MkdirAll(filepath.Dir(statePath), 0o700); err != nil {
-		return nil, fmt.Errorf("state database directory: %w", err)
-	}
-	path := DaemonLockPath(statePath)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(statePath, os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("daemon lock: %w", err)
 	}
 	deadline := time.Now().Add(timeout)
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
+		busy, err := ofdLock(f, unix.F_WRLCK)
+		switch {
+		case err != nil:
+			f.Close()
+			return nil, fmt.Errorf("daemon lock on %s: %w", statePath, err)
+		case !busy:
 			return &HeldLock{f: f}, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
+		case time.Now().After(deadline):
 			f.Close()
-			return nil, fmt.Errorf("daemon lock %s: %w", path, err)
-		}
-		if time.Now().After(deadline) {
-			f.Close()
-			holder := "another process"
-			if pid := lockHolder(path); pid > 0 {
-				holder = fmt.Sprintf("pid %d", pid)
-			}
-			return nil, fmt.Errorf("the state database %s is in use by %s (another sosappliance run, or a rollback) after %s: "+
-				"a second daemon on one state database would fight the first", statePath, holder, timeout)
+			return nil, fmt.Errorf("the state database %s is in use by another sosappliance run, or a rollback, after %s: "+
+				"a second daemon on one state database would fight the first", statePath, timeout)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -86,23 +82,24 @@ func LockForDaemon(statePath string, timeout time.Duration) (*HeldLock, error) {
 
 // LockAgainstDaemon takes the daemon lock of the state database at
 // statePath shared, without waiting: a *DaemonRunningError if a daemon
-// runs with it. Holding it keeps a daemon from starting meanwhile. No
-// lock file means no daemon ever ran there; nothing is held then.
+// runs with it. Holding it keeps a daemon from starting meanwhile. With no
+// database there, nothing is held.
 func LockAgainstDaemon(statePath string) (*HeldLock, error) {
-	path := DaemonLockPath(statePath)
-	f, err := os.Open(path)
+	f, err := os.Open(statePath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &HeldLock{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("daemon lock: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+	busy, err := ofdLock(f, unix.F_RDLCK)
+	switch {
+	case err != nil:
 		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, &DaemonRunningError{Path: statePath, PID: lockHolder(path)}
-		}
-		return nil, fmt.Errorf("daemon lock %s: %w", path, err)
+		return nil, fmt.Errorf("daemon lock on %s: %w", statePath, err)
+	case busy:
+		f.Close()
+		return nil, &DaemonRunningError{Path: statePath}
 	}
 	return &HeldLock{f: f}, nil
 }

@@ -139,14 +139,28 @@ func Open(path string, opts Options) (*Store, error) {
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
-	if err := checkFile(path, opts.MustExist); err != nil {
+	exists, err := checkFile(path, opts.MustExist, timeout)
+	if err != nil {
 		return nil, err
+	}
+	if exists {
+		err := verify(path, timeout)
+		if errors.Is(err, bolterrors.ErrTimeout) {
+			return nil, &InUseError{Path: path, PID: lockHolder(path)}
+		}
+		var corrupt *CorruptError
+		if err != nil && !errors.As(err, &corrupt) {
+			err = fmt.Errorf("open state database %s: %w", path, err)
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("state database directory: %w", err)
 	}
 	var db *bolt.DB
-	err := guarded(path, func() error {
+	err = guarded(path, func() error {
 		var err error
 		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
 		return err
@@ -162,12 +176,7 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open state database %s: %w", path, err)
 	}
 	s := &Store{db: db, path: path}
-	if err := guarded(path, func() error {
-		if err := readAll(db); err != nil {
-			return err
-		}
-		return s.initSchema()
-	}); err != nil {
+	if err := guarded(path, s.initSchema); err != nil {
 		db.Close()
 		return nil, err
 	}
