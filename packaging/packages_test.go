@@ -113,15 +113,16 @@ func sourceFile(t *testing.T, path string) []byte {
 // or enable the service (try-restart of a running one is allowed).
 var startsOrEnables = regexp.MustCompile(`(?m)^\s*(systemctl|deb-systemd-invoke|deb-systemd-helper)\b[^\n]*\s(start|restart|enable|reenable|--now)(\s|$)`)
 
-// withoutAbortRemove is a maintainer script without its abort-remove
-// arm, which starts again a daemon that prerm stopped for a removal that
-// then failed: the one start a script may make.
-func withoutAbortRemove(script string) string {
-	start := strings.Index(script, "\nabort-remove | abort-deconfigure)\n")
+// withoutStartAgain is a maintainer script without its start_again
+// function, which starts again a daemon that prerm stopped for a removal
+// or a deconfigure that did not go through: the one start a script may
+// make.
+func withoutStartAgain(script string) string {
+	start := strings.Index(script, "\nstart_again() {\n")
 	if start < 0 {
 		return script
 	}
-	end := strings.Index(script[start:], "\n\t;;\n")
+	end := strings.Index(script[start:], "\n}\n")
 	if end < 0 {
 		return script
 	}
@@ -198,7 +199,7 @@ func TestDebPackages(t *testing.T) {
 				if got != string(sourceFile(t, "packaging/scripts/deb/"+script)) {
 					t.Errorf("%s in the package differs from packaging/scripts/deb/%s", script, script)
 				}
-				if m := startsOrEnables.FindString(withoutAbortRemove(got)); m != "" {
+				if m := startsOrEnables.FindString(withoutStartAgain(got)); m != "" {
 					t.Errorf("%s starts or enables the service: %q", script, strings.TrimSpace(m))
 				}
 			}

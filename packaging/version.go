@@ -27,13 +27,14 @@ var upstreamVersionPattern = regexp.MustCompile(`^[0-9][A-Za-z0-9.+~]*$`)
 //	v1.2.3                 -> 1.2.3
 //	v1.2.3-rc1             -> 1.2.3~rc1            (before 1.2.3)
 //	v1.2.3-4-gabc1234      -> 1.2.3+git20250102.4.abc1234   (after 1.2.3)
-//	abc1234 (no tag)       -> 0.0.0~git20250102.093000.abc1234
+//	abc1234 (no tag)       -> 0.0.0~git20250102093000.abc1234
 //	any of them + "-dirty" -> the same with ".dirty" / "+dirty" appended
 //
 // committed is the commit time of HEAD; its UTC date makes snapshot versions
 // of successive commits increase: after a tag with the commit count, before
-// the first tag with the time of day too (two commits of one day would
-// otherwise sort by their hashes).
+// the first tag with the time of day too, in the same number (two commits
+// of one day would otherwise sort by their hashes, and a time of its own
+// would sort below an older build's hash of that day).
 func PackageVersion(describe string, committed time.Time) (string, error) {
 	d := strings.TrimSpace(describe)
 	dirty := strings.HasSuffix(d, "-dirty")
@@ -48,7 +49,7 @@ func PackageVersion(describe string, committed time.Time) (string, error) {
 	case m != nil:
 		v = tagVersion(m[1]) + "+git" + date + "." + m[2] + "." + m[3]
 	case isHex(d):
-		v = "0.0.0~git" + date + "." + committed.UTC().Format("150405") + "." + d
+		v = "0.0.0~git" + committed.UTC().Format("20060102150405") + "." + d
 	default:
 		v = tagVersion(d)
 	}
