@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -58,6 +59,21 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 		nodes = append(nodes, named{n.Name, n.Range})
 	}
 	names("site", sites)
+	// Fewer buckets than a site has agents: the last agents get none, and
+	// never a connection.
+	if b := cfg.Spread.Bits; b > 0 {
+		for _, s := range cfg.Sites {
+			if len(s.Agents) <= 1<<b {
+				continue
+			}
+			var left []string
+			for _, a := range s.Agents[1<<b:] {
+				left = append(left, a.Name)
+			}
+			add(cfg.Spread.Range, fmt.Sprintf("Give bits = %d or more, or leave bits out: the default deals every agent at least eight buckets.", bits.Len(uint(len(s.Agents)-1))),
+				"spread bits = %d deals %d buckets, but site %q has %d agents: %s would never get a connection", b, 1<<b, s.Name, len(s.Agents), strings.Join(left, ", "))
+		}
+	}
 	names("switch", switches)
 	names("agent", agents)
 	names("whitelist", whitelists)

@@ -178,16 +178,18 @@ func Compile(cfg *config.Config, node string) (*Desired, error) {
 		for i := range steer {
 			steer[i].Origin = "agent " + a.Name
 			// A tuning may not set what steering needs otherwise (the
-			// interface's rp_filter): the plan would take it for one
-			// item desired twice.
+			// interface's rp_filter); one that sets the same value
+			// already desires the item, which is desired once (twice,
+			// the plan file holding it could not be read back).
 			if j := slices.IndexFunc(items, func(it item.Item) bool { return it.Kind == steer[i].Kind && it.Key == steer[i].Key }); j >= 0 {
 				if got, _ := item.Canonical(items[j]); got.Value != steer[i].Value {
 					return nil, fmt.Errorf("%s %s is %q in a tuning%s, but agent %s's steering needs %q on its interface %s (loose reverse-path checks: steered packets carry addresses that are not the host's); take it out of the tuning",
 						items[j].Kind, items[j].Key, items[j].Value, sysctlAt(profiles, items[j].Key), a.Name, steer[i].Value, a.Interface)
 				}
+				continue
 			}
+			items = append(items, steer[i])
 		}
-		items = append(items, steer...)
 	}
 	sortItems(items)
 	d.Items = items

@@ -18,7 +18,9 @@ func Parse(s string) ([]int, error) {
 	if s == "" {
 		return nil, fmt.Errorf("empty CPU list")
 	}
-	var cpus []int
+	// A set, not a list: the memory is the result's bound, whatever the
+	// text repeats ("0-8191,0-8191,...").
+	var in [MaxCPU + 1]bool
 	for part := range strings.SplitSeq(s, ",") {
 		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
 		first, err := parseCPU(lo)
@@ -35,11 +37,16 @@ func Parse(s string) ([]int, error) {
 			}
 		}
 		for c := first; c <= last; c++ {
+			in[c] = true
+		}
+	}
+	var cpus []int
+	for c, ok := range in {
+		if ok {
 			cpus = append(cpus, c)
 		}
 	}
-	slices.Sort(cpus)
-	return slices.Compact(cpus), nil
+	return cpus, nil
 }
 
 // MaxCPU bounds CPU numbers so a typo like "0-99999999" cannot allocate
@@ -47,14 +54,15 @@ func Parse(s string) ([]int, error) {
 const MaxCPU = 8191
 
 func parseCPU(s string) (int, error) {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
+	// Digits only, as the kernel's list parser takes them: no sign.
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
 		return 0, fmt.Errorf("%q is not a CPU number", s)
 	}
 	if n > MaxCPU {
 		return 0, fmt.Errorf("CPU %d is beyond the largest Linux supports (%d)", n, MaxCPU)
 	}
-	return n, nil
+	return int(n), nil
 }
 
 // Format writes CPU numbers in the kernel's own list form: ascending,

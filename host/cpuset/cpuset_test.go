@@ -37,20 +37,3 @@ func TestParseAndFormat(t *testing.T) {
 		}
 	}
 }
-
-func FuzzParse(f *testing.F) {
-	for _, s := range []string{"0", "0-3,8", "1,1", "3-1", "", "0-8191", " 2 , 4-5 "} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		cpus, err := Parse(s)
-		if err != nil {
-			return
-		}
-		canon := Format(cpus)
-		again, err := Parse(canon)
-		if err != nil || !slices.Equal(again, cpus) || Format(again) != canon {
-			t.Fatalf("%q -> %v -> %q -> %v, %v", s, cpus, canon, again, err)
-		}
-	})
-}

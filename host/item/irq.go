@@ -37,10 +37,11 @@ func ParseIRQAffinity(s string) (IRQAffinity, error) {
 		if !ok {
 			return nil, fmt.Errorf("per-IRQ affinity %q: %q is not irq:cpus", s, part)
 		}
-		irq, err := strconv.Atoi(irqText)
-		if err != nil || irq < 0 {
+		n, err := strconv.ParseUint(irqText, 10, 31) // digits only, no sign
+		if err != nil {
 			return nil, fmt.Errorf("per-IRQ affinity %q: %q is not an IRQ number", s, irqText)
 		}
+		irq := int(n)
 		if _, dup := a[irq]; dup {
 			return nil, fmt.Errorf("per-IRQ affinity %q: IRQ %d twice", s, irq)
 		}

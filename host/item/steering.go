@@ -130,6 +130,21 @@ func RPFilterKey(ifname string) string {
 	return "net.ipv4.conf." + strings.ReplaceAll(ifname, ".", "/") + ".rp_filter"
 }
 
+// validSteeringInterface is the kernel's rule for an interface name
+// (dev_valid_name): under 16 bytes, not "." or "..", no '/', ':' or white
+// space. Empty is valid here: steering without an interface.
+func validSteeringInterface(name string) bool {
+	if name == "" {
+		return true
+	}
+	if len(name) > 15 || name == "." || name == ".." {
+		return false
+	}
+	return !strings.ContainsFunc(name, func(r rune) bool {
+		return r == '/' || r == ':' || r == 0 || r == ' ' || (r >= '\t' && r <= '\r')
+	})
+}
+
 // Normalize merges diverts to the same server and port, masks and sorts
 // client prefixes, and sorts diverts, so equal rule sets have equal text.
 // It refuses rule sets the steering table cannot hold.
@@ -141,7 +156,7 @@ func (t TproxyRules) Normalize() (TproxyRules, error) {
 	if t.ListenPort == 0 && len(t.Divert) > 0 {
 		errs = append(errs, errors.New("steering listen port must not be 0"))
 	}
-	if len(t.Interface) > 15 || strings.ContainsAny(t.Interface, "/ \x00") {
+	if !validSteeringInterface(t.Interface) {
 		errs = append(errs, fmt.Errorf("steering interface %q is not a valid interface name", t.Interface))
 	}
 	type target struct {
@@ -151,7 +166,8 @@ func (t TproxyRules) Normalize() (TproxyRules, error) {
 	for _, d := range t.Divert {
 		servers := slices.Clone(d.Servers)
 		if d.Server.IsValid() {
-			servers = append(servers, netip.PrefixFrom(d.Server.Unmap(), 32))
+			a := d.Server.Unmap()
+			servers = append(servers, netip.PrefixFrom(a, a.BitLen())) // one address, of either family
 		}
 		ports := slices.Clone(d.Ports)
 		if d.Port != 0 {

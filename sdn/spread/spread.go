@@ -26,8 +26,14 @@
 // Buckets are dealt to the site's agents round-robin in the order the
 // configuration lists them, so the split is as even as 2^Bits allows. When
 // an agent is down its buckets, and only its buckets, are dealt to the
-// live agents in turn: no other bucket changes owner, so connections on
-// the other agents see no flow change.
+// live agents in turn: against all agents up, no other bucket changes
+// owner, so connections on the other agents see no flow change. Between
+// two states with agents down (two down, then one back), the buckets of
+// an agent still down are dealt again over the new live set, evenly, so
+// live agents may trade some of them (the controller pins the sessions
+// already open, which keep their agent); dealing them by a hash of the
+// bucket and the live set instead would move only the returning agent's
+// share, but split a dead agent's buckets unevenly.
 package spread
 
 import (
