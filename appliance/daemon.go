@@ -93,9 +93,9 @@ type Daemon struct {
 	// them even when the file is the last good one again.
 	keptNew []string
 
-	// stateLineage is the lineage of the state database this daemon
-	// opened first (nil before); see openState.
-	stateLineage atomic.Pointer[string]
+	// stateFile is the state database this daemon opened first (nil
+	// before); see openState.
+	stateFile atomic.Pointer[stateFile]
 
 	// beat is the unix time the main loop last turned, for the watchdog.
 	beat atomic.Int64
@@ -1289,8 +1289,8 @@ func (d *Daemon) withStore(cfg *config.Config, fn func(storeHandle) (plan.Plan, 
 // restarted, which starts a new record knowingly.
 func (d *Daemon) openState(cfg *config.Config) (*store.Store, error) {
 	path := d.statePath(cfg)
-	lineage := d.stateLineage.Load()
-	st, err := store.Open(path, store.Options{LockTimeout: 5 * time.Second, MustExist: lineage != nil})
+	first := d.stateFile.Load()
+	st, err := store.Open(path, store.Options{LockTimeout: 5 * time.Second, MustExist: first != nil})
 	if errors.Is(err, store.ErrNoDatabase) {
 		return nil, fmt.Errorf("open state: the state database %s went away while this daemon ran; put it back, or restart "+
 			"sosappliance to begin a new one (the values it recorded before the appliance changed the host, which rollback restores, are lost with it)", path)
@@ -1298,16 +1298,33 @@ func (d *Daemon) openState(cfg *config.Config) (*store.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open state: %w", err)
 	}
+	now := stateFile{lineage: st.Lineage()}
+	if fi, err := os.Stat(path); err == nil {
+		now.file = fi
+	}
 	switch {
-	case lineage == nil:
-		l := st.Lineage()
-		d.stateLineage.Store(&l)
-	case *lineage != st.Lineage():
+	case first == nil:
+		d.stateFile.Store(&now)
+	case first.lineage != now.lineage:
 		st.Close()
 		return nil, fmt.Errorf("open state: the state database %s was replaced while this daemon ran (lineage %s, now %s); put the "+
-			"first back, or restart sosappliance to go on with this one", path, *lineage, st.Lineage())
+			"first back, or restart sosappliance to go on with this one", path, first.lineage, now.lineage)
+	case first.file != nil && now.file != nil && !os.SameFile(first.file, now.file):
+		// A copy (a restored backup) has the lineage, not the daemon's
+		// lock, which is on the file it started with: a rollback would
+		// find no daemon on it.
+		st.Close()
+		return nil, fmt.Errorf("open state: the state database %s is another file than the one this daemon started with "+
+			"(a copy put in its place?); restart sosappliance to go on with it", path)
 	}
 	return st, nil
+}
+
+// stateFile is the state database a daemon opened first: its lineage and
+// the file itself.
+type stateFile struct {
+	lineage string
+	file    os.FileInfo
 }
 
 // planFlows diffs the given switches against the live flow tables of the

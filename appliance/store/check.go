@@ -50,6 +50,8 @@ const (
 	boltVersion     = 2
 	metaStart       = 16
 	metaPageSize    = metaStart + 8
+	metaRoot        = metaStart + 16
+	metaFreelist    = metaStart + 32
 	metaPgid        = metaStart + 40
 	metaTxid        = metaStart + 48
 	metaChecksum    = metaStart + 56
@@ -61,6 +63,8 @@ type boltMeta struct {
 	pageSize uint32
 	pages    uint64 // the high water mark
 	txid     uint64
+	root     uint64 // the root bucket's page
+	freelist uint64 // the free list's page, or noFreelist
 }
 
 // readMeta reads the meta page at off; ok is false if it is not a valid one.
@@ -78,7 +82,8 @@ func readMeta(f *os.File, off int64) (boltMeta, bool) {
 	if h.Sum64() != ne.Uint64(b[metaChecksum:]) {
 		return boltMeta{}, false
 	}
-	return boltMeta{pageSize: ne.Uint32(b[metaPageSize:]), pages: ne.Uint64(b[metaPgid:]), txid: ne.Uint64(b[metaTxid:])}, true
+	return boltMeta{pageSize: ne.Uint32(b[metaPageSize:]), pages: ne.Uint64(b[metaPgid:]), txid: ne.Uint64(b[metaTxid:]),
+		root: ne.Uint64(b[metaRoot:]), freelist: ne.Uint64(b[metaFreelist:])}, true
 }
 
 // checkFile looks at an existing file before bbolt maps it: it must not
@@ -150,11 +155,14 @@ func checkLength(f *os.File, fi os.FileInfo, path string) error {
 		}
 		return nil
 	}
+	if m.pageSize < 512 || m.pages > uint64(fi.Size()) {
+		return &CorruptError{Path: path, Reason: fmt.Sprintf("its header says %d pages of %d bytes", m.pages, m.pageSize)}
+	}
 	if need := int64(m.pages) * int64(m.pageSize); fi.Size() < need {
 		return &CorruptError{Path: path, Reason: fmt.Sprintf("it is truncated: %d bytes, where its header says %d pages of %d (%d bytes)",
 			fi.Size(), m.pages, m.pageSize, need)}
 	}
-	return nil
+	return walkPages(f, m, path)
 }
 
 // guarded runs fn and turns a panic or a memory fault in it (bbolt

@@ -1,0 +1,156 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+)
+
+// walkPages reads the pages the meta page m leads to, from the file and
+// not through bbolt's mapping, and checks that every one lies within the
+// file and every element within its page: bbolt trusts all of it, and a
+// damaged free list, a key offset or an overflow count past the end, or a
+// page that names itself as its child, made bbolt fault in a goroutine of
+// its own (tx.Check's, which no recover reaches) or grow memory without
+// bound. It reads each page once; a page reached twice is damage.
+func walkPages(f *os.File, m boltMeta, path string) error {
+	w := pageWalk{f: f, size: int64(m.pageSize), pages: m.pages, seen: map[uint64]bool{}, path: path}
+	if m.freelist != noFreelist {
+		if err := w.freelistPage(m.freelist); err != nil {
+			return err
+		}
+	}
+	return w.tree(m.root, 0)
+}
+
+// bbolt's page layout: a 16-byte header (id, flags, count, overflow), then
+// count elements of 16 bytes, whose keys and values lie after them at
+// offsets counted from each element.
+const (
+	pageHeader       = 16
+	pageElement      = 16
+	branchPage       = 0x01
+	leafPage         = 0x02
+	freelistPage     = 0x10
+	bucketLeaf       = 0x01
+	bucketHeader     = 16 // root page, sequence
+	noFreelist       = ^uint64(0)
+	maxTreeDepth     = 64
+	freelistCountMax = 0xFFFF
+)
+
+type pageWalk struct {
+	f     *os.File
+	size  int64
+	pages uint64
+	seen  map[uint64]bool
+	path  string
+}
+
+func (w *pageWalk) corrupt(format string, args ...any) error {
+	return &CorruptError{Path: w.path, Reason: fmt.Sprintf(format, args...)}
+}
+
+// read returns page id with its overflow pages.
+func (w *pageWalk) read(id uint64, what string) ([]byte, error) {
+	if id < 2 || id >= w.pages {
+		return nil, w.corrupt("its %s is page %d, outside the database's %d pages", what, id, w.pages)
+	}
+	if w.seen[id] {
+		return nil, w.corrupt("page %d (%s) is reached twice", id, what)
+	}
+	w.seen[id] = true
+	var hdr [pageHeader]byte
+	if _, err := w.f.ReadAt(hdr[:], int64(id)*w.size); err != nil {
+		return nil, w.corrupt("page %d: %v", id, err)
+	}
+	overflow := uint64(binary.NativeEndian.Uint32(hdr[12:]))
+	if id+overflow >= w.pages {
+		return nil, w.corrupt("page %d (%s) runs %d pages past the database's end", id, what, id+overflow+1-w.pages)
+	}
+	buf := make([]byte, int64(overflow+1)*w.size)
+	if _, err := w.f.ReadAt(buf, int64(id)*w.size); err != nil {
+		return nil, w.corrupt("page %d: %v", id, err)
+	}
+	return buf, nil
+}
+
+func (w *pageWalk) freelistPage(id uint64) error {
+	buf, err := w.read(id, "free list")
+	if err != nil {
+		return err
+	}
+	if binary.NativeEndian.Uint16(buf[8:])&freelistPage == 0 {
+		return w.corrupt("its free list page %d is not one", id)
+	}
+	n, first := uint64(binary.NativeEndian.Uint16(buf[10:])), uint64(0)
+	if n == freelistCountMax {
+		n, first = binary.NativeEndian.Uint64(buf[pageHeader:]), 1
+	}
+	if n > uint64(len(buf)) || pageHeader+(first+n)*8 > uint64(len(buf)) {
+		return w.corrupt("its free list page %d says %d ids, more than it holds", id, n)
+	}
+	return nil
+}
+
+// tree checks the page id and the pages under it.
+func (w *pageWalk) tree(id uint64, depth int) error {
+	buf, err := w.read(id, "bucket page")
+	if err != nil {
+		return err
+	}
+	return w.node(buf, fmt.Sprintf("page %d", id), depth)
+}
+
+// node checks one branch or leaf page held in buf (a page of the file, or
+// an inline bucket's page inside a value).
+func (w *pageWalk) node(buf []byte, where string, depth int) error {
+	if depth > maxTreeDepth {
+		return w.corrupt("its buckets nest deeper than %d pages, at %s", maxTreeDepth, where)
+	}
+	if len(buf) < pageHeader {
+		return w.corrupt("%s is shorter than a page header", where)
+	}
+	flags, count := binary.NativeEndian.Uint16(buf[8:]), uint64(binary.NativeEndian.Uint16(buf[10:]))
+	if pageHeader+count*pageElement > uint64(len(buf)) {
+		return w.corrupt("%s holds %d elements, more than fit", where, count)
+	}
+	for i := range count {
+		at := pageHeader + i*pageElement
+		e := buf[at : at+pageElement]
+		ne := binary.NativeEndian
+		switch {
+		case flags&branchPage != 0:
+			pos, ksize, child := uint64(ne.Uint32(e[0:])), uint64(ne.Uint32(e[4:])), ne.Uint64(e[8:])
+			if at+pos+ksize > uint64(len(buf)) {
+				return w.corrupt("%s element %d: its key runs past the page", where, i)
+			}
+			if err := w.tree(child, depth+1); err != nil {
+				return err
+			}
+		case flags&leafPage != 0:
+			eflags, pos := ne.Uint32(e[0:]), uint64(ne.Uint32(e[4:]))
+			ksize, vsize := uint64(ne.Uint32(e[8:])), uint64(ne.Uint32(e[12:]))
+			if at+pos+ksize+vsize > uint64(len(buf)) {
+				return w.corrupt("%s element %d: its key or value runs past the page", where, i)
+			}
+			if eflags&bucketLeaf == 0 {
+				continue
+			}
+			v := buf[at+pos+ksize : at+pos+ksize+vsize]
+			if len(v) < bucketHeader {
+				return w.corrupt("%s element %d: a bucket shorter than its header", where, i)
+			}
+			if root := ne.Uint64(v); root != 0 {
+				if err := w.tree(root, depth+1); err != nil {
+					return err
+				}
+			} else if err := w.node(v[bucketHeader:], fmt.Sprintf("%s element %d (inline bucket)", where, i), depth+1); err != nil {
+				return err
+			}
+		default:
+			return w.corrupt("%s is neither a branch nor a leaf page (flags %#x)", where, flags)
+		}
+	}
+	return nil
+}
