@@ -665,46 +665,59 @@ func replyCost(m ofp13.Message) int {
 	if !ok {
 		return 0
 	}
-	n := 0
+	n := cap(r.Stats) * int(unsafe.Sizeof(ofp13.FlowStats{}))
 	for i := range r.Stats {
 		st := &r.Stats[i]
-		n += int(unsafe.Sizeof(*st)) + len(st.Match.Fields)*int(unsafe.Sizeof(ofp13.OXM{})) + instructionsCost(st.Instructions)
+		n += cap(st.Match.Fields) * int(unsafe.Sizeof(ofp13.OXM{}))
+		for _, f := range st.Match.Fields {
+			n += bytesCost(f.Value) + bytesCost(f.Mask)
+		}
+		n += instructionsCost(st.Instructions)
 	}
 	return n
 }
 
-// instructionCost is what replyCost counts for a decoded instruction: its
-// interface value and struct. actionCost is what it counts for each
-// action an instruction holds: its interface value and struct (a
-// set_field's OXM is the largest) and its share of the slice's growth;
-// the bytes an action or instruction holds come on top. An 8-byte action
-// on the wire costs about 72 bytes decoded, so a flow dump padded with
-// actions must be counted by its actions, not its instructions.
+// What the decoder allocates, as replyCost counts it: a slice by its
+// capacity (append grows it past its length), an interface value as its
+// slot in the slice (interfaceSlot) and the struct it points at
+// (structCost; smallStruct for the few-byte ones), and bytes copied out of
+// the message by their capacity. An 8-byte action on the wire costs some
+// 72 bytes decoded, so a flow dump padded with actions is counted by its
+// actions, not its instructions.
 const (
-	instructionCost = 64
-	actionCost      = 96
+	interfaceSlot = 16
+	smallStruct   = 16
 )
 
+func structCost(size uintptr) int { return int((size + 15) &^ 15) }
+
+func bytesCost(b []byte) int { return (cap(b) + 7) &^ 7 }
+
 func instructionsCost(ins []ofp13.Instruction) int {
-	n := 0
+	n := cap(ins) * interfaceSlot
 	for _, in := range ins {
-		n += instructionCost
 		var acts []ofp13.Action
 		switch in := in.(type) {
 		case *ofp13.ApplyActions:
+			n += structCost(unsafe.Sizeof(*in))
 			acts = in.Actions
 		case *ofp13.WriteActions:
+			n += structCost(unsafe.Sizeof(*in))
 			acts = in.Actions
 		case *ofp13.InstructionRaw:
-			n += len(in.Body)
+			n += structCost(unsafe.Sizeof(*in)) + bytesCost(in.Body)
+		default:
+			n += smallStruct
 		}
+		n += cap(acts) * interfaceSlot
 		for _, a := range acts {
-			n += actionCost
 			switch a := a.(type) {
 			case *ofp13.ActionSetField:
-				n += len(a.Field.Value) + len(a.Field.Mask)
+				n += structCost(unsafe.Sizeof(*a)) + bytesCost(a.Field.Value) + bytesCost(a.Field.Mask)
 			case *ofp13.ActionRaw:
-				n += len(a.Body)
+				n += structCost(unsafe.Sizeof(*a)) + bytesCost(a.Body)
+			default:
+				n += smallStruct
 			}
 		}
 	}
@@ -764,15 +777,16 @@ var DefaultReplyLimit = ReplyLimit{Parts: 1024, Bytes: 16 << 20}
 // FlowReplyLimit bounds a flow dump expected to hold about expected flows.
 // The margin covers owned flows a larger earlier configuration left
 // behind, and entries bigger than the appliance's own. The bytes count
-// what the entries take decoded too (replyCost): an appliance flow with a
-// port range some 774 in all, its actions counted (816 measured in the
-// heap), 136 of them on the wire; 2,944 an entry keeps the margin 512
-// bytes on the wire gave (a stale table of some 62,000 appliance flows
-// still dumps, to be shrunk), and holds a dump of minimal entries (56
-// bytes on the wire, some 150 decoded) to about 50 MiB of heap.
+// what the entries take decoded too (replyCost, which counts what the
+// decoder allocates, slices by their capacity): an appliance flow with a
+// port range some 950 in all (816 measured in the heap), 136 of them on
+// the wire; 3,584 an entry keeps the margin 512 bytes on the wire gave (a
+// stale table of some 62,000 appliance flows still dumps, to be shrunk),
+// and bounds what a switch can make the controller hold to about the
+// limit itself: 56 MiB with no flow desired.
 func FlowReplyLimit(expected int) ReplyLimit {
 	n := 4*expected + 16384
-	return ReplyLimit{Parts: n, Bytes: n * 2944}
+	return ReplyLimit{Parts: n, Bytes: n * 3584}
 }
 
 // Request sends msg with a fresh xid and waits for its reply: one message,

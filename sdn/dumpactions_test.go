@@ -47,10 +47,9 @@ func setFieldFlowPart64(xid uint32, prio uint16, more bool, action [8]byte) []by
 // interface once decoded (about 600 KiB a part). A declared switch
 // answering the first flow dump with such parts stays within
 // FlowReplyLimit(…)'s ~36 MiB for some 570 parts, and the controller holds
-// them all decoded until the dump ends. The bound is the one
-// TestFlowDumpDecodedCostCapped and TestEndlessMultipartMore use.
+// them all decoded until the dump ends. The bound is dumpHeapBound.
 // Found by review (helper-64): before replyCost counted actions, the heap
-// peaked at 574 MiB (set_field) and 421 MiB (raw) against a bound of 96.
+// peaked at 574 MiB (set_field) and 421 MiB (raw).
 func TestFlowDumpActionsDecodedCostCapped(t *testing.T) {
 	for _, c := range []struct {
 		name   string
@@ -101,5 +100,5 @@ func actionDump64(t *testing.T, action [8]byte) {
 	close(done)
 	<-sampled
 	t.Logf("flow dump of %.1f MiB on the wire; switch status: %+v", float64(size)/(1<<20), switchStatus(ctl.Controller, hostileSwitch.Name).LastError)
-	p.requireBelow(t, 100, 96<<20)
+	p.requireBelow(t, 100, dumpHeapBound)
 }

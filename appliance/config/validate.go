@@ -59,21 +59,6 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 		nodes = append(nodes, named{n.Name, n.Range})
 	}
 	names("site", sites)
-	// Fewer buckets than a site has agents: the last agents get none, and
-	// never a connection.
-	if b := cfg.Spread.Bits; b > 0 {
-		for _, s := range cfg.Sites {
-			if len(s.Agents) <= 1<<b {
-				continue
-			}
-			var left []string
-			for _, a := range s.Agents[1<<b:] {
-				left = append(left, a.Name)
-			}
-			add(cfg.Spread.Range, fmt.Sprintf("Give bits = %d or more, or leave bits out: the default deals every agent at least eight buckets.", bits.Len(uint(len(s.Agents)-1))),
-				"spread bits = %d deals %d buckets, but site %q has %d agents: %s would never get a connection", b, 1<<b, s.Name, len(s.Agents), strings.Join(left, ", "))
-		}
-	}
 	names("switch", switches)
 	names("agent", agents)
 	names("whitelist", whitelists)
@@ -203,6 +188,13 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 					add(w.Range, "The switch deals a site's connections to its agents by output port; put the agents of one whitelist on one switch, or name a subset with client_agents/server_agents.",
 						"Whitelist %q spreads over agents %q and %q on different switches", w.Name, first.Name, a.Name)
 				}
+			}
+			// Fewer buckets than the whitelist deals to agents: the last
+			// get none, and never a connection of it.
+			if b := cfg.Spread.Bits; b > 0 && len(group) > 1<<b && cfg.Spread.Mode == string(spread.ModePort) {
+				add(cfg.Spread.Range, fmt.Sprintf("Give bits = %d or more, or leave bits out: the default deals every agent at least eight buckets.", bits.Len(uint(len(group)-1))),
+					"spread bits = %d deals %d buckets, but whitelist %q spreads over %d agents: %s would never get a connection of it",
+					b, 1<<b, w.Name, len(group), strings.Join(group[1<<b:], ", "))
 			}
 			if sw := cfg.Switch(first.Switch); sw != nil && !sw.PortMasks && cfg.Spread.Mode == string(spread.ModePort) {
 				add(w.Range, `spread { mode = "port" } matches bits of the client's TCP port under a mask; on this switch use mode = "address", or name one agent.`,

@@ -5,6 +5,7 @@
 package cpuset
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -55,7 +56,10 @@ const MaxCPU = 8191
 
 func parseCPU(s string) (int, error) {
 	// Digits only, as the kernel's list parser takes them: no sign.
-	n, err := strconv.ParseUint(s, 10, 32)
+	n, err := strconv.ParseUint(s, 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, fmt.Errorf("CPU %s is beyond the largest Linux supports (%d)", s, MaxCPU)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("%q is not a CPU number", s)
 	}

@@ -131,8 +131,10 @@ func RPFilterKey(ifname string) string {
 }
 
 // validSteeringInterface is the kernel's rule for an interface name
-// (dev_valid_name): under 16 bytes, not "." or "..", no '/', ':' or white
-// space. Empty is valid here: steering without an interface.
+// (dev_valid_name): under 16 bytes, not "." or "..", no '/', ':', NUL or
+// byte the kernel's isspace takes (which reads bytes as Latin-1: 0xA0,
+// as in UTF-8's "à" or a no-break space, is white space to it). Empty is
+// valid here: steering without an interface.
 func validSteeringInterface(name string) bool {
 	if name == "" {
 		return true
@@ -140,9 +142,13 @@ func validSteeringInterface(name string) bool {
 	if len(name) > 15 || name == "." || name == ".." {
 		return false
 	}
-	return !strings.ContainsFunc(name, func(r rune) bool {
-		return r == '/' || r == ':' || r == 0 || r == ' ' || (r >= '\t' && r <= '\r')
-	})
+	for i := range len(name) {
+		switch c := name[i]; {
+		case c == '/', c == ':', c == 0, c == ' ', c >= '\t' && c <= '\r', c == 0xa0:
+			return false
+		}
+	}
+	return true
 }
 
 // Normalize merges diverts to the same server and port, masks and sorts
