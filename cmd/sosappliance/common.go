@@ -124,7 +124,7 @@ func normalizeArgs(args []string) []string {
 		"json": true, "out": true, "detailed-exitcode": true, "auto-approve": true,
 		"node": true, "config": true, "state": true, "root": true, "forget-gone": true, "switch-wait": true,
 		"cluster": true, "control-socket": true, "drift-interval": true, "interval": true, "log-format": true,
-		"log-level": true, "metrics-listen": true, "settle": true, "watch": true,
+		"log-level": true, "metrics-listen": true, "settle": true, "watch": true, "this-node": true,
 	}
 	out := make([]string, len(args))
 	for i, a := range args {

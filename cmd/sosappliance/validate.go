@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -10,7 +11,11 @@ import (
 )
 
 func newValidateCommand() *cobra.Command {
-	var path string
+	var (
+		path     string
+		node     string
+		thisNode bool
+	)
 	cmd := &cobra.Command{
 		Use:   "validate",
 		Short: "Check sos.hcl and print every problem with file:line:col",
@@ -18,7 +23,10 @@ func newValidateCommand() *cobra.Command {
 It also compiles what each node the file names would run, so that a
 problem of one node's (two of its tunings setting one value differently)
 shows here rather than at its plan. It exits 0 when the file is valid and
-1 when it is not, listing every problem.`,
+1 when it is not, listing every problem. With --node NAME (or --this-node,
+this host's name, which run takes) it also checks that the file gives
+that node a role, as run on it needs: the package checks so before it
+restarts the daemon onto an edited file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, src, diags := config.LoadFile(path)
@@ -30,6 +38,19 @@ shows here rather than at its plan. It exits 0 when the file is valid and
 			// its tunings disagreeing) is found here, not at its plan.
 			var problems int
 			for _, node := range desired.Nodes(cfg) {
+				if _, err := desired.Compile(cfg, node); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: node %s: error: %v\n", path, node, err)
+					problems++
+				}
+			}
+			if thisNode && node == "" {
+				h, err := os.Hostname()
+				if err != nil {
+					return fmt.Errorf("node name: %w (pass --node)", err)
+				}
+				node = h
+			}
+			if node != "" {
 				if _, err := desired.Compile(cfg, node); err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "%s: node %s: error: %v\n", path, node, err)
 					problems++
@@ -51,5 +72,7 @@ shows here rather than at its plan. It exits 0 when the file is valid and
 		},
 	}
 	cmd.Flags().StringVarP(&path, "config", "c", defaultConfigPath, "configuration file")
+	cmd.Flags().StringVar(&node, "node", "", "also check that this node has a role in the file")
+	cmd.Flags().BoolVar(&thisNode, "this-node", false, "also check that this host's node (its hostname, as run takes it) has a role in the file")
 	return cmd
 }
