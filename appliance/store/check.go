@@ -92,32 +92,33 @@ func readMeta(f *os.File, off int64) (boltMeta, bool) {
 // go first (bbolt's flock): one creating it has it empty or short for a
 // moment. A file whose meta pages are both invalid is left to bbolt, which
 // refuses it with an error. exists is whether there is a regular file.
-func checkFile(path string, mustExist bool, timeout time.Duration) (exists bool, err error) {
+func checkFile(path string, mustExist bool, timeout time.Duration) (exists, freelistStored bool, err error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if mustExist {
-			return false, fmt.Errorf("%w at %s", ErrNoDatabase, path)
+			return false, false, fmt.Errorf("%w at %s", ErrNoDatabase, path)
 		}
-		return false, nil
+		return false, false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("open state database %s: %w", path, err)
+		return false, false, fmt.Errorf("open state database %s: %w", path, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return false, fmt.Errorf("open state database %s: %w", path, err)
+		return false, false, fmt.Errorf("open state database %s: %w", path, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return false, nil // bbolt names what it is
+		return false, false, nil // bbolt names what it is
 	}
 	if err := sharedFlock(f, timeout); err != nil {
-		return false, &InUseError{Path: path, PID: lockHolder(path)}
+		return false, false, &InUseError{Path: path, PID: lockHolder(path)}
 	}
 	if fi, err = f.Stat(); err != nil {
-		return false, fmt.Errorf("open state database %s: %w", path, err)
+		return false, false, fmt.Errorf("open state database %s: %w", path, err)
 	}
-	return true, checkLength(f, fi, path)
+	stored, err := checkLength(f, fi, path)
+	return true, stored, err
 }
 
 // sharedFlock takes bbolt's lock shared, waiting up to timeout.
@@ -133,16 +134,26 @@ func sharedFlock(f *os.File, timeout time.Duration) error {
 }
 
 // checkLength is checkFile's look at a regular file it holds.
-func checkLength(f *os.File, fi os.FileInfo, path string) error {
+func checkLength(f *os.File, fi os.FileInfo, path string) (freelistStored bool, err error) {
 	if fi.Size() == 0 {
-		return &CorruptError{Path: path, Reason: "the file is empty (0 bytes)"}
+		return false, &CorruptError{Path: path, Reason: "the file is empty (0 bytes)"}
 	}
 	m0, ok0 := readMeta(f, 0)
 	var m1 boltMeta
 	ok1 := false
-	for _, size := range []int64{int64(m0.pageSize), int64(os.Getpagesize())} {
-		if size >= 1024 && !ok1 {
-			m1, ok1 = readMeta(f, size)
+	if ok0 {
+		m1, ok1 = readMeta(f, int64(m0.pageSize))
+	} else {
+		// The second meta page is where bbolt looks for it when the
+		// first is damaged: at each size from 1 KiB to 16 MiB.
+		for i := range 15 {
+			pos := int64(1024) << i
+			if pos >= fi.Size()-1024 {
+				break
+			}
+			if m1, ok1 = readMeta(f, pos); ok1 {
+				break
+			}
 		}
 	}
 	m := m0
@@ -151,18 +162,18 @@ func checkLength(f *os.File, fi os.FileInfo, path string) error {
 		m = m1
 	case !ok0 && !ok1:
 		if fi.Size() < int64(os.Getpagesize())*2 {
-			return &CorruptError{Path: path, Reason: fmt.Sprintf("it is %d bytes, shorter than a database's first two pages", fi.Size())}
+			return false, &CorruptError{Path: path, Reason: fmt.Sprintf("it is %d bytes, shorter than a database's first two pages", fi.Size())}
 		}
-		return nil
+		return true, nil
 	}
 	if m.pageSize < 512 || m.pages > uint64(fi.Size()) {
-		return &CorruptError{Path: path, Reason: fmt.Sprintf("its header says %d pages of %d bytes", m.pages, m.pageSize)}
+		return false, &CorruptError{Path: path, Reason: fmt.Sprintf("its header says %d pages of %d bytes", m.pages, m.pageSize)}
 	}
 	if need := int64(m.pages) * int64(m.pageSize); fi.Size() < need {
-		return &CorruptError{Path: path, Reason: fmt.Sprintf("it is truncated: %d bytes, where its header says %d pages of %d (%d bytes)",
+		return false, &CorruptError{Path: path, Reason: fmt.Sprintf("it is truncated: %d bytes, where its header says %d pages of %d (%d bytes)",
 			fi.Size(), m.pages, m.pageSize, need)}
 	}
-	return walkPages(f, m, path)
+	return m.freelist != noFreelist, walkPages(f, m, path)
 }
 
 // guarded runs fn and turns a panic or a memory fault in it (bbolt
@@ -181,7 +192,7 @@ func guarded(path string, fn func() error) (err error) {
 // of its own, in a goroutine no recover reaches), reads every page once in
 // this goroutine and has bbolt check the pages' bookkeeping (a free list
 // naming a live page makes the next write panic), all under guarded.
-func verify(path string, timeout time.Duration) error {
+func verify(path string, timeout time.Duration, freelistStored bool) error {
 	var db *bolt.DB
 	err := guarded(path, func() error {
 		var err error
@@ -191,6 +202,12 @@ func verify(path string, timeout time.Duration) error {
 		}
 		if err := readAll(db); err != nil {
 			return err
+		}
+		if !freelistStored {
+			// Check rebuilds such a free list with a goroutine that, on
+			// damage, dereferences nil or faults; walkPages checked what
+			// it would.
+			return nil
 		}
 		return db.View(func(tx *bolt.Tx) error {
 			var first error

@@ -139,12 +139,12 @@ func Open(path string, opts Options) (*Store, error) {
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
-	exists, err := checkFile(path, opts.MustExist, timeout)
+	exists, freelistStored, err := checkFile(path, opts.MustExist, timeout)
 	if err != nil {
 		return nil, err
 	}
 	if exists {
-		err := verify(path, timeout)
+		err := verify(path, timeout, freelistStored)
 		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, &InUseError{Path: path, PID: lockHolder(path)}
 		}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -20,7 +21,8 @@ func walkPages(f *os.File, m boltMeta, path string) error {
 			return err
 		}
 	}
-	return w.tree(m.root, 0)
+	_, err := w.tree(m.root, 0, nil, nil)
+	return err
 }
 
 // bbolt's page layout: a 16-byte header (id, flags, count, overflow), then
@@ -68,6 +70,16 @@ func (w *pageWalk) read(id uint64, what string) ([]byte, error) {
 	if id+overflow >= w.pages {
 		return nil, w.corrupt("page %d (%s) runs %d pages past the database's end", id, what, id+overflow+1-w.pages)
 	}
+	if got := binary.NativeEndian.Uint64(hdr[:]); got != id {
+		return nil, w.corrupt("page %d (%s) says it is page %d", id, what, got)
+	}
+	// Its overflow pages are its own: none may be reached otherwise.
+	for o := id + 1; o <= id+overflow; o++ {
+		if w.seen[o] {
+			return nil, w.corrupt("page %d is reached twice (in the overflow of page %d)", o, id)
+		}
+		w.seen[o] = true
+	}
 	buf := make([]byte, int64(overflow+1)*w.size)
 	if _, err := w.f.ReadAt(buf, int64(id)*w.size); err != nil {
 		return nil, w.corrupt("page %d: %v", id, err)
@@ -93,64 +105,99 @@ func (w *pageWalk) freelistPage(id uint64) error {
 	return nil
 }
 
-// tree checks the page id and the pages under it.
-func (w *pageWalk) tree(id uint64, depth int) error {
+// tree checks the page id and the pages under it, whose keys lie in
+// [lo, hi) (nil: unbounded); it returns the largest key under it.
+func (w *pageWalk) tree(id uint64, depth int, lo, hi []byte) ([]byte, error) {
 	buf, err := w.read(id, "bucket page")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return w.node(buf, fmt.Sprintf("page %d", id), depth)
+	return w.node(buf, fmt.Sprintf("page %d", id), depth, lo, hi)
 }
 
 // node checks one branch or leaf page held in buf (a page of the file, or
-// an inline bucket's page inside a value).
-func (w *pageWalk) node(buf []byte, where string, depth int) error {
+// an inline bucket's page inside a value), as bbolt's own check does: the
+// keys in order, within the bounds its parent gives, and the pages under
+// it. Any error bbolt's check finds, it reports from a goroutine that
+// then faults or dereferences nil (its free list rebuild, for a database
+// whose free list is not stored), so every one of them is found here
+// first.
+func (w *pageWalk) node(buf []byte, where string, depth int, lo, hi []byte) ([]byte, error) {
 	if depth > maxTreeDepth {
-		return w.corrupt("its buckets nest deeper than %d pages, at %s", maxTreeDepth, where)
+		return nil, w.corrupt("its buckets nest deeper than %d pages, at %s", maxTreeDepth, where)
 	}
 	if len(buf) < pageHeader {
-		return w.corrupt("%s is shorter than a page header", where)
+		return nil, w.corrupt("%s is shorter than a page header", where)
 	}
 	flags, count := binary.NativeEndian.Uint16(buf[8:]), uint64(binary.NativeEndian.Uint16(buf[10:]))
-	if pageHeader+count*pageElement > uint64(len(buf)) {
-		return w.corrupt("%s holds %d elements, more than fit", where, count)
+	if flags != branchPage && flags != leafPage {
+		return nil, w.corrupt("%s is neither a branch nor a leaf page (flags %#x)", where, flags)
 	}
+	if pageHeader+count*pageElement > uint64(len(buf)) {
+		return nil, w.corrupt("%s holds %d elements, more than fit", where, count)
+	}
+	ne := binary.NativeEndian
+	element := func(i uint64) (e []byte, at uint64) {
+		at = pageHeader + i*pageElement
+		return buf[at : at+pageElement], at
+	}
+	key := func(i uint64) ([]byte, error) {
+		e, at := element(i)
+		pos, ksize := uint64(ne.Uint32(e[4:])), uint64(ne.Uint32(e[8:]))
+		if flags == branchPage {
+			pos, ksize = uint64(ne.Uint32(e[0:])), uint64(ne.Uint32(e[4:]))
+		}
+		if at+pos+ksize > uint64(len(buf)) {
+			return nil, w.corrupt("%s element %d: its key runs past the page", where, i)
+		}
+		return buf[at+pos : at+pos+ksize], nil
+	}
+	run := lo
 	for i := range count {
-		at := pageHeader + i*pageElement
-		e := buf[at : at+pageElement]
-		ne := binary.NativeEndian
+		k, err := key(i)
+		if err != nil {
+			return nil, err
+		}
 		switch {
-		case flags&branchPage != 0:
-			pos, ksize, child := uint64(ne.Uint32(e[0:])), uint64(ne.Uint32(e[4:])), ne.Uint64(e[8:])
-			if at+pos+ksize > uint64(len(buf)) {
-				return w.corrupt("%s element %d: its key runs past the page", where, i)
-			}
-			if err := w.tree(child, depth+1); err != nil {
-				return err
-			}
-		case flags&leafPage != 0:
-			eflags, pos := ne.Uint32(e[0:]), uint64(ne.Uint32(e[4:]))
-			ksize, vsize := uint64(ne.Uint32(e[8:])), uint64(ne.Uint32(e[12:]))
-			if at+pos+ksize+vsize > uint64(len(buf)) {
-				return w.corrupt("%s element %d: its key or value runs past the page", where, i)
-			}
-			if eflags&bucketLeaf == 0 {
-				continue
-			}
-			v := buf[at+pos+ksize : at+pos+ksize+vsize]
-			if len(v) < bucketHeader {
-				return w.corrupt("%s element %d: a bucket shorter than its header", where, i)
-			}
-			if root := ne.Uint64(v); root != 0 {
-				if err := w.tree(root, depth+1); err != nil {
-					return err
+		case i == 0 && run != nil && bytes.Compare(run, k) > 0,
+			i > 0 && bytes.Compare(run, k) >= 0,
+			hi != nil && bytes.Compare(k, hi) >= 0:
+			return nil, w.corrupt("%s element %d: its key is out of order", where, i)
+		}
+		e, at := element(i)
+		if flags == branchPage {
+			next := hi
+			if i+1 < count {
+				if next, err = key(i + 1); err != nil {
+					return nil, err
 				}
-			} else if err := w.node(v[bucketHeader:], fmt.Sprintf("%s element %d (inline bucket)", where, i), depth+1); err != nil {
-				return err
 			}
-		default:
-			return w.corrupt("%s is neither a branch nor a leaf page (flags %#x)", where, flags)
+			if run, err = w.tree(ne.Uint64(e[8:]), depth+1, k, next); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		run = k
+		eflags, pos := ne.Uint32(e[0:]), uint64(ne.Uint32(e[4:]))
+		ksize, vsize := uint64(ne.Uint32(e[8:])), uint64(ne.Uint32(e[12:]))
+		if at+pos+ksize+vsize > uint64(len(buf)) {
+			return nil, w.corrupt("%s element %d: its key or value runs past the page", where, i)
+		}
+		if eflags&bucketLeaf == 0 {
+			continue
+		}
+		v := buf[at+pos+ksize : at+pos+ksize+vsize]
+		if len(v) < bucketHeader {
+			return nil, w.corrupt("%s element %d: a bucket shorter than its header", where, i)
+		}
+		if root := ne.Uint64(v); root != 0 {
+			_, err = w.tree(root, depth+1, nil, nil)
+		} else {
+			_, err = w.node(v[bucketHeader:], fmt.Sprintf("%s element %d (inline bucket)", where, i), depth+1, nil, nil)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	return run, nil
 }
