@@ -191,7 +191,7 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 			}
 			// Fewer buckets than the whitelist deals to agents: the last
 			// get none, and never a connection of it.
-			if b := cfg.Spread.Bits; b > 0 && len(group) > 1<<b && cfg.Spread.Mode == string(spread.ModePort) {
+			if b := cfg.Spread.Bits; b > 0 && len(group) > 1<<b {
 				add(cfg.Spread.Range, fmt.Sprintf("Give bits = %d or more, or leave bits out: the default deals every agent at least eight buckets.", bits.Len(uint(len(group)-1))),
 					"spread bits = %d deals %d buckets, but whitelist %q spreads over %d agents: %s would never get a connection of it",
 					b, 1<<b, w.Name, len(group), strings.Join(group[1<<b:], ", "))

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -50,7 +51,8 @@ restarts the daemon onto an edited file.`,
 				}
 				node = h
 			}
-			if node != "" {
+			// A node the loop above compiled said its problem there.
+			if node != "" && !slices.Contains(desired.Nodes(cfg), node) {
 				if _, err := desired.Compile(cfg, node); err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "%s: node %s: error: %v\n", path, node, err)
 					problems++
