@@ -14,8 +14,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -204,6 +208,8 @@ type Client struct {
 	cfg Config
 	cli *clientv3.Client
 	log *slog.Logger
+	// longTTL says once that etcd grants longer leases (grantLease).
+	longTTL sync.Once
 }
 
 // Open makes a client for cfg.
@@ -243,6 +249,81 @@ func (c *Client) Config() Config { return c.cfg }
 // requestTimeout bounds one plain request (put, get).
 func (c *Client) requestTimeout() time.Duration {
 	return max(c.cfg.DialTimeout, time.Second)
+}
+
+// grantLease asks etcd for a lease of the configured TTL within the
+// request timeout. The client holds a request until it has a connection,
+// so without the bound an etcd that cannot be reached, or that refuses
+// this client's certificate, was a wait without end and nothing said
+// why. A longer TTL than the file's (etcd raises a TTL below its election
+// timeout) is said once: the failover takes that long.
+func (c *Client) grantLease(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+	gctx, cancel := context.WithTimeout(ctx, c.requestTimeout())
+	defer cancel()
+	want := int64(c.cfg.ttlSeconds())
+	g, err := c.cli.Grant(gctx, want)
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			err = c.why(fmt.Errorf("no etcd of %s answered a lease request within %s (down, unreachable, or refusing this node's TLS certificate or CA: see the etcd log): %w",
+				strings.Join(c.cfg.Endpoints, ", "), c.requestTimeout(), err))
+		}
+		return nil, err
+	}
+	if g.TTL > want {
+		c.longTTL.Do(func() {
+			c.log.Warn("etcd granted a longer lease than lease_ttl; a failover takes that long (etcd raises a TTL below its election timeout)",
+				"lease_ttl", c.cfg.LeaseTTL, "granted", time.Duration(g.TTL)*time.Second)
+		})
+	}
+	return g, nil
+}
+
+// why adds to a request that timed out what a TLS handshake with each
+// https endpoint says, if it fails: the etcd client only waits for a
+// connection, so a member that refuses this node's certificate, or whose
+// own this node's CA does not sign, was "context deadline exceeded".
+func (c *Client) why(err error) error {
+	if !errors.Is(err, context.DeadlineExceeded) || c.cfg.TLS == nil {
+		return err
+	}
+	for _, ep := range c.cfg.Endpoints {
+		u, perr := url.Parse(ep)
+		if perr != nil || u.Scheme != "https" {
+			continue
+		}
+		if herr := c.handshake(u.Host); herr != nil {
+			return fmt.Errorf("%w (TLS with %s: %v)", err, u.Host, herr)
+		}
+	}
+	return err
+}
+
+// handshake makes a TLS connection to host as the client does, and reads
+// once, shortly, for the alert a server sends when it refuses the
+// client's certificate (in TLS 1.3, after the client's side is done).
+func (c *Client) handshake(host string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.requestTimeout())
+	defer cancel()
+	cfg := c.cfg.tlsConfig().Clone()
+	if cfg.ServerName == "" {
+		cfg.ServerName, _, _ = net.SplitHostPort(host)
+	}
+	d := tls.Dialer{Config: cfg}
+	conn, err := d.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	var b [1]byte
+	if _, err := conn.Read(b[:]); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil
+		}
+		return err
+	}
+	return nil
 }
 
 // Ping reads one key to tell whether etcd answers now.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -129,7 +130,13 @@ func (e *Elector) Run(ctx context.Context) {
 // from getting one.
 func (e *Elector) term(ctx context.Context) error {
 	cfg := e.c.cfg
-	sess, err := concurrency.NewSession(e.c.cli, concurrency.WithTTL(cfg.ttlSeconds()), concurrency.WithContext(ctx))
+	g, err := e.c.grantLease(ctx)
+	if err != nil {
+		return err
+	}
+	sess, err := concurrency.NewSession(e.c.cli, concurrency.WithLease(g.ID),
+		// The TTL bounds the session's own revoke at Close.
+		concurrency.WithTTL(int(g.TTL)), concurrency.WithContext(ctx))
 	if err != nil {
 		return err
 	}
@@ -156,10 +163,27 @@ func (e *Elector) term(ctx context.Context) error {
 		case <-tctx.Done():
 		}
 	}()
+	// The session ends a whole TTL after the last keepalive answer, at or
+	// after the moment etcd lets the lease go and another node takes
+	// over: two masters for a while. The term ends sooner, when no answer
+	// came for two thirds of the TTL etcd granted.
+	acks, err := e.c.cli.KeepAlive(tctx, sess.Lease())
+	if err != nil {
+		return err
+	}
+	var silent atomic.Bool
+	var leadRev atomic.Int64 // this node's key's revision, once it leads
+	go func() {
+		if e.keepAnswered(tctx, acks, time.Duration(g.TTL)*time.Second*2/3) {
+			return
+		}
+		silent.Store(true)
+		cancel()
+	}()
 	e.update(func(r *Role) { r.Connected, r.Err = true, "" })
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { e.observe(tctx, el) })
+	wg.Go(func() { e.observe(tctx, el, leadRev.Load, cancel) })
 
 	// A campaign cancelled while etcd is down resigns with the client's
 	// own context, which only Close ends: do not wait for it then.
@@ -188,6 +212,7 @@ func (e *Elector) term(ctx context.Context) error {
 		}
 		return err
 	}
+	leadRev.Store(el.Rev())
 	gen := cfg.GenerationBase + uint64(el.Rev())
 	e.c.log.Info("etcd election: this controller leads", "node", cfg.Node, "generation", gen)
 	e.update(func(r *Role) { r.Leader, r.Generation, r.LeaderNode = true, gen, cfg.Node })
@@ -199,8 +224,12 @@ func (e *Elector) term(ctx context.Context) error {
 		e.update(func(r *Role) { r.Leader = false })
 		return nil
 	}
-	e.c.log.Warn("etcd election: lease lost (etcd unreachable for the lease TTL); stepping down to slave",
-		"node", cfg.Node, "generation", gen, "lease_ttl", cfg.LeaseTTL)
+	why := "lease lost (etcd unreachable for the lease TTL, or this node's key gone)"
+	if silent.Load() {
+		why = "no keepalive answer for two thirds of the lease TTL: stepping down before etcd can let another node lead"
+	}
+	e.c.log.Warn("etcd election: "+why+"; stepping down to slave",
+		"node", cfg.Node, "generation", gen, "lease_ttl", time.Duration(g.TTL)*time.Second)
 	e.mu.Lock()
 	e.stepDowns++
 	e.mu.Unlock()
@@ -208,14 +237,42 @@ func (e *Elector) term(ctx context.Context) error {
 	return nil
 }
 
+// keepAnswered follows the lease's keepalive answers; false when none
+// came for limit, or the lease is gone.
+func (e *Elector) keepAnswered(ctx context.Context, acks <-chan *clientv3.LeaseKeepAliveResponse, limit time.Duration) bool {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return true
+		case resp, ok := <-acks:
+			if !ok || resp == nil || resp.TTL <= 0 {
+				return ctx.Err() != nil
+			}
+			t.Reset(limit)
+		case <-t.C:
+			return false
+		}
+	}
+}
+
 // observe follows who leads, so that a follower knows the generation it
-// asks the switches for the slave role with.
-func (e *Elector) observe(ctx context.Context, el *concurrency.Election) {
+// asks the switches for the slave role with. A leader that sees a key
+// created after its own lead has lost its key (deleted by hand, say),
+// and ends its term (stop).
+func (e *Elector) observe(ctx context.Context, el *concurrency.Election, leadRev func() int64, stop func()) {
 	for resp := range el.Observe(ctx) {
 		if len(resp.Kvs) == 0 {
 			continue
 		}
 		kv := resp.Kvs[0]
+		if rev := leadRev(); rev > 0 && kv.CreateRevision > rev {
+			e.c.log.Warn("etcd election: another node's key leads, this node's is gone; stepping down",
+				"leader", string(kv.Value), "node", e.c.cfg.Node)
+			stop()
+			return
+		}
 		e.update(func(r *Role) {
 			if !r.Leader {
 				r.LeaderNode, r.Generation = string(kv.Value), e.c.cfg.GenerationBase+uint64(kv.CreateRevision)

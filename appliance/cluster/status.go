@@ -86,9 +86,15 @@ func (p *Publisher) setState(ok bool, err error) {
 func (p *Publisher) Run(ctx context.Context) {
 	backoff := 250 * time.Millisecond
 	for ctx.Err() == nil {
+		began := time.Now()
 		err := p.term(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if time.Since(began) > p.c.cfg.LeaseTTL {
+			// A term that held: the next failure starts the backoff
+			// afresh, not where a flap long ago left it.
+			backoff = 250 * time.Millisecond
 		}
 		if err != nil {
 			p.setState(false, err)
@@ -103,7 +109,13 @@ func (p *Publisher) Run(ctx context.Context) {
 }
 
 func (p *Publisher) term(ctx context.Context) error {
-	sess, err := concurrency.NewSession(p.c.cli, concurrency.WithTTL(p.c.cfg.ttlSeconds()), concurrency.WithContext(ctx))
+	g, err := p.c.grantLease(ctx)
+	if err != nil {
+		return err
+	}
+	sess, err := concurrency.NewSession(p.c.cli, concurrency.WithLease(g.ID),
+		// The TTL bounds the session's own revoke at Close.
+		concurrency.WithTTL(int(g.TTL)), concurrency.WithContext(ctx))
 	if err != nil {
 		return err
 	}
@@ -170,7 +182,7 @@ func (c *Client) Statuses(ctx context.Context) ([]NodeStatus, error) {
 	defer cancel()
 	resp, err := c.cli.Get(ctx, c.cfg.statusPrefix(), clientv3.WithPrefix(), clientv3.WithLimit(4096))
 	if err != nil {
-		return nil, fmt.Errorf("read statuses from etcd (%s): %w", strings.Join(c.cfg.Endpoints, ", "), err)
+		return nil, c.why(fmt.Errorf("read statuses from etcd (%s): %w", strings.Join(c.cfg.Endpoints, ", "), err))
 	}
 	var out []NodeStatus
 	for _, kv := range resp.Kvs {
