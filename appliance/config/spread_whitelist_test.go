@@ -5,7 +5,8 @@ import (
 	"testing"
 )
 
-// r73ThreeAgentSite is a site of three agents on one switch.
+// r73ThreeAgentSite is a site of three agents on one switch, and two
+// buckets.
 const r73ThreeAgentSite = `
 site "c" {
   prefixes = ["10.3.0.0/24"]

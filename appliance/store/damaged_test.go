@@ -56,6 +56,15 @@ func statedbApplied(t *testing.T, path string) {
 // this test) and returns what the child printed and its exit error.
 func statedbOpenInChild(t *testing.T, path string) (string, error) {
 	t.Helper()
+	return inChild(t, statedbChildEnv, path)
+}
+
+// inChild runs this test again in a child process (this test binary,
+// this test alone) with env set to value, and returns what the child
+// printed and its exit error: a fault the child dies of, which no recover
+// catches, fails the test instead of the test binary.
+func inChild(t *testing.T, env, value string) (string, error) {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +72,7 @@ func statedbOpenInChild(t *testing.T, path string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe, "-test.run=^"+t.Name()+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), statedbChildEnv+"="+path)
+	cmd.Env = append(os.Environ(), env+"="+value)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }

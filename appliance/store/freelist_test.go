@@ -1,16 +1,13 @@
 package store
 
 import (
-	"context"
 	"encoding/binary"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // r67ChildEnv makes this test binary, run again on one test, do that
@@ -19,16 +16,7 @@ const r67ChildEnv = "SOSAPPLIANCE_STORE_TEST_CHILD"
 
 func r67InChild(t *testing.T, path string) (string, error) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "-test.run=^"+t.Name()+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), r67ChildEnv+"="+path)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return inChild(t, r67ChildEnv, path)
 }
 
 // r67Meta returns the newest valid meta page of the file: root page,

@@ -2,11 +2,9 @@ package store
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -37,16 +35,7 @@ func r75Child() bool {
 
 func r75OpenInChild(t *testing.T, path string) (string, error) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "-test.run=^"+t.Name()+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), r75ChildEnv+"="+path)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return inChild(t, r75ChildEnv, path)
 }
 
 // r75MetaAt reads the meta page at off: root, freelist, txid.
