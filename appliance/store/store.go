@@ -186,7 +186,7 @@ func Open(path string, opts Options) (*Store, error) {
 // initSchema creates the buckets and the lineage of a new database, brings
 // an older schema up to SchemaVersion, and reads the lineage.
 func (s *Store) initSchema() error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		// A database with no bucket at all is new; one that has some must
 		// have them all and say its version, or what it recorded is gone.
 		fresh := true
@@ -273,6 +273,18 @@ func validLineage(s string) bool {
 	return true
 }
 
+// update and view are the database's transactions, under guarded: a
+// page damaged after Open checked the file (or in a way no check sees)
+// makes bbolt panic, which is an error naming the file, not the end of
+// the process.
+func (s *Store) update(fn func(*bolt.Tx) error) error {
+	return guarded(s.path, func() error { return s.db.Update(fn) })
+}
+
+func (s *Store) view(fn func(*bolt.Tx) error) error {
+	return guarded(s.path, func() error { return s.db.View(fn) })
+}
+
 // Lineage names this state database for its whole life: a random UUID made
 // when it was first initialised. A saved plan records it, and a plan made
 // against another database's lineage is refused.
@@ -287,7 +299,7 @@ func (s *Store) Path() string { return s.path }
 // Serial is the current state serial; 0 for a database never applied to.
 func (s *Store) Serial() (uint64, error) {
 	var serial uint64
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		serial, err = readSerial(tx)
 		return err
@@ -309,7 +321,7 @@ func readSerial(tx *bolt.Tx) (uint64, error) {
 // Records lists every owned item, sorted by kind and key.
 func (s *Store) Records() ([]Record, error) {
 	var out []Record
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketItems).ForEach(func(k, v []byte) error {
 			var r Record
 			if err := json.Unmarshal(v, &r); err != nil {
@@ -332,7 +344,7 @@ func (s *Store) Records() ([]Record, error) {
 func (s *Store) Record(kind, key string) (Record, bool, error) {
 	var r Record
 	var found bool
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		r, found, err = getRecord(tx, kind, key)
 		return err
@@ -366,7 +378,7 @@ func putRecord(tx *bolt.Tx, r Record) error {
 // the state moved on since the plan was made.
 func (s *Store) BeginApply(planSerial uint64, entry HistoryEntry) (uint64, error) {
 	var serial uint64
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		cur, err := readSerial(tx)
 		if err != nil {
 			return err
@@ -420,7 +432,7 @@ func pruneHistory(tx *bolt.Tx, newest uint64) error {
 
 // FinishApply records the outcome of the apply at serial.
 func (s *Store) FinishApply(serial uint64, result, errText string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		e, err := getHistory(tx, serial)
 		if err != nil {
 			return err
@@ -438,7 +450,7 @@ func (s *Store) FinishApply(serial uint64, result, errText string) error {
 // the item survives any number of applies and crashes.
 func (s *Store) Touch(kind, key, previous string, previousPresent bool, desired string, serial uint64) (Record, error) {
 	var r Record
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		var found bool
 		var err error
 		r, found, err = getRecord(tx, kind, key)
@@ -459,7 +471,7 @@ func (s *Store) Touch(kind, key, previous string, previousPresent bool, desired 
 
 // MarkApplied records that kind/key now holds its desired value.
 func (s *Store) MarkApplied(kind, key string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		r, found, err := getRecord(tx, kind, key)
 		if err != nil {
 			return err
@@ -476,7 +488,7 @@ func (s *Store) MarkApplied(kind, key string) error {
 // Forget drops the record of kind/key once its previous value is back on the
 // host (or there is nothing left to put back).
 func (s *Store) Forget(kind, key string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketItems).Delete(itemKey(kind, key))
 	})
 }
@@ -484,7 +496,7 @@ func (s *Store) Forget(kind, key string) error {
 // History lists all applies and rollbacks, oldest first.
 func (s *Store) History() ([]HistoryEntry, error) {
 	var out []HistoryEntry
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketHistory).ForEach(func(k, v []byte) error {
 			var e HistoryEntry
 			if err := json.Unmarshal(v, &e); err != nil {
@@ -501,7 +513,7 @@ func (s *Store) History() ([]HistoryEntry, error) {
 func (s *Store) LastHistory() (HistoryEntry, bool, error) {
 	var e HistoryEntry
 	var found bool
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		k, v := tx.Bucket(bucketHistory).Cursor().Last()
 		if k == nil {
 			return nil

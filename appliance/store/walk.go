@@ -21,8 +21,10 @@ func walkPages(f *os.File, m boltMeta, path string) error {
 			return err
 		}
 	}
-	_, err := w.tree(m.root, 0, nil, nil)
-	return err
+	if _, err := w.tree(m.root, 0, nil, nil); err != nil {
+		return err
+	}
+	return w.freeInUse()
 }
 
 // bbolt's page layout: a 16-byte header (id, flags, count, overflow), then
@@ -45,7 +47,8 @@ type pageWalk struct {
 	f     *os.File
 	size  int64
 	pages uint64
-	seen  map[uint64]bool
+	seen  map[uint64]bool // pages in use: the tree's and the free list's, with their overflow
+	free  []uint64        // the ids the free list names
 	path  string
 }
 
@@ -101,6 +104,29 @@ func (w *pageWalk) freelistPage(id uint64) error {
 	}
 	if n > uint64(len(buf)) || pageHeader+(first+n)*8 > uint64(len(buf)) {
 		return w.corrupt("its free list page %d says %d ids, more than it holds", id, n)
+	}
+	for i := range n {
+		w.free = append(w.free, binary.NativeEndian.Uint64(buf[pageHeader+(first+i)*8:]))
+	}
+	return nil
+}
+
+// freeInUse refuses a free list naming a page the tree or the free list
+// itself uses (an overflow page among them, which bbolt's check does not
+// look at: the next write that frees the page panicked), a meta page, or
+// one page twice. An id past the end is left: bbolt drops it.
+func (w *pageWalk) freeInUse() error {
+	named := make(map[uint64]bool, len(w.free))
+	for _, id := range w.free {
+		switch {
+		case id < 2:
+			return w.corrupt("its free list names meta page %d", id)
+		case named[id]:
+			return w.corrupt("its free list names page %d twice", id)
+		case w.seen[id]:
+			return w.corrupt("its free list names page %d, which is in use", id)
+		}
+		named[id] = true
 	}
 	return nil
 }
