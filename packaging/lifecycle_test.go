@@ -312,6 +312,7 @@ systemctl --system daemon-reload
 == reinstall
 deb-systemd-helper update-state sosappliance.service
 systemctl --system daemon-reload
+systemctl show -p ExecStart --value sosappliance.service
 deb-systemd-invoke try-restart sosappliance.service
 == remove
 systemctl is-active --quiet sosappliance.service

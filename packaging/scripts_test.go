@@ -26,6 +26,11 @@ cat > $R/usr/bin/systemctl <<'EOS'
 echo "systemctl $*" >> /root/calls.log
 case "$*" in
 *is-active*) [ -e /root/active ] ;;
+show*ExecStart*)
+	# What systemd shows: the last ExecStart of the drop-ins, or the unit's.
+	line=$(grep -h '^ExecStart=.' /etc/systemd/system/sosappliance.service.d/*.conf 2>/dev/null | tail -n 1)
+	[ -n "$line" ] || line="ExecStart=/usr/bin/sosappliance run -c /etc/sosappliance/sos.hcl"
+	echo "{ path=/usr/bin/sosappliance ; argv[]=${line#ExecStart=} ; ignore_errors=no }" ;;
 esac
 EOS
 cat > $R/usr/bin/deb-systemd-invoke <<'EOS'
