@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -130,6 +131,7 @@ func (e *Elector) Run(ctx context.Context) {
 // from getting one.
 func (e *Elector) term(ctx context.Context) error {
 	cfg := e.c.cfg
+	granting := time.Now() // the lease lives at least its TTL from here
 	g, err := e.c.grantLease(ctx)
 	if err != nil {
 		return err
@@ -165,16 +167,13 @@ func (e *Elector) term(ctx context.Context) error {
 	}()
 	// The session ends a whole TTL after the last keepalive answer, at or
 	// after the moment etcd lets the lease go and another node takes
-	// over: two masters for a while. The term ends sooner, when no answer
-	// came for two thirds of the TTL etcd granted.
-	acks, err := e.c.cli.KeepAlive(tctx, sess.Lease())
-	if err != nil {
-		return err
-	}
+	// over: two masters for a while. The term ends sooner: holdLease
+	// knows when the lease surely lives to, from when each answered
+	// keepalive was sent.
 	var silent atomic.Bool
 	var leadRev atomic.Int64 // this node's key's revision, once it leads
 	go func() {
-		if e.keepAnswered(tctx, acks, time.Duration(g.TTL)*time.Second*2/3) {
+		if e.holdLease(tctx, sess.Lease(), granting, time.Duration(g.TTL)*time.Second) {
 			return
 		}
 		silent.Store(true)
@@ -182,8 +181,14 @@ func (e *Elector) term(ctx context.Context) error {
 	}()
 	e.update(func(r *Role) { r.Connected, r.Err = true, "" })
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	// The observers end with the term: cancel first, or a term ended by
+	// an error waits on them for as long as its lease lives.
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
 	wg.Go(func() { e.observe(tctx, el, leadRev.Load, cancel) })
+	wg.Go(func() { e.watchOwnKey(tctx, el, leadRev.Load, cancel) })
 
 	// A campaign cancelled while etcd is down resigns with the client's
 	// own context, which only Close ends: do not wait for it then.
@@ -226,7 +231,7 @@ func (e *Elector) term(ctx context.Context) error {
 	}
 	why := "lease lost (etcd unreachable for the lease TTL, or this node's key gone)"
 	if silent.Load() {
-		why = "no keepalive answer for two thirds of the lease TTL: stepping down before etcd can let another node lead"
+		why = "the lease may expire before etcd answers a keepalive: stepping down before etcd can let another node lead"
 	}
 	e.c.log.Warn("etcd election: "+why+"; stepping down to slave",
 		"node", cfg.Node, "generation", gen, "lease_ttl", time.Duration(g.TTL)*time.Second)
@@ -237,22 +242,59 @@ func (e *Elector) term(ctx context.Context) error {
 	return nil
 }
 
-// keepAnswered follows the lease's keepalive answers; false when none
-// came for limit, or the lease is gone.
-func (e *Elector) keepAnswered(ctx context.Context, acks <-chan *clientv3.LeaseKeepAliveResponse, limit time.Duration) bool {
-	t := time.NewTimer(limit)
-	defer t.Stop()
+// holdLease renews the lease every sixth of its TTL and returns false
+// once the lease may be about to expire: etcd renews it when it takes a
+// keepalive, so it lives at least a TTL from when the last answered one
+// was sent (the grant's, at first), and the term ends a margin before
+// that, when etcd could let another node lead. A stall of etcd shorter
+// than that costs no leadership. It returns true when ctx ends.
+func (e *Elector) holdLease(ctx context.Context, id clientv3.LeaseID, since time.Time, ttl time.Duration) bool {
+	margin := max(ttl/8, 100*time.Millisecond)
+	lives := since.Add(ttl - margin)
 	for {
+		sent := time.Now()
+		if !sent.Before(lives) {
+			return ctx.Err() != nil
+		}
+		kctx, cancel := context.WithDeadline(ctx, lives)
+		resp, err := e.c.cli.KeepAliveOnce(kctx, id)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return true
+		case errors.Is(err, rpctypes.ErrLeaseNotFound), err == nil && resp.TTL <= 0:
+			return false // gone already
+		case err == nil:
+			lives = sent.Add(ttl - margin)
+		}
 		select {
 		case <-ctx.Done():
 			return true
-		case resp, ok := <-acks:
-			if !ok || resp == nil || resp.TTL <= 0 {
-				return ctx.Err() != nil
+		case <-time.After(min(ttl/6, time.Until(lives))):
+		}
+	}
+}
+
+// watchOwnKey ends the term (stop) when this node's key is deleted while
+// it leads: with no other candidate, observe sees no key lead after it.
+func (e *Elector) watchOwnKey(ctx context.Context, el *concurrency.Election, leadRev func() int64, stop func()) {
+	for ctx.Err() == nil && leadRev() == 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	for resp := range e.c.cli.Watch(ctx, el.Key(), clientv3.WithRev(leadRev()+1)) {
+		for _, ev := range resp.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				e.c.log.Warn("etcd election: this node's key was deleted; stepping down", "node", e.c.cfg.Node)
+				stop()
+				return
 			}
-			t.Reset(limit)
-		case <-t.C:
-			return false
 		}
 	}
 }
