@@ -358,26 +358,11 @@ func r75BucketRoot(t *testing.T, b []byte, ps int, root uint64, name string) uin
 	return 0
 }
 
-// TestUnsyncedFreelistOverlapKillsWalker: a state database whose
-// free list is not synced (bbolt's NoFreelistSync, which legit_test.go
-// holds legitimate), with one leaf page of a bucket whose overflow count
-// says 1 where it is 0, so that the page after it, another leaf of the
-// same bucket, is covered twice. walkPages reads the page with one
-// overflow page (all in the file: fine) and marks only its own id seen;
-// readAll does not look at overflow counts. tx.Check loads the free list
-// by bbolt's freepages, which walks every page in a goroutine of its own
-// and panics in its caller on the first error ("multiple references"):
-// tx.Check's recover takes that panic, and freepages' deferred Rollback
-// sets the transaction's db and meta to nil while the walker goroutine,
-// which nothing stops, goes on through the rest of the bucket: a nil
-// dereference (or a read of the unmapped file once verify closes it) in
-// a goroutine no recover reaches. The process dies in store.Open.
-// Found by review (helper-75) of a0a99e9: walkPages now checks what
-// bbolt's own check does (overflow spans, header ids, key order).
-func TestUnsyncedFreelistOverlapKillsWalker(t *testing.T) {
-	if r75Child() {
-		return
-	}
+// r75UnsyncedBig is an applied state database with a bucket "aaa" of
+// 300,000 keys written without storing the free list; it returns the
+// path and the file's bytes.
+func r75UnsyncedBig(t *testing.T) (string, []byte) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "state.db")
 	statedbApplied(t, path)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true, NoSync: true})
@@ -404,6 +389,30 @@ func TestUnsyncedFreelistOverlapKillsWalker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return path, b
+}
+
+// TestUnsyncedFreelistOverlapKillsWalker: a state database whose
+// free list is not synced (bbolt's NoFreelistSync, which legit_test.go
+// holds legitimate), with one leaf page of a bucket whose overflow count
+// says 1 where it is 0, so that the page after it, another leaf of the
+// same bucket, is covered twice. walkPages reads the page with one
+// overflow page (all in the file: fine) and marks only its own id seen;
+// readAll does not look at overflow counts. tx.Check loads the free list
+// by bbolt's freepages, which walks every page in a goroutine of its own
+// and panics in its caller on the first error ("multiple references"):
+// tx.Check's recover takes that panic, and freepages' deferred Rollback
+// sets the transaction's db and meta to nil while the walker goroutine,
+// which nothing stops, goes on through the rest of the bucket: a nil
+// dereference (or a read of the unmapped file once verify closes it) in
+// a goroutine no recover reaches. The process dies in store.Open.
+// Found by review (helper-75) of a0a99e9: walkPages now checks what
+// bbolt's own check does (overflow spans, header ids, key order).
+func TestUnsyncedFreelistOverlapKillsWalker(t *testing.T) {
+	if r75Child() {
+		return
+	}
+	path, b := r75UnsyncedBig(t)
 	ps := os.Getpagesize()
 	r0, f0, t0, _ := r75MetaAt(b, 0)
 	r1, f1, t1, _ := r75MetaAt(b, ps)
@@ -459,32 +468,7 @@ func TestUnsyncedFreelistKeyOrderKillsWalker(t *testing.T) {
 	if r75Child() {
 		return
 	}
-	path := filepath.Join(t.TempDir(), "state.db")
-	statedbApplied(t, path)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists([]byte("aaa"))
-		if err != nil {
-			return err
-		}
-		for i := 0; i < 300000; i++ {
-			if err := b.Put([]byte(fmt.Sprintf("%08d", i)), []byte("v")); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	db.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, b := r75UnsyncedBig(t)
 	ps := os.Getpagesize()
 	r0, _, t0, _ := r75MetaAt(b, 0)
 	r1, _, t1, _ := r75MetaAt(b, ps)
