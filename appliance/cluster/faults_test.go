@@ -366,6 +366,11 @@ func TestDeletedLeaderKeyStepsDown(t *testing.T) {
 	if ra, rb := a.el.Role(), b.el.Role(); ra.Leader && rb.Leader {
 		t.Errorf("two leaders %v after a's key was deleted: a gen %d, b gen %d", 3*cfg.LeaseTTL, ra.Generation, rb.Generation)
 	}
+	// observe's stop and the term's end count the step-down once
+	// (helper-77).
+	if to, down := a.el.Counts(); down != 1 || to != 1 {
+		t.Errorf("a after its key was deleted: takeovers %d, step-downs %d (want 1, 1)", to, down)
+	}
 }
 
 // TestFlappingEtcdLeaksNoGoroutines: etcd flaps (a proxy cuts

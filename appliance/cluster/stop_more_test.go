@@ -73,30 +73,3 @@ func TestSoleLeaderKeyDeletedStillLeads(t *testing.T) {
 		t.Errorf("%v after its key was deleted a still leads with generation %d; election keys in etcd: %d", 4*cfg.LeaseTTL, gen, len(resp.Kvs))
 	}
 }
-
-// TestDeletedKeyCountsOneStepDown: a leads, b follows; a's key is
-// deleted: b leads, and a's step-down is counted once (observe's stop and
-// the term's end do not both count). It passed.
-// Written by review (helper-77); it passed.
-func TestDeletedKeyCountsOneStepDown(t *testing.T) {
-	etcd := testsupport.StartEtcd(t, 1)
-	cfg := Config{Endpoints: etcd.Endpoints(), Prefix: "/r77-del2/", LeaseTTL: 2 * time.Second, DialTimeout: time.Second, Node: "ctl-a"}
-	a := faultsStart(t, cfg)
-	testsupport.Eventually(t, 10*time.Second, "a to lead", func() bool { return a.el.Role().Leader })
-	cfgB := cfg
-	cfgB.Node = "ctl-b"
-	b := faultsStart(t, cfgB)
-	testsupport.Eventually(t, 10*time.Second, "b to follow a", func() bool { return b.el.Role().LeaderNode == "ctl-a" })
-	resp, err := a.cli.cli.Get(context.Background(), cfg.electionKey()+"/", clientv3.WithFirstCreate()...)
-	if err != nil || len(resp.Kvs) == 0 {
-		t.Fatalf("a's key: %v", err)
-	}
-	if _, err := a.cli.cli.Delete(context.Background(), string(resp.Kvs[0].Key)); err != nil {
-		t.Fatal(err)
-	}
-	testsupport.Eventually(t, 10*time.Second, "b to lead, a not", func() bool { return b.el.Role().Leader && !a.el.Role().Leader })
-	time.Sleep(3 * time.Second)
-	if to, down := a.el.Counts(); down != 1 || to != 1 {
-		t.Errorf("a after its key was deleted: takeovers %d, step-downs %d (want 1, 1)", to, down)
-	}
-}
