@@ -21,6 +21,9 @@ type ClusterStatus struct {
 	// Publishing is true while this node's status entry reaches etcd.
 	Publishing bool   `json:"publishing"`
 	LastError  string `json:"last_error,omitempty"`
+	// Duplicate names another process that publishes under this node's
+	// name (node names must be unique), as its entry says.
+	Duplicate string `json:"duplicate,omitempty"`
 	// Role is the controller's OpenFlow role ("master", "slave"); empty
 	// on a node that runs no controller.
 	Role       string    `json:"role,omitempty"`
@@ -238,6 +241,7 @@ func (d *Daemon) clusterStatus() *ClusterStatus {
 	}
 	cs := &ClusterStatus{Etcd: rc.cand.spec.Endpoints}
 	cs.Publishing, cs.LastError = rc.pub.Connected()
+	cs.Duplicate = rc.pub.Duplicate()
 	if rc.el != nil {
 		r := rc.el.Role()
 		cs.Role, cs.Generation, cs.Leader, cs.RoleSince = "slave", r.Generation, r.LeaderNode, r.Since

@@ -294,6 +294,9 @@ func (s *Status) WriteText(w io.Writer) {
 			}
 		}
 		fmt.Fprintf(tw, "cluster:\t%s, %s\n", strings.Join(c.Etcd, " "), etcd)
+		if c.Duplicate != "" {
+			fmt.Fprintf(tw, "node name:\talso published by another process (%s): node names must be unique\n", c.Duplicate)
+		}
 		if c.Role != "" {
 			fmt.Fprintf(tw, "openflow role:\t%s (generation %d, leader %q, since %s; %d takeover(s), %d step-down(s))\n",
 				c.Role, c.Generation, c.Leader, c.RoleSince.Format(time.RFC3339), c.Takeovers, c.StepDowns)

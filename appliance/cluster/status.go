@@ -3,13 +3,16 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -36,6 +39,10 @@ type NodeStatus struct {
 	// Published is when the node last wrote this entry: on each change,
 	// and at least every lease TTL.
 	Published time.Time `json:"published"`
+	// Instance names the process that wrote the entry (host, pid and a
+	// random id), so that two processes publishing under one node name
+	// can say which the other is.
+	Instance string `json:"instance,omitempty"`
 }
 
 // maxStatusSize bounds one entry a node publishes and reads back; etcd
@@ -51,15 +58,66 @@ type Publisher struct {
 	// every is how often get is asked.
 	every time.Duration
 
+	// instance is this process's Instance.
+	instance string
+
 	mu        sync.Mutex
 	connected bool
 	lastErr   string
 	puts      uint64
+	// other is the Instance of another process that wrote this node's
+	// entry over this one's, and otherAt when this one last found it so.
+	other   string
+	otherAt time.Time
 }
 
 // Publisher returns a publisher of what get returns.
 func (c *Client) Publisher(get func() NodeStatus) *Publisher {
-	return &Publisher{c: c, get: get, every: time.Second}
+	host, _ := os.Hostname()
+	var id [4]byte
+	_, _ = rand.Read(id[:])
+	return &Publisher{c: c, get: get, every: time.Second,
+		instance: fmt.Sprintf("host %s pid %d id %x", host, os.Getpid(), id)}
+}
+
+// Duplicate names another process that publishes under this node's name,
+// as its entry says, or "" when none has been seen for three lease TTLs.
+func (p *Publisher) Duplicate() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.duplicateLocked(time.Now())
+}
+
+func (p *Publisher) duplicateLocked(now time.Time) string {
+	// Every publisher rewrites its entry at least every lease TTL, so
+	// one still running is found again well within three.
+	if p.other == "" || now.Sub(p.otherAt) > 3*p.c.cfg.LeaseTTL {
+		return ""
+	}
+	return p.other
+}
+
+// overwritten records that the entry this publisher wrote in this term
+// was found holding another lease: another live process writes under
+// this node's name (a process of this node that went away left its lease
+// behind once, at most, and wrote nothing after this one's first write).
+func (p *Publisher) overwritten(kv *mvccpb.KeyValue) {
+	var theirs NodeStatus
+	if len(kv.Value) <= maxStatusSize {
+		_ = json.Unmarshal(kv.Value, &theirs)
+	}
+	other := theirs.Instance
+	if other == "" || len(other) > 200 {
+		other = fmt.Sprintf("a process holding lease %x", kv.Lease)
+	}
+	p.mu.Lock()
+	first := p.duplicateLocked(time.Now()) == ""
+	p.other, p.otherAt = other, time.Now()
+	p.mu.Unlock()
+	if first {
+		p.c.log.Error("etcd status: another process publishes as this node; node names must be unique",
+			"node", p.c.cfg.Node, "other", other, "this", p.instance)
+	}
 }
 
 // Connected reports whether the last write reached etcd, and the last
@@ -123,11 +181,24 @@ func (p *Publisher) term(ctx context.Context) error {
 	key := p.c.cfg.statusKey(p.c.cfg.Node)
 	var last []byte
 	var lastPut time.Time
+	// wrote is whether this term wrote the entry: its first write takes
+	// over whatever lease the entry held (a restarted node's last
+	// process may have left its own), but a later write that finds
+	// another lease there has found another writer.
+	wrote := false
 	t := time.NewTicker(p.every)
 	defer t.Stop()
 	for {
 		st := p.get()
-		st.Node = p.c.cfg.Node
+		st.Node, st.Instance = p.c.cfg.Node, p.instance
+		if other := p.Duplicate(); other != "" {
+			dup := fmt.Sprintf("another process publishes as node %s (%s)", p.c.cfg.Node, other)
+			if st.Health == "ok" || st.Health == "" {
+				st.Health = dup
+			} else {
+				st.Health += ", " + dup
+			}
+		}
 		body, err := json.Marshal(st)
 		if err != nil {
 			return err
@@ -143,8 +214,19 @@ func (p *Publisher) term(ctx context.Context) error {
 				return fmt.Errorf("status of %d bytes exceeds %d", len(out), maxStatusSize)
 			}
 			pctx, cancel := context.WithTimeout(ctx, p.c.requestTimeout())
-			_, err = p.c.cli.Put(pctx, key, string(out), clientv3.WithLease(sess.Lease()))
+			put := clientv3.OpPut(key, string(out), clientv3.WithLease(sess.Lease()))
+			var resp *clientv3.TxnResponse
+			resp, err = p.c.cli.Txn(pctx).
+				If(clientv3.Compare(clientv3.LeaseValue(key), "=", sess.Lease())).
+				Then(put).
+				Else(clientv3.OpGet(key), put).
+				Commit()
 			cancel()
+			if err == nil && !resp.Succeeded && wrote {
+				if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].Lease != int64(sess.Lease()) {
+					p.overwritten(kvs[0])
+				}
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -152,7 +234,7 @@ func (p *Publisher) term(ctx context.Context) error {
 				p.setState(false, err)
 				// The lease may still live: try again on the next tick.
 			} else {
-				last, lastPut = body, time.Now()
+				last, lastPut, wrote = body, time.Now(), true
 				p.setState(true, nil)
 				p.mu.Lock()
 				p.puts++
