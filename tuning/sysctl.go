@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,8 +168,19 @@ func (s *Sysctl) Validate(ctx context.Context, items []item.Item) error {
 // host and then find it different from what it wrote, at every
 // convergence.
 func (s *Sysctl) checkDecimal(it item.Item) error {
-	var odd []string
+	var odd, huge []string
 	for _, f := range strings.Fields(it.Value) {
+		if digits := strings.TrimPrefix(f, "-"); digits != "" && strings.Trim(digits, "0123456789") == "" {
+			if _, err := strconv.ParseInt(f, 10, 64); errors.Is(err, strconv.ErrRange) {
+				if _, err := strconv.ParseUint(f, 10, 64); errors.Is(err, strconv.ErrRange) || f[0] == '-' {
+					// No parameter's integer is wider than 64 bits:
+					// the kernel refuses it at apply (refused below
+					// only where the kernel shows integers).
+					huge = append(huge, f)
+					continue
+				}
+			}
+		}
 		// An integer Go reads the way the kernel does (base prefixes,
 		// a leading 0 for octal, a sign, underscores) whose decimal
 		// spelling is another, or digits behind a leading 0 that are
@@ -183,7 +195,7 @@ func (s *Sysctl) checkDecimal(it item.Item) error {
 			odd = append(odd, f)
 		}
 	}
-	if len(odd) == 0 {
+	if len(odd) == 0 && len(huge) == 0 {
 		return nil
 	}
 	current, err := s.read(it.Key)
@@ -203,6 +215,10 @@ func (s *Sysctl) checkDecimal(it item.Item) error {
 		if (err != nil || strconv.FormatInt(n, 10) != f) && (uerr != nil || strconv.FormatUint(u, 10) != f) {
 			return nil
 		}
+	}
+	if len(huge) > 0 {
+		return fmt.Errorf("sysctl %s = %q: %s is beyond what any integer parameter takes (%d to %d): the kernel would refuse it at apply",
+			it.Key, it.Value, strings.Join(huge, ", "), math.MinInt64, uint64(math.MaxUint64))
 	}
 	return fmt.Errorf("sysctl %s = %q: write %s in plain decimal, as the kernel reports it (now %q): it would read a base prefix, leading zeros or a sign its own way and report the value back in decimal, different from what was written",
 		it.Key, it.Value, strings.Join(odd, ", "), current)

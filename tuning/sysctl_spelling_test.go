@@ -119,8 +119,9 @@ func TestShmmaxHexReadsBackDecimal(t *testing.T) {
 // decimal (kernel.shmmax, past int64), what checkDecimal refuses and
 // takes: the kernel would read "-0", "00", "+1", "0x10", "1_0" and
 // "0x8000000000000000" otherwise than written (or refuse them), and takes
-// and reads back plain decimal up to uint64's max. Written by review
-// (helper-62); it passed.
+// and reads back plain decimal up to uint64's max; integers past 64 bits
+// are refused at plan, which before left them to fail at apply. Written
+// by review (helper-62); it passed.
 func TestCheckDecimalEdges(t *testing.T) {
 	root := t.TempDir()
 	writeTree(t, root, map[string]string{
@@ -128,10 +129,13 @@ func TestCheckDecimalEdges(t *testing.T) {
 		"proc/sys/net/ipv4/tcp_rmem": "4096\t131072\t6291456\n",
 	})
 	s := NewSysctl(root)
-	refuse := []string{"-0", "00", "+1", "0x10", "1_0", "0x8000000000000000", "-00", "+0", "0o17", "01"}
+	// Past 64 bits either way too: the kernel refuses those at apply,
+	// so validate says so first.
+	refuse := []string{"-0", "00", "+1", "0x10", "1_0", "0x8000000000000000", "-00", "+0", "0o17", "01",
+		"-9223372036854775809", "18446744073709551616", "99999999999999999999999"}
 	take := []string{"0", "1", "18446744073709551615", "9223372036854775808", "-1", "-9223372036854775808"}
 	// Not refused at plan: the kernel refuses them at apply (no drift).
-	noDrift := []string{"-9223372036854775809", "18446744073709551616", "--5", "1-2"}
+	noDrift := []string{"--5", "1-2"}
 	for _, v := range refuse {
 		err := s.Validate(context.Background(), []item.Item{{Kind: item.KindSysctl, Key: "kernel.shmmax", Value: v}})
 		t.Logf("%q: %v", v, err)
@@ -145,6 +149,11 @@ func TestCheckDecimalEdges(t *testing.T) {
 		if err != nil {
 			t.Errorf("kernel.shmmax = %q refused: %v", v, err)
 		}
+	}
+	// A text parameter may hold any digits.
+	writeTree(t, root, map[string]string{"proc/sys/kernel/core_pattern": "core\n"})
+	if err := s.Validate(context.Background(), []item.Item{{Kind: item.KindSysctl, Key: "kernel.core_pattern", Value: "18446744073709551616"}}); err != nil {
+		t.Errorf("text parameter's digits refused: %v", err)
 	}
 	err := s.Validate(context.Background(), []item.Item{{Kind: item.KindSysctl, Key: "net.ipv4.tcp_rmem", Value: "4096 0x20000 6291456"}})
 	t.Logf("tcp_rmem with a hex field: %v", err)
