@@ -57,6 +57,7 @@ type reloadEdit struct {
 	controllerPort int
 	dataPort       int
 	tuningExtra    string
+	agentExtra     string // more arguments of agent a1
 }
 
 func (n *reloadNode) config(e reloadEdit) string {
@@ -79,6 +80,7 @@ site "a" {
     interface   = "eth1"
     data_port   = %d
     tuning      = ["t"]
+    %s
   }
 }
 site "b" {
@@ -102,7 +104,7 @@ tuning "t" {
   sysctl = { "net.core.rmem_max" = %q }
   %s
 }
-`, e.controllerPort, n.psk, e.dataPort, e.rmemMax, e.tuningExtra)
+`, e.controllerPort, n.psk, e.dataPort, e.agentExtra, e.rmemMax, e.tuningExtra)
 }
 
 func (n *reloadNode) daemon() *Daemon {
@@ -114,8 +116,7 @@ func (n *reloadNode) daemon() *Daemon {
 func (n *reloadNode) daemonWith(metrics string) *Daemon {
 	n.t.Helper()
 	off := metrics
-	execs := tempHostExecutors(n.root)
-	execs[item.KindSteering] = tuning.NewSteering()
+	execs := n.daemonExecutors()
 	d, err := NewDaemon(Options{
 		ConfigPath: n.cfgPath, Node: "host1", StatePath: filepath.Join(n.dir, "state.db"),
 		ControlSocket: filepath.Join(n.dir, "control.sock"), MetricsListen: &off, Root: n.root,
@@ -124,6 +125,14 @@ func (n *reloadNode) daemonWith(metrics string) *Daemon {
 	})
 	testsupport.RequireNoError(n.t, err)
 	return d
+}
+
+// daemonExecutors are the node's executors: sysctls in its temp tree,
+// steering in the namespace.
+func (n *reloadNode) daemonExecutors() map[string]tuning.Executor {
+	execs := tempHostExecutors(n.root)
+	execs[item.KindSteering] = tuning.NewSteering()
+	return execs
 }
 
 // runDaemon runs d until the test ends, then stops it and, when the test

@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -629,6 +630,7 @@ var agentSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "address", Required: true}, {Name: "interface", Required: true},
 	{Name: "data_port"}, {Name: "relay_port"}, {Name: "health_listen"}, {Name: "health_allow"}, {Name: "tuning"},
 	{Name: "public_key"}, {Name: "key_file"},
+	{Name: "steering_mark"}, {Name: "steering_table"}, {Name: "steering_priority"},
 }}
 
 func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
@@ -702,7 +704,31 @@ func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
 	} else if a.has("key_file") {
 		a.errorf("key_file", "agent %q: key_file without public_key", "Per-agent keys need both: run `sosappliance keygen --out FILE` on the agent's node and add the public_key it prints.", ag.Name)
 	}
+	decodeSteering(a, ag)
 	return ag
+}
+
+// decodeSteering reads the agent's steering numbers; what is not given
+// stays 0, the default.
+func decodeSteering(a *attrs, ag *Agent) {
+	if v, ok := a.given("steering_mark"); ok {
+		base, digits := 10, v
+		if d, hex := strings.CutPrefix(strings.ToLower(v), "0x"); hex {
+			base, digits = 16, d
+		}
+		n, err := strconv.ParseUint(digits, base, 32)
+		if err != nil || n == 0 {
+			a.errorf("steering_mark", "agent %q: steering_mark %q is not a packet mark from 1 to 0xffffffff", `Write it as a number or in hex, e.g. "0x534f" (the default); pick one no other rule or firewall on the node sets (ip rule, nft list ruleset).`, ag.Name, v)
+		} else {
+			ag.SteeringMark = uint32(n)
+		}
+	}
+	ag.SteeringTable = uint32(a.integer("steering_table", 0, 1, 0xffffffff))
+	if t := ag.SteeringTable; t >= 253 && t <= 255 {
+		a.errorf("steering_table", "agent %q: steering_table %d is a system routing table (253 default, 254 main, 255 local)", "Pick a table of its own, e.g. 21327 (the default); steering puts one local route in it.", ag.Name, t)
+		ag.SteeringTable = 0
+	}
+	ag.SteeringPriority = uint32(a.integer("steering_priority", 0, 1, 32765))
 }
 
 // DefaultAgentKeyFile is where an agent's node holds its private key

@@ -210,6 +210,12 @@ type Agent struct {
 	// DefaultAgentKeyFile). Nil: the PSK alone authenticates its streams.
 	PublicKey []byte
 	KeyFile   string
+	// SteeringMark, SteeringTable and SteeringPriority are the packet
+	// mark, policy-routing table and rule priority of the node's TPROXY
+	// steering (steering_mark, steering_table, steering_priority); 0
+	// takes the defaults (0x534f, 21327, 21327). Set them when the host's
+	// own policy routing uses those numbers.
+	SteeringMark, SteeringTable, SteeringPriority uint32
 
 	Range            hcl.Range
 	PublicKeyRange   hcl.Range

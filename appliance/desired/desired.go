@@ -96,6 +96,9 @@ type Agent struct {
 	Name      string
 	Interface string // where steered connections arrive
 	Address   netip.Addr
+	// SteeringMark, SteeringTable and SteeringPriority are the steering's
+	// numbers as the file sets them; 0 is the default.
+	SteeringMark, SteeringTable, SteeringPriority uint32
 	// Relay is the relay's ready spec: listeners, identity, encryption,
 	// limits, routes (client routes carry the far agent's stripe address
 	// and name, server routes the client-side agent allowed), socket
@@ -342,9 +345,12 @@ func compileSwitch(cfg *config.Config, sw *config.Switch) flows.Switch {
 func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 	l := cfg.Limits
 	ag := &Agent{
-		Name:      a.Name,
-		Interface: a.Interface,
-		Address:   a.Address,
+		Name:             a.Name,
+		Interface:        a.Interface,
+		Address:          a.Address,
+		SteeringMark:     a.SteeringMark,
+		SteeringTable:    a.SteeringTable,
+		SteeringPriority: a.SteeringPriority,
 		Relay: agentspec.Relay{
 			Name:              a.Name,
 			TransparentListen: netip.AddrPortFrom(netip.IPv4Unspecified(), a.RelayPort),

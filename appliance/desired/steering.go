@@ -11,7 +11,8 @@ import (
 // transparent sockets, route marked packets locally, and loosen rp_filter on
 // the agent interface.
 func steeringItems(a *Agent) ([]item.Item, error) {
-	spec := item.SteeringSpec{Interface: a.Interface, ListenPort: a.Relay.TransparentListen.Port()}
+	spec := item.SteeringSpec{Interface: a.Interface, ListenPort: a.Relay.TransparentListen.Port(),
+		Mark: a.SteeringMark, RouteTable: a.SteeringTable, RulePriority: a.SteeringPriority}
 	for _, r := range a.Relay.Client {
 		spec.Divert = append(spec.Divert, item.Divert{Clients: r.Clients, Servers: r.Servers, Ports: r.Ports, Server: r.Server, Port: r.Port})
 	}
