@@ -1,10 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -36,11 +39,69 @@ func (l *HeldLock) Release() {
 // DaemonRunningError reports a daemon running with the state database.
 type DaemonRunningError struct {
 	Path string // the state database
+	// Holders are the processes /proc shows holding the lock ("pid 1234
+	// sosappliance"); empty when /proc does not say.
+	Holders []string
 }
 
 func (e *DaemonRunningError) Error() string {
-	return fmt.Sprintf("a sosappliance daemon (sosappliance run) is running with the state database %s: stop it first "+
-		"(systemctl stop sosappliance), or it applies its file again at its next drift check, undoing the rollback", e.Path)
+	return fmt.Sprintf("a sosappliance daemon (sosappliance run%s) is running with the state database %s: stop it first "+
+		"(systemctl stop sosappliance), or it applies its file again at its next drift check, undoing the rollback", holdersText(e.Holders), e.Path)
+}
+
+func holdersText(holders []string) string {
+	if len(holders) == 0 {
+		return ""
+	}
+	return ", " + strings.Join(holders, ", ")
+}
+
+// maxLockScan bounds the descriptors lockHolders looks at.
+const maxLockScan = 1 << 20
+
+// lockHolders names the processes that hold an OFD lock on the file
+// f has open, as /proc shows them: an OFD lock itself names no process
+// (fcntl and /proc/locks give pid -1), but the descriptor's fdinfo of a
+// process that holds one lists it. Best effort: what cannot be read is
+// passed over.
+func lockHolders(f *os.File) []string {
+	var want unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &want); err != nil {
+		return nil
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	scanned := 0
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid <= 0 {
+			continue
+		}
+		fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if scanned++; scanned > maxLockScan {
+				return out
+			}
+			var st unix.Stat_t
+			if unix.Stat(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()), &st) != nil || st.Dev != want.Dev || st.Ino != want.Ino {
+				continue
+			}
+			info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
+			if err != nil || !bytes.Contains(info, []byte("OFDLCK")) {
+				continue
+			}
+			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			out = append(out, strings.TrimSpace(fmt.Sprintf("pid %d %s", pid, strings.TrimSpace(string(comm)))))
+			break
+		}
+	}
+	return out
 }
 
 // ofdLock takes a lock of typ (unix.F_RDLCK or F_WRLCK) on the whole of f
@@ -72,9 +133,10 @@ func LockForDaemon(statePath string, timeout time.Duration) (*HeldLock, error) {
 		case !busy:
 			return &HeldLock{f: f}, nil
 		case time.Now().After(deadline):
+			holders := lockHolders(f)
 			f.Close()
-			return nil, fmt.Errorf("the state database %s is in use by another sosappliance run, or a rollback, after %s: "+
-				"a second daemon on one state database would fight the first", statePath, timeout)
+			return nil, fmt.Errorf("the state database %s is in use by another sosappliance run, or a rollback%s, after %s: "+
+				"a second daemon on one state database would fight the first", statePath, holdersText(holders), timeout)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -98,8 +160,9 @@ func LockAgainstDaemon(statePath string) (*HeldLock, error) {
 		f.Close()
 		return nil, fmt.Errorf("daemon lock on %s: %w", statePath, err)
 	case busy:
+		holders := lockHolders(f)
 		f.Close()
-		return nil, &DaemonRunningError{Path: statePath}
+		return nil, &DaemonRunningError{Path: statePath, Holders: holders}
 	}
 	return &HeldLock{f: f}, nil
 }

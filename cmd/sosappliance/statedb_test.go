@@ -9,6 +9,7 @@ package main
 // held, and were kept.
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -373,6 +374,10 @@ func TestRollbackWhileTheDaemonRuns(t *testing.T) {
 	if code != 0 {
 		if !strings.Contains(out+errOut, "daemon") && !strings.Contains(out+errOut, "running") {
 			t.Fatalf("rollback refused without saying a daemon runs: exit %d\n%s%s", code, out, errOut)
+		}
+		// The refusal names the daemon's process.
+		if pid := fmt.Sprintf("pid %d ", d.Cmd.Process.Pid); !strings.Contains(out+errOut, pid) {
+			t.Errorf("rollback's refusal does not name the daemon's %s:\n%s%s", pid, out, errOut)
 		}
 		return
 	}
