@@ -73,8 +73,9 @@ func (s *Steering) Restorable(it item.Item) bool {
 	return err == nil
 }
 
-// Validate checks that each value parses, and that the route table holds
-// no default route steering did not make.
+// Validate checks that each value parses, that the route table holds no
+// route steering did not make, and that no policy rule steering did not
+// make looks up its table or matches its mark.
 func (s *Steering) Validate(ctx context.Context, items []item.Item) error {
 	var errs []error
 	for _, it := range items {
@@ -83,9 +84,15 @@ func (s *Steering) Validate(ctx context.Context, items []item.Item) error {
 			errs = append(errs, err)
 			continue
 		}
-		if it.Key == item.SteeringKeyRoute {
+		switch it.Key {
+		case item.SteeringKeyRoute:
 			r, _ := item.ParseSteeringRoute(v)
-			if err := checkForeignRoutes(r); err != nil {
+			if err := checkForeignRoutes(r, it.Origin); err != nil {
+				errs = append(errs, err)
+			}
+		case item.SteeringKeyRule:
+			r, _ := item.ParseSteeringRule(v)
+			if err := checkForeignRules(r, it.Origin); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -602,6 +609,9 @@ func liveMark() (mark uint32, known bool) {
 // more. (The plan converges the route first, then the rule, then the
 // table.)
 func applySteeringRule(want item.SteeringRule) error {
+	if err := checkForeignRules(want, ""); err != nil {
+		return err
+	}
 	for _, fam := range routeFamilies() {
 		ours, err := ownRules(fam)
 		if err != nil {
@@ -722,17 +732,18 @@ func deleteSteeringRoutes(keep *item.SteeringRoute, inUse bool) error {
 // more, but keep.
 func pruneSteeringRoutes(keep *item.SteeringRoute) error { return deleteSteeringRoutes(keep, true) }
 
-// foreignRoute names a default route of table in family fam that is not
-// ours, "" when there is none: the operator's own TPROXY recipe (`ip
-// route add local 0.0.0.0/0 dev lo table 100`) or another tool's.
+// foreignRoute names a route of table in family fam that is not ours, ""
+// when there is none: the operator's own TPROXY recipe (`ip route add
+// local 0.0.0.0/0 dev lo table 100`), their own policy routing's routes,
+// or another tool's. Steering's local default route would catch whatever
+// a rule of theirs sends to the table and their routes do not.
 func foreignRoute(fam int, table uint32) (string, error) {
 	routes, err := netlink.RouteListFiltered(fam, &netlink.Route{Table: int(table)}, netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return "", fmt.Errorf("list %s routes of table %d: %w", familyName(fam), table, err)
 	}
 	for _, r := range routes {
-		isDefault := r.Dst == nil || isZeroMask(r.Dst.Mask)
-		if isDefault && r.Protocol != netlink.RouteProtocol(SteeringProtocol) {
+		if r.Protocol != netlink.RouteProtocol(SteeringProtocol) {
 			return describeRoute(r), nil
 		}
 	}
@@ -762,18 +773,73 @@ func describeRoute(r netlink.Route) string {
 
 // checkForeignRoutes refuses a route table whose default route is not
 // ours: steering would replace it, and a rollback then delete it.
-func checkForeignRoutes(want item.SteeringRoute) error {
+func checkForeignRoutes(want item.SteeringRoute, origin string) error {
 	for _, fam := range routeFamilies() {
 		r, err := foreignRoute(fam, want.Table)
 		if err != nil {
 			return err
 		}
 		if r != "" {
-			return fmt.Errorf("route table %d, steering's, already holds an %s default route sosappliance did not make (%s): steering needs the table to itself; remove that route, or move it to another table",
-				want.Table, familyName(fam), r)
+			return fmt.Errorf("route table %d, steering's, already holds an %s route sosappliance did not make (%s): steering needs the table to itself; set another steering_table on %s, or move that route to another table",
+				want.Table, familyName(fam), r, agentOf(origin))
 		}
 	}
 	return nil
+}
+
+// checkForeignRules refuses policy rules that are not ours and would
+// meet steering's: one that looks up its table (its packets would be
+// taken for steered ones and delivered locally) or one that matches its
+// mark (steered packets would follow it, or its packets steering's rule,
+// whichever comes first). A rule that does just what steering's does,
+// the operator's own copy, is no conflict.
+func checkForeignRules(want item.SteeringRule, origin string) error {
+	for _, fam := range routeFamilies() {
+		rules, err := netlink.RuleList(fam)
+		if err != nil {
+			return fmt.Errorf("list %s policy rules: %w", familyName(fam), err)
+		}
+		for _, r := range rules {
+			if r.Protocol == SteeringProtocol || sameAsSteering(r, want) {
+				continue
+			}
+			mask := uint32(0xffffffff)
+			if r.Mask != nil {
+				mask = *r.Mask
+			}
+			// A rule with no fwmark selector has mark and mask 0. One
+			// for packets *not* of a mark (wg-quick's "not fwmark
+			// 0xca6c") meets steering's packets only where it looks up
+			// steering's table.
+			marks := (r.Mark != 0 || r.Mask != nil && *r.Mask != 0) && want.Mark&mask == r.Mark && !r.Invert
+			switch {
+			case r.Table == int(want.Table):
+				return fmt.Errorf("%s policy rule %q, not sosappliance's, looks up route table %d, steering's: its packets would be delivered to this host; set another steering_table on %s",
+					familyName(fam), r.String(), want.Table, agentOf(origin))
+			case marks:
+				return fmt.Errorf("%s policy rule %q, not sosappliance's, matches fwmark %#x, steering's: set another steering_mark on %s, one no rule or firewall of this node uses",
+					familyName(fam), fmt.Sprintf("%s fwmark %#x/%#x", r, r.Mark, mask), want.Mark, agentOf(origin))
+			}
+		}
+	}
+	return nil
+}
+
+// agentOf names the agent a steering item's origin names ("agent a1"),
+// or says "the agent" when it names none.
+func agentOf(origin string) string {
+	if strings.HasPrefix(origin, "agent ") {
+		return origin
+	}
+	return "the agent"
+}
+
+// sameAsSteering says whether r sends packets of want's mark, and only
+// those, to want's table, as steering's own rule does.
+func sameAsSteering(r netlink.Rule, want item.SteeringRule) bool {
+	return r.Mark == want.Mark && (r.Mask == nil || *r.Mask == 0xffffffff) && r.Table == int(want.Table) &&
+		r.Src == nil && r.Dst == nil && r.IifName == "" && r.OifName == "" && !r.Invert &&
+		(r.Type == 0 || r.Type == unix.FR_ACT_TO_TBL) && r.Tos == 0 && r.Goto <= 0
 }
 
 // applySteeringRoute adds the route wanted, never over one that is not
@@ -781,7 +847,7 @@ func checkForeignRoutes(want item.SteeringRoute) error {
 // ours still looks up (a route table being changed: applySteeringRule
 // deletes them once it moved).
 func applySteeringRoute(want item.SteeringRoute) error {
-	if err := checkForeignRoutes(want); err != nil {
+	if err := checkForeignRoutes(want, ""); err != nil {
 		return err
 	}
 	lo, err := netlink.LinkByName("lo")

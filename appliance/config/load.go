@@ -10,6 +10,8 @@ import (
 	"io/fs"
 	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/hashicorp/hcl/v2"
@@ -120,6 +122,7 @@ func Parse(src Source) (*Config, hcl.Diagnostics) {
 	}
 	file, diags := hclsyntax.ParseConfig(src.Bytes, src.Filename, hcl.InitialPos)
 	if diags.HasErrors() {
+		hintHexNumbers(diags, src.Bytes)
 		return nil, diags
 	}
 	cfg := &Config{Filename: src.Filename}
@@ -265,4 +268,38 @@ func sortDiagnostics(diags hcl.Diagnostics) {
 		}
 		return a.Start.Column < b.Start.Column
 	})
+}
+
+// hintHexNumbers explains HCL's "Missing newline after argument" at the x
+// of an unquoted hex number (steering_mark = 0x5350, as `ip rule` prints
+// marks, or a datapath's port in hex): HCL has no hex numbers, and its
+// own hint says nothing of that.
+func hintHexNumbers(diags hcl.Diagnostics, src []byte) {
+	for _, d := range diags {
+		if d.Subject == nil || d.Summary != "Missing newline after argument" {
+			continue
+		}
+		at := d.Subject.Start.Byte
+		if at < 1 || at >= len(src) || src[at]|0x20 != 'x' || src[at-1] != '0' {
+			continue
+		}
+		end := at + 1
+		for end < len(src) && strings.IndexByte("0123456789abcdefABCDEF", src[end]) >= 0 {
+			end++
+		}
+		lineStart := bytes.LastIndexByte(src[:at], '\n') + 1
+		name, _, ok := strings.Cut(string(src[lineStart:at]), "=")
+		if !ok || end == at+1 {
+			continue
+		}
+		name, hex := strings.TrimSpace(name), string(src[at-1:end])
+		d.Summary = fmt.Sprintf("%s: HCL has no hex numbers", name)
+		// steering_mark takes hex in a string; a number elsewhere is
+		// written in decimal.
+		if n, err := strconv.ParseUint(hex, 0, 64); name != "steering_mark" && err == nil {
+			d.Detail = fmt.Sprintf("Write it in decimal: %s = %d.", name, n)
+		} else {
+			d.Detail = fmt.Sprintf("Write it in quotes: %s = %q.", name, hex)
+		}
+	}
 }

@@ -61,3 +61,24 @@ func TestSteeringNumbers(t *testing.T) {
 		}
 	}
 }
+
+// TestHexNumberHint: an unquoted hex number is HCL's "Missing newline
+// after argument" at the x; the message now says HCL has no hex numbers
+// and how to write it: in quotes for steering_mark, in decimal for a
+// number argument.
+func TestHexNumberHint(t *testing.T) {
+	for args, want := range map[string]string{
+		`steering_table = 0x64`: `hint: Write it in decimal: steering_table = 100.`,
+		`switch_port    = 0x1F`: `hint: Write it in decimal: switch_port = 31.`,
+		`steering_mark = 0XFF`:  `hint: Write it in quotes: steering_mark = "0XFF".`,
+	} {
+		src := fmt.Sprintf(twoSitesWith, "    "+args, "")
+		if strings.HasPrefix(args, "switch_port") {
+			src = strings.Replace(fmt.Sprintf(twoSitesWith, "", ""), "switch_port = 2\n    mac         = \"02:00:00:00:0a:02\"", "switch_port = 0x1F\n    mac         = \"02:00:00:00:0a:02\"", 1)
+		}
+		_, _, diags, text := loadFileOf(t, src)
+		if !diags.HasErrors() || !strings.Contains(text, "HCL has no hex numbers") || !strings.Contains(text, want) {
+			t.Errorf("%s:\n%s", args, text)
+		}
+	}
+}
