@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -12,31 +11,12 @@ import (
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
-// startPublisher runs a publisher of a healthy status for node until the
-// test ends; stop ends it sooner.
+// startPublisher runs a publisher of a healthy status for node, writing
+// every 50 ms, until the test ends; stop ends it sooner.
 func startPublisher(t *testing.T, etcd *testsupport.Etcd, node string) (p *Publisher, cli *Client, stop func()) {
 	t.Helper()
-	cli, err := Open(testConfig(etcd, node), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p = cli.Publisher(func() NodeStatus {
-		return NodeStatus{Roles: []string{"r"}, ConfigHash: "aaaa", LastApply: "ok", Health: "ok"}
-	})
-	p.every = 50 * time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { p.Run(ctx); close(done) }()
-	var stopped bool
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-		}
-	}
-	t.Cleanup(func() { stop(); cli.Close() })
-	return p, cli, stop
+	p, stop = runPublisher(t, testConfig(etcd, node), nil, 50*time.Millisecond, nil)
+	return p, p.c, stop
 }
 
 func entryOf(t *testing.T, cli *Client, node string) (NodeStatus, bool) {
@@ -125,5 +105,20 @@ func TestRestartedNodeNotFlagged(t *testing.T) {
 			t.Fatalf("entry's health %q", st.Health)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestClusterTableShowsNoControlCharacters: what nodes publish is
+// anyone's who can write etcd; `status --cluster` printed it raw, so an
+// entry whose health held escapes and a newline cleared the operator's
+// terminal and added rows of its own. Every field from etcd now shows
+// a rune that is not printable as '?'.
+func TestClusterTableShowsNoControlCharacters(t *testing.T) {
+	evil := "ok\x1b[2J\x1b]0;owned\x07\r\nctl-b  r  -  sha256:aaaa  -  1  ok  ok\t"
+	rows := Report([]NodeStatus{{Node: "ctl-a\x1b[1m", Roles: []string{"r\n"}, ConfigHash: "aaaa", LastApply: evil, Health: evil, PSKIDs: []string{"\x07"}}}, []string{"ctl-a\x1b[1m"}, "aaaa")
+	var b strings.Builder
+	WriteTable(&b, rows, "aaaa", time.Now())
+	if strings.ContainsAny(b.String(), "\x1b\x07\r\t") || strings.Count(b.String(), "\n") != 3 {
+		t.Errorf("table:\n%q", b.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -66,9 +68,11 @@ type Publisher struct {
 	lastErr   string
 	puts      uint64
 	// other is the Instance of another process that wrote this node's
-	// entry over this one's, and otherAt when this one last found it so.
-	other   string
-	otherAt time.Time
+	// entry over this one's, under otherLease; otherAt is when this one
+	// last found it so, or found that lease alive.
+	other      string
+	otherLease clientv3.LeaseID
+	otherAt    time.Time
 }
 
 // Publisher returns a publisher of what get returns.
@@ -81,7 +85,9 @@ func (c *Client) Publisher(get func() NodeStatus) *Publisher {
 }
 
 // Duplicate names another process that publishes under this node's name,
-// as its entry says, or "" when none has been seen for three lease TTLs.
+// as its entry says, or "" when none has been seen for three lease TTLs
+// (its lease found alive counts as seen: its TTL may be longer than this
+// one's).
 func (p *Publisher) Duplicate() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -89,12 +95,51 @@ func (p *Publisher) Duplicate() string {
 }
 
 func (p *Publisher) duplicateLocked(now time.Time) string {
-	// Every publisher rewrites its entry at least every lease TTL, so
-	// one still running is found again well within three.
 	if p.other == "" || now.Sub(p.otherAt) > 3*p.c.cfg.LeaseTTL {
 		return ""
 	}
 	return p.other
+}
+
+// otherStillThere keeps the flag up while the other process's lease
+// lives (it rewrites its entry only every TTL of its own, which may be
+// longer than this one's), and takes it down as soon as the lease is gone.
+func (p *Publisher) otherStillThere(ctx context.Context) {
+	p.mu.Lock()
+	lease := p.otherLease
+	flagged := p.duplicateLocked(time.Now()) != ""
+	p.mu.Unlock()
+	if !flagged || lease == 0 {
+		return
+	}
+	tctx, cancel := context.WithTimeout(ctx, p.c.requestTimeout())
+	resp, err := p.c.cli.TimeToLive(tctx, lease)
+	cancel()
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return // unknown: the flag lapses on its own
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.otherLease != lease {
+		return
+	}
+	if err == nil && resp.TTL > 0 {
+		p.otherAt = time.Now()
+	} else {
+		p.other, p.otherLease = "", 0
+	}
+}
+
+// printable is s cut to n bytes with every byte outside printable ASCII
+// made '?'.
+func printable(s string, n int) string {
+	b := []byte(s[:min(len(s), n)])
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	return string(b)
 }
 
 // overwritten records that the entry this publisher wrote in this term
@@ -106,13 +151,18 @@ func (p *Publisher) overwritten(kv *mvccpb.KeyValue) {
 	if len(kv.Value) <= maxStatusSize {
 		_ = json.Unmarshal(kv.Value, &theirs)
 	}
-	other := theirs.Instance
-	if other == "" || len(other) > 200 {
+	if theirs.Instance == p.instance {
+		return // a write of this process's own earlier term
+	}
+	// Anyone who can write etcd wrote it: it goes to this node's status
+	// and entry only as printable ASCII, and short.
+	other := printable(theirs.Instance, 100)
+	if other == "" {
 		other = fmt.Sprintf("a process holding lease %x", kv.Lease)
 	}
 	p.mu.Lock()
 	first := p.duplicateLocked(time.Now()) == ""
-	p.other, p.otherAt = other, time.Now()
+	p.other, p.otherLease, p.otherAt = other, clientv3.LeaseID(kv.Lease), time.Now()
 	p.mu.Unlock()
 	if first {
 		p.c.log.Error("etcd status: another process publishes as this node; node names must be unique",
@@ -191,6 +241,9 @@ func (p *Publisher) term(ctx context.Context) error {
 	for {
 		st := p.get()
 		st.Node, st.Instance = p.c.cfg.Node, p.instance
+		if time.Since(lastPut) > p.c.cfg.LeaseTTL {
+			p.otherStillThere(ctx)
+		}
 		if other := p.Duplicate(); other != "" {
 			dup := fmt.Sprintf("another process publishes as node %s (%s)", p.c.cfg.Node, other)
 			if st.Health == "ok" || st.Health == "" {

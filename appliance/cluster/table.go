@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Row is one node in the cluster table, with what is wrong with it.
@@ -105,7 +107,7 @@ func WriteTable(w io.Writer, rows []Row, want string, now time.Time) {
 	fmt.Fprintln(tw, "NODE\tROLES\tOF ROLE\tCONFIG\tPSK ID\tSERIAL\tLAST APPLY\tHEALTH\tSEEN\tPROBLEMS")
 	for _, r := range rows {
 		if r.Missing {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", r.Node, strings.Join(r.Problems, "; "))
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", shown(r.Node), shown(strings.Join(r.Problems, "; ")))
 			continue
 		}
 		role := r.Role
@@ -122,8 +124,8 @@ func WriteTable(w io.Writer, rows []Row, want string, now time.Time) {
 		if problems == "" {
 			problems = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\tsha256:%.12s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Node, orDash(strings.Join(r.Roles, ",")), role,
-			r.ConfigHash, orDash(strings.Join(r.PSKIDs, ",")), r.Serial, orDash(r.LastApply), orDash(r.Health), seen, problems)
+		fmt.Fprintf(tw, "%s\t%s\t%s\tsha256:%.12s\t%s\t%d\t%s\t%s\t%s\t%s\n", shown(r.Node), shown(orDash(strings.Join(r.Roles, ","))), shown(role),
+			shown(r.ConfigHash), shown(orDash(strings.Join(r.PSKIDs, ","))), r.Serial, shown(orDash(r.LastApply)), shown(orDash(r.Health)), seen, shown(problems))
 	}
 	tw.Flush()
 }
@@ -133,4 +135,16 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// shown is s for a terminal: what the nodes published is anyone's who can
+// write etcd, so a rune that is not printable (an escape sequence, a tab
+// or newline that would make a row of its own) shows as '?'.
+func shown(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return '?'
+		}
+		return r
+	}, s)
 }
