@@ -166,10 +166,21 @@ func (s *Sysctl) Validate(ctx context.Context, items []item.Item) error {
 // zeros, a sign, underscores): the kernel reads it in its own way (0x1e as
 // 30, 017 as 15) and reports it in decimal, so Apply would change the
 // host and then find it different from what it wrote, at every
-// convergence.
+// convergence. It refuses there too what the kernel refuses outright: a
+// size with a unit ("64MiB", as sos.hcl writes sizes elsewhere) and
+// fields joined by commas.
 func (s *Sysctl) checkDecimal(it item.Item) error {
-	var odd, huge []string
-	for _, f := range strings.Fields(it.Value) {
+	var odd, huge, units []string
+	commas := false
+	desired := strings.Fields(it.Value)
+	for _, f := range desired {
+		if n, ok := withUnit(f); ok {
+			units = append(units, fmt.Sprintf("%s (%d)", f, n))
+			continue
+		}
+		// "4096,87380,33554432" for three fields; a list of its own
+		// (ip_local_reserved_ports) shows as one field.
+		commas = commas || strings.Contains(f, ",") && strings.Trim(f, "0123456789,") == "" && len(desired) == 1
 		if digits := strings.TrimPrefix(f, "-"); digits != "" && strings.Trim(digits, "0123456789") == "" {
 			if _, err := strconv.ParseInt(f, 10, 64); errors.Is(err, strconv.ErrRange) {
 				if _, err := strconv.ParseUint(f, 10, 64); errors.Is(err, strconv.ErrRange) || f[0] == '-' {
@@ -195,7 +206,7 @@ func (s *Sysctl) checkDecimal(it item.Item) error {
 			odd = append(odd, f)
 		}
 	}
-	if len(odd) == 0 && len(huge) == 0 {
+	if len(odd) == 0 && len(huge) == 0 && len(units) == 0 && !commas {
 		return nil
 	}
 	current, err := s.read(it.Key)
@@ -216,12 +227,41 @@ func (s *Sysctl) checkDecimal(it item.Item) error {
 			return nil
 		}
 	}
-	if len(huge) > 0 {
+	switch {
+	case len(units) > 0:
+		return fmt.Errorf("sysctl %s = %q: the kernel takes plain numbers, not units: write %s as the number in brackets (now %q)",
+			it.Key, it.Value, strings.Join(units, ", "), current)
+	case commas && len(fields) > 1:
+		return fmt.Errorf("sysctl %s = %q: separate its %d fields with spaces, as the kernel shows them (now %q)",
+			it.Key, it.Value, len(fields), current)
+	case commas && len(odd) == 0 && len(huge) == 0:
+		return nil
+	case len(huge) > 0:
 		return fmt.Errorf("sysctl %s = %q: %s is beyond what any integer parameter takes (%d to %d): the kernel would refuse it at apply",
 			it.Key, it.Value, strings.Join(huge, ", "), math.MinInt64, uint64(math.MaxUint64))
 	}
 	return fmt.Errorf("sysctl %s = %q: write %s in plain decimal, as the kernel reports it (now %q): it would read a base prefix, leading zeros or a sign its own way and report the value back in decimal, different from what was written",
 		it.Key, it.Value, strings.Join(odd, ", "), current)
+}
+
+// withUnit reads a size with a unit, as sos.hcl writes sizes elsewhere
+// ("64MiB", "4Ki", "60KB"), and gives it in bytes; ok is false for
+// anything else.
+func withUnit(f string) (n uint64, ok bool) {
+	i := strings.IndexFunc(f, func(r rune) bool { return r < '0' || r > '9' })
+	if i <= 0 {
+		return 0, false
+	}
+	mult := map[string]uint64{
+		"k": 1000, "kb": 1000, "ki": 1 << 10, "kib": 1 << 10,
+		"m": 1000 * 1000, "mb": 1000 * 1000, "mi": 1 << 20, "mib": 1 << 20,
+		"g": 1000 * 1000 * 1000, "gb": 1000 * 1000 * 1000, "gi": 1 << 30, "gib": 1 << 30,
+	}[strings.ToLower(f[i:])]
+	v, err := strconv.ParseUint(f[:i], 10, 64)
+	if mult == 0 || err != nil || v > math.MaxUint64/mult {
+		return 0, false
+	}
+	return v * mult, true
 }
 
 // ensureCongestionControl checks name against tcp_available_congestion_control

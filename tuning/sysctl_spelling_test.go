@@ -150,6 +150,11 @@ func TestCheckDecimalEdges(t *testing.T) {
 			t.Errorf("kernel.shmmax = %q refused: %v", v, err)
 		}
 	}
+	// A list of its own, shown as one integer, takes commas.
+	writeTree(t, root, map[string]string{"proc/sys/net/ipv4/ip_local_reserved_ports": "8080\n"})
+	if err := s.Validate(context.Background(), []item.Item{{Kind: item.KindSysctl, Key: "net.ipv4.ip_local_reserved_ports", Value: "8080,9148"}}); err != nil {
+		t.Errorf("reserved ports with a comma refused: %v", err)
+	}
 	// A text parameter may hold any digits.
 	writeTree(t, root, map[string]string{"proc/sys/kernel/core_pattern": "core\n"})
 	if err := s.Validate(context.Background(), []item.Item{{Kind: item.KindSysctl, Key: "kernel.core_pattern", Value: "18446744073709551616"}}); err != nil {
