@@ -443,7 +443,8 @@ func firstTouchValues(ctx context.Context, st *store.Store, exs map[string]tunin
 // (planning holds, rather than plans, the records of items whose
 // interface is gone: holdGoneRecords). Whether it is gone is looked at again now, not taken from the plan: an
 // interface missing when the plan was made may be back, still holding
-// the appliance's value, and its record is then the only way back.
+// the appliance's value, and its record is then the only way back. An
+// object already at its previous value is not written.
 func restoreItem(ctx context.Context, st *store.Store, ex tuning.Executor, c plan.Change) error {
 	rec, owned, err := st.Record(c.Kind, c.Key)
 	if err != nil {
@@ -459,6 +460,17 @@ func restoreItem(ctx context.Context, st *store.Store, ex tuning.Executor, c pla
 	}
 	if owned && present {
 		if rec.PreviousPresent {
+			// Already at it (the apply that recorded it failed at its
+			// write: a parameter read-only here): no write, which
+			// would fail again at every apply and rollback, keeping
+			// the record for good.
+			obs, oerr := ex.Observe(ctx, []item.Item{{Kind: c.Kind, Key: c.Key, Value: rec.Previous}})
+			if oerr != nil {
+				return fmt.Errorf("- %s: %w", c.ID(), oerr)
+			}
+			if len(obs) == 1 && obs[0].Present && obs[0].Value == rec.Previous {
+				return st.Forget(c.Kind, c.Key)
+			}
 			err = ex.Apply(ctx, item.Item{Kind: c.Kind, Key: c.Key, Value: rec.Previous})
 		} else {
 			err = ex.Remove(ctx, item.Item{Kind: c.Kind, Key: c.Key, Value: rec.Desired})
