@@ -49,6 +49,13 @@ func (e *DaemonRunningError) Error() string {
 		"(systemctl stop sosappliance), or it applies its file again at its next drift check, undoing the rollback", holdersText(e.Holders), e.Path)
 }
 
+// Beside says what an apply beside the daemon would meet.
+func (e *DaemonRunningError) Beside() string {
+	return fmt.Sprintf("a sosappliance daemon (sosappliance run%s) converges this node with the state database %s: it applies the file it runs "+
+		"at a reload (systemctl reload sosappliance) or its next drift check, undoing changes made beside it; to apply another file, stop it first "+
+		"(systemctl stop sosappliance)", holdersText(e.Holders), e.Path)
+}
+
 func holdersText(holders []string) string {
 	if len(holders) == 0 {
 		return ""

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -200,10 +202,19 @@ node "host2" { tuning = ["t"] }
 	}
 
 	// Another database starts at serial 0 too: only the lineage tells.
+	lineageB := lineage(stateB)
 	code, _, errOut := apply("host1", stateB)
-	want := fmt.Sprintf("plan belongs to another state (lineage %s), this state is lineage %s", saved.Lineage, lineage(stateB))
+	want := fmt.Sprintf("plan belongs to another state (lineage %s), this state is lineage %s", saved.Lineage, lineageB)
 	if code != 1 || !strings.Contains(errOut, want) {
 		t.Fatalf("another state: exit %d %q, want %q", code, errOut, want)
+	}
+	// No database there: refused, and none made (it would be another).
+	missing := filepath.Join(filepath.Dir(stateB), "missing.db")
+	if code, _, errOut := apply("host1", missing); code != 1 || !strings.Contains(errOut, "no state database at "+missing) {
+		t.Fatalf("a missing state: exit %d %q", code, errOut)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a refused saved plan made a state database: %v", err)
 	}
 	code, _, errOut = apply("host2", stateA)
 	if code != 1 || !strings.Contains(errOut, "plan was made for node host1, this is node host2") {

@@ -31,7 +31,8 @@ func newPlanCommand() *cobra.Command {
 		Long: `plan compares this node's desired state with what is on it and lists the
 changes: + add, ~ change (before -> after), - restore a value the appliance no
 longer wants. It changes nothing. With -detailed-exitcode it exits 0 when
-there is nothing to do, 2 when there are changes, and 1 on error.`,
+there is nothing to do, 2 when there are changes, and 1 on error or when a
+switch could not be read.`,
 		Args: forgetGoneArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, src, d, err := nf.compile(cmd)
@@ -73,11 +74,15 @@ there is nothing to do, 2 when there are changes, and 1 on error.`,
 					return fmt.Errorf("save plan: %w", err)
 				}
 				if !asJSON {
-					fmt.Fprintf(cmd.OutOrStdout(), "Saved the plan to %s; apply it with: sosappliance apply %s\n", out, out)
+					fmt.Fprintf(cmd.OutOrStdout(), "Saved the plan to %s; apply it with: %s\n", out, applyCommand(cmd, &nf, d.Node, out))
 				}
 			}
 			if detailed && !p.Empty() {
 				return exitError{code: 2}
+			}
+			if detailed && !allKnown(p) {
+				// Not "nothing to do": what the switches need is unknown.
+				return exitError{code: 1, msg: "plan: not every switch could be read, so what they need is unknown"}
 			}
 			return nil
 		},
@@ -212,6 +217,13 @@ changes only; on the controller node, apply -c converges the switches.`,
 			if p.Empty() && allKnown(p) {
 				return nil
 			}
+			if len(p.Changes) > 0 {
+				held, err := besideDaemon(nf.statePath(cfg))
+				if err != nil {
+					return err
+				}
+				defer held.Release()
+			}
 			if err := confirm(cmd, autoApprove, "Apply these changes?"); err != nil {
 				return err
 			}
@@ -340,9 +352,37 @@ func applySaved(cmd *cobra.Command, nf *nodeFlags, execs map[string]tuning.Execu
 	if err != nil {
 		return err
 	}
-	st, err := openStore(nf.statePath(nil))
+	// Refused before any state is opened (a wrong node opened none).
+	if p.Node != node {
+		return exitError{code: 1, msg: fmt.Sprintf("plan file %s: %v (pass --node %s)", path, &plan.NodeError{Plan: p.Node, This: node}, p.Node)}
+	}
+	// The state the plan was made against: --state, or the config's
+	// state_path as plan read it; never a database made here.
+	statePath := nf.state
+	if statePath == "" {
+		cfg, _, bad := loadConfigQuiet(nf.config)
+		switch {
+		case cfg != nil && !bad:
+			statePath = cfg.Daemon.StatePath
+		case cmd.Flags().Changed("config"):
+			return exitError{code: 1, msg: fmt.Sprintf("%s does not load, so its state_path is unknown: pass --state (run validate -c %s for why)", nf.config, nf.config)}
+		default:
+			statePath = nf.statePath(nil)
+		}
+	}
+	if len(p.Changes) > 0 {
+		held, err := besideDaemon(statePath)
+		if err != nil {
+			return err
+		}
+		defer held.Release()
+	}
+	st, err := store.Open(statePath, store.Options{MustExist: true})
+	if errors.Is(err, store.ErrNoDatabase) {
+		return exitError{code: 1, msg: fmt.Sprintf("plan file %s: no state database at %s: apply a saved plan against the state it was made with (--state, or -c with the file it was planned from)", path, statePath)}
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("open state: %w", err)
 	}
 	defer st.Close()
 	res, err := appliance.ApplySaved(cmd.Context(), st, execs, p, node)
@@ -393,4 +433,38 @@ func reportResult(cmd *cobra.Command, what string, p plan.Plan, res appliance.Re
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "\n%s complete: %d change(s), state serial %d.\n", what, len(res.Done), res.Serial)
 	return nil
+}
+
+// applyCommand is the command that applies the plan saved to out: with
+// the node, and the state or config the plan was made against.
+func applyCommand(cmd *cobra.Command, nf *nodeFlags, node, out string) string {
+	args := []string{"sosappliance", "apply", out, "--node", node}
+	switch {
+	case nf.state != "":
+		args = append(args, "--state", nf.state)
+	case cmd.Flags().Changed("config"):
+		args = append(args, "-c", nf.config)
+	}
+	if nf.root != "/" {
+		args = append(args, "--root", nf.root)
+	}
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`;&|<>(){}*?[]#~") {
+			args[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(args, " ")
+}
+
+// besideDaemon refuses host changes while a daemon runs with the state
+// database at statePath: its next convergence would undo them, as it
+// would a rollback's. The shared lock it returns keeps a daemon from
+// starting until the apply is done.
+func besideDaemon(statePath string) (*store.HeldLock, error) {
+	held, err := store.LockAgainstDaemon(statePath)
+	var running *store.DaemonRunningError
+	if errors.As(err, &running) {
+		return nil, exitError{code: 1, msg: running.Beside()}
+	}
+	return held, err
 }
