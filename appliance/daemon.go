@@ -416,6 +416,21 @@ func (d *Daemon) load() (*candidate, error) {
 	return c, nil
 }
 
+// CheckNodeFiles reads what `run` on this host as node would read before
+// it starts anything: the PSK, each agent's key against its public_key,
+// the controller's and the cluster's TLS files; and lets the relays and
+// the controller check their specs. It changes nothing. `validate
+// --this-node` runs it, so that the package does not restart the daemon
+// onto a file whose key files keep it from starting.
+func CheckNodeFiles(configPath, node string) error {
+	d, err := NewDaemon(Options{ConfigPath: configPath, Node: node, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	_, err = d.load()
+	return err
+}
+
 // loadConfigFile is config.LoadFile; a test makes it panic.
 var loadConfigFile = config.LoadFile
 
@@ -435,6 +450,11 @@ func (d *Daemon) compile() (cfg *config.Config, src config.Source, want *desired
 	cfg, src, diags := loadConfigFile(d.opts.ConfigPath)
 	if diags.HasErrors() {
 		return nil, src, nil, &ConfigError{Diagnostics: diags, Source: src}
+	}
+	// A file taken with warnings (a whitelist that carries every port)
+	// says so, as validate would.
+	for _, w := range diags {
+		d.log.Warn("config warning", "warning", diagText(w))
 	}
 	want, err = desired.Compile(cfg, d.opts.Node)
 	if err != nil {
@@ -892,8 +912,12 @@ func (d *Daemon) reload(ctx context.Context) {
 			d.status.LastReload.Hash = ce.Source.Hash()
 			for _, diag := range ce.Diagnostics {
 				text := diagText(diag)
+				if diag.Severity != hcl.DiagError {
+					d.log.Warn("reload: a warning of the refused file", "warning", text)
+					continue
+				}
 				d.log.Error("reload refused", "problem", text)
-				if diag.Severity == hcl.DiagError && len(d.status.LastReload.Problems) < maxReloadProblems {
+				if len(d.status.LastReload.Problems) < maxReloadProblems {
 					d.status.LastReload.Problems = append(d.status.LastReload.Problems, text)
 				}
 			}
@@ -1003,10 +1027,16 @@ func (d *Daemon) notePSKLocked() {
 }
 
 func diagText(diag *hcl.Diagnostic) string {
-	if diag.Subject == nil {
-		return diag.Summary
+	text := diag.Summary
+	if diag.Detail != "" {
+		// HCL's own summaries ("Unsupported argument") name nothing:
+		// the detail names the argument and what was meant.
+		text += ": " + diag.Detail
 	}
-	return fmt.Sprintf("%s:%d:%d: %s", diag.Subject.Filename, diag.Subject.Start.Line, diag.Subject.Start.Column, diag.Summary)
+	if diag.Subject == nil {
+		return text
+	}
+	return fmt.Sprintf("%s:%d:%d: %s", diag.Subject.Filename, diag.Subject.Start.Line, diag.Subject.Start.Column, text)
 }
 
 // checkDrift re-observes every owned host item and puts back what changed

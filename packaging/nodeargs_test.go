@@ -58,9 +58,9 @@ func TestNodeArgsWhatSystemdRuns(t *testing.T) {
 	const show = "{ path=/usr/bin/sosappliance ; argv[]=%s ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }"
 	cases := []struct{ name, argv, want string }{
 		{"the shipped unit", "/usr/bin/sosappliance run -c /etc/sosappliance/sos.hcl", "--this-node"},
-		{"--node value", "/usr/bin/sosappliance run --node sos-agent -c /etc/sosappliance/sos.hcl", "--node sos-agent"},
-		{"--node=value", "/usr/bin/sosappliance run --node=sos-agent -c /etc/sosappliance/sos.hcl", "--node sos-agent"},
-		{"-node value", "/usr/bin/sosappliance run -c /etc/sosappliance/sos.hcl -node sos-agent", "--node sos-agent"},
+		{"--node value", "/usr/bin/sosappliance run --node sos-agent -c /etc/sosappliance/sos.hcl", "--node sos-agent --this-node"},
+		{"--node=value", "/usr/bin/sosappliance run --node=sos-agent -c /etc/sosappliance/sos.hcl", "--node sos-agent --this-node"},
+		{"-node value", "/usr/bin/sosappliance run -c /etc/sosappliance/sos.hcl -node sos-agent", "--node sos-agent --this-node"},
 	}
 	for _, script := range []string{"scripts/deb/postinst", "scripts/rpm/postun"} {
 		for _, c := range cases {

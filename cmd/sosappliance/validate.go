@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sosappliance/sosappliance/appliance"
 	"github.com/sosappliance/sosappliance/appliance/config"
 	"github.com/sosappliance/sosappliance/appliance/desired"
 )
@@ -27,7 +28,10 @@ shows here rather than at its plan. It exits 0 when the file is valid and
 1 when it is not, listing every problem. With --node NAME (or --this-node,
 this host's name, which run takes) it also checks that the file gives
 that node a role, as run on it needs: the package checks so before it
-restarts the daemon onto an edited file.`,
+restarts the daemon onto an edited file. --this-node also reads, on this
+host, the files run reads at start (the psk_file, the agents' key_file
+against their public_key, TLS files), as run would; with --node NAME too,
+it checks NAME as run on this host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, src, diags := config.LoadFile(path)
@@ -58,6 +62,13 @@ restarts the daemon onto an edited file.`,
 					problems++
 				}
 			}
+			if thisNode && problems == 0 {
+				// This host is the node: what run reads at start.
+				if err := appliance.CheckNodeFiles(path, node); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: node %s: error: %v\n", path, node, err)
+					problems++
+				}
+			}
 			if problems > 0 {
 				return exitError{code: 1, msg: fmt.Sprintf("%s: %d problem(s)", path, problems)}
 			}
@@ -75,6 +86,6 @@ restarts the daemon onto an edited file.`,
 	}
 	cmd.Flags().StringVarP(&path, "config", "c", defaultConfigPath, "configuration file")
 	cmd.Flags().StringVar(&node, "node", "", "also check that this node has a role in the file")
-	cmd.Flags().BoolVar(&thisNode, "this-node", false, "also check that this host's node (its hostname, as run takes it) has a role in the file")
+	cmd.Flags().BoolVar(&thisNode, "this-node", false, "also check that this host's node (its hostname, as run takes it) has a role in the file, and read the key and TLS files run reads there")
 	return cmd
 }
