@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
 )
 
 // MaxFileSize bounds what LoadFile reads: a real sos.hcl is a few kilobytes,
@@ -302,4 +304,40 @@ func hintHexNumbers(diags hcl.Diagnostics, src []byte) {
 			d.Detail = fmt.Sprintf("Write it in quotes: %s = %q.", name, hex)
 		}
 	}
+}
+
+// ControlSocketIn reads daemon.control_socket from the file at path by
+// its syntax alone, for `status` while the file does not validate: a
+// daemon that refused a reload of it is when status is wanted most. It is
+// "" when the file does not parse or sets no literal string there.
+func ControlSocketIn(path string) string {
+	src, diags := ReadFile(path)
+	if diags.HasErrors() || tooDeep(src) != nil {
+		return ""
+	}
+	file, diags := hclsyntax.ParseConfig(src.Bytes, src.Filename, hcl.InitialPos)
+	if diags.HasErrors() {
+		return ""
+	}
+	body, ok := file.Body.(*hclsyntax.Body)
+	if !ok {
+		return ""
+	}
+	for _, b := range body.Blocks {
+		if b.Type != "daemon" || len(b.Labels) != 0 {
+			continue
+		}
+		at, ok := b.Body.Attributes["control_socket"]
+		if !ok {
+			continue
+		}
+		v, d := at.Expr.Value(nil)
+		if d.HasErrors() || v.IsNull() || !v.IsKnown() || v.Type() != cty.String {
+			return ""
+		}
+		if s := v.AsString(); filepath.IsAbs(s) {
+			return s
+		}
+	}
+	return ""
 }

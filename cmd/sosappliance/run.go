@@ -128,10 +128,17 @@ needed.`,
 				}
 				return clusterStatus(cmd, cfgPath, asJSON)
 			}
+			unread := ""
 			if socket == "" {
 				socket = config.DefaultControlSocket
 				if cfg, _, bad := loadConfigQuiet(cfgPath); !bad && cfg != nil {
 					socket = cfg.Daemon.ControlSocket
+				} else if s := config.ControlSocketIn(cfgPath); s != "" {
+					// A file the daemon refused at its reload still
+					// names its socket.
+					socket = s
+				} else {
+					unread = fmt.Sprintf(" (%s does not load, so the socket it names, if any, is unknown: pass --control-socket)", cfgPath)
 				}
 			}
 			if watch {
@@ -148,6 +155,9 @@ needed.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
 			st, err := appliance.FetchStatus(ctx, socket)
+			if err != nil && unread != "" {
+				return fmt.Errorf("%w%s", err, unread)
+			}
 			if err != nil {
 				return err
 			}
