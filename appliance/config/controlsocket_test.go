@@ -14,11 +14,11 @@ func TestControlSocketIn(t *testing.T) {
 	dir := t.TempDir()
 	for src, want := range map[string]string{
 		`daemon { control_socket = "/run/x/ctl.sock" }` + "\nwhitelist \"w\" { typo = 1 }\n": "/run/x/ctl.sock",
-		`daemon { control_socket = "/run/x/ctl.sock"`:                                         "",
-		`daemon { control_socket = "rel.sock" }`:                                              "",
-		`daemon { control_socket = 5 }`:                                                       "",
-		`daemon { state_path = "/var/lib/x/state.db" }`:                                       "",
-		`site "a" { prefixes = ["10.0.0.0/8"] }`:                                              "",
+		`daemon { control_socket = "/run/x/ctl.sock"`:                                        "",
+		`daemon { control_socket = "rel.sock" }`:                                             "",
+		`daemon { control_socket = 5 }`:                                                      "",
+		`daemon { state_path = "/var/lib/x/state.db" }`:                                      "",
+		`site "a" { prefixes = ["10.0.0.0/8"] }`:                                             "",
 	} {
 		path := filepath.Join(dir, "sos.hcl")
 		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
