@@ -178,9 +178,11 @@ func (s *Sysctl) checkDecimal(it item.Item) error {
 			units = append(units, fmt.Sprintf("%s (%d)", f, n))
 			continue
 		}
-		// "4096,87380,33554432" for three fields; a list of its own
-		// (ip_local_reserved_ports) shows as one field.
-		commas = commas || strings.Contains(f, ",") && strings.Trim(f, "0123456789,") == "" && len(desired) == 1
+		// "4096,87380,33554432" for three fields, "4096, 87380", "4,096":
+		// the kernel reads no comma in an integer. A list of its own
+		// (ip_local_reserved_ports) or a CPU bitmap (rps_default_mask)
+		// takes them, and may show one integer.
+		commas = commas || strings.Contains(f, ",") && !takesCommas(it.Key)
 		if digits := strings.TrimPrefix(f, "-"); digits != "" && strings.Trim(digits, "0123456789") == "" {
 			if _, err := strconv.ParseInt(f, 10, 64); errors.Is(err, strconv.ErrRange) {
 				if _, err := strconv.ParseUint(f, 10, 64); errors.Is(err, strconv.ErrRange) || f[0] == '-' {
@@ -231,17 +233,23 @@ func (s *Sysctl) checkDecimal(it item.Item) error {
 	case len(units) > 0:
 		return fmt.Errorf("sysctl %s = %q: the kernel takes plain numbers, not units: write %s as the number in brackets (now %q)",
 			it.Key, it.Value, strings.Join(units, ", "), current)
-	case commas && len(fields) > 1:
-		return fmt.Errorf("sysctl %s = %q: separate its %d fields with spaces, as the kernel shows them (now %q)",
-			it.Key, it.Value, len(fields), current)
-	case commas && len(odd) == 0 && len(huge) == 0:
-		return nil
+	case commas:
+		return fmt.Errorf("sysctl %s = %q: the kernel takes no commas here: write each number without separators, fields apart by spaces, as it shows them (now %q)",
+			it.Key, it.Value, current)
 	case len(huge) > 0:
 		return fmt.Errorf("sysctl %s = %q: %s is beyond what any integer parameter takes (%d to %d): the kernel would refuse it at apply",
 			it.Key, it.Value, strings.Join(huge, ", "), math.MinInt64, uint64(math.MaxUint64))
 	}
 	return fmt.Errorf("sysctl %s = %q: write %s in plain decimal, as the kernel reports it (now %q): it would read a base prefix, leading zeros or a sign its own way and report the value back in decimal, different from what was written",
 		it.Key, it.Value, strings.Join(odd, ", "), current)
+}
+
+// takesCommas says whether a parameter takes commas in its value: a list
+// of ports, or a CPU bitmap written in comma-separated hex words.
+func takesCommas(key string) bool {
+	last := key[strings.LastIndexAny(key, "./")+1:]
+	return last == "ip_local_reserved_ports" || strings.Contains(last, "mask") || strings.Contains(last, "bitmap") ||
+		strings.Contains(last, "cpus") || strings.Contains(last, "cpulist")
 }
 
 // withUnit reads a size with a unit, as sos.hcl writes sizes elsewhere
