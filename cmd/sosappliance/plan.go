@@ -217,8 +217,8 @@ changes only; on the controller node, apply -c converges the switches.`,
 			if p.Empty() && allKnown(p) {
 				return nil
 			}
-			if len(p.Changes) > 0 {
-				held, err := besideDaemon(nf.statePath(cfg))
+			if writesHost(p) {
+				held, err := besideDaemon(cmd, nf.statePath(cfg), nf.controlSocket(cfg), want.Node)
 				if err != nil {
 					return err
 				}
@@ -370,8 +370,12 @@ func applySaved(cmd *cobra.Command, nf *nodeFlags, execs map[string]tuning.Execu
 			statePath = nf.statePath(nil)
 		}
 	}
-	if len(p.Changes) > 0 {
-		held, err := besideDaemon(statePath)
+	if writesHost(p) {
+		socket := nf.socket
+		if cfg, _, bad := loadConfigQuiet(nf.config); socket == "" && cfg != nil && !bad {
+			socket = cfg.Daemon.ControlSocket
+		}
+		held, err := besideDaemon(cmd, statePath, socket, node)
 		if err != nil {
 			return err
 		}
@@ -438,6 +442,9 @@ func reportResult(cmd *cobra.Command, what string, p plan.Plan, res appliance.Re
 // applyCommand is the command that applies the plan saved to out: with
 // the node, and the state or config the plan was made against.
 func applyCommand(cmd *cobra.Command, nf *nodeFlags, node, out string) string {
+	if strings.HasPrefix(out, "-") {
+		out = "./" + out // not a flag
+	}
 	args := []string{"sosappliance", "apply", out, "--node", node}
 	switch {
 	case nf.state != "":
@@ -449,7 +456,7 @@ func applyCommand(cmd *cobra.Command, nf *nodeFlags, node, out string) string {
 		args = append(args, "--root", nf.root)
 	}
 	for i, a := range args {
-		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`;&|<>(){}*?[]#~") {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`;&|<>(){}*?[]#~!^=%,") {
 			args[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 		}
 	}
@@ -457,14 +464,43 @@ func applyCommand(cmd *cobra.Command, nf *nodeFlags, node, out string) string {
 }
 
 // besideDaemon refuses host changes while a daemon runs with the state
-// database at statePath: its next convergence would undo them, as it
+// database at statePath, or answers for node on socket (running with
+// another state database: a state_path edited since it started, a
+// --state of its unit's): its next convergence would undo them, as it
 // would a rollback's. The shared lock it returns keeps a daemon from
-// starting until the apply is done.
-func besideDaemon(statePath string) (*store.HeldLock, error) {
+// starting on statePath until the apply is done.
+func besideDaemon(cmd *cobra.Command, statePath, socket, node string) (*store.HeldLock, error) {
 	held, err := store.LockAgainstDaemon(statePath)
 	var running *store.DaemonRunningError
 	if errors.As(err, &running) {
 		return nil, exitError{code: 1, msg: running.Beside()}
 	}
-	return held, err
+	if err != nil {
+		return nil, err
+	}
+	if socket != "" {
+		ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+		st, ferr := appliance.FetchStatus(ctx, socket)
+		cancel()
+		if ferr == nil && st.Node == node {
+			held.Release()
+			return nil, exitError{code: 1, msg: fmt.Sprintf("a sosappliance daemon answers on %s for node %s, running %s: it converges this node at a reload "+
+				"(systemctl reload sosappliance) or its next drift check, undoing changes made beside it; to apply another file or state, stop it first "+
+				"(systemctl stop sosappliance)", socket, node, st.ConfigPath)}
+		}
+	}
+	return held, nil
+}
+
+// writesHost says whether applying p writes the host: not when its only
+// changes forget records (an object gone for good, or already at its
+// value from before), which a running daemon's convergence does not undo.
+func writesHost(p plan.Plan) bool {
+	for _, c := range p.Changes {
+		onlyForgets := c.Action == plan.Restore && (!c.BeforePresent || c.AfterPresent && c.Before == c.After)
+		if !onlyForgets {
+			return true
+		}
+	}
+	return false
 }

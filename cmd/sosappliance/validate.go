@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 
@@ -65,7 +67,11 @@ it checks NAME as run on this host.`,
 			if thisNode && problems == 0 {
 				// This host is the node: what run reads at start.
 				if err := appliance.CheckNodeFiles(path, node); err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "%s: node %s: error: %v\n", path, node, err)
+					hint := ""
+					if errors.Is(err, fs.ErrPermission) && os.Geteuid() != 0 {
+						hint = " (--this-node reads the files as run does: run it as root)"
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: node %s: error: %v%s\n", path, node, err, hint)
 					problems++
 				}
 			}
