@@ -158,18 +158,13 @@ func (e *Elector) term(ctx context.Context) error {
 	// member, holds.
 	tctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	go func() {
-		select {
-		case <-sess.Done():
-			cancel()
-		case <-tctx.Done():
-		}
-	}()
 	// The session ends a whole TTL after the last keepalive answer, at or
 	// after the moment etcd lets the lease go and another node takes
-	// over: two masters for a while. The term ends sooner: holdLease
-	// knows when the lease surely lives to, from when each answered
-	// keepalive was sent.
+	// over: two masters for a while. And its keepalive, asking every
+	// TTL/3 on a 500 ms tick, gives up on stalls holdLease outlives. So
+	// holdLease alone ends the term: it knows when the lease surely lives
+	// to, from when each answered keepalive was sent, and sees a lease
+	// etcd no longer has.
 	var silent atomic.Bool
 	var leadRev atomic.Int64 // this node's key's revision, once it leads
 	go func() {
@@ -251,14 +246,23 @@ func (e *Elector) term(ctx context.Context) error {
 func (e *Elector) holdLease(ctx context.Context, id clientv3.LeaseID, since time.Time, ttl time.Duration) bool {
 	margin := max(ttl/8, 100*time.Millisecond)
 	lives := since.Add(ttl - margin)
+	// One attempt waits at most this long: the client sends each to the
+	// next member in turn, so one frozen member (a stopped process, a
+	// blackholed host) costs an attempt, not the term.
+	attempt := max(ttl/6, 500*time.Millisecond)
 	for {
 		sent := time.Now()
 		if !sent.Before(lives) {
 			return ctx.Err() != nil
 		}
-		kctx, cancel := context.WithDeadline(ctx, lives)
+		deadline := sent.Add(attempt)
+		if lives.Before(deadline) {
+			deadline = lives
+		}
+		kctx, cancel := context.WithDeadline(ctx, deadline)
 		resp, err := e.c.cli.KeepAliveOnce(kctx, id)
 		cancel()
+		next := ttl / 6
 		switch {
 		case ctx.Err() != nil:
 			return true
@@ -266,11 +270,13 @@ func (e *Elector) holdLease(ctx context.Context, id clientv3.LeaseID, since time
 			return false // gone already
 		case err == nil:
 			lives = sent.Add(ttl - margin)
+		default:
+			next = 100 * time.Millisecond // try the next member soon
 		}
 		select {
 		case <-ctx.Done():
 			return true
-		case <-time.After(min(ttl/6, time.Until(lives))):
+		case <-time.After(min(next, time.Until(lives))):
 		}
 	}
 }
@@ -288,14 +294,37 @@ func (e *Elector) watchOwnKey(ctx context.Context, el *concurrency.Election, lea
 	if ctx.Err() != nil {
 		return
 	}
-	for resp := range e.c.cli.Watch(ctx, el.Key(), clientv3.WithRev(leadRev()+1)) {
-		for _, ev := range resp.Events {
-			if ev.Type == clientv3.EventTypeDelete {
-				e.c.log.Warn("etcd election: this node's key was deleted; stepping down", "node", e.c.cfg.Node)
-				stop()
-				return
+	rev := leadRev() + 1
+	for {
+		for resp := range e.c.cli.Watch(ctx, el.Key(), clientv3.WithRev(rev)) {
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					e.c.log.Warn("etcd election: this node's key was deleted; stepping down", "node", e.c.cfg.Node)
+					stop()
+					return
+				}
 			}
 		}
+		// The watch ended with the term still on: compacted past its
+		// revision after a reconnect, or its member without a leader
+		// for a while. Read the key again, and watch on from there.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		gctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout())
+		resp, err := e.c.cli.Get(gctx, el.Key())
+		cancel()
+		switch {
+		case err != nil:
+			continue // watch again from where it was
+		case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != leadRev():
+			e.c.log.Warn("etcd election: this node's key is gone; stepping down", "node", e.c.cfg.Node)
+			stop()
+			return
+		}
+		rev = resp.Header.Revision + 1
 	}
 }
 
@@ -304,6 +333,22 @@ func (e *Elector) watchOwnKey(ctx context.Context, el *concurrency.Election, lea
 // created after its own lead has lost its key (deleted by hand, say),
 // and ends its term (stop).
 func (e *Elector) observe(ctx context.Context, el *concurrency.Election, leadRev func() int64, stop func()) {
+	for {
+		if e.observeOnce(ctx, el, leadRev, stop) {
+			return
+		}
+		// The observer's watch ended with the term still on (compacted
+		// past, no leader for a while): observe again.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// observeOnce is one observer's run; it says whether it ended the term.
+func (e *Elector) observeOnce(ctx context.Context, el *concurrency.Election, leadRev func() int64, stop func()) bool {
 	for resp := range el.Observe(ctx) {
 		if len(resp.Kvs) == 0 {
 			continue
@@ -313,7 +358,7 @@ func (e *Elector) observe(ctx context.Context, el *concurrency.Election, leadRev
 			e.c.log.Warn("etcd election: another node's key leads, this node's is gone; stepping down",
 				"leader", string(kv.Value), "node", e.c.cfg.Node)
 			stop()
-			return
+			return true
 		}
 		e.update(func(r *Role) {
 			if !r.Leader {
@@ -321,4 +366,5 @@ func (e *Elector) observe(ctx context.Context, el *concurrency.Election, leadRev
 			}
 		})
 	}
+	return false
 }

@@ -107,6 +107,21 @@ func (p *faultsProxy) kill() {
 
 func (p *faultsProxy) endpoint() string { return "http://" + p.ln.Addr().String() }
 
+// reset closes every connection (RST) and keeps listening: a NAT or
+// firewall forgetting them, a load balancer restarting; the client
+// reconnects at once.
+func (p *faultsProxy) reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
+		c.Close()
+	}
+	p.conns = nil
+}
+
 // faultsTimeline records an elector's leader transitions with times.
 type faultsTimeline struct {
 	mu    sync.Mutex
