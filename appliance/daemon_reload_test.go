@@ -154,6 +154,43 @@ func runDaemon(t *testing.T, d *Daemon, logs *testsupport.LockedBuffer) context.
 	return ctx
 }
 
+// runDaemonUntil runs d like runDaemon; the stop it returns ends it
+// sooner (once). When the test failed, what more says is logged before
+// the daemon's log.
+func runDaemonUntil(t *testing.T, d *Daemon, logs *testsupport.LockedBuffer, more func() string) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("daemon: %v", err)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			if more != nil {
+				t.Log(more())
+			}
+			t.Logf("daemon log:\n%s", logs.String())
+		}
+	})
+	return stop
+}
+
+// steeringRules and steeringRoutes are the namespace's policy rules and
+// the routes steering made (proto 83).
+func steeringRules(t *testing.T) string { return cmdOut(t, "ip", "rule", "show") }
+func steeringRoutes(t *testing.T) string {
+	return cmdOut(t, "ip", "route", "show", "table", "all", "proto", "83")
+}
+
 // hostItems is everything the node's host items govern: the sysctl tree,
 // the steering table and the policy rules.
 func (n *reloadNode) hostItems() string {

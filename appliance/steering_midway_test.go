@@ -90,27 +90,9 @@ func TestSteeringMoveFailingMidwayKeepsRoutingInNetns(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(n.logs, nil)),
 	})
 	testsupport.RequireNoError(t, err)
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	stopped := false
-	stopDaemon := func() {
-		if !stopped {
-			stopped = true
-			stop()
-			if err := <-done; err != nil {
-				t.Errorf("daemon: %v", err)
-			}
-		}
-	}
-	t.Cleanup(func() {
-		stopDaemon()
-		if t.Failed() {
-			t.Logf("steps:\n%s\ndaemon log:\n%s", strings.Join(steps, "\n"), n.logs.String())
-		}
-	})
-	rules := func() string { return cmdOut(t, "ip", "rule", "show") }
-	routes := func() string { return cmdOut(t, "ip", "route", "show", "table", "all", "proto", "83") }
+	stopDaemon := runDaemonUntil(t, d, n.logs, func() string { return "steps:\n" + strings.Join(steps, "\n") })
+	rules := func() string { return steeringRules(t) }
+	routes := func() string { return steeringRoutes(t) }
 	testsupport.Eventually(t, 15*time.Second, "start-up on the default numbers", func() bool {
 		return d.Status().Serial == 1 && strings.Contains(rules(), "21327:\tfrom all fwmark 0x534f lookup 21327 proto 83")
 	})

@@ -31,27 +31,9 @@ func TestSteeringNumbersTwiceThenTakenTableInNetns(t *testing.T) {
 	edit := reloadEdit{rmemMax: "100000", controllerPort: 6653, dataPort: 9877}
 	writeFile(t, n.cfgPath, n.config(edit))
 	d := n.daemon()
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	stopped := false
-	stopDaemon := func() {
-		if !stopped {
-			stopped = true
-			stop()
-			if err := <-done; err != nil {
-				t.Errorf("daemon: %v", err)
-			}
-		}
-	}
-	t.Cleanup(func() {
-		stopDaemon()
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", n.logs.String())
-		}
-	})
-	rules := func() string { return cmdOut(t, "ip", "rule", "show") }
-	routes := func() string { return cmdOut(t, "ip", "route", "show", "table", "all", "proto", "83") }
+	stopDaemon := runDaemonUntil(t, d, n.logs, nil)
+	rules := func() string { return steeringRules(t) }
+	routes := func() string { return steeringRoutes(t) }
 	testsupport.Eventually(t, 15*time.Second, "start-up on the default numbers", func() bool {
 		return d.Status().Serial == 1 && strings.Contains(rules(), "21327:\tfrom all fwmark 0x534f lookup 21327 proto 83")
 	})

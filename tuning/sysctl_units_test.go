@@ -28,6 +28,11 @@ func TestSysctlValueTheKernelRefusesIsRefusedAtPlan(t *testing.T) {
 		{"net.core.somaxconn", "4Ki"},
 		{"net.ipv4.tcp_wmem", "4096 65536 32MiB"},
 		{"net.ipv4.tcp_rmem", "4096,87380,33554432"},
+		// Commas written any other way (found by review of the first
+		// fix, helper-83).
+		{"net.ipv4.tcp_rmem", "4096, 87380, 33554432"},
+		{"net.ipv4.tcp_wmem", "4096 65536 33,554,432"},
+		{"net.core.somaxconn", "4,096"},
 	} {
 		it := item.Item{Kind: item.KindSysctl, Key: c.key, Value: c.value}
 		verr := s.Validate(ctx, []item.Item{it})
