@@ -242,41 +242,73 @@ func (e *Elector) term(ctx context.Context) error {
 // keepalive, so it lives at least a TTL from when the last answered one
 // was sent (the grant's, at first), and the term ends a margin before
 // that, when etcd could let another node lead. A stall of etcd shorter
-// than that costs no leadership. It returns true when ctx ends.
+// than that costs no leadership. A renewal not answered within a sixth
+// of the TTL is not given up: another is sent beside it, which the
+// client sends to the next member, so that neither a slow path to etcd
+// (every answer late, but in time) nor one frozen member of several costs
+// the lead. It returns true when ctx ends.
 func (e *Elector) holdLease(ctx context.Context, id clientv3.LeaseID, since time.Time, ttl time.Duration) bool {
 	margin := max(ttl/8, 100*time.Millisecond)
 	lives := since.Add(ttl - margin)
-	// One attempt waits at most this long: the client sends each to the
-	// next member in turn, so one frozen member (a stopped process, a
-	// blackholed host) costs an attempt, not the term.
-	attempt := max(ttl/6, 500*time.Millisecond)
+	every := ttl / 6
+	const maxWaiting = 6 // renewals waiting at once
+	type answer struct {
+		sent     time.Time
+		ok, gone bool
+	}
+	answers := make(chan answer, maxWaiting)
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel() // the renewals still waiting end with the term
+	waiting := 0
+	send := func() {
+		sent, deadline := time.Now(), lives
+		waiting++
+		go func() {
+			kctx, kcancel := context.WithDeadline(actx, deadline)
+			resp, err := e.c.cli.KeepAliveOnce(kctx, id)
+			kcancel()
+			answers <- answer{sent: sent, ok: err == nil && resp.TTL > 0,
+				gone: errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && resp.TTL <= 0}
+		}()
+	}
+	nextSend := time.Now()
 	for {
-		sent := time.Now()
-		if !sent.Before(lives) {
+		now := time.Now()
+		if !now.Before(lives) {
 			return ctx.Err() != nil
 		}
-		deadline := sent.Add(attempt)
-		if lives.Before(deadline) {
-			deadline = lives
-		}
-		kctx, cancel := context.WithDeadline(ctx, deadline)
-		resp, err := e.c.cli.KeepAliveOnce(kctx, id)
-		cancel()
-		next := ttl / 6
-		switch {
-		case ctx.Err() != nil:
-			return true
-		case errors.Is(err, rpctypes.ErrLeaseNotFound), err == nil && resp.TTL <= 0:
-			return false // gone already
-		case err == nil:
-			lives = sent.Add(ttl - margin)
-		default:
-			next = 100 * time.Millisecond // try the next member soon
+		wait := nextSend.Sub(now)
+		if l := lives.Sub(now); l < wait {
+			wait = l
 		}
 		select {
 		case <-ctx.Done():
 			return true
-		case <-time.After(min(next, time.Until(lives))):
+		case a := <-answers:
+			waiting--
+			switch {
+			case ctx.Err() != nil:
+				return true
+			case a.gone:
+				return false // gone already
+			case a.ok:
+				if l := a.sent.Add(ttl - margin); l.After(lives) {
+					lives = l
+				}
+			default:
+				// Failed at once (a member down): try the next soon.
+				if soon := time.Now().Add(100 * time.Millisecond); soon.Before(nextSend) {
+					nextSend = soon
+				}
+			}
+		case <-time.After(max(wait, 0)):
+			if time.Now().Before(nextSend) {
+				continue // lives was reached first: checked above
+			}
+			if waiting < maxWaiting {
+				send()
+			}
+			nextSend = time.Now().Add(every)
 		}
 	}
 }
