@@ -261,7 +261,9 @@ func (e *Elector) holdLease(ctx context.Context, id clientv3.LeaseID, since time
 	defer cancel() // the renewals still waiting end with the term
 	waiting := 0
 	send := func() {
-		sent, deadline := time.Now(), lives
+		// Its answer counts until it can no longer move lives on.
+		sent := time.Now()
+		deadline := sent.Add(ttl - margin)
 		waiting++
 		go func() {
 			kctx, kcancel := context.WithDeadline(actx, deadline)
