@@ -17,9 +17,11 @@ build:
 # need root, Open vSwitch, namespaces or iperf3 run for real here; under
 # CI=true a missing dependency fails them instead of skipping.
 # The lab's end-to-end test runs alone, after the rest, so parallel packages
-# do not skew its transfers.
+# do not skew its transfers. -parallel lets the cluster tests marked
+# t.Parallel (each with its own etcd, mostly waiting on leases) run
+# together; no other package marks any.
 test: lint
-	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/examples/lab$$')
+	$(GO) test -count=1 -timeout 15m -parallel 8 $$($(GO) list ./... | grep -v '/examples/lab$$')
 	$(GO) test -count=1 -timeout 10m ./examples/lab/
 
 # Unit tests only: no root, no network namespaces.

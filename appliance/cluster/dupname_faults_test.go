@@ -86,6 +86,7 @@ func rawEntry(t *testing.T, raw *clientv3.Client, key string) (string, int64) {
 // the flag holds while the other's lease lives. Found by review
 // (helper-79).
 func TestDuplicateWithLongerTTLStaysFlagged(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	short := Config{Endpoints: etcd.Endpoints(), Prefix: "/sos-dup/", LeaseTTL: 2 * time.Second, DialTimeout: time.Second, Node: "ctl-a"}
 	long := short
@@ -118,6 +119,7 @@ func TestDuplicateWithLongerTTLStaysFlagged(t *testing.T) {
 // --cluster` prints) carried them raw; now they hold printable ASCII
 // only. Found by review (helper-79).
 func TestHostileInstanceIsNotRepeatedRaw(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	var logBuf bytes.Buffer
 	var logMu sync.Mutex
@@ -178,6 +180,7 @@ func TestHostileInstanceIsNotRepeatedRaw(t *testing.T) {
 // the lease, and a compaction. It must never call itself a duplicate.
 // Written by review (helper-79); it passed.
 func TestNoDuplicateAcrossEtcdFaults(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	px := faultsStartProxy(t, strings.TrimPrefix(etcd.Endpoints()[0], "http://"))
 	cfg := Config{Endpoints: []string{px.endpoint()}, Prefix: "/sos-dup/", LeaseTTL: 2 * time.Second, DialTimeout: time.Second, Node: "ctl-a"}
@@ -263,6 +266,7 @@ func quoted(s string) string { return strconv.Quote(s) }
 // flag must hold on both, without a gap, while both run. Written by
 // review (helper-79); it passed.
 func TestSamePhaseDuplicatesStayFlagged(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	cfg := Config{Endpoints: etcd.Endpoints(), Prefix: "/sos-dup/", LeaseTTL: 2 * time.Second, DialTimeout: time.Second, Node: "ctl-a"}
 	a, _ := runPublisher(t, cfg, nil, time.Second, nil)

@@ -41,6 +41,7 @@ func entryOf(t *testing.T, cli *Client, node string) (NodeStatus, bool) {
 // its local status, naming the other; once the other stops, the flag
 // clears.
 func TestSameNodeNameTwiceFlagged(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	a, cli, _ := startPublisher(t, etcd, "ctl-a")
 	testsupport.Eventually(t, 10*time.Second, "the first process published", func() bool {
@@ -69,6 +70,7 @@ func TestSameNodeNameTwiceFlagged(t *testing.T) {
 // restarted process takes it over without calling it a duplicate, and an
 // entry deleted by hand is written again without one either.
 func TestRestartedNodeNotFlagged(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	raw, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: time.Second})
 	if err != nil {

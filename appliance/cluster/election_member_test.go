@@ -30,6 +30,7 @@ import (
 // whose connections reset, the client drops at once: that held.) Found
 // by review (helper-82).
 func TestFrozenFollowerMemberCostsNoLead(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting (see the Makefile's -parallel)
 	endpoints, ds := etcdOfThree(t)
 	followerFault(t, endpoints, ds, 1, true)
 }

@@ -75,6 +75,7 @@ func etcdHealthy(t *testing.T, endpoints []string) {
 // must step down; it led on. Subtest "short stall" (1.5 s, streams not
 // cancelled) is the control. Found by review (helper-82).
 func TestWatchesEndWhenMemberLosesLeader(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting (see the Makefile's -parallel)
 	endpoints, ds := etcdOfThree(t)
 	for i, c := range []struct {
 		name  string

@@ -118,6 +118,7 @@ func (p *delayProxy) pipe(from, to net.Conn) {
 // no longer move the horizon on: here 1.2 s at a 3 s TTL (found by
 // review, helper-85).
 func TestSlowEtcdPathKeepsLead(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting (see the Makefile's -parallel)
 	slowPathKeepsLead(t, 3*time.Second, 600*time.Millisecond)
 }
 
@@ -167,6 +168,7 @@ func slowPathKeepsLead(t *testing.T, ttl, oneWay time.Duration) {
 // can tell, and a must step down; then, as a follower, a must name b
 // and b's generation. Written by review (helper-84); it passed.
 func TestRevokedLeaseWhileCutHandsOver(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	proxy := faultsStartProxy(t, etcd.Endpoints()[0][len("http://"):])
 	cfg := Config{Endpoints: []string{proxy.endpoint()}, Prefix: "/sos-revoke/", LeaseTTL: 6 * time.Second, DialTimeout: time.Second, Node: "ctl-a"}
@@ -212,6 +214,7 @@ func TestRevokedLeaseWhileCutHandsOver(t *testing.T) {
 // not stay master on a closed client. Written by review (helper-84); it
 // passed.
 func TestCloseDuringTermEndsIt(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	cfg := Config{Endpoints: etcd.Endpoints(), Prefix: "/sos-close/", LeaseTTL: 4 * time.Second, DialTimeout: time.Second, Node: "ctl-a"}
 	a := faultsStart(t, cfg)

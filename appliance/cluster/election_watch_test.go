@@ -46,6 +46,7 @@ func compactEtcd(t *testing.T, cli *clientv3.Client, prefix string, n int) int64
 // "reconnect only") the watches resume and see the delete. Found by
 // review (helper-82).
 func TestWatchesEndAfterCompactionAndReconnect(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting (see the Makefile's -parallel)
 	for _, compact := range []bool{false, true} {
 		name := "reconnect only"
 		if compact {
@@ -101,6 +102,7 @@ func compactThenReconnect(t *testing.T, compact bool) {
 // resumed watches are refused as compacted, their channels close, and a
 // led on beside b. Found by review (helper-82).
 func TestWatchesEndAfterEtcdRestart(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting (see the Makefile's -parallel)
 	for _, compact := range []bool{false, true} {
 		name := "restart"
 		if compact {

@@ -20,7 +20,10 @@ import (
 // answered keepalive was sent.
 func TestShortEtcdStallKeepsLeader(t *testing.T) {
 	for _, c := range []struct{ ttl, stall time.Duration }{{2 * time.Second, 700 * time.Millisecond}, {3 * time.Second, time.Second}} {
-		t.Run(c.ttl.String(), func(t *testing.T) { moreStalls(t, c.ttl, c.stall) })
+		t.Run(c.ttl.String(), func(t *testing.T) {
+			t.Parallel() // each its own etcd
+			moreStalls(t, c.ttl, c.stall)
+		})
 	}
 }
 
