@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +13,9 @@ import (
 )
 
 // TestSteeringNumbersTwiceThenTakenTableInNetns: the daemon on
-// the defaults; the file moves the steering numbers twice (the second
+// the defaults; the file moves the steering numbers twice (each move
+// takes the nftables mark, the policy rule and the local route with it,
+// leaving nothing of the old numbers) (the second
 // time to a mark with the top bit and a table past 2^31); then a third
 // edit names a route table that holds the operator's own TPROXY route.
 // The third reload must fail, leave steering on the second numbers
@@ -52,6 +55,15 @@ func TestSteeringNumbersTwiceThenTakenTableInNetns(t *testing.T) {
 	moved("first move", `steering_mark = "0x5350"
     steering_table = 200
     steering_priority = 100`, "100:\tfrom all fwmark 0x5350 lookup 200 proto 83")
+	if r := steeringRules(t); strings.Contains(r, "0x534f") || strings.Contains(r, "21327") {
+		t.Errorf("old rule left:\n%s", r)
+	}
+	if r := routes(); !strings.Contains(r, "local default dev lo table 200 ") || strings.Contains(r, "21327") {
+		t.Errorf("routes after the first move:\n%s", r)
+	}
+	if got := cmdOut(t, "nft", "list", "table", "ip", tuning.SteeringTable); len(regexp.MustCompile(`meta mark set 0x00005350`).FindAllString(got, -1)) != 2 || strings.Contains(got, "534f") {
+		t.Errorf("nftables table after the first move:\n%s", got)
+	}
 	moved("second move", `steering_mark = "0x80000001"
     steering_table = 3000000000
     steering_priority = 50`, "50:\tfrom all fwmark 0x80000001 lookup 3000000000 proto 83")
