@@ -2,8 +2,6 @@ package cluster
 
 import (
 	"context"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,96 +9,6 @@ import (
 
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
-
-// delayProxy forwards TCP to target, each byte arriving delay after it
-// was read (a long path: a satellite hop, or a bulk-loaded WAN link whose
-// queue holds every packet a while); no loss, no reordering, no rate
-// limit.
-type delayProxy struct {
-	ln    net.Listener
-	delay time.Duration
-	mu    sync.Mutex
-	conns []net.Conn
-	wg    sync.WaitGroup
-}
-
-func startDelayProxy(t *testing.T, target string, delay time.Duration) *delayProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &delayProxy{ln: ln, delay: delay}
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			p.wg.Go(func() { p.pipe(c, u) })
-			p.wg.Go(func() { p.pipe(u, c) })
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *delayProxy) endpoint() string { return "http://" + p.ln.Addr().String() }
-
-type delayChunk struct {
-	at time.Time
-	b  []byte
-}
-
-func (p *delayProxy) pipe(from, to net.Conn) {
-	q := make(chan delayChunk, 4096)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		failed := false
-		for c := range q { // drained to the end, so the reader never blocks
-			if failed {
-				continue
-			}
-			time.Sleep(time.Until(c.at.Add(p.delay)))
-			if _, err := to.Write(c.b); err != nil {
-				failed = true
-				to.Close()
-				from.Close()
-			}
-		}
-		to.Close()
-		from.Close()
-	}()
-	for {
-		buf := make([]byte, 32<<10)
-		n, err := from.Read(buf)
-		if n > 0 {
-			q <- delayChunk{at: time.Now(), b: buf[:n]}
-		}
-		if err != nil {
-			break
-		}
-	}
-	close(q)
-	<-done
-}
 
 // TestSlowEtcdPathKeepsLead: a controller reaches its etcd over
 // a path with a long round trip (a geostationary hop, or a link this

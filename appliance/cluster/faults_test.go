@@ -29,6 +29,9 @@ import (
 type faultsProxy struct {
 	ln     net.Listener
 	target string
+	// delay, when set, holds each byte that long before passing it on
+	// (delayPipe).
+	delay  time.Duration
 	cut    atomic.Bool
 	closed atomic.Bool
 	mu     sync.Mutex
@@ -37,11 +40,25 @@ type faultsProxy struct {
 
 func faultsStartProxy(t *testing.T, target string) *faultsProxy {
 	t.Helper()
+	return startProxy(t, target, 0)
+}
+
+// startDelayProxy is a faultsProxy whose every byte arrives delay after
+// it was read (a long path: a satellite hop, or a bulk-loaded WAN link
+// whose queue holds every packet a while); no loss, no reordering, no
+// rate limit.
+func startDelayProxy(t *testing.T, target string, delay time.Duration) *faultsProxy {
+	t.Helper()
+	return startProxy(t, target, delay)
+}
+
+func startProxy(t *testing.T, target string, delay time.Duration) *faultsProxy {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &faultsProxy{ln: ln, target: target}
+	p := &faultsProxy{ln: ln, target: target, delay: delay}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -56,8 +73,12 @@ func faultsStartProxy(t *testing.T, target string) *faultsProxy {
 			p.mu.Lock()
 			p.conns = append(p.conns, c, u)
 			p.mu.Unlock()
-			go p.pipe(c, u)
-			go p.pipe(u, c)
+			pipe := p.pipe
+			if p.delay > 0 {
+				pipe = p.delayPipe
+			}
+			go pipe(c, u)
+			go pipe(u, c)
 		}
 	}()
 	t.Cleanup(func() {
@@ -685,4 +706,43 @@ func TestStopWithEtcdStalledIsBounded(t *testing.T) {
 	if el.Role().Leader {
 		t.Errorf("still leader after Run returned")
 	}
+}
+
+type delayChunk struct {
+	at time.Time
+	b  []byte
+}
+
+func (p *faultsProxy) delayPipe(from, to net.Conn) {
+	q := make(chan delayChunk, 4096)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		failed := false
+		for c := range q { // drained to the end, so the reader never blocks
+			if failed {
+				continue
+			}
+			time.Sleep(time.Until(c.at.Add(p.delay)))
+			if _, err := to.Write(c.b); err != nil {
+				failed = true
+				to.Close()
+				from.Close()
+			}
+		}
+		to.Close()
+		from.Close()
+	}()
+	for {
+		buf := make([]byte, 32<<10)
+		n, err := from.Read(buf)
+		if n > 0 {
+			q <- delayChunk{at: time.Now(), b: buf[:n]}
+		}
+		if err != nil {
+			break
+		}
+	}
+	close(q)
+	<-done
 }
