@@ -32,6 +32,7 @@ import (
 	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/dataplane/relay"
 	"github.com/sosappliance/sosappliance/host/item"
+	"github.com/sosappliance/sosappliance/internal/filetrust"
 	"github.com/sosappliance/sosappliance/sdn"
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/tuning"
@@ -447,6 +448,9 @@ func (d *Daemon) compile() (cfg *config.Config, src config.Source, want *desired
 			err = fmt.Errorf("reading %s failed on a bug in sosappliance (logged with its stack; please report it): %v", d.opts.ConfigPath, p)
 		}
 	}()
+	if err := filetrust.Check("config file", d.opts.ConfigPath); err != nil {
+		return nil, config.Source{Filename: d.opts.ConfigPath}, nil, err
+	}
 	cfg, src, diags := loadConfigFile(d.opts.ConfigPath)
 	if diags.HasErrors() {
 		return nil, src, nil, &ConfigError{Diagnostics: diags, Source: src}

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sosappliance/sosappliance/internal/filetrust"
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 )
@@ -129,11 +130,18 @@ func (e *StaleError) Error() string {
 }
 
 // Open opens or creates the database at path (the configuration's
-// daemon.state_path, which has the default), creating its directory. When another process has it open, Open gives up
-// after the lock timeout with an *InUseError naming that process.
+// daemon.state_path, which has the default), creating its directory.
+// When another process has it open, Open gives up after the lock timeout
+// with an *InUseError naming that process. A database, or a directory
+// above it, that a user other than root (or the one running) can write is
+// refused (package filetrust).
 func Open(path string, opts Options) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("state database: no path")
+	}
+	// What it records, apply and rollback write back to the host.
+	if err := filetrust.Check("state database", path); err != nil {
+		return nil, err
 	}
 	timeout := opts.LockTimeout
 	if timeout <= 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/host/item"
+	"github.com/sosappliance/sosappliance/internal/filetrust"
 	"github.com/sosappliance/sosappliance/tuning"
 )
 
@@ -39,6 +40,7 @@ switch could not be read.`,
 			if err != nil {
 				return err
 			}
+			warnUntrusted(cmd, nf.config)
 			st, err := openStore(nf.statePath(cfg))
 			if err != nil {
 				return err
@@ -195,6 +197,9 @@ changes only; on the controller node, apply -c converges the switches.`,
 			if len(args) == 1 {
 				return applySaved(cmd, &nf, execs, args[0])
 			}
+			if err := filetrust.Check("config file", nf.config); err != nil {
+				return exitError{code: 1, msg: err.Error()}
+			}
 			cfg, src, want, err := nf.compile(cmd)
 			if err != nil {
 				return err
@@ -340,6 +345,10 @@ func rollbackLeft(st *store.Store) error {
 // applySaved makes the changes of a plan file, which was reviewed when it
 // was made: applying it is the approval.
 func applySaved(cmd *cobra.Command, nf *nodeFlags, execs map[string]tuning.Executor, path string) error {
+	// Its changes are written as root.
+	if err := filetrust.Check("plan file", path); err != nil {
+		return exitError{code: 1, msg: err.Error()}
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read plan: %w", err)
@@ -398,6 +407,14 @@ func applySaved(cmd *cobra.Command, nf *nodeFlags, execs map[string]tuning.Execu
 		return nil
 	}
 	return reportResult(cmd, "Apply", p, res, err)
+}
+
+// warnUntrusted says, without failing, that apply and run would refuse
+// the config file because another user can change it.
+func warnUntrusted(cmd *cobra.Command, path string) {
+	if err := filetrust.Check("config file", path); err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v; apply and run refuse it\n", err)
+	}
 }
 
 // refused reports whether a saved plan was refused before anything

@@ -41,6 +41,9 @@ it checks NAME as run on this host.`,
 			if diags.HasErrors() {
 				return exitError{code: 1, msg: fmt.Sprintf("%s: %d problem(s)", path, len(diags.Errs()))}
 			}
+			if !thisNode { // with --this-node, CheckNodeFiles refuses it
+				warnUntrusted(cmd, path)
+			}
 			// What each node would run: a problem of one node's (two of
 			// its tunings disagreeing) is found here, not at its plan.
 			var problems int

@@ -1,0 +1,107 @@
+package appliance
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
+)
+
+// asNobody runs sh -c script as uid and gid 65534 with no other groups:
+// another user of the machine.
+func asNobody(t *testing.T, script string) error {
+	t.Helper()
+	testsupport.RequireRoot(t, "setpriv")
+	out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Logf("as nobody: %s: %v\n%s", script, err, out)
+	}
+	return err
+}
+
+// openToOthers lets other users reach dir: t.TempDir's directories are
+// root's 0700.
+func openToOthers(t *testing.T, dir string) {
+	t.Helper()
+	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		testsupport.RequireNoError(t, os.Chmod(d, 0o755))
+	}
+}
+
+// The attack: another user of the node can write sos.hcl (left 0666, or
+// in a directory anyone can write) and edits it. The daemon runs as root
+// and writes what the file says to the kernel (kernel.core_pattern as
+// well as net.core.rmem_max), so the edit would be theirs to make as
+// root. Before, the daemon applied it. Now it refuses the file, at a
+// reload and at start, and says why; the node keeps what it had.
+func TestConfigOthersCanWriteIsRefused(t *testing.T) {
+	root, dir := tempHost(t), t.TempDir()
+	openToOthers(t, dir)
+	etc := filepath.Join(dir, "etc")
+	testsupport.RequireNoError(t, os.Mkdir(etc, 0o755))
+	cfgPath := filepath.Join(etc, "sos.hcl")
+	writeFile(t, cfgPath, daemonConfig("100000"))
+	td := startDaemon(t, root, dir, cfgPath, time.Hour)
+	td.waitFor("initial convergence", func() bool { return td.sysctl("net.core.rmem_max") == "100000" })
+
+	// Left writable by every user; another user edits it.
+	testsupport.RequireNoError(t, os.Chmod(cfgPath, 0o666))
+	if err := asNobody(t, "printf '%s' '"+daemonConfig("200000")+"' > "+cfgPath); err != nil {
+		t.Fatalf("the other user could not write the 0666 file: %v", err)
+	}
+	td.waitFor("the other user's edit refused", func() bool { return td.status().ReloadFails >= 1 })
+	st := td.status()
+	if got := td.sysctl("net.core.rmem_max"); got != "100000" {
+		t.Errorf("net.core.rmem_max is %s after another user's edit, want 100000 kept", got)
+	}
+	if r := st.LastReload; r == nil || !strings.Contains(r.Result+strings.Join(r.Problems, " "), "is writable by every user (mode 0666)") {
+		t.Errorf("status does not say why the reload was refused: %+v", st.LastReload)
+	}
+
+	// Made root's again, the same content is taken.
+	testsupport.RequireNoError(t, os.Chmod(cfgPath, 0o644))
+	testsupport.RequireNoError(t, os.Chown(cfgPath, 0, 0))
+	writeFile(t, cfgPath, daemonConfig("300000"))
+	td.waitFor("root's edit applied", func() bool { return td.sysctl("net.core.rmem_max") == "300000" })
+
+	// A directory anyone can write: the other user replaces the file.
+	testsupport.RequireNoError(t, os.Chmod(etc, 0o777))
+	other := filepath.Join(etc, "other.hcl")
+	if err := asNobody(t, "printf '%s' '"+daemonConfig("400000")+"' > "+other+" && mv -f "+other+" "+cfgPath); err != nil {
+		t.Fatalf("the other user could not replace the file in a 0777 directory: %v", err)
+	}
+	td.waitFor("the replaced file refused", func() bool { return td.status().ReloadFails >= 2 })
+	if got := td.sysctl("net.core.rmem_max"); got != "300000" {
+		t.Errorf("net.core.rmem_max is %s after another user replaced the file, want 300000 kept", got)
+	}
+	if r := td.status().LastReload; r == nil || !strings.Contains(r.Result+strings.Join(r.Problems, " "), "is owned by uid 65534") {
+		t.Errorf("status does not say why the reload was refused: %+v", r)
+	}
+	td.stop()
+
+	// A daemon does not start on a file in such a directory, even one of
+	// root's: whoever can write the directory can swap it.
+	testsupport.RequireNoError(t, os.Chown(cfgPath, 0, 0))
+	testsupport.RequireNoError(t, os.Chmod(cfgPath, 0o644))
+	d, err := NewDaemon(Options{
+		ConfigPath: cfgPath, Node: "host1", StatePath: td.state, ControlSocket: td.socket,
+		Root: root, Executors: tempHostExecutors(root), Settle: 50 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	testsupport.RequireNoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = d.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "the directory "+etc+" is writable by every user") {
+		t.Errorf("a daemon started on a file in a 0777 directory: %v", err)
+	}
+	if got := td.sysctl("net.core.rmem_max"); got != "300000" {
+		t.Errorf("net.core.rmem_max is %s after a refused start, want 300000 kept", got)
+	}
+}
