@@ -10,7 +10,9 @@
 //   - the file and every directory above it must be owned by root or by
 //     the effective user;
 //   - none may be writable by every user, nor by a group other than
-//     root's (gid 0);
+//     root's (gid 0), nor by another user or group through a POSIX ACL
+//     (whose mask the mode's group bits then are: a 0664 file of root's
+//     can be another user's to write);
 //   - a directory writable by others is allowed when its sticky bit is
 //     set (/tmp): others can then neither remove nor rename the file.
 //
@@ -18,11 +20,15 @@
 package filetrust
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Check returns an error naming the first file or directory on the way to
@@ -114,10 +120,100 @@ func checkOne(what, path, name string, st fs.FileInfo, euid uint32, dir bool) er
 	sticky := dir && mode&fs.ModeSticky != 0
 	perm := mode.Perm()
 	switch {
-	case perm&0o002 != 0 && !sticky:
+	case sticky:
+	case perm&0o002 != 0:
 		return fmt.Errorf("%s is writable by every user (mode %04o): %s (%s)", subject, perm, why, fix("chmod o-w "+name))
-	case perm&0o020 != 0 && sys.Gid != 0 && !sticky:
-		return fmt.Errorf("%s is writable by group %d (mode %04o): %s (%s)", subject, sys.Gid, perm, why, fix("chmod g-w "+name))
+	case perm&0o020 != 0:
+		// With a POSIX ACL the group bits are its mask: what its named
+		// users and groups may do at most.
+		acl, err := readACL(name)
+		if err != nil {
+			return fmt.Errorf("%s: reading its ACL: %w", subject, err)
+		}
+		if acl == nil {
+			if sys.Gid != 0 {
+				return fmt.Errorf("%s is writable by group %d (mode %04o): %s (%s)", subject, sys.Gid, perm, why, fix("chmod g-w "+name))
+			}
+			return nil
+		}
+		if who := acl.othersWriting(sys.Gid, euid); who != "" {
+			return fmt.Errorf("%s is writable by %s through its ACL (mode %04o): %s (%s)", subject, who, perm, why, fix("setfacl -b "+name))
+		}
 	}
 	return nil
+}
+
+// The Linux xattr form of a POSIX ACL (system.posix_acl_access): a
+// little-endian version 2, then entries of tag (2 bytes), permissions (2)
+// and id (4).
+const (
+	aclXattr    = "system.posix_acl_access"
+	aclVersion  = 2
+	aclUser     = 0x02
+	aclGroupObj = 0x04
+	aclGroup    = 0x08
+	aclMask     = 0x10
+	aclWrite    = 0x2
+)
+
+type aclEntry struct {
+	tag, perm uint16
+	id        uint32
+}
+
+type acl []aclEntry
+
+// readACL reads name's access ACL; nil when it has none.
+func readACL(name string) (acl, error) {
+	buf := make([]byte, 4+8*64)
+	for {
+		n, err := unix.Getxattr(name, aclXattr, buf)
+		switch {
+		case errors.Is(err, unix.ENODATA), errors.Is(err, unix.EOPNOTSUPP):
+			return nil, nil
+		case errors.Is(err, unix.ERANGE):
+			buf = make([]byte, 2*len(buf))
+			continue
+		case err != nil:
+			return nil, err
+		}
+		return parseACL(buf[:n])
+	}
+}
+
+func parseACL(b []byte) (acl, error) {
+	if len(b) < 4 || (len(b)-4)%8 != 0 || binary.LittleEndian.Uint32(b) != aclVersion {
+		return nil, fmt.Errorf("an ACL of %d bytes that is not version %d", len(b), aclVersion)
+	}
+	var a acl
+	for e := b[4:]; len(e) > 0; e = e[8:] {
+		a = append(a, aclEntry{binary.LittleEndian.Uint16(e), binary.LittleEndian.Uint16(e[2:]), binary.LittleEndian.Uint32(e[4:])})
+	}
+	return a, nil
+}
+
+// othersWriting names who other than root and euid may write through the
+// ACL ("" when nobody): a named user or group, or the owning group when
+// it is not root's, each as far as the mask lets it.
+func (a acl) othersWriting(gid, euid uint32) string {
+	mask := true // no mask entry: the named entries' own permissions
+	for _, e := range a {
+		if e.tag == aclMask {
+			mask = e.perm&aclWrite != 0
+		}
+	}
+	for _, e := range a {
+		if e.perm&aclWrite == 0 || !mask {
+			continue
+		}
+		switch {
+		case e.tag == aclUser && e.id != 0 && e.id != euid:
+			return fmt.Sprintf("user %d", e.id)
+		case e.tag == aclGroup && e.id != 0:
+			return fmt.Sprintf("group %d", e.id)
+		case e.tag == aclGroupObj && gid != 0:
+			return fmt.Sprintf("group %d", gid)
+		}
+	}
+	return ""
 }

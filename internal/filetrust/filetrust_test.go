@@ -1,13 +1,18 @@
 package filetrust
 
 import (
+	"cmp"
+	"encoding/binary"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/sosappliance/sosappliance/internal/testsupport"
+	"golang.org/x/sys/unix"
 )
 
 // nobody is the uid and gid another user's files get here.
@@ -150,5 +155,78 @@ func TestCheckMessage(t *testing.T) {
 	want = "plan file " + file + ": the directory " + sub + " is writable by group 65534 (mode 0775): whoever can write the directory can replace the file, and sosappliance acts on the file as root (keep the file in directories only root can write)"
 	if err == nil || err.Error() != want {
 		t.Errorf("got  %v\nwant %s", err, want)
+	}
+}
+
+// setACL gives path an access ACL of the given entries (tag, perm, id), as
+// setfacl would, through the kernel's xattr form.
+func setACL(t *testing.T, path string, entries ...aclEntry) {
+	t.Helper()
+	entries = slices.Clone(entries)
+	slices.SortFunc(entries, func(a, b aclEntry) int { return cmp.Or(cmp.Compare(a.tag, b.tag), cmp.Compare(a.id, b.id)) })
+	b := binary.LittleEndian.AppendUint32(nil, aclVersion)
+	for _, e := range entries {
+		b = binary.LittleEndian.AppendUint16(b, e.tag)
+		b = binary.LittleEndian.AppendUint16(b, e.perm)
+		b = binary.LittleEndian.AppendUint32(b, e.id)
+	}
+	if err := unix.Setxattr(path, aclXattr, b, 0); err != nil {
+		t.Fatalf("set an ACL on %s: %v", path, err)
+	}
+}
+
+// A root-owned 0664 file of root's group looks like one only root can
+// write, but with an ACL its group bits are the mask: a named user's
+// write entry lets that user write. The attack is mounted: user 65534
+// writes the file; Check refuses it, and takes ACLs that give no one
+// else write.
+func TestCheckACL(t *testing.T) {
+	testsupport.RequireRoot(t, "setpriv")
+	const (
+		userObj, other = 0x01, 0x20
+		none           = 0xffffffff
+	)
+	base := func(extra ...aclEntry) []aclEntry {
+		return append([]aclEntry{{userObj, 6, none}, {aclGroupObj, 4, none}, {other, 4, none}}, extra...)
+	}
+	cases := []struct {
+		name    string
+		entries []aclEntry
+		want    string
+		writes  bool // user 65534 can write the file
+	}{
+		{"a named user with write", base(aclEntry{aclUser, 6, nobody}, aclEntry{aclMask, 6, none}), "is writable by user 65534 through its ACL", true},
+		{"a named group with write", base(aclEntry{aclGroup, 6, nobody}, aclEntry{aclMask, 6, none}), "is writable by group 65534 through its ACL", true},
+		{"a named user, the mask without write", base(aclEntry{aclUser, 6, nobody}, aclEntry{aclMask, 4, none}), "", false},
+		{"root named, with write", base(aclEntry{aclUser, 6, 0}, aclEntry{aclMask, 6, none}), "", false},
+		{"a named user reading only", base(aclEntry{aclUser, 4, nobody}, aclEntry{aclMask, 6, none}), "", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir, _, file := tree(t)
+			for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+				testsupport.RequireNoError(t, os.Chmod(d, 0o755))
+			}
+			setACL(t, file, c.entries...)
+			wrote := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", "echo x >> "+file).Run() == nil
+			if wrote != c.writes {
+				t.Fatalf("user 65534 could write the file: %v, want %v (the kernel reads the ACL otherwise)", wrote, c.writes)
+			}
+			err := Check("config file", file)
+			switch {
+			case c.want == "" && err != nil:
+				t.Errorf("Check: %v, want it accepted", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Errorf("Check: %v, want an error with %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestParseACLRefusesOtherShapes(t *testing.T) {
+	for _, b := range [][]byte{nil, {2, 0, 0}, {1, 0, 0, 0}, {2, 0, 0, 0, 1}} {
+		if _, err := parseACL(b); err == nil {
+			t.Errorf("parseACL(%v) took it", b)
+		}
 	}
 }
