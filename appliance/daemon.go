@@ -628,7 +628,7 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 			return fmt.Errorf("relay %s: %w", name, err)
 		}
 		undo = append(undo, func() { d.stopRelay(name, rc.agent, grace) })
-		d.log.Info("relay started", "agent", name)
+		// The relay logs "relay started" itself, with its listeners.
 	}
 	// The new controller binds its listener.
 	old := d.ctl

@@ -260,6 +260,11 @@ func TestReloadFailureKeepsTheOldConfigRunning(t *testing.T) {
 	if !strings.Contains(before, "100000") || !strings.Contains(before, "table ip "+tuning.SteeringTable) {
 		t.Fatalf("host items after start-up:\n%s", before)
 	}
+	// One line per relay start: the daemon logged its own beside the
+	// relay's (helper-81).
+	if got := strings.Count(n.logs.String(), `msg="relay started"`); got != 1 {
+		t.Errorf("one relay started, logged %d times:\n%s", got, n.logs.String())
+	}
 
 	takenData, err := net.Listen("tcp", "10.1.0.2:9977")
 	testsupport.RequireNoError(t, err)
