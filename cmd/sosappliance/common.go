@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -90,6 +92,9 @@ func (f *nodeFlags) controlSocket(cfg *config.Config) string {
 
 func openStore(path string) (*store.Store, error) {
 	st, err := store.Open(path, store.Options{})
+	if errors.Is(err, fs.ErrPermission) && os.Geteuid() != 0 {
+		return nil, fmt.Errorf("open state: %w (the state database %s is root's: run as root, or pass --state with a path of yours)", err, path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open state: %w", err)
 	}

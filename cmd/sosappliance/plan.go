@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -48,7 +49,7 @@ switch could not be read.`,
 			defer st.Close()
 			p, err := planFor(forgetGone)(cmd.Context(), st, tuning.Executors(nf.root), d.Items, d.Node, src.Hash())
 			if err != nil {
-				return fmt.Errorf("plan: %w", err)
+				return planError(err)
 			}
 			p.Notes = d.Notes
 			if d.Controller != nil {
@@ -211,7 +212,7 @@ changes only; on the controller node, apply -c converges the switches.`,
 			defer st.Close()
 			p, err := planFor(forgetGone)(cmd.Context(), st, execs, want.Items, want.Node, src.Hash())
 			if err != nil {
-				return fmt.Errorf("plan: %w", err)
+				return planError(err)
 			}
 			p.Notes = want.Notes
 			controller := want.Controller != nil
@@ -407,6 +408,15 @@ func applySaved(cmd *cobra.Command, nf *nodeFlags, execs map[string]tuning.Execu
 		return nil
 	}
 	return reportResult(cmd, "Apply", p, res, err)
+}
+
+// planError is a failed plan; one that a non-root user could not make
+// says why.
+func planError(err error) error {
+	if os.Geteuid() != 0 && (errors.Is(err, fs.ErrPermission) || strings.Contains(err.Error(), "operation not permitted")) {
+		return fmt.Errorf("plan: %w (plan reads this node's sysctls, nftables and routes as they are: run it as root)", err)
+	}
+	return fmt.Errorf("plan: %w", err)
 }
 
 // warnUntrusted says, without failing, that apply and run would refuse
