@@ -38,19 +38,6 @@ func NewIRQ(root string) *IRQ { return &IRQ{Root: root} }
 // Kind implements Executor.
 func (q *IRQ) Kind() string { return item.KindIRQ }
 
-// SpreadIRQs assigns IRQs, in ascending order, one CPU each from cpus in
-// turn. It is the whole placement policy: deterministic, so that Observe can
-// tell whether the host already matches.
-func SpreadIRQs(irqs, cpus []int) map[int][]int {
-	sorted := slices.Clone(irqs)
-	slices.Sort(sorted)
-	out := make(map[int][]int, len(sorted))
-	for i, irq := range sorted {
-		out[irq] = []int{cpus[i%len(cpus)]}
-	}
-	return out
-}
-
 // target is the affinity an irq item asks for on the given IRQs. For the
 // per-IRQ form only IRQs that still exist are kept: after a driver reload
 // the old numbers are gone and there is nothing of them to put back.
@@ -72,7 +59,7 @@ func (q *IRQ) target(value string, irqs []int) (item.IRQAffinity, error) {
 	if err != nil {
 		return nil, err
 	}
-	return SpreadIRQs(irqs, cpus), nil
+	return item.SpreadIRQs(irqs, cpus), nil
 }
 
 // interfaceIRQs lists the IRQs of an interface: the MSI vectors of its
@@ -197,7 +184,7 @@ func (q *IRQ) observe(it item.Item) (string, bool, error) {
 	// Report the item's own CPU list when the host is exactly what
 	// spreading over it gives, so desired and observed compare equal.
 	if it.Value != "" && !strings.Contains(it.Value, ":") {
-		if cpus, err := cpuset.Parse(it.Value); err == nil && sameAffinity(have, SpreadIRQs(irqs, cpus)) {
+		if cpus, err := cpuset.Parse(it.Value); err == nil && sameAffinity(have, item.SpreadIRQs(irqs, cpus)) {
 			return cpuset.Format(cpus), true, nil
 		}
 	}

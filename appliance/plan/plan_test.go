@@ -370,3 +370,20 @@ func FuzzDecode(f *testing.F) {
 		_ = p.Text()
 	})
 }
+
+// An irq item's CPU list spreads the IRQs one CPU each, so a line
+// "40:0-1 41:0-1" -> "0-1" read as no change. The plan now says what
+// each IRQ gets. Found by review (helper-81).
+func TestIRQSpreadShownInText(t *testing.T) {
+	p := Diff([]item.Item{newItem("irq", "eth1", "0-1"), newItem("irq", "eth2", "0-1")},
+		[]item.Observation{present("irq", "eth1", "40:0-1 41:0-1"), absent("irq", "eth2")}, nil)
+	text := p.Text()
+	for _, want := range []string{
+		`~ eth1: "40:0-1 41:0-1" -> "0-1" (one CPU each: 40:0 41:1)`,
+		`eth2: (absent) -> "0-1"` + "\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the plan does not say %q:\n%s", want, text)
+		}
+	}
+}

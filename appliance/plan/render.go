@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sosappliance/sosappliance/host/item"
 )
 
 // Text renders the plan for a terminal, Terraform style: one group per
@@ -38,7 +40,15 @@ func (p Plan) WriteText(w io.Writer) error {
 			kind = c.Kind
 			fmt.Fprintf(&b, "\n  %s\n", kind)
 		}
-		fmt.Fprintf(&b, "    %s %s: %s -> %s\n", c.Action, c.Key, value(c.Before, c.BeforePresent), value(c.After, c.AfterPresent))
+		after := value(c.After, c.AfterPresent)
+		if c.Kind == item.KindIRQ && c.BeforePresent && c.AfterPresent {
+			// "0-1" spreads the IRQs one CPU each: say so, or the
+			// line "40:0-1 41:0-1" -> "0-1" reads as no change.
+			if spread := item.SpreadText(c.Before, c.After); spread != "" {
+				after += " (one CPU each: " + spread + ")"
+			}
+		}
+		fmt.Fprintf(&b, "    %s %s: %s -> %s\n", c.Action, c.Key, value(c.Before, c.BeforePresent), after)
 		if c.Origin != "" {
 			fmt.Fprintf(&b, "        # %s; from %s\n", c.Why, c.Origin)
 		} else {

@@ -57,6 +57,39 @@ func ParseIRQAffinity(s string) (IRQAffinity, error) {
 	return a, nil
 }
 
+// SpreadIRQs assigns IRQs, in ascending order, one CPU each from cpus in
+// turn. It is the whole placement policy of an irq item's CPU list:
+// deterministic, so that the host can be told to match it or not, and the
+// plan can show what a CPU list means for the IRQs there are.
+func SpreadIRQs(irqs, cpus []int) IRQAffinity {
+	sorted := slices.Clone(irqs)
+	slices.Sort(sorted)
+	out := make(IRQAffinity, len(sorted))
+	for i, irq := range sorted {
+		out[irq] = []int{cpus[i%len(cpus)]}
+	}
+	return out
+}
+
+// SpreadText is what the CPU list cpus gives the IRQs of the per-IRQ
+// value have, in the per-IRQ form ("" when either does not parse): a plan
+// line "40:0-1 41:0-1" -> "0-1" changes each IRQ to one CPU.
+func SpreadText(have, cpus string) string {
+	a, err := ParseIRQAffinity(have)
+	if err != nil || strings.Contains(cpus, ":") {
+		return ""
+	}
+	list, err := cpuset.Parse(cpus)
+	if err != nil || len(list) == 0 {
+		return ""
+	}
+	irqs := make([]int, 0, len(a))
+	for irq := range a {
+		irqs = append(irqs, irq)
+	}
+	return SpreadIRQs(irqs, list).String()
+}
+
 // CanonicalIRQValue rewrites either form of an irq value canonically.
 func CanonicalIRQValue(v string) (string, error) {
 	if strings.Contains(v, ":") {
