@@ -662,3 +662,28 @@ func TestSplatChainCounted(t *testing.T) {
 	}
 	t.Logf("child ok:\n%s", firstLines(string(out), 8))
 }
+
+// TestPortSpellingsExplained: the port spellings of other tools got
+// "not a port or a range" with no more word: iptables' 5000:6000, a port
+// past 65535, and a range given to server_port, which takes one port.
+// Each now says what to write instead, at the argument. Found by review
+// (helper-81).
+func TestPortSpellingsExplained(t *testing.T) {
+	for arg, want := range map[string]string{
+		`server_ports = ["5000:6000"]`: `"5000:6000" is not a port or a range; did you mean 5000-6000?`,
+		`server_ports = ["70000"]`:     `"70000" goes past 65535, the highest TCP port`,
+		`server_port = "5201-5204"`:    `server_port is one port, not "5201-5204"`,
+		`server_port = "5201,5202"`:    `write server_ports = ["5201", "5202"]`,
+		`server_port = 70000`:          `server_port must be between 1 and 65535`,
+	} {
+		src := fmt.Sprintf(twoSitesWith, "", "whitelist \"w\" {\n  clients = [\"10.1.0.0/24\"]\n  server = \"10.2.0.9\"\n  "+arg+"\n}")
+		_, _, diags, text := loadFileOf(t, src)
+		if !diags.HasErrors() || !strings.Contains(text, want) || diags[0].Subject == nil || diags[0].Subject.Start.Line != 31 {
+			t.Errorf("%s: want an error at line 31 that says %q:\n%s", arg, want, text)
+		}
+	}
+	src := fmt.Sprintf(twoSitesWith, "", "whitelist \"w\" {\n  clients = [\"10.1.0.0/24\"]\n  server = \"10.2.0.9\"\n  server_port = \"5201\"\n}")
+	if _, _, diags, text := loadFileOf(t, src); diags.HasErrors() {
+		t.Errorf(`server_port = "5201" (one port, quoted) refused:\n%s`, text)
+	}
+}

@@ -901,6 +901,16 @@ func decodePorts(a *attrs, w *Whitelist, diags *hcl.Diagnostics) {
 		a.errorf("server_ports", "whitelist %q has both server_port and server_ports", `Keep one: server_port = 5201, or server_ports = ["5201", "50000-51000"].`, w.Name)
 	case a.has("server_port"):
 		w.PortsRange = a.rng("server_port")
+		if v, d := a.m["server_port"].Expr.Value(nil); !d.HasErrors() && v.Type() == cty.String && v.IsKnown() && !v.IsNull() {
+			if s := strings.TrimSpace(v.AsString()); strings.ContainsAny(s, "-:,. ") {
+				var list []string
+				for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+					list = append(list, strconv.Quote(strings.NewReplacer("..", "-", ":", "-").Replace(f)))
+				}
+				a.errorf("server_port", "whitelist %q server_port is one port, not %q", fmt.Sprintf(`For a range or several ports write server_ports = [%s].`, strings.Join(list, ", ")), w.Name, s)
+				return
+			}
+		}
 		if p := uint16(a.integer("server_port", 0, 1, 65535)); p != 0 {
 			w.Ports = []portrange.Range{portrange.Single(p)}
 		}

@@ -7,6 +7,7 @@ package portrange
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -38,7 +39,20 @@ func Parse(s string) (Range, error) {
 		b, errB = parsePort(hi)
 	}
 	switch {
+	case errors.Is(errA, strconv.ErrRange) || errors.Is(errB, strconv.ErrRange):
+		return Range{}, fmt.Errorf("%q goes past 65535, the highest TCP port", s)
 	case errA != nil || errB != nil:
+		// iptables and nftables spell a range 5000:6000, nmap and
+		// others 5000..6000.
+		for _, sep := range []string{":", ".."} {
+			if x, y, ok := strings.Cut(t, sep); ok && !isRange {
+				if p, err := parsePort(x); err == nil {
+					if q, err := parsePort(y); err == nil {
+						return Range{}, fmt.Errorf("%q is not a port or a range; did you mean %d-%d?", s, p, q)
+					}
+				}
+			}
+		}
 		return Range{}, fmt.Errorf("%q is not a port or a range such as 50000-51000", s)
 	case a == 0 || b == 0:
 		return Range{}, fmt.Errorf("%q includes port 0, which no TCP connection uses", s)

@@ -59,7 +59,7 @@ whitelist "gridftp-again" {
 whitelist "reversed" {
   clients      = ["10.1.0.128/25"]
   servers      = ["10.2.0.64/28"]
-  server_ports = ["51000-50000", "0", "70000", "6000-6100", "6050"] # ERROR: is reversed (empty); did you mean 50000-51000? # ERROR: includes port 0 # ERROR: "70000" is not a port # ERROR: 6050 overlaps 6000-6100
+  server_ports = ["51000-50000", "0", "70000", "6000-6100", "6050"] # ERROR: is reversed (empty); did you mean 50000-51000? # ERROR: includes port 0 # ERROR: "70000" goes past 65535 # ERROR: 6050 overlaps 6000-6100
   streams      = 2
 }
 whitelist "empty" {
