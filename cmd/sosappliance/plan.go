@@ -271,7 +271,18 @@ func newRollbackCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rollback",
 		Short: "Restore the values recorded before the appliance first touched them",
-		Args:  forgetGoneArgs(0),
+		Long: `rollback puts back, on this node, every value the state database recorded
+before the appliance first changed it (sysctls, interface settings, IRQ
+affinity, steering), shows the plan and asks before it writes. The state
+database is the one the config (-c) names in daemon.state_path, or --state;
+when the config does not load, the default one, if it is there. It refuses
+while the daemon runs on that database, which would apply its file again:
+stop it first (systemctl stop sosappliance). A record whose interface is
+away is kept and rollback exits 1 naming how many; run it again once the
+interface is back, or forget them with --forget-gone (all) or
+--forget-gone=eth1,eth2. It leaves the switches' flows alone: they are
+the controller's to converge.`,
+		Args: forgetGoneArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			node, err := nf.nodeName()
 			if err != nil {
