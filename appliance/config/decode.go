@@ -794,6 +794,14 @@ func decodeWhitelist(b *hcl.Block, diags *hcl.Diagnostics) *Whitelist {
 		StreamsRange: a.rng("streams"),
 	}
 	decodeStreams(a, w)
+	for _, name := range []string{"client_agent", "client_agents", "server_agent", "server_agents"} {
+		if a.has(name) {
+			if w.AgentRanges == nil {
+				w.AgentRanges = map[string]hcl.Range{}
+			}
+			w.AgentRanges[name] = a.rng(name)
+		}
+	}
 	for _, pair := range [][2]string{{"client_agent", "client_agents"}, {"server_agent", "server_agents"}} {
 		if a.has(pair[0]) && a.has(pair[1]) {
 			a.errorf(pair[1], "whitelist %q sets both %s and %s", fmt.Sprintf("Keep one: %s names one agent, %s a subset of the site's agents.", pair[0], pair[1]), w.Name, pair[0], pair[1])

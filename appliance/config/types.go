@@ -287,6 +287,9 @@ type Whitelist struct {
 	PortsRange      hcl.Range
 	StreamsRange    hcl.Range
 	MaxStreamsRange hcl.Range
+	// AgentRanges is where client_agent(s) and server_agent(s) are set,
+	// by argument name.
+	AgentRanges map[string]hcl.Range
 }
 
 // Whitelist directions.

@@ -362,9 +362,13 @@ func pickAgents(cfg *Config, w *Whitelist, site *Site, one string, subset []stri
 		chosen = []string{one}
 		attr = strings.TrimSuffix(attr, "s")
 	}
+	at := w.Range // the argument's own line when it is set
+	if r, ok := w.AgentRanges[attr]; ok {
+		at = r
+	}
 	if len(chosen) == 0 {
 		if subset != nil {
-			*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Whitelist %q %s is empty", w.Name, attr),
+			*diags = append(*diags, diagAt(at, fmt.Sprintf("Whitelist %q %s is empty", w.Name, attr),
 				fmt.Sprintf("Name at least one of: %s, or leave %s out to use them all.", strings.Join(agentNames(site), ", "), attr)))
 			return nil
 		}
@@ -375,13 +379,13 @@ func pickAgents(cfg *Config, w *Whitelist, site *Site, one string, subset []stri
 	for _, name := range chosen {
 		a := cfg.Agent(name)
 		if a == nil || a.Site != site.Name {
-			*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Whitelist %q %s %q is not an agent of site %q", w.Name, attr, name, site.Name),
+			*diags = append(*diags, diagAt(at, fmt.Sprintf("Whitelist %q %s %q is not an agent of site %q", w.Name, attr, name, site.Name),
 				fmt.Sprintf("Name one of: %s.", strings.Join(agentNames(site), ", "))))
 			ok = false
 			continue
 		}
 		if want[name] {
-			*diags = append(*diags, diagAt(w.Range, fmt.Sprintf("Whitelist %q %s names agent %q twice", w.Name, attr, name),
+			*diags = append(*diags, diagAt(at, fmt.Sprintf("Whitelist %q %s names agent %q twice", w.Name, attr, name),
 				"Name each agent once."))
 			ok = false
 		}

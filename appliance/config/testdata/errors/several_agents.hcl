@@ -48,18 +48,18 @@ site "b" {
 site "c" {
   prefixes = ["10.3.0.0/24"]
 }
-whitelist "foreign" { # ERROR: server_agents "a1" is not an agent of site "b"
+whitelist "foreign" {
   clients       = ["10.1.0.0/24"]
   server        = "10.2.0.10"
   server_port   = 5201
   client_agents = ["a1", "a2"]
-  server_agents = ["a1"]
+  server_agents = ["a1"] # ERROR: server_agents "a1" is not an agent of site "b"
 }
-whitelist "twice" { # ERROR: client_agents names agent "a2" twice
+whitelist "twice" {
   clients       = ["10.1.0.0/25"]
   server        = "10.2.0.11"
   server_port   = 5201
-  client_agents = ["a2", "a2"]
+  client_agents = ["a2", "a2"] # ERROR: client_agents names agent "a2" twice
 }
 whitelist "both" {
   clients       = ["10.1.0.128/25"]
