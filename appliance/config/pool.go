@@ -66,7 +66,12 @@ func validatePools(cfg *Config, add func(rng hcl.Range, hint, format string, arg
 		}
 		seen[p.Peer] = p.Range
 		if cfg.Agent(p.Peer) == nil {
-			add(p.Range, "Name the server-side agent the client-side agents keep streams open to.", "pool names agent %q, which no site declares", p.Peer)
+			var agents []string
+			for _, site := range cfg.Sites {
+				agents = append(agents, agentNames(site)...)
+			}
+			add(p.Range, "Name the server-side agent the client-side agents keep streams open to."+didYouMean(p.Peer, agents),
+				"pool names agent %q, which no site declares", p.Peer)
 		}
 		if bound := cfg.Limits.PooledPerPeer; p.Max > bound {
 			add(p.Range, fmt.Sprintf("Lower the pool's max, or raise limits.pooled_per_peer (%s).", where(cfg.Limits)),

@@ -47,6 +47,7 @@ func TestPoolBlock(t *testing.T) {
 	}
 	for src, want := range map[string]string{
 		`pool "agent-x" {}`: `pool names agent "agent-x"`,
+		`pool "agnet-b" {}`: `Did you mean "agent-b"?`, // helper-81
 		`pool "agent-b" {}` + "\n" + `pool "agent-b" {}`:                                 `Duplicate pool toward agent "agent-b"`,
 		`pool "agent-b" {` + "\n  min_idle = 8\n  max = 4\n}":                            "max 4 is below min_idle 8",
 		`pool "agent-b" {` + "\n  min_idle = 0\n}":                                       "min_idle",

@@ -427,16 +427,23 @@ func switchNames(s *Site) []string {
 }
 
 func didYouMean(name string, known []string) string {
+	best := Closest(name, known)
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" Did you mean %q?", best)
+}
+
+// Closest is the name of known nearest to name, within two edits (a
+// typo), or "".
+func Closest(name string, known []string) string {
 	best, bestDist := "", 3
 	for _, k := range known {
 		if d := levenshtein(name, k); d < bestDist {
 			best, bestDist = k, d
 		}
 	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf(" Did you mean %q?", best)
+	return best
 }
 
 func levenshtein(a, b string) int {

@@ -115,6 +115,9 @@ type UnknownNodeError struct {
 }
 
 func (e *UnknownNodeError) Error() string {
+	if near := config.Closest(e.Node, e.Known); near != "" {
+		return fmt.Sprintf("node %q has no role in the configuration; did you mean --node %s? (known nodes: %s)", e.Node, near, strings.Join(e.Known, ", "))
+	}
 	return fmt.Sprintf("node %q has no role in the configuration (known nodes: %s); pass --node", e.Node, strings.Join(e.Known, ", "))
 }
 

@@ -3,8 +3,11 @@ package main
 import (
 	"fmt"
 	"runtime/debug"
+	"strings"
 
+	"github.com/sosappliance/sosappliance/appliance/config"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -61,7 +64,27 @@ converges to it: host tuning, steering rules, switch flows and relays.`,
 		newStatusCommand(),
 		newKeygenCommand(),
 	)
+	root.SetFlagErrorFunc(suggestFlag)
 	return root
+}
+
+// suggestFlag adds the nearest flag of the command to cobra's "unknown
+// flag: --nod", as cobra does for a mistyped command.
+func suggestFlag(cmd *cobra.Command, err error) error {
+	name, ok := strings.CutPrefix(err.Error(), "unknown flag: --")
+	if !ok {
+		return err
+	}
+	var known []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden {
+			known = append(known, f.Name)
+		}
+	})
+	if near := config.Closest(name, known); near != "" {
+		return fmt.Errorf("%w; did you mean --%s? (sosappliance %s --help lists them)", err, near, cmd.Name())
+	}
+	return fmt.Errorf("%w (sosappliance %s --help lists the flags)", err, cmd.Name())
 }
 
 func newVersionCommand() *cobra.Command {
