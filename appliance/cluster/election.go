@@ -129,6 +129,10 @@ func (e *Elector) Run(ctx context.Context) {
 // term is one session: a lease, a campaign, the leadership while the lease
 // lives. It returns when the lease is lost, or with the error that kept it
 // from getting one.
+// afterLeadCheck, when a test sets it, runs between the check that this
+// node's key leads and the report that it does, with the term's cancel.
+var afterLeadCheck func(cancel context.CancelFunc)
+
 func (e *Elector) term(ctx context.Context) error {
 	cfg := e.c.cfg
 	granting := time.Now() // the lease lives at least its TTL from here
@@ -214,8 +218,21 @@ func (e *Elector) term(ctx context.Context) error {
 	}
 	leadRev.Store(el.Rev())
 	gen := cfg.GenerationBase + uint64(el.Rev())
-	e.c.log.Info("etcd election: this controller leads", "node", cfg.Node, "generation", gen)
-	e.update(func(r *Role) { r.Leader, r.Generation, r.LeaderNode = true, gen, cfg.Node })
+	if afterLeadCheck != nil {
+		afterLeadCheck(cancel)
+	}
+	// Leader only while the term holds: holdLease may have ended it since
+	// the check above, and a leader reported past that, even for a
+	// moment, would program the switches past the lease's horizon.
+	var leads bool
+	e.update(func(r *Role) {
+		if leads = tctx.Err() == nil; leads {
+			r.Leader, r.Generation, r.LeaderNode = true, gen, cfg.Node
+		}
+	})
+	if leads {
+		e.c.log.Info("etcd election: this controller leads", "node", cfg.Node, "generation", gen)
+	}
 	<-tctx.Done()
 	if ctx.Err() != nil {
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.c.requestTimeout())
