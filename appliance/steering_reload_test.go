@@ -87,8 +87,8 @@ func TestSteeringNumbersTwiceThenTakenTableInNetns(t *testing.T) {
 		return false
 	})
 	t.Logf("third reload: %s", result)
-	if !strings.Contains(result, "set another steering_table on agent a1") {
-		t.Errorf("the refusal does not name steering_table and the agent: %s", result)
+	if !strings.Contains(result, "set another steering_table on agent a1 ("+n.cfgPath+":") {
+		t.Errorf("the refusal does not name steering_table, the agent and its line: %s", result)
 	}
 	if r := rules(); strings.Count(r, "proto 83") != 1 || !strings.Contains(r, "fwmark 0x80000001 lookup 3000000000") {
 		t.Errorf("rules after the refused reload:\n%s", r)

@@ -182,7 +182,11 @@ func Compile(cfg *config.Config, node string) (*Desired, error) {
 			return nil, err
 		}
 		for i := range steer {
+			// The steering check's refusals name it, with its line.
 			steer[i].Origin = "agent " + a.Name
+			if ca := cfg.Agent(a.Name); ca != nil && ca.Range.Filename != "" {
+				steer[i].Origin = fmt.Sprintf("agent %s (%s:%d)", a.Name, ca.Range.Filename, ca.Range.Start.Line)
+			}
 			// A tuning may not set what steering needs otherwise (the
 			// interface's rp_filter); one that sets the same value
 			// already desires the item, which is desired once (twice,

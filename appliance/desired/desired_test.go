@@ -280,7 +280,7 @@ func TestCompileTuningProfileOrigins(t *testing.T) {
 		{"dtn-east", item.KindInterface, "ens1f0/mtu", "9000", "profile fasterdata-100g (" + file + ":60)", false},
 		{"dtn-east", item.KindInterface, "ens1f0/txqueuelen", "10000", "profile fasterdata-100g (" + file + ":60)", false},
 		{"dtn-east", item.KindIRQ, "ens1f0", "0-7", file + ":65", false},
-		{"dtn-east", item.KindSteering, item.SteeringKeyNftables, "", "agent dtn-east", false},
+		{"dtn-east", item.KindSteering, item.SteeringKeyNftables, "", "agent dtn-east (" + file + ":20)", false},
 		{"dtn-west", item.KindSysctl, "net.core.default_qdisc", "fq", "profile fasterdata-10g (" + file + ":71)", true},
 		{"dtn-west", item.KindSysctl, "net.core.rmem_max", "268435456", file + ":77", false},
 		{"dtn-west", item.KindSysctl, "net.ipv4.tcp_rmem", "4096 87380 134217728", file + ":79", false},
