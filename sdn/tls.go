@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+
+	"github.com/sosappliance/sosappliance/internal/filetrust"
 )
 
 // LoadTLS reads the controller's certificate and key and the CA that signs
@@ -12,6 +14,9 @@ import (
 // OpenFlow listener: TLS 1.2 or later, and a client certificate from that
 // CA required of every switch.
 func LoadTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+	if err := filetrust.CheckSecret("controller key_file", keyFile); err != nil {
+		return nil, err
+	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("controller certificate: %w", err)

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sosappliance/sosappliance/internal/filetrust"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -155,6 +156,9 @@ func loadCert(f TLSFiles) (*tlsCert, error) {
 	c := &tlsCert{}
 	var err error
 	if c.certPEM, _, err = readPEM(f.Cert); err != nil {
+		return nil, err
+	}
+	if err := filetrust.CheckSecret("etcd tls key_file", f.Key); err != nil {
 		return nil, err
 	}
 	if c.keyPEM, err = os.ReadFile(f.Key); err != nil {

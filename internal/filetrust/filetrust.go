@@ -217,3 +217,21 @@ func (a acl) othersWriting(gid, euid uint32) string {
 	}
 	return ""
 }
+
+// CheckSecret is Check for a private key (a TLS key_file): besides,
+// every user may not read it. Its group may (Debian keeps keys 0640
+// root:ssl-cert), and so may named users and groups of an ACL, which
+// the operator gave it on purpose.
+func CheckSecret(what, path string) error {
+	if err := Check(what, path); err != nil {
+		return err
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil // its reader says why
+	}
+	if perm := st.Mode().Perm(); perm&0o004 != 0 {
+		return fmt.Errorf("%s %s is readable by every user (mode %04o): whoever reads a private key can pose as its owner (chmod o-r %s)", what, path, perm, path)
+	}
+	return nil
+}
