@@ -2,9 +2,11 @@ package config
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"math/big"
 	"net/netip"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -900,6 +902,38 @@ func decodeServers(a *attrs, w *Whitelist) {
 	}
 }
 
+// rangeLike says whether a quoted server_port holds a range or a list
+// rather than a number, which may be signed ("-1" is a number out of
+// range, not a range).
+func rangeLike(s string) bool {
+	if s == "" || s[0] == '-' || s[0] == '+' {
+		return false
+	}
+	return strings.ContainsAny(s, "-:, ") || strings.Contains(s, "..")
+}
+
+var rangeSpaces = regexp.MustCompile(`\s*(-|:|\.\.)\s*`)
+
+// portList is s, a list of ports and ranges separated by commas or
+// spaces (ranges in other tools' spellings, 5000:6000, taken), written as
+// server_ports' list, or why one of them is not a port or a range.
+func portList(s string) (string, error) {
+	// "5201 - 5204" is one range: close the spaces around its dash.
+	s = rangeSpaces.ReplaceAllString(s, "$1")
+	var list []string
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+		r, err := portrange.Parse(strings.NewReplacer("..", "-", ":", "-").Replace(f))
+		if err != nil {
+			return "", err
+		}
+		list = append(list, strconv.Quote(r.String()))
+	}
+	if len(list) == 0 {
+		return "", errors.New("no port in it")
+	}
+	return strings.Join(list, ", "), nil
+}
+
 // decodePorts reads server_port (one port) or server_ports (ports and
 // ranges such as "50000-51000"); without either the whitelist covers every
 // port, which validate warns about.
@@ -910,12 +944,14 @@ func decodePorts(a *attrs, w *Whitelist, diags *hcl.Diagnostics) {
 	case a.has("server_port"):
 		w.PortsRange = a.rng("server_port")
 		if v, d := a.m["server_port"].Expr.Value(nil); !d.HasErrors() && v.Type() == cty.String && v.IsKnown() && !v.IsNull() {
-			if s := strings.TrimSpace(v.AsString()); strings.ContainsAny(s, "-:,. ") {
-				var list []string
-				for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
-					list = append(list, strconv.Quote(strings.NewReplacer("..", "-", ":", "-").Replace(f)))
+			if s := strings.TrimSpace(v.AsString()); rangeLike(s) {
+				hint := `For ports and ranges write server_ports = ["5201", "50000-51000"].`
+				if list, err := portList(s); err == nil {
+					hint = fmt.Sprintf("For a range or several ports write server_ports = [%s].", list)
+				} else {
+					hint = fmt.Sprintf("%s (%v)", hint, err)
 				}
-				a.errorf("server_port", "whitelist %q server_port is one port, not %q", fmt.Sprintf(`For a range or several ports write server_ports = [%s].`, strings.Join(list, ", ")), w.Name, s)
+				a.errorf("server_port", "whitelist %q server_port is one port, not %q", hint, w.Name, s)
 				return
 			}
 		}

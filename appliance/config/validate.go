@@ -435,9 +435,10 @@ func didYouMean(name string, known []string) string {
 }
 
 // Closest is the name of known nearest to name, within two edits (a
-// typo), or "".
+// typo) and fewer than half its length plus one, or "": an empty or
+// one-letter name is near everything short, and so names nothing.
 func Closest(name string, known []string) string {
-	best, bestDist := "", 3
+	best, bestDist := "", min(3, len(name)/2+1)
 	for _, k := range known {
 		if d := levenshtein(name, k); d < bestDist {
 			best, bestDist = k, d

@@ -93,7 +93,7 @@ func (f *nodeFlags) controlSocket(cfg *config.Config) string {
 func openStore(path string) (*store.Store, error) {
 	st, err := store.Open(path, store.Options{})
 	if errors.Is(err, fs.ErrPermission) && os.Geteuid() != 0 {
-		return nil, fmt.Errorf("open state: %w (the state database %s is root's: run as root, or pass --state with a path of yours)", err, path)
+		return nil, fmt.Errorf("open state: %w (the state database %s is root's, and plan reads the node's kernel state as it is: run it as root)", err, path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open state: %w", err)

@@ -48,7 +48,7 @@ func TestNonRootPlanSaysRunAsRoot(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"plan", "-c", cfg, "--node", "agent-east"}, "is root's: run as root, or pass --state with a path of yours"},
+		{[]string{"plan", "-c", cfg, "--node", "agent-east"}, "is root's, and plan reads the node's kernel state as it is: run it as root"},
 		{[]string{"plan", "-c", cfg, "--node", "agent-east", "--state", filepath.Join(own, "state.db")}, "run it as root"},
 	} {
 		code, out := asNobody(c.args...)

@@ -69,22 +69,36 @@ converges to it: host tuning, steering rules, switch flows and relays.`,
 }
 
 // suggestFlag adds the nearest flag of the command to cobra's "unknown
-// flag: --nod", as cobra does for a mistyped command.
+// flag: --nod", as cobra does for a mistyped command; also to a
+// mistyped Terraform-style single-dash flag (-nod), which pflag reads as
+// shorthand letters ("unknown shorthand flag: 'n' in -nod").
 func suggestFlag(cmd *cobra.Command, err error) error {
-	name, ok := strings.CutPrefix(err.Error(), "unknown flag: --")
+	msg, dash := err.Error(), "--"
+	name, ok := strings.CutPrefix(msg, "unknown flag: --")
+	if !ok {
+		_, word, short := strings.Cut(msg, "unknown shorthand flag: ")
+		if _, w, found := strings.Cut(word, " in -"); short && found && len(w) > 1 {
+			name, dash, ok = w, "-", true
+		}
+	}
 	if !ok {
 		return err
 	}
+	name, _, _ = strings.Cut(name, "=")
 	var known []string
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
 		if !f.Hidden {
 			known = append(known, f.Name)
 		}
 	})
+	help := cmd.CommandPath() + " --help"
 	if near := config.Closest(name, known); near != "" {
-		return fmt.Errorf("%w; did you mean --%s? (sosappliance %s --help lists them)", err, near, cmd.Name())
+		if dash == "-" {
+			return fmt.Errorf("unknown flag: -%s; did you mean -%s? (%s lists them)", name, near, help)
+		}
+		return fmt.Errorf("%w; did you mean %s%s? (%s lists them)", err, dash, near, help)
 	}
-	return fmt.Errorf("%w (sosappliance %s --help lists the flags)", err, cmd.Name())
+	return fmt.Errorf("%w (%s lists the flags)", err, help)
 }
 
 func newVersionCommand() *cobra.Command {

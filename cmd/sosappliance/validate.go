@@ -76,10 +76,11 @@ type validateReport struct {
 	Errors      int            `json:"error_count"`
 	Warnings    int            `json:"warning_count"`
 	Diagnostics []validateDiag `json:"diagnostics"`
-	// Of a valid file:
-	Sites      int             `json:"sites,omitempty"`
-	Agents     int             `json:"agents,omitempty"`
-	Whitelists []whitelistLine `json:"whitelists,omitempty"`
+	// Of a valid file (absent for one that is not; a valid one without
+	// whitelists has "whitelists": []):
+	Sites      *int             `json:"sites,omitempty"`
+	Agents     *int             `json:"agents,omitempty"`
+	Whitelists *[]whitelistLine `json:"whitelists,omitempty"`
 
 	src   []byte
 	diags hcl.Diagnostics // the file's own, as LoadFile gave them
@@ -179,13 +180,14 @@ func validateFile(rep *validateReport, path, node string, thisNode bool) error {
 		return nil
 	}
 	rep.Valid = true
-	rep.Sites = len(cfg.Sites)
+	sites, agents, lines := len(cfg.Sites), 0, []whitelistLine{}
 	for _, s := range cfg.Sites {
-		rep.Agents += len(s.Agents)
+		agents += len(s.Agents)
 	}
 	for _, w := range cfg.Whitelists {
-		rep.Whitelists = append(rep.Whitelists, whitelistLine{w.Name, w.Describe()})
+		lines = append(lines, whitelistLine{w.Name, w.Describe()})
 	}
+	rep.Sites, rep.Agents, rep.Whitelists = &sites, &agents, &lines
 	return nil
 }
 
@@ -207,8 +209,8 @@ func (r *validateReport) writeText(out, errOut io.Writer) {
 	if !r.Valid {
 		return
 	}
-	fmt.Fprintf(out, "%s is valid: %d site(s), %d agent(s), %d whitelist(s)\n", r.Path, r.Sites, r.Agents, len(r.Whitelists))
-	for _, w := range r.Whitelists {
+	fmt.Fprintf(out, "%s is valid: %d site(s), %d agent(s), %d whitelist(s)\n", r.Path, *r.Sites, *r.Agents, len(*r.Whitelists))
+	for _, w := range *r.Whitelists {
 		fmt.Fprintf(out, "  whitelist %s: %s\n", w.Name, w.Describe)
 	}
 }

@@ -44,14 +44,8 @@ func Parse(s string) (Range, error) {
 	case errA != nil || errB != nil:
 		// iptables and nftables spell a range 5000:6000, nmap and
 		// others 5000..6000.
-		for _, sep := range []string{":", ".."} {
-			if x, y, ok := strings.Cut(t, sep); ok && !isRange {
-				if p, err := parsePort(x); err == nil {
-					if q, err := parsePort(y); err == nil {
-						return Range{}, fmt.Errorf("%q is not a port or a range; did you mean %d-%d?", s, p, q)
-					}
-				}
-			}
+		if r, ok := otherSpelling(t); ok && !isRange {
+			return Range{}, fmt.Errorf("%q is not a port or a range; did you mean %s?", s, r)
 		}
 		return Range{}, fmt.Errorf("%q is not a port or a range such as 50000-51000", s)
 	case a == 0 || b == 0:
@@ -60,6 +54,25 @@ func Parse(s string) (Range, error) {
 		return Range{}, fmt.Errorf("%q is reversed (empty); did you mean %d-%d?", s, b, a)
 	}
 	return Range{a, b}, nil
+}
+
+// otherSpelling reads a range as iptables (5000:6000) or others
+// (5000..6000) write it, for a suggestion: only one Parse takes, in
+// order and without port 0.
+func otherSpelling(t string) (Range, bool) {
+	for _, sep := range []string{":", ".."} {
+		x, y, ok := strings.Cut(t, sep)
+		if !ok {
+			continue
+		}
+		p, errP := parsePort(x)
+		q, errQ := parsePort(y)
+		if errP != nil || errQ != nil || p == 0 || q == 0 {
+			continue
+		}
+		return Range{min(p, q), max(p, q)}, true
+	}
+	return Range{}, false
 }
 
 func parsePort(s string) (uint16, error) {
