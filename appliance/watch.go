@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/sosappliance/sosappliance/internal/filetrust"
 )
 
 // ConfigWatcher reports when the content of a config file changes, however
@@ -258,7 +259,9 @@ const recheckEvery = 10 * time.Second
 
 // hashFile hashes a regular file; anything else (a named pipe, whose
 // reading would block, or take a writer's output from the loader) is not
-// read.
+// read. Whether another user could change it (package filetrust) goes
+// into the hash too: a reload refused for that is taken once the
+// operator runs the chmod it named, the content unchanged.
 func hashFile(path string) ([sha256.Size]byte, error) {
 	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
 		return [sha256.Size]byte{}, fmt.Errorf("%s is no regular file", path)
@@ -267,5 +270,10 @@ func hashFile(path string) ([sha256.Size]byte, error) {
 	if err != nil {
 		return [sha256.Size]byte{}, err
 	}
-	return sha256.Sum256(b), nil
+	h := sha256.New()
+	h.Write(b)
+	if err := filetrust.Check("config file", path); err != nil {
+		h.Write([]byte("\x00" + err.Error()))
+	}
+	return [sha256.Size]byte(h.Sum(nil)), nil
 }

@@ -1,20 +1,35 @@
 // Package filetrust checks that a file sosappliance acts on as root (the
-// config, a saved plan, the state database) can be changed only by root
-// or by the user sosappliance runs as. Whoever can write sos.hcl chooses
-// what the node writes to its kernel (any sysctl, kernel.core_pattern
-// included); whoever can write a saved plan or the state database
-// chooses what apply and rollback write. So a file, or a directory on the
-// way to it, that another user can write is refused, as sudo refuses
-// such a sudoers and sshd (StrictModes) such an authorized_keys:
+// config, a saved plan, the state database, a TLS key) can be changed
+// only by root or by the user sosappliance runs as. Whoever can write
+// sos.hcl chooses what the node writes to its kernel (any sysctl,
+// kernel.core_pattern included); whoever can write a saved plan or the
+// state database chooses what apply and rollback write. So a file, or
+// anything on the way to it, that another user can change is refused, as
+// sudo refuses such a sudoers and sshd (StrictModes) such an
+// authorized_keys.
 //
-//   - the file and every directory above it must be owned by root or by
-//     the effective user;
-//   - none may be writable by every user, nor by a group other than
-//     root's (gid 0), nor by another user or group through a POSIX ACL
-//     (whose mask the mode's group bits then are: a 0664 file of root's
-//     can be another user's to write);
+// The path is walked as the kernel resolves it, one name at a time, each
+// looked at without following it (lstat), every symlink followed by hand
+// (at most 40), ".." taken after the symlinks before it:
+//
+//   - the file, every directory walked through and every symlink
+//     followed must be owned by root or by the effective user;
+//   - no file or directory may be writable by every user, nor by a group
+//     other than root's (gid 0), nor by another user or group through a
+//     POSIX ACL (whose mask the mode's group bits then are: a 0664 file
+//     of root's can be another user's to write);
 //   - a directory writable by others is allowed when its sticky bit is
-//     set (/tmp): others can then neither remove nor rename the file.
+//     set (/tmp): others can then neither remove nor rename what root
+//     keeps there, and what they put there themselves is not root's and
+//     is refused. CheckUnshared also refuses a name missing in such a
+//     directory, for a file (or a directory of it) that sosappliance may
+//     yet create: another user could make the name first.
+//
+// A name the walk finds missing ends it without an error: the file, or a
+// directory of it, is made later by whoever checks (its directories above
+// were checked), or its reader says it is not there. With every name on
+// the way root's and closed to others, nobody else can change what the
+// path leads to between the check and the open.
 //
 // The file's own checks (regular, size, its content) are its reader's.
 package filetrust
@@ -26,103 +41,179 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// Check returns an error naming the first file or directory on the way to
-// path that a user other than root and the effective user could change,
-// and the command that fixes it. what names the file in the error
-// ("config file", "plan file"). Of a path that does not exist yet (a
-// state database to be made) the directories that do are checked; that
-// it is missing is its reader's to report.
-func Check(what, path string) error {
+// maxLinks is as many symlinks as the walk follows, as Linux's
+// MAXSYMLINKS.
+const maxLinks = 40
+
+// Check returns an error naming the first file, directory or symlink on
+// the way to path that a user other than root and the effective user
+// could change, and the command that fixes it. what names the file in the
+// error ("config file", "plan file").
+func Check(what, path string) error { return walk(what, path, true) }
+
+// CheckUnshared is Check for a file sosappliance may create (the state
+// database): a name of it missing in a directory such as /tmp, where
+// another user could create it first, is refused too.
+func CheckUnshared(what, path string) error { return walk(what, path, false) }
+
+func walk(what, path string, sticky bool) error {
 	euid := uint32(os.Geteuid())
-	st, err := os.Stat(path)
-	switch {
-	case err == nil:
-		if err := checkOne(what, path, path, st, euid, false); err != nil {
-			return err
+	c := checker{what: what, path: path, euid: euid, sticky: sticky}
+	abs := absolute(path)
+	cur := "/"
+	if err := c.stat(cur, dirEntry); err != nil {
+		return err
+	}
+	rest := names(abs)
+	links := 0
+	for len(rest) > 0 {
+		name := rest[0]
+		rest = rest[1:]
+		if name == ".." {
+			cur = filepath.Dir(cur) // cur is resolved: its parent is the kernel's
+			continue
 		}
-	case !os.IsNotExist(err):
-		return fmt.Errorf("%s %s: %w", what, path, err)
-	}
-	// The directories that hold the file as named (a symlink's own
-	// directory decides who can point it elsewhere) and as resolved.
-	dirs := []string{filepath.Dir(absolute(path))}
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		dirs = append(dirs, filepath.Dir(real))
-	} else if real, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
-		// /dev/fd/63 of `-c <(...)` resolves to "pipe:[N]".
-		dirs = append(dirs, real)
-	}
-	seen := map[string]bool{}
-	for _, dir := range dirs {
-		for d := dir; ; d = filepath.Dir(d) {
-			if seen[d] {
-				break
+		next := filepath.Join(cur, name)
+		fi, err := os.Lstat(next)
+		if errors.Is(err, fs.ErrNotExist) {
+			if !c.sticky {
+				if dst, err := os.Stat(cur); err == nil && shared(dst) {
+					return fmt.Errorf("%s %s: %s is to be made in the directory %s, which others can write (mode %04o, sticky): another user could make it first, and sosappliance would keep root's records in their file (keep it in directories only root can write, such as /var/lib/sosappliance)",
+						what, path, next, cur, dst.Mode().Perm())
+				}
 			}
-			seen[d] = true
-			dst, err := os.Stat(d)
-			if os.IsNotExist(err) && d != filepath.Dir(d) {
-				continue // made later, by the one who checks
+			return nil // made later, or its reader says it is missing
+		}
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", what, path, err)
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if err := c.check(next, fi, symlinkEntry); err != nil {
+				return err
 			}
+			if links++; links > maxLinks {
+				return fmt.Errorf("%s %s: more than %d symlinks on the way", what, path, maxLinks)
+			}
+			target, err := os.Readlink(next)
 			if err != nil {
 				return fmt.Errorf("%s %s: %w", what, path, err)
 			}
-			if err := checkOne(what, path, d, dst, euid, true); err != nil {
-				return err
+			if filepath.IsAbs(target) {
+				cur = "/"
 			}
-			if d == filepath.Dir(d) {
-				break
-			}
+			rest = append(names(target), rest...)
+			continue
 		}
+		kind := fileEntry
+		if len(rest) > 0 || fi.IsDir() {
+			kind = dirEntry
+		}
+		if err := c.check(next, fi, kind); err != nil {
+			return err
+		}
+		cur = next
 	}
 	return nil
 }
 
+// shared says whether st is a sticky directory others can write (/tmp):
+// they can add names to it, but not remove or rename root's.
+func shared(st fs.FileInfo) bool {
+	return st.IsDir() && st.Mode()&fs.ModeSticky != 0 && st.Mode().Perm()&0o022 != 0
+}
+
+// names are the names of a path in order, without the empty ones and ".".
+func names(path string) []string {
+	var out []string
+	for n := range strings.SplitSeq(path, "/") {
+		if n != "" && n != "." {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// absolute is path from /, not cleaned: filepath.Abs would take "a/.."
+// lexically, where the kernel goes up from the target of a symlink a.
 func absolute(path string) string {
-	if a, err := filepath.Abs(path); err == nil {
-		return a
+	if filepath.IsAbs(path) {
+		return path
+	}
+	if wd, err := os.Getwd(); err == nil {
+		return wd + "/" + path
 	}
 	return path
 }
 
-// checkOne checks one file or directory (name) on the way to path.
-func checkOne(what, path, name string, st fs.FileInfo, euid uint32, dir bool) error {
+type entryKind int
+
+const (
+	fileEntry entryKind = iota
+	dirEntry
+	symlinkEntry
+)
+
+type checker struct {
+	what, path string
+	euid       uint32
+	sticky     bool // a sticky directory others may write is allowed
+}
+
+func (c checker) stat(name string, kind entryKind) error {
+	fi, err := os.Lstat(name)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", c.what, c.path, err)
+	}
+	return c.check(name, fi, kind)
+}
+
+// check checks one name on the way to the path.
+func (c checker) check(name string, st fs.FileInfo, kind entryKind) error {
 	sys, ok := st.Sys().(*syscall.Stat_t)
 	if !ok {
-		return fmt.Errorf("%s %s: cannot read the owner of %s", what, path, name)
+		return fmt.Errorf("%s %s: cannot read the owner of %s", c.what, c.path, name)
 	}
-	subject := fmt.Sprintf("%s %s", what, path)
-	if name != path {
-		subject = fmt.Sprintf("%s %s: the directory %s", what, path, name)
-	}
+	subject := fmt.Sprintf("%s %s", c.what, c.path)
 	why := "sosappliance acts on this file as root, so only root may change it"
-	if dir {
+	// The fix: a command on the name, and for what is on the way the
+	// other way out (a directory of someone's home is theirs to keep).
+	fix := func(cmd string) string { return cmd + " " + name }
+	switch {
+	case kind == dirEntry && name != c.path:
+		subject = fmt.Sprintf("%s %s: the directory %s", c.what, c.path, name)
 		why = "whoever can write the directory can replace the file, and sosappliance acts on the file as root"
-	}
-	fix := func(file string) string {
-		if dir {
-			return "keep the file in directories only root can write"
+		fix = func(cmd string) string {
+			return cmd + " " + name + ", or keep the file in directories only root can write"
 		}
-		return file
+	case kind == symlinkEntry:
+		subject = fmt.Sprintf("%s %s: the symlink %s", c.what, c.path, name)
+		why = "whoever owns the symlink can point it elsewhere, and sosappliance acts on the file as root"
+		fix = func(string) string { return "chown -h root " + name + ", or name the file by a path of root's" }
 	}
-	if sys.Uid != 0 && sys.Uid != euid {
+	if sys.Uid != 0 && sys.Uid != c.euid {
 		owner := "root (uid 0)"
-		if euid != 0 {
-			owner = fmt.Sprintf("root (uid 0) or uid %d, which runs sosappliance", euid)
+		if c.euid != 0 {
+			owner = fmt.Sprintf("root (uid 0) or uid %d, which runs sosappliance", c.euid)
 		}
-		return fmt.Errorf("%s is owned by uid %d, not %s: %s (%s)", subject, sys.Uid, owner, why, fix("chown root "+name))
+		return fmt.Errorf("%s is owned by uid %d, not %s: %s (%s)", subject, sys.Uid, owner, why, fix("chown root"))
+	}
+	if kind == symlinkEntry {
+		return nil // a symlink's own mode means nothing
 	}
 	mode := st.Mode()
-	sticky := dir && mode&fs.ModeSticky != 0
 	perm := mode.Perm()
+	if shared(st) {
+		return nil // what is in it is checked name by name
+	}
 	switch {
-	case sticky:
 	case perm&0o002 != 0:
-		return fmt.Errorf("%s is writable by every user (mode %04o): %s (%s)", subject, perm, why, fix("chmod o-w "+name))
+		return fmt.Errorf("%s is writable by every user (mode %04o): %s (%s)", subject, perm, why, fix("chmod o-w"))
 	case perm&0o020 != 0:
 		// With a POSIX ACL the group bits are its mask: what its named
 		// users and groups may do at most.
@@ -132,12 +223,12 @@ func checkOne(what, path, name string, st fs.FileInfo, euid uint32, dir bool) er
 		}
 		if acl == nil {
 			if sys.Gid != 0 {
-				return fmt.Errorf("%s is writable by group %d (mode %04o): %s (%s)", subject, sys.Gid, perm, why, fix("chmod g-w "+name))
+				return fmt.Errorf("%s is writable by group %d (mode %04o): %s (%s)", subject, sys.Gid, perm, why, fix("chmod g-w"))
 			}
 			return nil
 		}
-		if who := acl.othersWriting(sys.Gid, euid); who != "" {
-			return fmt.Errorf("%s is writable by %s through its ACL (mode %04o): %s (%s)", subject, who, perm, why, fix("setfacl -b "+name))
+		if who := acl.othersWriting(sys.Gid, c.euid); who != "" {
+			return fmt.Errorf("%s is writable by %s through its ACL (mode %04o): %s (%s)", subject, who, perm, why, fix("setfacl -b"))
 		}
 	}
 	return nil

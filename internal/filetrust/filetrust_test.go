@@ -152,7 +152,7 @@ func TestCheckMessage(t *testing.T) {
 	chmod(sub, 0o775)
 	testsupport.RequireNoError(t, os.Chown(sub, 0, nobody))
 	err = Check("plan file", file)
-	want = "plan file " + file + ": the directory " + sub + " is writable by group 65534 (mode 0775): whoever can write the directory can replace the file, and sosappliance acts on the file as root (keep the file in directories only root can write)"
+	want = "plan file " + file + ": the directory " + sub + " is writable by group 65534 (mode 0775): whoever can write the directory can replace the file, and sosappliance acts on the file as root (chmod g-w " + sub + ", or keep the file in directories only root can write)"
 	if err == nil || err.Error() != want {
 		t.Errorf("got  %v\nwant %s", err, want)
 	}
