@@ -18,8 +18,7 @@ import (
 // another edit or a SIGHUP.
 // Found by review (helper-86); on d23a2ff after chmod g-w, rmem_max stays 100000 (15 s wait).
 func TestChmodFixAfterRefusedReloadIsTaken(t *testing.T) {
-	root, dir := tempHost(t), t.TempDir()
-	openToOthers(t, dir)
+	root, dir := tempHost(t), testsupport.SharedTempDir(t)
 	etc := filepath.Join(dir, "etc")
 	testsupport.RequireNoError(t, os.Mkdir(etc, 0o755))
 	cfgPath := filepath.Join(etc, "sos.hcl")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,21 +16,11 @@ import (
 // another user of the machine.
 func asNobody(t *testing.T, script string) error {
 	t.Helper()
-	testsupport.RequireRoot(t, "setpriv")
-	out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script).CombinedOutput()
+	out, err := testsupport.AsOtherUser(t, "sh", "-c", script).CombinedOutput()
 	if err != nil {
 		t.Logf("as nobody: %s: %v\n%s", script, err, out)
 	}
 	return err
-}
-
-// openToOthers lets other users reach dir: t.TempDir's directories are
-// root's 0700.
-func openToOthers(t *testing.T, dir string) {
-	t.Helper()
-	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
-		testsupport.RequireNoError(t, os.Chmod(d, 0o755))
-	}
 }
 
 // The attack: another user of the node can write sos.hcl (left 0666, or
@@ -41,8 +30,7 @@ func openToOthers(t *testing.T, dir string) {
 // root. Before, the daemon applied it. Now it refuses the file, at a
 // reload and at start, and says why; the node keeps what it had.
 func TestConfigOthersCanWriteIsRefused(t *testing.T) {
-	root, dir := tempHost(t), t.TempDir()
-	openToOthers(t, dir)
+	root, dir := tempHost(t), testsupport.SharedTempDir(t)
 	etc := filepath.Join(dir, "etc")
 	testsupport.RequireNoError(t, os.Mkdir(etc, 0o755))
 	cfgPath := filepath.Join(etc, "sos.hcl")

@@ -2,8 +2,6 @@ package sdn
 
 import (
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -19,14 +17,11 @@ import (
 // root:ssl-cert) is taken.
 func TestPrivateKeyReadableByEveryUserRefused(t *testing.T) {
 	testsupport.RequireRoot(t, "setpriv")
-	dir := t.TempDir()
-	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
-		testsupport.RequireNoError(t, os.Chmod(d, 0o755))
-	}
+	dir := testsupport.SharedTempDir(t)
 	pki := testsupport.NewPKI(t, dir, "ca")
 	cert, key, _ := pki.Issue(t, "ctl")
 	testsupport.RequireNoError(t, os.Chmod(key, 0o644))
-	out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", key).CombinedOutput()
+	out, err := testsupport.AsOtherUser(t, "cat", key).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "PRIVATE KEY") {
 		t.Fatalf("user 65534 could not read the 0644 key (%v): the test mounts nothing", err)
 	}

@@ -20,10 +20,7 @@ import (
 // Found by review (helper-86); on d23a2ff Open accepts, and 65534 moves the database away.
 func TestStateThroughSymlinkIntoAnotherUsersDirectory(t *testing.T) {
 	testsupport.RequireRoot(t, "setpriv")
-	dir := t.TempDir()
-	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
-		testsupport.RequireNoError(t, os.Chmod(d, 0o755))
-	}
+	dir := testsupport.SharedTempDir(t)
 	evil := filepath.Join(dir, "evil")
 	testsupport.RequireNoError(t, os.Mkdir(evil, 0o755))
 	testsupport.RequireNoError(t, os.Chown(evil, 65534, 65534))
@@ -59,15 +56,12 @@ func TestStateThroughSymlinkIntoAnotherUsersDirectory(t *testing.T) {
 // Found by review (helper-86); on d23a2ff Open opens 65534's file.
 func TestStateCreatedInStickyDirectoryRace(t *testing.T) {
 	testsupport.RequireRoot(t, "setpriv", "perl")
-	dir := t.TempDir()
-	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
-		testsupport.RequireNoError(t, os.Chmod(d, 0o755))
-	}
+	dir := testsupport.SharedTempDir(t)
 	shared := filepath.Join(dir, "shared")
 	testsupport.RequireNoError(t, os.Mkdir(shared, 0o755))
 	testsupport.RequireNoError(t, os.Chmod(shared, 0o777|os.ModeSticky))
 	path := filepath.Join(shared, "state.db")
-	plant := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "perl", "-e", `
+	plant := testsupport.AsOtherUser(t, "perl", "-e", `
 use Fcntl; my $p = $ARGV[0];
 for my $i (1 .. 50_000_000) { if (sysopen(my $f, $p, O_CREAT|O_EXCL|O_WRONLY, 0666)) { close $f; unlink $p; } }`, path)
 	testsupport.RequireNoError(t, plant.Start())

@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,10 +22,7 @@ import (
 // Found by review (helper-86); on d23a2ff somaxconn becomes 31337, 65534's value.
 func TestApplyRacesSymlinkChainThroughAnotherUsersDirectory(t *testing.T) {
 	testsupport.RequireRoot(t, "setpriv", "perl")
-	dir := t.TempDir()
-	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
-		testsupport.RequireNoError(t, os.Chmod(d, 0o755))
-	}
+	dir := testsupport.SharedTempDir(t)
 	root := filepath.Join(dir, "root")
 	somaxconn := filepath.Join(root, "proc/sys/net/core/somaxconn")
 	testsupport.WriteTree(t, root, map[string]string{"proc/sys/net/core/somaxconn": "128\n"})
@@ -61,10 +57,10 @@ daemon { state_path = "` + state + `" }
 	mine := filepath.Join(shared, "mine.hcl")
 
 	// User 65534 writes its config and flips its link, fast.
-	out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c",
+	out, err := testsupport.AsOtherUser(t, "sh", "-c",
 		"printf '%s' '"+config("31337")+"' > "+mine).CombinedOutput()
 	testsupport.Require(t, err == nil, "as 65534: %v %s", err, out)
-	flip := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "perl", "-e", `
+	flip := testsupport.AsOtherUser(t, "perl", "-e", `
 my ($link, $a, $b) = @ARGV; my $tmp = "$link.tmp";
 for my $i (1 .. 50_000_000) { unlink $tmp; symlink(($i % 2) ? $b : $a, $tmp); rename($tmp, $link); }`, link, real, mine)
 	testsupport.RequireNoError(t, flip.Start())

@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,10 +16,7 @@ import (
 // nothing; plan and validate warn about the config.
 func TestApplyRefusesFilesOthersCanWrite(t *testing.T) {
 	testsupport.RequireRoot(t, "setpriv")
-	dir := t.TempDir()
-	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
-		testsupport.RequireNoError(t, os.Chmod(d, 0o755))
-	}
+	dir := testsupport.SharedTempDir(t)
 	root := filepath.Join(dir, "root")
 	somaxconn := filepath.Join(root, "proc/sys/net/core/somaxconn")
 	testsupport.WriteTree(t, root, map[string]string{"proc/sys/net/core/somaxconn": "128\n"})
@@ -30,7 +26,7 @@ func TestApplyRefusesFilesOthersCanWrite(t *testing.T) {
 	}
 	asNobody := func(script string) {
 		t.Helper()
-		out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script).CombinedOutput()
+		out, err := testsupport.AsOtherUser(t, "sh", "-c", script).CombinedOutput()
 		if err != nil {
 			t.Fatalf("as another user: %s: %v\n%s", script, err, out)
 		}

@@ -2,7 +2,6 @@ package filetrust
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,17 +14,14 @@ import (
 func walkTree(t *testing.T) string {
 	t.Helper()
 	testsupport.RequireRoot(t, "setpriv")
-	dir := t.TempDir()
-	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
-		testsupport.RequireNoError(t, os.Chmod(d, 0o755))
-	}
+	dir := testsupport.SharedTempDir(t)
 	return dir
 }
 
 // walkAsNobody runs script as uid/gid 65534 with no other groups.
 func walkAsNobody(t *testing.T, script string) {
 	t.Helper()
-	out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script).CombinedOutput()
+	out, err := testsupport.AsOtherUser(t, "sh", "-c", script).CombinedOutput()
 	if err != nil {
 		t.Fatalf("as user 65534: %s: %v\n%s", script, err, out)
 	}
