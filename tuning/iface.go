@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 
@@ -61,6 +62,11 @@ func (x *Interface) Observe(ctx context.Context, items []item.Item) ([]item.Obse
 // Validate checks keys, values and that each interface exists.
 func (x *Interface) Validate(ctx context.Context, items []item.Item) error {
 	var errs []error
+	// A missing interface is one error naming the settings the file
+	// gives it, not one per setting alike.
+	var missing []string
+	wanted := map[string][]string{}
+	notFoundErr := map[string]error{}
 	for _, it := range items {
 		ifname, setting, err := item.SplitInterfaceKey(it.Key)
 		if err != nil {
@@ -79,10 +85,17 @@ func (x *Interface) Validate(ctx context.Context, items []item.Item) error {
 		var notFound netlink.LinkNotFoundError
 		switch {
 		case errors.As(err, &notFound):
-			errs = append(errs, gone(ifname, fmt.Errorf("interface %s: %w", ifname, err)))
+			if _, seen := wanted[ifname]; !seen {
+				missing = append(missing, ifname)
+				notFoundErr[ifname] = err
+			}
+			wanted[ifname] = append(wanted[ifname], setting)
 		case err != nil:
 			errs = append(errs, fmt.Errorf("interface %s: %w", ifname, err))
 		}
+	}
+	for _, ifname := range missing {
+		errs = append(errs, gone(ifname, fmt.Errorf("interface %s: %w (the file sets its %s)", ifname, notFoundErr[ifname], strings.Join(wanted[ifname], ", "))))
 	}
 	return errors.Join(errs...)
 }

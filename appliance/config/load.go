@@ -309,14 +309,16 @@ func hintHexNumbers(diags hcl.Diagnostics, src []byte) {
 // ControlSocketIn reads daemon.control_socket from the file at path by
 // its syntax alone, for `status` while the file does not validate: a
 // daemon that refused a reload of it is when status is wanted most. It is
-// "" when the file does not parse or sets no literal string there.
+// "" when the file sets no literal string there that the parser reached.
 func ControlSocketIn(path string) string {
 	src, diags := ReadFile(path)
 	if diags.HasErrors() || tooDeep(src) != nil {
 		return ""
 	}
-	file, diags := hclsyntax.ParseConfig(src.Bytes, src.Filename, hcl.InitialPos)
-	if diags.HasErrors() {
+	// A file that does not parse still has the blocks the parser read
+	// before the error (an edit left a block unclosed below daemon).
+	file, _ := hclsyntax.ParseConfig(src.Bytes, src.Filename, hcl.InitialPos)
+	if file == nil {
 		return ""
 	}
 	body, ok := file.Body.(*hclsyntax.Body)

@@ -3,8 +3,11 @@ package config
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // TestSteeringExampleLineUncommented: sos.hcl.example shows the
@@ -56,5 +59,31 @@ func TestSteeringMarkUnquotedHex(t *testing.T) {
 	}
 	if !strings.Contains(text, path+":13:") || !strings.Contains(text, "steering_mark") || !strings.Contains(text, `"0x5350"`) {
 		t.Errorf("the message neither names steering_mark nor shows it quoted:\n%s", text)
+	}
+}
+
+// TestReadmeTourValidates: the README's tour of sos.hcl put several
+// arguments on one line, which HCL refuses ("Missing newline after
+// argument"), so the sketch an operator copies did not validate. Found
+// by review (helper-88).
+func TestReadmeTourValidates(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	testsupport.RequireNoError(t, err)
+	readme := string(b)
+	i := strings.Index(readme, "## A short tour of sos.hcl")
+	if i < 0 {
+		t.Fatal("README has no tour of sos.hcl")
+	}
+	_, block, ok := strings.Cut(readme[i:], "```hcl\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("the tour has no hcl block")
+	}
+	path := filepath.Join(t.TempDir(), "tour.hcl")
+	testsupport.RequireNoError(t, os.WriteFile(path, []byte(block), 0o644))
+	if _, src, diags := LoadFile(path); diags.HasErrors() {
+		var w strings.Builder
+		WriteDiagnostics(&w, diags, src.Bytes)
+		t.Errorf("the README's tour does not validate:\n%s", w.String())
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
 // TestAutoStreams: streams = "auto" decodes to the whitelist's maximum
@@ -44,6 +46,18 @@ whitelist "auto" {
 		}
 		if w.Streams != tc.streams || w.AutoStreams != tc.auto {
 			t.Errorf("%q: streams %d auto %v, want %d %v", tc.attrs, w.Streams, w.AutoStreams, tc.streams, tc.auto)
+		}
+	}
+	// The default max_streams keeps within limits.max_streams: before,
+	// streams = "auto" under limits { max_streams = 32 } was refused
+	// for the default's 64, which the file did not write. Found by
+	// review (helper-88).
+	minimal, err := os.ReadFile("../../examples/minimal.hcl")
+	testsupport.RequireNoError(t, err)
+	c := mustParse(t, strings.Replace(string(minimal), `server_ports = ["5201-5204"]`, "server_ports = [\"5201-5204\"]\n  streams = \"auto\"", 1)+"limits {\n  max_streams = 32\n}\n")
+	for _, w := range c.Whitelists {
+		if w.Streams != 32 || !w.AutoStreams {
+			t.Errorf(`streams = "auto" under limits.max_streams 32: max %d, want 32`, w.Streams)
 		}
 	}
 	for attrs, want := range map[string]string{

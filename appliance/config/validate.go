@@ -223,6 +223,9 @@ func validate(cfg *Config, body hcl.Body) hcl.Diagnostics {
 		}
 		switch {
 		case w.Streams <= cfg.Limits.MaxStreams:
+		case w.AutoStreams && w.MaxStreamsRange.Filename == "":
+			// The default max_streams keeps within the node's limit.
+			w.Streams = cfg.Limits.MaxStreams
 		case w.AutoStreams:
 			add(streamsRange, fmt.Sprintf("Lower the whitelist's max_streams (the default under streams = \"auto\" is %d) or raise limits.max_streams (now %d).", DefaultAutoMaxStreams, cfg.Limits.MaxStreams),
 				"Whitelist %q lets a session open up to %d streams, more than limits.max_streams %d", w.Name, w.Streams, cfg.Limits.MaxStreams)

@@ -68,11 +68,15 @@ daemon { state_path = "`+state+`" }
 	if v := value(); v != "128" {
 		t.Errorf("somaxconn is %s after apply of a config another user edited, want 128 untouched", v)
 	}
-	// plan and validate show it, and warn.
-	for _, cmd := range []string{"plan", "validate"} {
+	// plan, validate and rollback (which reads the state path in it)
+	// warn.
+	for _, cmd := range []string{"plan", "validate", "rollback"} {
 		a := args
-		if cmd == "validate" {
+		switch cmd {
+		case "validate":
 			a = []string{"-c", cfg}
+		case "rollback":
+			a = append([]string{"--auto-approve"}, args...)
 		}
 		code, out, errOut := runCLI(t, append([]string{cmd}, a...)...)
 		if code != 0 || !strings.Contains(errOut, "warning: config file "+cfg+" is writable by every user (mode 0666)") ||

@@ -269,3 +269,34 @@ func TestValidateThisNodeChecksTheAgentsKeyFile(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusFindsTheDaemonWhileItsFileDoesNotParse: the README
+// says a refused reload leaves the last good config running and that
+// `status` shows why under "last reload", with the refused file's
+// problems at file:line:col. A daemon whose file names its own
+// control_socket is found by `status -c FILE` while the file validates
+// badly (TestStatusFindsTheDaemonWhileItsFileIsBad), but not once the edit
+// is a syntax error further down the file (an unclosed block): the daemon
+// block above it still names the socket, yet status reads nothing of a
+// file that does not parse and asks /run/sosappliance/control.sock
+// ("no daemon answers ... pass --control-socket"), exit 1. Found by review
+// (helper-88).
+func TestStatusFindsTheDaemonWhileItsFileDoesNotParse(t *testing.T) {
+	n := newTuningNode(t)
+	daemon := `daemon { control_socket = "` + n.socket + `" }`
+	writeConfig(t, n.cfg, hostTuningFile("67108864", daemon))
+	d := n.run(t, "1h")
+	t.Cleanup(func() { _ = d.Cmd.Process.Kill() })
+	testsupport.Eventually(t, converges, "first convergence", func() bool { return rmemMaxIn(t, n.root) == "67108864" })
+
+	// An operator's half-finished edit: a block opened and not closed.
+	writeConfig(t, n.cfg, hostTuningFile("67108864", daemon)+"\nwhitelist \"w\" {\n  server_port = 5201\n")
+	testsupport.Eventually(t, converges, "the refused reload", func() bool {
+		s := d.Output.String()
+		return strings.Contains(s, "reload refused") || strings.Contains(s, "reload failed")
+	})
+	code, out, errOut := runCLI(t, "status", "-c", n.cfg)
+	if code != 0 || !strings.Contains(out, "last reload") || !strings.Contains(out, "sos.hcl:") {
+		t.Errorf("status -c FILE after a reload refused for a syntax error: exit %d, want the daemon's status with the file's problem under last reload:\n%s%s", code, out, errOut)
+	}
+}

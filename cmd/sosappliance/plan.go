@@ -295,6 +295,8 @@ the controller's to converge.`,
 				// but only to a database that is there.
 				if cfg, _, diags := loadConfigQuiet(nf.config); cfg != nil && !diags {
 					statePath = cfg.Daemon.StatePath
+					// It names the state database rolled back.
+					warnUntrusted(cmd, nf.config)
 				} else {
 					statePath, guessed = nf.statePath(nil), true
 				}
