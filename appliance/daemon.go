@@ -98,6 +98,11 @@ type Daemon struct {
 	// before); see openState.
 	stateFile atomic.Pointer[stateFile]
 
+	// tainted are the config files (device, inode) found writable by
+	// another user while the daemon ran; see trustedConfig.
+	taintMu sync.Mutex
+	tainted map[[2]uint64]bool
+
 	// beat is the unix time the main loop last turned, for the watchdog.
 	beat atomic.Int64
 
@@ -432,6 +437,41 @@ func CheckNodeFiles(configPath, node string) error {
 	return err
 }
 
+// trustedConfig refuses a config file that a user other than root could
+// change (package filetrust), and, for as long as the daemon runs, the
+// same file (its inode) once it was so, after a chmod or chown: another
+// user may have opened it for writing then, and write permission is
+// checked only at open. Replacing the file with a new one is the fix.
+func (d *Daemon) trustedConfig() error {
+	path := d.opts.ConfigPath
+	err := filetrust.Check("config file", path)
+	var fe *filetrust.Error
+	if errors.As(err, &fe) {
+		d.taintMu.Lock()
+		if d.tainted == nil {
+			d.tainted = map[[2]uint64]bool{}
+		}
+		d.tainted[[2]uint64{fe.Dev, fe.Ino}] = true
+		d.taintMu.Unlock()
+	}
+	if err != nil {
+		return err
+	}
+	var st syscall.Stat_t
+	if syscall.Stat(path, &st) != nil {
+		return nil // its reader says why
+	}
+	d.taintMu.Lock()
+	tainted := d.tainted[[2]uint64{uint64(st.Dev), st.Ino}]
+	d.taintMu.Unlock()
+	if tainted {
+		return fmt.Errorf("config file %s is the file this daemon found another user could write, fixed in place: "+
+			"a chmod or chown leaves in a writer that opened it then, so replace it with a new file of root's, after reading it "+
+			"(install -m 0644 -o root -g root %s %s.new && mv %s.new %s)", path, path, path, path, path)
+	}
+	return nil
+}
+
 // loadConfigFile is config.LoadFile; a test makes it panic.
 var loadConfigFile = config.LoadFile
 
@@ -448,7 +488,7 @@ func (d *Daemon) compile() (cfg *config.Config, src config.Source, want *desired
 			err = fmt.Errorf("reading %s failed on a bug in sosappliance (logged with its stack; please report it): %v", d.opts.ConfigPath, p)
 		}
 	}()
-	if err := filetrust.Check("config file", d.opts.ConfigPath); err != nil {
+	if err := d.trustedConfig(); err != nil {
 		return nil, config.Source{Filename: d.opts.ConfigPath}, nil, err
 	}
 	cfg, src, diags := loadConfigFile(d.opts.ConfigPath)

@@ -52,11 +52,12 @@ func TestConfigOthersCanWriteIsRefused(t *testing.T) {
 		t.Errorf("status does not say why the reload was refused: %+v", st.LastReload)
 	}
 
-	// Made root's again, the same content is taken.
-	testsupport.RequireNoError(t, os.Chmod(cfgPath, 0o644))
-	testsupport.RequireNoError(t, os.Chown(cfgPath, 0, 0))
-	writeFile(t, cfgPath, daemonConfig("300000"))
-	td.waitFor("root's edit applied", func() bool { return td.sysctl("net.core.rmem_max") == "300000" })
+	// Replaced by a file of root's, it is taken.
+	fresh := filepath.Join(etc, "fresh.hcl")
+	writeFile(t, fresh, daemonConfig("300000"))
+	testsupport.RequireNoError(t, os.Chmod(fresh, 0o644))
+	testsupport.RequireNoError(t, os.Rename(fresh, cfgPath))
+	td.waitFor("root's new file applied", func() bool { return td.sysctl("net.core.rmem_max") == "300000" })
 
 	// A directory anyone can write: the other user replaces the file.
 	testsupport.RequireNoError(t, os.Chmod(etc, 0o777))

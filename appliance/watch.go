@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -259,9 +260,10 @@ const recheckEvery = 10 * time.Second
 
 // hashFile hashes a regular file; anything else (a named pipe, whose
 // reading would block, or take a writer's output from the loader) is not
-// read. Whether another user could change it (package filetrust) goes
-// into the hash too: a reload refused for that is taken once the
-// operator runs the chmod it named, the content unchanged.
+// read. Whether another user could change it (package filetrust), and
+// which file it is, go into the hash too: a reload refused for that is
+// taken once the operator puts a new file in its place, the content
+// unchanged.
 func hashFile(path string) ([sha256.Size]byte, error) {
 	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
 		return [sha256.Size]byte{}, fmt.Errorf("%s is no regular file", path)
@@ -274,6 +276,13 @@ func hashFile(path string) ([sha256.Size]byte, error) {
 	h.Write(b)
 	if err := filetrust.Check("config file", path); err != nil {
 		h.Write([]byte("\x00" + err.Error()))
+	}
+	// And which file it is: the daemon refuses a file it once found
+	// others could write until it is replaced, its content unchanged.
+	if st, err := os.Stat(path); err == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			fmt.Fprintf(h, "\x00%d:%d", sys.Dev, sys.Ino)
+		}
 	}
 	return [sha256.Size]byte(h.Sum(nil)), nil
 }

@@ -140,7 +140,7 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, errors.New("state database: no path")
 	}
 	// What it records, apply and rollback write back to the host.
-	if err := filetrust.CheckUnshared("state database", path); err != nil {
+	if err := filetrust.Check("state database", path); err != nil {
 		return nil, err
 	}
 	timeout := opts.LockTimeout

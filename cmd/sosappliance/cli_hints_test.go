@@ -147,8 +147,9 @@ func firstSummary(s string) string {
 // a report; its text must be what e356703 printed for the same file. The
 // want below is e356703's output (built and run by helper-87) for a file
 // with a warning of the file's, a world-writable mode, a node whose
-// tunings disagree and an unknown --node with nothing near. Passes on
-// 79d1aff.
+// tunings disagree and an unknown --node with nothing near. Written by
+// review (helper-87); it passed. The mode's fix has since changed on
+// purpose (a new file, not a chmod: helper-89).
 func TestValidateTextUnchanged(t *testing.T) {
 	src, err := os.ReadFile("../../examples/minimal.hcl")
 	testsupport.RequireNoError(t, err)
@@ -164,7 +165,7 @@ node "agent-east" { tuning = ["t1", "t2"] }
 	want := strings.ReplaceAll(`PATH:42:1: warning: Whitelist "bulk" lists no ports: it carries TCP on every port between its clients and servers
     | whitelist "bulk" {
     hint: Name the listening ports with server_ports = ["5201", "50000-51000"] unless every connection between these hosts should cross the agents.
-warning: config file PATH is writable by every user (mode 0666): sosappliance acts on this file as root, so only root may change it (chmod o-w PATH); apply and run refuse it
+warning: config file PATH is writable by every user (mode 0666): sosappliance acts on this file as root, so only root may change it; a chmod or chown leaves in a writer that holds it open, so replace it with a new file of root's, after reading it (install -m 0644 -o root -g root PATH PATH.new && mv PATH.new PATH); apply and run refuse it
 PATH: node agent-east: error: sysctl net.core.somaxconn is "1024" in tuning "t1" (node agent-east) at PATH:47:26 but "2048" in tuning "t2" (node agent-east) at PATH:48:26; one node takes one value: set it in one tuning, or the same in both
 PATH: node nosuch: error: node "nosuch" has no role in the configuration (known nodes: agent-east, agent-west, ctl); pass --node
 sosappliance: PATH: 2 problem(s)

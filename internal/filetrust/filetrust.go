@@ -21,15 +21,24 @@
 //   - a directory writable by others is allowed when its sticky bit is
 //     set (/tmp): others can then neither remove nor rename what root
 //     keeps there, and what they put there themselves is not root's and
-//     is refused. CheckUnshared also refuses a name missing in such a
-//     directory, for a file (or a directory of it) that sosappliance may
-//     yet create: another user could make the name first.
+//     is refused; but a name missing in such a directory is refused too,
+//     since another user could make it between the check and the open;
+//   - nothing is writable through a read-only mount, whatever its mode
+//     (a Kubernetes ConfigMap volume);
+//   - a symlink of /proc (/dev/fd/N) stands for the object the kernel
+//     opens: when its text does not lead to that same object (a pipe, a
+//     removed file), the object itself is checked.
 //
 // A name the walk finds missing ends it without an error: the file, or a
 // directory of it, is made later by whoever checks (its directories above
 // were checked), or its reader says it is not there. With every name on
 // the way root's and closed to others, nobody else can change what the
 // path leads to between the check and the open.
+//
+// A file refused for itself (an *Error) names a new file as the fix, not
+// a chmod: write permission is checked at open, so a user who opened it
+// while it was theirs to write keeps writing after a chmod. The daemon
+// refuses such a file, by its inode, until it is replaced.
 //
 // The file's own checks (regular, size, its content) are its reader's.
 package filetrust
@@ -55,17 +64,13 @@ const maxLinks = 40
 // the way to path that a user other than root and the effective user
 // could change, and the command that fixes it. what names the file in the
 // error ("config file", "plan file").
-func Check(what, path string) error { return walk(what, path, true) }
-
-// CheckUnshared is Check for a file sosappliance may create (the state
-// database): a name of it missing in a directory such as /tmp, where
-// another user could create it first, is refused too.
-func CheckUnshared(what, path string) error { return walk(what, path, false) }
-
-func walk(what, path string, sticky bool) error {
+func Check(what, path string) error {
 	euid := uint32(os.Geteuid())
-	c := checker{what: what, path: path, euid: euid, sticky: sticky}
-	abs := absolute(path)
+	c := checker{what: what, path: path, euid: euid}
+	abs, err := absolute(path)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, path, err)
+	}
 	cur := "/"
 	if err := c.stat(cur, dirEntry); err != nil {
 		return err
@@ -82,13 +87,15 @@ func walk(what, path string, sticky bool) error {
 		next := filepath.Join(cur, name)
 		fi, err := os.Lstat(next)
 		if errors.Is(err, fs.ErrNotExist) {
-			if !c.sticky {
-				if dst, err := os.Stat(cur); err == nil && shared(dst) {
-					return fmt.Errorf("%s %s: %s is to be made in the directory %s, which others can write (mode %04o, sticky): another user could make it first, and sosappliance would keep root's records in their file (keep it in directories only root can write, such as /var/lib/sosappliance)",
-						what, path, next, cur, dst.Mode().Perm())
-				}
+			// Made later (a state database), or its reader says it is
+			// missing; but in a directory others can add names to,
+			// another user could make it between this check and the
+			// open.
+			if dst, err := os.Stat(cur); err == nil && shared(dst) {
+				return fmt.Errorf("%s %s: there is no %s, and the directory %s holding it is one others can write (mode %04o, sticky): another user could make it before sosappliance opens it (keep the file in directories only root can write, such as /etc/sosappliance or /var/lib/sosappliance)",
+					what, path, next, cur, dst.Mode().Perm())
 			}
-			return nil // made later, or its reader says it is missing
+			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", what, path, err)
@@ -103,6 +110,9 @@ func walk(what, path string, sticky bool) error {
 			target, err := os.Readlink(next)
 			if err != nil {
 				return fmt.Errorf("%s %s: %w", what, path, err)
+			}
+			if magic, err := c.magicLink(next, target, len(rest) == 0); magic || err != nil {
+				return err
 			}
 			if filepath.IsAbs(target) {
 				cur = "/"
@@ -122,6 +132,59 @@ func walk(what, path string, sticky bool) error {
 	return nil
 }
 
+// magicLink handles a symlink of /proc (/proc/self/fd/N, which /dev/fd/N
+// leads to): the kernel opens the object it stands for, whatever its
+// text says. When the text walks to that same object (a file still
+// named there), the walk goes on by the text and checks its way; when it
+// does not (a pipe, "name (deleted)"), the object itself is checked as
+// the file, and magic is true: the walk ends there. A path that goes on
+// below such an object is refused: its way cannot be checked.
+func (c checker) magicLink(link, target string, last bool) (magic bool, err error) {
+	if !strings.HasPrefix(link, "/proc/") {
+		return false, nil
+	}
+	obj, err := os.Stat(link)
+	if err != nil {
+		return false, nil // dangling: the walk finds the text missing
+	}
+	named := target
+	if !filepath.IsAbs(named) {
+		named = filepath.Join(filepath.Dir(link), named) // /proc/self -> "27754"
+	}
+	if nfi, err := os.Stat(named); err == nil && os.SameFile(obj, nfi) {
+		return false, nil
+	}
+	if !last {
+		return true, fmt.Errorf("%s %s: %s stands for %q, which no path of it leads to, so what is below it cannot be checked", c.what, c.path, link, target)
+	}
+	kind := fileEntry
+	if obj.IsDir() {
+		kind = dirEntry
+	}
+	return true, c.check(link, obj, kind)
+}
+
+// absolute is path from /, not cleaned: filepath.Abs would take "a/.."
+// lexically, where the kernel goes up from the target of a symlink a.
+// The working directory is the kernel's (getcwd), not $PWD's; one that
+// was removed leaves a relative path nowhere to be checked from.
+func absolute(path string) (string, error) {
+	if filepath.IsAbs(path) {
+		return path, nil
+	}
+	wd, err := unix.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("the working directory, which the relative path starts from: %w", err)
+	}
+	return wd + "/" + path, nil
+}
+
+// readOnlyMount says whether name is on a mount that is read-only here.
+func readOnlyMount(name string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(name, &st) == nil && st.Flags&unix.ST_RDONLY != 0
+}
+
 // shared says whether st is a sticky directory others can write (/tmp):
 // they can add names to it, but not remove or rename root's.
 func shared(st fs.FileInfo) bool {
@@ -139,18 +202,6 @@ func names(path string) []string {
 	return out
 }
 
-// absolute is path from /, not cleaned: filepath.Abs would take "a/.."
-// lexically, where the kernel goes up from the target of a symlink a.
-func absolute(path string) string {
-	if filepath.IsAbs(path) {
-		return path
-	}
-	if wd, err := os.Getwd(); err == nil {
-		return wd + "/" + path
-	}
-	return path
-}
-
 type entryKind int
 
 const (
@@ -162,7 +213,6 @@ const (
 type checker struct {
 	what, path string
 	euid       uint32
-	sticky     bool // a sticky directory others may write is allowed
 }
 
 func (c checker) stat(name string, kind entryKind) error {
@@ -173,17 +223,45 @@ func (c checker) stat(name string, kind entryKind) error {
 	return c.check(name, fi, kind)
 }
 
+// Error is a refusal of the file itself (not of what is on the way to
+// it): another user could write it, or owns it. Such a user may hold it
+// open for writing, which no chmod undoes; a reader that saw it so may
+// refuse the same file (Dev, Ino) after it is fixed in place.
+type Error struct {
+	Msg      string
+	Dev, Ino uint64
+}
+
+func (e *Error) Error() string { return e.Msg }
+
 // check checks one name on the way to the path.
 func (c checker) check(name string, st fs.FileInfo, kind entryKind) error {
+	err := c.check1(name, st, kind)
+	if err != nil && kind == fileEntry {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			return &Error{Msg: err.Error(), Dev: uint64(sys.Dev), Ino: sys.Ino}
+		}
+	}
+	return err
+}
+
+func (c checker) check1(name string, st fs.FileInfo, kind entryKind) error {
 	sys, ok := st.Sys().(*syscall.Stat_t)
 	if !ok {
 		return fmt.Errorf("%s %s: cannot read the owner of %s", c.what, c.path, name)
 	}
 	subject := fmt.Sprintf("%s %s", c.what, c.path)
-	why := "sosappliance acts on this file as root, so only root may change it"
-	// The fix: a command on the name, and for what is on the way the
-	// other way out (a directory of someone's home is theirs to keep).
-	fix := func(cmd string) string { return cmd + " " + name }
+	why := "sosappliance acts on this file as root, so only root may change it; " +
+		"a chmod or chown leaves in a writer that holds it open, so replace it with a new file of root's, after reading it"
+	// The fix: for the file, a new one (write permission is checked at
+	// open: a descriptor opened while others could write outlives a
+	// chmod); for what is on the way, a command on the name (a
+	// directory's permissions are checked at each lookup) and the other
+	// way out (a directory of someone's home is theirs to keep).
+	keep := st.Mode().Perm() &^ 0o022
+	fix := func(string) string {
+		return fmt.Sprintf("install -m %04o -o root -g root %s %s.new && mv %s.new %s", keep, name, name, name, name)
+	}
 	switch {
 	case kind == dirEntry && name != c.path:
 		subject = fmt.Sprintf("%s %s: the directory %s", c.what, c.path, name)
@@ -210,6 +288,11 @@ func (c checker) check(name string, st fs.FileInfo, kind entryKind) error {
 	perm := mode.Perm()
 	if shared(st) {
 		return nil // what is in it is checked name by name
+	}
+	if perm&0o022 != 0 && readOnlyMount(name) {
+		// Nobody writes through a read-only mount (a Kubernetes
+		// ConfigMap volume: a 0777 tmpfs mounted read-only).
+		return nil
 	}
 	switch {
 	case perm&0o002 != 0:

@@ -143,7 +143,9 @@ func TestCheckMessage(t *testing.T) {
 	chmod := func(p string, m os.FileMode) { testsupport.RequireNoError(t, os.Chmod(p, m)) }
 	chmod(file, 0o666)
 	err := Check("plan file", file)
-	want := "plan file " + file + " is writable by every user (mode 0666): sosappliance acts on this file as root, so only root may change it (chmod o-w " + file + ")"
+	want := "plan file " + file + " is writable by every user (mode 0666): sosappliance acts on this file as root, so only root may change it; " +
+		"a chmod or chown leaves in a writer that holds it open, so replace it with a new file of root's, after reading it " +
+		"(install -m 0644 -o root -g root " + file + " " + file + ".new && mv " + file + ".new " + file + ")"
 	if err == nil || err.Error() != want {
 		t.Errorf("got  %v\nwant %s", err, want)
 	}
