@@ -16,6 +16,7 @@ import (
 
 	"github.com/sosappliance/sosappliance/appliance/plan"
 	"github.com/sosappliance/sosappliance/sdn/flows"
+	"golang.org/x/sys/unix"
 )
 
 // ControlServer serves the daemon's JSON API on a unix socket that only root
@@ -33,7 +34,11 @@ func ListenControl(path string, status func() Status, opts ...ControlOption) (*C
 		return nil, fmt.Errorf("control socket directory: %w", err)
 	}
 	if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+		err := rootsPeer(c, path)
 		c.Close()
+		if err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("control socket %s is in use by another running daemon", path)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -128,9 +133,46 @@ func controlClient(socket string) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
+			c, err := d.DialContext(ctx, "unix", socket)
+			if err != nil {
+				return nil, err
+			}
+			if err := rootsPeer(c, socket); err != nil {
+				c.Close()
+				return nil, err
+			}
+			return c, nil
 		},
 	}}
+}
+
+// rootsPeer refuses a control socket that another user's process serves
+// (SO_PEERCRED): one in a directory others can write may be theirs,
+// made before the daemon's, answering status with what they like and
+// keeping apply out.
+func rootsPeer(c net.Conn, socket string) error {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return nil
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return fmt.Errorf("control socket %s: who serves it: %w", socket, cerr)
+	}
+	if cred.Uid != 0 && int(cred.Uid) != os.Geteuid() {
+		return fmt.Errorf("control socket %s is served by pid %d of uid %d, not by root: another user's process listens there (keep daemon.control_socket in a directory only root can write, such as /run/sosappliance)", socket, cred.Pid, cred.Uid)
+	}
+	return nil
 }
 
 // Close stops serving and removes the socket.

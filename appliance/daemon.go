@@ -101,7 +101,7 @@ type Daemon struct {
 	// tainted are the config files (device, inode) found writable by
 	// another user while the daemon ran; see trustedConfig.
 	taintMu sync.Mutex
-	tainted map[[2]uint64]bool
+	tainted [2]uint64
 
 	// beat is the unix time the main loop last turned, for the watchdog.
 	beat atomic.Int64
@@ -438,21 +438,20 @@ func CheckNodeFiles(configPath, node string) error {
 }
 
 // trustedConfig refuses a config file that a user other than root could
-// change (package filetrust), and, for as long as the daemon runs, the
-// same file (its inode) once it was so, after a chmod or chown: another
-// user may have opened it for writing then, and write permission is
-// checked only at open. Replacing the file with a new one is the fix.
+// change, or that another user's process holds open for writing (package
+// filetrust); and, while the daemon runs, the file it last found so,
+// fixed in place by a chmod or chown: another user may have written it
+// through a descriptor opened before, and closed it since. Replacing the
+// file with a new one (another inode) is the fix; the taint is one file,
+// the last refused, and goes when the path holds another.
 func (d *Daemon) trustedConfig() error {
 	path := d.opts.ConfigPath
 	err := filetrust.Check("config file", path)
 	var fe *filetrust.Error
+	d.taintMu.Lock()
+	defer d.taintMu.Unlock()
 	if errors.As(err, &fe) {
-		d.taintMu.Lock()
-		if d.tainted == nil {
-			d.tainted = map[[2]uint64]bool{}
-		}
-		d.tainted[[2]uint64{fe.Dev, fe.Ino}] = true
-		d.taintMu.Unlock()
+		d.tainted = [2]uint64{fe.Dev, fe.Ino}
 	}
 	if err != nil {
 		return err
@@ -461,15 +460,13 @@ func (d *Daemon) trustedConfig() error {
 	if syscall.Stat(path, &st) != nil {
 		return nil // its reader says why
 	}
-	d.taintMu.Lock()
-	tainted := d.tainted[[2]uint64{uint64(st.Dev), st.Ino}]
-	d.taintMu.Unlock()
-	if tainted {
-		return fmt.Errorf("config file %s is the file this daemon found another user could write, fixed in place: "+
-			"a chmod or chown leaves in a writer that opened it then, so replace it with a new file of root's, after reading it "+
-			"(install -m 0644 -o root -g root %s %s.new && mv %s.new %s)", path, path, path, path, path)
+	if d.tainted != [2]uint64{uint64(st.Dev), st.Ino} {
+		d.tainted = [2]uint64{} // replaced: another file now
+		return nil
 	}
-	return nil
+	return fmt.Errorf("config file %s is the file this daemon found another user could write, fixed in place: "+
+		"a chmod or chown leaves in what a writer that opened it then wrote, so replace it with a new file of root's, after reading it "+
+		"(install -m 0644 -o root -g root %s %s.new && mv %s.new %s)", path, path, path, path, path)
 }
 
 // loadConfigFile is config.LoadFile; a test makes it panic.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -83,4 +84,44 @@ for my $i (1 .. 50_000_000) { if (sysopen(my $f, $p, O_CREAT|O_EXCL|O_WRONLY, 06
 		testsupport.RequireNoError(t, os.Remove(path))
 	}
 	t.Logf("1000 opens: none landed on 65534's file (the race held this time)")
+}
+
+// The state database's directory holds the agents' founded-<agent>
+// files too, written as root. Before, a database in a sticky directory
+// every user can write (/tmp, or a dir like it) was taken, and another
+// user planted a symlink at founded-a1.new (root then truncated the file
+// it named) or a FIFO at founded-a1 (the daemon's start blocked on it for
+// good, status with it). Found by review (helper-90); Open now refuses
+// such a directory.
+func TestStateInASharedStickyDirectoryRefused(t *testing.T) {
+	dir := testsupport.SharedTempDir(t)
+	shared := filepath.Join(dir, "shared")
+	testsupport.RequireNoError(t, os.Mkdir(shared, 0o755))
+	testsupport.RequireNoError(t, os.Chmod(shared, 0o777|os.ModeSticky))
+	path := filepath.Join(shared, "state.db")
+	// Made by root before it became shared: Check alone takes it.
+	testsupport.RequireNoError(t, os.WriteFile(path, nil, 0o600))
+	testsupport.RequireNoError(t, os.Remove(path))
+	s, err := Open(path, Options{})
+	if err == nil {
+		s.Close()
+		t.Fatalf("a state database in %s (1777) was opened", shared)
+	}
+	if !strings.Contains(err.Error(), "is one every user can add files to") && !strings.Contains(err.Error(), "others can write (mode 1777") && !strings.Contains(err.Error(), "one others can write") {
+		t.Errorf("the refusal does not say why: %v", err)
+	}
+	// An existing database of root's there too (a missing name is
+	// refused by the walk already).
+	private := filepath.Join(dir, "private")
+	testsupport.RequireNoError(t, os.Mkdir(private, 0o700))
+	s, err = Open(filepath.Join(private, "state.db"), Options{})
+	testsupport.RequireNoError(t, err)
+	s.Close()
+	testsupport.RequireNoError(t, os.Rename(filepath.Join(private, "state.db"), path))
+	if s, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "is one every user can add files to") {
+		if err == nil {
+			s.Close()
+		}
+		t.Errorf("an existing state database in a shared sticky directory: %v, want a refusal naming the directory", err)
+	}
 }

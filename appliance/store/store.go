@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -142,6 +143,14 @@ func Open(path string, opts Options) (*Store, error) {
 	// What it records, apply and rollback write back to the host.
 	if err := filetrust.Check("state database", path); err != nil {
 		return nil, err
+	}
+	// Files are kept beside it (founded-<agent>, written as root): in a
+	// directory others can add names to, theirs to plant (a symlink, a
+	// FIFO that blocks the start).
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		if st, err := os.Stat(dir); err == nil && st.Mode()&fs.ModeSticky != 0 && st.Mode().Perm()&0o022 != 0 {
+			return nil, fmt.Errorf("state database %s: its directory %s is one every user can add files to (mode %04o, sticky), and sosappliance keeps its files beside it as root (keep it in a directory only root can write, such as /var/lib/sosappliance)", path, dir, st.Mode().Perm())
+		}
 	}
 	timeout := opts.LockTimeout
 	if timeout <= 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -73,7 +74,7 @@ switch could not be read.`,
 				if err != nil {
 					return err
 				}
-				if err := os.WriteFile(out, b, 0o600); err != nil {
+				if err := savePlan(out, b); err != nil {
 					return fmt.Errorf("save plan: %w", err)
 				}
 				if !asJSON {
@@ -430,6 +431,33 @@ func planError(err error) error {
 		return fmt.Errorf("plan: %w (plan reads this node's sysctls, nftables and routes as they are: run it as root)", err)
 	}
 	return fmt.Errorf("plan: %w", err)
+}
+
+// savePlan writes a plan file as a new file moved into place: never
+// through a symlink or into a file of another user's that is already at
+// the name (in /tmp: their file, read by them; their symlink, to a file
+// of root's truncated). In a sticky directory the move over another
+// user's file is refused.
+func savePlan(out string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, out)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		if errors.Is(err, fs.ErrPermission) {
+			err = fmt.Errorf("%w (another user's file is at %s: save the plan elsewhere)", err, out)
+		}
+	}
+	return err
 }
 
 // warnUntrusted says, without failing, that apply and run would refuse

@@ -23,8 +23,8 @@
 //     keeps there, and what they put there themselves is not root's and
 //     is refused; but a name missing in such a directory is refused too,
 //     since another user could make it between the check and the open;
-//   - nothing is writable through a read-only mount, whatever its mode
-//     (a Kubernetes ConfigMap volume);
+//   - no process of another user may hold the file open for writing, or
+//     mapped shared and writable (write permission is checked at open);
 //   - a symlink of /proc (/dev/fd/N) stands for the object the kernel
 //     opens: when its text does not lead to that same object (a pipe, a
 //     removed file), the object itself is checked.
@@ -179,12 +179,6 @@ func absolute(path string) (string, error) {
 	return wd + "/" + path, nil
 }
 
-// readOnlyMount says whether name is on a mount that is read-only here.
-func readOnlyMount(name string) bool {
-	var st unix.Statfs_t
-	return unix.Statfs(name, &st) == nil && st.Flags&unix.ST_RDONLY != 0
-}
-
 // shared says whether st is a sticky directory others can write (/tmp):
 // they can add names to it, but not remove or rename root's.
 func shared(st fs.FileInfo) bool {
@@ -237,6 +231,12 @@ func (e *Error) Error() string { return e.Msg }
 // check checks one name on the way to the path.
 func (c checker) check(name string, st fs.FileInfo, kind entryKind) error {
 	err := c.check1(name, st, kind)
+	if err == nil && kind == fileEntry && st.Mode().IsRegular() {
+		if w := otherWriter(st, c.euid); w != "" {
+			err = fmt.Errorf("%s %s is held open for writing by %s: write permission is checked at open, so it can write the file whatever its mode now (stop that process; then, since it could write the file, read it and replace it: install -m %04o -o root -g root %s %s.new && mv %s.new %s)",
+				c.what, c.path, w, st.Mode().Perm()&^0o022, name, name, name, name)
+		}
+	}
 	if err != nil && kind == fileEntry {
 		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
 			return &Error{Msg: err.Error(), Dev: uint64(sys.Dev), Ino: sys.Ino}
@@ -288,11 +288,6 @@ func (c checker) check1(name string, st fs.FileInfo, kind entryKind) error {
 	perm := mode.Perm()
 	if shared(st) {
 		return nil // what is in it is checked name by name
-	}
-	if perm&0o022 != 0 && readOnlyMount(name) {
-		// Nobody writes through a read-only mount (a Kubernetes
-		// ConfigMap volume: a 0777 tmpfs mounted read-only).
-		return nil
 	}
 	switch {
 	case perm&0o002 != 0:

@@ -31,8 +31,11 @@ const switchPortBuffer = 8 << 20
 // then) and puts them back, under a lock that labs in other processes
 // share, so that one lab never restores a value another one set.
 func withSocketBufferDefaults(size int, fn func() error) error {
-	lockPath := filepath.Join(os.TempDir(), "sosappliance-lab-sysctl.lock")
-	lock, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	// In /run, which only root writes: in /tmp another user could plant
+	// a symlink there (root would create the file it names) or hold the
+	// lock for good (helper-90).
+	lockPath := "/run/sosappliance-lab-sysctl.lock"
+	lock, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("socket buffer defaults: %w", err)
 	}
