@@ -39,6 +39,7 @@ func TestFixedConfigWrittenThroughAnOpenDescriptor(t *testing.T) {
 	testsupport.RequireNoError(t, exec.Command("mkfifo", "-m", "0666", fifo).Run())
 	writer := testsupport.AsOtherUser(t, "sh", "-c", "exec 3<>"+cfgPath+"; read x < "+fifo+"; cat "+evil+" >&3")
 	testsupport.RequireNoError(t, writer.Start())
+	t.Cleanup(func() { _ = writer.Process.Kill(); _ = writer.Wait() })
 	testsupport.Eventually(t, 5*time.Second, "65534 holds the file open", func() bool {
 		_, err := os.Readlink("/proc/" + strconv.Itoa(writer.Process.Pid) + "/fd/3")
 		return err == nil

@@ -130,6 +130,7 @@ func TestNamedFixLeavesAnOpenWriterIn(t *testing.T) {
 			testsupport.RequireNoError(t, exec.Command("mkfifo", "-m", "0666", fifo).Run())
 			writer := testsupport.AsOtherUser(t, "sh", "-c", "exec 3<>"+real+"; read x < "+fifo+"; echo 'nobody was here' >&3")
 			testsupport.RequireNoError(t, writer.Start())
+			t.Cleanup(func() { _ = writer.Process.Kill(); _ = writer.Wait() })
 			// Wait until the descriptor is open: 65534's sh opened fd 3.
 			for i := 0; i < 500; i++ {
 				if _, err := os.Readlink("/proc/" + strconv.Itoa(writer.Process.Pid) + "/fd/3"); err == nil {
