@@ -8,13 +8,16 @@ import (
 
 // TestControlSocketIn: the control socket of a file that does not
 // validate is still read from its syntax (status beside a daemon that
-// refused a reload of it); one that does not parse, or names none, or no
-// absolute path, gives "".
+// refused a reload of it), and so is one of a file that does not parse,
+// from the blocks the parser reached (an edit left a block unclosed:
+// helper-88); one that names none, or no absolute path, gives "".
 func TestControlSocketIn(t *testing.T) {
 	dir := t.TempDir()
 	for src, want := range map[string]string{
 		`daemon { control_socket = "/run/x/ctl.sock" }` + "\nwhitelist \"w\" { typo = 1 }\n": "/run/x/ctl.sock",
-		`daemon { control_socket = "/run/x/ctl.sock"`:                                        "",
+		`daemon { control_socket = "/run/x/ctl.sock"`:                                        "/run/x/ctl.sock",
+		"daemon { control_socket = \"/run/x/ctl.sock\" }\nwhitelist \"w\" {\n":               "/run/x/ctl.sock",
+		"whitelist \"w\" {\ndaemon { control_socket = \"/run/x/ctl.sock\" }\n":               "",
 		`daemon { control_socket = "rel.sock" }`:                                             "",
 		`daemon { control_socket = 5 }`:                                                      "",
 		`daemon { state_path = "/var/lib/x/state.db" }`:                                      "",
