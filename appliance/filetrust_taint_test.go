@@ -1,8 +1,6 @@
 package appliance
 
 import (
-	"context"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,7 +23,6 @@ import (
 // 200000. Now the restarted daemon refuses the file while another user's
 // process holds it open for writing.
 func TestTaintForgottenOnRestart(t *testing.T) {
-	testsupport.RequireRoot(t, "setpriv", "mkfifo")
 	root, dir := tempHost(t), testsupport.SharedTempDir(t)
 	etc := filepath.Join(dir, "etc")
 	testsupport.RequireNoError(t, os.Mkdir(etc, 0o755))
@@ -36,16 +33,7 @@ func TestTaintForgottenOnRestart(t *testing.T) {
 	td := startDaemon(t, root, dir, cfgPath, time.Hour)
 	td.waitFor("initial convergence", func() bool { return td.sysctl("net.core.rmem_max") == "100000" })
 
-	testsupport.RequireNoError(t, os.Chmod(cfgPath, 0o666))
-	fifo := filepath.Join(dir, "go")
-	testsupport.RequireNoError(t, exec.Command("mkfifo", "-m", "0666", fifo).Run())
-	writer := testsupport.AsOtherUser(t, "sh", "-c", "exec 3<>"+cfgPath+"; read x < "+fifo+"; cat "+evil+" >&3")
-	testsupport.RequireNoError(t, writer.Start())
-	defer func() { _ = writer.Process.Kill(); _ = writer.Wait() }()
-	testsupport.Eventually(t, 5*time.Second, "65534 holds the file open", func() bool {
-		_, err := os.Readlink("/proc/" + strconv.Itoa(writer.Process.Pid) + "/fd/3")
-		return err == nil
-	})
+	writer, _ := otherUsersWriter(t, dir, cfgPath, evil)
 	td.waitFor("the 0666 file refused", func() bool { return td.status().ReloadFails >= 1 })
 	testsupport.RequireNoError(t, os.Chmod(cfgPath, 0o644))
 	td.stop()
@@ -53,15 +41,7 @@ func TestTaintForgottenOnRestart(t *testing.T) {
 	// The restarted daemon refuses the file while 65534 holds it open
 	// for writing (write permission is checked at open), naming the
 	// process.
-	d, err := NewDaemon(Options{
-		ConfigPath: cfgPath, Node: "host1", StatePath: td.state, ControlSocket: td.socket,
-		Root: root, Executors: tempHostExecutors(root), Settle: 50 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	testsupport.RequireNoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = d.Run(ctx)
+	err := startAgain(t, td)
 	if want := "is held open for writing by pid " + strconv.Itoa(writer.Process.Pid) + " (uid 65534)"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("the restarted daemon, with 65534 holding the file open for writing: %v, want a refusal that says %q", err, want)
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -78,19 +80,60 @@ func TestConfigOthersCanWriteIsRefused(t *testing.T) {
 	// root's: whoever can write the directory can swap it.
 	testsupport.RequireNoError(t, os.Chown(cfgPath, 0, 0))
 	testsupport.RequireNoError(t, os.Chmod(cfgPath, 0o644))
-	d, err := NewDaemon(Options{
-		ConfigPath: cfgPath, Node: "host1", StatePath: td.state, ControlSocket: td.socket,
-		Root: root, Executors: tempHostExecutors(root), Settle: 50 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	testsupport.RequireNoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = d.Run(ctx)
-	if err == nil || !strings.Contains(err.Error(), "the directory "+etc+" is writable by every user") {
+	if err := startAgain(t, td); err == nil || !strings.Contains(err.Error(), "the directory "+etc+" is writable by every user") {
 		t.Errorf("a daemon started on a file in a 0777 directory: %v", err)
 	}
 	if got := td.sysctl("net.core.rmem_max"); got != "300000" {
 		t.Errorf("net.core.rmem_max is %s after a refused start, want 300000 kept", got)
 	}
+}
+
+// startAgain runs a fresh daemon on td's config, state and socket, as a
+// restart would, and returns what its Run returned: these tests expect a
+// refusal at start.
+func startAgain(t *testing.T, td *testDaemon) error {
+	t.Helper()
+	d, err := NewDaemon(Options{
+		ConfigPath: td.cfgPath, Node: "host1", StatePath: td.state, ControlSocket: td.socket,
+		Root: td.root, Executors: tempHostExecutors(td.root), Settle: 50 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	testsupport.RequireNoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return d.Run(ctx)
+}
+
+// otherUsersWriter makes cfgPath 0666 and has user 65534 open it for
+// writing and keep the descriptor; when fifo is written to, it writes
+// content's file through that descriptor and exits. It ends with the
+// test however the test ends.
+func otherUsersWriter(t *testing.T, dir, cfgPath, content string) (writer *exec.Cmd, fifo string) {
+	t.Helper()
+	testsupport.RequireRoot(t, "mkfifo")
+	testsupport.RequireNoError(t, os.Chmod(cfgPath, 0o666))
+	fifo = filepath.Join(dir, "go")
+	testsupport.RequireNoError(t, exec.Command("mkfifo", "-m", "0666", fifo).Run())
+	writer = testsupport.AsOtherUser(t, "sh", "-c", "exec 3<>"+cfgPath+"; read x < "+fifo+"; cat "+content+" >&3")
+	testsupport.RequireNoError(t, writer.Start())
+	t.Cleanup(func() { _ = writer.Process.Kill(); _ = writer.Wait() })
+	testsupport.Eventually(t, 5*time.Second, "65534 holds the file open", func() bool {
+		_, err := os.Readlink("/proc/" + strconv.Itoa(writer.Process.Pid) + "/fd/3")
+		return err == nil
+	})
+	return writer, fifo
+}
+
+// runWatcher runs a watcher of cfgPath that looks every 10 ms, until the
+// test ends.
+func runWatcher(t *testing.T, cfgPath string) *ConfigWatcher {
+	t.Helper()
+	cw, err := NewConfigWatcher(cfgPath, 10*time.Millisecond)
+	testsupport.RequireNoError(t, err)
+	cw.recheck = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cw.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return cw
 }

@@ -1,11 +1,8 @@
 package appliance
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -21,7 +18,6 @@ import (
 // 0644), and the daemon applies 65534's values as root.
 // Found by review (helper-89); on 45557b1 rmem_max becomes 65534's 200000.
 func TestFixedConfigWrittenThroughAnOpenDescriptor(t *testing.T) {
-	testsupport.RequireRoot(t, "setpriv", "mkfifo")
 	root, dir := tempHost(t), testsupport.SharedTempDir(t)
 	etc := filepath.Join(dir, "etc")
 	testsupport.RequireNoError(t, os.Mkdir(etc, 0o755))
@@ -34,16 +30,7 @@ func TestFixedConfigWrittenThroughAnOpenDescriptor(t *testing.T) {
 	td := startDaemon(t, root, dir, cfgPath, time.Hour)
 	td.waitFor("initial convergence", func() bool { return td.sysctl("net.core.rmem_max") == "100000" })
 
-	testsupport.RequireNoError(t, os.Chmod(cfgPath, 0o666))
-	fifo := filepath.Join(dir, "go")
-	testsupport.RequireNoError(t, exec.Command("mkfifo", "-m", "0666", fifo).Run())
-	writer := testsupport.AsOtherUser(t, "sh", "-c", "exec 3<>"+cfgPath+"; read x < "+fifo+"; cat "+evil+" >&3")
-	testsupport.RequireNoError(t, writer.Start())
-	t.Cleanup(func() { _ = writer.Process.Kill(); _ = writer.Wait() })
-	testsupport.Eventually(t, 5*time.Second, "65534 holds the file open", func() bool {
-		_, err := os.Readlink("/proc/" + strconv.Itoa(writer.Process.Pid) + "/fd/3")
-		return err == nil
-	})
+	writer, fifo := otherUsersWriter(t, dir, cfgPath, evil)
 	td.waitFor("the 0666 file refused", func() bool { return td.status().ReloadFails >= 1 })
 
 	testsupport.RequireNoError(t, os.Chmod(cfgPath, 0o644)) // chmod o-w, as the refusal says
@@ -80,13 +67,7 @@ func TestWatcherOnAnUntrustedFile(t *testing.T) {
 	testsupport.RequireNoError(t, os.Chmod(etc, 0o775))
 	cfgPath := filepath.Join(etc, "sos.hcl")
 	writeFile(t, cfgPath, daemonConfig("100000"))
-	cw, err := NewConfigWatcher(cfgPath, 10*time.Millisecond)
-	testsupport.RequireNoError(t, err)
-	cw.recheck = 10 * time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cw.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	cw := runWatcher(t, cfgPath)
 
 	select {
 	case <-cw.C:

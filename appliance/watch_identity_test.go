@@ -1,7 +1,6 @@
 package appliance
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,13 +19,7 @@ func TestWatcherIdentityIsStable(t *testing.T) {
 	dir := testsupport.SharedTempDir(t)
 	cfgPath := filepath.Join(dir, "sos.hcl")
 	writeFile(t, cfgPath, daemonConfig("100000"))
-	cw, err := NewConfigWatcher(cfgPath, 10*time.Millisecond)
-	testsupport.RequireNoError(t, err)
-	cw.recheck = 10 * time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cw.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	cw := runWatcher(t, cfgPath)
 
 	quiet := func(what string) {
 		t.Helper()
