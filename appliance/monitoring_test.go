@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -86,14 +85,10 @@ whitelist "w" {
 `, controllerPort, healthPort, healthPort)
 }
 
+// freePort is a loopback port reserved for the test (testsupport.FreePorts).
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return testsupport.FreePorts(t, 1)[0]
 }
 
 // TestDashboardAndAlertsUseExportedMetrics scrapes a freshly started

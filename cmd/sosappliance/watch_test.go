@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,12 +132,8 @@ func TestStatusWatchInTmux(t *testing.T) {
 	}
 }
 
+// freePort is a loopback port reserved for the test (testsupport.FreePorts).
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return testsupport.FreePorts(t, 1)[0]
 }

@@ -2,7 +2,6 @@ package testsupport
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -81,25 +80,6 @@ func startEtcd(t testing.TB, e *Etcd, n int, scheme string) *Etcd {
 	}
 	e.WaitHealthy()
 	return e
-}
-
-// FreePorts picks n free loopback ports (free when it returns).
-func FreePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var out []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return out
 }
 
 func (e *Etcd) startMember(m *etcdMember, state string) {

@@ -2,6 +2,7 @@ package testsupport
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -157,5 +158,45 @@ func TestLockedBufferTakesConcurrentWrites(t *testing.T) {
 	wg.Wait()
 	if n := len(b.String()); n != 800 {
 		t.Errorf("%d bytes, want 800", n)
+	}
+}
+
+// TestFreePortsReservedOutsideEphemeral: the ports are distinct, free,
+// below the range outgoing connections draw from, and held: another
+// reservation of them (as the tests of another package would try)
+// fails until the test ends.
+func TestFreePortsReservedOutsideEphemeral(t *testing.T) {
+	var ports []int
+	t.Run("pick", func(t *testing.T) {
+		ports = FreePorts(t, 8)
+		_, hi := reservablePorts()
+		dir, err := portLockDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[int]bool{}
+		for _, p := range ports {
+			if p >= hi || p < 1024 || seen[p] {
+				t.Fatalf("port %d of %v: a duplicate or outside 1024-%d", p, ports, hi-1)
+			}
+			seen[p] = true
+			if f, ok := reservePort(dir, p); ok {
+				f.Close()
+				t.Fatalf("port %d reserved twice", p)
+			}
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+			if err != nil {
+				t.Fatalf("port %d not free: %v", p, err)
+			}
+			ln.Close()
+		}
+	})
+	dir, _ := portLockDir()
+	for _, p := range ports {
+		f, ok := reservePort(dir, p)
+		if !ok {
+			t.Fatalf("port %d still reserved after its test ended", p)
+		}
+		f.Close()
 	}
 }
