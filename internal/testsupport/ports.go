@@ -44,11 +44,11 @@ func FreePorts(t testing.TB, n int) []int {
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
-			lock.Close()
+			releasePort(lock)
 			continue
 		}
 		ln.Close()
-		t.Cleanup(func() { lock.Close() })
+		t.Cleanup(func() { releasePort(lock) })
 		out = append(out, port)
 	}
 	return out
@@ -88,9 +88,12 @@ func portLockDir() (string, error) {
 }
 
 // reservePort takes the port's lock without waiting; false if another
-// test (of this process or another) holds it.
+// test (of this process or another) holds it. The lock is on the file
+// the name holds after the lock is taken (releasePort removes it while
+// locked: a reservation made on the removed file would hold nothing).
 func reservePort(dir string, port int) (*os.File, bool) {
-	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	name := filepath.Join(dir, strconv.Itoa(port))
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, false
 	}
@@ -98,5 +101,17 @@ func reservePort(dir string, port int) (*os.File, bool) {
 		f.Close()
 		return nil, false
 	}
+	held, err1 := f.Stat()
+	now, err2 := os.Lstat(name)
+	if err1 != nil || err2 != nil || !os.SameFile(held, now) {
+		f.Close()
+		return nil, false
+	}
 	return f, true
+}
+
+// releasePort gives the reservation up, leaving no file behind.
+func releasePort(lock *os.File) {
+	os.Remove(lock.Name())
+	lock.Close()
 }

@@ -1,9 +1,12 @@
 package testsupport
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -193,10 +196,13 @@ func TestFreePortsReservedOutsideEphemeral(t *testing.T) {
 	})
 	dir, _ := portLockDir()
 	for _, p := range ports {
+		if _, err := os.Lstat(filepath.Join(dir, strconv.Itoa(p))); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("port %d: its lock file is left behind (%v)", p, err)
+		}
 		f, ok := reservePort(dir, p)
 		if !ok {
 			t.Fatalf("port %d still reserved after its test ended", p)
 		}
-		f.Close()
+		releasePort(f)
 	}
 }
