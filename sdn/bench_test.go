@@ -63,10 +63,7 @@ func BenchmarkConverge10kRanges(b *testing.B) { benchConverge(b, rangeSwitch(0xc
 
 func benchConverge(b *testing.B, sw flows.Switch) {
 	inst := ovstest.Start(b)
-	port, err := inst.FreePort()
-	if err != nil {
-		b.Fatal(err)
-	}
+	port := inst.FreePort(b)
 	br := inst.AddBridge(b, "brb", sw.DatapathID, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
 	desired, err := flows.Compile(sw)
 	if err != nil {

@@ -483,10 +483,7 @@ func TestDeadLinkAndReconnect(t *testing.T) {
 // dials it, and redials with backoff when the connection drops.
 func TestDialedSwitch(t *testing.T) {
 	inst := ovstest.Start(t)
-	port, err := inst.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := inst.FreePort(t)
 	passive := fmt.Sprintf("ptcp:%d:127.0.0.1", port)
 	br := inst.AddBridge(t, "brp", 0xe1, passive)
 	sw := siteSwitch(0xe1)
@@ -498,10 +495,7 @@ func TestDialedSwitch(t *testing.T) {
 	// Moving the listener to another port drops the connection; the
 	// controller keeps redialing until it is back. (Removing every
 	// controller instead would make OVS flush its flows.)
-	other, err := inst.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := inst.FreePort(t)
 	if err := br.SetControllers(fmt.Sprintf("ptcp:%d:127.0.0.1", other)); err != nil {
 		t.Fatal(err)
 	}

@@ -53,10 +53,7 @@ func fixesOldCost(m ofp13.Message) int {
 // ovs-ofctl text) plus extra lines, and returns an open session to it.
 func fixesBridge(t *testing.T, inst *ovstest.Instance, name string, dpid uint64, fs []flows.Flow, extra []string) *SwitchConn {
 	t.Helper()
-	port, err := inst.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := inst.FreePort(t)
 	br := inst.AddBridge(t, name, dpid, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
 	var text strings.Builder
 	for _, f := range fs {

@@ -46,10 +46,7 @@ func attachLAN(t *testing.T, br *ovstest.Bridge) (client, server, agent *ovstest
 // flows.Switch's Connect.
 func listeningBridge(t *testing.T, inst *ovstest.Instance, name string, dpid uint64) (*ovstest.Bridge, string) {
 	t.Helper()
-	port, err := inst.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := inst.FreePort(t)
 	br := inst.AddBridge(t, name, dpid, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
 	return br, fmt.Sprintf("tcp:127.0.0.1:%d", port)
 }

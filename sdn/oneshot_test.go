@@ -21,10 +21,7 @@ import (
 // that listens with ptcp:, plan, converge, and converge again.
 func TestConvergeOnce(t *testing.T) {
 	inst := ovstest.Start(t)
-	port, err := inst.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := inst.FreePort(t)
 	br := inst.AddBridge(t, "br1", 0xa1, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
 	const foreign = "cookie=0x1234,priority=2000,tcp,nw_dst=10.10.1.20,tp_dst=5201,actions=drop"
 	if err := br.AddFlow(foreign); err != nil {
@@ -33,6 +30,7 @@ func TestConvergeOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var sc *sdn.SwitchConn
+	var err error
 	testsupport.Eventually(t, 20*time.Second, "the bridge to listen", func() bool {
 		sc, err = sdn.Dial(ctx, fmt.Sprintf("tcp:127.0.0.1:%d", port), sdn.ConnOptions{Dial: inst.DialContext})
 		return err == nil
@@ -108,10 +106,7 @@ func TestConvergeOnce(t *testing.T) {
 // switch that speaks OpenFlow 1.0 only.
 func TestHandshakeRefusesOpenFlow10(t *testing.T) {
 	inst := ovstest.Start(t)
-	port, err := inst.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := inst.FreePort(t)
 	inst.AddBridge(t, "br10", 0xa2, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
 	if _, err := inst.Vsctl("--timeout=20", "set", "bridge", "br10", "protocols=OpenFlow10"); err != nil {
 		t.Fatal(err)
@@ -182,14 +177,8 @@ func TestAcceptSwitch(t *testing.T) {
 // in, and names the switch it is told not to wait for.
 func TestOneShotReachesBothKinds(t *testing.T) {
 	inst := ovstest.Start(t)
-	port, err := inst.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctlPort, err := inst.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := inst.FreePort(t)
+	ctlPort := inst.FreePort(t)
 	listening := inst.AddBridge(t, ovstest.UniqueName("bl"), 0xb1, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
 	dialing := inst.AddBridge(t, ovstest.UniqueName("bd"), 0xb2, fmt.Sprintf("tcp:127.0.0.1:%d", ctlPort))
 	swL, swD := siteSwitch(0xb1), siteSwitch(0xb2)
@@ -204,6 +193,7 @@ func TestOneShotReachesBothKinds(t *testing.T) {
 		t.Fatalf("without a wait, a switch that dials in: %v", err)
 	}
 	var changes flows.Changes
+	var err error
 	testsupport.Eventually(t, 20*time.Second, "the bridge to listen", func() bool {
 		changes, err = o.Plan(ctx, swL)
 		return err == nil

@@ -45,7 +45,7 @@ func TestOVSOwnedFlowsOfEveryKindDecode(t *testing.T) {
 		"actions=sample(probability=65535,collector_set_id=1)",
 	}
 	for i, s := range specs {
-		port, _ := inst.FreePort()
+		port := inst.FreePort(t)
 		br := inst.AddBridge(t, fmt.Sprintf("brp%d", i), uint64(0x6900+i), fmt.Sprintf("ptcp:%d:127.0.0.1", port))
 		br.Ofctl("add-group", "group_id=1,type=all,bucket=output:2")
 		br.Ofctl("add-meter", "meter=1,kbps,band=type=drop,rate=1000")

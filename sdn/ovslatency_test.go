@@ -89,10 +89,7 @@ func (l *latentConn) Read(b []byte) (int, error) {
 func TestOVSOverALatentLink(t *testing.T) {
 	ovstest.Require(t, ovstest.Binaries...)
 	inst := ovstest.Start(t)
-	port, err := inst.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := inst.FreePort(t)
 	sw := flows.Switch{Name: "sw-lat", DatapathID: 0x5e54, Forwarding: "normal", Connect: fmt.Sprintf("tcp:127.0.0.1:%d", port)}
 	br := inst.AddBridge(t, "brlat", sw.DatapathID, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
 	var spec strings.Builder

@@ -26,10 +26,7 @@ import (
 func TestShrunkRangeConfigConverges(t *testing.T) {
 	ovstest.Require(t, ovstest.Binaries...)
 	inst := ovstest.Start(t)
-	port, err := inst.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := inst.FreePort(t)
 	big := rangeSwitch(0x5e55, 15000)
 	old, err := flows.Compile(big)
 	if err != nil {

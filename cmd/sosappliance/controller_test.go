@@ -104,10 +104,7 @@ const converges = 30 * time.Second
 func TestControllerNodeDaemon(t *testing.T) {
 	ovstest.Require(t, ovstest.Binaries...)
 	inst := ovstest.Start(t)
-	port, err := inst.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := inst.FreePort(t)
 	health, err := inst.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -214,8 +211,7 @@ func TestControllerNodePlanApplyWithoutDaemon(t *testing.T) {
 	inst := ovstest.Start(t)
 	ports := make([]int, 3)
 	for i := range ports {
-		p, err := inst.FreePort()
-		testsupport.RequireNoError(t, err)
+		p := inst.FreePort(t)
 		ports[i] = p
 	}
 	ctlPort, portA, portB := ports[0], ports[1], ports[2]

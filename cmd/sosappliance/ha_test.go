@@ -77,8 +77,7 @@ func TestTwoControllersOnEtcd(t *testing.T) {
 	etcd := testsupport.StartEtcdInNetns(t, 1, inst.Namespace)
 	var ports [2]int
 	for i := range ports {
-		p, err := inst.FreePort()
-		testsupport.RequireNoError(t, err)
+		p := inst.FreePort(t)
 		ports[i] = p
 	}
 	health, err := inst.Listen("tcp", "127.0.0.1:0")

@@ -27,6 +27,19 @@ import (
 // same time respect.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
+	return FreePortsWhere(t, n, func(port int) error {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err == nil {
+			ln.Close()
+		}
+		return err
+	})
+}
+
+// FreePortsWhere is FreePorts with free telling whether a port is free
+// where the daemon will listen (another network namespace's loopback).
+func FreePortsWhere(t testing.TB, n int, free func(port int) error) []int {
+	t.Helper()
 	lo, hi := reservablePorts()
 	dir, err := portLockDir()
 	if err != nil {
@@ -42,12 +55,10 @@ func FreePorts(t testing.TB, n int) []int {
 		if !ok {
 			continue
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
+		if free(port) != nil {
 			releasePort(lock)
 			continue
 		}
-		ln.Close()
 		t.Cleanup(func() { releasePort(lock) })
 		out = append(out, port)
 	}

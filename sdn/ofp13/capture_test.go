@@ -124,10 +124,7 @@ func TestCaptureGoldens(t *testing.T) {
 		t.Skip("records goldens only with -update")
 	}
 	inst := ovstest.Start(t)
-	port, err := inst.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := inst.FreePort(t)
 	br := inst.AddBridge(t, "br0", 0x00000000005053a1, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
 	for i, mac := range []string{"02:00:00:00:00:01", "02:00:00:00:00:02"} {
 		hw, _ := net.ParseMAC(mac)

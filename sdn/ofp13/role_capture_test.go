@@ -84,10 +84,7 @@ func TestCaptureRoleGoldens(t *testing.T) {
 		t.Skip("records goldens only with -update")
 	}
 	inst := ovstest.Start(t)
-	port, err := inst.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := inst.FreePort(t)
 	inst.AddBridge(t, "br0", 0x00000000005053a2, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -248,14 +248,17 @@ func (i *Instance) InNamespace(fn func() error) error {
 func inNamespace(name string, fn func() error) error { return tuning.RunInNamedNetns(name, fn) }
 
 // FreePort returns a TCP port on 127.0.0.1 inside the namespace of
-// ovs-vswitchd that was free a moment ago, for a bridge to listen on.
-func (i *Instance) FreePort() (int, error) {
-	ln, err := i.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+// ovs-vswitchd, free and reserved for the test (testsupport.FreePorts),
+// for a bridge or a controller to listen on.
+func (i *Instance) FreePort(t testing.TB) int {
+	t.Helper()
+	return testsupport.FreePortsWhere(t, 1, func(port int) error {
+		ln, err := i.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			ln.Close()
+		}
+		return err
+	})[0]
 }
 
 func tail(s string, lines int) string {
