@@ -115,6 +115,7 @@ func TestResponderLogNamesOneSidedKeys(t *testing.T) {
 // the key agent-a still has, is refused: the old key no longer joins a
 // live session.
 func TestJoinAfterRotation(t *testing.T) {
+	t.Parallel() // its own agents and keys; mostly waiting on resets and timeouts
 	a, a2, a3, b := newAgentKey(t), newAgentKey(t), newAgentKey(t), newAgentKey(t)
 	lim := Limits{StallTimeout: 2 * time.Second, PreAuthTimeout: 5 * time.Second}
 	var px *resettingProxy

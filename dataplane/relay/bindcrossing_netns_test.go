@@ -29,6 +29,7 @@ import (
 // read the BIND and then ended still aborts: the TestPooledSession*Died
 // tests and TestPooledSessionFoundedThenFarAgentRestarted.)
 func TestNetnsFarAgentEndedAsABindCrossed(t *testing.T) {
+	t.Parallel() // mostly waiting, in namespaces of its own
 	testsupport.RequireRoot(t, "ip", "curl")
 	const oneWay = 300 * time.Millisecond
 	l := newDelayedLab(t, oneWay)

@@ -109,6 +109,7 @@ func delayLinkDropping(src, dst *os.File, delay time.Duration, wg *sync.WaitGrou
 // (Found by review: it once did, as soon as a gap passed the stall
 // timeout.)
 func TestClosedWindowProbesAnsweredNotSilent(t *testing.T) {
+	t.Parallel() // mostly waiting on a 200 ms path of its own namespaces
 	testsupport.RequireRoot(t, "ip")
 	const stall = 2 * time.Second
 	sender, rc := delayedPair(t, 32<<10, nil, nil)
@@ -214,8 +215,7 @@ func delayedLink(t *testing.T, nsA, addrA, nsB, addrB string, oneWay time.Durati
 // buffer is rcvbuf bytes (0: the kernel's).
 func delayedPair(t *testing.T, rcvbuf int, dropAB, dropBA *atomic.Bool) (a, b *net.TCPConn) {
 	t.Helper()
-	pid := os.Getpid()
-	nsA, nsB := fmt.Sprintf("sosdlc%d", pid), fmt.Sprintf("sosdld%d", pid)
+	nsA, nsB := nsName("sosdlc"), nsName("sosdld")
 	for _, ns := range []string{nsA, nsB} {
 		sh(t, "ip", "netns", "add", ns)
 		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
@@ -260,6 +260,7 @@ func delayedPair(t *testing.T, rcvbuf int, dropAB, dropBA *atomic.Bool) (a, b *n
 // past the stall timeout with them (later than on a path silent both
 // ways).
 func TestOneWaySilenceFound(t *testing.T) {
+	t.Parallel() // mostly waiting on a 200 ms path of its own namespaces
 	testsupport.RequireRoot(t, "ip")
 	const stall = 2 * time.Second
 	var dropAB, dropBA atomic.Bool
@@ -327,6 +328,7 @@ func TestOneWaySilenceFound(t *testing.T) {
 // the window is closed is still found: the zero-window probes go
 // unanswered.
 func TestSilentBehindClosedWindow(t *testing.T) {
+	t.Parallel() // mostly waiting on a 200 ms path of its own namespaces
 	testsupport.RequireRoot(t, "ip")
 	const stall = 2 * time.Second
 	var dropAB, dropBA atomic.Bool
@@ -375,6 +377,7 @@ func newDelayedLab(t *testing.T, oneWay time.Duration) *lab {
 // answered: nothing on the path went silent, and once the agent runs again
 // the transfer goes on. No stream should be lost for "silent".
 func TestPausedPeerAgentKeepsStreams(t *testing.T) {
+	t.Parallel() // mostly waiting on a 200 ms path of its own namespaces
 	testsupport.RequireRoot(t, "ip", "curl")
 	l := newDelayedLab(t, 100*time.Millisecond)
 	client, server := labClient, labServer

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -151,14 +152,20 @@ func newLab(t *testing.T) *lab {
 	})
 }
 
+// nsSeq numbers the namespaces of this test process (nsName).
+var nsSeq atomic.Int64
+
+// nsName names a network namespace for one test: prefix, the process
+// and a number of its own, so that tests running in parallel, and the
+// test processes of other packages, never share one.
+func nsName(prefix string) string {
+	return fmt.Sprintf("%s%d-%d", prefix, os.Getpid(), nsSeq.Add(1))
+}
+
 // newLabWith is the lab, its namespaces named from prefix, with the link
 // between the agents and their routes over it made by wan.
 func newLabWith(t *testing.T, prefix string, wan func(l *lab)) *lab {
-	pid := os.Getpid()
-	l := &lab{
-		cli: fmt.Sprintf("%scli%d", prefix, pid), agA: fmt.Sprintf("%saga%d", prefix, pid),
-		agB: fmt.Sprintf("%sagb%d", prefix, pid), srv: fmt.Sprintf("%ssrv%d", prefix, pid),
-	}
+	l := &lab{cli: nsName(prefix + "cli"), agA: nsName(prefix + "aga"), agB: nsName(prefix + "agb"), srv: nsName(prefix + "srv")}
 	for _, ns := range l.all() {
 		sh(t, "ip", "netns", "add", ns)
 		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })

@@ -81,6 +81,7 @@ func killer(p *pair, n int, seed uint64, every, spread time.Duration) (stop func
 // have replaced streams. It replaces "one of 64 streams reset aborts both
 // agents": losing a stream no longer fails a session.
 func TestTransferSurvivesStreamKills(t *testing.T) {
+	t.Parallel() // its own agents and path; mostly waiting on resets and timeouts
 	const streams = 8
 	size := killMiB(t) << 20
 	lim := Limits{StallTimeout: 5 * time.Second, ReconnectTimeout: 20 * time.Second, HalfClosedIdle: time.Minute}
@@ -475,6 +476,7 @@ func TestFarAgentGoneAborts(t *testing.T) {
 // frames pairwise (one left without a partner goes on 100 ms late). Duplicates are dropped, the order does not matter, and
 // every byte arrives once, in order.
 func TestRetransmissionsDuplicatedAndReordered(t *testing.T) {
+	t.Parallel() // its own agents and path; mostly waiting on resets and timeouts
 	for _, mode := range []string{EncryptionAESGCM, EncryptionNone} {
 		t.Run(mode, func(t *testing.T) {
 			lim := Limits{StallTimeout: 5 * time.Second, HalfClosedIdle: time.Minute}

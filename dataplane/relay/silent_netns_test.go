@@ -106,6 +106,7 @@ func startHTTPAgents(t *testing.T, l *lab, pool agentspec.Pool) (agentA, agentB,
 // namespaces, the path's silence made by nftables drops of exactly the
 // connections open when it "lost its state", curl as the end host.
 func TestNetnsSilentPathDeath(t *testing.T) {
+	t.Parallel() // mostly waiting, in namespaces of its own
 	testsupport.RequireRoot(t, "ip", "nft", "curl", "ss")
 	l := newLab(t)
 	const dataPort = labDataPort
