@@ -17,9 +17,11 @@ build:
 # need root, Open vSwitch, namespaces or iperf3 run for real here; under
 # CI=true a missing dependency fails them instead of skipping.
 # The lab's end-to-end test runs alone, after the rest, so parallel packages
-# do not skew its transfers. -parallel lets the cluster tests marked
-# t.Parallel (each with its own etcd, mostly waiting on leases) run
-# together; no other package marks any.
+# do not skew its transfers. -parallel lets the tests marked t.Parallel
+# run together: cluster tests (each with its own etcd, mostly waiting on
+# leases) and relay tests (each in network namespaces of its own, mostly
+# waiting on a slow path or timeouts). Tests that count goroutines or
+# heap bytes, or set a package hook, are never marked.
 test: lint
 	$(GO) test -count=1 -timeout 15m -parallel 8 $$($(GO) list ./... | grep -v '/examples/lab$$')
 	$(GO) test -count=1 -timeout 10m ./examples/lab/

@@ -27,6 +27,7 @@ import (
 // events while the lease, kept alive through a healthy member, held: no
 // master for as long as the partition lasted (3 of 4 rounds).
 func TestMinorityMemberDoesNotStallTakeover(t *testing.T) {
+	t.Parallel() // its own etcd in its own namespace; mostly waiting (see the Makefile's -parallel)
 	if !testsupport.InFreshNetns(t, "etcd", "nft", "ip") {
 		return
 	}

@@ -350,6 +350,7 @@ func TestPartitionedLeaderStepsDownBeforeTakeover(t *testing.T) {
 // lease expires, with a larger generation. Figures logged (median of 3).
 // Written by review (helper-74); it passed.
 func TestFailoverAfterLeaderDies(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting for leases to run out (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	var took []time.Duration
 	for i := range 3 {

@@ -21,6 +21,7 @@ import (
 // is refused too. A CA replaced in place is not taken (SameCA says so:
 // the daemon then makes a new client).
 func TestTLSReloadTakesRotatedClientCertificate(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting (see the Makefile's -parallel)
 	one, two, bundle := testsupport.TwoCAs(t)
 	dir := t.TempDir()
 	etcd := testsupport.StartEtcdTLS(t, 1, one, bundle)
