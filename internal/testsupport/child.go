@@ -11,11 +11,28 @@ import (
 )
 
 // ChildEnv tells a test binary started again by this package what to be:
-// the name of one of its package's Children, or netnsPrefix and the name of
-// the test to run inside a fresh network namespace.
+// the name of one of its package's Children, or a namespace prefix and
+// the name of the test to run inside fresh namespaces of those kinds.
 const ChildEnv = "SOSAPPLIANCE_TEST_CHILD"
 
-const netnsPrefix = "netns:"
+// The namespace prefixes: a fresh network namespace; a private mount
+// namespace; both.
+const (
+	netnsPrefix       = "netns:"
+	mountsPrefix      = "mounts:"
+	mountsNetnsPrefix = "mounts+netns:"
+)
+
+// testInChild reports whether ChildEnv's value name is a test to run in
+// fresh namespaces rather than one of the package's Children.
+func testInChild(name string) bool {
+	for _, p := range []string{netnsPrefix, mountsPrefix, mountsNetnsPrefix} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
 
 // Children are the roles a package's test binary can be started in instead
 // of running its tests: a stand-in for another process (a daemon, a second
@@ -35,7 +52,7 @@ func Main(m *testing.M, children Children) {
 // way than m.Run.
 func RunChild(children Children) {
 	name, ok := os.LookupEnv(ChildEnv)
-	if !ok || strings.HasPrefix(name, netnsPrefix) {
+	if !ok || testInChild(name) {
 		return
 	}
 	run, ok := children[name]
@@ -74,15 +91,43 @@ func CommandInNetns(t testing.TB, ns, name string, args ...string) *exec.Cmd {
 // already reported the child's outcome.
 func InFreshNetns(t *testing.T, binaries ...string) bool {
 	t.Helper()
-	if os.Getenv(ChildEnv) == netnsPrefix+t.Name() {
+	return inFreshNamespaces(t, netnsPrefix, syscall.CLONE_NEWNET, "a fresh network namespace", binaries)
+}
+
+// InPrivateMounts is InFreshNetns with a mount namespace of the child's
+// own instead, whose mounts never reach the host's (a small tmpfs to fill
+// up, a filesystem to turn read-only), and the host's network.
+func InPrivateMounts(t *testing.T, binaries ...string) bool {
+	t.Helper()
+	return inFreshNamespaces(t, mountsPrefix, syscall.CLONE_NEWNS, "a private mount namespace", append([]string{"mount"}, binaries...))
+}
+
+// InPrivateMountsAndNetns is InPrivateMounts in a fresh network namespace
+// too.
+func InPrivateMountsAndNetns(t *testing.T, binaries ...string) bool {
+	t.Helper()
+	return inFreshNamespaces(t, mountsNetnsPrefix, syscall.CLONE_NEWNS|syscall.CLONE_NEWNET,
+		"a private mount namespace and a fresh network namespace", append([]string{"mount"}, binaries...))
+}
+
+func inFreshNamespaces(t *testing.T, prefix string, flags uintptr, what string, binaries []string) bool {
+	t.Helper()
+	if os.Getenv(ChildEnv) == prefix+t.Name() {
+		if flags&syscall.CLONE_NEWNS != 0 {
+			// The new namespace's mounts are copies that still
+			// propagate to the host's: no longer.
+			if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+				t.Fatalf("make the mounts private: %v", err)
+			}
+		}
 		return true
 	}
 	RequireRoot(t, binaries...)
 	cmd := exec.Command(executable(t), "-test.run=^"+regexp.QuoteMeta(t.Name())+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), ChildEnv+"="+netnsPrefix+t.Name())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	cmd.Env = append(os.Environ(), ChildEnv+"="+prefix+t.Name())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flags}
 	out, err := cmd.CombinedOutput()
-	t.Logf("child in a fresh network namespace:\n%s", out)
+	t.Logf("child in %s:\n%s", what, out)
 	if err != nil {
 		t.Fatalf("child: %v", err)
 	}
