@@ -20,6 +20,7 @@ import (
 	"github.com/sosappliance/sosappliance/internal/filetrust"
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
+	"golang.org/x/sys/unix"
 )
 
 // DefaultLockTimeout bounds how long Open waits for another process that has
@@ -190,6 +191,9 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if err != nil {
+		if !exists {
+			removeUnfinished(path)
+		}
 		return nil, fmt.Errorf("open state database %s: %w", path, err)
 	}
 	s := &Store{db: db, path: path}
@@ -198,6 +202,37 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// removeUnfinished removes the file a failed first open left at path
+// (or where its symlink points): bbolt creates it before it writes its
+// first pages, and a full disk or a write error ends it shorter than
+// those pages (empty, or cut). Left, every later command would refuse
+// it as a damaged database whose records are lost, when it never
+// recorded anything. It is removed holding bbolt's lock, so never while
+// another process makes or uses it; a file of all those pages is kept:
+// it is a database.
+func removeUnfinished(path string) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return
+	}
+	f, err := os.Open(real)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return
+	}
+	held, err := f.Stat()
+	if err != nil || !held.Mode().IsRegular() || held.Size() >= 4*int64(os.Getpagesize()) {
+		return
+	}
+	if named, err := os.Lstat(real); err != nil || !os.SameFile(held, named) {
+		return
+	}
+	_ = os.Remove(real)
 }
 
 // initSchema creates the buckets and the lineage of a new database, brings
