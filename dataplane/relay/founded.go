@@ -42,6 +42,14 @@ type foundedFile struct {
 	f      *os.File
 	opened time.Time
 	closed bool
+	// torn: the file may end in part of a line (a write cut short by
+	// a full disk, and not cut back): the next record starts a line of
+	// its own, or it would be glued to that part and not read back.
+	torn bool
+	// degraded is why the generation openFounded should have started
+	// was not (a full or read-only disk): it appends to the file as it
+	// found it. Nil when it started one.
+	degraded error
 }
 
 // foundedOld is the name the previous generation of path moves to.
@@ -52,7 +60,13 @@ func foundedOld(path string) string { return path + ".old" }
 // holds them (making its directory if need be): however often the agent
 // restarts, the ids of the last settledFor are in the current file. A
 // line that does not parse is skipped and counted in bad; a file that
-// cannot be read or written is an error.
+// cannot be read is an error.
+//
+// A new generation that cannot be written (a full disk, a read-only
+// one) leaves the files as they are, both read at the next start, and
+// the agent appends to the current one (ff.degraded says why): an agent
+// that runs on when a record cannot be written must start too, or a
+// restart would turn a full disk into an outage.
 func openFounded(path string, now time.Time) (ff *foundedFile, ids []settledAt, bad int, err error) {
 	for _, p := range []string{foundedOld(path), path} {
 		got, b, err := readFounded(p, now)
@@ -62,31 +76,45 @@ func openFounded(path string, now time.Time) (ff *foundedFile, ids []settledAt, 
 		ids = keepLast(append(ids, got...))
 		bad += b
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+	ff = &foundedFile{path: path, opened: now}
+	if ff.degraded = newGeneration(path, ids); ff.degraded != nil {
+		// ff.f stays nil if even this fails: record opens it again.
+		_ = ff.reopen()
+		return ff, ids, bad, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
 		return nil, nil, 0, fmt.Errorf("founded sessions file: %w", err)
 	}
-	// The new generation, written whole and then put in place: a crash
-	// meanwhile leaves the files as they were.
+	ff.f = f
+	return ff, ids, bad, nil
+}
+
+// newGeneration writes ids to path as its new generation and removes
+// the previous one. The new generation is written whole and then put
+// in place: a crash, or a write that fails, leaves the files as they
+// were.
+func newGeneration(path string, ids []settledAt) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return fmt.Errorf("founded sessions file: %w", err)
+	}
 	var b strings.Builder
 	for _, e := range ids {
 		b.WriteString(foundedLine(e.id, e.at))
 	}
 	tmp := path + ".new"
 	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
-		return nil, nil, 0, fmt.Errorf("founded sessions file: %w", err)
+		_ = os.Remove(tmp)
+		return fmt.Errorf("founded sessions file: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		_ = os.Remove(tmp)
-		return nil, nil, 0, fmt.Errorf("founded sessions file: %w", err)
+		return fmt.Errorf("founded sessions file: %w", err)
 	}
 	if err := os.Remove(foundedOld(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, 0, fmt.Errorf("founded sessions file: %w", err)
+		return fmt.Errorf("founded sessions file: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf("founded sessions file: %w", err)
-	}
-	return &foundedFile{path: path, f: f, opened: now}, ids, bad, nil
+	return nil
 }
 
 // readFounded reads one generation; a missing file holds nothing.
@@ -170,11 +198,14 @@ func (ff *foundedFile) rotate(now time.Time) error {
 	if err := os.Rename(ff.path, foundedOld(ff.path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("founded sessions file: %w", err)
 	}
+	if err := os.MkdirAll(filepath.Dir(ff.path), 0o750); err != nil {
+		return fmt.Errorf("founded sessions file: %w", err)
+	}
 	f, err := os.OpenFile(ff.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("founded sessions file: %w", err)
 	}
-	ff.f, ff.opened = f, now
+	ff.f, ff.opened, ff.torn = f, now, false
 	return nil
 }
 
@@ -200,8 +231,43 @@ func (ff *foundedFile) record(id stripe.SessionID, now time.Time) error {
 			return err
 		}
 	}
-	_, err := ff.f.WriteString(foundedLine(id, now))
+	line, wasTorn := foundedLine(id, now), ff.torn
+	if wasTorn {
+		line = "\n" + line
+	}
+	n, err := ff.f.WriteString(line)
+	switch {
+	case err == nil:
+		ff.torn = false
+	case n > 0:
+		// Cut short (a full disk): cut the part back off, which
+		// leaves the file as it was (torn or not), or mark it for the
+		// next record to end.
+		ff.torn = wasTorn || !ff.cutBack(int64(n))
+	}
 	return err
+}
+
+// cutBack removes the last n bytes of the file, a write's part.
+func (ff *foundedFile) cutBack(n int64) bool {
+	fi, err := ff.f.Stat()
+	return err == nil && fi.Size() >= n && ff.f.Truncate(fi.Size()-n) == nil
+}
+
+// endsInPart reports whether the file at path ends in part of a line.
+func endsInPart(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		return false
+	}
+	last := make([]byte, 1)
+	_, err = f.ReadAt(last, fi.Size()-1)
+	return err != nil || last[0] != '\n'
 }
 
 // inPlace reports whether the path still names the file ff writes (a
@@ -222,11 +288,15 @@ func (ff *foundedFile) reopen() error {
 		_ = ff.f.Close()
 		ff.f = nil
 	}
+	// Its directory too: a start on a read-only disk could not make it.
+	if err := os.MkdirAll(filepath.Dir(ff.path), 0o750); err != nil {
+		return fmt.Errorf("founded sessions file: %w", err)
+	}
 	f, err := os.OpenFile(ff.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("founded sessions file: %w", err)
 	}
-	ff.f = f
+	ff.f, ff.torn = f, endsInPart(ff.path)
 	return nil
 }
 
@@ -241,6 +311,10 @@ func (a *Agent) openFoundedLocked(path string) error {
 		a.settled.add(e.id, true, e.at)
 	}
 	a.founded = ff
+	if ff.degraded != nil {
+		a.log.Warn("relay: cannot start a new generation of the founded sessions file; recording to the one there is (free space on its disk)",
+			"file", path, "err", ff.degraded)
+	}
 	if bad > 0 {
 		a.log.Warn("relay: lines of the founded sessions file that do not parse were skipped", "file", path, "lines", bad)
 	}
