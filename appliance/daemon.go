@@ -85,6 +85,9 @@ type Daemon struct {
 	started    startedWith
 	// flowRepairs is the controller's drift repair count already counted.
 	flowRepairs uint64
+	// driftFail is the drift check failure logged last, while checks
+	// fail (see noteDriftErr).
+	driftFail driftFailure
 	// held are the warnings of the items the last drift check that
 	// planned holds (their interface is gone); see withHeld.
 	held []string
@@ -1129,9 +1132,41 @@ func (d *Daemon) checkDriftLocked(ctx context.Context) {
 	}
 	if err != nil {
 		d.status.LastApply = &ApplyInfo{At: time.Now(), Changes: len(res.Done), Result: err.Error()}
-		d.log.Error("drift check failed", "err", err)
 	}
+	d.driftFail.note(d.log, err, time.Now())
 	d.snapshotLocked()
+}
+
+// driftFailure keeps a lasting drift check failure (a full state disk
+// fails every check the same way) to one line: logged when it starts or
+// changes, again each driftFailRepeat while it lasts, and once when the
+// checks work again; status shows the last result throughout.
+type driftFailure struct {
+	msg          string
+	since, shown time.Time
+	checks       int
+}
+
+// driftFailRepeat is how often a lasting drift check failure is logged
+// again.
+const driftFailRepeat = time.Hour
+
+func (f *driftFailure) note(log *slog.Logger, err error, now time.Time) {
+	switch {
+	case err == nil && f.msg != "":
+		log.Info("drift check works again", "failed_since", f.since.Format(time.RFC3339), "failed_checks", f.checks)
+		*f = driftFailure{}
+	case err == nil:
+	case err.Error() != f.msg:
+		*f = driftFailure{msg: err.Error(), since: now, shown: now, checks: 1}
+		log.Error("drift check failed (logged again when it changes, each hour while it lasts, and when checks work again)", "err", err)
+	default:
+		f.checks++
+		if now.Sub(f.shown) >= driftFailRepeat {
+			f.shown = now
+			log.Error("drift check still fails", "err", err, "since", f.since.Format(time.RFC3339), "checks", f.checks)
+		}
+	}
 }
 
 // shutdown stops accepting, lets live sessions finish up to the configured
