@@ -65,46 +65,69 @@ func FreePortsWhere(t testing.TB, n int, free func(port int) error) []int {
 	return out
 }
 
-// reservablePorts is the range FreePorts picks from: the 12,000 ports
-// below the kernel's ephemeral range (10000-32767 with Linux's default
-// 32768-60999).
+// reservablePorts is the range FreePorts picks from: 12,000 ports below
+// the kernel's ephemeral range (10768-32767 with Linux's default
+// 32768-60999), or above it when it starts too low for that.
 func reservablePorts() (lo, hi int) {
-	hi = 32768
+	elo, ehi := 32768, 60999
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil && v > 2048 {
-				hi = v
+			a, err1 := strconv.Atoi(f[0])
+			b, err2 := strconv.Atoi(f[1])
+			if err1 == nil && err2 == nil && a <= b {
+				elo, ehi = a, b
 			}
 		}
 	}
-	return max(1024, hi-12000), hi
+	const want, least = 12000, 4000
+	switch {
+	case elo-1024 >= least:
+		return max(1024, elo-want), elo
+	case 65535-ehi >= least:
+		return ehi + 1, min(65536, ehi+1+want)
+	default:
+		// No room beside it: some of the race comes back.
+		return 20000, 32768
+	}
 }
 
-// portLockDir is the directory of the port locks, one for every user of
-// the machine (its tests run as root or not).
+// portLockDir is the directory of the port locks, one for all users of
+// the machine (tests run as root and as users at the same time): every
+// user may add files to it, and only remove their own (sticky).
 func portLockDir() (string, error) {
-	dir := filepath.Join(os.TempDir(), fmt.Sprintf("sosappliance-test-ports-%d", os.Geteuid()))
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	dir := filepath.Join(os.TempDir(), "sosappliance-test-ports")
+	if err := os.Mkdir(dir, 0o700); err == nil {
+		if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
+			return "", err
+		}
+	} else if !errors.Is(err, os.ErrExist) {
 		return "", err
 	}
 	fi, err := os.Lstat(dir)
 	if err != nil {
 		return "", err
 	}
-	st, _ := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || st == nil || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o022 != 0 {
-		return "", fmt.Errorf("%s: not a directory of this user's that only it can write; remove it", dir)
+	if !fi.IsDir() || fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
+		return "", fmt.Errorf("%s: not a directory every user can add to and only remove their own files from (mode 1777); remove it", dir)
 	}
 	return dir, nil
 }
 
 // reservePort takes the port's lock without waiting; false if another
-// test (of this process or another) holds it. The lock is on the file
-// the name holds after the lock is taken (releasePort removes it while
-// locked: a reservation made on the removed file would hold nothing).
+// test (of this process or another, of any user) holds it. The lock is
+// on the file the name holds after the lock is taken (releasePort
+// removes it while locked: a reservation made on the removed file would
+// hold nothing). A lock file is opened read-only, which is all a lock
+// needs, so another user's (a killed test's, left behind) serves too.
 func reservePort(dir string, port int) (*os.File, bool) {
 	name := filepath.Join(dir, strconv.Itoa(port))
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		f, err = os.OpenFile(name, os.O_RDONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+		if err == nil {
+			_ = f.Chmod(0o644) // whatever the umask: others open it too
+		}
+	}
 	if err != nil {
 		return nil, false
 	}
@@ -114,14 +137,15 @@ func reservePort(dir string, port int) (*os.File, bool) {
 	}
 	held, err1 := f.Stat()
 	now, err2 := os.Lstat(name)
-	if err1 != nil || err2 != nil || !os.SameFile(held, now) {
+	if err1 != nil || err2 != nil || !os.SameFile(held, now) || !held.Mode().IsRegular() {
 		f.Close()
 		return nil, false
 	}
 	return f, true
 }
 
-// releasePort gives the reservation up, leaving no file behind.
+// releasePort gives the reservation up, leaving no file behind (but one
+// of another user's, which the sticky directory keeps).
 func releasePort(lock *os.File) {
 	os.Remove(lock.Name())
 	lock.Close()
