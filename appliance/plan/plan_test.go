@@ -387,3 +387,26 @@ func TestIRQSpreadShownInText(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeSaysACutPlanIsCut: a plan file that is empty or ends early
+// (saved on a full disk, or a crash before its data reached the disk)
+// is refused saying so, at every length, where an empty one gave only
+// "plan file: EOF" (found by review, helper-92).
+func TestDecodeSaysACutPlanIsCut(t *testing.T) {
+	whole, err := Encode(Plan{FormatVersion: FormatVersion, Operation: OperationApply, Node: "n", Serial: 3, Changes: []Change{
+		{Action: Add, Kind: "sysctl", Key: "net.core.rmem_max", After: "67108864", AfterPresent: true, Why: "tuning t"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole = bytes.TrimRight(whole, "\n")
+	for n := range len(whole) {
+		_, err := Decode(whole[:n])
+		if err == nil || (n == 0 && !strings.Contains(err.Error(), "empty or cut short")) {
+			t.Fatalf("the plan cut to %d of %d bytes: %v", n, len(whole), err)
+		}
+		if strings.Contains(err.Error(), "cut short") && !strings.Contains(err.Error(), "make the plan again") {
+			t.Errorf("cut to %d bytes: %v", n, err)
+		}
+	}
+}

@@ -211,40 +211,46 @@ func nonNilFlowChanges(switches []SwitchPlan) []SwitchPlan {
 	return out
 }
 
-// Decode reads a plan file and checks that it is one this binary can apply.
+// Decode reads a plan file and checks that it is one this binary can
+// apply; its errors are for the caller to prefix with the file's name.
 func Decode(data []byte) (Plan, error) {
 	var p Plan
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		return Plan{}, fmt.Errorf("plan file: %w", err)
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			// Empty or cut: a plan saved on a full disk, or a crash
+			// before the data reached it.
+			return Plan{}, fmt.Errorf("it is empty or cut short (%d bytes): make the plan again", len(data))
+		}
+		return Plan{}, err
 	}
 	if dec.More() {
-		return Plan{}, errors.New("plan file: trailing data after the plan")
+		return Plan{}, errors.New("trailing data after the plan")
 	}
 	if p.FormatVersion != FormatVersion {
-		return Plan{}, fmt.Errorf("plan file: format version %d, this sosappliance reads %d", p.FormatVersion, FormatVersion)
+		return Plan{}, fmt.Errorf("format version %d, this sosappliance reads %d", p.FormatVersion, FormatVersion)
 	}
 	if p.Operation != OperationApply && p.Operation != OperationRollback {
-		return Plan{}, fmt.Errorf("plan file: unknown operation %q", p.Operation)
+		return Plan{}, fmt.Errorf("unknown operation %q", p.Operation)
 	}
 	seen := map[string]bool{}
 	for i, c := range p.Changes {
 		if err := c.check(); err != nil {
-			return Plan{}, fmt.Errorf("plan file: change %d: %w", i+1, err)
+			return Plan{}, fmt.Errorf("change %d: %w", i+1, err)
 		}
 		if seen[c.ID()] {
-			return Plan{}, fmt.Errorf("plan file: change %d: %s twice", i+1, c.ID())
+			return Plan{}, fmt.Errorf("change %d: %s twice", i+1, c.ID())
 		}
 		seen[c.ID()] = true
 	}
 	switches := map[string]bool{}
 	for _, s := range p.Switches {
 		if err := s.check(); err != nil {
-			return Plan{}, fmt.Errorf("plan file: %w", err)
+			return Plan{}, err
 		}
 		if switches[s.Switch] {
-			return Plan{}, fmt.Errorf("plan file: switch %s twice", s.Switch)
+			return Plan{}, fmt.Errorf("switch %s twice", s.Switch)
 		}
 		switches[s.Switch] = true
 	}

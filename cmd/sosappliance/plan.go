@@ -445,6 +445,11 @@ func savePlan(out string, b []byte) error {
 	}
 	tmp := f.Name()
 	_, err = f.Write(b)
+	if err == nil {
+		// On disk before its name is: a crash after the rename leaves
+		// the whole plan, not an empty file.
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
