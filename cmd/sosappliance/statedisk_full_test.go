@@ -183,24 +183,31 @@ func TestApplyThatFillsTheStateDisk(t *testing.T) {
 		if code, out, errOut := cli("rollback", "--auto-approve"); code != 0 {
 			t.Fatalf("k=%d: rollback: exit %d\n%s%s", k, code, out, errOut)
 		}
-		if got := rmemMaxIn(t, root); got != "212992" {
-			t.Errorf("k=%d: rollback left rmem_max %s, want the host's 212992", k, got)
+		rolledBackWhole(t, k, root, state)
+	}
+}
+
+// rolledBackWhole checks that a rollback (of the walk's step k) put the
+// host's originals back and left no record in the state database.
+func rolledBackWhole(t *testing.T, k int, root, state string) {
+	t.Helper()
+	if got := rmemMaxIn(t, root); got != "212992" {
+		t.Errorf("k=%d: rollback left rmem_max %s, want the host's 212992", k, got)
+	}
+	for i := range manyIfaces {
+		b, _ := os.ReadFile(filepath.Join(root, fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)))
+		if v := strings.TrimSpace(string(b)); v != "1" {
+			t.Errorf("k=%d: rollback left rv92x%02d rp_filter %q, want the host's 1", k, i, v)
 		}
-		for i := range manyIfaces {
-			b, _ := os.ReadFile(filepath.Join(root, fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)))
-			if v := strings.TrimSpace(string(b)); v != "1" {
-				t.Errorf("k=%d: rollback left rv92x%02d rp_filter %q, want the host's 1", k, i, v)
-			}
-		}
-		st, err := store.Open(state, store.Options{MustExist: true})
-		if err != nil {
-			t.Fatalf("k=%d: %v", k, err)
-		}
-		recs, _ := st.Records()
-		st.Close()
-		if len(recs) != 0 {
-			t.Errorf("k=%d: %d records left after the rollback", k, len(recs))
-		}
+	}
+	st, err := store.Open(state, store.Options{MustExist: true})
+	if err != nil {
+		t.Fatalf("k=%d: %v", k, err)
+	}
+	recs, _ := st.Records()
+	st.Close()
+	if len(recs) != 0 {
+		t.Errorf("k=%d: %d records left after the rollback", k, len(recs))
 	}
 }
 
@@ -531,24 +538,7 @@ func TestRollbackThatFillsTheStateDisk(t *testing.T) {
 				t.Errorf("k=%d: rollback once the room is back: exit %d\n%s%s", k, code, headLines(out, 10), errOut)
 			}
 		}
-		if got := rmemMaxIn(t, root); got != "212992" {
-			t.Errorf("k=%d: rollback left rmem_max %s, want the host's 212992", k, got)
-		}
-		for i := range manyIfaces {
-			b, _ := os.ReadFile(filepath.Join(root, fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)))
-			if v := strings.TrimSpace(string(b)); v != "1" {
-				t.Errorf("k=%d: rollback left rv92x%02d rp_filter %q, want the host's 1", k, i, v)
-			}
-		}
-		st, err := store.Open(state, store.Options{MustExist: true})
-		if err != nil {
-			t.Fatalf("k=%d: %v", k, err)
-		}
-		recs, _ := st.Records()
-		st.Close()
-		if len(recs) != 0 {
-			t.Errorf("k=%d: %d records left after the rollback", k, len(recs))
-		}
+		rolledBackWhole(t, k, root, state)
 	}
 }
 
