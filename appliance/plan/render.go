@@ -215,6 +215,11 @@ func nonNilFlowChanges(switches []SwitchPlan) []SwitchPlan {
 // apply; its errors are for the caller to prefix with the file's name.
 func Decode(data []byte) (Plan, error) {
 	var p Plan
+	if i := bytes.IndexByte(data, 0); i >= 0 {
+		// What a crash leaves of a file whose data never reached the
+		// disk (a plan saved before plan -out synced it).
+		return Plan{}, fmt.Errorf("it is not whole (NUL bytes from byte %d of %d): make the plan again", i, len(data))
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {

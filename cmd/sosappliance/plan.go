@@ -366,7 +366,10 @@ func applySaved(cmd *cobra.Command, nf *nodeFlags, execs map[string]tuning.Execu
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("read plan: %w", err)
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			err = pe.Err // the name comes first, as in the other errors
+		}
+		return fmt.Errorf("plan file %s: %w", path, err)
 	}
 	p, err := plan.Decode(data)
 	if err != nil {

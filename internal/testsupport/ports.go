@@ -95,7 +95,9 @@ func reservablePorts() (lo, hi int) {
 // the machine (tests run as root and as users at the same time): every
 // user may add files to it, and only remove their own (sticky).
 func portLockDir() (string, error) {
-	dir := filepath.Join(os.TempDir(), "sosappliance-test-ports")
+	// A fixed path: $TMPDIR differs between users (pam_tmpdir, sudo
+	// drops it), and a directory of each would hand both the port.
+	dir := "/tmp/sosappliance-test-ports"
 	if err := os.Mkdir(dir, 0o700); err == nil {
 		if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
 			return "", err
