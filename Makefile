@@ -20,8 +20,9 @@ build:
 # do not skew its transfers. -parallel lets the tests marked t.Parallel
 # run together: cluster tests (each with its own etcd, mostly waiting on
 # leases) and relay tests (each in network namespaces of its own, mostly
-# waiting on a slow path or timeouts). Tests that count goroutines or
-# heap bytes, or set a package hook, are never marked.
+# waiting on a slow path or timeouts), and soak tests that count in a
+# child process of their own. Tests that count the test process's
+# goroutines or heap bytes, or set a package hook, are never marked.
 test: lint
 	$(GO) test -count=1 -timeout 15m -parallel 8 $$($(GO) list ./... | grep -v '/examples/lab$$')
 	$(GO) test -count=1 -timeout 10m ./examples/lab/

@@ -131,6 +131,10 @@ func FetchFlowPlan(ctx context.Context, socket string, switches []flows.Switch) 
 
 func controlClient(socket string) *http.Client {
 	return &http.Client{Transport: &http.Transport{
+		// One request per client: a connection kept alive would stay
+		// open in the daemon and here, one per call (status --watch
+		// left one per tick; found by review, helper-95).
+		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			c, err := d.DialContext(ctx, "unix", socket)
