@@ -187,6 +187,59 @@ func TestApplyThatFillsTheStateDisk(t *testing.T) {
 	}
 }
 
+// ext4Disk is an ext4 filesystem in an image file, loop-mounted with
+// errors=remount-ro (in the test's own mount namespace) on a temp dir
+// only root can enter, unmounted when the test ends.
+type ext4Disk struct {
+	t        *testing.T
+	img, mnt string
+	mounted  bool
+}
+
+func newExt4Disk(t *testing.T, img, size string) *ext4Disk {
+	t.Helper()
+	d := &ext4Disk{t: t, img: img, mnt: t.TempDir()}
+	d.sh("truncate", "-s", size, img)
+	d.sh("mkfs.ext4", "-q", "-F", img)
+	d.mount()
+	t.Cleanup(func() {
+		if d.mounted {
+			exec.Command("umount", "-l", d.mnt).Run()
+		}
+	})
+	if err := os.Chmod(d.mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func (d *ext4Disk) sh(name string, args ...string) string {
+	d.t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		d.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func (d *ext4Disk) mount() {
+	d.t.Helper()
+	d.sh("mount", "-o", "loop,errors=remount-ro", d.img, d.mnt)
+	d.mounted = true
+}
+
+// checkAndRemount unmounts the filesystem, has e2fsck repair it (its
+// exit 1, errors corrected, is logged) and mounts it again.
+func (d *ext4Disk) checkAndRemount() {
+	d.t.Helper()
+	d.sh("umount", d.mnt)
+	d.mounted = false
+	if out, err := exec.Command("e2fsck", "-fy", d.img).CombinedOutput(); err != nil {
+		d.t.Logf("e2fsck: %v\n%s", err, out)
+	}
+	d.mount()
+}
+
 // rolledBackWhole checks that a rollback (of the walk's step k) put the
 // host's originals back and left no record in the state database.
 func rolledBackWhole(t *testing.T, k int, root, state string) {
@@ -317,28 +370,8 @@ func TestDaemonWhenItsStateFilesystemTurnsReadOnly(t *testing.T) {
 		return
 	}
 	testsupport.RequireRoot(t, "mkfs.ext4", "e2fsck", "findmnt", "mount", "umount")
-	img := filepath.Join(t.TempDir(), "state.img")
-	mnt := t.TempDir()
-	sh := func(name string, args ...string) string {
-		t.Helper()
-		out, err := exec.Command(name, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	sh("truncate", "-s", "16M", img)
-	sh("mkfs.ext4", "-q", "-F", img)
-	sh("mount", "-o", "loop,errors=remount-ro", img, mnt)
-	mounted := true
-	t.Cleanup(func() {
-		if mounted {
-			exec.Command("umount", "-l", mnt).Run()
-		}
-	})
-	if err := os.Chmod(mnt, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	disk := newExt4Disk(t, filepath.Join(t.TempDir(), "state.img"), "16M")
+	mnt, sh := disk.mnt, disk.sh
 	state := filepath.Join(mnt, "state.db")
 
 	n := newTuningNode(t)
@@ -403,13 +436,7 @@ func TestDaemonWhenItsStateFilesystemTurnsReadOnly(t *testing.T) {
 	}
 	d.Kill()
 
-	sh("umount", mnt)
-	mounted = false
-	if out, err := exec.Command("e2fsck", "-fy", img).CombinedOutput(); err != nil {
-		t.Logf("e2fsck: %v\n%s", err, out) // exit 1: errors corrected
-	}
-	sh("mount", "-o", "loop,errors=remount-ro", img, mnt)
-	mounted = true
+	disk.checkAndRemount()
 	d, alive = start()
 	testsupport.Eventually(t, 30*time.Second, "convergence after the filesystem came back", func() bool { alive(); return drifted() == 0 })
 	d.Kill()
@@ -556,28 +583,8 @@ func TestApplyWhenTheStateDiskFailsWrites(t *testing.T) {
 	}
 	testsupport.RequireRoot(t, "mkfs.ext4", "e2fsck", "mount", "umount")
 	outer := testsupport.Tmpfs(t, "8m")
-	img := filepath.Join(outer, "state.img")
-	mnt := t.TempDir()
-	sh := func(name string, args ...string) string {
-		t.Helper()
-		out, err := exec.Command(name, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	sh("truncate", "-s", "32M", img)
-	sh("mkfs.ext4", "-q", "-F", img)
-	sh("mount", "-o", "loop,errors=remount-ro", img, mnt)
-	mounted := true
-	t.Cleanup(func() {
-		if mounted {
-			exec.Command("umount", "-l", mnt).Run()
-		}
-	})
-	if err := os.Chmod(mnt, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	disk := newExt4Disk(t, filepath.Join(outer, "state.img"), "32M")
+	mnt := disk.mnt
 	state := filepath.Join(mnt, "state.db")
 	dir := t.TempDir()
 	root := filepath.Join(dir, "root")
@@ -606,13 +613,7 @@ func TestApplyWhenTheStateDiskFailsWrites(t *testing.T) {
 	d, _ := exec.Command("dmesg").CombinedOutput()
 	t.Logf("kernel:\n%s", lastLines(string(d), 6))
 	free()
-	sh("umount", mnt)
-	mounted = false
-	if out, err := exec.Command("e2fsck", "-fy", img).CombinedOutput(); err != nil {
-		t.Logf("e2fsck: %v\n%s", err, out)
-	}
-	sh("mount", "-o", "loop,errors=remount-ro", img, mnt)
-	mounted = true
+	disk.checkAndRemount()
 	for _, c := range [][]string{{"plan"}, {"apply", "--auto-approve"}, {"rollback", "--auto-approve"}} {
 		code, out, errOut := cli(c...)
 		t.Logf("%s after the disk came back: exit %d\n%s%s", c[0], code, headLines(out, 3), errOut)
