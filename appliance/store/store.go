@@ -213,11 +213,11 @@ func Open(path string, opts Options) (*Store, error) {
 // another process makes or uses it; a file of all those pages is kept:
 // it is a database.
 func removeUnfinished(path string) {
-	real, err := filepath.EvalSymlinks(path)
+	target, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return
 	}
-	f, err := os.Open(real)
+	f, err := os.Open(target)
 	if err != nil {
 		return
 	}
@@ -229,10 +229,10 @@ func removeUnfinished(path string) {
 	if err != nil || !held.Mode().IsRegular() || held.Size() >= 4*int64(os.Getpagesize()) {
 		return
 	}
-	if named, err := os.Lstat(real); err != nil || !os.SameFile(held, named) {
+	if named, err := os.Lstat(target); err != nil || !os.SameFile(held, named) {
 		return
 	}
-	_ = os.Remove(real)
+	_ = os.Remove(target)
 }
 
 // initSchema creates the buckets and the lineage of a new database, brings
