@@ -141,7 +141,7 @@ type soakNode struct {
 	socket  string
 }
 
-func newSoak95Node(t *testing.T, cfg func(*reloadNode) string, drift time.Duration) *soakNode {
+func newSoakNode(t *testing.T, cfg func(*reloadNode) string, drift time.Duration) *soakNode {
 	t.Helper()
 	n := &soakNode{reloadNode: newReloadNode(t), metrics: "127.0.0.1:9095"}
 	n.socket = filepath.Join(n.dir, "control.sock")
@@ -185,38 +185,44 @@ func (n *soakNode) replace(content string, wantOK bool) {
 	})
 }
 
-// soakWithoutRelay is cfg with agent a1 moved to another node: host1
-// runs only the controller, and its relay stops.
-func soakWithoutRelay(t *testing.T, cfg string) string {
+// soakMoved is cfg with the block that begins with on (on host1) moved
+// to host2.
+func soakMoved(t *testing.T, cfg, on string) string {
 	t.Helper()
-	old := "node        = \"host1\"\n    switch      = \"sa\""
-	if !strings.Contains(cfg, old) {
-		t.Fatalf("config has no agent a1 on host1:\n%s", cfg)
+	if !strings.Contains(cfg, on) {
+		t.Fatalf("config has no %q:\n%s", on, cfg)
 	}
-	return strings.Replace(cfg, old, "node        = \"host2\"\n    switch      = \"sa\"", 1)
+	return strings.Replace(cfg, on, strings.Replace(on, `"host1"`, `"host2"`, 1), 1)
+}
+
+// soakOnOff reloads the node between with and without, each cycle
+// checking that addr listens with it and not without it.
+func soakOnOff(t *testing.T, sn *soakNode, what, with, without, addr string) {
+	t.Helper()
+	soak(t, what+" on and off", func(i int) {
+		if i%2 == 0 {
+			sn.replace(without, true)
+			if listens(addr) {
+				t.Errorf("cycle %d: %s still listens on %s without its block", i, what, addr)
+			}
+		} else {
+			sn.replace(with, true)
+			testsupport.Eventually(t, 15*time.Second, what+" back", func() bool { return listens(addr) })
+		}
+	})
 }
 
 // TestSoakReloadRelayAddedAndRemoved: 100 reloads that alternate
-// between a config with the node's relay and one without it.
+// between a config with the node's relay and one with agent a1 on
+// another node (host1 then runs only the controller).
 func TestSoakReloadRelayAddedAndRemoved(t *testing.T) {
 	t.Parallel() // counts in a child process of its own
 	if !testsupport.InFreshNetns(t, "ip", "nft") {
 		return
 	}
-	sn := newSoak95Node(t, soakBase, 0)
+	sn := newSoakNode(t, soakBase, 0)
 	with := soakBase(sn.reloadNode)
-	without := soakWithoutRelay(t, with)
-	soak(t, "relay added and removed", func(i int) {
-		if i%2 == 0 {
-			sn.replace(without, true)
-			if listens("10.1.0.2:9877") {
-				t.Errorf("cycle %d: the relay still listens after its removal", i)
-			}
-		} else {
-			sn.replace(with, true)
-			testsupport.Eventually(t, 15*time.Second, "the relay back", func() bool { return listens("10.1.0.2:9877") })
-		}
-	})
+	soakOnOff(t, sn, "the relay", with, soakMoved(t, with, "node        = \"host1\"\n    switch      = \"sa\""), "10.1.0.2:9877")
 }
 
 // TestSoakReloadControllerMoved: 100 reloads that move the
@@ -226,7 +232,7 @@ func TestSoakReloadControllerMoved(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "ip", "nft") {
 		return
 	}
-	sn := newSoak95Node(t, soakBase, 0)
+	sn := newSoakNode(t, soakBase, 0)
 	cfgs := []string{
 		sn.config(reloadEdit{rmemMax: "100000", controllerPort: 6753, dataPort: 9877}),
 		sn.config(reloadEdit{rmemMax: "100000", controllerPort: 6653, dataPort: 9877}),
@@ -241,7 +247,7 @@ func TestSoakReloadEditedInPlace(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "ip", "nft") {
 		return
 	}
-	sn := newSoak95Node(t, soakBase, 0)
+	sn := newSoakNode(t, soakBase, 0)
 	soak(t, "edited in place", func(i int) {
 		sn.replace(sn.config(reloadEdit{rmemMax: fmt.Sprint(200000 + i%2), controllerPort: 6653, dataPort: 9877}), true)
 	})
@@ -255,7 +261,7 @@ func TestSoakReloadRefused(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "ip", "nft") {
 		return
 	}
-	sn := newSoak95Node(t, soakBase, 0)
+	sn := newSoakNode(t, soakBase, 0)
 	taken, err := net.Listen("tcp", "127.0.0.1:6753")
 	testsupport.RequireNoError(t, err)
 	defer taken.Close()
@@ -281,7 +287,7 @@ func TestSoakDriftChecks(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "ip", "nft") {
 		return
 	}
-	sn := newSoak95Node(t, soakBase, 10*time.Millisecond)
+	sn := newSoakNode(t, soakBase, 10*time.Millisecond)
 	file := filepath.Join(sn.root, "proc/sys/net/core/rmem_max")
 	soak(t, "drift checks", func(i int) {
 		before := sn.d.Status().Drift.Corrections
@@ -303,7 +309,7 @@ func TestSoakStatusScrapesAndBadClients(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "ip", "nft") {
 		return
 	}
-	sn := newSoak95Node(t, soakBase, 0)
+	sn := newSoakNode(t, soakBase, 0)
 	control := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -395,7 +401,7 @@ func TestSoakTLSRotated(t *testing.T) {
 		return strings.Replace(soakBase(n), "controller {",
 			fmt.Sprintf("controller {\n  tls {\n    cert_file = %q\n    key_file  = %q\n    ca_file   = %q\n  }", certFile, keyFile, caFile), 1)
 	}
-	sn := newSoak95Node(t, withTLS, 0)
+	sn := newSoakNode(t, withTLS, 0)
 	cfg := withTLS(sn.reloadNode)
 	soak(t, "TLS rotated", func(i int) {
 		install(sets[(i+1)%2])
@@ -412,16 +418,6 @@ func TestSoakTLSRotated(t *testing.T) {
 	})
 }
 
-// soakWithoutController is cfg with its controller on another node.
-func soakWithoutController(t *testing.T, cfg string) string {
-	t.Helper()
-	old := "controller {\n  node   = \"host1\""
-	if !strings.Contains(cfg, old) {
-		t.Fatalf("config has no controller on host1:\n%s", cfg)
-	}
-	return strings.Replace(cfg, old, "controller {\n  node   = \"host2\"", 1)
-}
-
 // TestSoakReloadControllerOnOff: 100 reloads that alternate
 // between the controller on this node and on another (a config needs a
 // controller block once it declares switches).
@@ -430,20 +426,9 @@ func TestSoakReloadControllerOnOff(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "ip", "nft") {
 		return
 	}
-	sn := newSoak95Node(t, soakBase, 0)
+	sn := newSoakNode(t, soakBase, 0)
 	with := soakBase(sn.reloadNode)
-	without := soakWithoutController(t, with)
-	soak(t, "controller on and off", func(i int) {
-		if i%2 == 0 {
-			sn.replace(without, true)
-			if listens("127.0.0.1:6653") {
-				t.Errorf("cycle %d: the controller still listens without its block", i)
-			}
-		} else {
-			sn.replace(with, true)
-			testsupport.Eventually(t, 15*time.Second, "the controller back", func() bool { return listens("127.0.0.1:6653") })
-		}
-	})
+	soakOnOff(t, sn, "the controller", with, soakMoved(t, with, "controller {\n  node   = \"host1\""), "127.0.0.1:6653")
 }
 
 // TestSoakReloadHealthListenMoved: 100 reloads that move the
@@ -453,7 +438,7 @@ func TestSoakReloadHealthListenMoved(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "ip", "nft") {
 		return
 	}
-	sn := newSoak95Node(t, soakBase, 0)
+	sn := newSoakNode(t, soakBase, 0)
 	cfgs := []string{
 		sn.config(reloadEdit{rmemMax: "100000", controllerPort: 6653, dataPort: 9877, agentExtra: `health_listen = "10.1.0.2:9979"`}),
 		soakBase(sn.reloadNode),
@@ -474,7 +459,7 @@ func TestSoakControllerMovedWithSwitch(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "ip", "nft") {
 		return
 	}
-	sn := newSoak95Node(t, soakBase, 0)
+	sn := newSoakNode(t, soakBase, 0)
 	ports := []int{6753, 6653}
 	var sw net.Conn
 	defer func() {

@@ -125,18 +125,8 @@ func TestApplyThatFillsTheStateDisk(t *testing.T) {
 		return
 	}
 	for k := 0; k <= 12; k++ {
-		dir := t.TempDir()
-		root := filepath.Join(dir, "root")
-		tree := map[string]string{"proc/sys/net/core/rmem_max": "212992\n"}
-		for i := range manyIfaces {
-			tree[fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)] = "1\n"
-		}
-		testsupport.WriteTree(t, root, tree)
-		cfg := filepath.Join(dir, "sos.hcl")
 		state := filepath.Join(testsupport.Tmpfs(t, "256k"), "state.db")
-		cli := func(cmd ...string) (int, string, string) {
-			return runCLI(t, append(cmd, "-c", cfg, "--node", "host1", "--state", state, "--root", root)...)
-		}
+		root, cfg, cli := manySysctlsHost(t, state)
 		writeConfig(t, cfg, hostTuningFile("67108864", ""))
 		if code, out, errOut := cli("apply", "--auto-approve"); code != 0 {
 			t.Fatalf("k=%d: first apply: exit %d\n%s%s", k, code, out, errOut)
@@ -240,6 +230,29 @@ func (d *ext4Disk) checkAndRemount() {
 	d.mount()
 }
 
+// writeManySysctlsTree makes the host of manySysctlsFile under root:
+// rmem_max 212992 and the interfaces' rp_filter 1.
+func writeManySysctlsTree(t *testing.T, root string) {
+	t.Helper()
+	tree := map[string]string{"proc/sys/net/core/rmem_max": "212992\n"}
+	for i := range manyIfaces {
+		tree[fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)] = "1\n"
+	}
+	testsupport.WriteTree(t, root, tree)
+}
+
+// manySysctlsHost is a temp host of manySysctlsFile with its config
+// path, and the CLI run as its node host1 with state at state.
+func manySysctlsHost(t *testing.T, state string) (root, cfg string, cli func(cmd ...string) (int, string, string)) {
+	t.Helper()
+	dir := t.TempDir()
+	root, cfg = filepath.Join(dir, "root"), filepath.Join(dir, "sos.hcl")
+	writeManySysctlsTree(t, root)
+	return root, cfg, func(cmd ...string) (int, string, string) {
+		return runCLI(t, append(cmd, "-c", cfg, "--node", "host1", "--state", state, "--root", root)...)
+	}
+}
+
 // rolledBackWhole checks that a rollback (of the walk's step k) put the
 // host's originals back and left no record in the state database.
 func rolledBackWhole(t *testing.T, k int, root, state string) {
@@ -305,11 +318,7 @@ func TestDaemonWhileItsStateDiskIsFull(t *testing.T) {
 	}
 	n := newTuningNode(t)
 	writeConfig(t, n.cfg, manySysctlsFile("67108864"))
-	tree := map[string]string{}
-	for i := range manyIfaces {
-		tree[fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)] = "1\n"
-	}
-	testsupport.WriteTree(t, n.root, tree)
+	writeManySysctlsTree(t, n.root)
 	state := filepath.Join(testsupport.Tmpfs(t, "256k"), "state.db")
 	d := testsupport.StartDaemon(t, testsupport.Command(t, mainChild, "run", "-c", n.cfg, "--node", "host1",
 		"--state", state, "--control-socket", n.socket,
@@ -376,11 +385,7 @@ func TestDaemonWhenItsStateFilesystemTurnsReadOnly(t *testing.T) {
 
 	n := newTuningNode(t)
 	writeConfig(t, n.cfg, manySysctlsFile("67108864"))
-	tree := map[string]string{}
-	for i := range manyIfaces {
-		tree[fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)] = "1\n"
-	}
-	testsupport.WriteTree(t, n.root, tree)
+	writeManySysctlsTree(t, n.root)
 	drifted := func() int {
 		c := 0
 		for i := range manyIfaces {
@@ -525,18 +530,8 @@ func TestRollbackThatFillsTheStateDisk(t *testing.T) {
 		return
 	}
 	for k := 0; k <= 8; k++ {
-		dir := t.TempDir()
-		root := filepath.Join(dir, "root")
-		tree := map[string]string{"proc/sys/net/core/rmem_max": "212992\n"}
-		for i := range manyIfaces {
-			tree[fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)] = "1\n"
-		}
-		testsupport.WriteTree(t, root, tree)
-		cfg := filepath.Join(dir, "sos.hcl")
 		state := filepath.Join(testsupport.Tmpfs(t, "256k"), "state.db")
-		cli := func(cmd ...string) (int, string, string) {
-			return runCLI(t, append(cmd, "-c", cfg, "--node", "host1", "--state", state, "--root", root)...)
-		}
+		root, cfg, cli := manySysctlsHost(t, state)
 		writeConfig(t, cfg, manySysctlsFile("67108865"))
 		if code, out, errOut := cli("apply", "--auto-approve"); code != 0 {
 			t.Fatalf("k=%d: apply: exit %d\n%s%s", k, code, out, errOut)
@@ -586,17 +581,7 @@ func TestApplyWhenTheStateDiskFailsWrites(t *testing.T) {
 	disk := newExt4Disk(t, filepath.Join(outer, "state.img"), "32M")
 	mnt := disk.mnt
 	state := filepath.Join(mnt, "state.db")
-	dir := t.TempDir()
-	root := filepath.Join(dir, "root")
-	tree := map[string]string{"proc/sys/net/core/rmem_max": "212992\n"}
-	for i := range manyIfaces {
-		tree[fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)] = "1\n"
-	}
-	testsupport.WriteTree(t, root, tree)
-	cfg := filepath.Join(dir, "sos.hcl")
-	cli := func(cmd ...string) (int, string, string) {
-		return runCLI(t, append(cmd, "-c", cfg, "--node", "host1", "--state", state, "--root", root)...)
-	}
+	root, cfg, cli := manySysctlsHost(t, state)
 	writeConfig(t, cfg, hostTuningFile("67108864", ""))
 	if code, out, errOut := cli("apply", "--auto-approve"); code != 0 {
 		t.Fatalf("first apply: exit %d\n%s%s", code, out, errOut)
@@ -658,11 +643,7 @@ func TestDaemonLogsAFullStateDiskOnce(t *testing.T) {
 	}
 	n := newTuningNode(t)
 	writeConfig(t, n.cfg, manySysctlsFile("67108864"))
-	tree := map[string]string{}
-	for i := range manyIfaces {
-		tree[fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)] = "1\n"
-	}
-	testsupport.WriteTree(t, n.root, tree)
+	writeManySysctlsTree(t, n.root)
 	state := filepath.Join(testsupport.Tmpfs(t, "256k"), "state.db")
 	d := testsupport.StartDaemon(t, testsupport.Command(t, mainChild, "run", "-c", n.cfg, "--node", "host1",
 		"--state", state, "--control-socket", n.socket,
