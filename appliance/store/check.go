@@ -196,7 +196,7 @@ func verify(path string, timeout time.Duration, freelistStored bool) error {
 	var db *bolt.DB
 	err := guarded(path, func() error {
 		var err error
-		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: true})
+		db, err = openBolt(path, bolt.Options{Timeout: timeout, ReadOnly: true}, nil)
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 	"golang.org/x/sys/unix"
@@ -49,7 +50,7 @@ func TestRemoveUnfinishedKeeps(t *testing.T) {
 	testsupport.RequireNoError(t, os.Mkdir(sub, 0o700))
 
 	for _, p := range []string{db, link, lockedEx, lockedSh, sub} {
-		removeUnfinished(p)
+		removeUnfinished(p, 50*time.Millisecond)
 		if _, err := os.Lstat(p); err != nil {
 			t.Errorf("%s: removed: %v", p, err)
 		}
@@ -60,7 +61,7 @@ func TestRemoveUnfinishedKeeps(t *testing.T) {
 	// A FIFO: os.Open blocks on one with no writer; a writer that
 	// gives up at once bounds it.
 	done := make(chan struct{})
-	go func() { removeUnfinished(fifo); close(done) }()
+	go func() { removeUnfinished(fifo, 50*time.Millisecond); close(done) }()
 	if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
 		w.Close()
 	}
@@ -72,7 +73,7 @@ func TestRemoveUnfinishedKeeps(t *testing.T) {
 	unfinished := short("unfinished.db")
 	ulink := filepath.Join(dir, "ulink.db")
 	testsupport.RequireNoError(t, os.Symlink(unfinished, ulink))
-	removeUnfinished(ulink)
+	removeUnfinished(ulink, 50*time.Millisecond)
 	if _, err := os.Lstat(unfinished); err == nil {
 		t.Error("an unfinished file nobody holds was kept")
 	}

@@ -157,6 +157,31 @@ func Open(path string, opts Options) (*Store, error) {
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
+	// A file removed or replaced while bbolt waited for its lock is
+	// checked and opened again.
+	const attempts = 3
+	for range attempts {
+		db, err := openChecked(path, opts, timeout)
+		if errors.Is(err, errMoved) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		s := &Store{db: db, path: path}
+		if err := guarded(path, s.initSchema); err != nil {
+			db.Close()
+			return nil, err
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("open state database %s: %w, %d times in a row", path, errMoved, attempts)
+}
+
+// openChecked checks the file at path (when there is one) and opens it
+// with bbolt. It returns errMoved when the file bbolt locked is no longer
+// the one path names.
+func openChecked(path string, opts Options, timeout time.Duration) (*bolt.DB, error) {
 	exists, freelistStored, err := checkFile(path, opts.MustExist, timeout)
 	if err != nil {
 		return nil, err
@@ -180,29 +205,135 @@ func Open(path string, opts Options) (*Store, error) {
 	var db *bolt.DB
 	err = guarded(path, func() error {
 		var err error
-		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
+		db, err = openNamed(path, timeout, !exists)
 		return err
 	})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, &InUseError{Path: path, PID: lockHolder(path)}
 	}
+	if errors.Is(err, errHalfMade) {
+		// Another first open's file, which it failed to make whole: it
+		// is removed (once that open lets go of it), and this open
+		// starts over.
+		removeUnfinished(path, unfinishedWait)
+		return nil, errMoved
+	}
 	var corrupt *CorruptError
-	if errors.As(err, &corrupt) {
+	if errors.As(err, &corrupt) || errors.Is(err, errMoved) {
 		return nil, err
 	}
 	if err != nil {
 		if !exists {
-			removeUnfinished(path)
+			removeUnfinished(path, unfinishedWait)
 		}
 		return nil, fmt.Errorf("open state database %s: %w", path, err)
 	}
-	s := &Store{db: db, path: path}
-	if err := guarded(path, s.initSchema); err != nil {
-		db.Close()
-		return nil, err
-	}
-	return s, nil
+	return db, nil
 }
+
+// testHookOpened, when set, runs after bbolt opened the file, before its
+// lock is taken (locked false) and after (true).
+var testHookOpened func(path string, locked bool)
+
+// errMoved: the file bbolt opened is no longer the one the path names,
+// or was another first open's, which failed.
+var errMoved = errors.New("the file changed while this open waited for its lock (another open made, removed or replaced it)")
+
+// errHalfMade: a new database's file, shorter than the pages bbolt
+// writes first, that another first open made and let go of (it failed).
+var errHalfMade = errors.New("the file is another open's unfinished one")
+
+// openNamed opens the database at path with bbolt. bbolt opens (or
+// creates) the file and then waits for its lock, so the file it locks may
+// no longer be the one path names: a first open that failed on a full
+// disk removes the file it began (removeUnfinished), and this process
+// would run on a database no later command sees. openNamed takes the lock
+// itself as the file is opened (bbolt's own flock of the same open file
+// then holds at once) and, holding it, refuses a file path no longer
+// names (errMoved) and, for a new database (fresh: there was no file when
+// the open began), one another open left half made (errHalfMade), which
+// bbolt would read past its end.
+func openNamed(path string, timeout time.Duration, fresh bool) (*bolt.DB, error) {
+	return openBolt(path, bolt.Options{Timeout: timeout}, func(f *os.File) error {
+		if testHookOpened != nil {
+			testHookOpened(path, false)
+		}
+		if err := lockNamed(f, path, timeout, fresh); err != nil {
+			return err
+		}
+		if testHookOpened != nil {
+			testHookOpened(path, true)
+		}
+		return nil
+	})
+}
+
+// openBolt opens path with bbolt, running check (when not nil) on the
+// file as it is opened, before bbolt locks and reads it. A panic in bbolt
+// (guarded reports it) left the file open and locked, and bbolt's mapping
+// of it holds the lock past a close: the lock is let go of and the file
+// closed before the panic goes on.
+func openBolt(path string, o bolt.Options, check func(*os.File) error) (*bolt.DB, error) {
+	var opened *os.File
+	defer func() {
+		if r := recover(); r != nil {
+			if opened != nil {
+				_ = unix.Flock(int(opened.Fd()), unix.LOCK_UN)
+				_ = opened.Close()
+			}
+			panic(r)
+		}
+	}()
+	o.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
+		f, err := os.OpenFile(name, flag, perm)
+		if err != nil {
+			return nil, err
+		}
+		opened = f
+		if check != nil {
+			if err := check(f); err != nil {
+				opened = nil
+				_ = f.Close()
+				return nil, err
+			}
+		}
+		return f, nil
+	}
+	return bolt.Open(path, 0o600, &o)
+}
+
+// lockNamed takes bbolt's lock on f, waiting up to timeout, and checks
+// what openNamed says it checks.
+func lockNamed(f *os.File, path string, timeout time.Duration, fresh bool) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return bolterrors.ErrTimeout
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	held, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if named, err := os.Stat(path); err != nil || !os.SameFile(held, named) {
+		return errMoved
+	}
+	if fresh && held.Mode().IsRegular() && held.Size() > 0 && held.Size() < 4*int64(os.Getpagesize()) {
+		return errHalfMade
+	}
+	return nil
+}
+
+// unfinishedWait bounds how long removeUnfinished waits for the lock.
+const unfinishedWait = 2 * time.Second
 
 // removeUnfinished removes the file a failed first open left at path
 // (or where its symlink points): bbolt creates it before it writes its
@@ -211,8 +342,10 @@ func Open(path string, opts Options) (*Store, error) {
 // it as a damaged database whose records are lost, when it never
 // recorded anything. It is removed holding bbolt's lock, so never while
 // another process makes or uses it; a file of all those pages is kept:
-// it is a database.
-func removeUnfinished(path string) {
+// it is a database. The lock is waited for up to wait: a racing open may
+// hold it a moment (checking the file, or failing to make it too), and
+// a file left because of that moment is refused by every later open.
+func removeUnfinished(path string, wait time.Duration) {
 	target, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return
@@ -222,11 +355,22 @@ func removeUnfinished(path string) {
 		return
 	}
 	defer f.Close()
-	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+	unfinished := func() (fs.FileInfo, bool) {
+		held, err := f.Stat()
+		return held, err == nil && held.Mode().IsRegular() && held.Size() < 4*int64(os.Getpagesize())
+	}
+	if _, ok := unfinished(); !ok {
 		return
 	}
-	held, err := f.Stat()
-	if err != nil || !held.Mode().IsRegular() || held.Size() >= 4*int64(os.Getpagesize()) {
+	deadline := time.Now().Add(wait)
+	for unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	held, ok := unfinished()
+	if !ok {
 		return
 	}
 	if named, err := os.Lstat(target); err != nil || !os.SameFile(held, named) {
