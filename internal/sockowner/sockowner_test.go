@@ -1,0 +1,175 @@
+package sockowner
+
+import (
+	"bufio"
+	"net"
+	"net/netip"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
+)
+
+func addrPort(a net.Addr) netip.AddrPort { return a.(*net.TCPAddr).AddrPort() }
+
+func newProber(t *testing.T) *Prober {
+	t.Helper()
+	p, err := New()
+	testsupport.RequireNoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// accept dials ln from this process and returns the accepted end.
+func acceptOwn(t *testing.T, ln net.Listener, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	testsupport.RequireNoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	s, err := ln.Accept()
+	testsupport.RequireNoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func requireOwner(t *testing.T, p *Prober, s net.Conn, want uint32) {
+	t.Helper()
+	uid, found, err := p.PeerOwner(addrPort(s.LocalAddr()), addrPort(s.RemoteAddr()))
+	if err != nil || !found || uid != want {
+		t.Fatalf("peer of %s -> %s: uid %d, found %v, %v; want uid %d found", s.RemoteAddr(), s.LocalAddr(), uid, found, err, want)
+	}
+}
+
+// TestPeerOwnerOfThisProcess: a connection this process (root) made over
+// IPv4 and IPv6 loopback, and to a dual-stack listener over IPv4 (the
+// accepted end sees mapped addresses), is found as root's.
+func TestPeerOwnerOfThisProcess(t *testing.T) {
+	p := newProber(t)
+	for _, c := range []struct{ listen, dial string }{
+		{"127.0.0.1:0", "127.0.0.1"},
+		{"[::1]:0", "::1"},
+		{"[::]:0", "127.0.0.1"},
+	} {
+		ln, err := net.Listen("tcp", c.listen)
+		testsupport.RequireNoError(t, err)
+		defer ln.Close()
+		port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+		requireOwner(t, p, acceptOwn(t, ln, net.JoinHostPort(c.dial, port)), uint32(unix.Getuid()))
+	}
+}
+
+// TestPeerOwnerOfAnotherUser: a connection another user's process made is
+// found as that user's, among many of root's.
+func TestPeerOwnerOfAnotherUser(t *testing.T) {
+	testsupport.RequireRoot(t, "setpriv", "python3")
+	p := newProber(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	testsupport.RequireNoError(t, err)
+	defer ln.Close()
+	for range 20 {
+		acceptOwn(t, ln, ln.Addr().String())
+	}
+	cmd := testsupport.AsOtherUser(t, "/usr/bin/python3", "-c",
+		"import socket,sys; s=socket.create_connection(('127.0.0.1', "+strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)+")); print('up', flush=True); sys.stdin.read()")
+	stdin, err := cmd.StdinPipe()
+	testsupport.RequireNoError(t, err)
+	out, err := cmd.StdoutPipe()
+	testsupport.RequireNoError(t, err)
+	testsupport.RequireNoError(t, cmd.Start())
+	defer func() { stdin.Close(); cmd.Wait() }()
+	s, err := ln.Accept()
+	testsupport.RequireNoError(t, err)
+	defer s.Close()
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || strings.TrimSpace(line) != "up" {
+		t.Fatalf("the other user's client: %q, %v", line, err)
+	}
+	requireOwner(t, p, s, testsupport.OtherUID)
+}
+
+// TestPeerNotOnThisNode: a tuple no socket has, and a connection from
+// another network namespace (a veth pair to a namespace of one thread:
+// another host, as far as the kernel's sockets go), are not found.
+func TestPeerNotOnThisNode(t *testing.T) {
+	if !testsupport.InFreshNetns(t) {
+		return
+	}
+	p := newProber(t)
+	_, found, err := p.PeerOwner(netip.MustParseAddrPort("127.0.0.1:1"), netip.MustParseAddrPort("127.0.0.1:2"))
+	if err != nil || found {
+		t.Fatalf("a tuple no socket has: found %v, %v", found, err)
+	}
+
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "so0"}, PeerName: "so1"}
+	testsupport.RequireNoError(t, netlink.LinkAdd(veth))
+	testsupport.RequireNoError(t, netlink.AddrAdd(veth, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("10.9.0.1").To4(), Mask: net.CIDRMask(24, 32)}}))
+	testsupport.RequireNoError(t, netlink.LinkSetUp(veth))
+	ln, err := net.Listen("tcp", "10.9.0.1:0")
+	testsupport.RequireNoError(t, err)
+	defer ln.Close()
+
+	// The client: a thread of its own in a namespace of its own, which
+	// holds the veth's other end. The thread stays locked, so it ends
+	// with the goroutine and its namespace with it.
+	type dialed struct {
+		c   net.Conn
+		err error
+	}
+	done := make(chan dialed, 1)
+	go func() {
+		runtime.LockOSThread()
+		c, err := func() (net.Conn, error) {
+			parent, err := netns.Get()
+			if err != nil {
+				return nil, err
+			}
+			defer parent.Close()
+			own, err := netns.New()
+			if err != nil {
+				return nil, err
+			}
+			defer own.Close()
+			there, err := netlink.NewHandleAt(parent)
+			if err != nil {
+				return nil, err
+			}
+			defer there.Close()
+			link, err := there.LinkByName("so1")
+			if err != nil {
+				return nil, err
+			}
+			if err := there.LinkSetNsFd(link, int(own)); err != nil {
+				return nil, err
+			}
+			if link, err = netlink.LinkByName("so1"); err != nil {
+				return nil, err
+			}
+			if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("10.9.0.2").To4(), Mask: net.CIDRMask(24, 32)}}); err != nil {
+				return nil, err
+			}
+			if err := netlink.LinkSetUp(link); err != nil {
+				return nil, err
+			}
+			return net.DialTimeout("tcp", ln.Addr().String(), 10*time.Second)
+		}()
+		done <- dialed{c, err}
+	}()
+	d := <-done
+	testsupport.RequireNoError(t, d.err)
+	defer d.c.Close()
+	s, err := ln.Accept()
+	testsupport.RequireNoError(t, err)
+	defer s.Close()
+	uid, found, err := p.PeerOwner(addrPort(s.LocalAddr()), addrPort(s.RemoteAddr()))
+	if err != nil || found {
+		t.Fatalf("a peer in another namespace (%s): uid %d, found %v, %v; want not found", s.RemoteAddr(), uid, found, err)
+	}
+}
+
+func TestMain(m *testing.M) { testsupport.Main(m, nil) }
