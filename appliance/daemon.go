@@ -32,6 +32,7 @@ import (
 	"github.com/sosappliance/sosappliance/appliance/store"
 	"github.com/sosappliance/sosappliance/dataplane/relay"
 	"github.com/sosappliance/sosappliance/host/item"
+	"github.com/sosappliance/sosappliance/internal/connlimit"
 	"github.com/sosappliance/sosappliance/internal/filetrust"
 	"github.com/sosappliance/sosappliance/sdn"
 	"github.com/sosappliance/sosappliance/sdn/flows"
@@ -266,7 +267,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer ctl.Close()
-	d.met.allowFrom(c.cfg.Daemon.MetricsAllow) // in force from the first connection
+	d.allowMetrics(c.cfg.Daemon) // in force from the first connection
 	stopMetrics, err := d.met.serve(ctx, d.started.metrics)
 	if err != nil {
 		return err
@@ -792,9 +793,19 @@ func (d *Daemon) switchTo(ctx context.Context, c *candidate) (err error) {
 	d.status.ConfigHash = c.src.Hash()
 	d.met.setConfig(d.status.ConfigHash)
 	d.notePSKLocked()
-	d.met.allowFrom(c.cfg.Daemon.MetricsAllow)
+	d.allowMetrics(c.cfg.Daemon)
 	d.snapshotLocked()
 	return nil
+}
+
+// allowMetrics puts daemon.metrics_allow and metrics_allow_users in force.
+func (d *Daemon) allowMetrics(c config.Daemon) {
+	if unknown := d.met.allowFrom(c.MetricsAllow, c.MetricsAllowUsers); len(unknown) > 0 {
+		d.log.Warn("metrics_allow_users names users this node does not have; they are not admitted", "users", unknown)
+	}
+	if err := connlimit.OwnerLookup(); err != nil && len(c.MetricsAllow) > 0 {
+		d.log.Error("metrics_allow: the owner of a connection from this node cannot be looked up, so every connection is closed", "err", err)
+	}
 }
 
 // revertHost puts the host items back to what the store owned before a

@@ -109,6 +109,7 @@ type metrics struct {
 	mu     sync.Mutex
 	ln     *connlimit.Listener // nil until it serves
 	allow  []netip.Prefix      // daemon.metrics_allow; empty: any source
+	users  []uint32            // daemon.metrics_allow_users, as uids
 }
 
 func newMetrics(live func() liveStats) *metrics {
@@ -292,20 +293,24 @@ const (
 )
 
 // allowFrom sets the sources the /metrics server accepts (none: any),
-// now and for a server started later.
-func (m *metrics) allowFrom(prefixes []netip.Prefix) {
+// and the local users besides root it accepts from this node while there
+// are some, now and for a server started later. It returns the user names
+// this node has no user of (they admit nobody).
+func (m *metrics) allowFrom(prefixes []netip.Prefix, users []string) (unknown []string) {
+	uids, unknown := connlimit.ResolveUsers(users)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.allow = slices.Clone(prefixes)
+	m.allow, m.users = slices.Clone(prefixes), uids
 	if m.ln != nil {
-		m.ln.Allow(m.allow)
+		m.ln.AllowFrom(m.allow, m.users)
 	}
+	return unknown
 }
 
 func (m *metrics) serveOn(ln net.Listener) func() {
 	capped := connlimit.New(ln, metricsMaxConns, metricsMaxConnsPerSource).WithCounts(&m.closed)
 	m.mu.Lock()
-	capped.Allow(m.allow)
+	capped.AllowFrom(m.allow, m.users)
 	m.ln = capped
 	m.mu.Unlock()
 	mux := http.NewServeMux()

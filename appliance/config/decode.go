@@ -279,6 +279,23 @@ func (a *attrs) allowList(name, what, hint string) []netip.Prefix {
 	return out
 }
 
+// allowUsers reads a list of the local users, by name or uid, that an
+// allow list (list) admits besides root from the node itself. Users are
+// looked up where the list is used: a config shared by several nodes may
+// name a user some of them lack.
+func (a *attrs) allowUsers(name, list, what string) []string {
+	users := a.strList(name)
+	for _, u := range users {
+		if u == "" || strings.ContainsAny(u, " \t\n:/") {
+			a.errorf(name, "%s %s: %q is not a user name or uid", `Name a local user ("prometheus") or give its uid ("110").`, what, name, u)
+		}
+	}
+	if a.has(name) && !a.has(list) {
+		a.errorf(name, "%s %s is set without %s", "It names the users of the node itself that "+list+" admits besides root; with no "+list+" every source and user is admitted. Add "+list+", or remove "+name+".", what, name, list)
+	}
+	return users
+}
+
 func (a *attrs) strMap(name string) map[string]string {
 	v, ok := a.value(name, cty.Map(cty.String), "a map of strings")
 	if !ok {
@@ -478,7 +495,7 @@ func decodeSecurity(b *hcl.Block, diags *hcl.Diagnostics) Security {
 }
 
 var daemonSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
-	{Name: "state_path"}, {Name: "control_socket"}, {Name: "metrics_listen"}, {Name: "metrics_allow"},
+	{Name: "state_path"}, {Name: "control_socket"}, {Name: "metrics_listen"}, {Name: "metrics_allow"}, {Name: "metrics_allow_users"},
 	{Name: "drift_interval"}, {Name: "shutdown_timeout"}, {Name: "log_format"},
 }}
 
@@ -503,6 +520,7 @@ func decodeDaemon(body hcl.Body, diags *hcl.Diagnostics) Daemon {
 		}
 	}
 	d.MetricsAllow = a.allowList("metrics_allow", "daemon", `List the addresses Prometheus scrapes from, e.g. ["192.0.2.10/32"].`)
+	d.MetricsAllowUsers = a.allowUsers("metrics_allow_users", "metrics_allow", "daemon")
 	if d.LogFormat != "text" && d.LogFormat != "json" {
 		a.errorf("log_format", `log_format must be "text" or "json"`, "Text reads best in a terminal, JSON in a log pipeline.")
 	}
@@ -630,7 +648,7 @@ var agentSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 	{Name: "node", Required: true}, {Name: "switch", Required: true},
 	{Name: "switch_port", Required: true}, {Name: "mac", Required: true},
 	{Name: "address", Required: true}, {Name: "interface", Required: true},
-	{Name: "data_port"}, {Name: "relay_port"}, {Name: "health_listen"}, {Name: "health_allow"}, {Name: "tuning"},
+	{Name: "data_port"}, {Name: "relay_port"}, {Name: "health_listen"}, {Name: "health_allow"}, {Name: "health_allow_users"}, {Name: "tuning"},
 	{Name: "public_key"}, {Name: "key_file"},
 	{Name: "steering_mark"}, {Name: "steering_table"}, {Name: "steering_priority"},
 }}
@@ -688,6 +706,7 @@ func decodeAgent(b *hcl.Block, diags *hcl.Diagnostics) *Agent {
 		}
 	}
 	ag.HealthAllow, ag.HealthAllowRange = a.allowList("health_allow", fmt.Sprintf("agent %q", ag.Name), `List the addresses the controller nodes probe from, e.g. ["192.0.2.10/32"].`), a.rng("health_allow")
+	ag.HealthAllowUsers = a.allowUsers("health_allow_users", "health_allow", fmt.Sprintf("agent %q", ag.Name))
 	ag.PublicKeyRange, ag.KeyFileRange = a.rng("public_key"), a.rng("key_file")
 	if a.has("public_key") {
 		v, readable := a.given("public_key")

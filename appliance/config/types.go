@@ -83,10 +83,13 @@ type Daemon struct {
 	MetricsListen string
 	// MetricsAllow lists the source prefixes the metrics port accepts;
 	// empty accepts any. A reload changes it in place.
-	MetricsAllow    []netip.Prefix
-	DriftInterval   time.Duration
-	ShutdownTimeout time.Duration
-	LogFormat       string // "text" or "json"
+	MetricsAllow []netip.Prefix
+	// MetricsAllowUsers are the local users (names or uids) whose
+	// connections from this node MetricsAllow admits besides root's.
+	MetricsAllowUsers []string
+	DriftInterval     time.Duration
+	ShutdownTimeout   time.Duration
+	LogFormat         string // "text" or "json"
 }
 
 // Limits bound what one agent will accept.
@@ -203,7 +206,10 @@ type Agent struct {
 	// HealthAllow lists the source prefixes the health port accepts (the
 	// controller nodes'); empty accepts any.
 	HealthAllow []netip.Prefix
-	Tuning      []string
+	// HealthAllowUsers are the local users (names or uids) whose
+	// connections from this node HealthAllow admits besides root's.
+	HealthAllowUsers []string
+	Tuning           []string
 	// PublicKey, with per-agent keys, is the agent's static X25519 public
 	// key (public_key, as `sosappliance keygen` prints it) and KeyFile
 	// where its node holds the private key (key_file, default

@@ -389,6 +389,7 @@ func compileAgent(cfg *config.Config, a *config.Agent) (*Agent, error) {
 		ag.Relay.HealthListen = hp
 	}
 	ag.Relay.HealthAllow = slices.Clone(a.HealthAllow)
+	ag.Relay.HealthAllowUsers = slices.Clone(a.HealthAllowUsers)
 	if a.PublicKey != nil {
 		// Per-agent keys (every agent has one, config checked): the
 		// shell reads the private key from the file.

@@ -42,6 +42,9 @@ type Relay struct {
 	// controller nodes'); a connection from elsewhere is closed unread.
 	// Empty: any source.
 	HealthAllow []netip.Prefix
+	// HealthAllowUsers are the local users (names or uids) whose
+	// connections from this node HealthAllow admits besides root's.
+	HealthAllowUsers []string
 
 	// FoundedFile, if set, is where a server-side agent records each
 	// session it founds, so that after a restart it still refuses to

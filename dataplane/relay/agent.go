@@ -128,6 +128,7 @@ func compile(cfg Config) (*runtimeConfig, error) {
 	cfg.Server = slices.Clone(cfg.Server)
 	cfg.RelayCPUs = slices.Clone(cfg.RelayCPUs)
 	cfg.HealthAllow = slices.Clone(cfg.HealthAllow)
+	cfg.HealthAllowUsers = slices.Clone(cfg.HealthAllowUsers)
 	lim := limitsOf(cfg.Limits)
 	return &runtimeConfig{
 		Config: cfg,
@@ -448,7 +449,7 @@ func (a *Agent) reconcileListeners(ctx context.Context, rc *runtimeConfig) error
 	healthChanged := (a.health == nil) != !rc.HealthListen.IsValid() ||
 		(a.health != nil && a.health.addr != rc.HealthListen)
 	if healthChanged && rc.HealthListen.IsValid() {
-		h, err := startHealth(rc.HealthListen, rc.HealthAllow, a)
+		h, err := startHealth(rc.HealthListen, rc.HealthAllow, a.healthUsers(rc.HealthAllowUsers, rc.HealthAllow), a)
 		if err != nil {
 			return fail(fmt.Errorf("relay: health endpoint on %s: %w", rc.HealthListen, err))
 		}
@@ -474,7 +475,7 @@ func (a *Agent) reconcileListeners(ctx context.Context, rc *runtimeConfig) error
 		}
 		a.health = freshHealth
 	} else if a.health != nil {
-		a.health.ln.Allow(rc.HealthAllow)
+		a.health.ln.AllowFrom(rc.HealthAllow, a.healthUsers(rc.HealthAllowUsers, rc.HealthAllow))
 	}
 	return nil
 }

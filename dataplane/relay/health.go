@@ -55,14 +55,14 @@ const (
 )
 
 // startHealth serves the health endpoint on addr to the sources in allow
-// (any when empty).
-func startHealth(addr netip.AddrPort, allow []netip.Prefix, a *Agent) (*healthServer, error) {
+// (any when empty) and, from this node, to root and users.
+func startHealth(addr netip.AddrPort, allow []netip.Prefix, users []uint32, a *Agent) (*healthServer, error) {
 	raw, err := net.Listen(network(addr.Addr()), addr.String())
 	if err != nil {
 		return nil, err
 	}
 	ln := connlimit.New(raw, healthMaxConns, healthMaxConnsPerSource).WithCounts(&a.healthClosed)
-	ln.Allow(allow)
+	ln.AllowFrom(allow, users)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if ok, why := a.Health(); !ok {
@@ -101,6 +101,19 @@ func startHealth(addr netip.AddrPort, allow []netip.Prefix, a *Agent) (*healthSe
 		}
 	}()
 	return h, nil
+}
+
+// healthUsers is health_allow_users as uids; the names this node has no
+// user of are logged and admit nobody. allow is health_allow.
+func (a *Agent) healthUsers(names []string, allow []netip.Prefix) []uint32 {
+	uids, unknown := connlimit.ResolveUsers(names)
+	if len(unknown) > 0 {
+		a.log.Warn("relay: health_allow_users names users this node does not have; they are not admitted", "users", unknown)
+	}
+	if err := connlimit.OwnerLookup(); err != nil && len(allow) > 0 {
+		a.log.Error("relay: health_allow: the owner of a connection from this node cannot be looked up, so every connection is closed", "err", err)
+	}
+	return uids
 }
 
 // SessionTuple is one live session: its whitelist entry, the client's

@@ -29,19 +29,28 @@
 //
 // An allow list (Allow) goes before all of this: a connection from outside
 // it is closed as it is accepted, before a byte is read or written, and
-// takes no place.
+// takes no place. While there is one, a connection from this node (its
+// peer socket is in the listener's network namespace, whatever the
+// address) is accepted only from root or a user AllowUsers names: any
+// local user can bind an allowed address, such as 127.0.0.1 or the
+// node's own (package sockowner).
 package connlimit
 
 import (
 	"container/list"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
+	"os/user"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sosappliance/sosappliance/internal/sockowner"
 )
 
 // Listener is a net.Listener that keeps at most total connections open,
@@ -60,6 +69,9 @@ type Listener struct {
 
 	// allow is the allow list (Allow); nil or empty allows any source.
 	allow atomic.Pointer[[]netip.Prefix]
+	// users are the uids other than root that AllowUsers admits from
+	// this node while there is an allow list.
+	users atomic.Pointer[[]uint32]
 
 	*Counts
 }
@@ -85,6 +97,78 @@ func New(ln net.Listener, total, perSource int) *Listener {
 		Listener: ln, total: max(total, 1), perSource: max(perSource, 1), grace: servedGrace,
 		order: list.New(), bySrc: map[netip.Prefix]int{}, Counts: &Counts{},
 	}
+}
+
+// owners finds the owners of this node's peers, in the process's network
+// namespace (where its listeners are), for every listener; opened when
+// first needed, and checked then on a loopback connection of its own
+// (the kernel's tcp_diag could be missing: every lookup would then say
+// "not on this node"). Without it no peer is known (ownerUnknown), and
+// with an allow list set every connection is closed.
+var owners = sync.OnceValues(func() (*sockowner.Prober, error) {
+	p, err := sockowner.New()
+	if err != nil {
+		return nil, err
+	}
+	if err := selfCheck(p); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+})
+
+// OwnerLookup says why the owners of this node's peers cannot be looked
+// up (nil: they can); with an allow list set, every connection is then
+// closed.
+func OwnerLookup() error {
+	_, err := owners()
+	return err
+}
+
+// selfCheck looks up the other end of a loopback connection of this
+// process; with no loopback to make one on (a namespace whose lo is
+// down), it checks nothing.
+func selfCheck(p *sockowner.Prober) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil
+	}
+	defer ln.Close()
+	c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second)
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	local, remote := c.RemoteAddr().(*net.TCPAddr).AddrPort(), c.LocalAddr().(*net.TCPAddr).AddrPort()
+	if _, found, err := p.PeerOwner(local, remote); err != nil || !found {
+		return fmt.Errorf("the kernel's socket diagnostics did not find a connection of this process (is tcp_diag available?): %v", err)
+	}
+	return nil
+}
+
+// A connection's owner, when it is not a uid: its peer is not on this
+// node, or the lookup failed.
+const (
+	ownerRemote  int64 = -1
+	ownerUnknown int64 = -2
+)
+
+// ownerOf is the uid owning c's peer socket when it is on this node.
+func (l *Listener) ownerOf(c net.Conn) int64 {
+	local, lok := c.LocalAddr().(*net.TCPAddr)
+	remote, rok := c.RemoteAddr().(*net.TCPAddr)
+	p, _ := owners()
+	if !lok || !rok || p == nil {
+		return ownerUnknown
+	}
+	uid, found, err := p.PeerOwner(local.AddrPort(), remote.AddrPort())
+	switch {
+	case err != nil:
+		return ownerUnknown
+	case !found:
+		return ownerRemote
+	}
+	return int64(uid)
 }
 
 // WithCounts makes l count into c instead of counts of its own; call it
@@ -158,12 +242,13 @@ func (l *Listener) Accept() (net.Conn, error) {
 func (l *Listener) admit(c net.Conn) *conn {
 	addr := addrOf(c)
 	src := SourceOf(addr)
-	tc := &conn{Conn: c, l: l, addr: addr, src: src}
+	tc := &conn{Conn: c, l: l, addr: addr, src: src, owner: l.ownerOf(c)}
 	l.mu.Lock()
-	// The list is read under l.mu, which Allow holds from storing a new
-	// one to closing what it no longer admits: a connection is either
-	// refused here or closed by Allow, never left open past it.
-	if !l.allowed(addr) {
+	// The lists are read under l.mu, which Allow and AllowUsers hold
+	// from storing a new one to closing what it no longer admits: a
+	// connection is either refused here or closed by them, never left
+	// open past it.
+	if !l.admits(tc) {
 		l.mu.Unlock()
 		l.denied.Add(1)
 		_ = c.Close()
@@ -248,15 +333,38 @@ func (l *Listener) busiestLocked() func(*conn) bool {
 // prefixes are accepted, and the open ones from outside them are closed.
 // No prefixes (nil or empty) allow any source. Addresses are compared
 // unmapped (an IPv4 client of a dual-stack socket matches IPv4 prefixes).
+// While the list is set, a peer on this node must be root's or a user's
+// AllowUsers names.
 func (l *Listener) Allow(prefixes []netip.Prefix) {
 	list := slices.Clone(prefixes)
+	l.recheck(func() { l.allow.Store(&list) })
+}
+
+// AllowUsers sets the users other than root whose connections from this
+// node are accepted while there is an allow list, and closes the open
+// ones it no longer admits.
+func (l *Listener) AllowUsers(uids []uint32) {
+	list := slices.Clone(uids)
+	l.recheck(func() { l.users.Store(&list) })
+}
+
+// AllowFrom is Allow and AllowUsers at once: what neither list admits
+// any longer is closed, and nothing both admit.
+func (l *Listener) AllowFrom(prefixes []netip.Prefix, uids []uint32) {
+	list, users := slices.Clone(prefixes), slices.Clone(uids)
+	l.recheck(func() { l.allow.Store(&list); l.users.Store(&users) })
+}
+
+// recheck runs set under l.mu and closes the open connections that are
+// no longer admitted.
+func (l *Listener) recheck(set func()) {
 	var gone []*conn
 	l.mu.Lock()
-	l.allow.Store(&list)
+	set()
 	for e := l.order.Front(); e != nil; {
 		c := e.Value.(*conn)
 		e = e.Next()
-		if !l.allowed(c.addr) {
+		if !l.admits(c) {
 			l.removeLocked(c)
 			gone = append(gone, c)
 		}
@@ -268,13 +376,48 @@ func (l *Listener) Allow(prefixes []netip.Prefix) {
 	}
 }
 
-// allowed says whether the allow list admits addr.
-func (l *Listener) allowed(addr netip.Addr) bool {
+// admits says whether the allow list admits c: its address, and, from
+// this node, its owner.
+func (l *Listener) admits(c *conn) bool {
 	list := l.allow.Load()
 	if list == nil || len(*list) == 0 {
 		return true
 	}
-	return slices.ContainsFunc(*list, func(p netip.Prefix) bool { return p.Contains(addr) })
+	if !slices.ContainsFunc(*list, func(p netip.Prefix) bool { return p.Contains(c.addr) }) {
+		return false
+	}
+	switch c.owner {
+	case ownerRemote, 0:
+		return true
+	case ownerUnknown:
+		return false
+	}
+	users := l.users.Load()
+	return users != nil && slices.Contains(*users, uint32(c.owner))
+}
+
+// ResolveUsers turns user names and numeric uids into uids. Names that
+// are not users of this node are returned apart (a config shared by
+// several nodes may name a user some of them lack).
+func ResolveUsers(names []string) (uids []uint32, unknown []string) {
+	for _, n := range names {
+		if id, err := strconv.ParseUint(n, 10, 32); err == nil {
+			uids = append(uids, uint32(id))
+			continue
+		}
+		u, err := user.Lookup(n)
+		if err != nil {
+			unknown = append(unknown, n)
+			continue
+		}
+		id, err := strconv.ParseUint(u.Uid, 10, 32)
+		if err != nil {
+			unknown = append(unknown, fmt.Sprintf("%s (uid %q)", n, u.Uid))
+			continue
+		}
+		uids = append(uids, uint32(id))
+	}
+	return uids, unknown
 }
 
 // Open is how many accepted connections are open.
@@ -353,7 +496,10 @@ type conn struct {
 	l    *Listener
 	addr netip.Addr
 	src  netip.Prefix
-	elem *list.Element // nil once forgotten
+	// owner is the uid owning the peer socket when it is on this node,
+	// else ownerRemote or ownerUnknown.
+	owner int64
+	elem  *list.Element // nil once forgotten
 	// servingSince is when the request being served on it started
 	// (monotonic; 0: none; Track); answered says one was served.
 	servingSince atomic.Int64

@@ -16,7 +16,10 @@ type recordingConn struct {
 }
 
 func (c *recordingConn) RemoteAddr() net.Addr { return c.remote }
-func (c *recordingConn) Close() error         { c.closed.Store(true); return nil }
+func (c *recordingConn) LocalAddr() net.Addr {
+	return &net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 80}
+}
+func (c *recordingConn) Close() error { c.closed.Store(true); return nil }
 
 // TestAllowRacesAdmit: a connection accepted while Allow narrows the list
 // is either refused at accept or closed by Allow, never left open after

@@ -1,0 +1,91 @@
+package appliance
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
+)
+
+// otherUserGets says whether another local user (testsupport.OtherUID)
+// gets an answer from http://addr+path with its connection bound to from.
+func otherUserGets(t *testing.T, from, addr, path string) bool {
+	t.Helper()
+	out, err := testsupport.AsOtherUser(t, "curl", "-sS", "-m", "10", "--interface", from, "-o", "/dev/null", "-w", "%{http_code}", "http://"+addr+path).CombinedOutput()
+	return err == nil && strings.TrimSpace(string(out)) == "200"
+}
+
+// TestHealthAndMetricsRefuseOtherLocalUsers: with health_allow and
+// metrics_allow admitting the node's own address, any local user could
+// bind that address and read /sessions (the clients and servers of the
+// live sessions) and /metrics (found by review, helper-90). A node with
+// its controller and agent a1 on 10.1.0.2: another local user connecting
+// from 10.1.0.2 is closed unread on both ports, while the controller's own
+// checks (root) keep a1 up. A reload naming the user in
+// health_allow_users and metrics_allow_users lets it in; one naming a user
+// the node lacks is taken, with a warning.
+func TestHealthAndMetricsRefuseOtherLocalUsers(t *testing.T) {
+	if !testsupport.InFreshNetns(t, "ip", "nft", "curl", "setpriv") {
+		return
+	}
+	n := newReloadNode(t)
+	const self = "10.1.0.2"
+	config := func(healthUsers, metricsUsers string) string {
+		c := n.config(reloadEdit{rmemMax: "100000", controllerPort: 6653, dataPort: 9877})
+		daemon := "daemon {\n  shutdown_timeout = \"2s\"\n  metrics_allow = [\"10.1.0.2\"]\n"
+		if metricsUsers != "" {
+			daemon += "  metrics_allow_users = " + metricsUsers + "\n"
+		}
+		c = strings.Replace(c, `daemon { shutdown_timeout = "2s" }`, daemon+"}", 1)
+		agent := `    tuning      = ["t"]` + "\n    health_allow = [\"10.1.0.2\"]"
+		if healthUsers != "" {
+			agent += "\n    health_allow_users = " + healthUsers
+		}
+		return strings.Replace(c, `    tuning      = ["t"]`, agent, 1)
+	}
+	writeFile(t, n.cfgPath, config("", ""))
+	metrics, health := self+":9465", self+":9878"
+	d := n.daemonWith(metrics)
+	runDaemon(t, d, n.logs)
+	a1Up := func() bool {
+		for _, a := range d.Status().Agents {
+			if a.Name == "a1" && !a.Local && a.Healthy {
+				return true
+			}
+		}
+		return false
+	}
+	testsupport.Eventually(t, 15*time.Second, "the controller sees a1 up", a1Up)
+
+	if otherUserGets(t, self, health, "/sessions") {
+		t.Errorf("another local user from %s read /sessions", self)
+	}
+	if otherUserGets(t, self, metrics, "/metrics") {
+		t.Errorf("another local user from %s read /metrics", self)
+	}
+	scrape, err := testsupport.GetFrom(self, metrics, "/metrics")
+	if err != nil {
+		t.Fatalf("root's scrape from %s: %v", self, err)
+	}
+	for _, want := range []string{
+		`sosappliance_metrics_connections_closed_total{reason="denied"} 1`,
+		`sosappliance_agent_health_connections_closed_total{agent="a1",reason="denied"} 1`,
+	} {
+		if !strings.Contains(scrape, want) {
+			t.Errorf("the scrape lacks %s", want)
+		}
+	}
+
+	writeFile(t, n.cfgPath, config(`["65534"]`, `["nobody", "no-such-user-here"]`))
+	testsupport.Eventually(t, 15*time.Second, "the reload naming the user", func() bool {
+		return otherUserGets(t, self, health, "/sessions") && otherUserGets(t, self, metrics, "/metrics")
+	})
+	if !strings.Contains(n.logs.String(), "metrics_allow_users names users this node does not have") ||
+		!strings.Contains(n.logs.String(), "no-such-user-here") {
+		t.Errorf("no warning names the user the node lacks:\n%s", n.logs.String())
+	}
+	if !a1Up() {
+		t.Error("a1 is down")
+	}
+}
