@@ -92,33 +92,53 @@ func readMeta(f *os.File, off int64) (boltMeta, bool) {
 // go first (bbolt's flock): one creating it has it empty or short for a
 // moment. A file whose meta pages are both invalid is left to bbolt, which
 // refuses it with an error. exists is whether there is a regular file.
-func checkFile(path string, mustExist bool, timeout time.Duration) (exists, freelistStored bool, err error) {
+//
+// checked is the file it looked at (nil when there is none): the opens
+// after it must find that file at the path, or start over (errMoved).
+func checkFile(path string, mustExist bool, timeout time.Duration) (checked fs.FileInfo, freelistStored bool, err error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if mustExist {
-			return false, false, fmt.Errorf("%w at %s", ErrNoDatabase, path)
+			return nil, false, fmt.Errorf("%w at %s", ErrNoDatabase, path)
 		}
-		return false, false, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return false, false, fmt.Errorf("open state database %s: %w", path, err)
+		return nil, false, fmt.Errorf("open state database %s: %w", path, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return false, false, fmt.Errorf("open state database %s: %w", path, err)
+		return nil, false, fmt.Errorf("open state database %s: %w", path, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return false, false, nil // bbolt names what it is
+		return nil, false, nil // bbolt names what it is
 	}
 	if err := sharedFlock(f, timeout); err != nil {
-		return false, false, &InUseError{Path: path, PID: lockHolder(path)}
+		return nil, false, &InUseError{Path: path, PID: lockHolder(path)}
 	}
 	if fi, err = f.Stat(); err != nil {
-		return false, false, fmt.Errorf("open state database %s: %w", path, err)
+		return nil, false, fmt.Errorf("open state database %s: %w", path, err)
+	}
+	// An empty file nobody holds may be one a first open has just
+	// made, a moment before it takes the lock: it is looked at again
+	// after a while (the lock is then the maker's until the file is
+	// whole) before it is called damaged.
+	for wait := 10 * time.Millisecond; fi.Size() == 0 && wait <= 160*time.Millisecond; wait *= 2 {
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		time.Sleep(wait)
+		if err := sharedFlock(f, timeout); err != nil {
+			return nil, false, &InUseError{Path: path, PID: lockHolder(path)}
+		}
+		if fi, err = f.Stat(); err != nil {
+			return nil, false, fmt.Errorf("open state database %s: %w", path, err)
+		}
+	}
+	if named, err := os.Stat(path); err != nil || !os.SameFile(fi, named) {
+		return nil, false, errMoved // replaced or removed while this waited
 	}
 	stored, err := checkLength(f, fi, path)
-	return true, stored, err
+	return fi, stored, err
 }
 
 // sharedFlock takes bbolt's lock shared, waiting up to timeout.
@@ -192,11 +212,13 @@ func guarded(path string, fn func() error) (err error) {
 // of its own, in a goroutine no recover reaches), reads every page once in
 // this goroutine and has bbolt check the pages' bookkeeping (a free list
 // naming a live page makes the next write panic), all under guarded.
-func verify(path string, timeout time.Duration, freelistStored bool) error {
+func verify(path string, timeout time.Duration, freelistStored bool, checked fs.FileInfo) error {
 	var db *bolt.DB
 	err := guarded(path, func() error {
 		var err error
-		db, err = openBolt(path, bolt.Options{Timeout: timeout, ReadOnly: true}, nil)
+		db, err = openBolt(path, bolt.Options{Timeout: timeout, ReadOnly: true}, func(f *os.File) error {
+			return lockChecked(f, path, timeout, unix.LOCK_SH, checked)
+		})
 		if err != nil {
 			return err
 		}

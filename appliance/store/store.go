@@ -182,17 +182,18 @@ func Open(path string, opts Options) (*Store, error) {
 // with bbolt. It returns errMoved when the file bbolt locked is no longer
 // the one path names.
 func openChecked(path string, opts Options, timeout time.Duration) (*bolt.DB, error) {
-	exists, freelistStored, err := checkFile(path, opts.MustExist, timeout)
+	checked, freelistStored, err := checkFile(path, opts.MustExist, timeout)
 	if err != nil {
 		return nil, err
 	}
+	exists := checked != nil
 	if exists {
-		err := verify(path, timeout, freelistStored)
+		err := verify(path, timeout, freelistStored, checked)
 		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, &InUseError{Path: path, PID: lockHolder(path)}
 		}
 		var corrupt *CorruptError
-		if err != nil && !errors.As(err, &corrupt) {
+		if err != nil && !errors.As(err, &corrupt) && !errors.Is(err, errMoved) {
 			err = fmt.Errorf("open state database %s: %w", path, err)
 		}
 		if err != nil {
@@ -205,7 +206,7 @@ func openChecked(path string, opts Options, timeout time.Duration) (*bolt.DB, er
 	var db *bolt.DB
 	err = guarded(path, func() error {
 		var err error
-		db, err = openNamed(path, timeout, !exists)
+		db, err = openNamed(path, timeout, checked)
 		return err
 	})
 	if errors.Is(err, bolterrors.ErrTimeout) {
@@ -245,21 +246,27 @@ var errHalfMade = errors.New("the file is another open's unfinished one")
 
 // openNamed opens the database at path with bbolt. bbolt opens (or
 // creates) the file and then waits for its lock, so the file it locks may
-// no longer be the one path names: a first open that failed on a full
-// disk removes the file it began (removeUnfinished), and this process
-// would run on a database no later command sees. openNamed takes the lock
-// itself as the file is opened (bbolt's own flock of the same open file
-// then holds at once) and, holding it, refuses a file path no longer
-// names (errMoved) and, for a new database (fresh: there was no file when
-// the open began), one another open left half made (errHalfMade), which
-// bbolt would read past its end.
-func openNamed(path string, timeout time.Duration, fresh bool) (*bolt.DB, error) {
+// not be the one checked (checkFile; nil: there was none): a first open
+// that failed on a full disk removes the file it began
+// (removeUnfinished), and this process would run on a database no later
+// command sees; a file moved in place meanwhile would be opened
+// unchecked. openNamed takes the lock itself as the file is opened
+// (bbolt's own flock of the same open file then holds at once) and,
+// holding it, refuses a file path no longer names or that is not the one
+// checked (errMoved) and, for a new database, one another open left half
+// made (errHalfMade), which bbolt would read past its end.
+func openNamed(path string, timeout time.Duration, checked fs.FileInfo) (*bolt.DB, error) {
 	return openBolt(path, bolt.Options{Timeout: timeout}, func(f *os.File) error {
 		if testHookOpened != nil {
 			testHookOpened(path, false)
 		}
-		if err := lockNamed(f, path, timeout, fresh); err != nil {
+		if err := lockChecked(f, path, timeout, unix.LOCK_EX, checked); err != nil {
 			return err
+		}
+		if checked == nil {
+			if held, err := f.Stat(); err == nil && held.Mode().IsRegular() && held.Size() > 0 && unfinished(f, held.Size()) {
+				return errHalfMade
+			}
 		}
 		if testHookOpened != nil {
 			testHookOpened(path, true)
@@ -302,12 +309,13 @@ func openBolt(path string, o bolt.Options, check func(*os.File) error) (*bolt.DB
 	return bolt.Open(path, 0o600, &o)
 }
 
-// lockNamed takes bbolt's lock on f, waiting up to timeout, and checks
-// what openNamed says it checks.
-func lockNamed(f *os.File, path string, timeout time.Duration, fresh bool) error {
+// lockChecked takes bbolt's lock on f (how: unix.LOCK_EX or LOCK_SH),
+// waiting up to timeout, and then returns errMoved when f is not the file
+// path names, or not the one checked (when there was one).
+func lockChecked(f *os.File, path string, timeout time.Duration, how int, checked fs.FileInfo) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		if err == nil {
 			break
 		}
@@ -323,13 +331,22 @@ func lockNamed(f *os.File, path string, timeout time.Duration, fresh bool) error
 	if err != nil {
 		return err
 	}
-	if named, err := os.Stat(path); err != nil || !os.SameFile(held, named) {
+	if named, err := os.Stat(path); err != nil || !os.SameFile(held, named) || (checked != nil && !os.SameFile(held, checked)) {
 		return errMoved
 	}
-	if fresh && held.Mode().IsRegular() && held.Size() > 0 && held.Size() < 4*int64(os.Getpagesize()) {
-		return errHalfMade
-	}
 	return nil
+}
+
+// unfinished says whether a file of size bytes is shorter than the four
+// pages bbolt writes first, in the page size its first meta page gives
+// (a database made elsewhere may have pages of another size than this
+// machine's), else this machine's.
+func unfinished(f *os.File, size int64) bool {
+	page := int64(os.Getpagesize())
+	if m, ok := readMeta(f, 0); ok && m.pageSize >= 512 {
+		page = int64(m.pageSize)
+	}
+	return size < 4*page
 }
 
 // unfinishedWait bounds how long removeUnfinished waits for the lock.
@@ -355,11 +372,11 @@ func removeUnfinished(path string, wait time.Duration) {
 		return
 	}
 	defer f.Close()
-	unfinished := func() (fs.FileInfo, bool) {
+	isUnfinished := func() (fs.FileInfo, bool) {
 		held, err := f.Stat()
-		return held, err == nil && held.Mode().IsRegular() && held.Size() < 4*int64(os.Getpagesize())
+		return held, err == nil && held.Mode().IsRegular() && unfinished(f, held.Size())
 	}
-	if _, ok := unfinished(); !ok {
+	if _, ok := isUnfinished(); !ok {
 		return
 	}
 	deadline := time.Now().Add(wait)
@@ -369,7 +386,7 @@ func removeUnfinished(path string, wait time.Duration) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	held, ok := unfinished()
+	held, ok := isUnfinished()
 	if !ok {
 		return
 	}
