@@ -35,10 +35,10 @@ site "a" {
 func TestAllowUsersRead(t *testing.T) {
 	cfg := mustParse(t, allowUsersConfig(
 		`metrics_allow = ["127.0.0.1"]
-metrics_allow_users = ["prometheus", "110"]`,
+metrics_allow_users = ["prometheus", "110", "node-exporter"]`,
 		`health_allow = ["10.1.0.2"]
 health_allow_users = ["nagios"]`))
-	if got := fmt.Sprint(cfg.Daemon.MetricsAllowUsers); got != "[prometheus 110]" {
+	if got := fmt.Sprint(cfg.Daemon.MetricsAllowUsers); got != "[prometheus 110 node-exporter]" {
 		t.Errorf("metrics_allow_users = %s", got)
 	}
 	if got := fmt.Sprint(cfg.Agent("a1").HealthAllowUsers); got != "[nagios]" {
@@ -58,6 +58,10 @@ func TestAllowUsersRefused(t *testing.T) {
 metrics_allow_users = [""]`, ``, `daemon metrics_allow_users: "" is not a user name or uid`},
 		{``, `health_allow = ["10.1.0.2"]
 health_allow_users = ["a b"]`, `agent "a1" health_allow_users: "a b" is not a user name or uid`},
+		{`metrics_allow = ["127.0.0.1"]
+metrics_allow_users = ["4294967296"]`, ``, `daemon metrics_allow_users: "4294967296" is not a user name or uid`},
+		{`metrics_allow = ["127.0.0.1"]
+metrics_allow_users = ["-1"]`, ``, `daemon metrics_allow_users: "-1" is not a user name or uid`},
 	} {
 		src := allowUsersConfig(c.daemon, c.agent)
 		_, diags := parseString(t, src)

@@ -286,7 +286,8 @@ func (a *attrs) allowList(name, what, hint string) []netip.Prefix {
 func (a *attrs) allowUsers(name, list, what string) []string {
 	users := a.strList(name)
 	for _, u := range users {
-		if u == "" || strings.ContainsAny(u, " \t\n:/") {
+		digits := u != "" && strings.Trim(u, "0123456789") == ""
+		if id, err := strconv.ParseUint(u, 10, 32); u == "" || strings.ContainsAny(u, " \t\n:/") || strings.HasPrefix(u, "-") || digits && (err != nil || id == 1<<32-1) {
 			a.errorf(name, "%s %s: %q is not a user name or uid", `Name a local user ("prometheus") or give its uid ("110").`, what, name, u)
 		}
 	}

@@ -99,23 +99,38 @@ func New(ln net.Listener, total, perSource int) *Listener {
 	}
 }
 
-// owners finds the owners of this node's peers, in the process's network
-// namespace (where its listeners are), for every listener; opened when
-// first needed, and checked then on a loopback connection of its own
-// (the kernel's tcp_diag could be missing: every lookup would then say
-// "not on this node"). Without it no peer is known (ownerUnknown), and
-// with an allow list set every connection is closed.
-var owners = sync.OnceValues(func() (*sockowner.Prober, error) {
+// The owners of this node's peers are found in the process's network
+// namespace (where its listeners are), for every listener, by a prober
+// opened when first needed and checked then on a loopback connection of
+// its own (the kernel's tcp_diag could be missing: every lookup would
+// then say "not on this node"). Without one no peer is known
+// (ownerUnknown), and with an allow list set every connection is closed;
+// opening it is tried again at most once a second.
+var owner struct {
+	mu     sync.Mutex
+	p      *sockowner.Prober
+	err    error
+	tried  time.Time
+	opened bool
+}
+
+func owners() (*sockowner.Prober, error) {
+	owner.mu.Lock()
+	defer owner.mu.Unlock()
+	if owner.opened || time.Since(owner.tried) < time.Second {
+		return owner.p, owner.err
+	}
+	owner.tried = time.Now()
 	p, err := sockowner.New()
-	if err != nil {
-		return nil, err
+	if err == nil {
+		if err = selfCheck(p); err != nil {
+			p.Close()
+			p = nil
+		}
 	}
-	if err := selfCheck(p); err != nil {
-		p.Close()
-		return nil, err
-	}
-	return p, nil
-})
+	owner.p, owner.err, owner.opened = p, err, err == nil
+	return p, err
+}
 
 // OwnerLookup says why the owners of this node's peers cannot be looked
 // up (nil: they can); with an allow list set, every connection is then
@@ -147,10 +162,12 @@ func selfCheck(p *sockowner.Prober) error {
 }
 
 // A connection's owner, when it is not a uid: its peer is not on this
-// node, or the lookup failed.
+// node, the lookup failed, or it was not looked up yet (only a
+// connection an allow list admits by its address needs it).
 const (
-	ownerRemote  int64 = -1
-	ownerUnknown int64 = -2
+	ownerRemote   int64 = -1
+	ownerUnknown  int64 = -2
+	ownerUnlooked int64 = -3
 )
 
 // ownerOf is the uid owning c's peer socket when it is on this node.
@@ -242,7 +259,10 @@ func (l *Listener) Accept() (net.Conn, error) {
 func (l *Listener) admit(c net.Conn) *conn {
 	addr := addrOf(c)
 	src := SourceOf(addr)
-	tc := &conn{Conn: c, l: l, addr: addr, src: src, owner: l.ownerOf(c)}
+	tc := &conn{Conn: c, l: l, addr: addr, src: src, owner: ownerUnlooked}
+	if list := l.allow.Load(); list != nil && slices.ContainsFunc(*list, func(p netip.Prefix) bool { return p.Contains(addr) }) {
+		tc.owner = l.ownerOf(c) // before the lock; admits looks up the rest
+	}
 	l.mu.Lock()
 	// The lists are read under l.mu, which Allow and AllowUsers hold
 	// from storing a new one to closing what it no longer admits: a
@@ -377,7 +397,8 @@ func (l *Listener) recheck(set func()) {
 }
 
 // admits says whether the allow list admits c: its address, and, from
-// this node, its owner.
+// this node, its owner (looked up now if it was not yet). Call it with
+// l.mu held.
 func (l *Listener) admits(c *conn) bool {
 	list := l.allow.Load()
 	if list == nil || len(*list) == 0 {
@@ -385,6 +406,9 @@ func (l *Listener) admits(c *conn) bool {
 	}
 	if !slices.ContainsFunc(*list, func(p netip.Prefix) bool { return p.Contains(c.addr) }) {
 		return false
+	}
+	if c.owner == ownerUnlooked {
+		c.owner = l.ownerOf(c.Conn)
 	}
 	switch c.owner {
 	case ownerRemote, 0:

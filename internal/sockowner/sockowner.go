@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 
@@ -61,22 +62,78 @@ func (p *Prober) Close() error {
 	return err
 }
 
+// ErrLocalPeerNotFound: the connection comes from an address of this
+// node (a packet from another host with such a source is dropped), yet
+// no socket here has its other end: whom it belongs to is unknown.
+var ErrLocalPeerNotFound = errors.New("socket diagnostics: the connection comes from an address of this node, but no socket here is its other end")
+
 // PeerOwner returns the uid owning the TCP socket at the other end of the
 // connection whose local address is local and remote address is remote,
 // and whether such a socket is on this node (in the Prober's namespace).
 // An IPv4 address mapped into IPv6 (a dual-stack listener's view of an
 // IPv4 client) is looked up as IPv4, then as it is.
+//
+// The kernel finds a socket bound to a device (SO_BINDTODEVICE, which
+// any user may set; an IPv6 link-local connection's zone) only when asked
+// with that device: when the remote address is one of this node's, the
+// lookup is made again with each interface, and a peer still not found is
+// ErrLocalPeerNotFound, never "not on this node".
 func (p *Prober) PeerOwner(local, remote netip.AddrPort) (uid uint32, found bool, err error) {
-	peer, self := remote, local
-	if peer.Addr().Is4In6() && self.Addr().Is4In6() {
-		v4peer := netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port())
-		v4self := netip.AddrPortFrom(self.Addr().Unmap(), self.Port())
-		uid, found, err = p.lookup(v4peer, v4self)
-		if found || err != nil {
+	type pair struct{ peer, self netip.AddrPort }
+	pairs := []pair{{remote, local}}
+	if remote.Addr().Is4In6() && local.Addr().Is4In6() {
+		pairs = []pair{{netip.AddrPortFrom(remote.Addr().Unmap(), remote.Port()), netip.AddrPortFrom(local.Addr().Unmap(), local.Port())}, {remote, local}}
+	}
+	try := func(dif uint32) (uint32, bool, error) {
+		for _, pr := range pairs {
+			uid, found, err := p.lookup(pr.peer, pr.self, dif)
+			if found || err != nil {
+				return uid, found, err
+			}
+		}
+		return 0, false, nil
+	}
+	if uid, found, err = try(0); found || err != nil {
+		return uid, found, err
+	}
+	ours, err := isOwnAddress(remote.Addr())
+	if err != nil {
+		return 0, false, err
+	}
+	if !ours {
+		return 0, false, nil
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 0, false, fmt.Errorf("socket diagnostics: %w", err)
+	}
+	for _, ifc := range ifs {
+		if uid, found, err = try(uint32(ifc.Index)); found || err != nil {
 			return uid, found, err
 		}
 	}
-	return p.lookup(peer, self)
+	return 0, false, ErrLocalPeerNotFound
+}
+
+// isOwnAddress says whether a is a loopback address or one assigned to an
+// interface of this network namespace.
+func isOwnAddress(a netip.Addr) (bool, error) {
+	a = a.Unmap().WithZone("")
+	if a.IsLoopback() {
+		return true, nil
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false, fmt.Errorf("socket diagnostics: this node's addresses: %w", err)
+	}
+	for _, ia := range addrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if b, ok := netip.AddrFromSlice(n.IP); ok && b.Unmap() == a {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // The kernel's structures (linux/inet_diag.h, linux/sock_diag.h).
@@ -85,11 +142,14 @@ const (
 	reqLen           = 56 // struct inet_diag_req_v2
 	msgLen           = 72 // struct inet_diag_msg
 	noCookie         = ^uint32(0)
+	tcpListen        = 10 // TCP_LISTEN
 )
 
 // lookup asks for the TCP socket whose local end is src and remote end
-// is dst.
-func (p *Prober) lookup(src, dst netip.AddrPort) (uint32, bool, error) {
+// is dst, bound to no device or to device dif. An answer that is not
+// that connection (the kernel falls back to a listening socket of src)
+// is not it.
+func (p *Prober) lookup(src, dst netip.AddrPort, dif uint32) (uint32, bool, error) {
 	if !src.IsValid() || !dst.IsValid() || src.Addr().Is4() != dst.Addr().Is4() {
 		return 0, false, fmt.Errorf("socket diagnostics: addresses %s and %s are not of one family", src, dst)
 	}
@@ -113,7 +173,7 @@ func (p *Prober) lookup(src, dst netip.AddrPort) (uint32, bool, error) {
 	r[0] = family
 	r[1] = unix.IPPROTO_TCP
 	binary.NativeEndian.PutUint32(r[4:], ^uint32(0)) // every state
-	putID(r[8:], src, dst)
+	putID(r[8:], src, dst, dif)
 	if err := unix.Sendto(p.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return 0, false, fmt.Errorf("socket diagnostics: %w", err)
 	}
@@ -147,6 +207,9 @@ func (p *Prober) lookup(src, dst netip.AddrPort) (uint32, bool, error) {
 				if len(m.data) < msgLen {
 					return 0, false, errors.New("socket diagnostics: short answer")
 				}
+				if m.data[1] == tcpListen || binary.BigEndian.Uint16(m.data[4:]) != src.Port() || binary.BigEndian.Uint16(m.data[6:]) != dst.Port() {
+					return 0, false, nil
+				}
 				return binary.NativeEndian.Uint32(m.data[64:]), true, nil
 			}
 		}
@@ -154,8 +217,8 @@ func (p *Prober) lookup(src, dst netip.AddrPort) (uint32, bool, error) {
 }
 
 // putID writes a struct inet_diag_sockid: ports and addresses in network
-// order, no interface, no cookie.
-func putID(b []byte, src, dst netip.AddrPort) {
+// order, the device dif (0: none), no cookie.
+func putID(b []byte, src, dst netip.AddrPort, dif uint32) {
 	binary.BigEndian.PutUint16(b[0:], src.Port())
 	binary.BigEndian.PutUint16(b[2:], dst.Port())
 	s, d := src.Addr().As16(), dst.Addr().As16()
@@ -167,7 +230,7 @@ func putID(b []byte, src, dst netip.AddrPort) {
 	}
 	copy(b[4:], s[:])
 	copy(b[20:], d[:])
-	binary.NativeEndian.PutUint32(b[36:], 0)
+	binary.NativeEndian.PutUint32(b[36:], dif)
 	binary.NativeEndian.PutUint32(b[40:], noCookie)
 	binary.NativeEndian.PutUint32(b[44:], noCookie)
 }

@@ -2,6 +2,7 @@ package sockowner
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"net/netip"
 	"runtime"
@@ -101,9 +102,15 @@ func TestPeerNotOnThisNode(t *testing.T) {
 		return
 	}
 	p := newProber(t)
-	_, found, err := p.PeerOwner(netip.MustParseAddrPort("127.0.0.1:1"), netip.MustParseAddrPort("127.0.0.1:2"))
+	_, found, err := p.PeerOwner(netip.MustParseAddrPort("127.0.0.1:1"), netip.MustParseAddrPort("192.0.2.1:2"))
 	if err != nil || found {
-		t.Fatalf("a tuple no socket has: found %v, %v", found, err)
+		t.Fatalf("a tuple no socket has, from an address not this node's: found %v, %v", found, err)
+	}
+	// From an address of this node a peer not found is not "remote":
+	// its socket is here, bound to a device or gone.
+	_, found, err = p.PeerOwner(netip.MustParseAddrPort("127.0.0.1:1"), netip.MustParseAddrPort("127.0.0.1:2"))
+	if !errors.Is(err, ErrLocalPeerNotFound) || found {
+		t.Fatalf("a tuple no socket has, from loopback: found %v, %v; want ErrLocalPeerNotFound", found, err)
 	}
 
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "so0"}, PeerName: "so1"}
