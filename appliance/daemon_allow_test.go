@@ -10,6 +10,16 @@ import (
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
+// controllerSeesUp says whether d's controller sees agent up.
+func controllerSeesUp(d *Daemon, agent string) bool {
+	for _, a := range d.Status().Agents {
+		if a.Name == agent && !a.Local && a.Healthy {
+			return true
+		}
+	}
+	return false
+}
+
 // TestHealthAndMetricsAllow runs a node with its controller, agent a1 and
 // metrics on 10.1.0.2, with health_allow and metrics_allow admitting only
 // that address. Another host on the LAN (10.1.0.9) asking the health port
@@ -35,14 +45,7 @@ func TestHealthAndMetricsAllow(t *testing.T) {
 	metricsAddr := self + ":9465"
 	d := n.daemonWith(metricsAddr)
 	runDaemon(t, d, n.logs)
-	a1Up := func() bool {
-		for _, a := range d.Status().Agents {
-			if a.Name == "a1" && !a.Local && a.Healthy {
-				return true
-			}
-		}
-		return false
-	}
+	a1Up := func() bool { return controllerSeesUp(d, "a1") }
 	testsupport.Eventually(t, 15*time.Second, "the controller sees a1 up through health_allow", a1Up)
 
 	health, metrics := self+":9878", metricsAddr

@@ -48,14 +48,7 @@ func TestHealthAndMetricsRefuseOtherLocalUsers(t *testing.T) {
 	metrics, health := self+":9465", self+":9878"
 	d := n.daemonWith(metrics)
 	runDaemon(t, d, n.logs)
-	a1Up := func() bool {
-		for _, a := range d.Status().Agents {
-			if a.Name == "a1" && !a.Local && a.Healthy {
-				return true
-			}
-		}
-		return false
-	}
+	a1Up := func() bool { return controllerSeesUp(d, "a1") }
 	testsupport.Eventually(t, 15*time.Second, "the controller sees a1 up", a1Up)
 
 	if otherUserGets(t, self, health, "/sessions") {

@@ -136,7 +136,7 @@ func TestApplyThatFillsTheStateDisk(t *testing.T) {
 		code, out, errOut := cli("apply", "--auto-approve")
 		changed := 0
 		for i := range manyIfaces {
-			b, _ := os.ReadFile(filepath.Join(root, fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)))
+			b, _ := os.ReadFile(rpFilterOf(root, i))
 			switch v := strings.TrimSpace(string(b)); v {
 			case "1":
 			case "2":
@@ -230,6 +230,51 @@ func (d *ext4Disk) checkAndRemount() {
 	d.mount()
 }
 
+// rpFilterOf is where interface i's rp_filter of manySysctlsFile is
+// under root.
+func rpFilterOf(root string, i int) string {
+	return filepath.Join(root, fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i))
+}
+
+// rpFiltersNot counts the interfaces of manySysctlsFile whose rp_filter
+// under root is not want.
+func rpFiltersNot(root, want string) int {
+	c := 0
+	for i := range manyIfaces {
+		b, _ := os.ReadFile(rpFilterOf(root, i))
+		if strings.TrimSpace(string(b)) != want {
+			c++
+		}
+	}
+	return c
+}
+
+// driftRpFilters sets every rp_filter of manySysctlsFile under root back
+// to the host's 1, behind the daemon's back.
+func driftRpFilters(root string) {
+	for i := range manyIfaces {
+		os.WriteFile(rpFilterOf(root, i), []byte("1\n"), 0o644)
+	}
+}
+
+// startDriftDaemon runs the daemon of n (manySysctlsFile, state at
+// state) checking drift every second; alive fails the test once it has
+// exited.
+func startDriftDaemon(t *testing.T, n tuningNode, state string) (d *testsupport.Daemon, alive func()) {
+	t.Helper()
+	d = testsupport.StartDaemon(t, testsupport.Command(t, mainChild, "run", "-c", n.cfg, "--node", "host1",
+		"--state", state, "--control-socket", n.socket,
+		"--root", n.root, "--metrics-listen", "", "--drift-interval", "1s", "--settle", "50ms"))
+	return d, func() {
+		t.Helper()
+		select {
+		case <-d.Done():
+			t.Fatalf("the daemon exited (%v):\n%s", d.Err(), headLines(d.Output.String(), 30))
+		default:
+		}
+	}
+}
+
 // writeManySysctlsTree makes the host of manySysctlsFile under root:
 // rmem_max 212992 and the interfaces' rp_filter 1.
 func writeManySysctlsTree(t *testing.T, root string) {
@@ -261,7 +306,7 @@ func rolledBackWhole(t *testing.T, k int, root, state string) {
 		t.Errorf("k=%d: rollback left rmem_max %s, want the host's 212992", k, got)
 	}
 	for i := range manyIfaces {
-		b, _ := os.ReadFile(filepath.Join(root, fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)))
+		b, _ := os.ReadFile(rpFilterOf(root, i))
 		if v := strings.TrimSpace(string(b)); v != "1" {
 			t.Errorf("k=%d: rollback left rv92x%02d rp_filter %q, want the host's 1", k, i, v)
 		}
@@ -320,27 +365,8 @@ func TestDaemonWhileItsStateDiskIsFull(t *testing.T) {
 	writeConfig(t, n.cfg, manySysctlsFile("67108864"))
 	writeManySysctlsTree(t, n.root)
 	state := filepath.Join(testsupport.Tmpfs(t, "256k"), "state.db")
-	d := testsupport.StartDaemon(t, testsupport.Command(t, mainChild, "run", "-c", n.cfg, "--node", "host1",
-		"--state", state, "--control-socket", n.socket,
-		"--root", n.root, "--metrics-listen", "", "--drift-interval", "1s", "--settle", "50ms"))
-	alive := func() {
-		t.Helper()
-		select {
-		case <-d.Done():
-			t.Fatalf("the daemon exited (%v):\n%s", d.Err(), headLines(d.Output.String(), 30))
-		default:
-		}
-	}
-	drifted := func() int {
-		c := 0
-		for i := range manyIfaces {
-			b, _ := os.ReadFile(filepath.Join(n.root, fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)))
-			if strings.TrimSpace(string(b)) != "2" {
-				c++
-			}
-		}
-		return c
-	}
+	d, alive := startDriftDaemon(t, n, state)
+	drifted := func() int { return rpFiltersNot(n.root, "2") }
 	testsupport.Eventually(t, 30*time.Second, "first convergence", func() bool {
 		alive()
 		return drifted() == 0 && rmemMaxIn(t, n.root) == "67108864" && strings.Contains(d.Output.String(), "msg=ready")
@@ -348,9 +374,7 @@ func TestDaemonWhileItsStateDiskIsFull(t *testing.T) {
 	free := testsupport.FillFS(t, filepath.Dir(state), 0)
 	mark := len(d.Output.String())
 	for round := 0; round < 6; round++ {
-		for i := range manyIfaces {
-			os.WriteFile(filepath.Join(n.root, fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)), []byte("1\n"), 0o644)
-		}
+		driftRpFilters(n.root)
 		time.Sleep(1500 * time.Millisecond)
 		alive()
 		t.Logf("round %d: %d items drifted", round, drifted())
@@ -386,31 +410,8 @@ func TestDaemonWhenItsStateFilesystemTurnsReadOnly(t *testing.T) {
 	n := newTuningNode(t)
 	writeConfig(t, n.cfg, manySysctlsFile("67108864"))
 	writeManySysctlsTree(t, n.root)
-	drifted := func() int {
-		c := 0
-		for i := range manyIfaces {
-			b, _ := os.ReadFile(filepath.Join(n.root, fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)))
-			if strings.TrimSpace(string(b)) != "2" {
-				c++
-			}
-		}
-		return c
-	}
-	start := func() (*testsupport.Daemon, func()) {
-		d := testsupport.StartDaemon(t, testsupport.Command(t, mainChild, "run", "-c", n.cfg, "--node", "host1",
-			"--state", state, "--control-socket", n.socket,
-			"--root", n.root, "--metrics-listen", "", "--drift-interval", "1s", "--settle", "50ms"))
-		alive := func() {
-			t.Helper()
-			select {
-			case <-d.Done():
-				t.Fatalf("the daemon exited (%v):\n%s", d.Err(), headLines(d.Output.String(), 30))
-			default:
-			}
-		}
-		return d, alive
-	}
-	d, alive := start()
+	drifted := func() int { return rpFiltersNot(n.root, "2") }
+	d, alive := startDriftDaemon(t, n, state)
 	testsupport.Eventually(t, 30*time.Second, "first convergence", func() bool {
 		alive()
 		return drifted() == 0 && rmemMaxIn(t, n.root) == "67108864" && strings.Contains(d.Output.String(), "msg=ready")
@@ -425,9 +426,7 @@ func TestDaemonWhenItsStateFilesystemTurnsReadOnly(t *testing.T) {
 	}
 	mark := len(d.Output.String())
 	for round := 0; round < 4; round++ {
-		for i := range manyIfaces {
-			os.WriteFile(filepath.Join(n.root, fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)), []byte("1\n"), 0o644)
-		}
+		driftRpFilters(n.root)
 		time.Sleep(1500 * time.Millisecond)
 		alive()
 	}
@@ -442,7 +441,7 @@ func TestDaemonWhenItsStateFilesystemTurnsReadOnly(t *testing.T) {
 	d.Kill()
 
 	disk.checkAndRemount()
-	d, alive = start()
+	d, alive = startDriftDaemon(t, n, state)
 	testsupport.Eventually(t, 30*time.Second, "convergence after the filesystem came back", func() bool { alive(); return drifted() == 0 })
 	d.Kill()
 	code, out, errOut := runCLI(t, "rollback", "--auto-approve", "-c", n.cfg, "--node", "host1", "--state", state, "--root", n.root)
@@ -540,7 +539,7 @@ func TestRollbackThatFillsTheStateDisk(t *testing.T) {
 		code, out, errOut := cli("rollback", "--auto-approve")
 		back := 0
 		for i := range manyIfaces {
-			b, _ := os.ReadFile(filepath.Join(root, fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)))
+			b, _ := os.ReadFile(rpFilterOf(root, i))
 			switch v := strings.TrimSpace(string(b)); v {
 			case "1":
 				back++
@@ -613,7 +612,7 @@ func TestApplyWhenTheStateDiskFailsWrites(t *testing.T) {
 		t.Errorf("the rollback after the disk came back left rmem_max %s, want the host's 212992", got)
 	}
 	for i := range manyIfaces {
-		b, _ := os.ReadFile(filepath.Join(root, fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)))
+		b, _ := os.ReadFile(rpFilterOf(root, i))
 		if v := strings.TrimSpace(string(b)); v != "1" {
 			t.Errorf("the rollback after the disk came back left rv92x%02d rp_filter %q, want the host's 1", i, v)
 		}
@@ -645,23 +644,14 @@ func TestDaemonLogsAFullStateDiskOnce(t *testing.T) {
 	writeConfig(t, n.cfg, manySysctlsFile("67108864"))
 	writeManySysctlsTree(t, n.root)
 	state := filepath.Join(testsupport.Tmpfs(t, "256k"), "state.db")
-	d := testsupport.StartDaemon(t, testsupport.Command(t, mainChild, "run", "-c", n.cfg, "--node", "host1",
-		"--state", state, "--control-socket", n.socket,
-		"--root", n.root, "--metrics-listen", "", "--drift-interval", "1s", "--settle", "50ms"))
+	d, alive := startDriftDaemon(t, n, state)
 	testsupport.Eventually(t, 30*time.Second, "first convergence", func() bool {
-		for i := range manyIfaces {
-			b, _ := os.ReadFile(filepath.Join(n.root, fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)))
-			if strings.TrimSpace(string(b)) != "2" {
-				return false
-			}
-		}
-		return strings.Contains(d.Output.String(), "msg=ready")
+		alive()
+		return rpFiltersNot(n.root, "2") == 0 && strings.Contains(d.Output.String(), "msg=ready")
 	})
 	free := testsupport.FillFS(t, filepath.Dir(state), 0)
 	defer free()
-	for i := range manyIfaces {
-		os.WriteFile(filepath.Join(n.root, fmt.Sprintf("proc/sys/net/ipv4/conf/rv92x%02d/rp_filter", i)), []byte("1\n"), 0o644)
-	}
+	driftRpFilters(n.root)
 	// Failed checks as status shows them: each a new last_check with
 	// the full disk as the last apply's result.
 	const checks = 8
