@@ -172,13 +172,12 @@ const (
 
 // ownerOf is the uid owning c's peer socket when it is on this node.
 func (l *Listener) ownerOf(c net.Conn) int64 {
-	local, lok := c.LocalAddr().(*net.TCPAddr)
-	remote, rok := c.RemoteAddr().(*net.TCPAddr)
+	tc, ok := c.(*net.TCPConn)
 	p, _ := owners()
-	if !lok || !rok || p == nil {
+	if !ok || p == nil {
 		return ownerUnknown
 	}
-	uid, found, err := p.PeerOwner(local.AddrPort(), remote.AddrPort())
+	uid, found, err := p.PeerOwnerOf(tc)
 	switch {
 	case err != nil:
 		return ownerUnknown

@@ -283,3 +283,43 @@ func serveOn(t *testing.T, listen string) (*Listener, string) {
 	t.Cleanup(func() { _ = srv.Close(); <-done })
 	return ln, raw.Addr().String()
 }
+
+// TestDeviceBoundFloodRefusedAndBounded: a local user's connections bound
+// to a device each need a listing of the node's sockets (milliseconds:
+// the kernel walks its whole table), made at most
+// sockowner.ListingsPerSecond times a second (found by review, helper-99:
+// each cost a walk of every interface in the accept loop, and root's
+// checks waited behind them). 300 of them in a row are all refused, past
+// the budget as busy, and root is served right after.
+func TestDeviceBoundFloodRefusedAndBounded(t *testing.T) {
+	testsupport.RequireRoot(t, "setpriv", "python3")
+	ln, addr := serve(t, 16, 8)
+	ln.Allow([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
+	script := `
+import socket
+answered = 0
+for i in range(300):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"lo")
+    s.settimeout(10)
+    try:
+        s.connect(("127.0.0.1", ` + portOf(addr) + `))
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        if s.recv(4096):
+            answered += 1
+    except Exception:
+        pass
+    s.close()
+print(answered)
+`
+	out, err := testsupport.AsOtherUser(t, "/usr/bin/python3", "-c", script).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "0" {
+		t.Fatalf("uid %d's 300 device-bound connections: %v, %d answered (%q)", testsupport.OtherUID, err, len(out), strings.TrimSpace(string(out)))
+	}
+	if d := ln.Denied(); d != 300 {
+		t.Errorf("denied %d, want 300", d)
+	}
+	if err := get(dialFrom(t, "127.0.0.1", addr)); err != nil {
+		t.Fatalf("root after the flood: %v", err)
+	}
+}
