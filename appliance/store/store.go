@@ -256,7 +256,7 @@ var errHalfMade = errors.New("the file is another open's unfinished one")
 // checked (errMoved) and, for a new database, one another open left half
 // made (errHalfMade), which bbolt would read past its end.
 func openNamed(path string, timeout time.Duration, checked fs.FileInfo) (*bolt.DB, error) {
-	return openBolt(path, bolt.Options{Timeout: timeout}, func(f *os.File) error {
+	return openBoltFile(path, bolt.Options{Timeout: timeout}, func(f *os.File) error {
 		if testHookOpened != nil {
 			testHookOpened(path, false)
 		}
@@ -264,15 +264,25 @@ func openNamed(path string, timeout time.Duration, checked fs.FileInfo) (*bolt.D
 			return err
 		}
 		if checked == nil {
-			if held, err := f.Stat(); err == nil && held.Mode().IsRegular() && held.Size() > 0 && unfinished(f, held.Size()) {
+			// A new database: the file must be the empty one bbolt
+			// makes. One another open left half made is removed; any
+			// other was put there since this open looked, and is
+			// checked first, as at any open.
+			held, err := f.Stat()
+			switch {
+			case err != nil:
+				return err
+			case held.Size() > 0 && unfinished(f, held.Size()):
 				return errHalfMade
+			case held.Size() > 0:
+				return errMoved
 			}
 		}
 		if testHookOpened != nil {
 			testHookOpened(path, true)
 		}
 		return nil
-	})
+	}, checked == nil)
 }
 
 // openBolt opens path with bbolt, running check (when not nil) on the
@@ -281,6 +291,14 @@ func openNamed(path string, timeout time.Duration, checked fs.FileInfo) (*bolt.D
 // of it holds the lock past a close: the lock is let go of and the file
 // closed before the panic goes on.
 func openBolt(path string, o bolt.Options, check func(*os.File) error) (*bolt.DB, error) {
+	return openBoltFile(path, o, check, true)
+}
+
+// openBoltFile is openBolt; with create false it never makes the file
+// (bbolt's writable open would: a database removed since it was checked
+// would leave an empty file that every later open refuses), and a file
+// gone is errMoved.
+func openBoltFile(path string, o bolt.Options, check func(*os.File) error, create bool) (*bolt.DB, error) {
 	var opened *os.File
 	defer func() {
 		if r := recover(); r != nil {
@@ -292,7 +310,13 @@ func openBolt(path string, o bolt.Options, check func(*os.File) error) (*bolt.DB
 		}
 	}()
 	o.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
+		if !create {
+			flag &^= os.O_CREATE
+		}
 		f, err := os.OpenFile(name, flag, perm)
+		if !create && errors.Is(err, fs.ErrNotExist) {
+			return nil, errMoved
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -337,16 +361,30 @@ func lockChecked(f *os.File, path string, timeout time.Duration, how int, checke
 	return nil
 }
 
-// unfinished says whether a file of size bytes is shorter than the four
-// pages bbolt writes first, in the page size its first meta page gives
-// (a database made elsewhere may have pages of another size than this
-// machine's), else this machine's.
+// unfinished says whether a file of size bytes is one bbolt began and
+// did not finish: shorter than the four pages it writes first.
+//
+// Only what bbolt on this machine leaves half made counts: a prefix of its
+// first four pages (of this machine's page size), so a first meta page
+// that is whole and says another page size, or a whole second meta page,
+// is some other database (made elsewhere, or with its first meta page
+// damaged), and is kept for the checks to judge.
 func unfinished(f *os.File, size int64) bool {
 	page := int64(os.Getpagesize())
-	if m, ok := readMeta(f, 0); ok && m.pageSize >= 512 {
-		page = int64(m.pageSize)
+	if size >= 4*page {
+		return false
 	}
-	return size < 4*page
+	if m, ok := readMeta(f, 0); ok {
+		return int64(m.pageSize) == page
+	}
+	// No first meta page: unfinished unless a second one is whole,
+	// where bbolt looks for it (at each size from 1 KiB).
+	for pos := int64(1024); pos+metaBytesNeeded <= size; pos <<= 1 {
+		if _, ok := readMeta(f, pos); ok {
+			return false
+		}
+	}
+	return true
 }
 
 // unfinishedWait bounds how long removeUnfinished waits for the lock.

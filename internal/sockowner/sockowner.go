@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 
@@ -158,7 +159,9 @@ func (p *Prober) PeerOwnerOf(c *net.TCPConn) (uid uint32, found bool, err error)
 		if ierr != nil {
 			return ierr
 		}
-		if info.State != unix.BPF_TCP_ESTABLISHED {
+		// CLOSE_WAIT: the peer half-closed after its request and
+		// waits for the answer.
+		if info.State != unix.BPF_TCP_ESTABLISHED && info.State != unix.BPF_TCP_CLOSE_WAIT {
 			return ErrPeerGone
 		}
 		return nil
@@ -187,7 +190,14 @@ func (p *Prober) peerOwner(local, remote netip.AddrPort, established func() erro
 	if !p.listing.take(time.Now()) {
 		return 0, false, ErrBusy
 	}
-	for _, e := range pairs {
+	// An IPv4 connection's other end may be an IPv6 socket (connected
+	// to a mapped address): listings are by family.
+	listed := pairs
+	if e := pairs[0]; len(pairs) == 1 && e.peer.Addr().Is4() {
+		listed = append(listed, endpoints{netip.AddrPortFrom(netip.AddrFrom16(e.peer.Addr().As16()), e.peer.Port()),
+			netip.AddrPortFrom(netip.AddrFrom16(e.self.Addr().As16()), e.self.Port())})
+	}
+	for _, e := range listed {
 		if uid, found, err = p.listPeer(e.peer, e.self); found || err != nil {
 			return uid, found, err
 		}
@@ -200,22 +210,49 @@ func (p *Prober) peerOwner(local, remote netip.AddrPort, established func() erro
 type endpoints struct{ peer, self netip.AddrPort }
 
 // receivesAsOwn says whether this node takes packets to a as its own:
-// the kernel's route to a is of type local or anycast.
+// the kernel's route to a is of type local or anycast (asked on a's
+// zone's interface, for a link-local address: another link may hold the
+// same one), or a is an interface's address (one of a VRF, whose local
+// routes are in the VRF's table).
 func (p *Prober) receivesAsOwn(a netip.Addr) (bool, error) {
-	a = a.Unmap()
+	zone := a.Zone()
+	a = a.Unmap().WithZone("")
 	if a.IsLoopback() {
 		return true, nil
 	}
-	routes, err := p.routes.RouteGet(net.IP(a.AsSlice()))
-	if err != nil {
-		if errors.Is(err, unix.ENETUNREACH) || errors.Is(err, unix.EHOSTUNREACH) {
-			return false, nil
+	var opts *netlink.RouteGetOptions
+	if zone != "" {
+		idx, err := strconv.Atoi(zone)
+		if err != nil {
+			ifc, ierr := net.InterfaceByName(zone)
+			if ierr != nil {
+				return false, fmt.Errorf("socket diagnostics: the interface of %s%%%s: %w", a, zone, ierr)
+			}
+			idx = ifc.Index
 		}
+		opts = &netlink.RouteGetOptions{OifIndex: idx}
+	}
+	routes, err := p.routes.RouteGetWithOptions(net.IP(a.AsSlice()), opts)
+	if err != nil && !errors.Is(err, unix.ENETUNREACH) && !errors.Is(err, unix.EHOSTUNREACH) {
 		return false, fmt.Errorf("socket diagnostics: the route to %s: %w", a, err)
 	}
 	for _, r := range routes {
 		if r.Type == unix.RTN_LOCAL || r.Type == unix.RTN_ANYCAST {
 			return true, nil
+		}
+	}
+	if zone != "" {
+		return false, nil // link-local: the route on its link said
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false, fmt.Errorf("socket diagnostics: this node's addresses: %w", err)
+	}
+	for _, ia := range addrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if b, ok := netip.AddrFromSlice(n.IP); ok && b.Unmap() == a {
+				return true, nil
+			}
 		}
 	}
 	return false, nil
