@@ -361,9 +361,8 @@ sys.stdin.read()
 	testsupport.RequireNoError(t, err)
 	testsupport.RequireNoError(t, cmd.Start())
 	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
-	b := make([]byte, 3)
-	if _, err := out.Read(b); err != nil || string(b) != "up\n" {
-		t.Fatalf("the remote host's client: %q, %v", b, err)
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "up\n" {
+		t.Fatalf("the remote host's client: %q, %v", line, err)
 	}
 	s := acceptTCP(t, ln)
 	uid, found, err := p.PeerOwnerOf(s)
