@@ -42,6 +42,20 @@ func otherUserClient(t *testing.T, prefix []string, script string) string {
 	return strings.TrimSpace(line)
 }
 
+// acceptFromOtherUser runs script as another user (otherUserClient),
+// wants want as its first line, and accepts its connection on ln; the
+// connection is closed at cleanup.
+func acceptFromOtherUser(t *testing.T, ln net.Listener, prefix []string, script, want string) net.Conn {
+	t.Helper()
+	if line := otherUserClient(t, prefix, script); line != want {
+		t.Fatalf("the other user's client: %q", line)
+	}
+	s, err := ln.Accept()
+	testsupport.RequireNoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // TestPeerBoundToDeviceIsFound: a local user's socket bound to a
 // device (SO_BINDTODEVICE needs no privilege since Linux 5.7) connects to
 // 127.0.0.1 like any other. Its owner must be found: "not found" reads as
@@ -53,20 +67,14 @@ func TestPeerBoundToDeviceIsFound(t *testing.T) {
 	testsupport.RequireNoError(t, err)
 	defer ln.Close()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	line := otherUserClient(t, nil, `
+	s := acceptFromOtherUser(t, ln, nil, `
 import socket, sys
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"lo")
 s.connect(("127.0.0.1", `+port+`))
 print("up", flush=True)
 sys.stdin.read()
-`)
-	if line != "up" {
-		t.Fatalf("the other user's client: %q", line)
-	}
-	s, err := ln.Accept()
-	testsupport.RequireNoError(t, err)
-	defer s.Close()
+`, "up")
 	uid, found, err := p.PeerOwner(addrPort(s.LocalAddr()), addrPort(s.RemoteAddr()))
 	if err != nil || !found || uid != testsupport.OtherUID {
 		t.Fatalf("uid %d's socket bound to lo, connected %s -> %s: uid %d, found %v, %v; want uid %d found",
@@ -98,20 +106,14 @@ func TestPeerLinkLocalIsFound(t *testing.T) {
 	testsupport.RequireNoError(t, err)
 	defer ln.Close()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	line := otherUserClient(t, nil, `
+	s := acceptFromOtherUser(t, ln, nil, `
 import socket, sys
 s = socket.socket(socket.AF_INET6)
 s.settimeout(10)
 s.connect(("fe80::97", `+port+`, 0, socket.if_nametoindex("ll0")))
 print("up", flush=True)
 sys.stdin.read()
-`)
-	if line != "up" {
-		t.Fatalf("the other user's client: %q", line)
-	}
-	s, err := ln.Accept()
-	testsupport.RequireNoError(t, err)
-	defer s.Close()
+`, "up")
 	uid, found, err := p.PeerOwner(addrPort(s.LocalAddr()), addrPort(s.RemoteAddr()))
 	if err != nil || !found || uid != testsupport.OtherUID {
 		t.Fatalf("uid %d over link-local %s -> %s: uid %d, found %v, %v; want uid %d found",
@@ -160,20 +162,14 @@ func TestClosedPeerIsNotRoot(t *testing.T) {
 	testsupport.RequireNoError(t, err)
 	defer ln.Close()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	line := otherUserClient(t, nil, `
+	s := acceptFromOtherUser(t, ln, nil, `
 import socket, sys
 s = socket.create_connection(("127.0.0.1", `+port+`))
 s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
 s.close()
 print("closed", flush=True)
 sys.stdin.read()
-`)
-	if line != "closed" {
-		t.Fatalf("the other user's client: %q", line)
-	}
-	s, err := ln.Accept()
-	testsupport.RequireNoError(t, err)
-	defer s.Close()
+`, "closed")
 	// The client's FIN is in once the server's end reads EOF after the
 	// request.
 	_ = s.SetReadDeadline(time.Now().Add(10 * time.Second))

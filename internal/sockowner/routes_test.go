@@ -172,20 +172,14 @@ func TestClosedPeerAfterAckIsNotRoot(t *testing.T) {
 	testsupport.RequireNoError(t, err)
 	defer ln.Close()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	line := otherUserClient(t, nil, `
+	s := acceptFromOtherUser(t, ln, nil, `
 import socket, sys
 s = socket.create_connection(("127.0.0.1", `+port+`))
 s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
 s.close()
 print("closed", flush=True)
 sys.stdin.read()
-`)
-	if line != "closed" {
-		t.Fatalf("the other user's client: %q", line)
-	}
-	s, err := ln.Accept()
-	testsupport.RequireNoError(t, err)
-	defer s.Close()
+`, "closed")
 	var uid uint32
 	var found bool
 	// The delayed ACK goes within 200 ms; look until the peer's state
