@@ -365,9 +365,10 @@ func lockChecked(f *os.File, path string, timeout time.Duration, how int, checke
 // did not finish: shorter than the four pages it writes first.
 //
 // Only what bbolt on this machine leaves half made counts: a prefix of its
-// first four pages (of this machine's page size), so a first meta page
-// that is whole and says another page size, or a whole second meta page,
-// is some other database (made elsewhere, or with its first meta page
+// first four pages (of this machine's page size, recording transactions 0
+// and 1), so a whole meta page of another page size or of a later
+// transaction, or a whole second meta page after a damaged first, is some
+// other database (made elsewhere, cut short, or with its first meta page
 // damaged), and is kept for the checks to judge.
 func unfinished(f *os.File, size int64) bool {
 	page := int64(os.Getpagesize())
@@ -375,7 +376,13 @@ func unfinished(f *os.File, size int64) bool {
 		return false
 	}
 	if m, ok := readMeta(f, 0); ok {
-		return int64(m.pageSize) == page
+		// bbolt's first pages record transactions 0 and 1; a meta
+		// page of a later one is a database's, however cut.
+		if int64(m.pageSize) != page || m.txid > 1 {
+			return false
+		}
+		m1, ok := readMeta(f, page)
+		return !ok || m1.txid <= 1
 	}
 	// No first meta page: unfinished unless a second one is whole,
 	// where bbolt looks for it (at each size from 1 KiB).

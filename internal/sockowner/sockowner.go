@@ -178,8 +178,8 @@ func (p *Prober) peerOwner(local, remote netip.AddrPort, established func() erro
 			return uid, found, err
 		}
 	}
-	ours, err := p.receivesAsOwn(remote.Addr())
-	if err != nil || !ours {
+	own, err := p.receivesAsOwn(remote.Addr())
+	if err != nil || own == notOurs {
 		return 0, false, err
 	}
 	if established != nil {
@@ -202,6 +202,9 @@ func (p *Prober) peerOwner(local, remote netip.AddrPort, established func() erro
 			return uid, found, err
 		}
 	}
+	if own == maybeOurs {
+		return 0, false, nil
+	}
 	return 0, false, ErrLocalPeerNotFound
 }
 
@@ -209,53 +212,63 @@ func (p *Prober) peerOwner(local, remote netip.AddrPort, established func() erro
 // and its remote end (ours).
 type endpoints struct{ peer, self netip.AddrPort }
 
+// ownership is what this node's routes and addresses say of a remote
+// address.
+type ownership int
+
+const (
+	notOurs   ownership = iota
+	maybeOurs           // an interface holds it, but the route is not local
+	ours                // loopback, or the kernel's route to it is local or anycast
+)
+
 // receivesAsOwn says whether this node takes packets to a as its own:
 // the kernel's route to a is of type local or anycast (asked on a's
 // zone's interface, for a link-local address: another link may hold the
-// same one), or a is an interface's address (one of a VRF, whose local
-// routes are in the VRF's table).
-func (p *Prober) receivesAsOwn(a netip.Addr) (bool, error) {
+// same one). An address an interface holds whose route is not local (the
+// node's own on another of its links, one in a VRF's table, one whose
+// duplicate address detection failed) is maybeOurs: a peer not found
+// there is another host.
+func (p *Prober) receivesAsOwn(a netip.Addr) (ownership, error) {
 	zone := a.Zone()
 	a = a.Unmap().WithZone("")
 	if a.IsLoopback() {
-		return true, nil
+		return ours, nil
 	}
 	var opts *netlink.RouteGetOptions
 	if zone != "" {
-		idx, err := strconv.Atoi(zone)
-		if err != nil {
-			ifc, ierr := net.InterfaceByName(zone)
-			if ierr != nil {
-				return false, fmt.Errorf("socket diagnostics: the interface of %s%%%s: %w", a, zone, ierr)
-			}
-			idx = ifc.Index
+		ifc, err := net.InterfaceByName(zone)
+		if idx, nerr := strconv.Atoi(zone); nerr == nil && err != nil {
+			ifc, err = net.InterfaceByIndex(idx)
 		}
-		opts = &netlink.RouteGetOptions{OifIndex: idx}
+		if err != nil {
+			// The link is gone (the zone is then its number): whose
+			// the address was is not known.
+			return notOurs, fmt.Errorf("socket diagnostics: the interface of %s%%%s: %w", a, zone, err)
+		}
+		opts = &netlink.RouteGetOptions{OifIndex: ifc.Index}
 	}
 	routes, err := p.routes.RouteGetWithOptions(net.IP(a.AsSlice()), opts)
 	if err != nil && !errors.Is(err, unix.ENETUNREACH) && !errors.Is(err, unix.EHOSTUNREACH) {
-		return false, fmt.Errorf("socket diagnostics: the route to %s: %w", a, err)
+		return notOurs, fmt.Errorf("socket diagnostics: the route to %s: %w", a, err)
 	}
 	for _, r := range routes {
 		if r.Type == unix.RTN_LOCAL || r.Type == unix.RTN_ANYCAST {
-			return true, nil
+			return ours, nil
 		}
-	}
-	if zone != "" {
-		return false, nil // link-local: the route on its link said
 	}
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
-		return false, fmt.Errorf("socket diagnostics: this node's addresses: %w", err)
+		return notOurs, fmt.Errorf("socket diagnostics: this node's addresses: %w", err)
 	}
 	for _, ia := range addrs {
 		if n, ok := ia.(*net.IPNet); ok {
 			if b, ok := netip.AddrFromSlice(n.IP); ok && b.Unmap() == a {
-				return true, nil
+				return maybeOurs, nil
 			}
 		}
 	}
-	return false, nil
+	return notOurs, nil
 }
 
 // The kernel's structures (linux/inet_diag.h, linux/sock_diag.h).

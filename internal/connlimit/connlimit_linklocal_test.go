@@ -1,0 +1,54 @@
+package connlimit
+
+// Written by review (helper-101) of 33aa0e0: a local user's link-local
+// connection from the node's address on another of its links.
+
+import (
+	"net/netip"
+	"os/exec"
+	"testing"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
+)
+
+// TestLinkLocalFromOurOtherLinkRefused (finding, fails on
+// 33aa0e0): the node has two interfaces on one link (a veth pair here;
+// two NICs on one switch in the field), fe80::a on ll0 and fe80::b on
+// ll1, and an allow list naming the link-local network (fe80::/64), as
+// TestLinkLocalLocalUserRefused. A local user (AllowUsers names no one)
+// binds its socket to (fe80::b, ll1) and connects to fe80::a over ll1:
+// the listener sees fe80::b%ll0, sockowner asks the route to fe80::b on
+// ll0 only (unicast) and calls the peer a remote host, and the user reads
+// the endpoint.
+func TestLinkLocalFromOurOtherLinkRefused(t *testing.T) {
+	if !testsupport.InFreshNetns(t, "setpriv", "ip", "/usr/bin/python3") {
+		return
+	}
+	for _, args := range [][]string{
+		{"link", "set", "lo", "up"},
+		{"link", "add", "ll0", "type", "veth", "peer", "name", "ll1"},
+		{"link", "set", "ll0", "up"},
+		{"link", "set", "ll1", "up"},
+		{"addr", "add", "fe80::a/64", "dev", "ll0", "nodad"},
+		{"addr", "add", "fe80::b/64", "dev", "ll1", "nodad"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	ln, addr := serveOn(t, "[::]:0")
+	ln.Allow([]netip.Prefix{netip.MustParsePrefix("fe80::/64")})
+	// As a control, over ll0 to its own address: refused (held).
+	if got := localUserGet(t, nil, "socket.socket(socket.AF_INET6)", "",
+		`("fe80::a", `+portOf(addr)+`, 0, socket.if_nametoindex("ll0"))`); got == "answered" {
+		t.Fatalf("uid %d over ll0 was served", testsupport.OtherUID)
+	}
+	got := localUserGet(t, nil, "socket.socket(socket.AF_INET6)",
+		`s.bind(("fe80::b", 0, 0, socket.if_nametoindex("ll1")))`,
+		`("fe80::a", `+portOf(addr)+`, 0, socket.if_nametoindex("ll1"))`)
+	t.Logf("uid %d from fe80::b%%ll1 to fe80::a: %s", testsupport.OtherUID, got)
+	if got == "answered" {
+		t.Errorf("uid %d read the endpoint from this node's fe80::b (on ll1) over the link to fe80::a (AllowUsers names no one); denied %d",
+			testsupport.OtherUID, ln.Denied())
+	}
+}
