@@ -28,7 +28,14 @@ import (
 func otherUserClient(t *testing.T, prefix []string, script string) string {
 	t.Helper()
 	args := append(append([]string{}, prefix...), "/usr/bin/python3", "-c", script)
-	cmd := testsupport.AsOtherUser(t, args[0], args[1:]...)
+	return firstLine(t, testsupport.AsOtherUser(t, args[0], args[1:]...))
+}
+
+// firstLine starts cmd, a client that prints one line once its
+// connection is made and then waits on its standard input, and returns
+// that line trimmed; the process is killed at cleanup.
+func firstLine(t *testing.T, cmd *exec.Cmd) string {
+	t.Helper()
 	stdin, err := cmd.StdinPipe()
 	testsupport.RequireNoError(t, err)
 	out, err := cmd.StdoutPipe()
@@ -37,7 +44,7 @@ func otherUserClient(t *testing.T, prefix []string, script string) string {
 	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
-		t.Fatalf("the other user's client: %q, %v", line, err)
+		t.Fatalf("the client %v: %q, %v", cmd.Args, line, err)
 	}
 	return strings.TrimSpace(line)
 }
@@ -63,10 +70,7 @@ func acceptFromOtherUser(t *testing.T, ln net.Listener, prefix []string, script,
 func TestPeerBoundToDeviceIsFound(t *testing.T) {
 	testsupport.RequireRoot(t, "setpriv")
 	p := newProber(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testsupport.RequireNoError(t, err)
-	defer ln.Close()
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln, port := loopbackListener(t)
 	s := acceptFromOtherUser(t, ln, nil, `
 import socket, sys
 s = socket.socket()
@@ -128,10 +132,7 @@ sys.stdin.read()
 func TestPeerInUserNamespaceIsItsUser(t *testing.T) {
 	testsupport.RequireRoot(t, "setpriv", "unshare")
 	p := newProber(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testsupport.RequireNoError(t, err)
-	defer ln.Close()
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln, port := loopbackListener(t)
 	line := otherUserClient(t, []string{"unshare", "-Ur"}, `
 import os, socket, sys
 s = socket.create_connection(("127.0.0.1", `+port+`))
@@ -158,10 +159,7 @@ sys.stdin.read()
 func TestClosedPeerIsNotRoot(t *testing.T) {
 	testsupport.RequireRoot(t, "setpriv")
 	p := newProber(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testsupport.RequireNoError(t, err)
-	defer ln.Close()
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln, port := loopbackListener(t)
 	s := acceptFromOtherUser(t, ln, nil, `
 import socket, sys
 s = socket.create_connection(("127.0.0.1", `+port+`))

@@ -4,7 +4,6 @@ package sockowner
 // as the node's addresses lists ones the node does not receive.
 
 import (
-	"bufio"
 	"net"
 	"os"
 	"os/exec"
@@ -56,7 +55,7 @@ func TestDadFailedAddressHolderIsRemote(t *testing.T) {
 	testsupport.RequireNoError(t, err)
 	defer ln.Close()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	cmd := exec.Command("ip", "netns", "exec", ns, "/usr/bin/python3", "-c", `
+	if line := firstLine(t, exec.Command("ip", "netns", "exec", ns, "/usr/bin/python3", "-c", `
 import socket, sys
 s = socket.socket(socket.AF_INET6)
 s.settimeout(10)
@@ -64,15 +63,8 @@ s.bind(("2001:db8:77::2", 0))
 s.connect(("2001:db8:77::1", `+port+`))
 print("up", flush=True)
 sys.stdin.read()
-`)
-	stdin, err := cmd.StdinPipe()
-	testsupport.RequireNoError(t, err)
-	out, err := cmd.StdoutPipe()
-	testsupport.RequireNoError(t, err)
-	testsupport.RequireNoError(t, cmd.Start())
-	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "up\n" {
-		t.Fatalf("the remote host's client: %q, %v", line, err)
+`)); line != "up" {
+		t.Fatalf("the remote host's client: %q", line)
 	}
 	s := acceptTCP(t, ln)
 	uid, found, err := p.PeerOwnerOf(s)

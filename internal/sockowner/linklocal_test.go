@@ -40,7 +40,7 @@ func TestLinkLocalOfOurOtherLinkIsOurs(t *testing.T) {
 	testsupport.RequireNoError(t, err)
 	defer ln.Close()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	s := acceptOther(t, ln, `
+	s := acceptFromOtherUser(t, ln, nil, `
 import socket, sys
 s = socket.socket(socket.AF_INET6)
 s.settimeout(10)
@@ -49,7 +49,7 @@ s.bind(("fe80::b", 0, 0, ll1))
 s.connect(("fe80::a", `+port+`, 0, ll1))
 print("up", flush=True)
 sys.stdin.read()
-`)
+`, "up")
 	uid, found, err := p.PeerOwnerOf(s.(*net.TCPConn))
 	t.Logf("uid %d's socket on ll1, %s -> %s: uid %d, found %v, %v", testsupport.OtherUID, s.RemoteAddr(), s.LocalAddr(), uid, found, err)
 	if !found && err == nil {

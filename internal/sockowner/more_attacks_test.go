@@ -5,7 +5,6 @@ package sockowner
 // descriptors, and broadcast sources.
 
 import (
-	"bufio"
 	"errors"
 	"net"
 	"net/netip"
@@ -102,10 +101,7 @@ func TestBoundRootPeerNotDeniedByOtherUser(t *testing.T) {
 	}
 	ipAll(t, []string{"ip", "link", "set", "lo", "up"})
 	p := newProber(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testsupport.RequireNoError(t, err)
-	defer ln.Close()
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln, port := loopbackListener(t)
 	const n = 200
 	line := otherUserClient(t, nil, `
 import socket, sys
@@ -159,7 +155,7 @@ func TestMappedBoundRootPeerOfIPv4Listener(t *testing.T) {
 	testsupport.RequireNoError(t, err)
 	defer ln.Close()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	cmd := exec.Command("/usr/bin/python3", "-c", `
+	if line := firstLine(t, exec.Command("/usr/bin/python3", "-c", `
 import socket, sys
 s = socket.socket(socket.AF_INET6)
 s.settimeout(10)
@@ -167,15 +163,8 @@ s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"lo")
 s.connect(("::ffff:127.0.0.1", `+port+`))
 print("up", flush=True)
 sys.stdin.read()
-`)
-	stdin, err := cmd.StdinPipe()
-	testsupport.RequireNoError(t, err)
-	out, err := cmd.StdoutPipe()
-	testsupport.RequireNoError(t, err)
-	testsupport.RequireNoError(t, cmd.Start())
-	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "up\n" {
-		t.Fatalf("root's IPv6 client: %q, %v", line, err)
+`)); line != "up" {
+		t.Fatalf("root's IPv6 client: %q", line)
 	}
 	s := acceptTCP(t, ln)
 	uid, found, err := p.PeerOwnerOf(s)
@@ -345,7 +334,7 @@ func TestRemoteLinkLocalTwinIsRemote(t *testing.T) {
 	testsupport.RequireNoError(t, err)
 	defer ln.Close()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	cmd := exec.Command("ip", "netns", "exec", ns, "/usr/bin/python3", "-c", `
+	if line := firstLine(t, exec.Command("ip", "netns", "exec", ns, "/usr/bin/python3", "-c", `
 import socket, sys
 s = socket.socket(socket.AF_INET6)
 s.settimeout(10)
@@ -354,15 +343,8 @@ s.bind(("fe80::1", 0, 0, x1))
 s.connect(("fe80::2", `+port+`, 0, x1))
 print("up", flush=True)
 sys.stdin.read()
-`)
-	stdin, err := cmd.StdinPipe()
-	testsupport.RequireNoError(t, err)
-	out, err := cmd.StdoutPipe()
-	testsupport.RequireNoError(t, err)
-	testsupport.RequireNoError(t, cmd.Start())
-	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "up\n" {
-		t.Fatalf("the remote host's client: %q, %v", line, err)
+`)); line != "up" {
+		t.Fatalf("the remote host's client: %q", line)
 	}
 	s := acceptTCP(t, ln)
 	uid, found, err := p.PeerOwnerOf(s)
@@ -397,7 +379,7 @@ func TestUidRuleDoesNotHideBoundPeer(t *testing.T) {
 	testsupport.RequireNoError(t, err)
 	defer ln.Close()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	s := acceptOther(t, ln, `
+	s := acceptFromOtherUser(t, ln, nil, `
 import socket, sys
 s = socket.socket()
 s.settimeout(10)
@@ -405,7 +387,7 @@ s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"u0")
 s.connect(("10.9.0.1", `+port+`))
 print("up", flush=True)
 sys.stdin.read()
-`)
+`, "up")
 	uid, found, err := p.PeerOwnerOf(s.(*net.TCPConn))
 	if !(found && uid == testsupport.OtherUID) && !errors.Is(err, ErrLocalPeerNotFound) {
 		t.Errorf("uid %d bound to u0 from %s under a uid rule: uid %d, found %v, %v; want uid %d found",

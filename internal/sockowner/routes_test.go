@@ -33,19 +33,6 @@ func ipAll(t *testing.T, cmds ...[]string) {
 	}
 }
 
-// acceptOther runs script as testsupport.OtherUID (it must print "up"
-// once connected) and returns the accepted end.
-func acceptOther(t *testing.T, ln net.Listener, script string) net.Conn {
-	t.Helper()
-	if line := otherUserClient(t, nil, script); line != "up" {
-		t.Fatalf("the other user's client: %q", line)
-	}
-	s, err := ln.Accept()
-	testsupport.RequireNoError(t, err)
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 // TestAnycastSourceIsNotRemote: a node that forwards (an
 // accelerator does) has IPv6 subnet-router anycast addresses (2001:db8:1::
 // for 2001:db8:1::1/64) in its local table; they are no interface's
@@ -70,7 +57,7 @@ func TestAnycastSourceIsNotRemote(t *testing.T) {
 	testsupport.RequireNoError(t, err)
 	defer ln.Close()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	s := acceptOther(t, ln, `
+	s := acceptFromOtherUser(t, ln, nil, `
 import socket, sys
 s = socket.socket(socket.AF_INET6)
 s.settimeout(10)
@@ -80,7 +67,7 @@ s.bind(("2001:db8:1::", 0))
 s.connect(("2001:db8:1::1", `+port+`))
 print("up", flush=True)
 sys.stdin.read()
-`)
+`, "up")
 	uid, found, err := p.PeerOwner(addrPort(s.LocalAddr()), addrPort(s.RemoteAddr()))
 	if !(found && uid == testsupport.OtherUID) && !errors.Is(err, ErrLocalPeerNotFound) {
 		t.Errorf("uid %d from the anycast address %s, bound to ac0: uid %d, found %v, %v; want uid %d found or ErrLocalPeerNotFound (not found reads as another host)",
@@ -102,11 +89,8 @@ func TestLocalRouteSourceIsNotRemote(t *testing.T) {
 		[]string{"ip", "route", "add", "local", "192.0.2.0/24", "dev", "lo"},
 	)
 	p := newProber(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testsupport.RequireNoError(t, err)
-	defer ln.Close()
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	s := acceptOther(t, ln, `
+	ln, port := loopbackListener(t)
+	s := acceptFromOtherUser(t, ln, nil, `
 import socket, sys
 s = socket.socket()
 s.settimeout(10)
@@ -115,7 +99,7 @@ s.bind(("192.0.2.5", 0))
 s.connect(("127.0.0.1", `+port+`))
 print("up", flush=True)
 sys.stdin.read()
-`)
+`, "up")
 	uid, found, err := p.PeerOwner(addrPort(s.LocalAddr()), addrPort(s.RemoteAddr()))
 	if !(found && uid == testsupport.OtherUID) && !errors.Is(err, ErrLocalPeerNotFound) {
 		t.Errorf("uid %d from %s (a local route, no interface's address), bound to lo: uid %d, found %v, %v; want uid %d found or ErrLocalPeerNotFound",
@@ -141,7 +125,7 @@ func TestOtherLoopbackAndMappedBoundFound(t *testing.T) {
 		testsupport.RequireNoError(t, err)
 		defer ln.Close()
 		port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-		s := acceptOther(t, ln, `
+		s := acceptFromOtherUser(t, ln, nil, `
 import socket, sys
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"lo")
@@ -149,7 +133,7 @@ s.bind(("`+c.bind+`", 0))
 s.connect(("`+c.dial+`", `+port+`))
 print("up", flush=True)
 sys.stdin.read()
-`)
+`, "up")
 		uid, found, err := p.PeerOwner(addrPort(s.LocalAddr()), addrPort(s.RemoteAddr()))
 		if err != nil || !found || uid != testsupport.OtherUID {
 			t.Errorf("uid %d bound to lo, %s -> %s: uid %d, found %v, %v", testsupport.OtherUID, s.RemoteAddr(), s.LocalAddr(), uid, found, err)
@@ -168,10 +152,7 @@ func TestClosedPeerAfterAckIsNotRoot(t *testing.T) {
 	}
 	ipAll(t, []string{"ip", "link", "set", "lo", "up"})
 	p := newProber(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testsupport.RequireNoError(t, err)
-	defer ln.Close()
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln, port := loopbackListener(t)
 	s := acceptFromOtherUser(t, ln, nil, `
 import socket, sys
 s = socket.create_connection(("127.0.0.1", `+port+`))
@@ -182,6 +163,7 @@ sys.stdin.read()
 `, "closed")
 	var uid uint32
 	var found bool
+	var err error
 	// The delayed ACK goes within 200 ms; look until the peer's state
 	// changed (bounded).
 	for range 50 {
@@ -275,10 +257,7 @@ func TestDownInterfaceSourceFound(t *testing.T) {
 		[]string{"ip", "link", "set", "dn0", "down"},
 	)
 	p := newProber(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testsupport.RequireNoError(t, err)
-	defer ln.Close()
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln, port := loopbackListener(t)
 	line := otherUserClient(t, nil, `
 import socket, sys
 s = socket.socket()

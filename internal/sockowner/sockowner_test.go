@@ -1,13 +1,11 @@
 package sockowner
 
 import (
-	"bufio"
 	"errors"
 	"net"
 	"net/netip"
 	"runtime"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +24,16 @@ func newProber(t *testing.T) *Prober {
 	testsupport.RequireNoError(t, err)
 	t.Cleanup(func() { p.Close() })
 	return p
+}
+
+// loopbackListener listens on 127.0.0.1 until the test ends, and says
+// on which port.
+func loopbackListener(t *testing.T) (net.Listener, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	testsupport.RequireNoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	return ln, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
 
 // accept dials ln from this process and returns the accepted end.
@@ -77,20 +85,8 @@ func TestPeerOwnerOfAnotherUser(t *testing.T) {
 	for range 20 {
 		acceptOwn(t, ln, ln.Addr().String())
 	}
-	cmd := testsupport.AsOtherUser(t, "/usr/bin/python3", "-c",
-		"import socket,sys; s=socket.create_connection(('127.0.0.1', "+strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)+")); print('up', flush=True); sys.stdin.read()")
-	stdin, err := cmd.StdinPipe()
-	testsupport.RequireNoError(t, err)
-	out, err := cmd.StdoutPipe()
-	testsupport.RequireNoError(t, err)
-	testsupport.RequireNoError(t, cmd.Start())
-	defer func() { stdin.Close(); cmd.Wait() }()
-	s, err := ln.Accept()
-	testsupport.RequireNoError(t, err)
-	defer s.Close()
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || strings.TrimSpace(line) != "up" {
-		t.Fatalf("the other user's client: %q, %v", line, err)
-	}
+	s := acceptFromOtherUser(t, ln, nil,
+		"import socket,sys; s=socket.create_connection(('127.0.0.1', "+strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)+")); print('up', flush=True); sys.stdin.read()", "up")
 	requireOwner(t, p, s, testsupport.OtherUID)
 }
 
