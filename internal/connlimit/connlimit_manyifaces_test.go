@@ -23,15 +23,6 @@ import (
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
-func run99(t *testing.T, cmds ...[]string) {
-	t.Helper()
-	for _, args := range cmds {
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v: %s", args, err, out)
-		}
-	}
-}
-
 // TestAnycastLocalUserRefused: a forwarding node (an
 // accelerator) with 2001:db8:1::1/64 has the subnet-router anycast
 // address 2001:db8:1:: in its local table; the allow list names the
@@ -44,7 +35,7 @@ func TestAnycastLocalUserRefused(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip", "sysctl") {
 		return
 	}
-	run99(t,
+	testsupport.Commands(t,
 		[]string{"ip", "link", "set", "lo", "up"},
 		[]string{"ip", "link", "add", "ac0", "type", "veth", "peer", "name", "ac1"},
 		[]string{"ip", "link", "set", "ac1", "up"},
@@ -75,7 +66,7 @@ func TestLocalRouteLocalUserRefused(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip") {
 		return
 	}
-	run99(t,
+	testsupport.Commands(t,
 		[]string{"ip", "link", "set", "lo", "up"},
 		[]string{"ip", "route", "add", "local", "192.0.2.0/24", "dev", "lo"},
 	)
@@ -120,7 +111,7 @@ func TestRootDeviceBoundServed(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip") {
 		return
 	}
-	run99(t,
+	testsupport.Commands(t,
 		[]string{"ip", "link", "set", "lo", "up"},
 		[]string{"ip", "link", "add", "rd0", "type", "veth", "peer", "name", "rd1"},
 		[]string{"ip", "link", "set", "rd1", "up"},
@@ -155,7 +146,7 @@ func TestFloodOfGonePeersWithManyInterfaces(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip") {
 		return
 	}
-	run99(t, []string{"ip", "link", "set", "lo", "up"})
+	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
 	round := func(label string) (worst time.Duration) {
 		ln, addr := serveOn(t, "127.0.0.1:0")
 		ln.Allow([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
@@ -210,7 +201,7 @@ while time.time() < end:
 	}
 	round("baseline")
 	for i := range 100 {
-		run99(t,
+		testsupport.Commands(t,
 			[]string{"ip", "link", "add", fmt.Sprintf("f%da", i), "type", "veth", "peer", "name", fmt.Sprintf("f%db", i)},
 			[]string{"ip", "link", "set", fmt.Sprintf("f%da", i), "up"},
 			[]string{"ip", "link", "set", fmt.Sprintf("f%db", i), "up"})
@@ -229,16 +220,16 @@ func TestAllowRecheckWithManyInterfaces(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "ip") {
 		return
 	}
-	run99(t, []string{"ip", "link", "set", "lo", "up"})
+	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
 	for i := range 100 {
-		run99(t,
+		testsupport.Commands(t,
 			[]string{"ip", "link", "add", fmt.Sprintf("g%da", i), "type", "veth", "peer", "name", fmt.Sprintf("g%db", i)},
 			[]string{"ip", "link", "set", fmt.Sprintf("g%da", i), "up"},
 			[]string{"ip", "link", "set", fmt.Sprintf("g%db", i), "up"})
 	}
 	ifs, _ := net.Interfaces()
 	last := ifs[len(ifs)-1].Name
-	run99(t, []string{"ip", "addr", "add", "10.201.0.1/24", "dev", last})
+	testsupport.Commands(t, []string{"ip", "addr", "add", "10.201.0.1/24", "dev", last})
 	ln, addr := serveOn(t, "10.201.0.1:0")
 	var conns []net.Conn
 	for range 8 {
@@ -267,7 +258,7 @@ func TestUserNamespaceBoundRefused(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip", "unshare") {
 		return
 	}
-	run99(t, []string{"ip", "link", "set", "lo", "up"})
+	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
 	ln, addr := serveOn(t, "127.0.0.1:0")
 	ln.Allow([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})
 	got := localUserGet(t, []string{"unshare", "-Ur"}, "socket.socket()",
@@ -292,7 +283,7 @@ func TestLinkLocalAnycastLocalUserRefused(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip", "sysctl") {
 		return
 	}
-	run99(t,
+	testsupport.Commands(t,
 		[]string{"sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"},
 		[]string{"ip", "link", "set", "lo", "up"},
 		[]string{"ip", "link", "add", "ll0", "type", "veth", "peer", "name", "ll1"},

@@ -30,9 +30,9 @@ func TestDadFailedAddressHolderIsRemote(t *testing.T) {
 		return
 	}
 	ns := "r101dad-" + strconv.Itoa(os.Getpid())
-	ipAll(t, []string{"ip", "netns", "add", ns})
+	testsupport.Commands(t, []string{"ip", "netns", "add", ns})
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	ipAll(t,
+	testsupport.Commands(t,
 		[]string{"ip", "link", "set", "lo", "up"},
 		[]string{"ip", "link", "add", "x0", "type", "veth", "peer", "name", "x1"},
 		[]string{"ip", "link", "set", "x1", "netns", ns},

@@ -27,7 +27,7 @@ func TestLinkLocalOfOurOtherLinkIsOurs(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip", "/usr/bin/python3") {
 		return
 	}
-	ipAll(t,
+	testsupport.Commands(t,
 		[]string{"ip", "link", "set", "lo", "up"},
 		[]string{"ip", "link", "add", "ll0", "type", "veth", "peer", "name", "ll1"},
 		[]string{"ip", "link", "set", "ll0", "up"},
@@ -72,7 +72,7 @@ func TestUnknownZoneIsNoAnswer(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "ip") {
 		return
 	}
-	ipAll(t,
+	testsupport.Commands(t,
 		[]string{"ip", "link", "set", "lo", "up"},
 		[]string{"ip", "link", "add", "ll0", "type", "veth", "peer", "name", "ll1"},
 		[]string{"ip", "link", "set", "ll0", "up"},
@@ -111,7 +111,7 @@ func TestLinkGoneBeforeAcceptIsNoAnswer(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip", "/usr/bin/python3") {
 		return
 	}
-	ipAll(t,
+	testsupport.Commands(t,
 		[]string{"ip", "link", "set", "lo", "up"},
 		[]string{"ip", "link", "add", "ll0", "type", "veth", "peer", "name", "ll1"},
 		[]string{"ip", "link", "set", "ll0", "up"},
@@ -133,7 +133,7 @@ sys.stdin.read()
 `); line != "up" {
 		t.Fatalf("the other user's client: %q", line)
 	}
-	ipAll(t, []string{"ip", "link", "del", "ll0"})
+	testsupport.Commands(t, []string{"ip", "link", "del", "ll0"})
 	s := acceptTCP(t, ln)
 	uid, found, err := p.PeerOwnerOf(s)
 	t.Logf("uid %d's socket, %s -> %s, ll0 gone: uid %d, found %v, %v", testsupport.OtherUID, s.RemoteAddr(), s.LocalAddr(), uid, found, err)

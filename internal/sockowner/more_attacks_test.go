@@ -59,7 +59,7 @@ func TestHalfClosedBoundRootPeerIsRoot(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "ip") {
 		return
 	}
-	ipAll(t, []string{"ip", "link", "set", "lo", "up"})
+	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
 	p := newProber(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	testsupport.RequireNoError(t, err)
@@ -99,7 +99,7 @@ func TestBoundRootPeerNotDeniedByOtherUser(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip") {
 		return
 	}
-	ipAll(t, []string{"ip", "link", "set", "lo", "up"})
+	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
 	p := newProber(t)
 	ln, port := loopbackListener(t)
 	const n = 200
@@ -149,7 +149,7 @@ func TestMappedBoundRootPeerOfIPv4Listener(t *testing.T) {
 		return
 	}
 	testsupport.RequireBinaries(t, "/usr/bin/python3")
-	ipAll(t, []string{"ip", "link", "set", "lo", "up"})
+	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
 	p := newProber(t)
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	testsupport.RequireNoError(t, err)
@@ -183,7 +183,7 @@ func TestListingAcrossDatagrams(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "ip") {
 		return
 	}
-	ipAll(t, []string{"ip", "link", "set", "lo", "up"})
+	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
 	p := newProber(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	testsupport.RequireNoError(t, err)
@@ -214,7 +214,7 @@ func TestNoDescriptorGrowth(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "ip") {
 		return
 	}
-	ipAll(t, []string{"ip", "link", "set", "lo", "up"})
+	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
 	fds := func() int {
 		es, err := os.ReadDir("/proc/self/fd")
 		testsupport.RequireNoError(t, err)
@@ -266,7 +266,7 @@ func TestBroadcastSourceNeverConnects(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip") {
 		return
 	}
-	ipAll(t,
+	testsupport.Commands(t,
 		[]string{"ip", "link", "set", "lo", "up"},
 		[]string{"ip", "link", "add", "bc0", "type", "veth", "peer", "name", "bc1"},
 		[]string{"ip", "link", "set", "bc0", "up"},
@@ -313,9 +313,9 @@ func TestRemoteLinkLocalTwinIsRemote(t *testing.T) {
 	}
 	testsupport.RequireBinaries(t, "/usr/bin/python3")
 	ns := "r100ll-" + strconv.Itoa(os.Getpid())
-	ipAll(t, []string{"ip", "netns", "add", ns})
+	testsupport.Commands(t, []string{"ip", "netns", "add", ns})
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	ipAll(t,
+	testsupport.Commands(t,
 		[]string{"ip", "link", "set", "lo", "up"},
 		[]string{"ip", "link", "add", "x0", "type", "veth", "peer", "name", "x1"},
 		[]string{"ip", "link", "add", "y0", "type", "veth", "peer", "name", "y1"},
@@ -364,7 +364,7 @@ func TestUidRuleDoesNotHideBoundPeer(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip") {
 		return
 	}
-	ipAll(t,
+	testsupport.Commands(t,
 		[]string{"ip", "link", "set", "lo", "up"},
 		[]string{"ip", "link", "add", "u0", "type", "veth", "peer", "name", "u1"},
 		[]string{"ip", "link", "set", "u0", "up"},

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os/exec"
 	"sort"
 	"strconv"
 	"syscall"
@@ -23,15 +22,6 @@ import (
 
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
-
-func ipAll(t *testing.T, cmds ...[]string) {
-	t.Helper()
-	for _, args := range cmds {
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v: %s", args, err, out)
-		}
-	}
-}
 
 // TestAnycastSourceIsNotRemote: a node that forwards (an
 // accelerator does) has IPv6 subnet-router anycast addresses (2001:db8:1::
@@ -44,7 +34,7 @@ func TestAnycastSourceIsNotRemote(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip", "sysctl") {
 		return
 	}
-	ipAll(t,
+	testsupport.Commands(t,
 		[]string{"ip", "link", "set", "lo", "up"},
 		[]string{"ip", "link", "add", "ac0", "type", "veth", "peer", "name", "ac1"},
 		[]string{"ip", "link", "set", "ac1", "up"},
@@ -84,7 +74,7 @@ func TestLocalRouteSourceIsNotRemote(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip") {
 		return
 	}
-	ipAll(t,
+	testsupport.Commands(t,
 		[]string{"ip", "link", "set", "lo", "up"},
 		[]string{"ip", "route", "add", "local", "192.0.2.0/24", "dev", "lo"},
 	)
@@ -114,7 +104,7 @@ func TestOtherLoopbackAndMappedBoundFound(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip") {
 		return
 	}
-	ipAll(t, []string{"ip", "link", "set", "lo", "up"})
+	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
 	p := newProber(t)
 	for _, c := range []struct{ listen, bind, dial string }{
 		{"127.0.0.1:0", "127.0.0.2", "127.0.0.1"},
@@ -150,7 +140,7 @@ func TestClosedPeerAfterAckIsNotRoot(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip") {
 		return
 	}
-	ipAll(t, []string{"ip", "link", "set", "lo", "up"})
+	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
 	p := newProber(t)
 	ln, port := loopbackListener(t)
 	s := acceptFromOtherUser(t, ln, nil, `
@@ -187,7 +177,7 @@ func TestWalkCost(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "ip") {
 		return
 	}
-	ipAll(t, []string{"ip", "link", "set", "lo", "up"})
+	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
 	p := newProber(t)
 	measure := func(what string, local, remote netip.AddrPort, want func(uint32, bool, error) bool) {
 		var d []time.Duration
@@ -208,8 +198,8 @@ func TestWalkCost(t *testing.T) {
 	}
 	for _, pairs := range []int{0, 100} {
 		for i := range pairs {
-			ipAll(t, []string{"ip", "link", "add", fmt.Sprintf("w%da", i), "type", "veth", "peer", "name", fmt.Sprintf("w%db", i)})
-			ipAll(t, []string{"ip", "link", "set", fmt.Sprintf("w%da", i), "up"}, []string{"ip", "link", "set", fmt.Sprintf("w%db", i), "up"})
+			testsupport.Commands(t, []string{"ip", "link", "add", fmt.Sprintf("w%da", i), "type", "veth", "peer", "name", fmt.Sprintf("w%db", i)})
+			testsupport.Commands(t, []string{"ip", "link", "set", fmt.Sprintf("w%da", i), "up"}, []string{"ip", "link", "set", fmt.Sprintf("w%db", i), "up"})
 		}
 		measure("remote 192.0.2.1", netip.MustParseAddrPort("127.0.0.1:1"), netip.MustParseAddrPort("192.0.2.1:2"),
 			func(_ uint32, found bool, err error) bool { return !found && err == nil })
@@ -219,7 +209,7 @@ func TestWalkCost(t *testing.T) {
 			func(_ uint32, found bool, err error) bool { return errors.Is(err, ErrLocalPeerNotFound) })
 		ifs, _ := net.Interfaces()
 		last := ifs[len(ifs)-1].Name
-		ipAll(t, []string{"ip", "addr", "add", fmt.Sprintf("10.200.%d.1/24", pairs), "dev", last})
+		testsupport.Commands(t, []string{"ip", "addr", "add", fmt.Sprintf("10.200.%d.1/24", pairs), "dev", last})
 		ln, err := net.Listen("tcp", fmt.Sprintf("10.200.%d.1:0", pairs))
 		testsupport.RequireNoError(t, err)
 		d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
@@ -249,7 +239,7 @@ func TestDownInterfaceSourceFound(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip") {
 		return
 	}
-	ipAll(t,
+	testsupport.Commands(t,
 		[]string{"ip", "link", "set", "lo", "up"},
 		[]string{"ip", "link", "add", "dn0", "type", "veth", "peer", "name", "dn1"},
 		[]string{"ip", "addr", "add", "10.98.5.1/24", "dev", "dn0"},
