@@ -7,7 +7,6 @@ import (
 	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
@@ -53,23 +52,8 @@ func TestDeviceBoundLocalUserReadsMetricsAndSessions(t *testing.T) {
 		return
 	}
 	n := newReloadNode(t)
-	c := n.config(reloadEdit{rmemMax: "100000", controllerPort: 6653, dataPort: 9877})
-	c = strings.Replace(c, `daemon { shutdown_timeout = "2s" }`,
-		"daemon {\n  shutdown_timeout = \"2s\"\n  metrics_allow = [\"10.1.0.2\"]\n}", 1)
-	c = strings.Replace(c, `    tuning      = ["t"]`, `    tuning      = ["t"]`+"\n    health_allow = [\"10.1.0.2\"]", 1)
-	writeFile(t, n.cfgPath, c)
 	const self = "10.1.0.2"
-	metrics, health := self+":9465", self+":9878"
-	d := n.daemonWith(metrics)
-	runDaemon(t, d, n.logs)
-	testsupport.Eventually(t, 15*time.Second, "the controller sees a1 up", func() bool {
-		for _, a := range d.Status().Agents {
-			if a.Name == "a1" && !a.Local && a.Healthy {
-				return true
-			}
-		}
-		return false
-	})
+	_, metrics, health := runAllowListed(t, n, allowListedConfig(n, `["10.1.0.2"]`, "", ""))
 	for _, c := range []struct{ addr, path string }{{metrics, "/metrics"}, {health, "/sessions"}} {
 		if got := deviceBoundGet(t, "eth1", c.addr, c.path); strings.Contains(got, " 200 ") {
 			t.Errorf("uid %d, its socket bound to eth1, read %s from %s: %s", testsupport.OtherUID, c.path, self, got)

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
@@ -30,23 +29,8 @@ func TestLocalRouteUserReadsMetricsAndSessions(t *testing.T) {
 	if out, err := exec.Command("ip", "route", "add", "local", "10.1.0.200/32", "dev", "lo").CombinedOutput(); err != nil {
 		t.Fatalf("ip route add local: %v: %s", err, out)
 	}
-	c := n.config(reloadEdit{rmemMax: "100000", controllerPort: 6653, dataPort: 9877})
-	c = strings.Replace(c, `daemon { shutdown_timeout = "2s" }`,
-		"daemon {\n  shutdown_timeout = \"2s\"\n  metrics_allow = [\"10.1.0.0/24\"]\n}", 1)
-	c = strings.Replace(c, `    tuning      = ["t"]`, `    tuning      = ["t"]`+"\n    health_allow = [\"10.1.0.0/24\"]", 1)
-	writeFile(t, n.cfgPath, c)
 	const self = "10.1.0.2"
-	metrics, health := self+":9465", self+":9878"
-	d := n.daemonWith(metrics)
-	runDaemon(t, d, n.logs)
-	testsupport.Eventually(t, 15*time.Second, "the controller sees a1 up", func() bool {
-		for _, a := range d.Status().Agents {
-			if a.Name == "a1" && !a.Local && a.Healthy {
-				return true
-			}
-		}
-		return false
-	})
+	_, metrics, health := runAllowListed(t, n, allowListedConfig(n, `["10.1.0.0/24"]`, "", ""))
 	for _, c := range []struct{ addr, path string }{{metrics, "/metrics"}, {health, "/sessions"}} {
 		host, port := self, strings.TrimPrefix(c.addr, self+":")
 		out, err := testsupport.AsOtherUser(t, "/usr/bin/python3", "-c", `

@@ -16,6 +16,36 @@ func otherUserGets(t *testing.T, from, addr, path string) bool {
 	return err == nil && strings.TrimSpace(string(out)) == "200"
 }
 
+// allowListedConfig is n's config with metrics_allow and health_allow
+// (on agent a1) set to allow, and metrics_allow_users and
+// health_allow_users when not empty.
+func allowListedConfig(n *reloadNode, allow, healthUsers, metricsUsers string) string {
+	c := n.config(reloadEdit{rmemMax: "100000", controllerPort: 6653, dataPort: 9877})
+	daemon := "daemon {\n  shutdown_timeout = \"2s\"\n  metrics_allow = " + allow + "\n"
+	if metricsUsers != "" {
+		daemon += "  metrics_allow_users = " + metricsUsers + "\n"
+	}
+	c = strings.Replace(c, `daemon { shutdown_timeout = "2s" }`, daemon+"}", 1)
+	agent := `    tuning      = ["t"]` + "\n    health_allow = " + allow
+	if healthUsers != "" {
+		agent += "\n    health_allow_users = " + healthUsers
+	}
+	return strings.Replace(c, `    tuning      = ["t"]`, agent, 1)
+}
+
+// runAllowListed runs n's daemon on config (its controller and agent a1
+// on 10.1.0.2) until the controller sees a1 up, and returns it with its
+// metrics and a1's health addresses.
+func runAllowListed(t *testing.T, n *reloadNode, config string) (d *Daemon, metrics, health string) {
+	t.Helper()
+	writeFile(t, n.cfgPath, config)
+	metrics, health = "10.1.0.2:9465", "10.1.0.2:9878"
+	d = n.daemonWith(metrics)
+	runDaemon(t, d, n.logs)
+	testsupport.Eventually(t, 15*time.Second, "the controller sees a1 up", func() bool { return controllerSeesUp(d, "a1") })
+	return d, metrics, health
+}
+
 // TestHealthAndMetricsRefuseOtherLocalUsers: with health_allow and
 // metrics_allow admitting the node's own address, any local user could
 // bind that address and read /sessions (the clients and servers of the
@@ -32,24 +62,10 @@ func TestHealthAndMetricsRefuseOtherLocalUsers(t *testing.T) {
 	n := newReloadNode(t)
 	const self = "10.1.0.2"
 	config := func(healthUsers, metricsUsers string) string {
-		c := n.config(reloadEdit{rmemMax: "100000", controllerPort: 6653, dataPort: 9877})
-		daemon := "daemon {\n  shutdown_timeout = \"2s\"\n  metrics_allow = [\"10.1.0.2\"]\n"
-		if metricsUsers != "" {
-			daemon += "  metrics_allow_users = " + metricsUsers + "\n"
-		}
-		c = strings.Replace(c, `daemon { shutdown_timeout = "2s" }`, daemon+"}", 1)
-		agent := `    tuning      = ["t"]` + "\n    health_allow = [\"10.1.0.2\"]"
-		if healthUsers != "" {
-			agent += "\n    health_allow_users = " + healthUsers
-		}
-		return strings.Replace(c, `    tuning      = ["t"]`, agent, 1)
+		return allowListedConfig(n, `["10.1.0.2"]`, healthUsers, metricsUsers)
 	}
-	writeFile(t, n.cfgPath, config("", ""))
-	metrics, health := self+":9465", self+":9878"
-	d := n.daemonWith(metrics)
-	runDaemon(t, d, n.logs)
+	d, metrics, health := runAllowListed(t, n, config("", ""))
 	a1Up := func() bool { return controllerSeesUp(d, "a1") }
-	testsupport.Eventually(t, 15*time.Second, "the controller sees a1 up", a1Up)
 
 	if otherUserGets(t, self, health, "/sessions") {
 		t.Errorf("another local user from %s read /sessions", self)
