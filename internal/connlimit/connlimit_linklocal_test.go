@@ -5,7 +5,6 @@ package connlimit
 
 import (
 	"net/netip"
-	"os/exec"
 	"testing"
 
 	"github.com/sosappliance/sosappliance/internal/testsupport"
@@ -24,18 +23,14 @@ func TestLinkLocalFromOurOtherLinkRefused(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip", "/usr/bin/python3") {
 		return
 	}
-	for _, args := range [][]string{
-		{"link", "set", "lo", "up"},
-		{"link", "add", "ll0", "type", "veth", "peer", "name", "ll1"},
-		{"link", "set", "ll0", "up"},
-		{"link", "set", "ll1", "up"},
-		{"addr", "add", "fe80::a/64", "dev", "ll0", "nodad"},
-		{"addr", "add", "fe80::b/64", "dev", "ll1", "nodad"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
+	testsupport.Commands(t,
+		[]string{"ip", "link", "set", "lo", "up"},
+		[]string{"ip", "link", "add", "ll0", "type", "veth", "peer", "name", "ll1"},
+		[]string{"ip", "link", "set", "ll0", "up"},
+		[]string{"ip", "link", "set", "ll1", "up"},
+		[]string{"ip", "addr", "add", "fe80::a/64", "dev", "ll0", "nodad"},
+		[]string{"ip", "addr", "add", "fe80::b/64", "dev", "ll1", "nodad"},
+	)
 	ln, addr := serveOn(t, "[::]:0")
 	ln.Allow([]netip.Prefix{netip.MustParsePrefix("fe80::/64")})
 	// As a control, over ll0 to its own address: refused (held).

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -67,15 +66,22 @@ func TestDeviceBoundLocalUserRefused(t *testing.T) {
 	testsupport.RequireRoot(t, "setpriv")
 	ln, addr := serve(t, 16, 8)
 	ln.Allow([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
-	// As a control, the same client unbound is refused.
-	if got := localUserGet(t, nil, "socket.socket()", "", `("127.0.0.1", `+portOf(addr)+`)`); got == "answered" {
+	requireBoundRefused(t, ln, "127.0.0.1", portOf(addr), "lo")
+}
+
+// requireBoundRefused checks that another local user connecting to
+// host:port is refused by ln, unbound (a control) and with its socket
+// bound to device dev.
+func requireBoundRefused(t *testing.T, ln *Listener, host, port, dev string) {
+	t.Helper()
+	if got := localUserGet(t, nil, "socket.socket()", "", `("`+host+`", `+port+`)`); got == "answered" {
 		t.Fatalf("uid %d unbound was served", testsupport.OtherUID)
 	}
 	got := localUserGet(t, nil, "socket.socket()",
-		`s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"lo")`,
-		`("127.0.0.1", `+portOf(addr)+`)`)
+		`s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"`+dev+`")`,
+		`("`+host+`", `+port+`)`)
 	if got == "answered" {
-		t.Errorf("uid %d with its socket bound to lo read the endpoint from 127.0.0.1 (AllowUsers names no one); denied %d", testsupport.OtherUID, ln.Denied())
+		t.Errorf("uid %d with its socket bound to %s read the endpoint from %s (AllowUsers names no one); denied %d", testsupport.OtherUID, dev, host, ln.Denied())
 	}
 }
 
@@ -87,28 +93,16 @@ func TestDeviceBoundNodeAddressRefused(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip") {
 		return
 	}
-	for _, args := range [][]string{
-		{"link", "set", "lo", "up"},
-		{"link", "add", "ll0", "type", "veth", "peer", "name", "ll1"},
-		{"link", "set", "ll1", "up"},
-		{"link", "set", "ll0", "up"},
-		{"addr", "add", "10.97.0.1/24", "dev", "ll0"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
+	testsupport.Commands(t,
+		[]string{"ip", "link", "set", "lo", "up"},
+		[]string{"ip", "link", "add", "ll0", "type", "veth", "peer", "name", "ll1"},
+		[]string{"ip", "link", "set", "ll1", "up"},
+		[]string{"ip", "link", "set", "ll0", "up"},
+		[]string{"ip", "addr", "add", "10.97.0.1/24", "dev", "ll0"},
+	)
 	ln, addr := serveOn(t, "10.97.0.1:0")
 	ln.Allow([]netip.Prefix{netip.MustParsePrefix("10.97.0.1/32")})
-	if got := localUserGet(t, nil, "socket.socket()", "", `("10.97.0.1", `+portOf(addr)+`)`); got == "answered" {
-		t.Fatalf("uid %d unbound was served", testsupport.OtherUID)
-	}
-	got := localUserGet(t, nil, "socket.socket()",
-		`s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"ll0")`,
-		`("10.97.0.1", `+portOf(addr)+`)`)
-	if got == "answered" {
-		t.Errorf("uid %d with its socket bound to ll0 read the endpoint from the node's address 10.97.0.1; denied %d", testsupport.OtherUID, ln.Denied())
-	}
+	requireBoundRefused(t, ln, "10.97.0.1", portOf(addr), "ll0")
 }
 
 // TestLinkLocalLocalUserRefused: an allow list naming the node's
@@ -119,17 +113,13 @@ func TestLinkLocalLocalUserRefused(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "setpriv", "ip") {
 		return
 	}
-	for _, args := range [][]string{
-		{"link", "set", "lo", "up"},
-		{"link", "add", "ll0", "type", "veth", "peer", "name", "ll1"},
-		{"link", "set", "ll1", "up"},
-		{"link", "set", "ll0", "up"},
-		{"addr", "add", "fe80::97/64", "dev", "ll0", "nodad"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
+	testsupport.Commands(t,
+		[]string{"ip", "link", "set", "lo", "up"},
+		[]string{"ip", "link", "add", "ll0", "type", "veth", "peer", "name", "ll1"},
+		[]string{"ip", "link", "set", "ll1", "up"},
+		[]string{"ip", "link", "set", "ll0", "up"},
+		[]string{"ip", "addr", "add", "fe80::97/64", "dev", "ll0", "nodad"},
+	)
 	ln, addr := serveOn(t, "[::]:0")
 	ln.Allow([]netip.Prefix{netip.MustParsePrefix("fe80::/64")})
 	got := localUserGet(t, nil, "socket.socket(socket.AF_INET6)", "",
