@@ -12,6 +12,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 	"golang.org/x/sys/unix"
 )
 
@@ -148,11 +149,20 @@ func checkFile(path string, mustExist bool, timeout time.Duration) (checked fs.F
 
 // sharedFlock takes bbolt's lock shared, waiting up to timeout.
 func sharedFlock(f *os.File, timeout time.Duration) error {
+	return flockWait(f, unix.LOCK_SH, timeout)
+}
+
+// flockWait takes bbolt's lock on f (how: unix.LOCK_SH or LOCK_EX),
+// waiting up to timeout: bolterrors.ErrTimeout after it.
+func flockWait(f *os.File, how int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
-		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) {
 			return err
+		}
+		if time.Now().After(deadline) {
+			return bolterrors.ErrTimeout
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -337,19 +337,8 @@ func openBoltFile(path string, o bolt.Options, check func(*os.File) error, creat
 // waiting up to timeout, and then returns errMoved when f is not the file
 // path names, or not the one checked (when there was one).
 func lockChecked(f *os.File, path string, timeout time.Duration, how int, checked fs.FileInfo) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return bolterrors.ErrTimeout
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := flockWait(f, how, timeout); err != nil {
+		return err
 	}
 	held, err := f.Stat()
 	if err != nil {
