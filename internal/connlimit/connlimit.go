@@ -259,7 +259,7 @@ func (l *Listener) admit(c net.Conn) *conn {
 	addr := addrOf(c)
 	src := SourceOf(addr)
 	tc := &conn{Conn: c, l: l, addr: addr, src: src, owner: ownerUnlooked}
-	if list := l.allow.Load(); list != nil && slices.ContainsFunc(*list, func(p netip.Prefix) bool { return p.Contains(addr) }) {
+	if list := l.allow.Load(); list != nil && listed(*list, addr) {
 		tc.owner = l.ownerOf(c) // before the lock; admits looks up the rest
 	}
 	l.mu.Lock()
@@ -395,6 +395,11 @@ func (l *Listener) recheck(set func()) {
 	}
 }
 
+// listed says whether a prefix of list holds addr.
+func listed(list []netip.Prefix, addr netip.Addr) bool {
+	return slices.ContainsFunc(list, func(p netip.Prefix) bool { return p.Contains(addr) })
+}
+
 // admits says whether the allow list admits c: its address, and, from
 // this node, its owner (looked up now if it was not yet). Call it with
 // l.mu held.
@@ -403,7 +408,7 @@ func (l *Listener) admits(c *conn) bool {
 	if list == nil || len(*list) == 0 {
 		return true
 	}
-	if !slices.ContainsFunc(*list, func(p netip.Prefix) bool { return p.Contains(c.addr) }) {
+	if !listed(*list, c.addr) {
 		return false
 	}
 	if c.owner == ownerUnlooked {
