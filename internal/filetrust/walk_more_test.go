@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,6 +130,8 @@ func TestNamedFixLeavesAnOpenWriterIn(t *testing.T) {
 			fifo := filepath.Join(dir, "go")
 			testsupport.RequireNoError(t, exec.Command("mkfifo", "-m", "0666", fifo).Run())
 			writer := testsupport.AsOtherUser(t, "sh", "-c", "exec 3<>"+real+"; read x < "+fifo+"; echo 'nobody was here' >&3")
+			said := &testsupport.LockedBuffer{}
+			writer.Stdout, writer.Stderr = said, said
 			testsupport.RequireNoError(t, writer.Start())
 			t.Cleanup(func() { _ = writer.Process.Kill(); _ = writer.Wait() })
 			// Wait until the descriptor is open: 65534's sh opened fd 3.
@@ -150,8 +153,17 @@ func TestNamedFixLeavesAnOpenWriterIn(t *testing.T) {
 			}
 			accepted := Check("config file", real) == nil
 
-			w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-			testsupport.RequireNoError(t, err)
+			// Not blocking: a writer that ended without reading the
+			// FIFO held the whole package until its timeout.
+			var w *os.File
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if w, err = os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("user 65534's writer never opened the FIFO for reading (%v); it said: %q", err, said.String())
+				}
+			}
 			w.WriteString("go\n")
 			w.Close()
 			_ = writer.Wait()
