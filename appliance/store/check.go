@@ -87,22 +87,79 @@ func readMeta(f *os.File, off int64) (boltMeta, bool) {
 		root: ne.Uint64(b[metaRoot:]), freelist: ne.Uint64(b[metaFreelist:])}, true
 }
 
+// openStateFile opens the state database at path with flag and perm,
+// refusing anything but a regular file with an error that names what it
+// is. It opens without blocking: a read-only open of a FIFO waits for a
+// writer, and held every command, and the daemon's start, for good.
+func openStateFile(path string, flag int, perm fs.FileMode) (*os.File, error) {
+	f, err := os.OpenFile(path, flag|unix.O_NONBLOCK, perm)
+	if err != nil {
+		// A socket cannot be opened, and a directory not for writing.
+		if fi, serr := os.Stat(path); serr == nil && !fi.Mode().IsRegular() {
+			return nil, &NotAFileError{Path: path, Mode: fi.Mode()}
+		}
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, &NotAFileError{Path: path, Mode: fi.Mode()}
+	}
+	return f, nil
+}
+
+// NotAFileError reports something other than a regular file at the state
+// database's path.
+type NotAFileError struct {
+	Path string
+	Mode fs.FileMode
+}
+
+func (e *NotAFileError) Error() string {
+	return fmt.Sprintf("state database %s is %s, not a file (daemon.state_path names the file sosappliance keeps its records in: remove what is there, or name another path)", e.Path, fileKind(e.Mode))
+}
+
+// fileKind names what a file that is not a regular one is.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	}
+	return "something other than a regular file (" + m.Type().String() + ")"
+}
+
 // checkFile looks at an existing file before bbolt maps it: it must not
 // be empty, and it must be as long as the meta page bbolt will use says.
 // It waits, up to timeout, for a process that holds the database to let
 // go first (bbolt's flock): one creating it has it empty or short for a
 // moment. A file whose meta pages are both invalid is left to bbolt, which
-// refuses it with an error. exists is whether there is a regular file.
+// refuses it with an error; anything but a regular file is a
+// *NotAFileError.
 //
 // checked is the file it looked at (nil when there is none): the opens
 // after it must find that file at the path, or start over (errMoved).
 func checkFile(path string, mustExist bool, timeout time.Duration) (checked fs.FileInfo, freelistStored bool, err error) {
-	f, err := os.Open(path)
+	f, err := openStateFile(path, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		if mustExist {
 			return nil, false, fmt.Errorf("%w at %s", ErrNoDatabase, path)
 		}
 		return nil, false, nil
+	}
+	if _, ok := err.(*NotAFileError); ok {
+		return nil, false, err
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("open state database %s: %w", path, err)
@@ -111,9 +168,6 @@ func checkFile(path string, mustExist bool, timeout time.Duration) (checked fs.F
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, false, fmt.Errorf("open state database %s: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, false, nil // bbolt names what it is
 	}
 	if err := sharedFlock(f, timeout); err != nil {
 		return nil, false, &InUseError{Path: path, PID: lockHolder(path)}

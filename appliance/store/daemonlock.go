@@ -126,7 +126,7 @@ func ofdLock(f *os.File, typ int16) (busy bool, err error) {
 // database at statePath, which must exist, waiting up to timeout for a
 // rollback or another daemon that holds it.
 func LockForDaemon(statePath string, timeout time.Duration) (*HeldLock, error) {
-	f, err := os.OpenFile(statePath, os.O_RDWR, 0)
+	f, err := openStateFile(statePath, os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("daemon lock: %w", err)
 	}
@@ -154,7 +154,7 @@ func LockForDaemon(statePath string, timeout time.Duration) (*HeldLock, error) {
 // runs with it. Holding it keeps a daemon from starting meanwhile. With no
 // database there, nothing is held.
 func LockAgainstDaemon(statePath string) (*HeldLock, error) {
-	f, err := os.Open(statePath)
+	f, err := openStateFile(statePath, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &HeldLock{}, nil
 	}

@@ -313,7 +313,7 @@ func openBoltFile(path string, o bolt.Options, check func(*os.File) error, creat
 		if !create {
 			flag &^= os.O_CREATE
 		}
-		f, err := os.OpenFile(name, flag, perm)
+		f, err := openStateFile(name, flag, perm)
 		if !create && errors.Is(err, fs.ErrNotExist) {
 			return nil, errMoved
 		}
@@ -401,7 +401,7 @@ func removeUnfinished(path string, wait time.Duration) {
 	if err != nil {
 		return
 	}
-	f, err := os.Open(target)
+	f, err := openStateFile(target, os.O_RDONLY, 0)
 	if err != nil {
 		return
 	}
