@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sosappliance/sosappliance/dataplane/stripe"
@@ -82,7 +83,7 @@ func openFounded(path string, now time.Time) (ff *foundedFile, ids []settledAt, 
 		_ = ff.reopen()
 		return ff, ids, bad, nil
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK|os.O_APPEND, 0)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("founded sessions file: %w", err)
 	}
@@ -118,8 +119,10 @@ func newGeneration(path string, ids []settledAt) error {
 }
 
 // readFounded reads one generation; a missing file holds nothing.
+// Anything but a regular file there is an error: a read-only open
+// of a FIFO would wait for a writer (it opens without blocking).
 func readFounded(path string, now time.Time) (ids []settledAt, bad int, err error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, 0, nil
 	}
@@ -127,6 +130,11 @@ func readFounded(path string, now time.Time) (ids []settledAt, bad int, err erro
 		return nil, 0, err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return nil, 0, err
+	} else if !fi.Mode().IsRegular() {
+		return nil, 0, fmt.Errorf("%s is not a regular file (%s): remove it", path, fi.Mode().Type())
+	}
 	r := bufio.NewReader(f)
 	for {
 		line, long, err := r.ReadLine()
@@ -201,7 +209,7 @@ func (ff *foundedFile) rotate(now time.Time) error {
 	if err := os.MkdirAll(filepath.Dir(ff.path), 0o750); err != nil {
 		return fmt.Errorf("founded sessions file: %w", err)
 	}
-	f, err := os.OpenFile(ff.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(ff.path, os.O_WRONLY|syscall.O_NONBLOCK|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("founded sessions file: %w", err)
 	}
@@ -256,7 +264,7 @@ func (ff *foundedFile) cutBack(n int64) bool {
 
 // endsInPart reports whether the file at path ends in part of a line.
 func endsInPart(path string) bool {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return false
 	}
@@ -292,7 +300,7 @@ func (ff *foundedFile) reopen() error {
 	if err := os.MkdirAll(filepath.Dir(ff.path), 0o750); err != nil {
 		return fmt.Errorf("founded sessions file: %w", err)
 	}
-	f, err := os.OpenFile(ff.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(ff.path, os.O_WRONLY|syscall.O_NONBLOCK|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("founded sessions file: %w", err)
 	}
