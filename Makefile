@@ -19,12 +19,16 @@ build:
 # The lab's end-to-end test runs alone, after the rest, so parallel packages
 # do not skew its transfers. -parallel lets the tests marked t.Parallel
 # run together: cluster tests (each with its own etcd, mostly waiting on
-# leases) and relay tests (each in network namespaces of its own, mostly
-# waiting on a slow path or timeouts), and soak tests that count in a
-# child process of their own. Tests that count the test process's
-# goroutines or heap bytes, or set a package hook, are never marked.
+# leases), sdn tests (each with its own controller, and Open vSwitch in a
+# namespace of its own, mostly watching that nothing happens), relay tests
+# (each in network namespaces of its own, mostly waiting on a slow path or
+# timeouts), and soak tests that count in a child process of their own.
+# Tests that count the test process's goroutines or heap bytes, or set a
+# package hook, are never marked: the marked ones start only once those
+# have ended.
+# .ci/test-packages lists the packages, the longest first.
 test: lint
-	$(GO) test -count=1 -timeout 15m -parallel 8 $$($(GO) list ./... | grep -v '/examples/lab$$')
+	pkgs=$$(GO=$(GO) sh .ci/test-packages) && $(GO) test -count=1 -timeout 15m -parallel 8 $$pkgs
 	$(GO) test -count=1 -timeout 10m ./examples/lab/
 
 # Unit tests only: no root, no network namespaces.
