@@ -263,6 +263,7 @@ func TestRemoveFlowsOnStopDuringAnUnansweredBarrier(t *testing.T) {
 // leaves it (setSessionRole). Found by review (helper-54); older than
 // this session's changes.
 func TestRoleStatusRightAfterRoleReply(t *testing.T) {
+	t.Parallel() // its own controller (and Open vSwitch, in a namespace of its own); mostly waiting (see the Makefile's -parallel)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -78,6 +78,7 @@ func (g *guarded) requireUntouched(t *testing.T, name string) {
 // connected. Each is refused before any flow is read or written, and the
 // switch keeps its session and its flows.
 func TestImpostorRefusedAtTLS(t *testing.T) {
+	t.Parallel() // its own controller (and Open vSwitch, in a namespace of its own); mostly waiting (see the Makefile's -parallel)
 	ovstest.Require(t, ovstest.Binaries...)
 	dir := t.TempDir()
 	ca := testsupport.NewPKI(t, dir, "switchca")
@@ -160,6 +161,7 @@ func TestImpostorRefusedAtTLS(t *testing.T) {
 // switch's list that claims this switch's datapath id is refused after the
 // features reply, before any flow is read or written.
 func TestImpostorOutsideAllowList(t *testing.T) {
+	t.Parallel() // its own controller (and Open vSwitch, in a namespace of its own); mostly waiting (see the Makefile's -parallel)
 	ovstest.Require(t, ovstest.Binaries...)
 	sw := siteSwitch(0xc2)
 	sw.Allow = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
@@ -200,6 +202,7 @@ func TestImpostorOutsideAllowList(t *testing.T) {
 // address, a second connection that claims the datapath id of a connected
 // switch is refused and logged; the first keeps its session.
 func TestSecondConnectionForConnectedSwitch(t *testing.T) {
+	t.Parallel() // its own controller (and Open vSwitch, in a namespace of its own); mostly waiting (see the Makefile's -parallel)
 	ovstest.Require(t, ovstest.Binaries...)
 	sw := siteSwitch(0xc4)
 	g := startGuarded(t, sdn.Config{}, sw, func(addr string) string { return "tcp:" + addr }, nil)

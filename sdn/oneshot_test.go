@@ -176,6 +176,7 @@ func TestAcceptSwitch(t *testing.T) {
 // `apply` do without a daemon, a switch that listens and one that dials
 // in, and names the switch it is told not to wait for.
 func TestOneShotReachesBothKinds(t *testing.T) {
+	t.Parallel() // its own controller (and Open vSwitch, in a namespace of its own); mostly waiting (see the Makefile's -parallel)
 	inst := ovstest.Start(t)
 	port := inst.FreePort(t)
 	ctlPort := inst.FreePort(t)

@@ -20,6 +20,7 @@ import (
 // Found by review (helper-64): before failAnswered, B stayed and the
 // switch showed converged.
 func TestMalformedDumpPartNotTakenAsWhole(t *testing.T) {
+	t.Parallel() // its own controller (and Open vSwitch, in a namespace of its own); mostly waiting (see the Makefile's -parallel)
 	ctl, conn, dump := dumpingSession(t, sdn.Config{Keepalive: 10 * time.Second, ResyncInterval: -1, RetryInterval: time.Hour}, hostileSwitch)
 	xid := dump.TransactionID()
 	stale := func(prio uint16, ins []ofp13.Instruction) ofp13.FlowStats {

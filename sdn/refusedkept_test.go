@@ -23,6 +23,7 @@ import (
 // refusals are counted and listed (20 and a count), and the last error
 // names the timeout, how many changes were refused, and the first five.
 func TestRefusalsKeptWhenALaterBatchFails(t *testing.T) {
+	t.Parallel() // its own controller (and Open vSwitch, in a namespace of its own); mostly waiting (see the Makefile's -parallel)
 	ctl, conn, dump := dumpingSession(t, sdn.Config{Keepalive: time.Minute, ConvergeTimeout: 3 * time.Second,
 		ResyncInterval: -1, RetryInterval: time.Hour}, hostileSwitch)
 	const stale = 600

@@ -20,6 +20,7 @@ import (
 // ROLE_STATUS causes no convergence beyond the first (and with roles on,
 // only one that changes the role does). Found by review (helper-53).
 func TestRoleStatusWithoutRolesIgnored(t *testing.T) {
+	t.Parallel() // its own controller (and Open vSwitch, in a namespace of its own); mostly waiting (see the Makefile's -parallel)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

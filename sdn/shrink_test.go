@@ -24,6 +24,7 @@ import (
 // stayed; 2,048 keeps the margin 512 bytes on the wire gave. Found by
 // review (helper-54).
 func TestShrunkRangeConfigConverges(t *testing.T) {
+	t.Parallel() // its own controller (and Open vSwitch, in a namespace of its own); mostly waiting (see the Makefile's -parallel)
 	ovstest.Require(t, ovstest.Binaries...)
 	inst := ovstest.Start(t)
 	port := inst.FreePort(t)

@@ -23,6 +23,7 @@ import (
 // retired connection's convergences end at once, whichever way that
 // choice goes. Found by review (helper-56).
 func TestRemoveFlowsOnStopNotUndoneWhileAnotherSwitchIsSlow(t *testing.T) {
+	t.Parallel() // its own controller (and Open vSwitch, in a namespace of its own); mostly waiting (see the Makefile's -parallel)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

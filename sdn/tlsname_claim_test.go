@@ -19,6 +19,7 @@ import (
 // the claim checks the configuration in force again. Found by review
 // (before, "mallory" held switch sw-b's session after the reload).
 func TestReloadAddingTLSNameDuringAClaim(t *testing.T) {
+	t.Parallel() // its own controller (and Open vSwitch, in a namespace of its own); mostly waiting (see the Makefile's -parallel)
 	ca, serverTLS := controllerPKI(t)
 	_, _, realPair := ca.Issue(t, "sw-b")
 	_, _, otherPair := ca.Issue(t, "mallory")

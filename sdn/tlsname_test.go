@@ -21,6 +21,7 @@ import (
 // claiming a disconnected switch's datapath id are refused before any
 // flow is written; one naming that switch gets its session.
 func TestCertificateMustNameTheSwitch(t *testing.T) {
+	t.Parallel() // its own controller (and Open vSwitch, in a namespace of its own); mostly waiting (see the Makefile's -parallel)
 	ovstest.Require(t, ovstest.Binaries...)
 	ca, serverTLS := controllerPKI(t)
 	swCert, swKey, swPair := ca.Issue(t, "sw-a id:5f0c9a8e-2d4b-4c1e-9a57-3e8f6b1d2c40")

@@ -22,6 +22,7 @@ import (
 // refuses the old CA's certificates from then on; given a certificate of
 // the new CA, the switch connects again and converges.
 func TestSetTLSRotatesTheSwitchCA(t *testing.T) {
+	t.Parallel() // its own controller (and Open vSwitch, in a namespace of its own); mostly waiting (see the Makefile's -parallel)
 	ovstest.Require(t, ovstest.Binaries...)
 	dir := t.TempDir()
 	oldCA := testsupport.NewPKI(t, dir, "oldca")
@@ -118,6 +119,7 @@ func TestSetTLSRotatesTheSwitchCA(t *testing.T) {
 // is connected is dropped by the next reload, even one that changes no
 // file (SetTLS with the same files), with the reason in its status.
 func TestReloadDropsExpiredSwitch(t *testing.T) {
+	t.Parallel() // its own controller (and Open vSwitch, in a namespace of its own); mostly waiting (see the Makefile's -parallel)
 	ovstest.Require(t, ovstest.Binaries...)
 	ca := testsupport.NewPKI(t, t.TempDir(), "switchca")
 	ctlCert, ctlKey, _ := ca.Issue(t, "controller")

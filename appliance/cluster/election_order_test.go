@@ -19,6 +19,7 @@ import (
 // Found by review: term and observe both delivered at a takeover, and
 // observe's "slave, leader = me" could land after term's "leader".
 func TestRoleCallbacksInOrder(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting for leases (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	log := slog.New(slog.DiscardHandler)
 	for i := range 8 {
@@ -195,6 +196,7 @@ func TestStoppedCandidateLeavesNoKey(t *testing.T) {
 // do after a rebuild, the next leader's and its followers' generations are
 // larger again.
 func TestGenerationBaseAfterEtcdRebuilt(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting for leases (see the Makefile's -parallel)
 	old := testsupport.StartEtcd(t, 1)
 	cfg := testConfig(old, "ctl-a")
 	cli, err := Open(cfg, slog.New(slog.DiscardHandler))

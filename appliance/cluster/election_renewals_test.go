@@ -32,6 +32,7 @@ func renewalGoroutines() int {
 // terms by deleting the key, with no renewal waiting. Written by review
 // (helper-85); it passed.
 func TestCutRenewalsEndWithTerm(t *testing.T) {
+	// Not parallel: it counts the process's renewal goroutines.
 	etcd := testsupport.StartEtcd(t, 1)
 	proxy := faultsStartProxy(t, etcd.Endpoints()[0][len("http://"):])
 	cfg := Config{Endpoints: []string{proxy.endpoint()}, Prefix: "/sos-cut/", LeaseTTL: 6 * time.Second, DialTimeout: time.Second, Node: "ctl-a"}

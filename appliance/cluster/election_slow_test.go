@@ -142,6 +142,7 @@ func TestCloseDuringTermEndsIt(t *testing.T) {
 // eighth a deletion of a's key still makes a step down (the restarted
 // watches still work). Written by review (helper-84); it passed.
 func TestManyWatchRestartsOneTerm(t *testing.T) {
+	// Not parallel: it counts the process's elector goroutines.
 	etcd := testsupport.StartEtcd(t, 1)
 	proxy := faultsStartProxy(t, etcd.Endpoints()[0][len("http://"):])
 	cfg := Config{Endpoints: []string{proxy.endpoint()}, Prefix: "/sos-restarts/", LeaseTTL: 4 * time.Second, DialTimeout: time.Second, Node: "ctl-a"}

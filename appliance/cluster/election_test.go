@@ -32,6 +32,7 @@ func startElector(t *testing.T, cfg Config) (*Elector, context.CancelFunc) {
 // TestElectionHandsOver: one of two candidates leads; when it resigns the
 // other leads with a larger generation, and the first follows it.
 func TestElectionHandsOver(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting for leases (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	a, stopA := startElector(t, testConfig(etcd, "ctl-a"))
 	testsupport.Eventually(t, 10*time.Second, "a to lead", func() bool { return a.Role().Leader })
@@ -55,6 +56,7 @@ func TestElectionHandsOver(t *testing.T) {
 // its lease runs out, then steps down; when etcd returns one leads again
 // with a larger generation.
 func TestElectionEtcdLost(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting for leases (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	a, _ := startElector(t, testConfig(etcd, "ctl-a"))
 	b, _ := startElector(t, testConfig(etcd, "ctl-b"))

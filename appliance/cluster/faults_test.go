@@ -225,6 +225,7 @@ func faultsMedian(d []time.Duration) time.Duration {
 // Found by review (helper-74): the lease request waited for ever, and
 // nothing said why.
 func TestEtcdUnreachableIsReported(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting for leases (see the Makefile's -parallel)
 	one, two, _ := testsupport.TwoCAs(t)
 	etcd := testsupport.StartEtcdTLS(t, 1, one, one.CAFile)
 	dir := t.TempDir()
@@ -383,6 +384,7 @@ func TestFailoverAfterLeaderDies(t *testing.T) {
 // lead; a must not go on holding itself leader.
 // Found by review (helper-74): two leaders for good.
 func TestDeletedLeaderKeyStepsDown(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting for leases (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	cfg := Config{Endpoints: etcd.Endpoints(), Prefix: "/r74-del/", LeaseTTL: 2 * time.Second, DialTimeout: time.Second, Node: "ctl-a"}
 	a := faultsStart(t, cfg)
@@ -486,6 +488,7 @@ func faultsEtcd(t *testing.T, extra ...string) (string, *testsupport.Daemon) {
 // of 3).
 // Written by review (helper-74); it passed.
 func TestEtcdStoppedThenContinued(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting for leases (see the Makefile's -parallel)
 	ep, d := faultsEtcd(t)
 	var back []time.Duration
 	for i := range 3 {
@@ -540,6 +543,7 @@ func TestEtcdStoppedThenContinued(t *testing.T) {
 // is what decides; the node must at least say so.
 // Found by review (helper-74).
 func TestLongerLeaseThanConfiguredIsSaid(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting for leases (see the Makefile's -parallel)
 	ep, _ := faultsEtcd(t, "--heartbeat-interval", "500", "--election-timeout", "5000")
 	var logBuf testsupport.LockedBuffer
 	cfg := Config{Endpoints: []string{ep}, Prefix: "/r74-minttl/", LeaseTTL: 2 * time.Second, DialTimeout: time.Second, Node: "ctl-a"}
@@ -643,6 +647,7 @@ func TestKilledEtcdFlapsLeakNoGoroutines(t *testing.T) {
 // (certificate, x509, handshake), not only that a deadline passed.
 // Found by review (helper-74).
 func TestStatusesSaysWhyTLSFails(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting for leases (see the Makefile's -parallel)
 	one, two, _ := testsupport.TwoCAs(t)
 	etcd := testsupport.StartEtcdTLS(t, 1, one, one.CAFile)
 	for name, c := range map[string]struct {
@@ -675,6 +680,7 @@ func TestStatusesSaysWhyTLSFails(t *testing.T) {
 // bounded), so a shutdown does not hang on etcd.
 // Written by review (helper-74); it passed.
 func TestStopWithEtcdStalledIsBounded(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting for leases (see the Makefile's -parallel)
 	ep, d := faultsEtcd(t)
 	cfg := Config{Endpoints: []string{ep}, Prefix: "/r74-stall/", LeaseTTL: 2 * time.Second, DialTimeout: time.Second, Node: "ctl-a"}
 	cli, err := Open(cfg, slog.New(slog.DiscardHandler))

@@ -19,6 +19,7 @@ import (
 // It passed.
 // Written by review (helper-77); it passed.
 func TestStopInFirstSecondLeavesNoKey(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting for leases (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	for i := range 12 {
 		cfg := Config{Endpoints: etcd.Endpoints(), Prefix: fmt.Sprintf("/r77-stop%d/", i), LeaseTTL: 2 * time.Second, DialTimeout: time.Second, Node: "ctl-a"}
@@ -56,6 +57,7 @@ func TestStopInFirstSecondLeavesNoKey(t *testing.T) {
 // leads, with a generation whose key is gone, and no key in etcd says so.
 // Found by review (helper-77) of 838beff: watchOwnKey now sees the delete.
 func TestSoleLeaderKeyDeletedStillLeads(t *testing.T) {
+	t.Parallel() // its own etcd; mostly waiting for leases (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	cfg := Config{Endpoints: etcd.Endpoints(), Prefix: "/r77-del1/", LeaseTTL: 2 * time.Second, DialTimeout: time.Second, Node: "ctl-a"}
 	a := faultsStart(t, cfg)
