@@ -23,6 +23,7 @@ import (
 // and lines the daemon never wrote ("cluster: ... all ok", "node name:
 // unique") appeared in its status. Found by review (helper-79).
 func TestForgedDuplicateCannotWriteStatusLines(t *testing.T) {
+	t.Parallel() // its own etcd and daemon; mostly waiting for leases (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	d, err := NewDaemon(Options{ConfigPath: "unused.hcl", Node: "ctl-a", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -85,6 +86,7 @@ func TestForgedDuplicateCannotWriteStatusLines(t *testing.T) {
 // moment. The daemon must not call itself a duplicate of its own old
 // publisher. Written by review (helper-79); it passed.
 func TestReloadIsNotADuplicate(t *testing.T) {
+	t.Parallel() // its own etcd and daemon; mostly waiting for leases (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	d, err := NewDaemon(Options{ConfigPath: "unused.hcl", Node: "ctl-a", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

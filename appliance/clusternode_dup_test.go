@@ -15,6 +15,7 @@ import (
 // etcd; each one's `status` says another process publishes as it, naming
 // the other's host and pid.
 func TestSameNodeNameInStatus(t *testing.T) {
+	t.Parallel() // its own etcd and daemon; mostly waiting for leases (see the Makefile's -parallel)
 	etcd := testsupport.StartEtcd(t, 1)
 	var ds []*Daemon
 	for range 2 {
