@@ -102,6 +102,7 @@ const converges = 30 * time.Second
 // daemon, a flow deleted behind its back is repaired within a drift period,
 // and kill -9 plus restart sends no flow mods (durations keep counting).
 func TestControllerNodeDaemon(t *testing.T) {
+	t.Parallel() // its own daemons, files and namespaces; mostly waiting (see the Makefile's -parallel)
 	ovstest.Require(t, ovstest.Binaries...)
 	inst := ovstest.Start(t)
 	port := inst.FreePort(t)

@@ -72,6 +72,7 @@ func (n *haNode) role() string {
 // flow mod ever reaches the switch from a controller it did not have as
 // master.
 func TestTwoControllersOnEtcd(t *testing.T) {
+	t.Parallel() // its own daemons, files and namespaces; mostly waiting (see the Makefile's -parallel)
 	ovstest.Require(t, append(ovstest.Binaries, "etcd", "etcdctl")...)
 	inst := ovstest.Start(t)
 	etcd := testsupport.StartEtcdInNetns(t, 1, inst.Namespace)

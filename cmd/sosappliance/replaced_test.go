@@ -24,6 +24,7 @@ import (
 // Found by review (helper-71) of c078c03: the lock was on the old file,
 // and the copy had its lineage. The daemon now refuses another file.
 func TestRollbackAfterTheStateFileWasRestoredByRename(t *testing.T) {
+	t.Parallel() // its own daemons, files and namespaces; mostly waiting (see the Makefile's -parallel)
 	n := newTuningNode(t)
 	writeConfig(t, n.cfg, hostTuningFile("67108864", ""))
 	state := filepath.Join(n.dir, "state.db")

@@ -164,6 +164,7 @@ func soakReplace(t *testing.T, n tuningNode, content string, wantOK bool) {
 // monitoring check runs it), a metrics scrape, and control-socket
 // clients that send garbage or hang up mid-request.
 func TestDaemonProcessSoak(t *testing.T) {
+	t.Parallel() // its own daemons, files and namespaces; mostly waiting (see the Makefile's -parallel)
 	testsupport.RequireRoot(t)
 	n := newTuningNode(t)
 	writeConfig(t, n.cfg, hostTuningFile("100000", ""))
@@ -232,6 +233,7 @@ func TestDaemonProcessSoak(t *testing.T) {
 // descriptors and goroutines in the daemon, at 10ms ~12,000. Found by
 // review (helper-95); now each call's connection closes with it.
 func TestStatusWatchHoldsNoConnections(t *testing.T) {
+	t.Parallel() // its own daemons, files and namespaces; mostly waiting (see the Makefile's -parallel)
 	testsupport.RequireRoot(t)
 	n := newTuningNode(t)
 	writeConfig(t, n.cfg, hostTuningFile("100000", ""))

@@ -290,6 +290,7 @@ func TestCommandsOnAReadOnlyStateDirectory(t *testing.T) {
 // while another process holds the state database exits 1 after its lock
 // timeout, naming the holder's pid and the file; the host is untouched.
 func TestRunWhileAnotherHoldsTheState(t *testing.T) {
+	t.Parallel() // its own daemons, files and namespaces; mostly waiting (see the Makefile's -parallel)
 	r := statedbApplied(t)
 	writeConfig(t, r.cfg, hostTuningFile("300000", ""))
 	db, err := bolt.Open(r.state, 0o600, nil)

@@ -16,6 +16,7 @@ import (
 // one's pid; the host keeps the first daemon's value.
 // Written by review (helper-67); it passed.
 func TestSecondRunOnOneStateRefused(t *testing.T) {
+	t.Parallel() // its own daemons, files and namespaces; mostly waiting (see the Makefile's -parallel)
 	n := newTuningNode(t)
 	writeConfig(t, n.cfg, hostTuningFile("67108864", ""))
 	state := filepath.Join(n.dir, "state.db")
