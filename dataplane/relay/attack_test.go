@@ -456,6 +456,7 @@ func TestUnreachablePeerCarriesDirect(t *testing.T) {
 // bound of half-open sessions and their reserved memory; the agent-wide
 // memory cap is never exceeded; genuine sessions from another source run.
 func TestHalfOpenSessionsBounded(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	const halfOpen = 4
 	p := startPair(t, pairOptions{streams: 2, limitsB: Limits{MaxHalfOpenPerSource: halfOpen, PreAuthTimeout: 20 * time.Second}}, echo)
 	var held []*net.TCPConn

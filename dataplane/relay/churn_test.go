@@ -260,6 +260,7 @@ func dialHello(t *testing.T, a *Agent) *net.TCPConn {
 // backoff they all come within a fraction of that, even on a loaded
 // machine (43 in 47 ms idle, 279 ms under load).
 func TestReplacementChurnBacksOff(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	const streams, m = 8, 7
 	slots := streams - 1
 	var least time.Duration
@@ -312,6 +313,7 @@ func TestReplacementChurnBacksOff(t *testing.T) {
 // is awaited far longer, so that only a session that never aborts fails,
 // not a slow machine.
 func TestChurnedSessionStillAborts(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	lim := Limits{ReconnectTimeout: joinBackoffMax + time.Second}
 	a, proxy := churnPair(t, 4, lim, agentspec.Pool{}, nil)
 	c := dialHello(t, a)
@@ -366,6 +368,7 @@ func TestChurnedSessionStillAborts(t *testing.T) {
 // 2*4 + 2*6 = 20 in 3 s. Without backoff the pool makes hundreds, even
 // on a loaded machine.
 func TestPoolChurnBacksOff(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	const minIdle, window = 4, 3 * time.Second
 	var begin time.Time
 	a, proxy := churnPair(t, 2, Limits{}, agentspec.Pool{MinIdle: minIdle, Max: minIdle}, func(p *churnProxy) {
@@ -500,6 +503,7 @@ func TestStreamsDroppedTwiceYoung(t *testing.T)          { dropTwice(t, 200*time
 // through (as in TestPoolChurnBacksOff), some 12 in 3 s at the most,
 // where a pool whose pause does not grow makes a hundred or more.
 func TestPoolChurnBacksOffPastASurvivor(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	var begin time.Time
 	_, proxy := churnPair(t, 2, Limits{}, agentspec.Pool{MinIdle: 16, Max: 16}, func(p *churnProxy) {
 		p.up.Store(stripe.HelloSize + stripe.ConfirmSize)

@@ -18,6 +18,7 @@ import (
 // BIND counted as a connection cut, and each was then counted again as
 // refused.
 func TestDrainDeadlineCutsOnePooledConnectionOnce(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	p := pooledPair(t, pairOptions{}, echo)
 	admitted, release := holdFirstBind(t, p, nil)
 	rejectedBefore := sumRejected(p.b)

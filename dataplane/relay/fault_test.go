@@ -625,6 +625,7 @@ func TestHalfClosedIdleTimeout(t *testing.T) {
 // read alone either: at end of file it asks the kernel whether a FIN
 // came (state CLOSE_WAIT).
 func TestClientResetNeverEndsCleanly(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	const rounds, upload = 20, 64 << 10
 	ends := make(chan error, rounds)
 	p := startPair(t, pairOptions{streams: 4, chunk: 16384}, func(c *net.TCPConn) {

@@ -77,6 +77,7 @@ func dualStack(t *testing.T, l *lab) {
 // over IPv6, and the server-side agent opens it with IPV6_TRANSPARENT
 // from the client's address, which is what the server sees.
 func TestNetnsIPv6ThroughAgents(t *testing.T) {
+	t.Parallel() // in network namespaces of its own; mostly waiting on timeouts (see the Makefile's -parallel)
 	testsupport.RequireRoot(t, "ip", "nft", "iperf3", "ss")
 	cfg := labConfig(t, "ipv6.hcl", ipv6Config)
 	l := newLab(t)

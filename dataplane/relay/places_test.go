@@ -77,6 +77,7 @@ func halfOpenOf(a *Agent, src string) int {
 // max_half_open_per_source: a place holds its source's half-open slot,
 // which its session takes over.
 func TestPlacesHoldHalfOpenSlots(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	p := startPair(t, pairOptions{streams: 2,
 		limitsB: Limits{MaxSessions: 16, MaxSessionsPerPeer: 16, MaxHalfOpenPerSource: 1, PreAuthTimeout: 3 * time.Second}}, echo)
 	type hs struct {
@@ -108,6 +109,7 @@ func TestPlacesHoldHalfOpenSlots(t *testing.T) {
 // duplicate stream refused after the confirm, the half-open session
 // reaped) gives the memory back exactly once.
 func TestPlacesGiveMemoryBack(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	p := startPair(t, pairOptions{streams: 2,
 		limitsB: Limits{MaxSessions: 16, MaxSessionsPerPeer: 16, PreAuthTimeout: time.Second}}, echo)
 	back := func(what string) {
@@ -174,6 +176,7 @@ func TestPlacesGiveMemoryBack(t *testing.T) {
 // slow the machine; that the place was there when agent-x's hello named
 // its id is checked, not assumed.
 func TestPlaceNotSharedAcrossPeers(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	p := startPair(t, pairOptions{streams: 2,
 		limitsB: Limits{MaxSessions: 16, MaxSessionsPerPeer: 1, PreAuthTimeout: time.Minute},
 		serverWhitelist: func(e Whitelist) []Whitelist {
@@ -230,6 +233,7 @@ func TestPlaceNotSharedAcrossPeers(t *testing.T) {
 // The ended session's id stays settled for settledFor (5 minutes), which
 // refuses any fresh hello for it; the test lets that time pass at once.
 func TestReleaseOnlyTheHeldPlace(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	p := startPair(t, pairOptions{streams: 2,
 		limitsB: Limits{MaxSessions: 16, MaxSessionsPerPeer: 1, PreAuthTimeout: time.Minute}}, echo)
 	preAuth := func(d time.Duration) {
@@ -315,6 +319,7 @@ func inPreAuth(a *Agent, addr string) bool {
 // (and one whose confirm arrives while draining) gives its memory back
 // when the agent shuts down.
 func TestPlaceAcrossShutdown(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	p := startPair(t, pairOptions{streams: 2,
 		limitsB: Limits{MaxSessions: 16, MaxSessionsPerPeer: 16, PreAuthTimeout: 5 * time.Second}}, echo)
 	_, _, hb := helloFrom(t, p, func(h *stripe.Hello) { h.Streams, h.Stream = 2, 1 })

@@ -17,6 +17,7 @@ import (
 // which stream 0 joins: either way the connection completes whole,
 // accelerated, and the server gets the request once.
 func TestLateBindRacingTheFreshHello(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	rec := &recordingServer{}
 	p := pooledPair(t, pairOptions{limitsA: Limits{ReconnectTimeout: 20 * time.Second},
 		limitsB: Limits{ReconnectTimeout: 20 * time.Second}}, rec.handle)

@@ -21,6 +21,7 @@ import (
 // (Found by review: the connection went direct, whole, and the late BIND
 // then founded the session: the server got the request twice.)
 func TestLateBindAfterWrongResponderRefusal(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	rec := &recordingServer{}
 	p := pooledPair(t, pairOptions{limitsA: Limits{ReconnectTimeout: 3 * time.Second}}, rec.handle)
 

@@ -91,6 +91,7 @@ func calledFromRefound() bool {
 // and the fresh hello is refused as a duplicate: the connection is then
 // reset, the request delivered once.)
 func TestLateBindThenRefusalNotSentTwice(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	rec := &recordingServer{}
 	p := pooledPair(t, pairOptions{limitsA: Limits{ReconnectTimeout: 8 * time.Second, PreAuthTimeout: 20 * time.Second},
 		limitsB: Limits{MaxSessions: 1, ReconnectTimeout: time.Second, PreAuthTimeout: 20 * time.Second}}, rec.handle)
@@ -248,6 +249,7 @@ func patterned(n int, seed uint64) []byte {
 // founded ids, and the late BIND then founded the session: the server
 // got the request twice.)
 func TestLateBindAfterRefusalRefused(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	for _, flood := range []bool{false, true} {
 		t.Run(map[bool]string{false: "at once", true: "after a flood"}[flood], func(t *testing.T) {
 			rec := &recordingServer{}

@@ -20,6 +20,7 @@ import (
 // connection was reset at once, and counted as a fallback and as a
 // session-limit rejection, "too many direct connections".)
 func TestRefusedPooledSessionCarriedDuringDrain(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	p, hold := fullFarAgent(t, pairOptions{}, echo)
 
 	want := patterned(64<<10, 30)

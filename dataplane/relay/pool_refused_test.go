@@ -139,6 +139,7 @@ func TestRefusedPooledSessionServerGone(t *testing.T) {
 // (It passed before founding again became a fresh hello too: it guards
 // that change.)
 func TestPooledBindDelayedPastTheRefusals(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	for _, delay := range []time.Duration{800 * time.Millisecond, 1200 * time.Millisecond, 1600 * time.Millisecond, 2500 * time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
 			p := startPair(t, pairOptions{streams: 4, chunk: 1000, queue: 2, pool: agentspec.Pool{MinIdle: 4, Max: 4}}, echo)

@@ -384,6 +384,7 @@ func TestPooledStreamDeadAtBind(t *testing.T) {
 // session, founds it again on a fresh pooled stream: every byte arrives,
 // both ways, and nothing is carried direct.
 func TestPooledStreamZeroDeadAtBind(t *testing.T) {
+	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
 	for _, silent := range []bool{false, true} {
 		name := map[bool]string{false: "reset", true: "silent"}[silent]
 		t.Run(name, func(t *testing.T) {

@@ -76,6 +76,7 @@ whitelist "c-to-a" {
 // compiled from the same sos.hcl and serving as the client side of one
 // pair and the server side of another.
 func TestNetnsThreeSites(t *testing.T) {
+	t.Parallel() // in network namespaces of its own; mostly waiting on timeouts (see the Makefile's -parallel)
 	testsupport.RequireRoot(t, "ip", "nft", "iperf3", "ss")
 	cfg := labConfig(t, "three.hcl", threeSitesConfig)
 	pid := os.Getpid()
