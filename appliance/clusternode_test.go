@@ -38,7 +38,7 @@ func gauge(t *testing.T, d *Daemon, name string) (float64, bool) {
 // real etcd: it leads, and status and metrics say so; with etcd killed it
 // steps down when its lease expires, and status and metrics say that too.
 func TestClusterMetricsAndStatus(t *testing.T) {
-	t.Parallel() // its own etcd and daemon; mostly waiting for leases (see the Makefile's -parallel)
+	// Not parallel: 2 s leases and an exact step-down count.
 	etcd := testsupport.StartEtcd(t, 1)
 	d, err := NewDaemon(Options{ConfigPath: "unused.hcl", Node: "ctl-a", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

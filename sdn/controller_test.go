@@ -434,7 +434,7 @@ func TestControllerWithOVS(t *testing.T) {
 // (SIGSTOP) and checks the controller declares the link dead, then
 // converges again with nothing to send once the switch is back.
 func TestDeadLinkAndReconnect(t *testing.T) {
-	t.Parallel() // its own controller (and Open vSwitch, in a namespace of its own); mostly waiting (see the Makefile's -parallel)
+	// Not parallel: keepalive 300 ms: a 600 ms stall beside seven other tests would be a dead link.
 	inst := ovstest.Start(t)
 	ln, err := inst.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -56,7 +56,7 @@ func TestElectionHandsOver(t *testing.T) {
 // its lease runs out, then steps down; when etcd returns one leads again
 // with a larger generation.
 func TestElectionEtcdLost(t *testing.T) {
-	t.Parallel() // its own etcd; mostly waiting for leases (see the Makefile's -parallel)
+	// Not parallel: 2 s leases and an exact step-down count.
 	etcd := testsupport.StartEtcd(t, 1)
 	a, _ := startElector(t, testConfig(etcd, "ctl-a"))
 	b, _ := startElector(t, testConfig(etcd, "ctl-b"))

@@ -384,7 +384,7 @@ func TestFailoverAfterLeaderDies(t *testing.T) {
 // lead; a must not go on holding itself leader.
 // Found by review (helper-74): two leaders for good.
 func TestDeletedLeaderKeyStepsDown(t *testing.T) {
-	t.Parallel() // its own etcd; mostly waiting for leases (see the Makefile's -parallel)
+	// Not parallel: 2 s leases and exact takeover and step-down counts.
 	etcd := testsupport.StartEtcd(t, 1)
 	cfg := Config{Endpoints: etcd.Endpoints(), Prefix: "/r74-del/", LeaseTTL: 2 * time.Second, DialTimeout: time.Second, Node: "ctl-a"}
 	a := faultsStart(t, cfg)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sosappliance/sosappliance/appliance/plan"
@@ -15,9 +16,16 @@ import (
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
+// cliMu makes the runCLI calls of parallel tests take turns: each swaps
+// the process's os.Stdout and os.Stderr (review, helper-102: two at once
+// raced, and one could put back the other's closed pipe).
+var cliMu sync.Mutex
+
 // runCLI runs the command in-process and captures what it prints.
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	cliMu.Lock()
+	defer cliMu.Unlock()
 	oldOut, oldErr := os.Stdout, os.Stderr
 	rOut, wOut, _ := os.Pipe()
 	rErr, wErr, _ := os.Pipe()

@@ -77,7 +77,7 @@ func dualStack(t *testing.T, l *lab) {
 // over IPv6, and the server-side agent opens it with IPV6_TRANSPARENT
 // from the client's address, which is what the server sees.
 func TestNetnsIPv6ThroughAgents(t *testing.T) {
-	t.Parallel() // in network namespaces of its own; mostly waiting on timeouts (see the Makefile's -parallel)
+	// Not parallel: its transfers saturate both cores, which the silence thresholds of the parallel tests would feel.
 	testsupport.RequireRoot(t, "ip", "nft", "iperf3", "ss")
 	cfg := labConfig(t, "ipv6.hcl", ipv6Config)
 	l := newLab(t)

@@ -109,7 +109,7 @@ func TestPlacesHoldHalfOpenSlots(t *testing.T) {
 // duplicate stream refused after the confirm, the half-open session
 // reaped) gives the memory back exactly once.
 func TestPlacesGiveMemoryBack(t *testing.T) {
-	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
+	// Not parallel: a 1 s pre-auth timeout bounds a step of it.
 	p := startPair(t, pairOptions{streams: 2,
 		limitsB: Limits{MaxSessions: 16, MaxSessionsPerPeer: 16, PreAuthTimeout: time.Second}}, echo)
 	back := func(what string) {

@@ -91,7 +91,7 @@ func calledFromRefound() bool {
 // and the fresh hello is refused as a duplicate: the connection is then
 // reset, the request delivered once.)
 func TestLateBindThenRefusalNotSentTwice(t *testing.T) {
-	t.Parallel() // its own agents on loopback; mostly waiting on timeouts (see the Makefile's -parallel)
+	// Not parallel: its steps are ordered by fixed sleeps.
 	rec := &recordingServer{}
 	p := pooledPair(t, pairOptions{limitsA: Limits{ReconnectTimeout: 8 * time.Second, PreAuthTimeout: 20 * time.Second},
 		limitsB: Limits{MaxSessions: 1, ReconnectTimeout: time.Second, PreAuthTimeout: 20 * time.Second}}, rec.handle)

@@ -76,7 +76,7 @@ whitelist "c-to-a" {
 // compiled from the same sos.hcl and serving as the client side of one
 // pair and the server side of another.
 func TestNetnsThreeSites(t *testing.T) {
-	t.Parallel() // in network namespaces of its own; mostly waiting on timeouts (see the Makefile's -parallel)
+	// Not parallel: its transfers saturate both cores, which the silence thresholds of the parallel tests would feel.
 	testsupport.RequireRoot(t, "ip", "nft", "iperf3", "ss")
 	cfg := labConfig(t, "three.hcl", threeSitesConfig)
 	pid := os.Getpid()
