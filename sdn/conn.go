@@ -167,14 +167,24 @@ func Dial(ctx context.Context, target string, opts ConnOptions) (*SwitchConn, er
 // Handshakes run side by side, at most maxAcceptHandshakes, the oldest
 // given up for a newer one, so silent connections that came first cannot
 // keep the switch waiting past ctx. No goroutine of it outlives the call:
-// ln is shared with the next switch's wait.
+// ln is shared with the next switch's wait. When ctx ends, ln is closed,
+// and closed by the time the call returns.
 func AcceptSwitch(ctx context.Context, ln net.Listener, sw flows.Switch, serverTLS *tls.Config, opts ConnOptions) (*SwitchConn, error) {
 	opts = opts.withDefaults()
 	if sw.TLS && serverTLS == nil {
 		return nil, fmt.Errorf("switch %s requires TLS, and there is no TLS configuration", sw.Name)
 	}
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
+	// The close of ln when ctx ends runs in a goroutine of its own: it
+	// has ended when the call returns, or the next wait's listen on the
+	// address may find this one still bound (a one-shot plan, under
+	// load: "bind: address already in use").
+	closed := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { ln.Close(); close(closed) })
+	defer func() {
+		if !stop() {
+			<-closed
+		}
+	}()
 	// A listener with deadlines lets the accept loop look at finished
 	// handshakes every acceptPoll; without, each handshake is awaited
 	// before the next accept.

@@ -604,8 +604,16 @@ func (c *Controller) connOptions() (ConnOptions, *roleSink) {
 }
 
 func (c *Controller) acceptLoop(ctx context.Context, ln net.Listener) {
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
+	// The listener is closed by the time the loop returns, as
+	// AcceptSwitch's is: a controller started again on the address must
+	// not find it bound.
+	closed := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { ln.Close(); close(closed) })
+	defer func() {
+		if !stop() {
+			<-closed
+		}
+	}()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
