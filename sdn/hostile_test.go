@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,8 +123,10 @@ func requireNoPolicy(t *testing.T, who string, got []ofp13.Type) {
 }
 
 // peak samples the goroutines and the heap of the test process, where the
-// controller runs.
+// controller runs. A test may sample from a goroutine of its own while it
+// writes (mu).
 type peak struct {
+	mu                            sync.Mutex
 	baseGoroutines, maxGoroutines int
 	baseHeap, maxHeap             uint64
 }
@@ -139,6 +142,8 @@ func newPeak() *peak {
 func (p *peak) sample() {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.maxGoroutines = max(p.maxGoroutines, runtime.NumGoroutine())
 	p.maxHeap = max(p.maxHeap, ms.HeapAlloc)
 }
@@ -148,6 +153,8 @@ func (p *peak) sample() {
 // thousands of goroutines and hundreds of megabytes.
 func (p *peak) requireBelow(t *testing.T, goroutines int, heap uint64) {
 	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	t.Logf("goroutines %d -> peak %d; heap %.1f MiB -> peak %.1f MiB",
 		p.baseGoroutines, p.maxGoroutines, float64(p.baseHeap)/(1<<20), float64(p.maxHeap)/(1<<20))
 	if p.maxGoroutines > p.baseGoroutines+goroutines {

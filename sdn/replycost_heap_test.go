@@ -92,7 +92,15 @@ func TestReplyCostBoundsTheHeldHeap(t *testing.T) {
 			runtime.KeepAlive(raw)
 			t.Logf("%d entries a part: counted %d (replyCost alone %d), held %d: %.2fx counted, %.2fx replyCost",
 				len(kept[0].(*ofp13.FlowStatsReply).Stats), counted, rc, held, float64(held)/float64(counted), float64(held)/float64(rc))
-			if held > counted {
+			bound := counted
+			if raceEnabled {
+				// 1-byte values take 16 bytes each without the tiny
+				// allocator (1.09x in the oxm1 case, measured): a
+				// production build's heap is what the bound is for.
+				bound = counted * 5 / 4
+				t.Logf("under the race detector, whose runtime allocates without the tiny allocator: checked against %d, 1.25x what dispatch counts", bound)
+			}
+			if held > bound {
 				t.Errorf("the decoded parts hold %d bytes, more than the %d dispatch counts against the limit", held, counted)
 			}
 		})
