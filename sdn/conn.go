@@ -174,17 +174,7 @@ func AcceptSwitch(ctx context.Context, ln net.Listener, sw flows.Switch, serverT
 	if sw.TLS && serverTLS == nil {
 		return nil, fmt.Errorf("switch %s requires TLS, and there is no TLS configuration", sw.Name)
 	}
-	// The close of ln when ctx ends runs in a goroutine of its own: it
-	// has ended when the call returns, or the next wait's listen on the
-	// address may find this one still bound (a one-shot plan, under
-	// load: "bind: address already in use").
-	closed := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() { ln.Close(); close(closed) })
-	defer func() {
-		if !stop() {
-			<-closed
-		}
-	}()
+	defer closeWhenDone(ctx, ln)()
 	// A listener with deadlines lets the accept loop look at finished
 	// handshakes every acceptPoll; without, each handshake is awaited
 	// before the next accept.
@@ -316,6 +306,22 @@ func AcceptSwitch(ctx context.Context, ln net.Listener, sw flows.Switch, serverT
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
+		}
+	}
+}
+
+// closeWhenDone closes ln once ctx is done, from a goroutine of its own
+// (context.AfterFunc). The stop it returns, to be deferred, returns only
+// once a close under way has ended: a loaded machine may run that
+// goroutine late, and a listen on the address after the caller returns
+// (a one-shot plan's next switch, a controller started again) would find
+// ln still bound ("bind: address already in use").
+func closeWhenDone(ctx context.Context, ln net.Listener) (stop func()) {
+	closed := make(chan struct{})
+	stopClose := context.AfterFunc(ctx, func() { ln.Close(); close(closed) })
+	return func() {
+		if !stopClose() {
+			<-closed
 		}
 	}
 }

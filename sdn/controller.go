@@ -604,16 +604,7 @@ func (c *Controller) connOptions() (ConnOptions, *roleSink) {
 }
 
 func (c *Controller) acceptLoop(ctx context.Context, ln net.Listener) {
-	// The listener is closed by the time the loop returns, as
-	// AcceptSwitch's is: a controller started again on the address must
-	// not find it bound.
-	closed := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() { ln.Close(); close(closed) })
-	defer func() {
-		if !stop() {
-			<-closed
-		}
-	}()
+	defer closeWhenDone(ctx, ln)()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
