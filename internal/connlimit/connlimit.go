@@ -33,7 +33,9 @@
 // peer socket is in the listener's network namespace, whatever the
 // address) is accepted only from root or a user AllowUsers names: any
 // local user can bind an allowed address, such as 127.0.0.1 or the
-// node's own (package sockowner).
+// node's own (package sockowner). The connections whose owner needs a
+// listing of the node's sockets are looked up together, those waiting in
+// the listen queue at once (Accept).
 package connlimit
 
 import (
@@ -66,6 +68,12 @@ type Listener struct {
 	mu    sync.Mutex
 	order *list.List // of *conn, oldest first
 	bySrc map[netip.Prefix]int
+
+	// ready are the connections admitted in a batch that Accept has
+	// not returned yet (admitMany); closed says Close ran.
+	readyMu sync.Mutex
+	ready   []*conn
+	closed  bool
 
 	// allow is the allow list (Allow); nil or empty allows any source.
 	allow atomic.Pointer[[]netip.Prefix]
@@ -172,19 +180,37 @@ const (
 
 // ownerOf is the uid owning c's peer socket when it is on this node.
 func (l *Listener) ownerOf(c net.Conn) int64 {
+	lk := l.begin(c)
+	if lk == nil {
+		return ownerUnknown
+	}
+	if p, _ := owners(); p != nil {
+		p.Finish([]*sockowner.Lookup{lk})
+	}
+	return ownerFrom(lk)
+}
+
+// begin starts the lookup of c's owner (sockowner.Prober.Begin); nil
+// when there is no prober or c is not a TCP connection (its owner is
+// then unknown).
+func (l *Listener) begin(c net.Conn) *sockowner.Lookup {
 	tc, ok := c.(*net.TCPConn)
 	p, _ := owners()
 	if !ok || p == nil {
-		return ownerUnknown
+		return nil
 	}
-	uid, found, err := p.PeerOwnerOf(tc)
+	return p.Begin(tc)
+}
+
+// ownerFrom is the owner a finished lookup found.
+func ownerFrom(lk *sockowner.Lookup) int64 {
 	switch {
-	case err != nil:
+	case lk == nil || !lk.Done() || lk.Err != nil:
 		return ownerUnknown
-	case !found:
+	case !lk.Found:
 		return ownerRemote
 	}
-	return int64(uid)
+	return int64(lk.UID)
 }
 
 // WithCounts makes l count into c instead of counts of its own; call it
@@ -243,25 +269,145 @@ func monotonic() int64 { return int64(time.Since(epoch)) + 1 }
 
 // Accept accepts a connection and makes room for it (see the package
 // documentation); it closes the new one itself when there is none.
+//
+// A connection from this node whose owner only a listing of the node's
+// sockets finds (one bound to a device, or link-local) is looked up with
+// every other such connection already in the listen queue, up to
+// maxBatch, in one listing: a local user's flood of them then costs one
+// listing per batch and holds root's own back by a batch, where one
+// listing each spent the budget and had root's refused. The admitted
+// connections of a batch wait for the next calls of Accept; Accept must
+// not be called from two goroutines at once while an allow list is set
+// (http.Server calls it from one).
 func (l *Listener) Accept() (net.Conn, error) {
 	for {
+		if tc := l.nextReady(); tc != nil {
+			return tc, nil
+		}
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
-		if tc := l.admit(c); tc != nil {
-			return tc, nil
+		owner, lk := l.ownerAtAccept(c)
+		if lk == nil {
+			if tc := l.admit(c, owner); tc != nil {
+				return tc, nil
+			}
+			continue
 		}
+		l.admitMany(c, lk)
 	}
 }
 
-func (l *Listener) admit(c net.Conn) *conn {
+// maxBatch is how many connections one listing of the node's sockets
+// looks up at most in Accept; gatherWait how long Accept waits for more
+// to join a batch when the listen queue is empty.
+const (
+	maxBatch   = 1024
+	gatherWait = time.Millisecond
+)
+
+// ownerAtAccept is c's owner as far as it is known without a listing of
+// the node's sockets, and the lookup that needs one (else nil). Only a
+// connection whose address the allow list admits is looked up; for the
+// rest the address decides.
+func (l *Listener) ownerAtAccept(c net.Conn) (int64, *sockowner.Lookup) {
+	if list := l.allow.Load(); list == nil || !listed(*list, addrOf(c)) {
+		return ownerUnlooked, nil
+	}
+	lk := l.begin(c)
+	switch {
+	case lk == nil:
+		return ownerUnknown, nil
+	case lk.Done():
+		return ownerFrom(lk), nil
+	}
+	return ownerUnlooked, lk
+}
+
+// admitMany finishes the lookup of c, which needs a listing, with the
+// connections waiting behind it in the listen queue that need one too,
+// admits each, and keeps those admitted for Accept.
+func (l *Listener) admitMany(c net.Conn, lk *sockowner.Lookup) {
+	conns, lks := []net.Conn{c}, []*sockowner.Lookup{lk}
+	if dl, ok := l.Listener.(interface{ SetDeadline(time.Time) error }); ok {
+		for len(conns) < maxBatch {
+			if dl.SetDeadline(time.Now().Add(gatherWait)) != nil {
+				break
+			}
+			g, err := l.Listener.Accept()
+			if err != nil {
+				break // a timeout; or the next Accept reports it
+			}
+			owner, glk := l.ownerAtAccept(g)
+			if glk == nil {
+				l.keep(l.admit(g, owner))
+				continue
+			}
+			conns, lks = append(conns, g), append(lks, glk)
+		}
+		_ = dl.SetDeadline(time.Time{})
+	}
+	if p, _ := owners(); p != nil {
+		p.Finish(lks)
+	}
+	for i, c := range conns {
+		l.keep(l.admit(c, ownerFrom(lks[i])))
+	}
+}
+
+// keep queues an admitted connection for Accept (nothing for nil); after
+// Close it closes it instead.
+func (l *Listener) keep(tc *conn) {
+	if tc == nil {
+		return
+	}
+	l.readyMu.Lock()
+	closed := l.closed
+	if !closed {
+		l.ready = append(l.ready, tc)
+	}
+	l.readyMu.Unlock()
+	if closed {
+		_ = tc.Close()
+	}
+}
+
+// nextReady is the oldest connection admitted and not yet returned by
+// Accept, or nil.
+func (l *Listener) nextReady() *conn {
+	l.readyMu.Lock()
+	defer l.readyMu.Unlock()
+	if len(l.ready) == 0 {
+		return nil
+	}
+	tc := l.ready[0]
+	l.ready[0] = nil
+	l.ready = l.ready[1:]
+	return tc
+}
+
+// Close closes the listener and the connections it admitted that Accept
+// has not returned yet.
+func (l *Listener) Close() error {
+	err := l.Listener.Close()
+	l.readyMu.Lock()
+	ready := l.ready
+	l.ready, l.closed = nil, true
+	l.readyMu.Unlock()
+	for _, tc := range ready {
+		_ = tc.Close()
+	}
+	return err
+}
+
+// admit admits c, whose owner is owner (ownerUnlooked: admits looks it
+// up if the allow list needs it), or closes it; it returns the admitted
+// connection, or nil.
+func (l *Listener) admit(c net.Conn, owner int64) *conn {
 	addr := addrOf(c)
 	src := SourceOf(addr)
-	tc := &conn{Conn: c, l: l, addr: addr, src: src, owner: ownerUnlooked}
-	if list := l.allow.Load(); list != nil && listed(*list, addr) {
-		tc.owner = l.ownerOf(c) // before the lock; admits looks up the rest
-	}
+	tc := &conn{Conn: c, l: l, addr: addr, src: src, owner: owner}
 	l.mu.Lock()
 	// The lists are read under l.mu, which Allow and AllowUsers hold
 	// from storing a new one to closing what it no longer admits: a
@@ -380,6 +526,7 @@ func (l *Listener) recheck(set func()) {
 	var gone []*conn
 	l.mu.Lock()
 	set()
+	l.lookUpOwnersLocked()
 	for e := l.order.Front(); e != nil; {
 		c := e.Value.(*conn)
 		e = e.Next()
@@ -392,6 +539,37 @@ func (l *Listener) recheck(set func()) {
 	for _, c := range gone {
 		l.denied.Add(1)
 		_ = c.Conn.Close()
+	}
+}
+
+// lookUpOwnersLocked looks up, with one listing for all that need one,
+// the owners of the open connections the allow list admits by address
+// and that were accepted without a lookup (before there was a list).
+// Call it with l.mu held.
+func (l *Listener) lookUpOwnersLocked() {
+	list := l.allow.Load()
+	if list == nil || len(*list) == 0 {
+		return
+	}
+	var cs []*conn
+	var lks []*sockowner.Lookup
+	for e := l.order.Front(); e != nil; e = e.Next() {
+		c := e.Value.(*conn)
+		if c.owner != ownerUnlooked || !listed(*list, c.addr) {
+			continue
+		}
+		lk := l.begin(c.Conn)
+		if lk == nil {
+			c.owner = ownerUnknown
+			continue
+		}
+		cs, lks = append(cs, c), append(lks, lk)
+	}
+	if p, _ := owners(); p != nil && len(lks) > 0 {
+		p.Finish(lks)
+	}
+	for i, c := range cs {
+		c.owner = ownerFrom(lks[i])
 	}
 }
 

@@ -37,7 +37,7 @@ func TestAllowRacesAdmit(t *testing.T) {
 		c := &recordingConn{remote: &net.TCPAddr{IP: net.ParseIP("192.0.2.9"), Port: 1}}
 		l.mu.Lock()
 		got := make(chan *conn, 1)
-		go func() { got <- l.admit(c) }()
+		go func() { owner, _ := l.ownerAtAccept(c); got <- l.admit(c, owner) }()
 		time.Sleep(20 * time.Millisecond) // admit has read the (empty) list and waits for l.mu
 		l.mu.Unlock()
 		l.Allow([]netip.Prefix{netip.MustParsePrefix("192.0.2.1/32")})
@@ -62,7 +62,7 @@ func TestAllowRacesAdmitStress(t *testing.T) {
 		l := New(nil, 16, 8)
 		c := &recordingConn{remote: &net.TCPAddr{IP: net.ParseIP("192.0.2.9"), Port: 1}}
 		done := make(chan struct{})
-		go func() { l.admit(c); close(done) }()
+		go func() { owner, _ := l.ownerAtAccept(c); l.admit(c, owner); close(done) }()
 		l.Allow(narrow)
 		<-done
 		if !c.closed.Load() && l.Open() == 1 {

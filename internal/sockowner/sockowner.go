@@ -16,8 +16,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -34,6 +36,8 @@ type Prober struct {
 	routes *netlink.Handle // route lookups, in the Prober's namespace
 	// listing bounds the listings of the node's sockets.
 	listing budget
+	// listings counts them.
+	listings atomic.Uint64
 }
 
 // New opens a socket-diagnostics netlink socket in the calling thread's
@@ -79,16 +83,26 @@ func (p *Prober) Close() error {
 // no socket here has its other end: whom it belongs to is unknown.
 var ErrLocalPeerNotFound = errors.New("socket diagnostics: the connection comes from an address of this node, but no socket here is its other end")
 
-// ErrBusy: the connection needs a listing of the node's sockets, and
-// more than ListingsPerSecond were asked for (one costs milliseconds: the
-// kernel walks its whole table). Only a peer of this node bound to a
-// device needs one, so a flood of such connections (a local user's) is
-// what meets it.
+// ErrBusy: the connection needs a listing of the node's sockets, and the
+// listings asked for are more than ListingsPerSecond can make within
+// listingWait (one costs milliseconds: the kernel walks its whole table).
+// One listing answers every connection of a PeerOwnersOf call, so a
+// flood of connections that need one (a local user's, bound to a device)
+// meets it only when several callers each wait for listings of their own.
 var ErrBusy = errors.New("socket diagnostics: too many connections from this node whose other end must be looked for on every device")
 
 // ListingsPerSecond bounds the listings of the node's sockets a Prober
 // makes, with bursts of as many.
 const ListingsPerSecond = 20
+
+// listingWait is how long a lookup waits for its turn to list before it
+// gives up (ErrBusy).
+const listingWait = time.Second
+
+// maxListed is how many ports one listing's filter names at most (12
+// bytes each; the filter is a netlink attribute of at most 64 KiB). A
+// call with more lists in parts, for one turn of the budget.
+const maxListed = 1024
 
 // budget is a token bucket of listings.
 type budget struct {
@@ -97,21 +111,29 @@ type budget struct {
 	last   time.Time
 }
 
-// take takes a token at now, if there is one.
-func (b *budget) take(now time.Time) bool {
+// reserve takes a token at now, if need be one not there yet: it says
+// how long to wait before using it, and false (taking nothing) when that
+// would be longer than limit.
+func (b *budget) reserve(now time.Time, limit time.Duration) (time.Duration, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.last.IsZero() {
-		b.tokens = ListingsPerSecond
-	} else {
+	switch {
+	case b.last.IsZero():
+		b.tokens, b.last = ListingsPerSecond, now
+	case now.After(b.last):
 		b.tokens = min(ListingsPerSecond, b.tokens+now.Sub(b.last).Seconds()*ListingsPerSecond)
+		b.last = now
 	}
-	b.last = now
-	if b.tokens < 1 {
-		return false
+	if b.tokens >= 1 {
+		b.tokens--
+		return 0, true
+	}
+	wait := time.Duration((1 - b.tokens) / ListingsPerSecond * float64(time.Second))
+	if wait > limit {
+		return 0, false
 	}
 	b.tokens--
-	return true
+	return wait, true
 }
 
 // ErrPeerGone: the other end is on this node but closed (time-wait, or
@@ -129,11 +151,13 @@ var ErrPeerGone = errors.New("socket diagnostics: the other end of the connectio
 // connection's zone). So when it finds nothing and the remote address is
 // one this node receives as its own (the kernel's route to it is local or
 // anycast: interface addresses, local routes, IPv6 anycast), the node's
-// sockets are listed, filtered in the kernel by the two ports, whatever
-// their device; a peer not among them is ErrLocalPeerNotFound, never "not
+// sockets connected to local's port are listed, whatever their device,
+// and the one of the two ends looked for among them; a peer not among them is ErrLocalPeerNotFound, never "not
 // on this node".
 func (p *Prober) PeerOwner(local, remote netip.AddrPort) (uid uint32, found bool, err error) {
-	return p.peerOwner(local, remote, nil)
+	l := p.begin(local, remote, nil)
+	p.Finish([]*Lookup{l})
+	return l.UID, l.Found, l.Err
 }
 
 // PeerOwnerOf is PeerOwner for the TCP connection c. Before it lists the
@@ -141,12 +165,50 @@ func (p *Prober) PeerOwner(local, remote netip.AddrPort) (uid uint32, found bool
 // of one reset or closed already is nobody's to serve (ErrPeerGone), and
 // a flood of such connections would otherwise cost a listing each.
 func (p *Prober) PeerOwnerOf(c *net.TCPConn) (uid uint32, found bool, err error) {
+	l := p.Begin(c)
+	p.Finish([]*Lookup{l})
+	return l.UID, l.Found, l.Err
+}
+
+// A Lookup is one connection's owner lookup: Begin does what the
+// kernel's one-socket lookup and this node's routes answer, and Finish
+// what needs a listing of the node's sockets, for many lookups at once.
+type Lookup struct {
+	// UID, Found and Err are what PeerOwner would return, once Done.
+	UID   uint32
+	Found bool
+	Err   error
+
+	done bool
+	// own says whether a peer not listed is another host's
+	// (maybeOurs) or unknown (ours).
+	own ownership
+	// listed are the ends to look for in the listing, in order.
+	listed []endpoints
+	// established checks, before the listing, that the connection is
+	// still there; nil for PeerOwner.
+	established func() error
+}
+
+// Done says whether the lookup has its answer; one that has not needs
+// Finish.
+func (l *Lookup) Done() bool { return l.done }
+
+func (l *Lookup) finish(uid uint32, found bool, err error) {
+	l.UID, l.Found, l.Err, l.done = uid, found, err, true
+}
+
+// Begin starts the lookup PeerOwnerOf makes for c and does all of it
+// that needs no listing of the node's sockets.
+func (p *Prober) Begin(c *net.TCPConn) *Lookup {
 	local, _ := c.LocalAddr().(*net.TCPAddr)
 	remote, _ := c.RemoteAddr().(*net.TCPAddr)
 	if local == nil || remote == nil {
-		return 0, false, errors.New("socket diagnostics: a connection without addresses")
+		l := &Lookup{}
+		l.finish(0, false, errors.New("socket diagnostics: a connection without addresses"))
+		return l
 	}
-	return p.peerOwner(local.AddrPort(), remote.AddrPort(), func() error {
+	return p.begin(local.AddrPort(), remote.AddrPort(), func() error {
 		raw, err := c.SyscallConn()
 		if err != nil {
 			return err
@@ -168,49 +230,128 @@ func (p *Prober) PeerOwnerOf(c *net.TCPConn) (uid uint32, found bool, err error)
 	})
 }
 
-func (p *Prober) peerOwner(local, remote netip.AddrPort, established func() error) (uid uint32, found bool, err error) {
+func (p *Prober) begin(local, remote netip.AddrPort, established func() error) *Lookup {
+	l := &Lookup{established: established}
 	pairs := []endpoints{{remote, local}}
 	if remote.Addr().Is4In6() && local.Addr().Is4In6() {
 		pairs = []endpoints{{netip.AddrPortFrom(remote.Addr().Unmap(), remote.Port()), netip.AddrPortFrom(local.Addr().Unmap(), local.Port())}, {remote, local}}
 	}
 	for _, e := range pairs {
-		if uid, found, err = p.lookup(e.peer, e.self); found || err != nil {
-			return uid, found, err
+		if uid, found, err := p.lookup(e.peer, e.self); found || err != nil {
+			l.finish(uid, found, err)
+			return l
 		}
 	}
 	own, err := p.receivesAsOwn(remote.Addr())
 	if err != nil || own == notOurs {
-		return 0, false, err
+		l.finish(0, false, err)
+		return l
 	}
-	if established != nil {
-		if err := established(); err != nil {
-			return 0, false, err
-		}
-	}
-	if !p.listing.take(time.Now()) {
-		return 0, false, ErrBusy
-	}
+	l.own = own
 	// An IPv4 connection's other end may be an IPv6 socket (connected
 	// to a mapped address): listings are by family.
-	listed := pairs
+	l.listed = pairs
 	if e := pairs[0]; len(pairs) == 1 && e.peer.Addr().Is4() {
-		listed = append(listed, endpoints{netip.AddrPortFrom(netip.AddrFrom16(e.peer.Addr().As16()), e.peer.Port()),
+		l.listed = append(l.listed, endpoints{netip.AddrPortFrom(netip.AddrFrom16(e.peer.Addr().As16()), e.peer.Port()),
 			netip.AddrPortFrom(netip.AddrFrom16(e.self.Addr().As16()), e.self.Port())})
 	}
-	for _, e := range listed {
-		if uid, found, err = p.listPeer(e.peer, e.self); found || err != nil {
-			return uid, found, err
+	return l
+}
+
+// Finish finishes the lookups of ls that are not Done with one listing
+// of the node's sockets for all of them (one per address family), of the
+// sockets connected to the ports they were made to (a listener's, so one
+// or a few), matched here by both ends. It waits for the listing budget's turn, up to listingWait (past
+// that they are ErrBusy), then checks that each connection is still
+// established, then lists.
+func (p *Prober) Finish(ls []*Lookup) {
+	var todo []*Lookup
+	for _, l := range ls {
+		if !l.done {
+			todo = append(todo, l)
 		}
 	}
-	if own == maybeOurs {
-		return 0, false, nil
+	if len(todo) == 0 {
+		return
 	}
-	return 0, false, ErrLocalPeerNotFound
+	wait, ok := p.listing.reserve(time.Now(), listingWait)
+	if !ok {
+		for _, l := range todo {
+			l.finish(0, false, ErrBusy)
+		}
+		return
+	}
+	time.Sleep(wait)
+	live := make([]*Lookup, 0, len(todo))
+	for _, l := range todo {
+		if l.established != nil {
+			if err := l.established(); err != nil {
+				l.finish(0, false, err)
+				continue
+			}
+		}
+		live = append(live, l)
+	}
+	if len(live) == 0 {
+		return
+	}
+	wanted := map[endpoints]bool{}
+	found := map[endpoints]answer{}
+	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		var ports []uint16
+		for _, l := range live {
+			for _, e := range l.listed {
+				if family(e.peer) != fam {
+					continue
+				}
+				wanted[e.key()] = true
+				if !slices.Contains(ports, e.self.Port()) {
+					ports = append(ports, e.self.Port())
+				}
+			}
+		}
+		for len(ports) > 0 {
+			part := ports[:min(len(ports), maxListed)]
+			ports = ports[len(part):]
+			err := p.listTo(fam, part, func(a answer) {
+				k := endpoints{netip.AddrPortFrom(a.src, a.sport), netip.AddrPortFrom(a.dst, a.dport)}
+				if _, ok := found[k]; !ok && wanted[k] {
+					found[k] = a
+				}
+			})
+			if err != nil {
+				for _, l := range live {
+					l.finish(0, false, err)
+				}
+				return
+			}
+		}
+	}
+	for _, l := range live {
+		for _, e := range l.listed {
+			if a, ok := found[e.key()]; ok {
+				l.finish(a.uid, true, a.gone())
+				break
+			}
+		}
+		switch {
+		case l.done:
+		case l.own == maybeOurs:
+			l.finish(0, false, nil)
+		default:
+			l.finish(0, false, ErrLocalPeerNotFound)
+		}
+	}
 }
 
 // endpoints are a connection's two ends: the peer's socket's local end
 // and its remote end (ours).
 type endpoints struct{ peer, self netip.AddrPort }
+
+// key is e without zones, as a listing reports it.
+func (e endpoints) key() endpoints {
+	return endpoints{netip.AddrPortFrom(e.peer.Addr().WithZone(""), e.peer.Port()), netip.AddrPortFrom(e.self.Addr().WithZone(""), e.self.Port())}
+}
 
 // ownership is what this node's routes and addresses say of a remote
 // address.
@@ -278,9 +419,12 @@ const (
 	msgLen           = 72 // struct inet_diag_msg
 	noCookie         = ^uint32(0)
 	reqBytecode      = 1  // INET_DIAG_REQ_BYTECODE
+	bcJmp            = 1  // INET_DIAG_BC_JMP
 	bcSrcEq          = 11 // INET_DIAG_BC_S_EQ
 	bcDstEq          = 12 // INET_DIAG_BC_D_EQ
 	tcpTimeWait      = 6  // TCP_TIME_WAIT
+	tcpCloseWait     = 8  // TCP_CLOSE_WAIT
+	tcpLastAck       = 9  // TCP_LAST_ACK
 	tcpListen        = 10 // TCP_LISTEN
 	tcpNewSynRecv    = 12 // TCP_NEW_SYN_RECV
 )
@@ -311,39 +455,54 @@ func (p *Prober) lookup(src, dst netip.AddrPort) (uint32, bool, error) {
 	return uid, found, err
 }
 
-// listPeer lists the TCP sockets whose local port is src's and remote
-// port dst's, whatever device they are bound to, and finds the one of
-// src and dst among them.
-func (p *Prober) listPeer(src, dst netip.AddrPort) (uint32, bool, error) {
+// listTo lists the TCP sockets of family fam whose remote port is one of
+// ports, whatever device they are bound to, but for those whose other
+// end has closed (CLOSE_WAIT, LAST_ACK: the peer of a connection this
+// node has not closed yet is never one), and hands each to each.
+func (p *Prober) listTo(fam uint8, ports []uint16, each func(answer)) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	req := p.request(family(src), unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-	// The filter (linux/inet_diag.h): the local port equal, then the
-	// remote port equal; a failed test jumps past the end (no match).
-	bc := make([]byte, 16)
+	p.listings.Add(1)
+	req := p.request(fam, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
 	ne := binary.NativeEndian
-	bc[0], bc[1] = bcSrcEq, 8
-	ne.PutUint16(bc[2:], 20)
-	ne.PutUint16(bc[6:], src.Port())
-	bc[8], bc[9] = bcDstEq, 8
-	ne.PutUint16(bc[10:], 12)
-	ne.PutUint16(bc[14:], dst.Port())
+	states := ne.Uint32(req[unix.NLMSG_HDRLEN+4:])
+	ne.PutUint32(req[unix.NLMSG_HDRLEN+4:], states&^(1<<tcpCloseWait|1<<tcpLastAck))
+	bc := portFilter(ports)
 	attr := make([]byte, 4+len(bc))
 	ne.PutUint16(attr[0:], uint16(len(attr)))
 	ne.PutUint16(attr[2:], reqBytecode)
 	copy(attr[4:], bc)
 	req = append(req, attr...)
 	ne.PutUint32(req[0:], uint32(len(req)))
-	var uid uint32
-	found := false
-	err := p.exchange(req, func(m []byte) error {
-		if a, ok := answerOf(m); ok && !found && a.matches(src, dst) {
-			uid, found = a.uid, true
-			return a.gone()
+	return p.exchange(req, func(m []byte) error {
+		if a, ok := answerOf(m); ok && a.state != tcpListen {
+			each(a)
 		}
 		return nil
 	})
-	return uid, found, err
+}
+
+// portFilter is the kernel's filter (linux/inet_diag.h) of the sockets
+// whose remote port is one of ports: for each port, a test of the remote
+// port, then a jump to the end (a match); a failed test goes on to the
+// next port's, or past the end (no match) after the last. The kernel
+// checks a filter by following each test's success: each jump's goes on
+// to the next port's test there, and it takes its "no" branch when run.
+func portFilter(ports []uint16) []byte {
+	total := 12*len(ports) - 4
+	bc := make([]byte, total)
+	ne := binary.NativeEndian
+	for i, port := range ports {
+		at := bc[12*i:]
+		at[0], at[1] = bcDstEq, 8
+		ne.PutUint16(at[2:], 12) // the next port's test, or past the end
+		ne.PutUint16(at[6:], port)
+		if i < len(ports)-1 {
+			at[8], at[9] = bcJmp, 4
+			ne.PutUint16(at[10:], uint16(total-12*i-8)) // the end
+		}
+	}
+	return bc
 }
 
 // request is a socket-diagnostics request of the given flags for TCP

@@ -1,6 +1,8 @@
 package sockowner
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"net"
 	"net/netip"
@@ -176,3 +178,54 @@ func TestPeerNotOnThisNode(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { testsupport.Main(m, nil) }
+
+// TestPortFilterGolden: the kernel's filter of sockets connected to one
+// of three ports, byte by byte (the kernel checks it too, in every test
+// that lists).
+func TestPortFilterGolden(t *testing.T) {
+	got := portFilter([]uint16{80, 443, 0x1234})
+	ne := binary.NativeEndian
+	want := make([]byte, 32)
+	op := func(at int, code, yes byte, no uint16) {
+		want[at], want[at+1] = code, yes
+		ne.PutUint16(want[at+2:], no)
+	}
+	op(0, bcDstEq, 8, 12)
+	op(4, 0, 0, 80)
+	op(8, bcJmp, 4, 24) // to the end: a match
+	op(12, bcDstEq, 8, 12)
+	op(16, 0, 0, 443)
+	op(20, bcJmp, 4, 12)
+	op(24, bcDstEq, 8, 12) // past the end: no match
+	op(28, 0, 0, 0x1234)
+	if !bytes.Equal(got, want) {
+		t.Errorf("portFilter:\n got %x\nwant %x", got, want)
+	}
+}
+
+// TestBudgetReserves: a burst of ListingsPerSecond at once, then one
+// turn every 1/ListingsPerSecond; a turn further off than the limit is
+// refused and takes nothing.
+func TestBudgetReserves(t *testing.T) {
+	var b budget
+	now := time.Unix(1000, 0)
+	for i := range ListingsPerSecond {
+		if wait, ok := b.reserve(now, time.Second); !ok || wait != 0 {
+			t.Fatalf("burst %d: wait %v, %v", i, wait, ok)
+		}
+	}
+	step := time.Second / ListingsPerSecond
+	for i := 1; i <= ListingsPerSecond; i++ {
+		wait, ok := b.reserve(now, time.Second)
+		if !ok || (wait-time.Duration(i)*step).Abs() > time.Millisecond {
+			t.Fatalf("turn %d after the burst: wait %v, %v; want %v", i, wait, ok, time.Duration(i)*step)
+		}
+	}
+	if wait, ok := b.reserve(now, time.Second); ok {
+		t.Fatalf("a turn past the limit: wait %v, granted", wait)
+	}
+	later := now.Add(time.Second + step)
+	if wait, ok := b.reserve(later, time.Second); !ok || wait != 0 {
+		t.Fatalf("a second later, after the turns reserved: wait %v, %v; want 0", wait, ok)
+	}
+}

@@ -1,0 +1,130 @@
+package connlimit
+
+import (
+	"bufio"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
+)
+
+// TestDeviceBoundFloodDoesNotDenyRoot: a local user floods the listener
+// with connections bound to lo (each needs a listing of the node's
+// sockets to find its owner) as fast as it can, while root's own client,
+// bound to lo too, asks five times. Every one of root's requests is
+// answered, and none of the flood's connections is admitted. Before one
+// listing answered every connection waiting for one, the flood spent the
+// listing budget (20 a second) and root's client was refused as busy: the
+// limit SECURITY.md named (helper-100).
+func TestDeviceBoundFloodDoesNotDenyRoot(t *testing.T) {
+	testsupport.RequireRoot(t, "setpriv", "python3")
+	ln, addr := serve(t, 16, 8)
+	ln.Allow([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
+	// The flood: non-blocking connects, up to 800 held at once (the
+	// child's descriptor limit may be 1,024), until root is done (its
+	// standard input closes) or 30 s.
+	script := `
+import socket, sys, time, select
+held, made, answered = [], 0, 0
+end = time.time() + 30
+while time.time() < end:
+    if made % 50 == 0:
+        r, _, _ = select.select([sys.stdin], [], [], 0)
+        if r:
+            break
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"lo")
+    s.setblocking(False)
+    try:
+        s.connect(("127.0.0.1", ` + portOf(addr) + `))
+    except BlockingIOError:
+        pass
+    held.append(s)
+    made += 1
+    if len(held) > 800:
+        old = held.pop(0)
+        try:
+            if old.recv(1):
+                answered += 1
+        except Exception:
+            pass
+        old.close()
+    if made == 200:
+        print("up", flush=True)
+print(made, answered, flush=True)
+`
+	cmd := testsupport.AsOtherUser(t, "/usr/bin/python3", "-c", script)
+	stdin, err := cmd.StdinPipe()
+	testsupport.RequireNoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	testsupport.RequireNoError(t, err)
+	testsupport.RequireNoError(t, cmd.Start())
+	waited := false
+	defer func() {
+		if !waited {
+			stdin.Close()
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}()
+	out := bufio.NewScanner(stdout)
+	if !out.Scan() || out.Text() != "up" {
+		t.Fatalf("the flood did not start: %q, %v", out.Text(), out.Err())
+	}
+	denied, began := ln.Denied(), time.Now()
+	var failed []string
+	for i := range 5 {
+		start := time.Now()
+		d := net.Dialer{Timeout: 20 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) {
+				serr = unix.SetsockoptString(int(fd), unix.SOL_SOCKET, unix.SO_BINDTODEVICE, "lo")
+			}); err != nil {
+				return err
+			}
+			return serr
+		}}
+		c, err := d.Dial("tcp", addr)
+		if err == nil {
+			err = get(c)
+			c.Close()
+		}
+		if err != nil {
+			failed = append(failed, strconv.Itoa(i)+": "+err.Error())
+		}
+		t.Logf("root's request %d during the flood: %v", i, time.Since(start).Round(time.Millisecond))
+		time.Sleep(100 * time.Millisecond)
+	}
+	deniedDuring, took := ln.Denied()-denied, time.Since(began)
+	stdin.Close()
+	line := ""
+	if out.Scan() {
+		line = out.Text()
+	}
+	waited = true
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the flood: %v", err)
+	}
+	f := strings.Fields(line)
+	if len(f) != 2 {
+		t.Fatalf("the flood's count: %q", line)
+	}
+	t.Logf("uid %d made %s device-bound connections; %d were refused while root asked (%.0f a second)",
+		testsupport.OtherUID, f[0], deniedDuring, float64(deniedDuring)/took.Seconds())
+	if f[1] != "0" {
+		t.Errorf("%s of the flood's connections were answered", f[1])
+	}
+	if deniedDuring == 0 {
+		t.Errorf("no connection of the flood was refused while root asked: the flood did not reach the listener")
+	}
+	if len(failed) > 0 {
+		t.Errorf("root's device-bound requests refused during uid %d's flood: %s", testsupport.OtherUID, strings.Join(failed, "; "))
+	}
+}
