@@ -152,6 +152,11 @@ func readFounded(path string, now time.Time) (ids []settledAt, bad int, err erro
 			bad++
 			continue
 		}
+		if len(line) == 0 {
+			// The newline a record cut short wrote before itself,
+			// to end a torn one, when cutting it back failed.
+			continue
+		}
 		id, at, ok := parseFounded(string(line))
 		if !ok {
 			bad++
