@@ -2,15 +2,11 @@ package connlimit
 
 import (
 	"bufio"
-	"net"
 	"net/netip"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
@@ -82,16 +78,9 @@ print(made, answered, flush=True)
 	var failed []string
 	for i := range 5 {
 		start := time.Now()
-		d := net.Dialer{Timeout: 20 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
-			var serr error
-			if err := c.Control(func(fd uintptr) {
-				serr = unix.SetsockoptString(int(fd), unix.SOL_SOCKET, unix.SO_BINDTODEVICE, "lo")
-			}); err != nil {
-				return err
-			}
-			return serr
-		}}
-		c, err := d.Dial("tcp", addr)
+		// Its connection attempts wait in the listen queue, or are
+		// retried when the flood filled it.
+		c, err := boundDialer("lo", 20*time.Second).Dial("tcp", addr)
 		if err == nil {
 			err = get(c)
 			c.Close()

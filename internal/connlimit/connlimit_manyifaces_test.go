@@ -88,7 +88,15 @@ func TestLocalRouteLocalUserRefused(t *testing.T) {
 // device.
 func dialBound(t *testing.T, device, addr string) net.Conn {
 	t.Helper()
-	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
+	c, err := boundDialer(device, 5*time.Second).Dial("tcp", addr)
+	testsupport.RequireNoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// boundDialer dials with its sockets bound to device, within timeout.
+func boundDialer(device string, timeout time.Duration) *net.Dialer {
+	return &net.Dialer{Timeout: timeout, Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		if err := c.Control(func(fd uintptr) {
 			serr = unix.SetsockoptString(int(fd), unix.SOL_SOCKET, unix.SO_BINDTODEVICE, device)
@@ -97,10 +105,6 @@ func dialBound(t *testing.T, device, addr string) net.Conn {
 		}
 		return serr
 	}}
-	c, err := d.Dial("tcp", addr)
-	testsupport.RequireNoError(t, err)
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // TestRootDeviceBoundServed: root's own sockets bound to a
