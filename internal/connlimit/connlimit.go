@@ -272,13 +272,13 @@ func monotonic() int64 { return int64(time.Since(epoch)) + 1 }
 //
 // A connection from this node whose owner only a listing of the node's
 // sockets finds (one bound to a device, or link-local) is looked up with
-// every other such connection already in the listen queue, up to
-// maxBatch, in one listing: a local user's flood of them then costs one
-// listing per batch and holds root's own back by a batch, where one
-// listing each spent the budget and had root's refused. The admitted
-// connections of a batch wait for the next calls of Accept; Accept must
-// not be called from two goroutines at once while an allow list is set
-// (http.Server calls it from one).
+// every other such connection already in the listen queue, in one
+// listing (a batch: see maxBatch): a local user's flood of them then
+// costs one listing per batch and holds root's own back by a batch or a
+// few, where one listing each spent the budget and had root's refused.
+// The admitted connections of a batch wait for the next calls of Accept;
+// Accept must not be called from two goroutines at once while an allow
+// list is set (http.Server calls it from one).
 func (l *Listener) Accept() (net.Conn, error) {
 	for {
 		if tc := l.nextReady(); tc != nil {
@@ -299,11 +299,13 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 }
 
-// maxBatch is how many connections one listing of the node's sockets
-// looks up at most in Accept; gatherWait how long Accept waits for more
-// to join a batch when the listen queue is empty.
+// A batch (admitMany) takes at most maxBatch connections from the listen
+// queue, of every kind, for at most maxGather; it waits up to gatherWait
+// for the next one, and ends once the queue is empty or a connection that
+// needed no listing is admitted (it is not kept waiting for the listing).
 const (
 	maxBatch   = 1024
+	maxGather  = 20 * time.Millisecond
 	gatherWait = time.Millisecond
 )
 
@@ -331,8 +333,14 @@ func (l *Listener) ownerAtAccept(c net.Conn) (int64, *sockowner.Lookup) {
 func (l *Listener) admitMany(c net.Conn, lk *sockowner.Lookup) {
 	conns, lks := []net.Conn{c}, []*sockowner.Lookup{lk}
 	if dl, ok := l.Listener.(interface{ SetDeadline(time.Time) error }); ok {
-		for len(conns) < maxBatch {
-			if dl.SetDeadline(time.Now().Add(gatherWait)) != nil {
+		end := time.Now().Add(maxGather)
+		for taken := 1; taken < maxBatch; taken++ {
+			now := time.Now()
+			wait := now.Add(gatherWait)
+			if wait.After(end) {
+				wait = end
+			}
+			if !now.Before(end) || dl.SetDeadline(wait) != nil {
 				break
 			}
 			g, err := l.Listener.Accept()
@@ -341,7 +349,10 @@ func (l *Listener) admitMany(c net.Conn, lk *sockowner.Lookup) {
 			}
 			owner, glk := l.ownerAtAccept(g)
 			if glk == nil {
-				l.keep(l.admit(g, owner))
+				if tc := l.admit(g, owner); tc != nil {
+					l.keep(tc)
+					break
+				}
 				continue
 			}
 			conns, lks = append(conns, g), append(lks, glk)
@@ -374,17 +385,23 @@ func (l *Listener) keep(tc *conn) {
 }
 
 // nextReady is the oldest connection admitted and not yet returned by
-// Accept, or nil.
+// Accept, or nil. One closed meanwhile (to make room for another) is
+// dropped.
 func (l *Listener) nextReady() *conn {
 	l.readyMu.Lock()
 	defer l.readyMu.Unlock()
-	if len(l.ready) == 0 {
-		return nil
+	for len(l.ready) > 0 {
+		tc := l.ready[0]
+		l.ready[0] = nil
+		l.ready = l.ready[1:]
+		l.mu.Lock()
+		open := tc.elem != nil
+		l.mu.Unlock()
+		if open {
+			return tc
+		}
 	}
-	tc := l.ready[0]
-	l.ready[0] = nil
-	l.ready = l.ready[1:]
-	return tc
+	return nil
 }
 
 // Close closes the listener and the connections it admitted that Accept
@@ -502,7 +519,7 @@ func (l *Listener) busiestLocked() func(*conn) bool {
 // AllowUsers names.
 func (l *Listener) Allow(prefixes []netip.Prefix) {
 	list := slices.Clone(prefixes)
-	l.recheck(func() { l.allow.Store(&list) })
+	l.recheck(list, func() { l.allow.Store(&list) })
 }
 
 // AllowUsers sets the users other than root whose connections from this
@@ -510,23 +527,29 @@ func (l *Listener) Allow(prefixes []netip.Prefix) {
 // ones it no longer admits.
 func (l *Listener) AllowUsers(uids []uint32) {
 	list := slices.Clone(uids)
-	l.recheck(func() { l.users.Store(&list) })
+	var prefixes []netip.Prefix
+	if p := l.allow.Load(); p != nil {
+		prefixes = *p
+	}
+	l.recheck(prefixes, func() { l.users.Store(&list) })
 }
 
 // AllowFrom is Allow and AllowUsers at once: what neither list admits
 // any longer is closed, and nothing both admit.
 func (l *Listener) AllowFrom(prefixes []netip.Prefix, uids []uint32) {
 	list, users := slices.Clone(prefixes), slices.Clone(uids)
-	l.recheck(func() { l.allow.Store(&list); l.users.Store(&users) })
+	l.recheck(list, func() { l.allow.Store(&list); l.users.Store(&users) })
 }
 
 // recheck runs set under l.mu and closes the open connections that are
-// no longer admitted.
-func (l *Listener) recheck(set func()) {
+// no longer admitted. Before, it looks up the owners the allow list
+// (prefixes, as set will leave it) needs, outside l.mu: a listing may
+// wait for its turn.
+func (l *Listener) recheck(prefixes []netip.Prefix, set func()) {
+	l.lookUpOwners(prefixes)
 	var gone []*conn
 	l.mu.Lock()
 	set()
-	l.lookUpOwnersLocked()
 	for e := l.order.Front(); e != nil; {
 		c := e.Value.(*conn)
 		e = e.Next()
@@ -542,34 +565,41 @@ func (l *Listener) recheck(set func()) {
 	}
 }
 
-// lookUpOwnersLocked looks up, with one listing for all that need one,
-// the owners of the open connections the allow list admits by address
-// and that were accepted without a lookup (before there was a list).
-// Call it with l.mu held.
-func (l *Listener) lookUpOwnersLocked() {
-	list := l.allow.Load()
-	if list == nil || len(*list) == 0 {
+// lookUpOwners looks up, with one listing for all that need one, the
+// owners of the open connections that prefixes admit by address and
+// that were accepted without a lookup (before there was a list). One
+// accepted meanwhile is looked up by admits, alone.
+func (l *Listener) lookUpOwners(prefixes []netip.Prefix) {
+	if len(prefixes) == 0 {
 		return
 	}
 	var cs []*conn
-	var lks []*sockowner.Lookup
+	l.mu.Lock()
 	for e := l.order.Front(); e != nil; e = e.Next() {
-		c := e.Value.(*conn)
-		if c.owner != ownerUnlooked || !listed(*list, c.addr) {
-			continue
+		if c := e.Value.(*conn); c.owner == ownerUnlooked && listed(prefixes, c.addr) {
+			cs = append(cs, c)
 		}
-		lk := l.begin(c.Conn)
-		if lk == nil {
-			c.owner = ownerUnknown
-			continue
-		}
-		cs, lks = append(cs, c), append(lks, lk)
 	}
-	if p, _ := owners(); p != nil && len(lks) > 0 {
-		p.Finish(lks)
+	l.mu.Unlock()
+	if len(cs) == 0 {
+		return
 	}
+	lks := make([]*sockowner.Lookup, len(cs))
+	var todo []*sockowner.Lookup
 	for i, c := range cs {
-		c.owner = ownerFrom(lks[i])
+		if lks[i] = l.begin(c.Conn); lks[i] != nil {
+			todo = append(todo, lks[i])
+		}
+	}
+	if p, _ := owners(); p != nil && len(todo) > 0 {
+		p.Finish(todo)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, c := range cs {
+		if c.owner == ownerUnlooked {
+			c.owner = ownerFrom(lks[i]) // ownerUnknown for nil
+		}
 	}
 }
 

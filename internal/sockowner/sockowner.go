@@ -136,6 +136,11 @@ func (b *budget) reserve(now time.Time, limit time.Duration) (time.Duration, boo
 	return wait, true
 }
 
+// ErrAmbiguousPeer: the listing holds two sockets at the connection's
+// other end, bound to different devices, of different users: which one
+// it is is not known.
+var ErrAmbiguousPeer = errors.New("socket diagnostics: two sockets of different owners on this node are the connection's other end")
+
 // ErrPeerGone: the other end is on this node but closed (time-wait, or
 // no longer any process's): whose it was is not known.
 var ErrPeerGone = errors.New("socket diagnostics: the other end of the connection is closed")
@@ -295,7 +300,7 @@ func (p *Prober) Finish(ls []*Lookup) {
 	if len(live) == 0 {
 		return
 	}
-	wanted := map[endpoints]bool{}
+	wanted, ambiguous := map[endpoints]bool{}, map[endpoints]bool{}
 	found := map[endpoints]answer{}
 	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
 		var ports []uint16
@@ -315,8 +320,17 @@ func (p *Prober) Finish(ls []*Lookup) {
 			ports = ports[len(part):]
 			err := p.listTo(fam, part, func(a answer) {
 				k := endpoints{netip.AddrPortFrom(a.src, a.sport), netip.AddrPortFrom(a.dst, a.dport)}
-				if _, ok := found[k]; !ok && wanted[k] {
+				if !wanted[k] {
+					return
+				}
+				if f, ok := found[k]; !ok {
 					found[k] = a
+				} else if f.uid != a.uid || f.gone() != a.gone() {
+					// Two sockets of these two ends (bound to two
+					// devices: the same link-local address on two
+					// links) that do not agree: whose it is is not
+					// known.
+					ambiguous[k] = true
 				}
 			})
 			if err != nil {
@@ -329,6 +343,10 @@ func (p *Prober) Finish(ls []*Lookup) {
 	}
 	for _, l := range live {
 		for _, e := range l.listed {
+			if ambiguous[e.key()] {
+				l.finish(0, false, ErrAmbiguousPeer)
+				break
+			}
 			if a, ok := found[e.key()]; ok {
 				l.finish(a.uid, true, a.gone())
 				break
@@ -422,9 +440,12 @@ const (
 	bcJmp            = 1  // INET_DIAG_BC_JMP
 	bcSrcEq          = 11 // INET_DIAG_BC_S_EQ
 	bcDstEq          = 12 // INET_DIAG_BC_D_EQ
+	tcpSynSent       = 2  // TCP_SYN_SENT
 	tcpTimeWait      = 6  // TCP_TIME_WAIT
+	tcpClose         = 7  // TCP_CLOSE
 	tcpCloseWait     = 8  // TCP_CLOSE_WAIT
 	tcpLastAck       = 9  // TCP_LAST_ACK
+	tcpClosing       = 11 // TCP_CLOSING
 	tcpListen        = 10 // TCP_LISTEN
 	tcpNewSynRecv    = 12 // TCP_NEW_SYN_RECV
 )
@@ -456,9 +477,14 @@ func (p *Prober) lookup(src, dst netip.AddrPort) (uint32, bool, error) {
 }
 
 // listTo lists the TCP sockets of family fam whose remote port is one of
-// ports, whatever device they are bound to, but for those whose other
-// end has closed (CLOSE_WAIT, LAST_ACK: the peer of a connection this
-// node has not closed yet is never one), and hands each to each.
+// ports, whatever device they are bound to, and hands each to each. It
+// leaves out the states the other end of a connection can be in only
+// once this end sent its FIN or before it was established (listed, such
+// sockets, which any user can heap up, would only make the listing
+// longer): the connections looked for are established here, or closed
+// by their peer only, and were not closed here yet. A socket in
+// TIME_WAIT reached from FIN_WAIT2 by its timeout, with no process (the
+// kernel reports it as FIN_WAIT2), is still listed.
 func (p *Prober) listTo(fam uint8, ports []uint16, each func(answer)) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -466,7 +492,7 @@ func (p *Prober) listTo(fam uint8, ports []uint16, each func(answer)) error {
 	req := p.request(fam, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
 	ne := binary.NativeEndian
 	states := ne.Uint32(req[unix.NLMSG_HDRLEN+4:])
-	ne.PutUint32(req[unix.NLMSG_HDRLEN+4:], states&^(1<<tcpCloseWait|1<<tcpLastAck))
+	ne.PutUint32(req[unix.NLMSG_HDRLEN+4:], states&^notPeerStates)
 	bc := portFilter(ports)
 	attr := make([]byte, 4+len(bc))
 	ne.PutUint16(attr[0:], uint16(len(attr)))
@@ -504,6 +530,9 @@ func portFilter(ports []uint16) []byte {
 	}
 	return bc
 }
+
+// notPeerStates are the states listTo leaves out.
+const notPeerStates = 1<<tcpSynSent | 1<<tcpTimeWait | 1<<tcpClose | 1<<tcpCloseWait | 1<<tcpLastAck | 1<<tcpListen | 1<<tcpClosing
 
 // request is a socket-diagnostics request of the given flags for TCP
 // sockets of every state but listening.
