@@ -69,11 +69,15 @@ type Listener struct {
 	order *list.List // of *conn, oldest first
 	bySrc map[netip.Prefix]int
 
-	// ready are the connections admitted in a batch that Accept has
-	// not returned yet (admitMany); closed says Close ran.
-	readyMu sync.Mutex
-	ready   []*conn
-	closed  bool
+	// acceptMu lets one Accept run at a time (a batch sets deadlines on
+	// the listener). ready are the connections admitted in a batch that
+	// Accept has not returned yet, pending a batch left for its next
+	// call to finish (gather); closed says Close ran.
+	acceptMu sync.Mutex
+	readyMu  sync.Mutex
+	ready    []*conn
+	pending  *batch
+	closed   bool
 
 	// allow is the allow list (Allow); nil or empty allows any source.
 	allow atomic.Pointer[[]netip.Prefix]
@@ -276,13 +280,18 @@ func monotonic() int64 { return int64(time.Since(epoch)) + 1 }
 // listing (a batch: see maxBatch): a local user's flood of them then
 // costs one listing per batch and holds root's own back by a batch or a
 // few, where one listing each spent the budget and had root's refused.
-// The admitted connections of a batch wait for the next calls of Accept;
-// Accept must not be called from two goroutines at once while an allow
-// list is set (http.Server calls it from one).
+// The admitted connections of a batch wait for the next calls of Accept,
+// which runs one call at a time.
 func (l *Listener) Accept() (net.Conn, error) {
+	l.acceptMu.Lock()
+	defer l.acceptMu.Unlock()
 	for {
 		if tc := l.nextReady(); tc != nil {
 			return tc, nil
+		}
+		if b := l.takePending(); b != nil {
+			l.finish(b)
+			continue
 		}
 		c, err := l.Listener.Accept()
 		if err != nil {
@@ -295,14 +304,25 @@ func (l *Listener) Accept() (net.Conn, error) {
 			}
 			continue
 		}
-		l.admitMany(c, lk)
+		if tc := l.gather(c, lk); tc != nil {
+			return tc, nil
+		}
 	}
 }
 
-// A batch (admitMany) takes at most maxBatch connections from the listen
-// queue, of every kind, for at most maxGather; it waits up to gatherWait
-// for the next one, and ends once the queue is empty or a connection that
-// needed no listing is admitted (it is not kept waiting for the listing).
+// batch is connections whose owners one listing is to find.
+type batch struct {
+	conns []net.Conn
+	lks   []*sockowner.Lookup
+}
+
+// A batch (gather) takes at most maxBatch connections from the listen
+// queue, of every kind, for maxGather, or until the listing's turn comes
+// when that is later (at most one turn, 1/sockowner.ListingsPerSecond:
+// the time the listing would wait anyway); it waits up to gatherWait for
+// the next one, and ends once the queue is empty or a connection that
+// needed no listing is admitted (Accept returns that one at once, and
+// finishes the batch on its next call).
 const (
 	maxBatch   = 1024
 	maxGather  = 20 * time.Millisecond
@@ -327,44 +347,91 @@ func (l *Listener) ownerAtAccept(c net.Conn) (int64, *sockowner.Lookup) {
 	return ownerUnlooked, lk
 }
 
-// admitMany finishes the lookup of c, which needs a listing, with the
-// connections waiting behind it in the listen queue that need one too,
-// admits each, and keeps those admitted for Accept.
-func (l *Listener) admitMany(c net.Conn, lk *sockowner.Lookup) {
-	conns, lks := []net.Conn{c}, []*sockowner.Lookup{lk}
-	if dl, ok := l.Listener.(interface{ SetDeadline(time.Time) error }); ok {
-		end := time.Now().Add(maxGather)
-		for taken := 1; taken < maxBatch; taken++ {
-			now := time.Now()
-			wait := now.Add(gatherWait)
-			if wait.After(end) {
-				wait = end
-			}
-			if !now.Before(end) || dl.SetDeadline(wait) != nil {
-				break
-			}
-			g, err := l.Listener.Accept()
-			if err != nil {
-				break // a timeout; or the next Accept reports it
-			}
-			owner, glk := l.ownerAtAccept(g)
-			if glk == nil {
-				if tc := l.admit(g, owner); tc != nil {
-					l.keep(tc)
-					break
-				}
-				continue
-			}
-			conns, lks = append(conns, g), append(lks, glk)
+// gather starts a batch with c, whose lookup lk needs a listing, and the
+// connections waiting behind it in the listen queue (those that need no
+// listing are admitted or refused as they come). It returns the
+// connection admitted without a listing that ended the batch, which is
+// then pending for Accept's next call; or nil, once it finished the
+// batch itself.
+func (l *Listener) gather(c net.Conn, lk *sockowner.Lookup) *conn {
+	b := &batch{conns: []net.Conn{c}, lks: []*sockowner.Lookup{lk}}
+	if tc := l.gatherInto(b); tc != nil {
+		l.setPending(b)
+		return tc
+	}
+	l.finish(b)
+	return nil
+}
+
+// gatherInto takes connections from the listen queue into b (see maxBatch)
+// and returns the one admitted without a listing that ended it, if any.
+func (l *Listener) gatherInto(b *batch) *conn {
+	dl, ok := l.Listener.(interface{ SetDeadline(time.Time) error })
+	p, _ := owners()
+	if !ok || p == nil {
+		return nil
+	}
+	defer func() { _ = dl.SetDeadline(time.Time{}) }()
+	end := time.Now().Add(max(maxGather, min(p.NextListing(), time.Second/sockowner.ListingsPerSecond)))
+	for taken := 1; taken < maxBatch; taken++ {
+		now := time.Now()
+		wait := now.Add(gatherWait)
+		if wait.After(end) {
+			wait = end
 		}
-		_ = dl.SetDeadline(time.Time{})
+		if !now.Before(end) || dl.SetDeadline(wait) != nil {
+			return nil
+		}
+		g, err := l.Listener.Accept()
+		if err != nil {
+			return nil // a timeout; or the next Accept reports it
+		}
+		owner, glk := l.ownerAtAccept(g)
+		if glk == nil {
+			if tc := l.admit(g, owner); tc != nil {
+				return tc
+			}
+			continue
+		}
+		b.conns, b.lks = append(b.conns, g), append(b.lks, glk)
 	}
+	return nil
+}
+
+// finish finishes b's lookups with one listing, admits each connection
+// of it or closes it, and keeps those admitted for Accept.
+func (l *Listener) finish(b *batch) {
 	if p, _ := owners(); p != nil {
-		p.Finish(lks)
+		p.Finish(b.lks)
 	}
-	for i, c := range conns {
-		l.keep(l.admit(c, ownerFrom(lks[i])))
+	for i, c := range b.conns {
+		l.keep(l.admit(c, ownerFrom(b.lks[i])))
 	}
+}
+
+// setPending leaves b for Accept's next call to finish; after Close it
+// closes b's connections instead.
+func (l *Listener) setPending(b *batch) {
+	l.readyMu.Lock()
+	closed := l.closed
+	if !closed {
+		l.pending = b
+	}
+	l.readyMu.Unlock()
+	if closed {
+		for _, c := range b.conns {
+			_ = c.Close()
+		}
+	}
+}
+
+// takePending takes the batch left pending, if any.
+func (l *Listener) takePending() *batch {
+	l.readyMu.Lock()
+	defer l.readyMu.Unlock()
+	b := l.pending
+	l.pending = nil
+	return b
 }
 
 // keep queues an admitted connection for Accept (nothing for nil); after
@@ -404,16 +471,21 @@ func (l *Listener) nextReady() *conn {
 	return nil
 }
 
-// Close closes the listener and the connections it admitted that Accept
-// has not returned yet.
+// Close closes the listener, the connections it admitted that Accept
+// has not returned yet, and those of a batch left pending.
 func (l *Listener) Close() error {
 	err := l.Listener.Close()
 	l.readyMu.Lock()
-	ready := l.ready
-	l.ready, l.closed = nil, true
+	ready, pending := l.ready, l.pending
+	l.ready, l.pending, l.closed = nil, nil, true
 	l.readyMu.Unlock()
 	for _, tc := range ready {
 		_ = tc.Close()
+	}
+	if pending != nil {
+		for _, c := range pending.conns {
+			_ = c.Close()
+		}
 	}
 	return err
 }
@@ -519,7 +591,7 @@ func (l *Listener) busiestLocked() func(*conn) bool {
 // AllowUsers names.
 func (l *Listener) Allow(prefixes []netip.Prefix) {
 	list := slices.Clone(prefixes)
-	l.recheck(list, func() { l.allow.Store(&list) })
+	l.recheck(func() { l.allow.Store(&list) })
 }
 
 // AllowUsers sets the users other than root whose connections from this
@@ -527,29 +599,27 @@ func (l *Listener) Allow(prefixes []netip.Prefix) {
 // ones it no longer admits.
 func (l *Listener) AllowUsers(uids []uint32) {
 	list := slices.Clone(uids)
-	var prefixes []netip.Prefix
-	if p := l.allow.Load(); p != nil {
-		prefixes = *p
-	}
-	l.recheck(prefixes, func() { l.users.Store(&list) })
+	l.recheck(func() { l.users.Store(&list) })
 }
 
 // AllowFrom is Allow and AllowUsers at once: what neither list admits
 // any longer is closed, and nothing both admit.
 func (l *Listener) AllowFrom(prefixes []netip.Prefix, uids []uint32) {
 	list, users := slices.Clone(prefixes), slices.Clone(uids)
-	l.recheck(list, func() { l.allow.Store(&list); l.users.Store(&users) })
+	l.recheck(func() { l.allow.Store(&list); l.users.Store(&users) })
 }
 
-// recheck runs set under l.mu and closes the open connections that are
-// no longer admitted. Before, it looks up the owners the allow list
-// (prefixes, as set will leave it) needs, outside l.mu: a listing may
-// wait for its turn.
-func (l *Listener) recheck(prefixes []netip.Prefix, set func()) {
-	l.lookUpOwners(prefixes)
-	var gone []*conn
+// recheck runs set under l.mu, looks up the owners of the open
+// connections the new lists need (outside l.mu: a listing may wait for
+// its turn), and closes those no longer admitted. A connection accepted
+// from when set ran is judged by the new lists at its accept.
+func (l *Listener) recheck(set func()) {
 	l.mu.Lock()
 	set()
+	l.mu.Unlock()
+	l.lookUpOwners()
+	var gone []*conn
+	l.mu.Lock()
 	for e := l.order.Front(); e != nil; {
 		c := e.Value.(*conn)
 		e = e.Next()
@@ -566,17 +636,18 @@ func (l *Listener) recheck(prefixes []netip.Prefix, set func()) {
 }
 
 // lookUpOwners looks up, with one listing for all that need one, the
-// owners of the open connections that prefixes admit by address and
-// that were accepted without a lookup (before there was a list). One
-// accepted meanwhile is looked up by admits, alone.
-func (l *Listener) lookUpOwners(prefixes []netip.Prefix) {
-	if len(prefixes) == 0 {
+// owners of the open connections that the allow list admits by address
+// and that were accepted without a lookup (before there was a list). One
+// whose accept was under way is looked up by admits, alone.
+func (l *Listener) lookUpOwners() {
+	list := l.allow.Load()
+	if list == nil || len(*list) == 0 {
 		return
 	}
 	var cs []*conn
 	l.mu.Lock()
 	for e := l.order.Front(); e != nil; e = e.Next() {
-		if c := e.Value.(*conn); c.owner == ownerUnlooked && listed(prefixes, c.addr) {
+		if c := e.Value.(*conn); c.owner == ownerUnlooked && listed(*list, c.addr) {
 			cs = append(cs, c)
 		}
 	}

@@ -138,7 +138,7 @@ func TestRootServedDuringAFloodWithBatches(t *testing.T) {
 type countingListener struct {
 	*net.TCPListener
 	n atomic.Int64
-	// batches: the gathers of admitMany, seen as its deadlines.
+	// batches: the gathers of a batch, seen as its deadlines.
 	inBatch      bool
 	batchStart   time.Time
 	batchN0      int64
@@ -227,8 +227,8 @@ func TestBatchGatherIsBounded(t *testing.T) {
 // TestReadyQueueBounded: allowed clients (root's here, standing for an
 // allowed remote host) flood at full speed while root's device-bound
 // client connects now and then (each needs a listing and starts a
-// batch). The admitted connections a batch keeps for Accept are at most
-// maxBatch; before the batch's bound counted them, ready held 4,517 with
+// batch). The connections a batch keeps for Accept, pending or admitted,
+// are at most maxBatch; before the batch's bound counted them, ready held 4,517 with
 // a total cap of 16 (review, helper-103).
 func TestReadyQueueBounded(t *testing.T) {
 	testsupport.RequireRoot(t)
@@ -277,6 +277,9 @@ func TestReadyQueueBounded(t *testing.T) {
 	for time.Now().Before(end) {
 		ln.readyMu.Lock()
 		n := len(ln.ready)
+		if ln.pending != nil {
+			n += len(ln.pending.conns)
+		}
 		open := 0
 		for _, c := range ln.ready {
 			if c.elem != nil {
@@ -293,18 +296,19 @@ func TestReadyQueueBounded(t *testing.T) {
 	wg.Wait()
 	ln.Close()
 	<-done
-	t.Logf("made %d connections; peak ready %d (of which still counted open %d); total cap %d; evicted %d refused %d",
+	t.Logf("made %d connections; peak ready and pending %d (of which ready and still counted open %d); total cap %d; evicted %d refused %d",
 		made.Load(), peak, peakOpen, ln.total, ln.Evicted(), ln.Refused())
 	if peak > maxBatch {
-		t.Errorf("ready held %d admitted connections at once (total cap %d, maxBatch %d)", peak, ln.total, maxBatch)
+		t.Errorf("ready and pending held %d connections at once (total cap %d, maxBatch %d)", peak, ln.total, maxBatch)
 	}
 }
 
 // TestQueuedClosedAndNoDeadlineLeft: a lo-bound connection (it needs a
 // listing) and a plain one behind it (root's): the batch ends at the
-// plain one, which Accept returns first, the lo-bound one next; an
-// Accept after an idle moment waits with no deadline left on the
-// listener; and Close closes a connection still queued.
+// plain one, which Accept returns at once, before the listing (the batch
+// is left pending); the next Accept finishes the batch and returns the
+// lo-bound one; an Accept after an idle moment waits with no deadline
+// left on the listener; and Close closes a batch left pending.
 func TestQueuedClosedAndNoDeadlineLeft(t *testing.T) {
 	testsupport.RequireRoot(t)
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
@@ -316,17 +320,20 @@ func TestQueuedClosedAndNoDeadlineLeft(t *testing.T) {
 	bound := dialBound(t, "lo", addr)
 	plain := dialFrom(t, "127.0.0.1", addr)
 	time.Sleep(50 * time.Millisecond)
-	queued := func() int {
+	pending := func() int {
 		ln.readyMu.Lock()
 		defer ln.readyMu.Unlock()
-		return len(ln.ready)
+		if ln.pending == nil || len(ln.ready) > 0 {
+			return -len(ln.ready)
+		}
+		return len(ln.pending.conns)
 	}
 	first, err := ln.Accept()
 	testsupport.RequireNoError(t, err)
 	defer first.Close()
-	if first.RemoteAddr().String() != plain.LocalAddr().String() || queued() != 1 {
-		t.Fatalf("the first Accept returned %s with %d queued; want the plain client %s, and the bound one %s queued",
-			first.RemoteAddr(), queued(), plain.LocalAddr(), bound.LocalAddr())
+	if first.RemoteAddr().String() != plain.LocalAddr().String() || pending() != 1 {
+		t.Fatalf("the first Accept returned %s with %d pending; want the plain client %s, and the bound one %s pending",
+			first.RemoteAddr(), pending(), plain.LocalAddr(), bound.LocalAddr())
 	}
 	second, err := ln.Accept()
 	testsupport.RequireNoError(t, err)
@@ -355,19 +362,19 @@ func TestQueuedClosedAndNoDeadlineLeft(t *testing.T) {
 	if c, ok := <-dialed; ok {
 		c.Close()
 	}
-	// Another batch, its bound connection left queued, then Close.
+	// Another batch, its bound connection left pending, then Close.
 	lateBound := dialBound(t, "lo", addr)
 	latePlain := dialFrom(t, "127.0.0.1", addr)
 	time.Sleep(50 * time.Millisecond)
 	fourth, err := ln.Accept()
 	testsupport.RequireNoError(t, err)
 	defer fourth.Close()
-	if n := queued(); n != 1 {
-		t.Errorf("%d queued after the second batch's first Accept, want 1", n)
+	if n := pending(); n != 1 {
+		t.Errorf("%d pending after the second batch's first Accept, want 1", n)
 	}
 	ln.Close()
 	if !closedWithin(lateBound, 2*time.Second) {
-		t.Errorf("the bound client queued at Close is still open")
+		t.Errorf("the bound client pending at Close is still open")
 	}
 	if closedWithin(latePlain, 200*time.Millisecond) {
 		t.Errorf("the plain client Accept returned was closed by Close")

@@ -13,7 +13,10 @@ import (
 
 // TestDeviceBoundFloodDoesNotDenyRoot: a local user floods the listener
 // with connections bound to lo (each needs a listing of the node's
-// sockets to find its owner) as fast as it can, while root's own client,
+// sockets to find its owner), 3,000 a second (150 times the listing
+// budget; a flood faster than the listener can refuse its connections
+// fills the listen queue, and then every client's connection attempts
+// wait to be retried, as on any TCP server), while root's own client,
 // bound to lo too, asks five times. Every one of root's requests is
 // answered, and none of the flood's connections is admitted. Before one
 // listing answered every connection waiting for one, the flood spent the
@@ -24,17 +27,21 @@ func TestDeviceBoundFloodDoesNotDenyRoot(t *testing.T) {
 	ln, addr := serve(t, 16, 8)
 	ln.Allow([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
 	// The flood: non-blocking connects, up to 800 held at once (the
-	// child's descriptor limit may be 1,024), until root is done (its
-	// standard input closes) or 30 s.
+	// child's descriptor limit may be 1,024), 3,000 a second, until root
+	// is done (its standard input closes) or 30 s.
 	script := `
 import socket, sys, time, select
 held, made, answered = [], 0, 0
-end = time.time() + 30
+start = time.time()
+end = start + 30
 while time.time() < end:
     if made % 50 == 0:
         r, _, _ = select.select([sys.stdin], [], [], 0)
         if r:
             break
+        ahead = made / 3000.0 - (time.time() - start)
+        if ahead > 0:
+            time.sleep(ahead)
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"lo")
     s.setblocking(False)

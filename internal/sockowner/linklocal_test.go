@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
@@ -82,6 +83,13 @@ func TestUnknownZoneIsNoAnswer(t *testing.T) {
 	p := newProber(t)
 	ifc, err := net.InterfaceByName("ll0")
 	testsupport.RequireNoError(t, err)
+	// The address is tentative, and its local route missing, until the
+	// kernel sees ll0's carrier (up to a second later, on a loaded
+	// machine: the test failed so once).
+	testsupport.Eventually(t, 10*time.Second, "fe80::a usable on ll0", func() bool {
+		own, err := p.receivesAsOwn(netip.MustParseAddr("fe80::a%ll0"))
+		return err == nil && own == ours
+	})
 	for _, zone := range []string{"ll0", strconv.Itoa(ifc.Index)} {
 		own, err := p.receivesAsOwn(netip.MustParseAddr("fe80::a%" + zone))
 		if err != nil || own != ours {

@@ -136,6 +136,29 @@ func (b *budget) reserve(now time.Time, limit time.Duration) (time.Duration, boo
 	return wait, true
 }
 
+// NextListing is how long a listing asked for now would wait for its
+// turn (0: none); it takes no turn.
+func (p *Prober) NextListing() time.Duration {
+	return p.listing.until(time.Now())
+}
+
+// until is how long a reservation at now would wait, taking nothing.
+func (b *budget) until(now time.Time) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tokens := float64(ListingsPerSecond)
+	if !b.last.IsZero() {
+		tokens = b.tokens
+		if now.After(b.last) {
+			tokens = min(ListingsPerSecond, tokens+now.Sub(b.last).Seconds()*ListingsPerSecond)
+		}
+	}
+	if tokens >= 1 {
+		return 0
+	}
+	return time.Duration((1 - tokens) / ListingsPerSecond * float64(time.Second))
+}
+
 // ErrAmbiguousPeer: the listing holds two sockets at the connection's
 // other end, bound to different devices, of different users: which one
 // it is is not known.
@@ -342,18 +365,22 @@ func (p *Prober) Finish(ls []*Lookup) {
 		}
 	}
 	for _, l := range live {
+		// Every end it may be (IPv4, and an IPv6 socket's view of it):
+		// two sockets that do not agree make it ambiguous.
+		var first *answer
 		for _, e := range l.listed {
-			if ambiguous[e.key()] {
+			a, ok := found[e.key()]
+			switch {
+			case ambiguous[e.key()] || ok && first != nil && (a.uid != first.uid || a.gone() != first.gone()):
 				l.finish(0, false, ErrAmbiguousPeer)
-				break
-			}
-			if a, ok := found[e.key()]; ok {
-				l.finish(a.uid, true, a.gone())
-				break
+			case ok && first == nil:
+				first = &a
 			}
 		}
 		switch {
 		case l.done:
+		case first != nil:
+			l.finish(first.uid, true, first.gone())
 		case l.own == maybeOurs:
 			l.finish(0, false, nil)
 		default:
@@ -440,12 +467,11 @@ const (
 	bcJmp            = 1  // INET_DIAG_BC_JMP
 	bcSrcEq          = 11 // INET_DIAG_BC_S_EQ
 	bcDstEq          = 12 // INET_DIAG_BC_D_EQ
-	tcpSynSent       = 2  // TCP_SYN_SENT
+	tcpEstablished   = 1  // TCP_ESTABLISHED
+	tcpSynRecv       = 3  // TCP_SYN_RECV
+	tcpFinWait1      = 4  // TCP_FIN_WAIT1
+	tcpFinWait2      = 5  // TCP_FIN_WAIT2
 	tcpTimeWait      = 6  // TCP_TIME_WAIT
-	tcpClose         = 7  // TCP_CLOSE
-	tcpCloseWait     = 8  // TCP_CLOSE_WAIT
-	tcpLastAck       = 9  // TCP_LAST_ACK
-	tcpClosing       = 11 // TCP_CLOSING
 	tcpListen        = 10 // TCP_LISTEN
 	tcpNewSynRecv    = 12 // TCP_NEW_SYN_RECV
 )
@@ -478,21 +504,20 @@ func (p *Prober) lookup(src, dst netip.AddrPort) (uint32, bool, error) {
 
 // listTo lists the TCP sockets of family fam whose remote port is one of
 // ports, whatever device they are bound to, and hands each to each. It
-// leaves out the states the other end of a connection can be in only
-// once this end sent its FIN or before it was established (listed, such
-// sockets, which any user can heap up, would only make the listing
-// longer): the connections looked for are established here, or closed
-// by their peer only, and were not closed here yet. A socket in
-// TIME_WAIT reached from FIN_WAIT2 by its timeout, with no process (the
-// kernel reports it as FIN_WAIT2), is still listed.
+// lists only the states the other end of a connection can be in while
+// this end has not sent its FIN (peerStates): the connections looked for
+// are established here, or closed by their peer only, and were not
+// closed here yet. The other states' sockets, which any user can heap up
+// (TIME_WAIT, bound and unconnected ones), would only make the listing
+// longer. A socket in TIME_WAIT reached from FIN_WAIT2 by its timeout,
+// with no process, is reported as FIN_WAIT2, and listed.
 func (p *Prober) listTo(fam uint8, ports []uint16, each func(answer)) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.listings.Add(1)
 	req := p.request(fam, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
 	ne := binary.NativeEndian
-	states := ne.Uint32(req[unix.NLMSG_HDRLEN+4:])
-	ne.PutUint32(req[unix.NLMSG_HDRLEN+4:], states&^notPeerStates)
+	ne.PutUint32(req[unix.NLMSG_HDRLEN+4:], peerStates)
 	bc := portFilter(ports)
 	attr := make([]byte, 4+len(bc))
 	ne.PutUint16(attr[0:], uint16(len(attr)))
@@ -531,8 +556,8 @@ func portFilter(ports []uint16) []byte {
 	return bc
 }
 
-// notPeerStates are the states listTo leaves out.
-const notPeerStates = 1<<tcpSynSent | 1<<tcpTimeWait | 1<<tcpClose | 1<<tcpCloseWait | 1<<tcpLastAck | 1<<tcpListen | 1<<tcpClosing
+// peerStates are the states listTo lists.
+const peerStates = 1<<tcpEstablished | 1<<tcpSynRecv | 1<<tcpFinWait1 | 1<<tcpFinWait2 | 1<<tcpNewSynRecv
 
 // request is a socket-diagnostics request of the given flags for TCP
 // sockets of every state but listening.

@@ -215,7 +215,13 @@ func TestBudgetReserves(t *testing.T) {
 		}
 	}
 	step := time.Second / ListingsPerSecond
+	if got := b.until(now); (got - step).Abs() > time.Millisecond {
+		t.Fatalf("after the burst, the next turn in %v, want %v", got, step)
+	}
 	for i := 1; i <= ListingsPerSecond; i++ {
+		if got := b.until(now); (got - time.Duration(i)*step).Abs() > time.Millisecond {
+			t.Fatalf("turn %d after the burst: until says %v, want %v", i, got, time.Duration(i)*step)
+		}
 		wait, ok := b.reserve(now, time.Second)
 		if !ok || (wait-time.Duration(i)*step).Abs() > time.Millisecond {
 			t.Fatalf("turn %d after the burst: wait %v, %v; want %v", i, wait, ok, time.Duration(i)*step)
