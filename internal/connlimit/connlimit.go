@@ -74,10 +74,13 @@ type Listener struct {
 	// Accept has not returned yet, pending a batch left for its next
 	// call to finish (gather); closed says Close ran.
 	acceptMu sync.Mutex
-	readyMu  sync.Mutex
-	ready    []*conn
-	pending  *batch
-	closed   bool
+	// recheckMu lets one recheck run at a time, so that its lookups
+	// and its sweep see the same lists.
+	recheckMu sync.Mutex
+	readyMu   sync.Mutex
+	ready     []*conn
+	pending   *batch
+	closed    bool
 
 	// allow is the allow list (Allow); nil or empty allows any source.
 	allow atomic.Pointer[[]netip.Prefix]
@@ -399,8 +402,18 @@ func (l *Listener) gatherInto(b *batch) *conn {
 }
 
 // finish finishes b's lookups with one listing, admits each connection
-// of it or closes it, and keeps those admitted for Accept.
+// of it or closes it, and keeps those admitted for Accept. After Close it
+// closes them without a listing.
 func (l *Listener) finish(b *batch) {
+	l.readyMu.Lock()
+	closed := l.closed
+	l.readyMu.Unlock()
+	if closed {
+		for _, c := range b.conns {
+			_ = c.Close()
+		}
+		return
+	}
 	if p, _ := owners(); p != nil {
 		p.Finish(b.lks)
 	}
@@ -496,6 +509,11 @@ func (l *Listener) Close() error {
 func (l *Listener) admit(c net.Conn, owner int64) *conn {
 	addr := addrOf(c)
 	src := SourceOf(addr)
+	if list := l.allow.Load(); owner == ownerUnlooked && list != nil && listed(*list, addr) {
+		// The list changed since the accept looked: look up now,
+		// before l.mu (a listing may wait for its turn).
+		owner = l.ownerOf(c)
+	}
 	tc := &conn{Conn: c, l: l, addr: addr, src: src, owner: owner}
 	l.mu.Lock()
 	// The lists are read under l.mu, which Allow and AllowUsers hold
@@ -614,6 +632,8 @@ func (l *Listener) AllowFrom(prefixes []netip.Prefix, uids []uint32) {
 // its turn), and closes those no longer admitted. A connection accepted
 // from when set ran is judged by the new lists at its accept.
 func (l *Listener) recheck(set func()) {
+	l.recheckMu.Lock()
+	defer l.recheckMu.Unlock()
 	l.mu.Lock()
 	set()
 	l.mu.Unlock()

@@ -43,24 +43,40 @@ func TestTimeWaitNotListed(t *testing.T) {
 		s.Close()
 	}
 	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	// Most of the clients' ends are in TIME_WAIT (a close that crossed
+	// the server's may leave one otherwise, on a loaded machine).
 	tw := 0
-	testsupport.Eventually(t, 10*time.Second, "the clients' ends in TIME_WAIT", func() bool {
+	var lerr error
+	testsupport.Eventually(t, 20*time.Second, "the clients' ends in TIME_WAIT", func() bool {
 		tw = 0
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		req := p.request(unix.AF_INET, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-		_ = p.exchange(req, func(m []byte) error {
+		lerr = p.exchange(req, func(m []byte) error {
 			if a, ok := answerOf(m); ok && a.state == tcpTimeWait && a.dport == port {
 				tw++
 			}
 			return nil
 		})
-		return tw == n
+		if lerr != nil || tw < n*9/10 {
+			t.Logf("%d of %d in TIME_WAIT, %v", tw, n, lerr)
+		}
+		return lerr == nil && tw >= n*9/10
 	})
-	listed := 0
-	testsupport.RequireNoError(t, p.listTo(unix.AF_INET, []uint16{port}, func(a answer) { listed++ }))
-	if listed != 0 {
-		t.Errorf("a listing by the listener's port held %d sockets beside %d in TIME_WAIT, want none", listed, tw)
+	// The listing holds none of them; at most the clients' ends not in
+	// TIME_WAIT (an orphan whose server's FIN has not come yet is
+	// reported as FIN_WAIT2, and is a peer's state).
+	listed, listedTW := 0, 0
+	testsupport.RequireNoError(t, p.listTo(unix.AF_INET, []uint16{port}, func(a answer) {
+		listed++
+		if a.state == tcpTimeWait {
+			listedTW++
+		}
+	}))
+	t.Logf("%d of %d clients' ends in TIME_WAIT; the listing held %d sockets", tw, n, listed)
+	if listedTW != 0 || listed > n-tw {
+		t.Errorf("a listing by the listener's port held %d sockets, %d of them in TIME_WAIT, beside %d in TIME_WAIT of %d; want none in TIME_WAIT and at most %d",
+			listed, listedTW, tw, n, n-tw)
 	}
 	dialBound(t, "lo", netip.AddrPort{}, addr)
 	s := acceptTCP(t, ln)
@@ -200,5 +216,33 @@ sys.stdin.read()
 		if !errors.Is(err, ErrAmbiguousPeer) {
 			t.Errorf("%s -> %s: uid %d, found %v, %v; want ErrAmbiguousPeer", s.RemoteAddr(), s.LocalAddr(), uid, found, err)
 		}
+	}
+}
+
+// TestGoneDuringTheListingIsGone: a connection still established when
+// Finish checks it, and gone by the time the listing is read, is
+// ErrPeerGone, not the owner listed: its other end may have left the
+// states a listing asks for, and a socket of the same ends on another
+// link been found in its place (review, helper-105).
+func TestGoneDuringTheListingIsGone(t *testing.T) {
+	testsupport.RequireRoot(t)
+	p := newProber(t)
+	ln, _ := loopbackListener(t)
+	dialBound(t, "lo", netip.AddrPort{}, ln.Addr().String())
+	s := acceptTCP(t, ln)
+	checks := 0
+	l := p.begin(addrPort(s.LocalAddr()), addrPort(s.RemoteAddr()), func() error {
+		checks++
+		if checks > 1 {
+			return ErrPeerGone
+		}
+		return nil
+	})
+	if l.Done() {
+		t.Fatalf("a connection bound to lo answered without a listing: uid %d, found %v, %v", l.UID, l.Found, l.Err)
+	}
+	p.Finish([]*Lookup{l})
+	if !errors.Is(l.Err, ErrPeerGone) || l.Found || checks != 2 {
+		t.Errorf("gone during the listing: uid %d, found %v, %v after %d checks; want ErrPeerGone after 2", l.UID, l.Found, l.Err, checks)
 	}
 }

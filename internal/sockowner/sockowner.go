@@ -379,6 +379,10 @@ func (p *Prober) Finish(ls []*Lookup) {
 		}
 		switch {
 		case l.done:
+		case first != nil && l.established != nil && l.established() != nil:
+			// Gone while it was listed: its other end may have left
+			// the states listed, and a twin of it been found.
+			l.finish(0, false, ErrPeerGone)
 		case first != nil:
 			l.finish(first.uid, true, first.gone())
 		case l.own == maybeOurs:
@@ -468,7 +472,6 @@ const (
 	bcSrcEq          = 11 // INET_DIAG_BC_S_EQ
 	bcDstEq          = 12 // INET_DIAG_BC_D_EQ
 	tcpEstablished   = 1  // TCP_ESTABLISHED
-	tcpSynRecv       = 3  // TCP_SYN_RECV
 	tcpFinWait1      = 4  // TCP_FIN_WAIT1
 	tcpFinWait2      = 5  // TCP_FIN_WAIT2
 	tcpTimeWait      = 6  // TCP_TIME_WAIT
@@ -507,7 +510,7 @@ func (p *Prober) lookup(src, dst netip.AddrPort) (uint32, bool, error) {
 // lists only the states the other end of a connection can be in while
 // this end has not sent its FIN (peerStates): the connections looked for
 // are established here, or closed by their peer only, and were not
-// closed here yet. The other states' sockets, which any user can heap up
+// closed here yet (Finish checks that again after the listing). The other states' sockets, which any user can heap up
 // (TIME_WAIT, bound and unconnected ones), would only make the listing
 // longer. A socket in TIME_WAIT reached from FIN_WAIT2 by its timeout,
 // with no process, is reported as FIN_WAIT2, and listed.
@@ -556,8 +559,10 @@ func portFilter(ports []uint16) []byte {
 	return bc
 }
 
-// peerStates are the states listTo lists.
-const peerStates = 1<<tcpEstablished | 1<<tcpSynRecv | 1<<tcpFinWait1 | 1<<tcpFinWait2 | 1<<tcpNewSynRecv
+// peerStates are the states listTo lists. (The client end of an
+// accepted connection is never in SYN_RECV: that is a listener's side,
+// which the kernel lists with NEW_SYN_RECV when asked for it.)
+const peerStates = 1<<tcpEstablished | 1<<tcpFinWait1 | 1<<tcpFinWait2
 
 // request is a socket-diagnostics request of the given flags for TCP
 // sockets of every state but listening.
