@@ -4,7 +4,6 @@ package connlimit
 // bounds its findings asked for.
 
 import (
-	"bufio"
 	"net"
 	"net/netip"
 	"strings"
@@ -61,34 +60,25 @@ while time.time() < end:
         print("up", flush=True)
 print(made, flush=True)
 `
-	cmd := testsupport.AsOtherUser(t, "/usr/bin/python3", "-c", script)
-	stdin, err := cmd.StdinPipe()
-	testsupport.RequireNoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	testsupport.RequireNoError(t, err)
-	testsupport.RequireNoError(t, cmd.Start())
-	out := bufio.NewScanner(stdout)
-	if !out.Scan() || out.Text() != "up" {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("the flood did not start: %q", out.Text())
-	}
-	stopped := false
-	stop := func() string {
-		if stopped {
-			return ""
+	stop := startOtherUser(t, script)
+	return func() string { line, _ := stop(); return line }
+}
+
+// acceptAndClose accepts from ln and closes each connection until ln is
+// closed; the channel closes then.
+func acceptAndClose(ln net.Listener) chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
 		}
-		stopped = true
-		stdin.Close()
-		line := ""
-		if out.Scan() {
-			line = out.Text()
-		}
-		_ = cmd.Wait()
-		return line
-	}
-	t.Cleanup(func() { stop() })
-	return stop
+	}()
+	return done
 }
 
 // rootPlainGets has root ask three times from 127.0.0.1, not bound
@@ -191,17 +181,7 @@ func TestBatchGatherIsBounded(t *testing.T) {
 			inner := &countingListener{TCPListener: raw.(*net.TCPListener)}
 			ln := New(inner, 16, 8)
 			ln.Allow([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					c.Close()
-				}
-			}()
+			done := acceptAndClose(ln)
 			stop := otherUserFlood(t, portOf(raw.Addr().String()), tc.trigger, `"127.0.0.%d" % (2 + made % 248)`)
 			for range 4 {
 				time.Sleep(500 * time.Millisecond)
@@ -239,17 +219,7 @@ func TestReadyQueueBounded(t *testing.T) {
 	ln := New(raw, 16, 8)
 	ln.Allow([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
 	addr := raw.Addr().String()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	done := acceptAndClose(ln)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var made atomic.Int64

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,24 +64,7 @@ while time.time() < end:
         print("up", flush=True)
 print(made, answered, flush=True)
 `
-	cmd := testsupport.AsOtherUser(t, "/usr/bin/python3", "-c", script)
-	stdin, err := cmd.StdinPipe()
-	testsupport.RequireNoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	testsupport.RequireNoError(t, err)
-	testsupport.RequireNoError(t, cmd.Start())
-	waited := false
-	defer func() {
-		if !waited {
-			stdin.Close()
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	}()
-	out := bufio.NewScanner(stdout)
-	if !out.Scan() || out.Text() != "up" {
-		t.Fatalf("the flood did not start: %q, %v", out.Text(), out.Err())
-	}
+	stop := startOtherUser(t, script)
 	denied, began := ln.Denied(), time.Now()
 	var failed []string
 	for i := range 5 {
@@ -99,13 +83,8 @@ print(made, answered, flush=True)
 		time.Sleep(100 * time.Millisecond)
 	}
 	deniedDuring, took := ln.Denied()-denied, time.Since(began)
-	stdin.Close()
-	line := ""
-	if out.Scan() {
-		line = out.Text()
-	}
-	waited = true
-	if err := cmd.Wait(); err != nil {
+	line, err := stop()
+	if err != nil {
 		t.Fatalf("the flood: %v", err)
 	}
 	f := strings.Fields(line)
@@ -123,4 +102,40 @@ print(made, answered, flush=True)
 	if len(failed) > 0 {
 		t.Errorf("root's device-bound requests refused during uid %d's flood: %s", testsupport.OtherUID, strings.Join(failed, "; "))
 	}
+}
+
+// startOtherUser runs script with Python as testsupport.OtherUID, waits
+// for its first line to be "up", and returns how to stop it: close its
+// standard input, and return its last line and how it ended. The test's
+// end stops it too.
+func startOtherUser(t *testing.T, script string) (stop func() (string, error)) {
+	t.Helper()
+	cmd := testsupport.AsOtherUser(t, "/usr/bin/python3", "-c", script)
+	stdin, err := cmd.StdinPipe()
+	testsupport.RequireNoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	testsupport.RequireNoError(t, err)
+	testsupport.RequireNoError(t, cmd.Start())
+	out := bufio.NewScanner(stdout)
+	if !out.Scan() || out.Text() != "up" {
+		stdin.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the other user's script did not start: %q, %v", out.Text(), out.Err())
+	}
+	var once sync.Once
+	var line string
+	var werr error
+	stop = func() (string, error) {
+		once.Do(func() {
+			stdin.Close()
+			if out.Scan() {
+				line = out.Text()
+			}
+			werr = cmd.Wait()
+		})
+		return line, werr
+	}
+	t.Cleanup(func() { _, _ = stop() })
+	return stop
 }

@@ -16,16 +16,7 @@ import (
 // and without, alternately (rounds of 200), and reports the median ratio
 // of the two and the lookup's own time.
 func BenchmarkAcceptWithLookup(b *testing.B) {
-	p, err := New()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
+	p, ln := benchProberAndListener(b)
 	const per = 200
 	round := func(lookup bool) (total, inLookup time.Duration) {
 		start := time.Now()
@@ -69,16 +60,7 @@ func BenchmarkAcceptWithLookup(b *testing.B) {
 // rounds. Each round holds 1,024 of each kind; the budget is reset
 // before each batch, so no round waits for its turn.
 func BenchmarkBatchedListing(b *testing.B) {
-	p, err := New()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
+	p, ln := benchProberAndListener(b)
 	const n = 1024
 	accept := func(bound bool) []*net.TCPConn {
 		var out []*net.TCPConn
@@ -136,4 +118,20 @@ func BenchmarkBatchedListing(b *testing.B) {
 	median := func(v []float64) float64 { sort.Float64s(v); return v[len(v)/2] }
 	b.ReportMetric(median(ratios), "batch/one-socket")
 	b.ReportMetric(median(perConn), "batch-µs/conn")
+}
+
+// benchProberAndListener is a Prober and a loopback listener, closed
+// when the benchmark ends.
+func benchProberAndListener(b *testing.B) (*Prober, net.Listener) {
+	p, err := New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	return p, ln
 }
