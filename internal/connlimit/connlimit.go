@@ -516,10 +516,10 @@ func (l *Listener) admit(c net.Conn, owner int64) *conn {
 	}
 	tc := &conn{Conn: c, l: l, addr: addr, src: src, owner: owner}
 	l.mu.Lock()
-	// The lists are read under l.mu, which Allow and AllowUsers hold
-	// from storing a new one to closing what it no longer admits: a
-	// connection is either refused here or closed by them, never left
-	// open past it.
+	// The lists are read under l.mu, which Allow and AllowUsers take to
+	// store a new one, and again to close what it no longer admits: a
+	// connection is either judged here by the new lists or in l.order
+	// for their sweep, never left open past it.
 	if !l.admits(tc) {
 		l.mu.Unlock()
 		l.denied.Add(1)
