@@ -5,9 +5,12 @@
 // address is the connection's local address.
 //
 // The lookup is one request for one socket (no dump): a hash lookup in the
-// kernel, two system calls here. It answers for the network namespace the
-// Prober was made in: a peer in another namespace (a container, another
-// host) is not found, whatever its address.
+// kernel, two system calls here. A socket bound to a device is not found
+// that way; for a peer from an address of this node it is looked for in a
+// listing of the node's sockets (a dump, milliseconds), which answers many
+// lookups at once (Begin, Finish). It answers for the network namespace
+// the Prober was made in: a peer in another namespace (a container,
+// another host) is not found, whatever its address.
 package sockowner
 
 import (
