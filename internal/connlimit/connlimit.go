@@ -676,14 +676,14 @@ func (l *Listener) lookUpOwners() {
 		return
 	}
 	lks := make([]*sockowner.Lookup, len(cs))
-	var todo []*sockowner.Lookup
+	var need []*sockowner.Lookup
 	for i, c := range cs {
 		if lks[i] = l.begin(c.Conn); lks[i] != nil {
-			todo = append(todo, lks[i])
+			need = append(need, lks[i])
 		}
 	}
-	if p, _ := owners(); p != nil && len(todo) > 0 {
-		p.Finish(todo)
+	if p, _ := owners(); p != nil && len(need) > 0 {
+		p.Finish(need)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

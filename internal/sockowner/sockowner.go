@@ -296,25 +296,25 @@ func (p *Prober) begin(local, remote netip.AddrPort, established func() error) *
 // that they are ErrBusy), then checks that each connection is still
 // established, then lists.
 func (p *Prober) Finish(ls []*Lookup) {
-	var todo []*Lookup
+	var waiting []*Lookup
 	for _, l := range ls {
 		if !l.done {
-			todo = append(todo, l)
+			waiting = append(waiting, l)
 		}
 	}
-	if len(todo) == 0 {
+	if len(waiting) == 0 {
 		return
 	}
 	wait, ok := p.listing.reserve(time.Now(), listingWait)
 	if !ok {
-		for _, l := range todo {
+		for _, l := range waiting {
 			l.finish(0, false, ErrBusy)
 		}
 		return
 	}
 	time.Sleep(wait)
-	live := make([]*Lookup, 0, len(todo))
-	for _, l := range todo {
+	live := make([]*Lookup, 0, len(waiting))
+	for _, l := range waiting {
 		if l.established != nil {
 			if err := l.established(); err != nil {
 				l.finish(0, false, err)
