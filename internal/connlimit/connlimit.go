@@ -409,9 +409,7 @@ func (l *Listener) finish(b *batch) {
 	closed := l.closed
 	l.readyMu.Unlock()
 	if closed {
-		for _, c := range b.conns {
-			_ = c.Close()
-		}
+		closeAll(b.conns)
 		return
 	}
 	if p, _ := owners(); p != nil {
@@ -432,9 +430,14 @@ func (l *Listener) setPending(b *batch) {
 	}
 	l.readyMu.Unlock()
 	if closed {
-		for _, c := range b.conns {
-			_ = c.Close()
-		}
+		closeAll(b.conns)
+	}
+}
+
+// closeAll closes cs.
+func closeAll(cs []net.Conn) {
+	for _, c := range cs {
+		_ = c.Close()
 	}
 }
 
@@ -496,9 +499,7 @@ func (l *Listener) Close() error {
 		_ = tc.Close()
 	}
 	if pending != nil {
-		for _, c := range pending.conns {
-			_ = c.Close()
-		}
+		closeAll(pending.conns)
 	}
 	return err
 }

@@ -28,9 +28,7 @@ func TestTimeWaitNotListed(t *testing.T) {
 	}
 	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
 	p := newProber(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testsupport.RequireNoError(t, err)
-	defer ln.Close()
+	ln, _ := loopbackListener(t)
 	addr := ln.Addr().String()
 	const n = 3000
 	for i := range n {

@@ -61,12 +61,10 @@ func TestHalfClosedBoundRootPeerIsRoot(t *testing.T) {
 	}
 	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
 	p := newProber(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testsupport.RequireNoError(t, err)
-	defer ln.Close()
+	ln, _ := loopbackListener(t)
 	c := dialBound(t, "lo", netip.AddrPort{}, ln.Addr().String())
 	s := acceptTCP(t, ln)
-	_, err = c.Write([]byte("GET /metrics HTTP/1.0\r\n\r\n"))
+	_, err := c.Write([]byte("GET /metrics HTTP/1.0\r\n\r\n"))
 	testsupport.RequireNoError(t, err)
 	testsupport.RequireNoError(t, c.CloseWrite())
 	// Read the request to its end: the FIN has arrived, our end is CLOSE_WAIT.
@@ -200,9 +198,7 @@ func TestListingAcrossDatagrams(t *testing.T) {
 	}
 	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
 	p := newProber(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testsupport.RequireNoError(t, err)
-	defer ln.Close()
+	ln, _ := loopbackListener(t)
 	const n = 600
 	sport := uint16(40000)
 	var accepted []*net.TCPConn
@@ -235,9 +231,7 @@ func TestNoDescriptorGrowth(t *testing.T) {
 		testsupport.RequireNoError(t, err)
 		return len(es)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testsupport.RequireNoError(t, err)
-	defer ln.Close()
+	ln, _ := loopbackListener(t)
 	plain := acceptOwn(t, ln, ln.Addr().String())
 	dialBound(t, "lo", netip.AddrPort{}, ln.Addr().String())
 	bound := acceptTCP(t, ln)
@@ -415,9 +409,7 @@ sys.stdin.read()
 // before any established check. Passes.
 func TestHalfClosedUnboundRootPeerIsRoot(t *testing.T) {
 	p := newProber(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testsupport.RequireNoError(t, err)
-	defer ln.Close()
+	ln, _ := loopbackListener(t)
 	c, err := net.Dial("tcp", ln.Addr().String())
 	testsupport.RequireNoError(t, err)
 	defer c.Close()

@@ -120,23 +120,36 @@ type budget struct {
 func (b *budget) reserve(now time.Time, limit time.Duration) (time.Duration, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch {
-	case b.last.IsZero():
-		b.tokens, b.last = ListingsPerSecond, now
-	case now.After(b.last):
-		b.tokens = min(ListingsPerSecond, b.tokens+now.Sub(b.last).Seconds()*ListingsPerSecond)
+	b.tokens = b.level(now)
+	if b.last.IsZero() || now.After(b.last) {
 		b.last = now
 	}
-	if b.tokens >= 1 {
-		b.tokens--
-		return 0, true
-	}
-	wait := time.Duration((1 - b.tokens) / ListingsPerSecond * float64(time.Second))
+	wait := waitFor(b.tokens)
 	if wait > limit {
 		return 0, false
 	}
 	b.tokens--
 	return wait, true
+}
+
+// level is the tokens at now (a full bucket before the first turn),
+// with b.mu held; it changes nothing.
+func (b *budget) level(now time.Time) float64 {
+	switch {
+	case b.last.IsZero():
+		return ListingsPerSecond
+	case now.After(b.last):
+		return min(ListingsPerSecond, b.tokens+now.Sub(b.last).Seconds()*ListingsPerSecond)
+	}
+	return b.tokens
+}
+
+// waitFor is how long a turn waits with tokens in the bucket.
+func waitFor(tokens float64) time.Duration {
+	if tokens >= 1 {
+		return 0
+	}
+	return time.Duration((1 - tokens) / ListingsPerSecond * float64(time.Second))
 }
 
 // NextListing is how long a listing asked for now would wait for its
@@ -149,17 +162,7 @@ func (p *Prober) NextListing() time.Duration {
 func (b *budget) until(now time.Time) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	tokens := float64(ListingsPerSecond)
-	if !b.last.IsZero() {
-		tokens = b.tokens
-		if now.After(b.last) {
-			tokens = min(ListingsPerSecond, tokens+now.Sub(b.last).Seconds()*ListingsPerSecond)
-		}
-	}
-	if tokens >= 1 {
-		return 0
-	}
-	return time.Duration((1 - tokens) / ListingsPerSecond * float64(time.Second))
+	return waitFor(b.level(now))
 }
 
 // ErrAmbiguousPeer: the listing holds two sockets at the connection's
