@@ -34,13 +34,14 @@
 // address) is accepted only from root or a user AllowUsers names: any
 // local user can bind an allowed address, such as 127.0.0.1 or the
 // node's own (package sockowner). The connections whose owner needs a
-// listing of the node's sockets are looked up together, those waiting in
-// the listen queue at once (Accept).
+// listing of the node's sockets are looked up together, those that came
+// by the listing's turn at once, beside Accept (lister).
 package connlimit
 
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -62,25 +63,30 @@ type Listener struct {
 	net.Listener
 	total, perSource int
 	// grace is servedGrace; tests that must not depend on how fast the
-	// machine serves set another before the first Accept.
-	grace time.Duration
+	// machine serves set another before the first Accept. waitCap is
+	// maxWaiting (tests set a smaller one).
+	grace   time.Duration
+	waitCap int
 
 	mu    sync.Mutex
 	order *list.List // of *conn, oldest first
 	bySrc map[netip.Prefix]int
 
-	// acceptMu lets one Accept run at a time (a batch sets deadlines on
-	// the listener). ready are the connections admitted in a batch that
-	// Accept has not returned yet, pending a batch left for its next
-	// call to finish (gather); closed says Close ran.
+	// acceptMu lets one Accept run at a time. waiting are the
+	// connections waiting for a listing of the node's sockets (lister,
+	// which runs while listing is set), ready those admitted since that
+	// Accept has not returned yet; closed says Close ran, and done is
+	// closed then.
 	acceptMu sync.Mutex
 	// recheckMu lets one recheck run at a time, so that its lookups
 	// and its sweep see the same lists.
 	recheckMu sync.Mutex
 	readyMu   sync.Mutex
+	waiting   batch
+	listing   bool
 	ready     []*conn
-	pending   *batch
 	closed    bool
+	done      chan struct{}
 
 	// allow is the allow list (Allow); nil or empty allows any source.
 	allow atomic.Pointer[[]netip.Prefix]
@@ -109,8 +115,8 @@ func (c *Counts) Denied() uint64  { return c.denied.Load() }
 // New wraps ln; total and perSource are at least 1.
 func New(ln net.Listener, total, perSource int) *Listener {
 	return &Listener{
-		Listener: ln, total: max(total, 1), perSource: max(perSource, 1), grace: servedGrace,
-		order: list.New(), bySrc: map[netip.Prefix]int{}, Counts: &Counts{},
+		Listener: ln, total: max(total, 1), perSource: max(perSource, 1), grace: servedGrace, waitCap: maxWaiting,
+		order: list.New(), bySrc: map[netip.Prefix]int{}, Counts: &Counts{}, done: make(chan struct{}),
 	}
 }
 
@@ -278,13 +284,13 @@ func monotonic() int64 { return int64(time.Since(epoch)) + 1 }
 // documentation); it closes the new one itself when there is none.
 //
 // A connection from this node whose owner only a listing of the node's
-// sockets finds (one bound to a device, or link-local) is looked up with
-// every other such connection already in the listen queue, in one
-// listing (a batch: see maxBatch): a local user's flood of them then
-// costs one listing per batch and holds root's own back by a batch or a
-// few, where one listing each spent the budget and had root's refused.
-// The admitted connections of a batch wait for the next calls of Accept,
-// which runs one call at a time.
+// sockets finds (one bound to a device, or link-local) waits for the
+// listing beside Accept (lister), with every other such connection that
+// comes before the listing's turn: a local user's flood of them costs
+// one listing per turn, and Accept goes on meanwhile, so the clients
+// the one-socket lookup finds (root's ordinary ones) never wait for a
+// listing. The connections a listing admits are returned by the next
+// calls of Accept, which runs one call at a time.
 func (l *Listener) Accept() (net.Conn, error) {
 	l.acceptMu.Lock()
 	defer l.acceptMu.Unlock()
@@ -292,12 +298,11 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if tc := l.nextReady(); tc != nil {
 			return tc, nil
 		}
-		if b := l.takePending(); b != nil {
-			l.finish(b)
-			continue
-		}
 		c, err := l.Listener.Accept()
 		if err != nil {
+			if l.woken(err) {
+				continue
+			}
 			return nil, err
 		}
 		owner, lk := l.ownerAtAccept(c)
@@ -307,7 +312,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			}
 			continue
 		}
-		if tc := l.gather(c, lk); tc != nil {
+		if tc := l.awaitListing(c, lk); tc != nil {
 			return tc, nil
 		}
 	}
@@ -319,18 +324,34 @@ type batch struct {
 	lks   []*sockowner.Lookup
 }
 
-// A batch (gather) takes at most maxBatch connections from the listen
-// queue, of every kind, for maxGather, or until the listing's turn comes
-// when that is later (at most one turn, 1/sockowner.ListingsPerSecond:
-// the time the listing would wait anyway); it waits up to gatherWait for
-// the next one, and ends once the queue is empty or a connection that
-// needed no listing is admitted (Accept returns that one at once, and
-// finishes the batch on its next call).
-const (
-	maxBatch   = 1024
-	maxGather  = 20 * time.Millisecond
-	gatherWait = time.Millisecond
-)
+// maxWaiting bounds the connections waiting for a listing, and those a
+// listing admitted that Accept has not returned yet: past it, a new one
+// is closed (counted as denied: its owner is not known).
+const maxWaiting = 1024
+
+// deadliner is a listener whose blocked Accept a deadline interrupts
+// (net.TCPListener): the lister wakes Accept so.
+type deadliner interface{ SetDeadline(time.Time) error }
+
+// woken says whether err is the timeout of the deadline the lister set to
+// wake Accept (wake); it clears that deadline.
+func (l *Listener) woken(err error) bool {
+	dl, ok := l.Listener.(deadliner)
+	var ne net.Error
+	if !ok || !errors.As(err, &ne) || !ne.Timeout() {
+		return false
+	}
+	return dl.SetDeadline(time.Time{}) == nil
+}
+
+// wake interrupts Accept's wait for the kernel's next connection, so that
+// it returns those a listing admitted. Call it after queuing them (keep):
+// Accept clears the deadline before it looks at the queue.
+func (l *Listener) wake() {
+	if dl, ok := l.Listener.(deadliner); ok {
+		_ = dl.SetDeadline(time.Unix(1, 0))
+	}
+}
 
 // ownerAtAccept is c's owner as far as it is known without a listing of
 // the node's sockets, and the lookup that needs one (else nil). Only a
@@ -350,61 +371,69 @@ func (l *Listener) ownerAtAccept(c net.Conn) (int64, *sockowner.Lookup) {
 	return ownerUnlooked, lk
 }
 
-// gather starts a batch with c, whose lookup lk needs a listing, and the
-// connections waiting behind it in the listen queue (those that need no
-// listing are admitted or refused as they come). It returns the
-// connection admitted without a listing that ended the batch, which is
-// then pending for Accept's next call; or nil, once it finished the
-// batch itself.
-func (l *Listener) gather(c net.Conn, lk *sockowner.Lookup) *conn {
-	b := &batch{conns: []net.Conn{c}, lks: []*sockowner.Lookup{lk}}
-	if tc := l.gatherInto(b); tc != nil {
-		l.setPending(b)
-		return tc
-	}
-	l.finish(b)
-	return nil
-}
-
-// gatherInto takes connections from the listen queue into b (see maxBatch)
-// and returns the one admitted without a listing that ended it, if any.
-func (l *Listener) gatherInto(b *batch) *conn {
-	dl, ok := l.Listener.(interface{ SetDeadline(time.Time) error })
+// awaitListing queues c, whose lookup lk needs a listing, for the lister,
+// and starts it if it is not running. A listener that cannot be woken
+// (not a deadliner), or one without a prober, finishes c's lookup here,
+// alone, and returns c if admitted. Past maxWaiting, and after Close, c
+// is closed.
+func (l *Listener) awaitListing(c net.Conn, lk *sockowner.Lookup) *conn {
 	p, _ := owners()
-	if !ok || p == nil {
+	if _, ok := l.Listener.(deadliner); !ok || p == nil {
+		l.finish(p, batch{conns: []net.Conn{c}, lks: []*sockowner.Lookup{lk}})
+		return l.nextReady()
+	}
+	l.readyMu.Lock()
+	switch {
+	case l.closed:
+		l.readyMu.Unlock()
+		_ = c.Close()
+		return nil
+	case len(l.waiting.conns)+len(l.ready) >= l.waitCap:
+		l.readyMu.Unlock()
+		l.denied.Add(1)
+		_ = c.Close()
 		return nil
 	}
-	defer func() { _ = dl.SetDeadline(time.Time{}) }()
-	end := time.Now().Add(max(maxGather, min(p.NextListing(), time.Second/sockowner.ListingsPerSecond)))
-	for taken := 1; taken < maxBatch; taken++ {
-		now := time.Now()
-		wait := now.Add(gatherWait)
-		if wait.After(end) {
-			wait = end
-		}
-		if !now.Before(end) || dl.SetDeadline(wait) != nil {
-			return nil
-		}
-		g, err := l.Listener.Accept()
-		if err != nil {
-			return nil // a timeout; or the next Accept reports it
-		}
-		owner, glk := l.ownerAtAccept(g)
-		if glk == nil {
-			if tc := l.admit(g, owner); tc != nil {
-				return tc
-			}
-			continue
-		}
-		b.conns, b.lks = append(b.conns, g), append(b.lks, glk)
+	l.waiting.conns, l.waiting.lks = append(l.waiting.conns, c), append(l.waiting.lks, lk)
+	start := !l.listing
+	l.listing = true
+	l.readyMu.Unlock()
+	if start {
+		go l.lister(p)
 	}
 	return nil
 }
 
-// finish finishes b's lookups with one listing, admits each connection
-// of it or closes it, and keeps those admitted for Accept. After Close it
-// closes them without a listing.
-func (l *Listener) finish(b *batch) {
+// lister finishes the lookups waiting for a listing, all of those that
+// came by the listing's turn in one (sockowner.Prober.Finish), until none
+// waits; after Close it closes them.
+func (l *Listener) lister(p *sockowner.Prober) {
+	for {
+		turn := time.NewTimer(min(p.NextListing(), time.Second))
+		select {
+		case <-turn.C:
+		case <-l.done:
+			turn.Stop()
+		}
+		l.readyMu.Lock()
+		b := l.waiting
+		l.waiting = batch{}
+		if len(b.conns) == 0 {
+			l.listing = false
+			l.readyMu.Unlock()
+			return
+		}
+		l.readyMu.Unlock()
+		l.finish(p, b)
+		l.wake()
+	}
+}
+
+// finish finishes b's lookups with one listing (none without a prober:
+// their owners are unknown), admits each connection of it or closes it,
+// and keeps those admitted for Accept. After Close it closes them
+// without a listing.
+func (l *Listener) finish(p *sockowner.Prober, b batch) {
 	l.readyMu.Lock()
 	closed := l.closed
 	l.readyMu.Unlock()
@@ -412,25 +441,11 @@ func (l *Listener) finish(b *batch) {
 		closeAll(b.conns)
 		return
 	}
-	if p, _ := owners(); p != nil {
+	if p != nil {
 		p.Finish(b.lks)
 	}
 	for i, c := range b.conns {
 		l.keep(l.admit(c, ownerFrom(b.lks[i])))
-	}
-}
-
-// setPending leaves b for Accept's next call to finish; after Close it
-// closes b's connections instead.
-func (l *Listener) setPending(b *batch) {
-	l.readyMu.Lock()
-	closed := l.closed
-	if !closed {
-		l.pending = b
-	}
-	l.readyMu.Unlock()
-	if closed {
-		closeAll(b.conns)
 	}
 }
 
@@ -439,15 +454,6 @@ func closeAll(cs []net.Conn) {
 	for _, c := range cs {
 		_ = c.Close()
 	}
-}
-
-// takePending takes the batch left pending, if any.
-func (l *Listener) takePending() *batch {
-	l.readyMu.Lock()
-	defer l.readyMu.Unlock()
-	b := l.pending
-	l.pending = nil
-	return b
 }
 
 // keep queues an admitted connection for Accept (nothing for nil); after
@@ -487,20 +493,21 @@ func (l *Listener) nextReady() *conn {
 	return nil
 }
 
-// Close closes the listener, the connections it admitted that Accept
-// has not returned yet, and those of a batch left pending.
+// Close closes the listener, the connections waiting for a listing, and
+// those a listing admitted that Accept has not returned yet.
 func (l *Listener) Close() error {
 	err := l.Listener.Close()
 	l.readyMu.Lock()
-	ready, pending := l.ready, l.pending
-	l.ready, l.pending, l.closed = nil, nil, true
+	ready, waiting, closed := l.ready, l.waiting, l.closed
+	l.ready, l.waiting, l.closed = nil, batch{}, true
 	l.readyMu.Unlock()
+	if !closed {
+		close(l.done)
+	}
 	for _, tc := range ready {
 		_ = tc.Close()
 	}
-	if pending != nil {
-		closeAll(pending.conns)
-	}
+	closeAll(waiting.conns)
 	return err
 }
 

@@ -126,93 +126,72 @@ func TestRootServedDuringAFloodWithBatches(t *testing.T) {
 	}
 }
 
-// countingListener counts the accepts of the listener it wraps.
-type countingListener struct {
-	*net.TCPListener
-	n atomic.Int64
-	// batches: the gathers of a batch, seen as its deadlines.
-	inBatch      bool
-	batchStart   time.Time
-	batchN0      int64
-	longestBatch time.Duration
-	longestN     int64
-	batches      int
-}
-
-func (c *countingListener) SetDeadline(d time.Time) error {
-	switch {
-	case !d.IsZero() && !c.inBatch:
-		c.inBatch, c.batchStart, c.batchN0 = true, time.Now(), c.n.Load()
-	case d.IsZero() && c.inBatch:
-		c.inBatch = false
-		c.batches++
-		if took := time.Since(c.batchStart); took > c.longestBatch {
-			c.longestBatch, c.longestN = took, c.n.Load()-c.batchN0
-		}
+// peakQueued samples, for d, the connections ln holds for a listing or
+// for Accept (waiting and ready), and returns the most it saw at once.
+func peakQueued(ln *Listener, d time.Duration) int {
+	peak := 0
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		ln.readyMu.Lock()
+		peak = max(peak, len(ln.waiting.conns)+len(ln.ready))
+		ln.readyMu.Unlock()
 	}
-	return c.TCPListener.SetDeadline(d)
+	return peak
 }
 
-func (c *countingListener) Accept() (net.Conn, error) {
-	cn, err := c.TCPListener.Accept()
-	if err == nil {
-		c.n.Add(1)
-	}
-	return cn, err
-}
-
-// TestBatchGatherIsBounded: Accept called in a loop (as http.Server
+// TestWaitingBoundedDuringAFlood: Accept called in a loop (as http.Server
 // does) during uid 65534's flood of connections denied by address alone,
-// with a device-bound one (which needs a listing and starts a batch)
-// every 500, or none and root's own device-bound client starting them:
-// no batch takes more than maxBatch connections from the listen queue.
-// Before the bound counted every connection taken, a batch went on while
-// the queue was never empty for 1 ms: 38,726 and 61,501 connections in
-// one (review, helper-103), every admitted one waiting for it.
-func TestBatchGatherIsBounded(t *testing.T) {
+// with a device-bound one (which needs a listing) every 500, or none and
+// root's own device-bound client needing them: the connections waiting
+// for a listing or for Accept stay within maxWaiting, and the listings
+// within their budget. (With the first batches, gathered by Accept from
+// the listen queue, one took 38,726 and 61,501 connections and held
+// every admitted one, review, helper-103.)
+func TestWaitingBoundedDuringAFlood(t *testing.T) {
 	testsupport.RequireRoot(t, "setpriv", "python3")
-	for _, tc := range []struct {
-		name    string
-		trigger bool
-	}{{"flood-starts-batches", true}, {"root-starts-batches", false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			raw, err := net.Listen("tcp", "127.0.0.1:0")
-			testsupport.RequireNoError(t, err)
-			inner := &countingListener{TCPListener: raw.(*net.TCPListener)}
-			ln := New(inner, 16, 8)
-			ln.Allow([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
-			done := acceptAndClose(ln)
-			stop := otherUserFlood(t, portOf(raw.Addr().String()), tc.trigger, `"127.0.0.%d" % (2 + made % 248)`)
-			for range 4 {
-				time.Sleep(500 * time.Millisecond)
-				if !tc.trigger {
-					if c, err := boundDialer("lo", time.Second).Dial("tcp", raw.Addr().String()); err == nil {
-						c.Close()
-					}
+	p, err := owners()
+	testsupport.RequireNoError(t, err)
+	for _, trigger := range []bool{true, false} {
+		raw, err := net.Listen("tcp", "127.0.0.1:0")
+		testsupport.RequireNoError(t, err)
+		ln := New(raw, 16, 8)
+		ln.Allow([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
+		done := acceptAndClose(ln)
+		listings, began := p.Listings(), time.Now()
+		stop := otherUserFlood(t, portOf(raw.Addr().String()), trigger, `"127.0.0.%d" % (2 + made % 248)`)
+		peak := 0
+		for range 4 {
+			peak = max(peak, peakQueued(ln, 500*time.Millisecond))
+			if !trigger {
+				if c, err := boundDialer("lo", time.Second).Dial("tcp", raw.Addr().String()); err == nil {
+					c.Close()
 				}
 			}
-			made := stop()
-			ln.Close()
-			<-done
-			t.Logf("flood made %s; accepted %d, denied %d; %d batches, the longest %v with %d taken in it",
-				made, inner.n.Load(), ln.Denied(), inner.batches, inner.longestBatch.Round(time.Millisecond), inner.longestN)
-			if inner.batches == 0 {
-				t.Errorf("no batch started")
-			}
-			if inner.longestN > maxBatch {
-				t.Errorf("one batch took %d connections from the listen queue (maxBatch %d)", inner.longestN, maxBatch)
-			}
-		})
+		}
+		made := stop()
+		ln.Close()
+		<-done
+		listed, took := p.Listings()-listings, time.Since(began)
+		t.Logf("flood's own bound connections %v: it made %s; denied %d; %d listings in %v; at most %d waiting or ready at once",
+			trigger, made, ln.Denied(), listed, took.Round(time.Millisecond), peak)
+		if peak > maxWaiting {
+			t.Errorf("%d connections waited for a listing or for Accept at once (maxWaiting %d)", peak, maxWaiting)
+		}
+		// Two listings a turn (IPv4 and IPv6), a full bucket to start.
+		if budget := 2 * (sockowner.ListingsPerSecond*took.Seconds() + sockowner.ListingsPerSecond + 1); float64(listed) > budget {
+			t.Errorf("%d listings in %v, more than the budget's %.0f", listed, took, budget)
+		}
+		if trigger && listed == 0 {
+			t.Errorf("no listing: the flood's bound connections did not reach the listener")
+		}
 	}
 }
 
 // TestReadyQueueBounded: allowed clients (root's here, from 127.0.5.x,
 // standing for allowed remote hosts: testsupport.Flood) flood at full
 // speed while root's device-bound client connects every 5 ms (each needs
-// a listing and starts a batch). The connections a batch keeps for
-// Accept, pending or admitted, are at most maxBatch; before the batch's
-// bound counted them, ready held 4,517 with a total cap of 16 (review,
-// helper-103).
+// a listing). The connections waiting for a listing or for Accept are at
+// most maxWaiting; before the first batches' bound counted them, ready
+// held 4,517 with a total cap of 16 (review, helper-103).
 func TestReadyQueueBounded(t *testing.T) {
 	testsupport.RequireRoot(t)
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
@@ -240,76 +219,129 @@ func TestReadyQueueBounded(t *testing.T) {
 			}
 		}
 	}()
-	peak, peakOpen := 0, 0
-	end := time.Now().Add(5 * time.Second)
-	for time.Now().Before(end) {
-		ln.readyMu.Lock()
-		n := len(ln.ready)
-		if ln.pending != nil {
-			n += len(ln.pending.conns)
-		}
-		open := 0
-		for _, c := range ln.ready {
-			if c.elem != nil {
-				open++
-			}
-		}
-		ln.readyMu.Unlock()
-		if n > peak {
-			peak, peakOpen = n, open
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	peak := peakQueued(ln, 5*time.Second)
 	close(stop)
 	wg.Wait()
 	stopFlood()
 	ln.Close()
 	<-done
-	t.Logf("root's bound client connected %d times; peak ready and pending %d (of which ready and still counted open %d); total cap %d; evicted %d refused %d",
-		bound.Load(), peak, peakOpen, ln.total, ln.Evicted(), ln.Refused())
-	if peak > maxBatch {
-		t.Errorf("ready and pending held %d connections at once (total cap %d, maxBatch %d)", peak, ln.total, maxBatch)
+	t.Logf("root's bound client connected %d times; at most %d waiting or ready at once; total cap %d; evicted %d refused %d",
+		bound.Load(), peak, ln.total, ln.Evicted(), ln.Refused())
+	if bound.Load() == 0 {
+		t.Errorf("root's bound client never connected")
+	}
+	if peak > maxWaiting {
+		t.Errorf("%d connections waited for a listing or for Accept at once (total cap %d, maxWaiting %d)", peak, ln.total, maxWaiting)
 	}
 }
 
-// TestQueuedClosedAndNoDeadlineLeft: a lo-bound connection (it needs a
-// listing) and a plain one behind it (root's): the batch ends at the
-// plain one, which Accept returns at once, before the listing (the batch
-// is left pending); the next Accept finishes the batch and returns the
-// lo-bound one; an Accept after an idle moment waits with no deadline
-// left on the listener; and Close closes a batch left pending.
-func TestQueuedClosedAndNoDeadlineLeft(t *testing.T) {
-	testsupport.RequireRoot(t)
+// spendListings takes the listing budget's turns until the next one is
+// about 0.55 s away: 30 lookups of a lo-bound connection, finished at
+// once after it closed, each reserve a turn and then list nothing (a
+// listing could take more turns than it reserved, as the kernel's table
+// of sockets, which every network namespace shares, may hold many of
+// other tests').
+func spendListings(t *testing.T) {
+	t.Helper()
+	p, err := owners()
+	testsupport.RequireNoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	testsupport.RequireNoError(t, err)
+	defer ln.Close()
+	c := dialBound(t, "lo", ln.Addr().String())
+	s, err := ln.Accept()
+	testsupport.RequireNoError(t, err)
+	var lks []*sockowner.Lookup
+	for range sockowner.ListingsPerSecond + 10 {
+		lk := p.Begin(s.(*net.TCPConn))
+		if lk.Done() {
+			t.Fatal("a connection bound to lo needs no listing")
+		}
+		lks = append(lks, lk)
+	}
+	c.Close()
+	s.Close()
+	var wg sync.WaitGroup
+	for _, lk := range lks {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.Finish([]*sockowner.Lookup{lk}) }()
+	}
+	t.Cleanup(wg.Wait)
+	testsupport.Eventually(t, 5*time.Second, "the turns taken", func() bool { return p.NextListing() >= 500*time.Millisecond })
+}
+
+// acceptWithin is ln.Accept, failing the test when it returns nothing
+// within d (the Accept goes on until ln is closed); the connection is
+// closed when the test ends.
+func acceptWithin(t *testing.T, ln net.Listener, d time.Duration) net.Conn {
+	t.Helper()
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	got := make(chan accepted, 1)
+	go func() {
+		c, err := ln.Accept()
+		got <- accepted{c, err}
+	}()
+	select {
+	case a := <-got:
+		testsupport.RequireNoError(t, a.err)
+		t.Cleanup(func() { a.c.Close() })
+		return a.c
+	case <-time.After(d):
+		t.Fatalf("Accept returned nothing in %v", d)
+		return nil
+	}
+}
+
+// waitingNow is how many connections wait for a listing.
+func waitingNow(ln *Listener) int {
+	ln.readyMu.Lock()
+	defer ln.readyMu.Unlock()
+	return len(ln.waiting.conns)
+}
+
+// TestListingBesideAccept: with the listing budget spent for the next
+// second, a lo-bound connection (it needs a listing) waits for it while
+// Accept returns root's plain clients that came before and after it; the
+// bound one follows once listed; an Accept after an idle moment waits
+// with no deadline left on the listener; and Close closes a connection
+// waiting for a listing. (Before, Accept itself waited for the listing's
+// turn, and every client behind it with it.)
+func TestListingBesideAccept(t *testing.T) {
+	// A fresh namespace: no other test's sockets make the listings
+	// longer, and so the turns spendListings takes more than a second.
+	if !testsupport.InFreshNetns(t, "ip") {
+		return
+	}
+	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	testsupport.RequireNoError(t, err)
 	ln := New(raw, 16, 8)
 	defer ln.Close()
 	ln.Allow([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
 	addr := raw.Addr().String()
+	spendListings(t)
 	bound := dialBound(t, "lo", addr)
 	plain := dialFrom(t, "127.0.0.1", addr)
-	time.Sleep(50 * time.Millisecond)
-	pending := func() int {
-		ln.readyMu.Lock()
-		defer ln.readyMu.Unlock()
-		if ln.pending == nil || len(ln.ready) > 0 {
-			return -len(ln.ready)
+	accept := func(want net.Conn, what string) {
+		t.Helper()
+		c := acceptWithin(t, ln, 5*time.Second)
+		if c.RemoteAddr().String() != want.LocalAddr().String() {
+			t.Fatalf("Accept returned %s, want %s %s", c.RemoteAddr(), what, want.LocalAddr())
 		}
-		return len(ln.pending.conns)
 	}
-	first, err := ln.Accept()
-	testsupport.RequireNoError(t, err)
-	defer first.Close()
-	if first.RemoteAddr().String() != plain.LocalAddr().String() || pending() != 1 {
-		t.Fatalf("the first Accept returned %s with %d pending; want the plain client %s, and the bound one %s pending",
-			first.RemoteAddr(), pending(), plain.LocalAddr(), bound.LocalAddr())
+	accept(plain, "the plain client")
+	if n := waitingNow(ln); n != 1 {
+		t.Fatalf("%d connections wait for a listing after the first Accept, want the bound one", n)
 	}
-	second, err := ln.Accept()
-	testsupport.RequireNoError(t, err)
-	defer second.Close()
-	if second.RemoteAddr().String() != bound.LocalAddr().String() {
-		t.Fatalf("the second Accept returned %s, want the bound client %s", second.RemoteAddr(), bound.LocalAddr())
+	later := dialFrom(t, "127.0.0.1", addr)
+	accept(later, "the plain client that came after the bound one")
+	if n := waitingNow(ln); n != 1 {
+		t.Errorf("%d connections wait for a listing after the second Accept, want the bound one (the listing's turn is about a second away)", n)
 	}
+	accept(bound, "the bound client, once listed")
 	// An Accept with nothing queued and a client 100 ms later: no
 	// deadline may be left on the listener.
 	dialed := make(chan net.Conn, 1)
@@ -322,37 +354,78 @@ func TestQueuedClosedAndNoDeadlineLeft(t *testing.T) {
 		}
 		dialed <- c
 	}()
-	third, err := ln.Accept()
-	if err != nil {
-		t.Errorf("Accept after a batch and an idle moment: %v", err)
-	} else {
-		third.Close()
-	}
+	acceptWithin(t, ln, 5*time.Second)
 	if c, ok := <-dialed; ok {
 		c.Close()
 	}
-	// Another batch, its bound connection left pending, then Close.
+	// Another bound connection waiting for its listing, then Close.
+	spendListings(t)
 	lateBound := dialBound(t, "lo", addr)
 	latePlain := dialFrom(t, "127.0.0.1", addr)
-	time.Sleep(50 * time.Millisecond)
-	fourth, err := ln.Accept()
-	testsupport.RequireNoError(t, err)
-	defer fourth.Close()
-	if n := pending(); n != 1 {
-		t.Errorf("%d pending after the second batch's first Accept, want 1", n)
+	accept(latePlain, "the plain client behind the second bound one")
+	if n := waitingNow(ln); n != 1 {
+		t.Errorf("%d wait for a listing before Close, want 1", n)
 	}
 	ln.Close()
 	if !closedWithin(lateBound, 2*time.Second) {
-		t.Errorf("the bound client pending at Close is still open")
+		t.Errorf("the bound client waiting for its listing at Close is still open")
 	}
 	if closedWithin(latePlain, 200*time.Millisecond) {
 		t.Errorf("the plain client Accept returned was closed by Close")
 	}
 }
 
-// TestBatchAfterCloseNotListed: a batch finished after Close (its
-// gathering ended at the Close, or Accept had taken it pending) closes
-// its connections without waiting for a listing (review, helper-105).
+// TestWaitingCapDenies: with the listing budget spent, more lo-bound
+// connections than the waiting cap arrive before the listing's turn: the
+// first ones wait and are admitted, the ones past the cap are closed at
+// once and counted denied.
+func TestWaitingCapDenies(t *testing.T) {
+	if !testsupport.InFreshNetns(t, "ip") {
+		return
+	}
+	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	testsupport.RequireNoError(t, err)
+	ln := New(raw, 64, 64)
+	ln.waitCap = 4
+	defer ln.Close()
+	ln.Allow([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
+	spendListings(t)
+	var clients []net.Conn
+	for range 10 {
+		clients = append(clients, dialBound(t, "lo", raw.Addr().String()))
+	}
+	accepted := make(chan net.Conn, 10)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	for i := range ln.waitCap {
+		select {
+		case c := <-accepted:
+			defer c.Close()
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of the first %d bound clients admitted in 5 s", i, ln.waitCap)
+		}
+	}
+	closed := 0
+	for _, c := range clients {
+		if closedWithin(c, 100*time.Millisecond) {
+			closed++
+		}
+	}
+	if want := len(clients) - ln.waitCap; closed != want || ln.Denied() != uint64(want) {
+		t.Errorf("%d bound clients closed and %d denied, want %d past the cap of %d", closed, ln.Denied(), want, ln.waitCap)
+	}
+}
+
+// TestBatchAfterCloseNotListed: a batch finished after Close closes its
+// connections without waiting for a listing (review, helper-105).
 func TestBatchAfterCloseNotListed(t *testing.T) {
 	testsupport.RequireRoot(t)
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
@@ -367,7 +440,9 @@ func TestBatchAfterCloseNotListed(t *testing.T) {
 		t.Fatal("a connection bound to lo needs no listing")
 	}
 	ln.Close()
-	ln.finish(&batch{conns: []net.Conn{c}, lks: []*sockowner.Lookup{lk}})
+	p, err := owners()
+	testsupport.RequireNoError(t, err)
+	ln.finish(p, batch{conns: []net.Conn{c}, lks: []*sockowner.Lookup{lk}})
 	if lk.Done() {
 		t.Errorf("the batch was listed after Close: uid %d, found %v, %v", lk.UID, lk.Found, lk.Err)
 	}

@@ -47,10 +47,10 @@ func TestTimeWaitNotListed(t *testing.T) {
 	var lerr error
 	testsupport.Eventually(t, 20*time.Second, "the clients' ends in TIME_WAIT", func() bool {
 		tw = 0
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		req := p.request(unix.AF_INET, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-		lerr = p.exchange(req, func(m []byte) error {
+		p.dumps.mu.Lock()
+		defer p.dumps.mu.Unlock()
+		req := p.dumps.request(unix.AF_INET, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+		lerr = p.dumps.exchange(req, func(m []byte) error {
 			if a, ok := answerOf(m); ok && a.state == tcpTimeWait && a.dport == port {
 				tw++
 			}
@@ -65,7 +65,7 @@ func TestTimeWaitNotListed(t *testing.T) {
 	// TIME_WAIT (an orphan whose server's FIN has not come yet is
 	// reported as FIN_WAIT2, and is a peer's state).
 	listed, listedTW := 0, 0
-	testsupport.RequireNoError(t, p.listTo(unix.AF_INET, []uint16{port}, func(a answer) {
+	testsupport.RequireNoError(t, p.listTo(unix.AF_INET, []uint16{port}, nil, func(a answer) {
 		listed++
 		if a.state == tcpTimeWait {
 			listedTW++
@@ -106,7 +106,7 @@ func TestPortFilterInTheKernel(t *testing.T) {
 	}
 	check := func(list []uint16, want map[uint16]bool) {
 		got := map[uint16]int{}
-		err := p.listTo(unix.AF_INET, list, func(a answer) { got[a.dport]++ })
+		err := p.listTo(unix.AF_INET, list, nil, func(a answer) { got[a.dport]++ })
 		if err != nil {
 			t.Fatalf("listing by %d ports: %v", len(list), err)
 		}

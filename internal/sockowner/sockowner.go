@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -32,21 +33,29 @@ import (
 // Prober looks up peer sockets in the network namespace it was made in.
 // It is safe for concurrent use.
 type Prober struct {
-	mu     sync.Mutex
-	fd     int
-	buf    []byte
-	seq    uint32
-	routes *netlink.Handle // route lookups, in the Prober's namespace
+	// single asks for one socket, dumps lists sockets: a listing (which
+	// may take tens of milliseconds on a node with many sockets) does not
+	// hold up the one-socket lookups.
+	single, dumps *diag
+	routes        *netlink.Handle // route lookups, in the Prober's namespace
+	closeOnce     sync.Once
 	// listing bounds the listings of the node's sockets.
 	listing budget
 	// listings counts them.
 	listings atomic.Uint64
 }
 
-// New opens a socket-diagnostics netlink socket in the calling thread's
-// network namespace (make it on the thread that made the listener when
-// that thread is in another namespace).
-func New() (*Prober, error) {
+// diag is a socket-diagnostics netlink socket, for one exchange at a time.
+type diag struct {
+	mu  sync.Mutex
+	fd  int
+	buf []byte
+	seq uint32
+}
+
+// openDiag opens a socket-diagnostics netlink socket in the calling
+// thread's network namespace.
+func openDiag() (*diag, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
 	if err != nil {
 		return nil, fmt.Errorf("socket diagnostics: %w", err)
@@ -60,24 +69,50 @@ func New() (*Prober, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("socket diagnostics: %w", err)
 	}
-	routes, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("route lookups: %w", err)
-	}
-	return &Prober{fd: fd, buf: make([]byte, 1<<16), routes: routes}, nil
+	return &diag{fd: fd, buf: make([]byte, 1<<16)}, nil
 }
 
-// Close closes the netlink socket.
-func (p *Prober) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.fd < 0 {
+// close closes d; once closed, its exchanges fail.
+func (d *diag) close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fd < 0 {
 		return nil
 	}
-	err := unix.Close(p.fd)
-	p.fd = -1
-	p.routes.Close()
+	err := unix.Close(d.fd)
+	d.fd = -1
+	return err
+}
+
+// New opens the socket-diagnostics netlink sockets in the calling
+// thread's network namespace (make it on the thread that made the
+// listener when that thread is in another namespace).
+func New() (*Prober, error) {
+	single, err := openDiag()
+	if err != nil {
+		return nil, err
+	}
+	dumps, err := openDiag()
+	if err != nil {
+		single.close()
+		return nil, err
+	}
+	routes, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		single.close()
+		dumps.close()
+		return nil, fmt.Errorf("route lookups: %w", err)
+	}
+	return &Prober{single: single, dumps: dumps, routes: routes}, nil
+}
+
+// Close closes the netlink sockets.
+func (p *Prober) Close() error {
+	var err error
+	p.closeOnce.Do(func() {
+		p.routes.Close()
+		err = errors.Join(p.single.close(), p.dumps.close())
+	})
 	return err
 }
 
@@ -87,16 +122,26 @@ func (p *Prober) Close() error {
 var ErrLocalPeerNotFound = errors.New("socket diagnostics: the connection comes from an address of this node, but no socket here is its other end")
 
 // ErrBusy: the connection needs a listing of the node's sockets, and the
-// listings asked for are more than ListingsPerSecond can make within
-// listingWait (one costs milliseconds: the kernel walks its whole table).
-// One listing answers every connection of a PeerOwnersOf call, so a
+// listings asked for are more than the budget (ListingsPerSecond turns
+// of ListingTime) can make within listingWait: one costs milliseconds,
+// as the kernel walks its whole table, or more on a node that holds many
+// sockets. One listing answers every lookup a Finish call is given, so a
 // flood of connections that need one (a local user's, bound to a device)
-// meets it only when several callers each wait for listings of their own.
+// meets it only when several callers each wait for listings of their own,
+// or when the node's sockets make every listing long.
 var ErrBusy = errors.New("socket diagnostics: too many connections from this node whose other end must be looked for on every device")
 
 // ListingsPerSecond bounds the listings of the node's sockets a Prober
 // makes, with bursts of as many.
 const ListingsPerSecond = 20
+
+// ListingTime is the CPU time of listing that one turn of the budget
+// pays for. A listing walks every TCP socket of the node in the kernel,
+// and any user can heap sockets up (60,000 in TIME_WAIT made one take
+// 26 ms), so one that takes longer takes as many more turns: listings
+// then use at most ListingsPerSecond x ListingTime of each second (a
+// fifth of one core), whatever the node holds.
+const ListingTime = 10 * time.Millisecond
 
 // listingWait is how long a lookup waits for its turn to list before it
 // gives up (ErrBusy).
@@ -107,7 +152,8 @@ const listingWait = time.Second
 // call with more lists in parts, for one turn of the budget.
 const maxListed = 1024
 
-// budget is a token bucket of listings.
+// budget is a token bucket of listings; a long one takes more (charge),
+// and may leave the bucket below zero.
 type budget struct {
 	mu     sync.Mutex
 	tokens float64
@@ -150,6 +196,21 @@ func waitFor(tokens float64) time.Duration {
 		return 0
 	}
 	return time.Duration((1 - tokens) / ListingsPerSecond * float64(time.Second))
+}
+
+// Listings is how many listings of the node's sockets p made.
+func (p *Prober) Listings() uint64 { return p.listings.Load() }
+
+// charge takes from the bucket the turns beyond the one it took that a
+// listing of took pays for (ListingTime).
+func (b *budget) charge(took time.Duration) {
+	extra := float64(took)/float64(ListingTime) - 1
+	if extra <= 0 {
+		return
+	}
+	b.mu.Lock()
+	b.tokens -= extra
+	b.mu.Unlock()
 }
 
 // NextListing is how long a listing asked for now would wait for its
@@ -295,9 +356,10 @@ func (p *Prober) begin(local, remote netip.AddrPort, established func() error) *
 // Finish finishes the lookups of ls that are not Done with one listing
 // of the node's sockets for all of them (one per address family), of the
 // sockets connected to the ports they were made to (a listener's, so one
-// or a few), matched here by both ends. It waits for the listing budget's turn, up to listingWait (past
-// that they are ErrBusy), then checks that each connection is still
-// established, then lists.
+// or a few), matched here by both ends. It waits for the listing
+// budget's turn, up to listingWait (past that they are ErrBusy), then
+// checks that each connection is still established, then lists; a
+// listing longer than ListingTime takes the turns it paid for.
 func (p *Prober) Finish(ls []*Lookup) {
 	var waiting []*Lookup
 	for _, l := range ls {
@@ -331,6 +393,9 @@ func (p *Prober) Finish(ls []*Lookup) {
 	}
 	wanted, ambiguous := map[endpoints]bool{}, map[endpoints]bool{}
 	found := map[endpoints]answer{}
+	// The CPU time the listing took (listTo).
+	var listed time.Duration
+	defer func() { p.listing.charge(listed) }()
 	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
 		var ports []uint16
 		for _, l := range live {
@@ -347,7 +412,7 @@ func (p *Prober) Finish(ls []*Lookup) {
 		for len(ports) > 0 {
 			part := ports[:min(len(ports), maxListed)]
 			ports = ports[len(part):]
-			err := p.listTo(fam, part, func(a answer) {
+			err := p.listTo(fam, part, &listed, func(a answer) {
 				k := endpoints{netip.AddrPortFrom(a.src, a.sport), netip.AddrPortFrom(a.dst, a.dport)}
 				if !wanted[k] {
 					return
@@ -491,13 +556,14 @@ func (p *Prober) lookup(src, dst netip.AddrPort) (uint32, bool, error) {
 	if !src.IsValid() || !dst.IsValid() || src.Addr().Is4() != dst.Addr().Is4() {
 		return 0, false, fmt.Errorf("socket diagnostics: addresses %s and %s are not of one family", src, dst)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	req := p.request(family(src), unix.NLM_F_REQUEST)
+	d := p.single
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	req := d.request(family(src), unix.NLM_F_REQUEST)
 	putID(req[unix.NLMSG_HDRLEN+8:], src, dst)
 	var uid uint32
 	found := false
-	err := p.exchange(req, func(m []byte) error {
+	err := d.exchange(req, func(m []byte) error {
 		// The kernel falls back to a listening socket of src: not it.
 		if a, ok := answerOf(m); ok && a.matches(src, dst) {
 			uid, found = a.uid, true
@@ -512,19 +578,31 @@ func (p *Prober) lookup(src, dst netip.AddrPort) (uint32, bool, error) {
 }
 
 // listTo lists the TCP sockets of family fam whose remote port is one of
-// ports, whatever device they are bound to, and hands each to each. It
-// lists only the states the other end of a connection can be in while
-// this end has not sent its FIN (peerStates): the connections looked for
-// are established here, or closed by their peer only, and were not
-// closed here yet (Finish checks that again after the listing). The other states' sockets, which any user can heap up
-// (TIME_WAIT, bound and unconnected ones), would only make the listing
-// longer. A socket in TIME_WAIT reached from FIN_WAIT2 by its timeout,
-// with no process, is reported as FIN_WAIT2, and listed.
-func (p *Prober) listTo(fam uint8, ports []uint16, each func(answer)) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// ports, whatever device they are bound to, and hands each to each; it
+// adds the CPU time it took to took (when not nil: its wall time would
+// count another listing's turn, or another process's, on a busy node).
+// It lists only the states the other end of a
+// connection can be in while this end has not sent its FIN (peerStates):
+// the connections looked for are established here, or closed by their
+// peer only, and were not closed here yet (Finish checks that again
+// after the listing). The other states' sockets, which any user can heap
+// up (TIME_WAIT, bound and unconnected ones), would only make the
+// listing longer. A socket in TIME_WAIT reached from FIN_WAIT2 by its
+// timeout, with no process, is reported as FIN_WAIT2, and listed.
+func (p *Prober) listTo(fam uint8, ports []uint16, took *time.Duration, each func(answer)) error {
+	d := p.dumps
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if took != nil {
+		// The CPU time of the thread that lists: the kernel walks its
+		// table in this thread's receive calls.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		began := threadCPU()
+		defer func() { *took += threadCPU() - began }()
+	}
 	p.listings.Add(1)
-	req := p.request(fam, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	req := d.request(fam, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
 	ne := binary.NativeEndian
 	ne.PutUint32(req[unix.NLMSG_HDRLEN+4:], peerStates)
 	bc := portFilter(ports)
@@ -534,12 +612,21 @@ func (p *Prober) listTo(fam uint8, ports []uint16, each func(answer)) error {
 	copy(attr[4:], bc)
 	req = append(req, attr...)
 	ne.PutUint32(req[0:], uint32(len(req)))
-	return p.exchange(req, func(m []byte) error {
+	return d.exchange(req, func(m []byte) error {
 		if a, ok := answerOf(m); ok && a.state != tcpListen {
 			each(a)
 		}
 		return nil
 	})
+}
+
+// threadCPU is the calling thread's user and system time.
+func threadCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // portFilter is the kernel's filter (linux/inet_diag.h) of the sockets
@@ -572,14 +659,14 @@ const peerStates = 1<<tcpEstablished | 1<<tcpFinWait1 | 1<<tcpFinWait2
 
 // request is a socket-diagnostics request of the given flags for TCP
 // sockets of every state but listening.
-func (p *Prober) request(fam uint8, flags uint16) []byte {
-	p.seq++
+func (d *diag) request(fam uint8, flags uint16) []byte {
+	d.seq++
 	req := make([]byte, unix.NLMSG_HDRLEN+reqLen)
 	ne := binary.NativeEndian
 	ne.PutUint32(req[0:], uint32(len(req)))
 	ne.PutUint16(req[4:], sockDiagByFamily)
 	ne.PutUint16(req[6:], flags)
-	ne.PutUint32(req[8:], p.seq)
+	ne.PutUint32(req[8:], d.seq)
 	r := req[unix.NLMSG_HDRLEN:]
 	r[0] = fam
 	r[1] = unix.IPPROTO_TCP
@@ -590,22 +677,22 @@ func (p *Prober) request(fam uint8, flags uint16) []byte {
 // exchange sends req and hands each answer of it to each until the
 // answer ends (one message, or NLMSG_DONE for a dump) or each returns an
 // error. An error message of the kernel's is returned as its errno.
-func (p *Prober) exchange(req []byte, each func(msg []byte) error) error {
-	if p.fd < 0 {
+func (d *diag) exchange(req []byte, each func(msg []byte) error) error {
+	if d.fd < 0 {
 		return errors.New("socket diagnostics: closed")
 	}
 	seq := binary.NativeEndian.Uint32(req[8:])
 	dump := binary.NativeEndian.Uint16(req[6:])&unix.NLM_F_DUMP != 0
-	if err := unix.Sendto(p.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	if err := unix.Sendto(d.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("socket diagnostics: %w", err)
 	}
 	var first error
 	for {
-		n, _, err := unix.Recvfrom(p.fd, p.buf, 0)
+		n, _, err := unix.Recvfrom(d.fd, d.buf, 0)
 		if err != nil {
 			return fmt.Errorf("socket diagnostics: %w", err)
 		}
-		msgs, err := parse(p.buf[:n])
+		msgs, err := parse(d.buf[:n])
 		if err != nil {
 			return err
 		}
