@@ -15,6 +15,21 @@ import (
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
+// heapTimeWait leaves n sockets in TIME_WAIT, connected to ln's port
+// from 127.1.x.y (what any local user can do: connect and close first).
+func heapTimeWait(t *testing.T, ln net.Listener, n int) {
+	t.Helper()
+	for i := range n {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 1, byte(i/250), byte(1+i%250))}}
+		c, err := d.Dial("tcp", ln.Addr().String())
+		testsupport.RequireNoError(t, err)
+		s, err := ln.Accept()
+		testsupport.RequireNoError(t, err)
+		c.Close() // the client closes first: its end goes to TIME_WAIT
+		s.Close()
+	}
+}
+
 // TestTimeWaitNotListed: sockets in TIME_WAIT whose remote port is the
 // listener's (what any local user leaves by connecting to it and closing
 // first: no descriptor held, 60 s each, up to tcp_max_tw_buckets) are not
@@ -31,15 +46,7 @@ func TestTimeWaitNotListed(t *testing.T) {
 	ln, _ := loopbackListener(t)
 	addr := ln.Addr().String()
 	const n = 3000
-	for i := range n {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 1, byte(i/250), byte(1+i%250))}}
-		c, err := d.Dial("tcp", addr)
-		testsupport.RequireNoError(t, err)
-		s, err := ln.Accept()
-		testsupport.RequireNoError(t, err)
-		c.Close() // the client closes first: its end goes to TIME_WAIT
-		s.Close()
-	}
+	heapTimeWait(t, ln, n)
 	port := uint16(ln.Addr().(*net.TCPAddr).Port)
 	// Most of the clients' ends are in TIME_WAIT (a close that crossed
 	// the server's may leave one otherwise, on a loaded machine).

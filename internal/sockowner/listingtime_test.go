@@ -1,7 +1,6 @@
 package sockowner
 
 import (
-	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -66,15 +65,7 @@ func TestLongListingsBoundedInTime(t *testing.T) {
 	ln, _ := loopbackListener(t)
 	addr := ln.Addr().String()
 	const heaped = 60000
-	for i := range heaped {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 1, byte(i/250), byte(1+i%250))}}
-		c, err := d.Dial("tcp", addr)
-		testsupport.RequireNoError(t, err)
-		s, err := ln.Accept()
-		testsupport.RequireNoError(t, err)
-		c.Close() // the client closes first: its end goes to TIME_WAIT
-		s.Close()
-	}
+	heapTimeWait(t, ln, heaped)
 	client := dialBound(t, "lo", netip.AddrPort{}, addr)
 	server := acceptTCP(t, ln)
 	lookup := func() {
