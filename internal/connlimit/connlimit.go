@@ -74,9 +74,9 @@ type Listener struct {
 
 	// acceptMu lets one Accept run at a time. waiting are the
 	// connections waiting for a listing of the node's sockets (lister,
-	// which runs while listing is set), ready those admitted since that
-	// Accept has not returned yet; closed says Close ran, and done is
-	// closed then.
+	// which runs while listing is set), inFlight how many the lister is
+	// listing, ready those admitted since that Accept has not returned
+	// yet; closed says Close ran, and done is closed then.
 	acceptMu sync.Mutex
 	// recheckMu lets one recheck run at a time, so that its lookups
 	// and its sweep see the same lists.
@@ -84,9 +84,13 @@ type Listener struct {
 	readyMu   sync.Mutex
 	waiting   batch
 	listing   bool
+	inFlight  int
 	ready     []*conn
 	closed    bool
 	done      chan struct{}
+	// listed is signalled when a listing is done (Accept waits for it
+	// when full).
+	listed chan struct{}
 
 	// allow is the allow list (Allow); nil or empty allows any source.
 	allow atomic.Pointer[[]netip.Prefix]
@@ -116,7 +120,7 @@ func (c *Counts) Denied() uint64  { return c.denied.Load() }
 func New(ln net.Listener, total, perSource int) *Listener {
 	return &Listener{
 		Listener: ln, total: max(total, 1), perSource: max(perSource, 1), grace: servedGrace, waitCap: maxWaiting,
-		order: list.New(), bySrc: map[netip.Prefix]int{}, Counts: &Counts{}, done: make(chan struct{}),
+		order: list.New(), bySrc: map[netip.Prefix]int{}, Counts: &Counts{}, done: make(chan struct{}), listed: make(chan struct{}, 1),
 	}
 }
 
@@ -298,6 +302,15 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if tc := l.nextReady(); tc != nil {
 			return tc, nil
 		}
+		if l.full() {
+			// The listing is behind: the connections that come
+			// meanwhile wait in the listen queue, none refused.
+			select {
+			case <-l.listed:
+			case <-l.done:
+			}
+			continue
+		}
 		c, err := l.Listener.Accept()
 		if err != nil {
 			if l.woken(err) {
@@ -324,10 +337,18 @@ type batch struct {
 	lks   []*sockowner.Lookup
 }
 
-// maxWaiting bounds the connections waiting for a listing, and those a
-// listing admitted that Accept has not returned yet: past it, a new one
-// is closed (counted as denied: its owner is not known).
+// maxWaiting bounds the connections waiting for a listing, being
+// listed, or admitted by one and not yet returned: at it, Accept takes no
+// more from the listen queue until a listing is done (full).
 const maxWaiting = 1024
+
+// full says whether the connections waiting for a listing, being listed
+// or admitted by one and not returned yet are waitCap; never after Close.
+func (l *Listener) full() bool {
+	l.readyMu.Lock()
+	defer l.readyMu.Unlock()
+	return !l.closed && len(l.waiting.conns)+l.inFlight+len(l.ready) >= l.waitCap
+}
 
 // deadliner is a listener whose blocked Accept a deadline interrupts
 // (net.TCPListener): the lister wakes Accept so.
@@ -374,8 +395,7 @@ func (l *Listener) ownerAtAccept(c net.Conn) (int64, *sockowner.Lookup) {
 // awaitListing queues c, whose lookup lk needs a listing, for the lister,
 // and starts it if it is not running. A listener that cannot be woken
 // (not a deadliner), or one without a prober, finishes c's lookup here,
-// alone, and returns c if admitted. Past maxWaiting, and after Close, c
-// is closed.
+// alone, and returns c if admitted. After Close, c is closed.
 func (l *Listener) awaitListing(c net.Conn, lk *sockowner.Lookup) *conn {
 	p, _ := owners()
 	if _, ok := l.Listener.(deadliner); !ok || p == nil {
@@ -383,14 +403,8 @@ func (l *Listener) awaitListing(c net.Conn, lk *sockowner.Lookup) *conn {
 		return l.nextReady()
 	}
 	l.readyMu.Lock()
-	switch {
-	case l.closed:
+	if l.closed {
 		l.readyMu.Unlock()
-		_ = c.Close()
-		return nil
-	case len(l.waiting.conns)+len(l.ready) >= l.waitCap:
-		l.readyMu.Unlock()
-		l.denied.Add(1)
 		_ = c.Close()
 		return nil
 	}
@@ -409,12 +423,7 @@ func (l *Listener) awaitListing(c net.Conn, lk *sockowner.Lookup) *conn {
 // waits; after Close it closes them.
 func (l *Listener) lister(p *sockowner.Prober) {
 	for {
-		turn := time.NewTimer(min(p.NextListing(), time.Second))
-		select {
-		case <-turn.C:
-		case <-l.done:
-			turn.Stop()
-		}
+		l.awaitTurn(p)
 		l.readyMu.Lock()
 		b := l.waiting
 		l.waiting = batch{}
@@ -423,9 +432,41 @@ func (l *Listener) lister(p *sockowner.Prober) {
 			l.readyMu.Unlock()
 			return
 		}
+		l.inFlight = len(b.conns)
 		l.readyMu.Unlock()
 		l.finish(p, b)
+		l.readyMu.Lock()
+		l.inFlight = 0
+		l.readyMu.Unlock()
 		l.wake()
+		select {
+		case l.listed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// awaitTurn waits, up to a second (the longest a lookup waits for its
+// turn before it is ErrBusy), until the listing budget's next turn, or
+// until Close.
+func (l *Listener) awaitTurn(p *sockowner.Prober) {
+	limit := time.NewTimer(time.Second)
+	defer limit.Stop()
+	for {
+		next := p.NextListing()
+		if next == 0 {
+			return
+		}
+		turn := time.NewTimer(next)
+		select {
+		case <-turn.C:
+		case <-limit.C:
+			turn.Stop()
+			return
+		case <-l.done:
+			turn.Stop()
+			return
+		}
 	}
 }
 
@@ -442,11 +483,24 @@ func (l *Listener) finish(p *sockowner.Prober, b batch) {
 		return
 	}
 	if p != nil {
-		p.Finish(b.lks)
+		p.FinishUnless(b.lks, l.done)
 	}
 	for i, c := range b.conns {
+		if l.isClosed() {
+			// Closed during the listing: admitted now, one would take
+			// the place of a connection Accept returned before.
+			closeAll(b.conns[i:])
+			return
+		}
 		l.keep(l.admit(c, ownerFrom(b.lks[i])))
 	}
+}
+
+// isClosed says whether Close ran.
+func (l *Listener) isClosed() bool {
+	l.readyMu.Lock()
+	defer l.readyMu.Unlock()
+	return l.closed
 }
 
 // closeAll closes cs.

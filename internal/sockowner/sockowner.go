@@ -360,7 +360,16 @@ func (p *Prober) begin(local, remote netip.AddrPort, established func() error) *
 // budget's turn, up to listingWait (past that they are ErrBusy), then
 // checks that each connection is still established, then lists; a
 // listing longer than ListingTime takes the turns it paid for.
-func (p *Prober) Finish(ls []*Lookup) {
+func (p *Prober) Finish(ls []*Lookup) { p.FinishUnless(ls, nil) }
+
+// ErrStopped: the lookup was stopped while it waited for its turn to
+// list (FinishUnless).
+var ErrStopped = errors.New("socket diagnostics: the lookup was stopped before its listing")
+
+// FinishUnless is Finish, but stop closed while it waits for the listing
+// budget's turn ends it without a listing: its lookups are ErrStopped (a
+// listener closed meanwhile has no use for them).
+func (p *Prober) FinishUnless(ls []*Lookup, stop <-chan struct{}) {
 	var waiting []*Lookup
 	for _, l := range ls {
 		if !l.done {
@@ -377,7 +386,16 @@ func (p *Prober) Finish(ls []*Lookup) {
 		}
 		return
 	}
-	time.Sleep(wait)
+	turn := time.NewTimer(wait)
+	select {
+	case <-turn.C:
+	case <-stop:
+		turn.Stop()
+		for _, l := range waiting {
+			l.finish(0, false, ErrStopped)
+		}
+		return
+	}
 	live := make([]*Lookup, 0, len(waiting))
 	for _, l := range waiting {
 		if l.established != nil {
