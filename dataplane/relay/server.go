@@ -309,7 +309,14 @@ func (a *Agent) serveStream(c *net.TCPConn, rc *runtimeConfig) {
 	authenticated = true
 	a.leavePreAuth(c)
 	if running != nil {
-		if !running.waitEstablished(rc.limits.PreAuthTimeout) || !running.replaceStream(newStream(running, int(hello.Stream), c, codec), rc.limits.PreAuthTimeout) {
+		started, displaced := true, false
+		if !running.established.Load() {
+			started, displaced = running.waitJoin(int(hello.Stream), c, rc.limits.PreAuthTimeout)
+		}
+		if displaced {
+			return // a later join for its slot took its place, and reset it
+		}
+		if !started || !running.replaceStream(newStream(running, int(hello.Stream), c, codec), rc.limits.PreAuthTimeout) {
 			a.reject(rejectMismatch, "relay: replacement stream's session ended; reset", "session", hello.Session, "stream", hello.Stream)
 			reset(c)
 		}

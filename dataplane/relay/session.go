@@ -350,6 +350,9 @@ type session struct {
 	joined      int
 	aborted     bool
 	depthMax    int
+	// joinWaiting is, per stream slot, the replacement stream that waits
+	// for the session to start (waitJoin): one per slot.
+	joinWaiting map[int]*net.TCPConn
 
 	established atomic.Bool
 	abortCh     chan struct{}
@@ -777,6 +780,41 @@ func (s *session) waitEstablished(timeout time.Duration) bool {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return true
+}
+
+// waitJoin is waitEstablished for a replacement stream c of slot i that
+// came while the session is still connecting to its server: c holds the
+// slot's one place to wait, and a later one for the slot takes it, with
+// c reset (the peer's later JOIN is the one it counts on). So a key
+// holder's JOINs meanwhile hold at most one socket and goroutine per
+// slot, not one per JOIN (review, helper-106). It says whether the
+// session started, and whether c was displaced (and reset).
+func (s *session) waitJoin(i int, c *net.TCPConn, timeout time.Duration) (started, displaced bool) {
+	s.mu.Lock()
+	if s.joinWaiting == nil {
+		s.joinWaiting = map[int]*net.TCPConn{}
+	}
+	if old := s.joinWaiting[i]; old != nil {
+		reset(old)
+	}
+	s.joinWaiting[i] = c
+	s.mu.Unlock()
+	holds := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.joinWaiting[i] == c
+	}
+	deadline := time.Now().Add(timeout)
+	for !s.established.Load() && !s.isAborted() && time.Now().Before(deadline) && holds() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.joinWaiting[i] != c {
+		return false, true
+	}
+	delete(s.joinWaiting, i)
+	return s.established.Load() && !s.aborted, false
 }
 
 // start runs the relay goroutines of a session whose streams and end-host
