@@ -836,6 +836,11 @@ func decodeWhitelist(b *hcl.Block, diags *hcl.Diagnostics) *Whitelist {
 			w.clientsUnread = true
 			continue
 		}
+		for _, q := range w.Clients {
+			if q.Overlaps(p) {
+				a.errorf("clients", "whitelist %q clients: %s overlaps %s", "List each network once; drop the one inside the other.", w.Name, p, q)
+			}
+		}
 		w.Clients = append(w.Clients, p)
 	}
 	w.clientsUnread = w.clientsUnread || a.bad["clients"]
@@ -910,6 +915,11 @@ func decodeServers(a *attrs, w *Whitelist) {
 			if err != nil {
 				a.errorf("servers", "whitelist %q servers: %v", `List server hosts or networks, e.g. ["10.10.2.1", "10.10.2.16/28"].`, w.Name, err)
 				continue
+			}
+			for _, q := range w.Servers {
+				if q.Overlaps(p) {
+					a.errorf("servers", "whitelist %q servers: %s overlaps %s", "List each server or network once; drop the one inside the other.", w.Name, p, q)
+				}
 			}
 			w.Servers = append(w.Servers, p)
 		}

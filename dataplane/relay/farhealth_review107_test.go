@@ -1,0 +1,85 @@
+//go:build review107
+
+// Reproductions by review (helper-107) of open defects in steering and the
+// choice of far agent (the issue's note lists them): run with
+// go test -tags review107 -run Review107. Most of these fail until the
+// defects are fixed; the ones that pass check properties that held.
+
+package relay
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/sosappliance/sosappliance/internal/testsupport"
+	"github.com/sosappliance/sosappliance/sdn/spread"
+)
+
+// TestReview107RefusingFarAgentLeftOutOfSpread: a far agent that is alive
+// and healthy but refuses one session (here max_sessions = 1, already
+// held; sessions_per_peer or memory would do the same) is marked down by
+// the client-side agent for farDownFor (10 s): the next connections of its
+// buckets are dialed to the other far agent. The controller's health checks
+// still find it up, so the server site's switch keeps steering the server's
+// replies of those buckets to it (spread.Assign with every agent up): the
+// far agent the relay dials then connects to the server from the client's
+// address, and the server's SYN-ACK goes to an agent that holds no socket
+// for it. farAgent's comment promises "the same agent the server site's
+// switch steers the server's replies to".
+func TestReview107RefusingFarAgentLeftOutOfSpread(t *testing.T) {
+	srv := newEndServer(t, echo)
+	entry := Whitelist{
+		Name: "test", Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Server: srv.addr.Addr(), Port: srv.addr.Port(), Streams: 2, ChunkSize: 16384, QueueLength: 4,
+		PeerName: "agent-a", PeerNames: []string{"agent-a"},
+	}
+	far := make([]*Agent, 2)
+	for i, name := range []string{"b1", "b2"} {
+		cfg := Config{Name: name, DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK, Server: []Whitelist{entry}}
+		if name == "b2" {
+			cfg.Limits = Limits{MaxSessions: 1}
+		}
+		far[i] = startAgentLogging(t, cfg, srv.addr, testLogger(t))
+	}
+	route := entry
+	route.Peers = []Peer{{Name: "b1", Addr: far[0].Addrs().Data}, {Name: "b2", Addr: far[1].Addrs().Data}}
+	route.PeerName, route.Peer = "b1", far[0].Addrs().Data
+	route.Spread, route.SpreadBits = "port", 4
+	a := startAgentLogging(t, Config{Name: "agent-a", TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
+		Client: []Whitelist{route}}, srv.addr, testLogger(t))
+	at := a.Addrs().Transparent
+
+	// Ports with bit 1 set are in odd buckets: b2's.
+	dialB2 := func(from int) *net.TCPConn {
+		for port := from; port < from+8000; port += 4 {
+			if c, err := net.DialTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port + 2}, net.TCPAddrFromAddrPort(at)); err == nil {
+				return c
+			}
+		}
+		t.Fatal("no free client port in b2's buckets")
+		return nil
+	}
+	first := dialB2(41000)
+	defer first.Close()
+	if _, err := first.Write([]byte("hold")); err != nil {
+		t.Fatal(err)
+	}
+	testsupport.Eventually(t, 10*time.Second, "a session on b2", func() bool { return far[1].Stats().Totals.SessionsStarted == 1 })
+	second := dialB2(50000)
+	defer second.Close()
+	_, _ = second.Write([]byte("x"))
+	_ = second.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 1)
+	_, _ = second.Read(buf) // carried direct, or refused: either way it is answered
+	up := a.far.up(route.Peers, time.Now())
+	probe := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 43002) // bucket 5: b2's
+	dialed, _ := farAgent(route, probe, up)
+	ctl, _ := spread.Assign(spread.ModePort, 4, 2, nil) // the controller: b2 answers its health checks
+	switchAgent := route.Peers[ctl.Agent(probe)].Name
+	t.Logf("after b2 refused one session (max_sessions): far health up=%v; a connection from %s dials %s, the switch steers its replies to %s", up, probe, dialed, switchAgent)
+	if dialed != switchAgent {
+		t.Errorf("the client-side agent dials %s for a connection whose replies the server site's switch steers to %s (b2 is healthy: it only refused a session)", dialed, switchAgent)
+	}
+}
