@@ -88,9 +88,13 @@ func (a *Agent) serveClient(host *net.TCPConn) {
 	}
 	st, err := a.openFirstStream(s, rc, w.Peer)
 	if err != nil {
-		if len(w.Peers) > 0 {
+		if len(w.Peers) > 0 && !atItsLimits(err) {
 			// The next connections of this bucket go to a live agent
-			// of the far site.
+			// of the far site. (A far agent that answered it is at its
+			// limits is up: the controller's checks see it so, and its
+			// site's switch goes on steering the bucket's replies to
+			// it, so another agent would not get them: review,
+			// helper-107.)
 			a.far.markDown(w.PeerName, time.Now())
 		}
 		// s.host is still unset: the abort leaves the end-host
@@ -371,6 +375,20 @@ func (a *Agent) initiate(conn *net.TCPConn, rc *runtimeConfig, peer netip.AddrPo
 		return nil, fmt.Errorf("send confirm: %w", err)
 	}
 	return secrets, nil
+}
+
+// atItsLimits says whether err is a responder's refusal for its own
+// limits (sessions, streams, memory): it is up and answering.
+func atItsLimits(err error) bool {
+	var r refusal
+	if !errors.As(err, &r) {
+		return false
+	}
+	switch r.status {
+	case stripe.StatusSessionLimit, stripe.StatusStreamLimit, stripe.StatusMemoryLimit:
+		return true
+	}
+	return false
 }
 
 // refusal is a responder's answer to a hello other than acceptance.

@@ -9,8 +9,9 @@ import (
 	"github.com/sosappliance/sosappliance/sdn/spread"
 )
 
-// farDownFor is how long a far agent that refused or did not answer a
-// session's streams is left out of the spread: its buckets go to the live
+// farDownFor is how long a far agent that did not answer a session's
+// streams, or refused them for another reason than its limits
+// (atItsLimits), is left out of the spread: its buckets go to the live
 // agents of its site, as the controller deals them once its health checks
 // see it down too. After that the agent is tried again.
 const farDownFor = 10 * time.Second

@@ -1,10 +1,3 @@
-//go:build review107
-
-// Reproductions by review (helper-107) of open defects in steering and the
-// choice of far agent (the issue's note lists them): run with
-// go test -tags review107 -run Review107. Most of these fail until the
-// defects are fixed; the ones that pass check properties that held.
-
 package relay
 
 import (
@@ -17,18 +10,16 @@ import (
 	"github.com/sosappliance/sosappliance/sdn/spread"
 )
 
-// TestReview107RefusingFarAgentLeftOutOfSpread: a far agent that is alive
-// and healthy but refuses one session (here max_sessions = 1, already
-// held; sessions_per_peer or memory would do the same) is marked down by
-// the client-side agent for farDownFor (10 s): the next connections of its
-// buckets are dialed to the other far agent. The controller's health checks
-// still find it up, so the server site's switch keeps steering the server's
-// replies of those buckets to it (spread.Assign with every agent up): the
-// far agent the relay dials then connects to the server from the client's
-// address, and the server's SYN-ACK goes to an agent that holds no socket
-// for it. farAgent's comment promises "the same agent the server site's
-// switch steers the server's replies to".
-func TestReview107RefusingFarAgentLeftOutOfSpread(t *testing.T) {
+// TestFarAgentAtItsLimitsStaysInTheSpread: a far agent that is alive and
+// healthy but refuses one session for its limits (here max_sessions = 1,
+// already held; sessions_per_peer or memory would do the same) stays in
+// the client-side agent's spread: the controller's health checks find it
+// up, so the server site's switch goes on steering its buckets' replies
+// to it, and a connection dialed to another far agent would have its
+// server's SYN-ACK sent to an agent without its socket. (Before, any
+// failure to open a session's first stream left the far agent out for
+// farDownFor, 10 s: review, helper-107, who wrote this test.)
+func TestFarAgentAtItsLimitsStaysInTheSpread(t *testing.T) {
 	srv := newEndServer(t, echo)
 	entry := Whitelist{
 		Name: "test", Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
