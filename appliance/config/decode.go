@@ -7,6 +7,7 @@ import (
 	"math/big"
 	"net/netip"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -836,12 +837,10 @@ func decodeWhitelist(b *hcl.Block, diags *hcl.Diagnostics) *Whitelist {
 			w.clientsUnread = true
 			continue
 		}
-		for _, q := range w.Clients {
-			if q.Overlaps(p) {
-				a.errorf("clients", "whitelist %q clients: %s overlaps %s", "List each network once; drop the one inside the other.", w.Name, p, q)
-			}
-		}
 		w.Clients = append(w.Clients, p)
+	}
+	for _, o := range overlapping(w.Clients) {
+		a.errorf("clients", "whitelist %q clients: %s overlaps %s", "List each network once; drop the one inside the other.", w.Name, o[1], o[0])
 	}
 	w.clientsUnread = w.clientsUnread || a.bad["clients"]
 	if w.Direction != DirectionClient && w.Direction != DirectionBoth {
@@ -916,12 +915,10 @@ func decodeServers(a *attrs, w *Whitelist) {
 				a.errorf("servers", "whitelist %q servers: %v", `List server hosts or networks, e.g. ["10.10.2.1", "10.10.2.16/28"].`, w.Name, err)
 				continue
 			}
-			for _, q := range w.Servers {
-				if q.Overlaps(p) {
-					a.errorf("servers", "whitelist %q servers: %s overlaps %s", "List each server or network once; drop the one inside the other.", w.Name, p, q)
-				}
-			}
 			w.Servers = append(w.Servers, p)
+		}
+		for _, o := range overlapping(w.Servers) {
+			a.errorf("servers", "whitelist %q servers: %s overlaps %s", "List each server or network once; drop the one inside the other.", w.Name, o[1], o[0])
 		}
 		if len(list) == 0 && len(*a.diags) == before {
 			a.errorf("servers", "whitelist %q servers is empty", "List at least one server address or prefix.", w.Name)
@@ -930,6 +927,32 @@ func decodeServers(a *attrs, w *Whitelist) {
 		*a.diags = append(*a.diags, diagAt(w.Range, fmt.Sprintf("Whitelist %q names no server", w.Name),
 			`Add server = "10.10.2.1" for one host, or servers = ["10.10.2.0/28"] for several.`))
 	}
+}
+
+// overlapping returns, for each prefix of ps inside another (or equal to
+// one), that pair, the wider (or first) one first: one pair per prefix,
+// found in n log n (prefixes either nest or are disjoint, so in the order
+// of their first address, widest first, one overlaps an earlier one
+// exactly when it starts within the widest one before it that it does
+// not follow).
+func overlapping(ps []netip.Prefix) [][2]netip.Prefix {
+	sorted := slices.Clone(ps)
+	slices.SortStableFunc(sorted, func(a, b netip.Prefix) int {
+		if c := a.Masked().Addr().Compare(b.Masked().Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	var out [][2]netip.Prefix
+	var outer netip.Prefix
+	for _, p := range sorted {
+		if outer.IsValid() && outer.Overlaps(p) {
+			out = append(out, [2]netip.Prefix{outer, p})
+			continue
+		}
+		outer = p
+	}
+	return out
 }
 
 // rangeLike says whether a quoted server_port holds a range or a list
