@@ -2,6 +2,7 @@ package connlimit
 
 import (
 	"bufio"
+	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -30,40 +31,7 @@ func TestDeviceBoundFloodDoesNotDenyRoot(t *testing.T) {
 	// The flood: non-blocking connects, up to 800 held at once (the
 	// child's descriptor limit may be 1,024), 3,000 a second, until root
 	// is done (its standard input closes) or 30 s.
-	script := `
-import socket, sys, time, select
-held, made, answered = [], 0, 0
-start = time.time()
-end = start + 30
-while time.time() < end:
-    if made % 50 == 0:
-        r, _, _ = select.select([sys.stdin], [], [], 0)
-        if r:
-            break
-        ahead = made / 3000.0 - (time.time() - start)
-        if ahead > 0:
-            time.sleep(ahead)
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"lo")
-    s.setblocking(False)
-    try:
-        s.connect(("127.0.0.1", ` + portOf(addr) + `))
-    except BlockingIOError:
-        pass
-    held.append(s)
-    made += 1
-    if len(held) > 800:
-        old = held.pop(0)
-        try:
-            if old.recv(1):
-                answered += 1
-        except Exception:
-            pass
-        old.close()
-    if made == 200:
-        print("up", flush=True)
-print(made, answered, flush=True)
-`
+	script := boundFloodScript(portOf(addr), 3000, 800, 30)
 	stop := startOtherUser(t, script)
 	denied, began := ln.Denied(), time.Now()
 	var failed []string
@@ -108,6 +76,48 @@ print(made, answered, flush=True)
 // for its first line to be "up", and returns how to stop it: close its
 // standard input, and return its last line and how it ended. The test's
 // end stops it too.
+// boundFloodScript is a Python flood of non-blocking connections to
+// 127.0.0.1:port bound to lo (each needs a listing to find its owner):
+// perSecond a second (0: as fast as it goes), up to held at once, until
+// its standard input closes or for seconds. It prints "up" after 200,
+// then how many it made and how many of those it held got an answer.
+func boundFloodScript(port string, perSecond, held, seconds int) string {
+	return fmt.Sprintf(`
+import socket, sys, time, select
+held, made, answered = [], 0, 0
+start = time.time()
+end = start + %d
+while time.time() < end:
+    if made %% 50 == 0:
+        r, _, _ = select.select([sys.stdin], [], [], 0)
+        if r:
+            break
+        ahead = made / %d.0 - (time.time() - start) if %d else 0
+        if ahead > 0:
+            time.sleep(ahead)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"lo")
+    s.setblocking(False)
+    try:
+        s.connect(("127.0.0.1", %s))
+    except BlockingIOError:
+        pass
+    held.append(s)
+    made += 1
+    if len(held) > %d:
+        old = held.pop(0)
+        try:
+            if old.recv(1):
+                answered += 1
+        except Exception:
+            pass
+        old.close()
+    if made == 200:
+        print("up", flush=True)
+print(made, answered, flush=True)
+`, seconds, max(perSecond, 1), perSecond, port, held)
+}
+
 func startOtherUser(t *testing.T, script string) (stop func() (string, error)) {
 	t.Helper()
 	cmd := testsupport.AsOtherUser(t, "/usr/bin/python3", "-c", script)

@@ -213,30 +213,7 @@ func TestUnthrottledBoundFloodDoesNotDenyRoot(t *testing.T) {
 	testsupport.Commands(t, []string{"ip", "link", "set", "lo", "up"})
 	ln, addr := serve(t, 16, 8)
 	ln.Allow([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
-	script := `
-import socket, sys, time, select
-held, made = [], 0
-end = time.time() + 20
-while time.time() < end:
-    if made % 100 == 0:
-        r, _, _ = select.select([sys.stdin], [], [], 0)
-        if r:
-            break
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"lo")
-    s.setblocking(False)
-    try:
-        s.connect(("127.0.0.1", ` + portOf(addr) + `))
-    except BlockingIOError:
-        pass
-    held.append(s)
-    made += 1
-    if len(held) > 700:
-        held.pop(0).close()
-    if made == 200:
-        print("up", flush=True)
-print(made, flush=True)
-`
+	script := boundFloodScript(portOf(addr), 0, 700, 20)
 	var stops []func() (string, error)
 	for range 2 {
 		stops = append(stops, startOtherUser(t, script))
