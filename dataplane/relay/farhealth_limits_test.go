@@ -20,26 +20,7 @@ import (
 // failure to open a session's first stream left the far agent out for
 // farDownFor, 10 s: review, helper-107, who wrote this test.)
 func TestFarAgentAtItsLimitsStaysInTheSpread(t *testing.T) {
-	srv := newEndServer(t, echo)
-	entry := Whitelist{
-		Name: "test", Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Server: srv.addr.Addr(), Port: srv.addr.Port(), Streams: 2, ChunkSize: 16384, QueueLength: 4,
-		PeerName: "agent-a", PeerNames: []string{"agent-a"},
-	}
-	far := make([]*Agent, 2)
-	for i, name := range []string{"b1", "b2"} {
-		cfg := Config{Name: name, DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK, Server: []Whitelist{entry}}
-		if name == "b2" {
-			cfg.Limits = Limits{MaxSessions: 1}
-		}
-		far[i] = startAgentLogging(t, cfg, srv.addr, testLogger(t))
-	}
-	route := entry
-	route.Peers = []Peer{{Name: "b1", Addr: far[0].Addrs().Data}, {Name: "b2", Addr: far[1].Addrs().Data}}
-	route.PeerName, route.Peer = "b1", far[0].Addrs().Data
-	route.Spread, route.SpreadBits = "port", 4
-	a := startAgentLogging(t, Config{Name: "agent-a", TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
-		Client: []Whitelist{route}}, srv.addr, testLogger(t))
+	a, far, route := spreadOverTwo(t, [2]Limits{{}, {MaxSessions: 1}})
 	at := a.Addrs().Transparent
 
 	// Ports with bit 1 set are in odd buckets: b2's.

@@ -772,9 +772,15 @@ func (s *session) joinable(h *stripe.Hello) stripe.Status {
 // waitEstablished waits, at most timeout, for the session to start; false
 // if it did not (it aborted, or it is still connecting).
 func (s *session) waitEstablished(timeout time.Duration) bool {
+	return s.waitStarted(timeout, nil)
+}
+
+// waitStarted is waitEstablished that also gives up once still (when not
+// nil) says no.
+func (s *session) waitStarted(timeout time.Duration, still func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !s.established.Load() {
-		if s.isAborted() || time.Now().After(deadline) {
+		if s.isAborted() || time.Now().After(deadline) || still != nil && !still() {
 			return false
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -804,10 +810,7 @@ func (s *session) waitJoin(i int, c *net.TCPConn, timeout time.Duration) (starte
 		defer s.mu.Unlock()
 		return s.joinWaiting[i] == c
 	}
-	deadline := time.Now().Add(timeout)
-	for !s.established.Load() && !s.isAborted() && time.Now().Before(deadline) && holds() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	s.waitStarted(timeout, holds)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.joinWaiting[i] != c {

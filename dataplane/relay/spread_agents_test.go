@@ -13,6 +13,33 @@ import (
 	"github.com/sosappliance/sosappliance/internal/testsupport"
 )
 
+// spreadOverTwo starts an echoing end server, two server-side agents b1
+// and b2 (with limits[0] and limits[1]) and a client-side agent whose
+// route spreads connections over them by client port (4 bits), all real
+// relays on loopback. It returns the client-side agent, the far agents
+// and the route.
+func spreadOverTwo(t *testing.T, limits [2]Limits) (a *Agent, far []*Agent, route Whitelist) {
+	t.Helper()
+	srv := newEndServer(t, echo)
+	entry := Whitelist{
+		Name: "test", Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Server: srv.addr.Addr(), Port: srv.addr.Port(), Streams: 2, ChunkSize: 16384, QueueLength: 4,
+		PeerName: "agent-a", PeerNames: []string{"agent-a"},
+	}
+	far = make([]*Agent, 2)
+	for i, name := range []string{"b1", "b2"} {
+		far[i] = startAgentLogging(t, Config{Name: name, DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
+			Server: []Whitelist{entry}, Limits: limits[i]}, srv.addr, testLogger(t))
+	}
+	route = entry
+	route.Peers = []Peer{{Name: "b1", Addr: far[0].Addrs().Data}, {Name: "b2", Addr: far[1].Addrs().Data}}
+	route.PeerName, route.Peer = "b1", far[0].Addrs().Data
+	route.Spread, route.SpreadBits = "port", 4
+	a = startAgentLogging(t, Config{Name: "agent-a", TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
+		Client: []Whitelist{route}}, srv.addr, testLogger(t))
+	return a, far, route
+}
+
 // TestClientSideSpreadsOverFarAgents runs one client-side agent in front of
 // two server-side agents (real relays on loopback): 64 concurrent
 // connections spread over both (each carries 35-65 %), every one
@@ -20,23 +47,7 @@ import (
 // other (the first that meets the dead agent is carried direct, not lost)
 // while a transfer on the survivor continues unharmed.
 func TestClientSideSpreadsOverFarAgents(t *testing.T) {
-	srv := newEndServer(t, echo)
-	entry := Whitelist{
-		Name: "test", Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Server: srv.addr.Addr(), Port: srv.addr.Port(), Streams: 2, ChunkSize: 16384, QueueLength: 4,
-		PeerName: "agent-a", PeerNames: []string{"agent-a"},
-	}
-	far := make([]*Agent, 2)
-	for i, name := range []string{"b1", "b2"} {
-		far[i] = startAgentLogging(t, Config{Name: name, DataListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
-			Server: []Whitelist{entry}}, srv.addr, testLogger(t))
-	}
-	route := entry
-	route.Peers = []Peer{{Name: "b1", Addr: far[0].Addrs().Data}, {Name: "b2", Addr: far[1].Addrs().Data}}
-	route.PeerName, route.Peer = "b1", far[0].Addrs().Data
-	route.Spread, route.SpreadBits = "port", 4
-	a := startAgentLogging(t, Config{Name: "agent-a", TransparentListen: netip.MustParseAddrPort("127.0.0.1:0"), PSK: testPSK,
-		Client: []Whitelist{route}}, srv.addr, testLogger(t))
+	a, far, _ := spreadOverTwo(t, [2]Limits{})
 	at := a.Addrs().Transparent
 
 	transfer := func(seed uint64, n int) error {

@@ -292,9 +292,10 @@ func monotonic() int64 { return int64(time.Since(epoch)) + 1 }
 // listing beside Accept (lister), with every other such connection that
 // comes before the listing's turn: a local user's flood of them costs
 // one listing per turn, and Accept goes on meanwhile, so the clients
-// the one-socket lookup finds (root's ordinary ones) never wait for a
-// listing. The connections a listing admits are returned by the next
-// calls of Accept, which runs one call at a time.
+// the one-socket lookup finds (root's ordinary ones) do not wait for a
+// listing, unless maxWaiting are held for one (full). The connections a
+// listing admits are returned by the next calls of Accept, which runs
+// one call at a time.
 func (l *Listener) Accept() (net.Conn, error) {
 	l.acceptMu.Lock()
 	defer l.acceptMu.Unlock()
@@ -446,11 +447,11 @@ func (l *Listener) lister(p *sockowner.Prober) {
 	}
 }
 
-// awaitTurn waits, up to a second (the longest a lookup waits for its
-// turn before it is ErrBusy), until the listing budget's next turn, or
-// until Close.
+// awaitTurn waits, up to sockowner.ListingWait (the longest a lookup
+// waits for its turn before it is ErrBusy), until the listing budget's
+// next turn, or until Close.
 func (l *Listener) awaitTurn(p *sockowner.Prober) {
-	limit := time.NewTimer(time.Second)
+	limit := time.NewTimer(sockowner.ListingWait)
 	defer limit.Stop()
 	for {
 		next := p.NextListing()
@@ -475,20 +476,14 @@ func (l *Listener) awaitTurn(p *sockowner.Prober) {
 // and keeps those admitted for Accept. After Close it closes them
 // without a listing.
 func (l *Listener) finish(p *sockowner.Prober, b batch) {
-	l.readyMu.Lock()
-	closed := l.closed
-	l.readyMu.Unlock()
-	if closed {
-		closeAll(b.conns)
-		return
-	}
-	if p != nil {
+	if p != nil && !l.isClosed() {
 		p.FinishUnless(b.lks, l.done)
 	}
 	for i, c := range b.conns {
 		if l.isClosed() {
-			// Closed during the listing: admitted now, one would take
-			// the place of a connection Accept returned before.
+			// Closed before or during the listing: admitted now, one
+			// would take the place of a connection Accept returned
+			// before.
 			closeAll(b.conns[i:])
 			return
 		}

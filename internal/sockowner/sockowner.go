@@ -123,7 +123,7 @@ var ErrLocalPeerNotFound = errors.New("socket diagnostics: the connection comes 
 
 // ErrBusy: the connection needs a listing of the node's sockets, and the
 // listings asked for are more than the budget (ListingsPerSecond turns
-// of ListingTime) can make within listingWait: one costs milliseconds,
+// of ListingTime) can make within ListingWait: one costs milliseconds,
 // as the kernel walks its whole table, or more on a node that holds many
 // sockets. One listing answers every lookup a Finish call is given, so a
 // flood of connections that need one (a local user's, bound to a device)
@@ -143,9 +143,9 @@ const ListingsPerSecond = 20
 // fifth of one core), whatever the node holds.
 const ListingTime = 10 * time.Millisecond
 
-// listingWait is how long a lookup waits for its turn to list before it
+// ListingWait is how long a lookup waits for its turn to list before it
 // gives up (ErrBusy).
-const listingWait = time.Second
+const ListingWait = time.Second
 
 // maxListed is how many ports one listing's filter names at most (12
 // bytes each; the filter is a netlink attribute of at most 64 KiB). A
@@ -357,7 +357,7 @@ func (p *Prober) begin(local, remote netip.AddrPort, established func() error) *
 // of the node's sockets for all of them (one per address family), of the
 // sockets connected to the ports they were made to (a listener's, so one
 // or a few), matched here by both ends. It waits for the listing
-// budget's turn, up to listingWait (past that they are ErrBusy), then
+// budget's turn, up to ListingWait (past that they are ErrBusy), then
 // checks that each connection is still established, then lists; a
 // listing longer than ListingTime takes the turns it paid for.
 func (p *Prober) Finish(ls []*Lookup) { p.FinishUnless(ls, nil) }
@@ -379,7 +379,7 @@ func (p *Prober) FinishUnless(ls []*Lookup, stop <-chan struct{}) {
 	if len(waiting) == 0 {
 		return
 	}
-	wait, ok := p.listing.reserve(time.Now(), listingWait)
+	wait, ok := p.listing.reserve(time.Now(), ListingWait)
 	if !ok {
 		for _, l := range waiting {
 			l.finish(0, false, ErrBusy)
