@@ -99,7 +99,7 @@ func TestApplyAndRollbackInNetns(t *testing.T) {
 		"route table": {"local default dev lo table 21327 scope host"},
 		"nft": {
 			"socket transparent 1 meta mark set 0x0000534f accept",
-			`iifname "sosr0" ip saddr @clients0 ip daddr @servers0 tcp dport @ports0 meta mark set 0x0000534f tproxy to :9876 accept`,
+			`iifname "sosr0" ip saddr @clients0 ip daddr @servers0 tcp dport @ports0 tcp flags syn / fin,syn,rst,ack meta mark set 0x0000534f tproxy to :9876 accept`,
 			"elements = { 10.20.1.0/24 }", "elements = { 10.20.2.1 }", "elements = { 5201 }",
 		},
 	}

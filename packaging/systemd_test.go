@@ -24,7 +24,7 @@ const unitName = PackageName + ".service"
 // The agent's host state as testdata/container-agent.hcl sets it.
 const (
 	agentAddress    = "10.203.1.2"
-	agentSteerRule  = `iifname "host0" ip saddr @clients0 ip daddr @servers0 tcp dport @ports0 meta mark set 0x0000534f tproxy to :9876 accept`
+	agentSteerRule  = `iifname "host0" ip saddr @clients0 ip daddr @servers0 tcp dport @ports0 tcp flags syn / fin,syn,rst,ack meta mark set 0x0000534f tproxy to :9876 accept`
 	agentPolicyRule = "fwmark 0x534f lookup 21327 proto 83"
 	relayListen     = "0.0.0.0:9876"
 	// steeringTable is tuning.SteeringTable, spelled out here so that the

@@ -285,8 +285,8 @@ func observeSteeringTable() (value string, present bool, err error) {
 }
 
 // mergeFamilies adds the rules read from one table to those of the
-// others: the mark, and where both have diverts the listener and the
-// interface, must agree.
+// others: the mark, where both have diverts the listener, and where both
+// have diverts or replies the interface, must agree.
 func mergeFamilies(into *item.TproxyRules, t item.TproxyRules, first bool) string {
 	if first {
 		*into = t
@@ -295,13 +295,21 @@ func mergeFamilies(into *item.TproxyRules, t item.TproxyRules, first bool) strin
 	if t.Mark != into.Mark {
 		return fmt.Sprintf("mark %#x, the other table's is %#x", t.Mark, into.Mark)
 	}
-	if len(t.Divert) > 0 && len(into.Divert) > 0 && (t.ListenPort != into.ListenPort || t.Interface != into.Interface) {
-		return "listen port or interface differs from the other table's"
+	if len(t.Divert) > 0 && len(into.Divert) > 0 && t.ListenPort != into.ListenPort {
+		return "listen port differs from the other table's"
+	}
+	named := func(r item.TproxyRules) bool { return len(r.Divert)+len(r.Replies) > 0 }
+	if named(t) && named(*into) && t.Interface != into.Interface {
+		return "interface differs from the other table's"
 	}
 	if len(into.Divert) == 0 {
-		into.ListenPort, into.Interface = t.ListenPort, t.Interface
+		into.ListenPort = t.ListenPort
+	}
+	if !named(*into) {
+		into.Interface = t.Interface
 	}
 	into.Divert = append(into.Divert, t.Divert...)
+	into.Replies = append(into.Replies, t.Replies...)
 	return ""
 }
 

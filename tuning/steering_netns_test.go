@@ -27,6 +27,10 @@ func testSteeringSpec() item.SteeringSpec {
 			{Clients: []netip.Prefix{netip.MustParsePrefix("10.9.1.0/24")}, Servers: []netip.Prefix{netip.MustParsePrefix("10.9.5.16/28")},
 				Ports: []portrange.Range{{Lo: 2811, Hi: 2811}, {Lo: 50000, Hi: 51000}}},
 		},
+		Replies: []item.Divert{
+			{Clients: []netip.Prefix{netip.MustParsePrefix("10.9.6.0/24")}, Servers: []netip.Prefix{netip.MustParsePrefix("10.9.1.0/28")},
+				Ports: []portrange.Range{{Lo: 5000, Hi: 5099}}},
+		},
 	}
 }
 
@@ -90,9 +94,15 @@ func TestSteeringAppliesOwnedObjectsOnlyInNetns(t *testing.T) {
 	for _, want := range []string{
 		"type filter hook prerouting priority mangle; policy accept;",
 		"meta l4proto tcp socket transparent 1 meta mark set 0x0000534f accept",
-		// One rule per divert, its addresses and ports in interval sets.
-		`iifname "sosa0" ip saddr @clients0 ip daddr @servers0 tcp dport @ports0 meta mark set 0x0000534f tproxy to :9876 accept`,
-		`iifname "sosa0" ip saddr @clients2 ip daddr @servers2 tcp dport @ports2 meta mark set 0x0000534f tproxy to :9876 accept`,
+		// One rule per divert, its addresses and ports in interval
+		// sets, taking only a connection's first SYN.
+		`iifname "sosa0" ip saddr @clients0 ip daddr @servers0 tcp dport @ports0 tcp flags syn / fin,syn,rst,ack meta mark set 0x0000534f tproxy to :9876 accept`,
+		`iifname "sosa0" ip saddr @clients2 ip daddr @servers2 tcp dport @ports2 tcp flags syn / fin,syn,rst,ack meta mark set 0x0000534f tproxy to :9876 accept`,
+		// The divert's other packets, and the replies', are sent on.
+		`iifname "sosa0" ip saddr @clients2 ip daddr @servers2 tcp dport @ports2 fib daddr type != local dup to ip daddr device iif drop`,
+		`iifname "sosa0" ip saddr @rservers0 ip daddr @rclients0 tcp sport @rports0 fib daddr type != local dup to ip daddr device iif drop`,
+		"set rservers0 {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 10.9.1.0/28 }",
+		"set rports0 {\n\t\ttype inet_service\n\t\tflags interval\n\t\telements = { 5000-5099 }",
 		"set clients0 {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 10.9.1.0/24 }",
 		"set servers0 {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 10.9.2.1 }",
 		"set ports0 {\n\t\ttype inet_service\n\t\tflags interval\n\t\telements = { 5201 }",
@@ -322,7 +332,8 @@ func TestSteeringIPv6InNetns(t *testing.T) {
 	v6 := run(t, "ip", "netns", "exec", name, "nft", "list", "table", "ip6", SteeringTable)
 	for _, want := range []string{
 		"meta l4proto tcp socket transparent 1 meta mark set 0x0000534f accept",
-		`iifname "sosa0" ip6 saddr @clients0 ip6 daddr @servers0 tcp dport @ports0 meta mark set 0x0000534f tproxy to :9876 accept`,
+		`iifname "sosa0" ip6 saddr @clients0 ip6 daddr @servers0 tcp dport @ports0 tcp flags syn / fin,syn,rst,ack meta mark set 0x0000534f tproxy to :9876 accept`,
+		`iifname "sosa0" ip6 saddr @clients0 ip6 daddr @servers0 tcp dport @ports0 fib daddr type != local dup to ip6 daddr device iif drop`,
 		"type ipv6_addr\n\t\tflags interval\n\t\telements = { 2001:db8:1::/48 }",
 		"type ipv6_addr\n\t\tflags interval\n\t\telements = { 2001:db8:2::/124 }",
 		"elements = { 5201, 50000-51000 }",

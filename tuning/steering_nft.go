@@ -27,8 +27,12 @@ const steeringChain = "prerouting"
 // without it was not made by us and makes the table unrecognised.
 var ruleTag = []byte("sosappliance")
 
-// reg is the register all our expressions use.
-const reg = 1
+// reg is the register our expressions use; regDev holds the interface a
+// pass rule sends its packet out of, beside the address in reg.
+const (
+	reg    = 1
+	regDev = 2
+)
 
 // nftFamily is one of the two steering tables: ip for IPv4 diverts, ip6
 // for IPv6 ones. Both hold the transparent-socket rule.
@@ -88,6 +92,18 @@ const (
 	setClients = "clients"
 	setServers = "servers"
 	setPorts   = "ports"
+	// A reply's sets: its servers are the packets' sources.
+	setReplyServers = "rservers"
+	setReplyClients = "rclients"
+	setReplyPorts   = "rports"
+)
+
+// The TCP flags byte, and the flags that tell a connection's first SYN
+// from every later segment: SYN set, and FIN, RST and ACK clear.
+const (
+	tcpFlagsOffset = 13
+	tcpOpeningMask = 0x17 // FIN | SYN | RST | ACK
+	tcpSYN         = 0x02
 )
 
 // addrElements are the interval set elements of prefixes: the start of
@@ -120,14 +136,27 @@ func portElements(rs []portrange.Range) []nftables.SetElement {
 //
 //	meta l4proto tcp socket transparent 1 meta mark set MARK accept
 //	[iifname IF] meta l4proto tcp ip saddr @clientsI ip daddr @serversI
-//	    tcp dport @portsI meta mark set MARK tproxy ip to :LISTEN accept   (per divert)
+//	    tcp dport @portsI tcp flags & (fin|syn|rst|ack) == syn
+//	    meta mark set MARK tproxy ip to :LISTEN accept                 (per divert)
+//	[iifname IF] meta l4proto tcp ip saddr @clientsI ip daddr @serversI
+//	    tcp dport @portsI fib daddr type != local
+//	    dup to ip daddr device iif drop                                  (per divert)
+//	[iifname IF] meta l4proto tcp ip saddr @rserversJ ip daddr @rclientsJ
+//	    tcp sport @rportsJ fib daddr type != local
+//	    dup to ip daddr device iif drop                                  (per reply)
 //
 // The first rule catches packets of connections the relay already owns
 // (accepted from TPROXY, or opened with IP_TRANSPARENT toward a server); the
-// others divert new whitelisted connections to the relay's listener. Client
-// and server addresses and ports are interval sets, so a port range or a
-// list of prefixes is one rule and one set lookup, never a rule per port.
-// Lookups name their set; the caller fills in set ids when it adds them.
+// divert rules send the SYNs that open new whitelisted connections to the
+// relay's listener. The pass rules send every other packet the switch
+// steered here on to where it was going, out of the interface it came in
+// by: the switches' flows cannot tell a reply from a packet of a
+// connection the server opened, nor a client's SYN from its SYN-ACK, and
+// such packets belong to no relay socket (DESIGN.md section 3). Client and
+// server addresses and ports are interval sets, so a port range or a list
+// of prefixes is one rule and one set lookup, never a rule per port. A
+// divert's pass rule looks up the divert's sets. Lookups name their set;
+// the caller fills in set ids when it adds them.
 func steeringRuleExprs(t item.TproxyRules, f nftFamily) ([]steeringSet, [][]expr.Any) {
 	// Each rule gets its own expression values; none are shared.
 	tcp := func() []expr.Any {
@@ -147,7 +176,37 @@ func steeringRuleExprs(t item.TproxyRules, f nftFamily) ([]steeringSet, [][]expr
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{1}})
 	socket = append(socket, setMark()...)
 	rules := [][]expr.Any{append(socket, &expr.Verdict{Kind: expr.VerdictAccept})}
+	// match is a rule's start: the interface, TCP, and the packet's
+	// source, destination and port (source or destination) in three sets.
+	match := func(src, dst, port string, portOffset uint32) []expr.Any {
+		var r []expr.Any
+		if t.Interface != "" {
+			r = append(r,
+				&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: ifnameData(t.Interface)})
+		}
+		r = append(r, tcp()...)
+		return append(r,
+			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.saddr, Len: f.addrLen},
+			&expr.Lookup{SourceRegister: reg, SetName: src},
+			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.daddr, Len: f.addrLen},
+			&expr.Lookup{SourceRegister: reg, SetName: dst},
+			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: portOffset, Len: 2},
+			&expr.Lookup{SourceRegister: reg, SetName: port},
+		)
+	}
+	pass := func(r []expr.Any) []expr.Any {
+		return append(r,
+			&expr.Fib{Register: reg, FlagDADDR: true, ResultADDRTYPE: true},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
+			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.daddr, Len: f.addrLen},
+			&expr.Meta{Key: expr.MetaKeyIIF, Register: regDev},
+			&expr.Dup{RegAddr: reg, RegDev: regDev, IsRegDevSet: true},
+			&expr.Verdict{Kind: expr.VerdictDrop},
+		)
+	}
 	var sets []steeringSet
+	var passes [][]expr.Any
 	i := -1
 	for _, d := range t.Divert {
 		if len(d.Servers) == 0 || d.Servers[0].Addr().Is4() != f.is4 {
@@ -159,20 +218,11 @@ func steeringRuleExprs(t item.TproxyRules, f nftFamily) ([]steeringSet, [][]expr
 			steeringSet{setClients + n, f.addrType, addrElements(d.Clients)},
 			steeringSet{setServers + n, f.addrType, addrElements(d.Servers)},
 			steeringSet{setPorts + n, nftables.TypeInetService, portElements(d.Ports)})
-		var r []expr.Any
-		if t.Interface != "" {
-			r = append(r,
-				&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: ifnameData(t.Interface)})
-		}
-		r = append(r, tcp()...)
+		r := match(setClients+n, setServers+n, setPorts+n, 2)
 		r = append(r,
-			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.saddr, Len: f.addrLen},
-			&expr.Lookup{SourceRegister: reg, SetName: setClients + n},
-			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.daddr, Len: f.addrLen},
-			&expr.Lookup{SourceRegister: reg, SetName: setServers + n},
-			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-			&expr.Lookup{SourceRegister: reg, SetName: setPorts + n},
+			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: tcpFlagsOffset, Len: 1},
+			&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 1, Mask: []byte{tcpOpeningMask}, Xor: []byte{0}},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{tcpSYN}},
 		)
 		r = append(r, setMark()...)
 		r = append(r,
@@ -181,6 +231,21 @@ func steeringRuleExprs(t item.TproxyRules, f nftFamily) ([]steeringSet, [][]expr
 			&expr.Verdict{Kind: expr.VerdictAccept},
 		)
 		rules = append(rules, r)
+		passes = append(passes, pass(match(setClients+n, setServers+n, setPorts+n, 2)))
+	}
+	rules = append(rules, passes...)
+	j := -1
+	for _, d := range t.Replies {
+		if len(d.Servers) == 0 || d.Servers[0].Addr().Is4() != f.is4 {
+			continue
+		}
+		j++
+		n := strconv.Itoa(j)
+		sets = append(sets,
+			steeringSet{setReplyServers + n, f.addrType, addrElements(d.Servers)},
+			steeringSet{setReplyClients + n, f.addrType, addrElements(d.Clients)},
+			steeringSet{setReplyPorts + n, nftables.TypeInetService, portElements(d.Ports)})
+		rules = append(rules, pass(match(setReplyServers+n, setReplyClients+n, setReplyPorts+n, 0)))
 	}
 	return sets, rules
 }
@@ -375,6 +440,18 @@ func decodeExpr(ad *netlink.AttributeDecoder, r *dumpedRule, proto byte) error {
 		e = &expr.Immediate{}
 	case "lookup":
 		e = &expr.Lookup{}
+	case "fib":
+		e = &expr.Fib{}
+	case "dup":
+		d := &expr.Dup{}
+		if err := expr.Unmarshal(proto, data, d); err != nil {
+			return fmt.Errorf("dup expression: %w", err)
+		}
+		// google/nftables reads the device register but does not say
+		// it was there.
+		d.IsRegDevSet = d.RegDev != 0
+		r.exprs = append(r.exprs, d)
+		return nil
 	case "tproxy":
 		tp, err := decodeTproxy(data)
 		if err != nil {
@@ -429,14 +506,17 @@ type parsedRule struct {
 	tcp         bool
 	transparent bool
 	// The sets the rule looks up source, destination and port in.
-	saddrSet, daddrSet, dportSet string
-	mark                         uint32
-	hasMark                      bool
-	tproxyPort                   uint16
-	accept                       bool
+	saddrSet, daddrSet, dportSet, sportSet string
+	mark                                   uint32
+	hasMark                                bool
+	tproxyPort                             uint16
+	// opening: only a connection's first SYN; notLocal: fib daddr type
+	// != local; dup: sent on to its destination, out of its interface.
+	opening, notLocal, dup bool
+	accept, drop           bool
 }
 
-// parseSteeringRule recognises the two rule shapes steeringRuleExprs makes;
+// parseSteeringRule recognises the rule shapes steeringRuleExprs makes;
 // anything else is an error saying what was not understood.
 func parseSteeringRule(exprs []expr.Any, f nftFamily) (parsedRule, error) {
 	var p parsedRule
@@ -473,8 +553,42 @@ func parseSteeringRule(exprs []expr.Any, f nftFamily) (parsedRule, error) {
 			p.transparent = true
 			i++
 		case *expr.Payload:
+			if e.OperationType != expr.PayloadLoad {
+				return bad(i)
+			}
+			// The pass rule's end: the destination address and the
+			// interface the packet came in by, and dup to them.
+			if m, ok := next().(*expr.Meta); ok {
+				var d *expr.Dup
+				if i+2 < len(exprs) {
+					d, _ = exprs[i+2].(*expr.Dup)
+				}
+				if e.Base != expr.PayloadBaseNetworkHeader || e.Offset != f.daddr || e.Len != f.addrLen ||
+					m.Key != expr.MetaKeyIIF || m.SourceRegister || m.Register == e.DestRegister || d == nil ||
+					d.RegAddr != e.DestRegister || d.RegDev != m.Register || p.dup {
+					return bad(i)
+				}
+				p.dup = true
+				i += 2
+				continue
+			}
+			if b, ok := next().(*expr.Bitwise); ok {
+				var c *expr.Cmp
+				if i+2 < len(exprs) {
+					c, _ = exprs[i+2].(*expr.Cmp)
+				}
+				if e.Base != expr.PayloadBaseTransportHeader || e.Offset != tcpFlagsOffset || e.Len != 1 ||
+					b.SourceRegister != e.DestRegister || b.DestRegister != e.DestRegister || b.Len != 1 ||
+					!bytes.Equal(b.Mask, []byte{tcpOpeningMask}) || !bytes.Equal(b.Xor, []byte{0}) ||
+					c == nil || c.Op != expr.CmpOpEq || c.Register != e.DestRegister || !bytes.Equal(c.Data, []byte{tcpSYN}) || p.opening {
+					return bad(i)
+				}
+				p.opening = true
+				i += 2
+				continue
+			}
 			lk, ok := next().(*expr.Lookup)
-			if e.OperationType != expr.PayloadLoad || !ok || lk.SourceRegister != e.DestRegister || lk.Invert || lk.IsDestRegSet || lk.SetName == "" {
+			if !ok || lk.SourceRegister != e.DestRegister || lk.Invert || lk.IsDestRegSet || lk.SetName == "" {
 				return bad(i)
 			}
 			switch {
@@ -482,11 +596,22 @@ func parseSteeringRule(exprs []expr.Any, f nftFamily) (parsedRule, error) {
 				p.saddrSet = lk.SetName
 			case e.Base == expr.PayloadBaseNetworkHeader && e.Offset == f.daddr && e.Len == f.addrLen && p.daddrSet == "":
 				p.daddrSet = lk.SetName
-			case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2 && p.dportSet == "":
+			case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2 && p.dportSet == "" && p.sportSet == "":
 				p.dportSet = lk.SetName
+			case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 0 && e.Len == 2 && p.dportSet == "" && p.sportSet == "":
+				p.sportSet = lk.SetName
 			default:
 				return bad(i)
 			}
+			i++
+		case *expr.Fib:
+			cmp, ok := next().(*expr.Cmp)
+			want := expr.Fib{Register: e.Register, FlagDADDR: true, ResultADDRTYPE: true}
+			if *e != want || !ok || cmp.Op != expr.CmpOpNeq || cmp.Register != e.Register ||
+				!bytes.Equal(cmp.Data, binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)) || p.notLocal {
+				return bad(i)
+			}
+			p.notLocal = true
 			i++
 		case *expr.Immediate:
 			switch n := next().(type) {
@@ -505,10 +630,10 @@ func parseSteeringRule(exprs []expr.Any, f nftFamily) (parsedRule, error) {
 			}
 			i++
 		case *expr.Verdict:
-			if e.Kind != expr.VerdictAccept || i != len(exprs)-1 {
+			if (e.Kind != expr.VerdictAccept && e.Kind != expr.VerdictDrop) || i != len(exprs)-1 {
 				return bad(i)
 			}
-			p.accept = true
+			p.accept, p.drop = e.Kind == expr.VerdictAccept, e.Kind == expr.VerdictDrop
 		default:
 			return bad(i)
 		}
@@ -546,7 +671,28 @@ func decodeSteeringRules(rules []dumpedRule, sets map[string]nftSet, f nftFamily
 		used[name] = true
 		return s, nil
 	}
+	// readDivert reads the three sets of a divert or reply.
+	readDivert := func(src, dst, port string) (item.Divert, error) {
+		var d item.Divert
+		ss, err1 := readSet(src, f.addrType.Name)
+		ds, err2 := readSet(dst, f.addrType.Name)
+		ps, err3 := readSet(port, nftables.TypeInetService.Name)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return d, err
+		}
+		var err error
+		var from, to []netip.Prefix
+		if from, err = setPrefixes(ss.elements, int(f.addrLen)); err == nil {
+			if to, err = setPrefixes(ds.elements, int(f.addrLen)); err == nil {
+				d.Ports, err = setPortRanges(ps.elements)
+			}
+		}
+		d.Clients, d.Servers = from, to
+		return d, err
+	}
 	haveIface := false
+	var diverts []parsedRule // whose pass rules are still to come
+	passed := 0
 	for i, r := range rules {
 		if !bytes.Equal(r.userData, ruleTag) {
 			return t, fmt.Errorf("rule %d was not written by sosappliance", i+1)
@@ -558,44 +704,73 @@ func decodeSteeringRules(rules []dumpedRule, sets map[string]nftSet, f nftFamily
 		if err != nil {
 			return t, fmt.Errorf("rule %d: %w", i+1, err)
 		}
-		if !p.tcp || !p.accept || !p.hasMark {
-			return t, fmt.Errorf("rule %d is incomplete", i+1)
-		}
 		if i == 0 {
-			if !p.transparent || p.iifname != "" || p.saddrSet != "" || p.daddrSet != "" || p.dportSet != "" || p.tproxyPort != 0 {
+			if !p.tcp || !p.accept || !p.hasMark || !p.transparent || p.iifname != "" || p.saddrSet != "" || p.daddrSet != "" ||
+				p.dportSet != "" || p.sportSet != "" || p.tproxyPort != 0 || p.opening || p.notLocal || p.dup {
 				return t, fmt.Errorf("rule 1 is not the transparent-socket rule")
 			}
 			t.Mark = p.mark
 			continue
 		}
-		if p.transparent || p.saddrSet == "" || p.daddrSet == "" || p.dportSet == "" || p.tproxyPort == 0 {
-			return t, fmt.Errorf("rule %d is not a divert rule", i+1)
+		if !haveIface {
+			t.Interface, haveIface = p.iifname, true
 		}
-		if p.mark != t.Mark {
-			return t, fmt.Errorf("rule %d sets mark %#x, rule 1 sets %#x", i+1, p.mark, t.Mark)
+		if p.iifname != t.Interface {
+			return t, fmt.Errorf("rule %d differs from rule 2 in interface", i+1)
 		}
-		if i == 1 {
-			t.ListenPort, t.Interface, haveIface = p.tproxyPort, p.iifname, true
-		}
-		if haveIface && (p.tproxyPort != t.ListenPort || p.iifname != t.Interface) {
-			return t, fmt.Errorf("rule %d differs from rule 2 in listen port or interface", i+1)
-		}
-		var d item.Divert
-		cs, err1 := readSet(p.saddrSet, f.addrType.Name)
-		ss, err2 := readSet(p.daddrSet, f.addrType.Name)
-		ps, err3 := readSet(p.dportSet, nftables.TypeInetService.Name)
-		if err := errors.Join(err1, err2, err3); err != nil {
-			return t, fmt.Errorf("rule %d: %w", i+1, err)
-		}
-		if d.Clients, err1 = setPrefixes(cs.elements, int(f.addrLen)); err1 == nil {
-			if d.Servers, err1 = setPrefixes(ss.elements, int(f.addrLen)); err1 == nil {
-				d.Ports, err1 = setPortRanges(ps.elements)
+		isDivert := p.tcp && p.accept && p.hasMark && p.opening && !p.transparent && p.saddrSet != "" && p.daddrSet != "" &&
+			p.dportSet != "" && p.tproxyPort != 0 && !p.notLocal && !p.dup
+		isPass := p.tcp && p.drop && !p.hasMark && !p.opening && !p.transparent && p.saddrSet != "" && p.daddrSet != "" &&
+			(p.dportSet != "") != (p.sportSet != "") && p.tproxyPort == 0 && p.notLocal && p.dup
+		switch {
+		case isDivert:
+			if passed > 0 || len(t.Replies) > 0 {
+				return t, fmt.Errorf("rule %d is a divert rule after a pass rule", i+1)
 			}
+			if p.mark != t.Mark {
+				return t, fmt.Errorf("rule %d sets mark %#x, rule 1 sets %#x", i+1, p.mark, t.Mark)
+			}
+			if len(diverts) == 0 {
+				t.ListenPort = p.tproxyPort
+			}
+			if p.tproxyPort != t.ListenPort {
+				return t, fmt.Errorf("rule %d differs from rule 2 in listen port", i+1)
+			}
+			d, err := readDivert(p.saddrSet, p.daddrSet, p.dportSet)
+			if err != nil {
+				return t, fmt.Errorf("rule %d: %w", i+1, err)
+			}
+			diverts = append(diverts, p)
+			t.Divert = append(t.Divert, d)
+		case isPass && p.dportSet != "":
+			// A divert's pass rule, in the order of the diverts, on
+			// the divert's own sets.
+			if passed >= len(diverts) || len(t.Replies) > 0 {
+				return t, fmt.Errorf("rule %d is a pass rule with no divert of its own", i+1)
+			}
+			d := diverts[passed]
+			if p.saddrSet != d.saddrSet || p.daddrSet != d.daddrSet || p.dportSet != d.dportSet {
+				return t, fmt.Errorf("rule %d looks up sets %s, %s, %s; its divert, rule %d, looks up %s, %s, %s", i+1,
+					p.saddrSet, p.daddrSet, p.dportSet, passed+2, d.saddrSet, d.daddrSet, d.dportSet)
+			}
+			passed++
+		case isPass:
+			if passed != len(diverts) {
+				return t, fmt.Errorf("rule %d is a reply's pass rule before every divert has its own", i+1)
+			}
+			d, err := readDivert(p.saddrSet, p.daddrSet, p.sportSet)
+			if err != nil {
+				return t, fmt.Errorf("rule %d: %w", i+1, err)
+			}
+			// A reply's sources are its servers.
+			d.Clients, d.Servers = d.Servers, d.Clients
+			t.Replies = append(t.Replies, d)
+		default:
+			return t, fmt.Errorf("rule %d is neither a divert rule nor a pass rule", i+1)
 		}
-		if err1 != nil {
-			return t, fmt.Errorf("rule %d: %w", i+1, err1)
-		}
-		t.Divert = append(t.Divert, d)
+	}
+	if passed != len(diverts) {
+		return t, fmt.Errorf("%d of %d divert rules have no pass rule", len(diverts)-passed, len(diverts))
 	}
 	for name := range sets {
 		if !used[name] {

@@ -26,10 +26,18 @@ func TestSteeringRuleExprsDecodeToTheSameRules(t *testing.T) {
 		{Mark: 7, ListenPort: 1, Interface: "eth1", Divert: []item.Divert{
 			{Clients: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/48"), netip.MustParsePrefix("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")},
 				Servers: []netip.Prefix{netip.MustParsePrefix("2001:db8:2::/124")}, Ports: []portrange.Range{{Lo: 50000, Hi: 51000}}},
-			{Clients: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Server: netip.MustParseAddr("10.1.0.1"), Port: 80}}},
+			{Clients: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Server: netip.MustParseAddr("10.1.0.1"), Port: 80}},
+			Replies: []item.Divert{{Clients: []netip.Prefix{netip.MustParsePrefix("2001:db8:3::/48")},
+				Servers: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/64")}, Ports: []portrange.Range{{Lo: 22, Hi: 22}}}}},
+		// An agent that is only ever the server side: replies, no
+		// diverts, so no listener in the table.
+		{Mark: 7, Interface: "eth1", Replies: []item.Divert{
+			{Clients: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")}, Servers: []netip.Prefix{netip.MustParsePrefix("10.2.0.16/28")},
+				Ports: []portrange.Range{{Lo: 2811, Hi: 2811}, {Lo: 50000, Hi: 51000}}},
+			{Clients: []netip.Prefix{netip.MustParsePrefix("10.3.0.0/24")}, Server: netip.MustParseAddr("10.2.0.1"), Port: 5201}}},
 	} {
 		spec = spec.WithDefaults()
-		want, err := item.TproxyRules{Interface: spec.Interface, Mark: spec.Mark, ListenPort: spec.ListenPort, Divert: spec.Divert}.Normalize()
+		want, err := item.TproxyRules{Interface: spec.Interface, Mark: spec.Mark, ListenPort: spec.ListenPort, Divert: spec.Divert, Replies: spec.Replies}.Normalize()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +78,7 @@ func dumpOf(t item.TproxyRules, f nftFamily) ([]dumpedRule, map[string]nftSet) {
 }
 
 func TestDecodeSteeringRulesRejectsForeignContent(t *testing.T) {
-	spec, _ := item.TproxyRules{Mark: 1, ListenPort: 2, Divert: testSteeringSpec().Divert}.Normalize()
+	spec, _ := item.TproxyRules{Mark: 1, ListenPort: 2, Divert: testSteeringSpec().Divert, Replies: testSteeringSpec().Replies}.Normalize()
 	good := func() []dumpedRule {
 		d, _ := dumpOf(spec, ipv4Family)
 		return d
@@ -142,6 +150,51 @@ func TestDecodeSteeringRulesRejectsForeignContent(t *testing.T) {
 			return d
 		},
 		"truncated rule": func(d []dumpedRule) []dumpedRule { d[1].exprs = d[1].exprs[:5]; return d },
+		// Rules 1-3 are the diverts, 4-6 their pass rules, 7 the reply's.
+		"divert without the SYN check": func(d []dumpedRule) []dumpedRule {
+			d[1].exprs = slices.DeleteFunc(d[1].exprs, func(e expr.Any) bool {
+				_, ok := e.(*expr.Bitwise)
+				return ok
+			})
+			return d
+		},
+		"divert without its pass rule": func(d []dumpedRule) []dumpedRule { return slices.Delete(d, 6, 7) },
+		"pass rules out of order":      func(d []dumpedRule) []dumpedRule { d[4], d[5] = d[5], d[4]; return d },
+		"reply before a divert's pass": func(d []dumpedRule) []dumpedRule { d[6], d[7] = d[7], d[6]; return d },
+		"divert after the passes":      func(d []dumpedRule) []dumpedRule { d[3], d[4] = d[4], d[3]; return d },
+		"pass without the local check": func(d []dumpedRule) []dumpedRule {
+			d[7].exprs = slices.DeleteFunc(d[7].exprs, func(e expr.Any) bool {
+				_, ok := e.(*expr.Fib)
+				return ok
+			})
+			return d
+		},
+		"pass that accepts": func(d []dumpedRule) []dumpedRule {
+			d[7].exprs[len(d[7].exprs)-1] = &expr.Verdict{Kind: expr.VerdictAccept}
+			return d
+		},
+		"dup out of another register": func(d []dumpedRule) []dumpedRule {
+			for _, e := range d[4].exprs {
+				if dup, ok := e.(*expr.Dup); ok {
+					dup.RegDev = 3
+				}
+			}
+			return d
+		},
+		"dup to a fixed device": func(d []dumpedRule) []dumpedRule {
+			for _, e := range d[5].exprs {
+				if m, ok := e.(*expr.Meta); ok && m.Key == expr.MetaKeyIIF {
+					m.Key = expr.MetaKeyOIF
+				}
+			}
+			return d
+		},
+		"pass rule marking": func(d []dumpedRule) []dumpedRule {
+			last := len(d[7].exprs) - 1
+			d[7].exprs = append(d[7].exprs[:last:last], &expr.Immediate{Register: reg, Data: []byte{1, 0, 0, 0}},
+				&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg}, d[7].exprs[last])
+			return d
+		},
 	}
 	for name, mutate := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -49,6 +49,13 @@ type SteeringSpec struct {
 	// that is only ever server-side needs none: its replies are caught by
 	// the transparent-socket rule.
 	Divert []Divert
+	// Replies lists the whitelists this agent serves as the server side:
+	// their servers' packets to their clients, from one of Ports. The
+	// switch steers all of them here; those that belong to no relay
+	// socket (a connection a server opened from such a port) are sent on.
+	// Divert's packets that are neither a relay socket's nor a new
+	// connection's are sent on too.
+	Replies []Divert
 }
 
 // TproxyRules is the content of the sosappliance nftables table; its
@@ -60,6 +67,7 @@ type TproxyRules struct {
 	Mark       uint32   `json:"mark"`
 	ListenPort uint16   `json:"listen_port,omitempty"`
 	Divert     []Divert `json:"divert"`
+	Replies    []Divert `json:"replies,omitempty"`
 }
 
 // Divert sends new TCP from Clients to Servers on one of Ports to the
@@ -101,7 +109,7 @@ func (s SteeringSpec) WithDefaults() SteeringSpec {
 // sysctl of the interface and the steering table, rule and route.
 func (s SteeringSpec) Items() ([]Item, error) {
 	s = s.WithDefaults()
-	tp := TproxyRules{Interface: s.Interface, Mark: s.Mark, ListenPort: s.ListenPort, Divert: s.Divert}
+	tp := TproxyRules{Interface: s.Interface, Mark: s.Mark, ListenPort: s.ListenPort, Divert: s.Divert, Replies: s.Replies}
 	value, err := tp.Canonical()
 	if err != nil {
 		return nil, err
@@ -165,11 +173,34 @@ func (t TproxyRules) Normalize() (TproxyRules, error) {
 	if !validSteeringInterface(t.Interface) {
 		errs = append(errs, fmt.Errorf("steering interface %q is not a valid interface name", t.Interface))
 	}
+	diverts, errs1 := normalizeDiverts(t.Divert)
+	replies, errs2 := normalizeDiverts(t.Replies)
+	if err := errors.Join(append(append(errs, errs1...), errs2...)...); err != nil {
+		return TproxyRules{}, err
+	}
+	out := TproxyRules{Mark: t.Mark, Divert: diverts, Replies: replies}
+	// Without diverts the table has no rule that names the listener,
+	// and without replies either none that names the interface; leaving
+	// them out keeps the value equal to what can be read back from the
+	// table.
+	if len(diverts) > 0 {
+		out.ListenPort = t.ListenPort
+	}
+	if len(diverts) > 0 || len(replies) > 0 {
+		out.Interface = t.Interface
+	}
+	return out, nil
+}
+
+// normalizeDiverts merges diverts to the same servers and ports, masks and
+// sorts their prefixes, and sorts them; the errors say which it refused.
+func normalizeDiverts(in []Divert) ([]Divert, []error) {
+	var errs []error
 	type target struct {
 		servers, ports string
 	}
 	merged := map[target]*Divert{}
-	for _, d := range t.Divert {
+	for _, d := range in {
 		servers := slices.Clone(d.Servers)
 		if d.Server.IsValid() {
 			a := d.Server.Unmap()
@@ -223,28 +254,19 @@ func (t TproxyRules) Normalize() (TproxyRules, error) {
 		}
 		merged[k] = &Divert{Clients: clients, Servers: servers, Ports: ports}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return TproxyRules{}, err
-	}
-	out := TproxyRules{Mark: t.Mark, Divert: []Divert{}}
-	// Without diverts the table holds only the transparent-socket rule,
-	// which names neither listener nor interface; leaving them out keeps
-	// the value equal to what can be read back from the table.
-	if len(merged) > 0 {
-		out.Interface, out.ListenPort = t.Interface, t.ListenPort
-	}
+	out := []Divert{}
 	for _, d := range merged {
 		d.Clients = NormalizePrefixes(d.Clients)
-		out.Divert = append(out.Divert, *d)
+		out = append(out, *d)
 	}
-	slices.SortFunc(out.Divert, func(a, b Divert) int {
+	slices.SortFunc(out, func(a, b Divert) int {
 		return cmp.Or(slices.CompareFunc(a.Servers, b.Servers, comparePrefix),
 			slices.CompareFunc(a.Ports, b.Ports, func(x, y portrange.Range) int {
 				return cmp.Or(cmp.Compare(x.Lo, y.Lo), cmp.Compare(x.Hi, y.Hi))
 			}),
 			slices.CompareFunc(a.Clients, b.Clients, comparePrefix))
 	})
-	return out, nil
+	return out, errs
 }
 
 func comparePrefix(a, b netip.Prefix) int {
