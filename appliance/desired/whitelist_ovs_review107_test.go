@@ -87,7 +87,7 @@ func r107Trace(t *testing.T, inst *ovstest.Instance, br string, inPort int, src,
 // replies must go.
 func TestReview107OVSTraceTies(t *testing.T) {
 	ovstest.Require(t, ovstest.Binaries...)
-	sws := r107Switches(t, r107TwoAgents+`
+	sws := compiledSwitches(t, twoAgentsPerSite+`
 whitelist "gridftp" {
   clients      = ["10.1.0.0/24"]
   server       = "10.2.0.10"
@@ -142,7 +142,7 @@ whitelist "gridftp" {
 // which drops it, and the connection never completes.
 func TestReview107OVSServerOpenedConnectionBlackholed(t *testing.T) {
 	ovstest.Require(t, ovstest.Binaries...)
-	sws := r107Switches(t, r107Sites+`
+	sws := compiledSwitches(t, r107Sites+`
 whitelist "gridftp" {
   clients      = ["10.1.0.0/24"]
   servers      = ["10.2.0.16/28"]

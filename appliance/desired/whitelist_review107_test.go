@@ -15,7 +15,6 @@ package desired
 // against Open vSwitch itself with ofproto/trace.
 
 import (
-	"encoding/binary"
 	"fmt"
 	"github.com/sosappliance/sosappliance/appliance/config"
 	"net/netip"
@@ -23,132 +22,8 @@ import (
 	"testing"
 
 	"github.com/sosappliance/sosappliance/sdn/flows"
-	"github.com/sosappliance/sosappliance/sdn/ofp13"
 	"github.com/sosappliance/sosappliance/sdn/spread"
 )
-
-// r107Packet is one TCP segment as the switch sees it.
-type r107Packet struct {
-	inPort   uint32
-	src, dst netip.AddrPort
-}
-
-func (p r107Packet) String() string {
-	return fmt.Sprintf("in_port=%d %s -> %s", p.inPort, p.src, p.dst)
-}
-
-// fieldValue is the packet's value of one OXM field, or false when the
-// packet has no such field (or the matcher does not know it).
-func (p r107Packet) fieldValue(f ofp13.OXMField) ([]byte, bool) {
-	is4 := p.src.Addr().Is4()
-	switch f {
-	case ofp13.FieldInPort:
-		return binary.BigEndian.AppendUint32(nil, p.inPort), true
-	case ofp13.FieldEthType:
-		if is4 {
-			return []byte{0x08, 0x00}, true
-		}
-		return []byte{0x86, 0xdd}, true
-	case ofp13.FieldIPProto:
-		return []byte{6}, true
-	case ofp13.FieldIPv4Src:
-		if !is4 {
-			return nil, false
-		}
-		return p.src.Addr().AsSlice(), true
-	case ofp13.FieldIPv4Dst:
-		if !is4 {
-			return nil, false
-		}
-		return p.dst.Addr().AsSlice(), true
-	case ofp13.FieldIPv6Src:
-		if is4 {
-			return nil, false
-		}
-		return p.src.Addr().AsSlice(), true
-	case ofp13.FieldIPv6Dst:
-		if is4 {
-			return nil, false
-		}
-		return p.dst.Addr().AsSlice(), true
-	case ofp13.FieldTCPSrc:
-		return binary.BigEndian.AppendUint16(nil, p.src.Port()), true
-	case ofp13.FieldTCPDst:
-		return binary.BigEndian.AppendUint16(nil, p.dst.Port()), true
-	}
-	return nil, false
-}
-
-func r107Matches(m ofp13.Match, p r107Packet) bool {
-	for _, o := range m.Fields {
-		if o.Class != ofp13.OXMClassOpenFlowBasic {
-			return false
-		}
-		v, ok := p.fieldValue(o.Field)
-		if !ok || len(v) != len(o.Value) {
-			return false
-		}
-		for i := range v {
-			mask := byte(0xff)
-			if o.Mask != nil {
-				mask = o.Mask[i]
-			}
-			if v[i]&mask != o.Value[i]&mask {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// r107Verdict is what table 0 does with a packet: the actions of the
-// winning flow, and every other action string a flow of the same priority
-// that also matches would take instead (a tie).
-type r107Verdict struct {
-	actions string
-	reason  string
-	ties    []string
-}
-
-func r107Lookup(fs []flows.Flow, p r107Packet) r107Verdict {
-	var v r107Verdict
-	best := -1
-	for _, f := range fs {
-		if !r107Matches(f.Match, p) {
-			continue
-		}
-		switch {
-		case int(f.Priority) > best:
-			best = int(f.Priority)
-			v = r107Verdict{actions: f.ActionsString(), reason: f.Reason}
-		case int(f.Priority) == best && f.ActionsString() != v.actions:
-			v.ties = append(v.ties, f.ActionsString()+" ("+f.Reason+")")
-		}
-	}
-	return v
-}
-
-func (v r107Verdict) steered() bool { return strings.Contains(v.actions, "set_field") }
-
-// r107Switches compiles cfg's switches, as the controller compiles them
-// (every agent up).
-func r107Switches(t *testing.T, src string) map[string][]flows.Flow {
-	t.Helper()
-	cfg := parse(t, src)
-	d, err := Compile(cfg, "ctl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]flows.Flow{}
-	for _, sw := range d.Controller.Switches {
-		fs, err := flows.Compile(sw)
-		if err != nil {
-			t.Fatalf("compile %s: %v", sw.Name, err)
-		}
-		out[sw.Name] = fs
-	}
-	return out
-}
 
 // r107Sites is two sites of one agent each; site a's hosts are 10.1.0.0/24
 // (agent ag-a on port 3), site b's 10.2.0.0/24 (agent ag-b on port 7).
@@ -180,8 +55,6 @@ site "b" {
   }
 }
 `
-
-func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 
 // TestReview107WhitelistFormsSteerExactly: for each form of whitelist entry,
 // both directions of a whitelisted connection reach the agent of their site
@@ -255,7 +128,7 @@ func TestReview107WhitelistFormsSteerExactly(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			sws := r107Switches(t, r107Sites+c.wl)
+			sws := compiledSwitches(t, r107Sites+c.wl)
 			for _, cn := range c.conns {
 				cl, sv := ap(cn.client), ap(cn.server)
 				// Which site opened it: the switch at the opener's site
@@ -265,11 +138,11 @@ func TestReview107WhitelistFormsSteerExactly(t *testing.T) {
 				if strings.HasPrefix(cn.client, "10.2.") || strings.HasPrefix(cn.client, "[fd02") {
 					openerSw, listenerSw = "sw-b", "sw-a"
 				}
-				fwd := r107Lookup(sws[openerSw], r107Packet{1, cl, sv})
-				back := r107Lookup(sws[listenerSw], r107Packet{1, sv, cl})
+				fwd := t0Lookup(sws[openerSw], t0Packet{1, cl, sv})
+				back := t0Lookup(sws[listenerSw], t0Packet{1, sv, cl})
 				for _, v := range []struct {
 					where string
-					v     r107Verdict
+					v     t0Verdict
 				}{{openerSw + " opener->listener", fwd}, {listenerSw + " listener->opener", back}} {
 					if v.v.steered() != cn.want {
 						t.Errorf("%s -> %s at %s: steered=%v want %v (%s: %s)", cl, sv, v.where, v.v.steered(), cn.want, v.v.actions, v.v.reason)
@@ -280,7 +153,7 @@ func TestReview107WhitelistFormsSteerExactly(t *testing.T) {
 				}
 				// The agents' own traffic is never steered.
 				agentPort := map[string]uint32{"sw-a": 3, "sw-b": 7}[openerSw]
-				if v := r107Lookup(sws[openerSw], r107Packet{agentPort, cl, sv}); v.steered() {
+				if v := t0Lookup(sws[openerSw], t0Packet{agentPort, cl, sv}); v.steered() {
 					t.Errorf("packet from agent port re-steered: %s", v.reason)
 				}
 			}
@@ -302,68 +175,23 @@ func TestReview107WhitelistFormsSteerExactly(t *testing.T) {
 // and cannot tell the listening side from the opener; nothing in validate
 // or plan warns about port ranges that overlap the ephemeral range.
 func TestReview107ServerOpenedConnectionFromRangePort(t *testing.T) {
-	sws := r107Switches(t, r107Sites+`
+	sws := compiledSwitches(t, r107Sites+`
 whitelist "gridftp" {
   clients      = ["10.1.0.0/24"]
   servers      = ["10.2.0.16/28"]
   server_ports = ["2811", "50000-51000"]
 }`)
 	server, client := ap("10.2.0.20:50123"), ap("10.1.0.5:22") // server opens ssh to client
-	if v := r107Lookup(sws["sw-b"], r107Packet{1, server, client}); v.steered() {
+	if v := t0Lookup(sws["sw-b"], t0Packet{1, server, client}); v.steered() {
 		t.Errorf("SYN of a server-opened, non-whitelisted connection %s -> %s is steered at the server site: %s (%s)", server, client, v.actions, v.reason)
 	}
-	if v := r107Lookup(sws["sw-a"], r107Packet{1, client, server}); v.steered() {
+	if v := t0Lookup(sws["sw-a"], t0Packet{1, client, server}); v.steered() {
 		t.Errorf("SYN-ACK of a server-opened, non-whitelisted connection %s -> %s is steered at the client site: %s (%s)", client, server, v.actions, v.reason)
 	}
 }
 
-// r107TwoAgents is two sites of two agents each, spread by port (16
+// twoAgentsPerSite is two sites of two agents each, spread by port (16
 // buckets: bucket = bits 1..4 of the opener's port).
-const r107TwoAgents = `
-security { psk_file = "/etc/psk" }
-controller { node = "ctl" }
-spread { bits = 4 }
-site "a" {
-  prefixes = ["10.1.0.0/24"]
-  switch "sw-a" { datapath_id = "0x1" }
-  agent "a1" {
-    node = "na1"
-    switch = "sw-a"
-    switch_port = 3
-    mac = "02:00:00:00:00:01"
-    address = "10.1.0.2"
-    interface = "eth1"
-  }
-  agent "a2" {
-    node = "na2"
-    switch = "sw-a"
-    switch_port = 4
-    mac = "02:00:00:00:00:03"
-    address = "10.1.0.3"
-    interface = "eth1"
-  }
-}
-site "b" {
-  prefixes = ["10.2.0.0/24"]
-  switch "sw-b" { datapath_id = "0x2" }
-  agent "b1" {
-    node = "nb1"
-    switch = "sw-b"
-    switch_port = 7
-    mac = "02:00:00:00:00:02"
-    address = "10.2.0.2"
-    interface = "eth1"
-  }
-  agent "b2" {
-    node = "nb2"
-    switch = "sw-b"
-    switch_port = 8
-    mac = "02:00:00:00:00:04"
-    address = "10.2.0.3"
-    interface = "eth1"
-  }
-}
-`
 
 // TestReview107BothDirectionsRangeTie: direction = "both" with a port range
 // and two agents per site. A connection the client opens from an
@@ -376,7 +204,7 @@ site "b" {
 // of the tie: the server's replies can reach an agent other than the one
 // the client-side agent dialed, which holds no socket for them.
 func TestReview107BothDirectionsRangeTie(t *testing.T) {
-	sws := r107Switches(t, r107TwoAgents+`
+	sws := compiledSwitches(t, twoAgentsPerSite+`
 whitelist "gridftp" {
   clients      = ["10.1.0.0/24"]
   server       = "10.2.0.10"
@@ -389,12 +217,12 @@ whitelist "gridftp" {
 	t.Logf("bucket of client port %d: agent %d; of server port %d read as opener: agent %d", client.Port(), b.Agent(client), server.Port(), b.Agent(server))
 	for _, c := range []struct {
 		sw string
-		p  r107Packet
+		p  t0Packet
 	}{
-		{"sw-a", r107Packet{1, client, server}},
-		{"sw-b", r107Packet{1, server, client}},
+		{"sw-a", t0Packet{1, client, server}},
+		{"sw-b", t0Packet{1, server, client}},
 	} {
-		v := r107Lookup(sws[c.sw], c.p)
+		v := t0Lookup(sws[c.sw], c.p)
 		if len(v.ties) > 0 {
 			t.Errorf("%s %s: flows of one priority send the packet to different agents: %s (%s) and %v", c.sw, c.p, v.actions, v.reason, v.ties)
 		}
@@ -408,7 +236,7 @@ whitelist "gridftp" {
 // flow (tcp_dst in range) both match a packet whose two ports are in the
 // range, at priority 2000, toward different agents with two agents.
 func TestReview107OppositeWhitelistsRangeTie(t *testing.T) {
-	src := r107TwoAgents + `
+	src := twoAgentsPerSite + `
 whitelist "a-to-b" {
   clients      = ["10.1.0.0/24"]
   server       = "10.2.0.10"
@@ -419,15 +247,15 @@ whitelist "b-to-a" {
   server       = "10.1.0.10"
   server_ports = ["50000-50031"]
 }`
-	sws := r107Switches(t, src)
+	sws := compiledSwitches(t, src)
 	client, server := ap("10.1.0.10:50002"), ap("10.2.0.10:50000") // an a-to-b connection
 	for _, c := range []struct {
 		sw string
-		p  r107Packet
+		p  t0Packet
 	}{
-		{"sw-b", r107Packet{1, server, client}},
+		{"sw-b", t0Packet{1, server, client}},
 	} {
-		v := r107Lookup(sws[c.sw], c.p)
+		v := t0Lookup(sws[c.sw], c.p)
 		if len(v.ties) > 0 {
 			t.Errorf("%s %s: flows of one priority send the packet to different agents: %s (%s) and %v", c.sw, c.p, v.actions, v.reason, v.ties)
 		}
@@ -440,7 +268,7 @@ whitelist "b-to-a" {
 // bucket: the far agent the relay dials is the one the server site's switch
 // sends the replies to.
 func TestReview107SpreadBothEndsAgree(t *testing.T) {
-	sws := r107Switches(t, r107TwoAgents+`
+	sws := compiledSwitches(t, twoAgentsPerSite+`
 whitelist "bulk" {
   clients      = ["10.1.0.0/24"]
   server       = "10.2.0.10"
@@ -452,23 +280,13 @@ whitelist "bulk" {
 	for port := 32768; port < 32768+64; port++ {
 		cl, sv := netip.AddrPortFrom(netip.MustParseAddr("10.1.0.5"), uint16(port)), ap("10.2.0.10:5203")
 		want := b.Agent(cl)
-		va := r107Lookup(sws["sw-a"], r107Packet{1, cl, sv})
-		vb := r107Lookup(sws["sw-b"], r107Packet{1, sv, cl})
-		outA, outB := r107OutPort(va.actions), r107OutPort(vb.actions)
+		va := t0Lookup(sws["sw-a"], t0Packet{1, cl, sv})
+		vb := t0Lookup(sws["sw-b"], t0Packet{1, sv, cl})
+		outA, outB := t0OutPort(va.actions), t0OutPort(vb.actions)
 		if clientPorts[outA] != want || serverPorts[outB] != want || len(va.ties)+len(vb.ties) > 0 {
 			t.Errorf("client port %d: relay picks agent %d; switch a -> port %d, switch b -> port %d (ties %v %v)", port, want, outA, outB, va.ties, vb.ties)
 		}
 	}
-}
-
-func r107OutPort(actions string) uint32 {
-	i := strings.LastIndex(actions, "output:")
-	if i < 0 {
-		return 0
-	}
-	var p uint32
-	fmt.Sscanf(actions[i+len("output:"):], "%d", &p)
-	return p
 }
 
 // TestReview107AllPortsServerOpened: a whitelist without a port list
@@ -477,16 +295,16 @@ func r107OutPort(actions string) uint32 {
 // toward a client host (not whitelisted: the direction is "client") is
 // steered at the server site to the server's agent, whatever its ports.
 func TestReview107AllPortsServerOpened(t *testing.T) {
-	sws := r107Switches(t, r107Sites+`
+	sws := compiledSwitches(t, r107Sites+`
 whitelist "all" {
   clients = ["10.1.0.0/24"]
   server  = "10.2.0.10"
 }`)
 	server, client := ap("10.2.0.10:40000"), ap("10.1.0.5:22")
-	if v := r107Lookup(sws["sw-b"], r107Packet{1, server, client}); v.steered() {
+	if v := t0Lookup(sws["sw-b"], t0Packet{1, server, client}); v.steered() {
 		t.Errorf("SYN of server-opened %s -> %s is steered at the server site: %s (%s)", server, client, v.actions, v.reason)
 	}
-	if v := r107Lookup(sws["sw-a"], r107Packet{1, client, server}); v.steered() {
+	if v := t0Lookup(sws["sw-a"], t0Packet{1, client, server}); v.steered() {
 		t.Errorf("SYN-ACK of server-opened %s -> %s is steered at the client site: %s (%s)", client, server, v.actions, v.reason)
 	}
 }
@@ -526,8 +344,8 @@ func TestReview107RepeatsCompile(t *testing.T) {
 	}
 }
 
-// r107ThreeServerAgents is r107TwoAgents with a third agent b3 at site b.
-var r107ThreeServerAgents = strings.Replace(r107TwoAgents, `  agent "b2" {`, `  agent "b3" {
+// r107ThreeServerAgents is twoAgentsPerSite with a third agent b3 at site b.
+var r107ThreeServerAgents = strings.Replace(twoAgentsPerSite, `  agent "b2" {`, `  agent "b3" {
     node = "nb3"
     switch = "sw-b"
     switch_port = 9
@@ -555,11 +373,11 @@ func r107ReplyPort(t *testing.T, src string, held map[string][]flows.Held, clien
 		if err != nil {
 			t.Fatal(err)
 		}
-		v := r107Lookup(fs, r107Packet{1, server, client})
+		v := t0Lookup(fs, t0Packet{1, server, client})
 		if len(v.ties) > 0 {
 			t.Fatalf("tie: %v", v.ties)
 		}
-		return r107OutPort(v.actions)
+		return t0OutPort(v.actions)
 	}
 	t.Fatal("no sw-b")
 	return 0
@@ -575,7 +393,7 @@ func r107ReplyPort(t *testing.T, src string, held map[string][]flows.Held, clien
 // socket. Logged: how many of 64 sessions move with and without pins.
 func TestReview107ReloadAddsAndRemovesAgent(t *testing.T) {
 	strip := func(s string) string { return strings.Replace(s, "spread { bits = 4 }\n", "", 1) }
-	two, three := strip(r107TwoAgents), strip(r107ThreeServerAgents)
+	two, three := strip(twoAgentsPerSite), strip(r107ThreeServerAgents)
 	wl := `
 whitelist "bulk" {
   clients      = ["10.1.0.0/24"]
@@ -629,13 +447,13 @@ func TestReview107SpreadIPv6BothEndsAgree(t *testing.T) {
 			`spread { bits = 4 }`, `spread {
   bits = 4
   mode = "`+mode+`"
-}`).Replace(r107TwoAgents) + `
+}`).Replace(twoAgentsPerSite) + `
 whitelist "v6" {
   clients      = ["fd01::/64"]
   servers      = ["fd02::10/126"]
   server_ports = ["443", "8000-8099"]
 }`
-		sws := r107Switches(t, src)
+		sws := compiledSwitches(t, src)
 		b, _ := spread.Assign(spread.Mode(mode), 4, 2, nil)
 		clientPorts := map[uint32]int{3: 0, 4: 1}
 		serverPorts := map[uint32]int{7: 0, 8: 1}
@@ -643,16 +461,16 @@ whitelist "v6" {
 			cl := netip.AddrPortFrom(netip.MustParseAddr(fmt.Sprintf("fd01::%x", 0x100+i*7)), uint16(33000+i*3))
 			sv := netip.AddrPortFrom(netip.MustParseAddr(fmt.Sprintf("fd02::%x", 0x10+i%4)), []uint16{443, 8000, 8063, 8099}[i%4])
 			want := b.Agent(cl)
-			va := r107Lookup(sws["sw-a"], r107Packet{1, cl, sv})
-			vb := r107Lookup(sws["sw-b"], r107Packet{1, sv, cl})
-			outA, outB := r107OutPort(va.actions), r107OutPort(vb.actions)
+			va := t0Lookup(sws["sw-a"], t0Packet{1, cl, sv})
+			vb := t0Lookup(sws["sw-b"], t0Packet{1, sv, cl})
+			outA, outB := t0OutPort(va.actions), t0OutPort(vb.actions)
 			if !va.steered() || !vb.steered() || clientPorts[outA] != want || serverPorts[outB] != want || len(va.ties)+len(vb.ties) > 0 {
 				t.Errorf("%s %s -> %s: relay picks agent %d; switch a -> %q, switch b -> %q (ties %v %v)", mode, cl, sv, want, va.actions, vb.actions, va.ties, vb.ties)
 			}
 		}
 		// Not whitelisted: the next server address and port.
 		for _, sv := range []string{"[fd02::14]:443", "[fd02::10]:8100", "[fd02::10]:442"} {
-			if v := r107Lookup(sws["sw-a"], r107Packet{1, ap("[fd01::5]:40000"), ap(sv)}); v.steered() {
+			if v := t0Lookup(sws["sw-a"], t0Packet{1, ap("[fd01::5]:40000"), ap(sv)}); v.steered() {
 				t.Errorf("%s: [fd01::5]:40000 -> %s steered: %s", mode, sv, v.reason)
 			}
 		}

@@ -51,10 +51,28 @@ func (k Kind) String() string {
 
 // Priorities in table 0: agents' own traffic first so it is never steered
 // back to them, then steering, then normal forwarding for the rest.
+//
+// Within steering, the server side's flows (a connection's replies) rank
+// above the client side's (its opening direction). A segment whose two
+// ports are both in a whitelist's range, with direction = "both" or two
+// whitelists in opposite directions, matches one of each; the flows hold
+// no state to say which end opened it. Taking the server side's makes
+// the choice the same for every segment of a connection at both sites:
+// at the opener's site the segment goes to the agent of the reply flow's
+// bucket, which then carries it as a client-side agent (its divert takes
+// any connection's first SYN of its whitelists); at the listener's site
+// the replies go to the bucket of the opener, the agent the client side
+// chose. A connection that is not the relay's passes that agent (its
+// pass rules send it on).
 const (
 	PriorityBypass uint16 = 3000
 	PrioritySteer  uint16 = 2000
 	PriorityNormal uint16 = 1000
+	// PriorityReply is the server side's steering, and
+	// PriorityUnsteered the replies to agents' own addresses, taken out
+	// of it.
+	PriorityReply     = PrioritySteer + 1
+	PriorityUnsteered = PrioritySteer + 2
 )
 
 // Table is the table the appliance's flows live in.
@@ -363,7 +381,11 @@ func compileSteer(st Steer, noMasks bool) ([]Flow, error) {
 						if !ok {
 							continue
 						}
-						flows = append(flows, Flow{Table: Table, Priority: PrioritySteer, Instructions: toAgent(part.agent),
+						prio := PrioritySteer
+						if st.Side == ServerSide {
+							prio = PriorityReply
+						}
+						flows = append(flows, Flow{Table: Table, Priority: prio, Instructions: toAgent(part.agent),
 							Cookie: cookie, Match: m, Reason: reason})
 					}
 				}
@@ -374,7 +396,7 @@ func compileSteer(st Steer, noMasks bool) ([]Flow, error) {
 					if a = a.Unmap(); !client.Contains(a) {
 						continue
 					}
-					flows = append(flows, Flow{Table: Table, Priority: PrioritySteer + 1, Instructions: normal(),
+					flows = append(flows, Flow{Table: Table, Priority: PriorityUnsteered, Instructions: normal(),
 						Cookie: cookie,
 						Match:  ipMatch(server, netip.PrefixFrom(a, a.BitLen()), tcpPort(false, pm)),
 						Reason: fmt.Sprintf("whitelist %s%s: replies to agent address %s are not steered", st.Whitelist, opened, a),
@@ -520,7 +542,7 @@ type Held struct {
 
 // PrioritySession is the exact-match flows that pin live sessions to the
 // agent holding them, above the bucket flows and their exceptions.
-const PrioritySession = PrioritySteer + 2
+const PrioritySession = PrioritySteer + 3
 
 // PinSessions keeps every live session on the agent that holds it when
 // its bucket now belongs to another agent of the site: an agent that

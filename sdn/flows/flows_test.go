@@ -80,7 +80,7 @@ func TestCompile(t *testing.T) {
 		}},
 		{utah(), []string{
 			"cookie=0x5053010000000004, table=0, priority=3000,in_port=4 actions=NORMAL",
-			"cookie=" + hexCookie(KindSteerServer, wl) + ", table=0, priority=2000,tcp,nw_src=10.10.2.1,nw_dst=10.10.1.0/24,tp_src=5201 actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
+			"cookie=" + hexCookie(KindSteerServer, wl) + ", table=0, priority=2001,tcp,nw_src=10.10.2.1,nw_dst=10.10.1.0/24,tp_src=5201 actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
 			"cookie=0x5053040000000000, table=0, priority=1000 actions=NORMAL",
 		}},
 	}
@@ -95,8 +95,8 @@ func TestCompile(t *testing.T) {
 		want []string
 	}{withAgent, []string{
 		"cookie=0x5053010000000004, table=0, priority=3000,in_port=4 actions=NORMAL",
-		"cookie=" + hexCookie(KindSteerServer, wl) + ", table=0, priority=2001,tcp,nw_src=10.10.2.1,nw_dst=10.10.1.2,tp_src=5201 actions=NORMAL",
-		"cookie=" + hexCookie(KindSteerServer, wl) + ", table=0, priority=2000,tcp,nw_src=10.10.2.1,nw_dst=10.10.1.0/24,tp_src=5201 actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
+		"cookie=" + hexCookie(KindSteerServer, wl) + ", table=0, priority=2002,tcp,nw_src=10.10.2.1,nw_dst=10.10.1.2,tp_src=5201 actions=NORMAL",
+		"cookie=" + hexCookie(KindSteerServer, wl) + ", table=0, priority=2001,tcp,nw_src=10.10.2.1,nw_dst=10.10.1.0/24,tp_src=5201 actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
 		"cookie=0x5053040000000000, table=0, priority=1000 actions=NORMAL",
 	}})
 	for _, c := range cases {
@@ -417,10 +417,10 @@ func TestCompilePortRangesAndServerPrefixes(t *testing.T) {
 	sc := "cookie=" + hexCookie(KindSteerServer, wl) + ", table=0, "
 	want = []string{
 		"cookie=0x5053010000000004, table=0, priority=3000,in_port=4 actions=NORMAL",
-		sc + "priority=2001,tcp,nw_src=10.10.2.16/28,nw_dst=10.10.1.2,tp_src=0xc350/0xfffc actions=NORMAL",
-		sc + "priority=2001,tcp,nw_src=10.10.2.40,nw_dst=10.10.1.2,tp_src=0xc350/0xfffc actions=NORMAL",
-		sc + "priority=2000,tcp,nw_src=10.10.2.16/28,nw_dst=10.10.1.0/24,tp_src=0xc350/0xfffc actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
-		sc + "priority=2000,tcp,nw_src=10.10.2.40,nw_dst=10.10.1.0/24,tp_src=0xc350/0xfffc actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
+		sc + "priority=2002,tcp,nw_src=10.10.2.16/28,nw_dst=10.10.1.2,tp_src=0xc350/0xfffc actions=NORMAL",
+		sc + "priority=2002,tcp,nw_src=10.10.2.40,nw_dst=10.10.1.2,tp_src=0xc350/0xfffc actions=NORMAL",
+		sc + "priority=2001,tcp,nw_src=10.10.2.16/28,nw_dst=10.10.1.0/24,tp_src=0xc350/0xfffc actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
+		sc + "priority=2001,tcp,nw_src=10.10.2.40,nw_dst=10.10.1.0/24,tp_src=0xc350/0xfffc actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
 		"cookie=0x5053040000000000, table=0, priority=1000 actions=NORMAL",
 	}
 	if !slices.Equal(strs(got), want) {
@@ -472,9 +472,9 @@ func TestCompileIPv6(t *testing.T) {
 	sc, cc := "cookie="+hexCookie(KindSteerServer, wl)+", table=0, ", "cookie="+hexCookie(KindSteerClient, wl)+", table=0, "
 	want := []string{
 		"cookie=0x5053010000000004, table=0, priority=3000,in_port=4 actions=NORMAL",
-		sc + "priority=2001,tcp6,ipv6_src=2001:db8:2::10,ipv6_dst=2001:db8:1::2,tp_src=5201 actions=NORMAL",
+		sc + "priority=2002,tcp6,ipv6_src=2001:db8:2::10,ipv6_dst=2001:db8:1::2,tp_src=5201 actions=NORMAL",
+		sc + "priority=2001,tcp6,ipv6_src=2001:db8:2::10,ipv6_dst=2001:db8:1::/48,tp_src=5201 actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
 		cc + "priority=2000,tcp6,ipv6_src=2001:db8:1::/48,ipv6_dst=2001:db8:2::10,tp_dst=5201 actions=set_field:02:00:00:00:01:02->eth_dst,output:3",
-		sc + "priority=2000,tcp6,ipv6_src=2001:db8:2::10,ipv6_dst=2001:db8:1::/48,tp_src=5201 actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
 		"cookie=0x5053040000000000, table=0, priority=1000 actions=NORMAL",
 	}
 	if !slices.Equal(strs(got), want) {

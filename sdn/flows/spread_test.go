@@ -59,8 +59,8 @@ func TestSpreadGoldens(t *testing.T) {
 			"table=0, priority=2000,tcp,nw_src=10.1.0.0/24,nw_dst=10.2.0.10,tp_src=0x2/0x2,tp_dst=5201 actions=set_field:02:00:00:00:01:02->eth_dst,output:4",
 		}},
 		{spreadSwitch(ServerSide, spread.ModePort, 1, agentB1, agentB2), []string{
-			"table=0, priority=2000,tcp,nw_src=10.2.0.10,nw_dst=10.1.0.0/24,tp_src=5201,tp_dst=0x0/0x2 actions=set_field:02:00:00:00:02:01->eth_dst,output:3",
-			"table=0, priority=2000,tcp,nw_src=10.2.0.10,nw_dst=10.1.0.0/24,tp_src=5201,tp_dst=0x2/0x2 actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
+			"table=0, priority=2001,tcp,nw_src=10.2.0.10,nw_dst=10.1.0.0/24,tp_src=5201,tp_dst=0x0/0x2 actions=set_field:02:00:00:00:02:01->eth_dst,output:3",
+			"table=0, priority=2001,tcp,nw_src=10.2.0.10,nw_dst=10.1.0.0/24,tp_src=5201,tp_dst=0x2/0x2 actions=set_field:02:00:00:00:02:02->eth_dst,output:4",
 		}},
 		{spreadSwitch(ClientSide, spread.ModeAddress, 1, agentA1, agentA2), []string{
 			"table=0, priority=2000,tcp,nw_src=10.1.0.0/255.255.255.1,nw_dst=10.2.0.10,tp_dst=5201 actions=set_field:02:00:00:00:01:01->eth_dst,output:3",
@@ -200,7 +200,7 @@ func TestReturningAgentLeavesLiveSessionsOnTheSurvivor(t *testing.T) {
 		t.Fatalf("changes: %d add, %d modify, %d delete, want 1 pin and a2's bucket back:\n%+v", len(ch.Add), len(ch.Modify), len(ch.Delete), ch)
 	}
 	pin := ch.Add[0]
-	want := "priority=2002,tcp,nw_src=10.1.0.7,nw_dst=10.2.0.10,tp_src=40002,tp_dst=5201 actions=set_field:02:00:00:00:01:01->eth_dst,output:3"
+	want := "priority=2003,tcp,nw_src=10.1.0.7,nw_dst=10.2.0.10,tp_src=40002,tp_dst=5201 actions=set_field:02:00:00:00:01:01->eth_dst,output:3"
 	if !strings.Contains(pin.String(), want) {
 		t.Errorf("pin %s\nwant %s", pin, want)
 	}
