@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/sosappliance/sosappliance/host/item"
 	"github.com/sosappliance/sosappliance/internal/portrange"
@@ -49,17 +50,28 @@ func divertTopology(t *testing.T) (string, netns.NsHandle) {
 // it for addresses that are not the host's. Closed at the test's end.
 func transparentListener(t *testing.T, addr string) net.Listener {
 	t.Helper()
+	return transparentListenerOn(t, "tcp4", addr)
+}
+
+// transparentListenerOn is transparentListener for network "tcp4" or
+// "tcp6" (IPV6_TRANSPARENT).
+func transparentListenerOn(t *testing.T, network, addr string) net.Listener {
+	t.Helper()
+	level, opt := syscall.SOL_IP, syscall.IP_TRANSPARENT
+	if network == "tcp6" {
+		level, opt = syscall.SOL_IPV6, unix.IPV6_TRANSPARENT
+	}
 	lc := net.ListenConfig{Control: func(network, address string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_IP, syscall.IP_TRANSPARENT, 1)
+			serr = syscall.SetsockoptInt(int(fd), level, opt, 1)
 		})
 		if err != nil {
 			return err
 		}
 		return serr
 	}}
-	ln, err := lc.Listen(context.Background(), "tcp4", addr)
+	ln, err := lc.Listen(context.Background(), network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
