@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,14 @@ import (
 // spreadPort is the whitelist the two-agent test adds: few stripes per
 // session, so 64 sessions fit the machine.
 const spreadPort = 5601
+
+// bothLo-bothHi is the range of the second whitelist the two-agent test
+// adds, direction = "both": connections whose two ports are in it match
+// a flow of each direction on both switches.
+const (
+	bothLo = 5700
+	bothHi = 5731
+)
 
 // TestLabTwoAgentsPerSite runs the lab with two agents per site (`lab up
 // --agents 2`) and checks the issue's bars against the real daemons,
@@ -52,6 +61,8 @@ func TestLabTwoAgentsPerSite(t *testing.T) {
 		EditConfig: func(c *labnet.ConfigFile) error {
 			c.SetWhitelist(labnet.Whitelist{Name: "spread", Clients: []string{"10.10.1.0/24"}, Server: labnet.ServerAddr.String(),
 				ServerPort: spreadPort, Streams: 4, ChunkSize: 60000})
+			c.SetWhitelist(labnet.Whitelist{Name: "both", Clients: []string{"10.10.1.0/24"}, Server: labnet.ServerAddr.String(),
+				ServerPorts: []string{fmt.Sprintf("%d-%d", bothLo, bothHi)}, Direction: "both", Streams: 2, ChunkSize: 60000})
 			return nil
 		}})
 	t.Cleanup(func() {
@@ -90,6 +101,7 @@ func TestLabTwoAgentsPerSite(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	t.Run("BothPortsInRange", func(t *testing.T) { testBothPortsInRange(ctx, t, lab, clientAgents, serverAgents) })
 
 	// Two paced transfers, one on each client-side agent, long enough to
 	// outlive the fail-over and the return.
@@ -185,7 +197,7 @@ func testSpread(ctx context.Context, t *testing.T, lab *labnet.Lab, src *sourceS
 		go func() {
 			defer wg.Done()
 			host := clients[i%len(clients)]
-			tr, err := dialSource(ctx, lab, src, host, 0, size, 10*time.Second)
+			tr, err := dialSource(ctx, lab, src, host, netip.AddrPort{}, size, 10*time.Second)
 			if err != nil {
 				errs <- fmt.Errorf("connection %d from %s: %w", i, host, err)
 				return
@@ -379,16 +391,16 @@ type sourceTransfer struct {
 	n     atomic.Int64 // bytes received so far
 }
 
-// dialSource connects from host (from port, or any port with 0) and asks
-// for size bytes.
-func dialSource(ctx context.Context, lab *labnet.Lab, src *sourceServer, host labnet.Host, port uint16, size int64, timeout time.Duration) (*sourceTransfer, error) {
+// dialSource connects from host (from local, or any address and port when
+// it is not valid) and asks for size bytes.
+func dialSource(ctx context.Context, lab *labnet.Lab, src *sourceServer, host labnet.Host, local netip.AddrPort, size int64, timeout time.Duration) (*sourceTransfer, error) {
 	var conn net.Conn
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	err := lab.InNamespace(host, func() error {
 		d := net.Dialer{}
-		if port != 0 {
-			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(labnet.ClientAddrOf(host), port))
+		if local.IsValid() {
+			d.LocalAddr = net.TCPAddrFromAddrPort(local)
 		}
 		var err error
 		conn, err = d.DialContext(dctx, "tcp", src.addr.String())
@@ -499,7 +511,17 @@ func startPaced(ctx context.Context, t *testing.T, lab *labnet.Lab, src *sourceS
 }
 
 func startPacedFrom(ctx context.Context, lab *labnet.Lab, src *sourceServer, host labnet.Host, port uint16, size int64, wait time.Duration) (*pacedTransfer, error) {
-	tr, err := dialSource(ctx, lab, src, host, port, size, wait)
+	local := netip.AddrPortFrom(labnet.ClientAddrOf(host), port)
+	if port == 0 {
+		local = netip.AddrPort{}
+	}
+	return startPacedFromAddr(ctx, lab, src, host, local, size, wait)
+}
+
+// startPacedFromAddr is startPacedFrom from a local address and port
+// (any, when not valid).
+func startPacedFromAddr(ctx context.Context, lab *labnet.Lab, src *sourceServer, host labnet.Host, local netip.AddrPort, size int64, wait time.Duration) (*pacedTransfer, error) {
+	tr, err := dialSource(ctx, lab, src, host, local, size, wait)
 	if err != nil {
 		return nil, err
 	}
@@ -552,4 +574,93 @@ func carriedBy(ctx context.Context, lab *labnet.Lab, host labnet.Host, client ne
 		return fmt.Errorf("%s has no socket %s -> %s", host, server, client)
 	}
 	return nil
+}
+
+// testBothPortsInRange: with two agents per site and whitelist "both"
+// (direction = "both", ports bothLo-bothHi), connections whose two ports
+// are in the range, opened by the client and by the server, are carried by
+// the agents byte-identical: one agent of the opener's site holds the
+// opener's connection, one of the other site the listener's, whatever
+// buckets the two ports fall in. And a connection the server opens from a
+// port in the range to a client port outside it, which no whitelist
+// names, gets through: the agents the switches steer it to send it on.
+func testBothPortsInRange(ctx context.Context, t *testing.T, lab *labnet.Lab, clientAgents, serverAgents []labnet.Node) {
+	const size = 1 << 20
+	// A source on host at addr, counting the peers it saw.
+	serve := func(host labnet.Host, addr netip.AddrPort) *sourceServer {
+		s := &sourceServer{addr: addr, seen: map[netip.AddrPort]bool{}}
+		ln, err := lab.Listen(host, "tcp", addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go s.serve(c)
+			}
+		}()
+		return s
+	}
+	client := labnet.ClientAddrOf(labnet.Client)
+	type conn struct {
+		from     labnet.Host
+		local    netip.AddrPort
+		src      *sourceServer
+		openers  []labnet.Node // the opener's site's agents
+		others   []labnet.Node
+		accelerd bool
+	}
+	atServer := []*sourceServer{serve(labnet.Server, netip.AddrPortFrom(labnet.ServerAddr, bothLo+10)),
+		serve(labnet.Server, netip.AddrPortFrom(labnet.ServerAddr, bothLo+25))}
+	atClient := serve(labnet.Client, netip.AddrPortFrom(client, bothLo+17))
+	plain := serve(labnet.Client, netip.AddrPortFrom(client, 2222))
+	var conns []conn
+	for i := range 8 {
+		conns = append(conns, conn{labnet.Client, netip.AddrPortFrom(client, uint16(bothLo+(i*5)%32)), atServer[i%2], clientAgents, serverAgents, true})
+	}
+	for i := range 4 {
+		conns = append(conns, conn{labnet.Server, netip.AddrPortFrom(labnet.ServerAddr, uint16(bothLo+1+i*7)), atClient, serverAgents, clientAgents, true})
+	}
+	conns = append(conns, conn{labnet.Server, netip.AddrPortFrom(labnet.ServerAddr, bothLo+3), plain, nil, nil, false})
+	// The agents do not forward: only their steering tables send on
+	// what the switches steer to them and no relay socket owns.
+	for _, a := range append(slices.Clone(clientAgents), serverAgents...) {
+		if out, err := lab.Run(ctx, a.Host, "sysctl", "-n", "net.ipv4.ip_forward"); err != nil || strings.TrimSpace(out) != "0" {
+			t.Fatalf("%s: ip_forward %q (%v), want 0", a.Name, out, err)
+		}
+	}
+	// holder is the agent among agents holding a socket local -> peer.
+	holder := func(agents []labnet.Node, local, peer netip.AddrPort) string {
+		var found []string
+		for _, a := range agents {
+			out, err := lab.Run(ctx, a.Host, "ss", "-Htn")
+			if err == nil && hasSocket(out, local, peer) {
+				found = append(found, a.Name)
+			}
+		}
+		return strings.Join(found, ",")
+	}
+	for _, c := range conns {
+		what := fmt.Sprintf("%s -> %s", c.local, c.src.addr)
+		p, err := startPacedFromAddr(ctx, lab, c.src, c.from, c.local, size, 10*time.Second)
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+			continue
+		}
+		if c.accelerd {
+			near := holder(c.openers, c.src.addr, c.local)
+			far := holder(c.others, c.local, c.src.addr)
+			if near == "" || far == "" || strings.Contains(near, ",") || strings.Contains(far, ",") {
+				t.Errorf("%s: held by %q at the opener's site and %q at the listener's, want one agent each", what, near, far)
+			} else {
+				t.Logf("%s: carried by %s and %s", what, near, far)
+			}
+		}
+		p.release()
+		p.requireComplete(t, what)
+	}
 }

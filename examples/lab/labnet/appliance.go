@@ -41,6 +41,10 @@ type Whitelist struct {
 	Clients    []string
 	Server     string
 	ServerPort int
+	// ServerPorts, when set, is written as server_ports instead of
+	// ServerPort ("5700-5731" for a range); Direction as direction.
+	ServerPorts []string
+	Direction   string
 
 	// ClientAgents and ServerAgents name a subset of the sites' agents;
 	// empty uses them all.
@@ -68,7 +72,18 @@ func (c *ConfigFile) SetWhitelist(w Whitelist) {
 	}
 	b.SetAttributeValue("clients", cty.ListVal(clients))
 	b.SetAttributeValue("server", cty.StringVal(w.Server))
-	b.SetAttributeValue("server_port", cty.NumberIntVal(int64(w.ServerPort)))
+	if len(w.ServerPorts) > 0 {
+		ports := make([]cty.Value, len(w.ServerPorts))
+		for i, p := range w.ServerPorts {
+			ports[i] = cty.StringVal(p)
+		}
+		b.SetAttributeValue("server_ports", cty.ListVal(ports))
+	} else {
+		b.SetAttributeValue("server_port", cty.NumberIntVal(int64(w.ServerPort)))
+	}
+	if w.Direction != "" {
+		b.SetAttributeValue("direction", cty.StringVal(w.Direction))
+	}
 	counts := []struct {
 		name string
 		v    int
