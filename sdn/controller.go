@@ -265,6 +265,13 @@ type Controller struct {
 
 	// gate is what the listener admits before it learns a datapath id.
 	gate gate
+	// updates counts Update calls. redeal, when not 0, is the update
+	// that re-dealt a spread's buckets (an agent added or removed, or the
+	// bucket count changed): the switches keep the flows they have until
+	// a health round that started after it has read every agent's live
+	// sessions, so that the sessions whose buckets move are pinned in the
+	// same convergence (reDealt).
+	updates, redeal uint64
 	// handshakes counts connections in handshake: in all, by address
 	// (connlimit.AddressOf) and by IPv4 address or IPv6 /64
 	// (connlimit.SourceOf); handshakeOrder holds their slots in accept
@@ -445,7 +452,13 @@ func (c *Controller) Update(switches []flows.Switch, agents map[string]AgentHeal
 		c.status[name].DatapathID = sw.DatapathID
 	}
 	drop := c.refusedLocked(func(name string) string { return old[name].Connect })
-	c.kickLocked()
+	c.updates++
+	if c.redeal != 0 || reDealt(old, byName) {
+		// The health round signalled below converges the switches.
+		c.redeal = c.updates
+	} else {
+		c.kickLocked()
+	}
 	c.mu.Unlock()
 	for _, s := range drop {
 		s.conn.Close()
@@ -1319,6 +1332,7 @@ func (c *Controller) healthRound(ctx context.Context) bool {
 		h.MaxSessions = st.sessionCap()
 		targets[name] = h
 	}
+	startedAfter := c.updates
 	c.mu.Unlock()
 	type result struct {
 		name    string
@@ -1390,7 +1404,50 @@ func (c *Controller) healthRound(ctx context.Context) bool {
 			}
 		}
 	}
+	c.mu.Lock()
+	if c.redeal != 0 && c.redeal <= startedAfter {
+		// The sessions of the update that re-dealt buckets are read.
+		c.redeal = 0
+		changed = true
+	}
+	c.mu.Unlock()
 	return changed
+}
+
+// reDealt reports whether a steer that both old and new switches carry
+// deals its buckets differently in new: other agents, or another bucket
+// count or spread mode. The sessions an agent holds in a bucket dealt
+// away from it keep their path only through a pin (flows.PinSessions).
+func reDealt(old, new map[string]flows.Switch) bool {
+	type key struct {
+		sw, whitelist string
+		side          flows.Side
+		reverse       bool
+	}
+	deal := func(st flows.Steer) string {
+		names := []string{st.Agent.Name}
+		if len(st.Agents) > 0 {
+			names = names[:0]
+			for _, a := range st.Agents {
+				names = append(names, a.Name)
+			}
+		}
+		return fmt.Sprint(names, st.Spread, st.SpreadBits)
+	}
+	was := map[key]string{}
+	for name, sw := range old {
+		for _, st := range sw.Steers {
+			was[key{name, st.Whitelist, st.Side, st.Reverse}] = deal(st)
+		}
+	}
+	for name, sw := range new {
+		for _, st := range sw.Steers {
+			if d, ok := was[key{name, st.Whitelist, st.Side, st.Reverse}]; ok && d != deal(st) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Status returns a snapshot, switches and agents sorted by name.
