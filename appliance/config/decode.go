@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -139,13 +140,38 @@ func (a *attrs) value(name string, want cty.Type, wantName string) (cty.Value, b
 		a.bad[name] = true
 		return cty.NilVal, false
 	}
-	cv, err := convert.Convert(v, want)
+	var cv cty.Value
+	var err error
+	if want.Equals(cty.List(cty.String)) && v.Type().IsTupleType() {
+		// cty unifies a tuple's element types by sorting them, which
+		// took 11 s for a list of 20,000 strings: convert each element.
+		cv, err = stringList(v)
+	} else {
+		cv, err = convert.Convert(v, want)
+	}
 	if err != nil || !cv.IsWhollyKnown() {
 		a.errorf(name, "%s must be %s", fmt.Sprintf("Write it as %s.", exampleOf(wantName)), name, wantName)
 		a.bad[name] = true
 		return cty.NilVal, false
 	}
 	return cv, true
+}
+
+// stringList converts a tuple to a list of strings element by element,
+// as convert.Convert would.
+func stringList(v cty.Value) (cty.Value, error) {
+	if v.LengthInt() == 0 {
+		return cty.ListValEmpty(cty.String), nil
+	}
+	elems := make([]cty.Value, 0, v.LengthInt())
+	for _, e := range v.AsValueSlice() {
+		ce, err := convert.Convert(e, cty.String)
+		if err != nil {
+			return cty.NilVal, err
+		}
+		elems = append(elems, ce)
+	}
+	return cty.ListVal(elems), nil
 }
 
 func exampleOf(wantName string) string {
@@ -955,6 +981,27 @@ func overlapping(ps []netip.Prefix) [][2]netip.Prefix {
 	return out
 }
 
+// overlappingPorts returns, for each range of rs that overlaps one before
+// it in the order of their first port (the list's order among equal
+// starts), that pair, the earlier one first: one pair per range, found in
+// n log n. Each range is paired with the one reaching furthest before it,
+// which it overlaps whenever it overlaps any.
+func overlappingPorts(rs []portrange.Range) [][2]portrange.Range {
+	sorted := slices.Clone(rs)
+	slices.SortStableFunc(sorted, func(a, b portrange.Range) int { return cmp.Compare(a.Lo, b.Lo) })
+	var out [][2]portrange.Range
+	var reach portrange.Range
+	for i, r := range sorted {
+		if i > 0 && r.Lo <= reach.Hi {
+			out = append(out, [2]portrange.Range{reach, r})
+		}
+		if i == 0 || r.Hi > reach.Hi {
+			reach = r
+		}
+	}
+	return out
+}
+
 // rangeLike says whether a quoted server_port holds a range or a list
 // rather than a number, which may be signed ("-1" is a number out of
 // range, not a range).
@@ -1022,12 +1069,10 @@ func decodePorts(a *attrs, w *Whitelist, diags *hcl.Diagnostics) {
 				a.errorf("server_ports", "whitelist %q server_ports: %v", `List ports and ranges of the listening side, e.g. ["5201", "50000-51000"].`, w.Name, err)
 				continue
 			}
-			for _, q := range ports {
-				if q.Overlaps(r) {
-					a.errorf("server_ports", "whitelist %q server_ports: %s overlaps %s", "List each port once; merge the two into one range.", w.Name, r, q)
-				}
-			}
 			ports = append(ports, r)
+		}
+		for _, o := range overlappingPorts(ports) {
+			a.errorf("server_ports", "whitelist %q server_ports: %s overlaps %s", "List each port once; merge the two into one range.", w.Name, o[1], o[0])
 		}
 		if len(list) == 0 && len(*diags) == before {
 			a.errorf("server_ports", "whitelist %q server_ports is empty", `List at least one port, or remove server_ports to accelerate every port.`, w.Name)

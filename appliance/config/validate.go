@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
 	"net/netip"
@@ -629,26 +630,55 @@ func whitelistsOverlap(w, v *Whitelist) (string, bool) {
 	return "", false
 }
 
+// firstOverlap is a pair of overlapping prefixes, one of a and one of b,
+// found in (n+m) log(n+m).
 func firstOverlap(a, b []netip.Prefix) ([2]netip.Prefix, bool) {
-	for _, p := range a {
-		for _, q := range b {
-			if p.Overlaps(q) {
-				return [2]netip.Prefix{p, q}, true
-			}
+	first := func(p netip.Prefix) netip.Addr { return p.Masked().Addr() }
+	last := func(p netip.Prefix) netip.Addr {
+		b := p.Masked().Addr().AsSlice()
+		for k := max(p.Bits(), 0); k < len(b)*8; k++ {
+			b[k/8] |= 0x80 >> (k % 8)
 		}
+		a, _ := netip.AddrFromSlice(b)
+		return a
 	}
-	return [2]netip.Prefix{}, false
+	i, j, ok := firstIntervalOverlap(a, b, func(x, y netip.Prefix) int { return first(x).Compare(first(y)) },
+		func(x, y netip.Prefix) bool { return last(x).Less(first(y)) })
+	if !ok {
+		return [2]netip.Prefix{}, false
+	}
+	return [2]netip.Prefix{i, j}, true
 }
 
 func firstPortOverlap(a, b []portrange.Range) ([2]portrange.Range, bool) {
-	for _, p := range a {
-		for _, q := range b {
-			if p.Overlaps(q) {
-				return [2]portrange.Range{p, q}, true
-			}
+	i, j, ok := firstIntervalOverlap(a, b, func(x, y portrange.Range) int { return cmp.Compare(x.Lo, y.Lo) },
+		func(x, y portrange.Range) bool { return x.Hi < y.Lo })
+	if !ok {
+		return [2]portrange.Range{}, false
+	}
+	return [2]portrange.Range{i, j}, true
+}
+
+// firstIntervalOverlap finds an interval of a and one of b that overlap:
+// both sorted by their start, the one that ends before the other starts
+// is dropped, as nothing after the other can overlap it either. before(x,
+// y) says that x ends before y starts.
+func firstIntervalOverlap[T any](a, b []T, byStart func(x, y T) int, before func(x, y T) bool) (T, T, bool) {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.SortFunc(a, byStart)
+	slices.SortFunc(b, byStart)
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		switch {
+		case before(a[i], b[j]):
+			i++
+		case before(b[j], a[i]):
+			j++
+		default:
+			return a[i], b[j], true
 		}
 	}
-	return [2]portrange.Range{}, false
+	var zero T
+	return zero, zero, false
 }
 
 // MaxFlowsPerWhitelist bounds the steering flows one whitelist may put on
