@@ -99,8 +99,8 @@ func TestSteeringAppliesOwnedObjectsOnlyInNetns(t *testing.T) {
 		`iifname "sosa0" ip saddr @clients0 ip daddr @servers0 tcp dport @ports0 tcp flags syn / fin,syn,rst,ack meta mark set 0x0000534f tproxy to :9876 accept`,
 		`iifname "sosa0" ip saddr @clients2 ip daddr @servers2 tcp dport @ports2 tcp flags syn / fin,syn,rst,ack meta mark set 0x0000534f tproxy to :9876 accept`,
 		// The divert's other packets, and the replies', are sent on.
-		`iifname "sosa0" ip saddr @clients2 ip daddr @servers2 tcp dport @ports2 fib daddr type != local dup to ip daddr device iif drop`,
-		`iifname "sosa0" ip saddr @rservers0 ip daddr @rclients0 tcp sport @rports0 fib daddr type != local dup to ip daddr device iif drop`,
+		`iifname "sosa0" ip saddr @clients2 ip daddr @servers2 tcp dport @ports2 fib daddr type unicast ip ttl > 1 dup to ip daddr device iif drop`,
+		`iifname "sosa0" ip saddr @rservers0 ip daddr @rclients0 tcp sport @rports0 fib daddr type unicast ip ttl > 1 dup to ip daddr device iif drop`,
 		"set rservers0 {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 10.9.1.0/28 }",
 		"set rports0 {\n\t\ttype inet_service\n\t\tflags interval\n\t\telements = { 5000-5099 }",
 		"set clients0 {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 10.9.1.0/24 }",
@@ -333,7 +333,7 @@ func TestSteeringIPv6InNetns(t *testing.T) {
 	for _, want := range []string{
 		"meta l4proto tcp socket transparent 1 meta mark set 0x0000534f accept",
 		`iifname "sosa0" ip6 saddr @clients0 ip6 daddr @servers0 tcp dport @ports0 tcp flags syn / fin,syn,rst,ack meta mark set 0x0000534f tproxy to :9876 accept`,
-		`iifname "sosa0" ip6 saddr @clients0 ip6 daddr @servers0 tcp dport @ports0 fib daddr type != local dup to ip6 daddr device iif drop`,
+		`iifname "sosa0" ip6 saddr @clients0 ip6 daddr @servers0 tcp dport @ports0 fib daddr type unicast ip6 hoplimit > 1 dup to ip6 daddr device iif drop`,
 		"type ipv6_addr\n\t\tflags interval\n\t\telements = { 2001:db8:1::/48 }",
 		"type ipv6_addr\n\t\tflags interval\n\t\telements = { 2001:db8:2::/124 }",
 		"elements = { 5201, 50000-51000 }",

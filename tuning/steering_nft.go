@@ -43,14 +43,15 @@ type nftFamily struct {
 	is4          bool
 	addrLen      uint32 // bytes of an address
 	saddr, daddr uint32 // their offsets in the network header
+	ttl          uint32 // the offset of the TTL (IPv4) or hop limit (IPv6)
 	addrType     nftables.SetDatatype
 }
 
 var (
 	ipv4Family = nftFamily{name: "ip", table: nftables.TableFamilyIPv4, proto: unix.NFPROTO_IPV4, is4: true,
-		addrLen: 4, saddr: 12, daddr: 16, addrType: nftables.TypeIPAddr}
+		addrLen: 4, saddr: 12, daddr: 16, ttl: 8, addrType: nftables.TypeIPAddr}
 	ipv6Family = nftFamily{name: "ip6", table: nftables.TableFamilyIPv6, proto: unix.NFPROTO_IPV6,
-		addrLen: 16, saddr: 8, daddr: 24, addrType: nftables.TypeIP6Addr}
+		addrLen: 16, saddr: 8, daddr: 24, ttl: 7, addrType: nftables.TypeIP6Addr}
 	// nftFamilies are the steering tables, each written and read alike.
 	nftFamilies = []nftFamily{ipv4Family, ipv6Family}
 )
@@ -139,10 +140,10 @@ func portElements(rs []portrange.Range) []nftables.SetElement {
 //	    tcp dport @portsI tcp flags & (fin|syn|rst|ack) == syn
 //	    meta mark set MARK tproxy ip to :LISTEN accept                 (per divert)
 //	[iifname IF] meta l4proto tcp ip saddr @clientsI ip daddr @serversI
-//	    tcp dport @portsI fib daddr type != local
+//	    tcp dport @portsI fib daddr type unicast ip ttl > 1
 //	    dup to ip daddr device iif drop                                  (per divert)
 //	[iifname IF] meta l4proto tcp ip saddr @rserversJ ip daddr @rclientsJ
-//	    tcp sport @rportsJ fib daddr type != local
+//	    tcp sport @rportsJ fib daddr type unicast ip ttl > 1
 //	    dup to ip daddr device iif drop                                  (per reply)
 //
 // The first rule catches packets of connections the relay already owns
@@ -197,8 +198,15 @@ func steeringRuleExprs(t item.TproxyRules, f nftFamily) ([]steeringSet, [][]expr
 	}
 	pass := func(r []expr.Any) []expr.Any {
 		return append(r,
+			// A unicast destination that is not this host's: never a
+			// broadcast or multicast one, whose copy would come back
+			// to this chain.
 			&expr.Fib{Register: reg, FlagDADDR: true, ResultADDRTYPE: true},
-			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_UNICAST)},
+			// As a router would: dup takes one off the TTL (hop
+			// limit) in prerouting, without looking at it.
+			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.ttl, Len: 1},
+			&expr.Cmp{Op: expr.CmpOpGt, Register: reg, Data: []byte{1}},
 			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.daddr, Len: f.addrLen},
 			&expr.Meta{Key: expr.MetaKeyIIF, Register: regDev},
 			&expr.Dup{RegAddr: reg, RegDev: regDev, IsRegDevSet: true},
@@ -511,9 +519,11 @@ type parsedRule struct {
 	hasMark                                bool
 	tproxyPort                             uint16
 	// opening: only a connection's first SYN; notLocal: fib daddr type
-	// != local; dup: sent on to its destination, out of its interface.
-	opening, notLocal, dup bool
-	accept, drop           bool
+	// unicast (not this host's, nor broadcast or multicast); ttl: ip ttl
+	// (ip6 hoplimit) > 1; dup: sent on to its destination, out of its
+	// interface.
+	opening, notLocal, ttl, dup bool
+	accept, drop                bool
 }
 
 // parseSteeringRule recognises the rule shapes steeringRuleExprs makes;
@@ -547,7 +557,7 @@ func parseSteeringRule(exprs []expr.Any, f nftFamily) (parsedRule, error) {
 			i++
 		case *expr.Socket:
 			cmp, ok := next().(*expr.Cmp)
-			if e.Key != expr.SocketKeyTransparent || !ok || cmp.Register != e.Register || !bytes.Equal(cmp.Data, []byte{1}) {
+			if e.Key != expr.SocketKeyTransparent || !ok || cmp.Op != expr.CmpOpEq || cmp.Register != e.Register || !bytes.Equal(cmp.Data, []byte{1}) {
 				return bad(i)
 			}
 			p.transparent = true
@@ -587,6 +597,15 @@ func parseSteeringRule(exprs []expr.Any, f nftFamily) (parsedRule, error) {
 				i += 2
 				continue
 			}
+			if c, ok := next().(*expr.Cmp); ok {
+				if e.Base != expr.PayloadBaseNetworkHeader || e.Offset != f.ttl || e.Len != 1 || c.Op != expr.CmpOpGt ||
+					c.Register != e.DestRegister || !bytes.Equal(c.Data, []byte{1}) || p.ttl {
+					return bad(i)
+				}
+				p.ttl = true
+				i++
+				continue
+			}
 			lk, ok := next().(*expr.Lookup)
 			if !ok || lk.SourceRegister != e.DestRegister || lk.Invert || lk.IsDestRegSet || lk.SetName == "" {
 				return bad(i)
@@ -607,8 +626,8 @@ func parseSteeringRule(exprs []expr.Any, f nftFamily) (parsedRule, error) {
 		case *expr.Fib:
 			cmp, ok := next().(*expr.Cmp)
 			want := expr.Fib{Register: e.Register, FlagDADDR: true, ResultADDRTYPE: true}
-			if *e != want || !ok || cmp.Op != expr.CmpOpNeq || cmp.Register != e.Register ||
-				!bytes.Equal(cmp.Data, binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)) || p.notLocal {
+			if *e != want || !ok || cmp.Op != expr.CmpOpEq || cmp.Register != e.Register ||
+				!bytes.Equal(cmp.Data, binaryutil.NativeEndian.PutUint32(unix.RTN_UNICAST)) || p.notLocal {
 				return bad(i)
 			}
 			p.notLocal = true
@@ -639,6 +658,36 @@ func parseSteeringRule(exprs []expr.Any, f nftFamily) (parsedRule, error) {
 		}
 	}
 	return p, nil
+}
+
+// exprKey is what one of our expressions does, in the fields the steering
+// table uses and the kernel reports back.
+func exprKey(e expr.Any) string {
+	switch e := e.(type) {
+	case *expr.Meta:
+		return fmt.Sprintf("meta key=%d sreg=%v reg=%d", e.Key, e.SourceRegister, e.Register)
+	case *expr.Cmp:
+		return fmt.Sprintf("cmp op=%d reg=%d data=%x", e.Op, e.Register, e.Data)
+	case *expr.Payload:
+		return fmt.Sprintf("payload op=%d dreg=%d base=%d off=%d len=%d", e.OperationType, e.DestRegister, e.Base, e.Offset, e.Len)
+	case *expr.Bitwise:
+		return fmt.Sprintf("bitwise sreg=%d dreg=%d len=%d mask=%x xor=%x", e.SourceRegister, e.DestRegister, e.Len, e.Mask, e.Xor)
+	case *expr.Lookup:
+		return fmt.Sprintf("lookup sreg=%d set=%s invert=%v dreg=%v", e.SourceRegister, e.SetName, e.Invert, e.IsDestRegSet)
+	case *expr.Socket:
+		return fmt.Sprintf("socket key=%d reg=%d", e.Key, e.Register)
+	case *expr.Immediate:
+		return fmt.Sprintf("immediate reg=%d data=%x", e.Register, e.Data)
+	case *expr.TProxy:
+		return fmt.Sprintf("tproxy family=%d addr=%d port=%d", e.Family, e.RegAddr, e.RegPort)
+	case *expr.Fib:
+		return fmt.Sprintf("fib %+v", *e)
+	case *expr.Dup:
+		return fmt.Sprintf("dup addr=%d dev=%d", e.RegAddr, e.RegDev)
+	case *expr.Verdict:
+		return fmt.Sprintf("verdict %d %s", e.Kind, e.Chain)
+	}
+	return fmt.Sprintf("%T", e)
 }
 
 // nftSet is a set of the steering table as read from the kernel.
@@ -706,7 +755,7 @@ func decodeSteeringRules(rules []dumpedRule, sets map[string]nftSet, f nftFamily
 		}
 		if i == 0 {
 			if !p.tcp || !p.accept || !p.hasMark || !p.transparent || p.iifname != "" || p.saddrSet != "" || p.daddrSet != "" ||
-				p.dportSet != "" || p.sportSet != "" || p.tproxyPort != 0 || p.opening || p.notLocal || p.dup {
+				p.dportSet != "" || p.sportSet != "" || p.tproxyPort != 0 || p.opening || p.notLocal || p.ttl || p.dup {
 				return t, fmt.Errorf("rule 1 is not the transparent-socket rule")
 			}
 			t.Mark = p.mark
@@ -719,9 +768,9 @@ func decodeSteeringRules(rules []dumpedRule, sets map[string]nftSet, f nftFamily
 			return t, fmt.Errorf("rule %d differs from rule 2 in interface", i+1)
 		}
 		isDivert := p.tcp && p.accept && p.hasMark && p.opening && !p.transparent && p.saddrSet != "" && p.daddrSet != "" &&
-			p.dportSet != "" && p.tproxyPort != 0 && !p.notLocal && !p.dup
+			p.dportSet != "" && p.tproxyPort != 0 && !p.notLocal && !p.ttl && !p.dup
 		isPass := p.tcp && p.drop && !p.hasMark && !p.opening && !p.transparent && p.saddrSet != "" && p.daddrSet != "" &&
-			(p.dportSet != "") != (p.sportSet != "") && p.tproxyPort == 0 && p.notLocal && p.dup
+			(p.dportSet != "") != (p.sportSet != "") && p.tproxyPort == 0 && p.notLocal && p.ttl && p.dup
 		switch {
 		case isDivert:
 			if passed > 0 || len(t.Replies) > 0 {
@@ -771,6 +820,23 @@ func decodeSteeringRules(rules []dumpedRule, sets map[string]nftSet, f nftFamily
 	}
 	if passed != len(diverts) {
 		return t, fmt.Errorf("%d of %d divert rules have no pass rule", len(diverts)-passed, len(diverts))
+	}
+	// What was read must be what steeringRuleExprs writes for it,
+	// expression by expression: the same expressions in another order,
+	// or with another comparison, do something else.
+	_, want := steeringRuleExprs(t, f)
+	if len(want) != len(rules) {
+		return t, fmt.Errorf("%d rules, %d written for what they say", len(rules), len(want))
+	}
+	for i, r := range rules {
+		if len(r.exprs) != len(want[i]) {
+			return t, fmt.Errorf("rule %d has %d expressions, %d written for what it says", i+1, len(r.exprs), len(want[i]))
+		}
+		for j, e := range r.exprs {
+			if got, w := exprKey(e), exprKey(want[i][j]); got != w {
+				return t, fmt.Errorf("rule %d expression %d is %s, %s written for what the rule says", i+1, j+1, got, w)
+			}
+		}
 	}
 	for name := range sets {
 		if !used[name] {
