@@ -126,7 +126,7 @@ func TestCompileDirectionBoth(t *testing.T) {
 		case "sw-a": // masks: 2811 and 50000-50015, 50016-50019
 			for _, want := range []string{
 				"priority=2000,tcp,nw_src=10.1.0.0/25,nw_dst=10.2.0.16/28,tp_dst=0xc350/0xfff0 set_field:02:00:00:00:00:01->eth_dst,output:3",
-				"priority=2000,tcp,nw_src=10.1.0.0/25,nw_dst=10.2.0.16/28,tp_src=0xc360/0xfffc set_field:02:00:00:00:00:01->eth_dst,output:3",
+				"priority=2001,tcp,nw_src=10.1.0.0/25,nw_dst=10.2.0.16/28,tp_src=0xc360/0xfffc set_field:02:00:00:00:00:01->eth_dst,output:3",
 			} {
 				if !strings.Contains(all, want) {
 					t.Errorf("sw-a lacks %q:\n%s", want, all)
@@ -140,7 +140,7 @@ func TestCompileDirectionBoth(t *testing.T) {
 			}
 		case "sw-b": // port_masks = false: one flow per port
 			for _, want := range []string{
-				"priority=2000,tcp,nw_src=10.2.0.16/28,nw_dst=10.1.0.0/25,tp_src=50007 set_field:02:00:00:00:00:02->eth_dst,output:7",
+				"priority=2001,tcp,nw_src=10.2.0.16/28,nw_dst=10.1.0.0/25,tp_src=50007 set_field:02:00:00:00:00:02->eth_dst,output:7",
 				"priority=2000,tcp,nw_src=10.2.0.16/28,nw_dst=10.1.0.0/25,tp_dst=50007 set_field:02:00:00:00:00:02->eth_dst,output:7",
 			} {
 				if !strings.Contains(all, want) {

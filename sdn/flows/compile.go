@@ -551,6 +551,16 @@ const PrioritySession = PrioritySteer + 3
 // survivor through one exact-match flow each (both ports and addresses),
 // until the survivor no longer reports them. held maps each agent to the
 // sessions it reports; apply it after FailOpen, whose Down it uses.
+//
+// A session's bucket is the one of the flow that wins for the packets its
+// agent receives on this switch: the opener's (client to server), or the
+// listener's replies (server to client), whichever this switch steers.
+// That is not always its own whitelist's flow of that side: when both its
+// ports are in a range steered both ways (direction = "both", or two
+// whitelists in opposite directions), the opener's packets take the other
+// direction's server-side flow, which ranks higher and deals them by the
+// listener (review, helper-111).
+//
 // Agents' reports are not trusted to be consistent: a session listed
 // twice is pinned once, and one that two agents claim is pinned to
 // neither (at most one of them holds it, and which cannot be told), so
@@ -558,6 +568,9 @@ const PrioritySession = PrioritySteer + 3
 func PinSessions(sw Switch, held map[string][]Held) Switch {
 	out := sw
 	out.Steers = slices.Clone(sw.Steers)
+	// The live dealing of each spread steer.
+	deals := make([]*spread.Buckets, len(out.Steers))
+	ups := make([][]bool, len(out.Steers))
 	for i, st := range out.Steers {
 		if len(st.Agents) == 0 {
 			continue
@@ -570,18 +583,48 @@ func PinSessions(sw Switch, held map[string][]Held) Switch {
 		if err != nil {
 			continue
 		}
-		type tuple struct{ client, server netip.AddrPort }
-		owner := make(map[tuple]int) // index into st.Agents; -1: claimed by two
-		var order []tuple
-		for j, a := range st.Agents {
-			if !up[j] {
-				continue
-			}
-			for _, h := range held[a.Name] {
-				if h.Whitelist != st.Whitelist || !steerCovers(st, h) || b.Agent(h.Client) == j {
+		deals[i], ups[i] = &b, up
+		out.Steers[i].Pins = nil
+	}
+	type pinKey struct {
+		steer          int
+		client, server netip.AddrPort
+	}
+	owner := map[pinKey]int{} // index into the steer's Agents; -1: claimed by two
+	var order []pinKey
+	seen := map[string]bool{}
+	for _, a := range sw.Agents {
+		if seen[a.Name] {
+			continue
+		}
+		seen[a.Name] = true
+		for _, h := range held[a.Name] {
+			for _, p := range [][2]netip.AddrPort{{h.Client, h.Server}, {h.Server, h.Client}} {
+				w := winningSteer(out.Steers, p[0], p[1])
+				if w < 0 || deals[w] == nil {
 					continue
 				}
-				k := tuple{h.Client, h.Server}
+				st := out.Steers[w]
+				// The session's own whitelist's flow, or for the
+				// opener's packets another direction's server side.
+				opener := p[0] == h.Client
+				if st.Whitelist != h.Whitelist && !(opener && st.Side == ServerSide) {
+					continue
+				}
+				j := slices.IndexFunc(st.Agents, func(x Agent) bool { return x.Name == a.Name })
+				if j < 0 || !ups[w][j] {
+					continue
+				}
+				// The bucket is the opener's: the source of a
+				// client side's packets, the destination of a
+				// server side's.
+				k := pinKey{steer: w, client: p[0], server: p[1]}
+				if st.Side == ServerSide {
+					k.client, k.server = p[1], p[0]
+				}
+				if deals[w].Agent(k.client) == j {
+					continue
+				}
 				switch prev, ok := owner[k]; {
 				case !ok:
 					owner[k] = j
@@ -591,18 +634,38 @@ func PinSessions(sw Switch, held map[string][]Held) Switch {
 				}
 			}
 		}
-		var pins []Pin
-		for _, k := range order {
-			if j := owner[k]; j >= 0 {
-				pins = append(pins, Pin{Client: k.client, Server: k.server, Agent: st.Agents[j]})
-			}
+	}
+	for _, k := range order {
+		if j := owner[k]; j >= 0 {
+			st := &out.Steers[k.steer]
+			st.Pins = append(st.Pins, Pin{Client: k.client, Server: k.server, Agent: st.Agents[j]})
 		}
-		out.Steers[i].Pins = pins
 	}
 	return out
 }
 
-// steerCovers reports whether a session belongs to the steer's direction.
+// winningSteer is the index of the steer whose flow a TCP packet from src
+// to dst takes on the switch, or -1: the server side's flows rank above
+// the client side's (PriorityReply).
+func winningSteer(steers []Steer, src, dst netip.AddrPort) int {
+	best := -1
+	for i, st := range steers {
+		var hit bool
+		if st.Side == ClientSide {
+			hit = steerCovers(st, Held{Client: src, Server: dst})
+		} else {
+			hit = steerCovers(st, Held{Client: dst, Server: src})
+		}
+		if hit && (best < 0 || st.Side == ServerSide && steers[best].Side == ClientSide) {
+			best = i
+		}
+	}
+	return best
+}
+
+// steerCovers reports whether a session belongs to the steer's direction:
+// its client in the steer's clients, its server in its servers and on one
+// of its ports.
 func steerCovers(st Steer, h Held) bool {
 	c, s := h.Client.Addr().Unmap(), h.Server.Addr().Unmap()
 	if !slices.ContainsFunc(st.Clients, func(p netip.Prefix) bool { return p.Contains(c) }) {
