@@ -11,16 +11,13 @@ package desired
 // checked with ofproto/trace and with real TCP between network namespaces.
 
 import (
-	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ovstest"
@@ -126,99 +123,5 @@ whitelist "gridftp" {
 	client := ap("10.1.0.5:40002")
 	if got, _ := r107Trace(t, inst, "br-b", 1, ap("10.2.0.10:50000"), client); got != serverAgentPort[b.Agent(client)] {
 		t.Errorf("control: reply to %s goes to %s", client, got)
-	}
-}
-
-// TestReview107OVSServerOpenedConnectionBlackholed: the GridFTP-style
-// whitelist (clients 10.1.0.0/24, servers 10.2.0.16/28, ports 2811 and
-// 50000-51000, direction "client") on two bridges joined by a veth (the
-// WAN), a client host and a server host on one L2, and an agent namespace
-// on each switch's agent port (no relay: what the kernel of an agent host
-// does with a packet that is not for it, ip_forward being 0 as the
-// appliance leaves it). The server host opens a TCP connection to the
-// client host's port 22, which no whitelist names: from source port 40000
-// it connects; from source port 50123, a port Linux's default ephemeral
-// range (32768-60999) hands out, the switch steers its SYN to the agent,
-// which drops it, and the connection never completes.
-func TestReview107OVSServerOpenedConnectionBlackholed(t *testing.T) {
-	ovstest.Require(t, ovstest.Binaries...)
-	sws := compiledSwitches(t, r107Sites+`
-whitelist "gridftp" {
-  clients      = ["10.1.0.0/24"]
-  servers      = ["10.2.0.16/28"]
-  server_ports = ["2811", "50000-51000"]
-}`)
-	inst := ovstest.Start(t)
-	brA := inst.AddBridge(t, "br-a", 1)
-	brB := inst.AddBridge(t, "br-b", 2)
-	wanA, wanB := ovstest.UniqueName("wa"), ovstest.UniqueName("wb")
-	if out, err := inst.Exec("ip", "link", "add", wanA, "type", "veth", "peer", "name", wanB); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	for _, l := range []string{wanA, wanB} {
-		if out, err := inst.Exec("ip", "link", "set", l, "up"); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-		if out, err := inst.Exec("ethtool", "-K", l, "tx", "off"); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-	}
-	if err := brA.AddPort(wanA, 9); err != nil {
-		t.Fatal(err)
-	}
-	if err := brB.AddPort(wanB, 9); err != nil {
-		t.Fatal(err)
-	}
-	mac := func(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
-	client := brA.AttachHost(t, 1, mac("02:00:00:00:01:05"), netip.MustParsePrefix("10.1.0.5/8"))
-	brA.AttachHost(t, 3, mac("02:00:00:00:00:01"), netip.MustParsePrefix("10.1.0.2/8"))
-	server := brB.AttachHost(t, 1, mac("02:00:00:00:02:14"), netip.MustParsePrefix("10.2.0.20/8"))
-	brB.AttachHost(t, 7, mac("02:00:00:00:00:02"), netip.MustParsePrefix("10.2.0.2/8"))
-	if err := client.Neighbor(netip.MustParseAddr("10.2.0.20"), server.MAC); err != nil {
-		t.Fatal(err)
-	}
-	if err := server.Neighbor(netip.MustParseAddr("10.1.0.5"), client.MAC); err != nil {
-		t.Fatal(err)
-	}
-	r107Install(t, inst, brA, sws["sw-a"])
-	r107Install(t, inst, brB, sws["sw-b"])
-
-	var ln net.Listener
-	if err := client.InNamespace(func() error {
-		var err error
-		ln, err = net.Listen("tcp4", "10.1.0.5:22")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	dial := func(sport int) error {
-		return server.InNamespace(func() error {
-			d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(10, 2, 0, 20), Port: sport}}
-			c, err := d.Dial("tcp4", "10.1.0.5:22")
-			if err != nil {
-				return err
-			}
-			return c.Close()
-		})
-	}
-	if err := dial(40000); err != nil {
-		t.Fatalf("control: server -> client:22 from port 40000: %v", err)
-	}
-	got, trace := r107Trace(t, inst, "br-b", 1, ap("10.2.0.20:50123"), ap("10.1.0.5:22"))
-	t.Logf("SYN 10.2.0.20:50123 -> 10.1.0.5:22 on br-b: %s", got)
-	if err := dial(50123); err != nil {
-		var ne net.Error
-		timeout := errors.As(err, &ne) && ne.Timeout()
-		t.Errorf("server host -> client host:22 (no whitelist names it) from ephemeral port 50123 failed (timeout %v): %v; the server site's switch sends its SYN to %s:\n%s", timeout, err, got, trace)
 	}
 }
