@@ -278,28 +278,10 @@ type r110Net struct {
 }
 
 func r110Topology(t *testing.T) *r110Net {
-	pid := os.Getpid()
-	sw := fmt.Sprintf("r110sw%d", pid)
-	agent := passOnHost{"", "02:00:00:00:0a:01", netip.MustParseAddr("10.9.1.1"), netip.MustParseAddr("fd09::1:1"), "sosa0", "pa"}
-	client := passOnHost{fmt.Sprintf("r110c%d", pid), "02:00:00:00:0a:02", netip.MustParseAddr("10.9.1.10"), netip.MustParseAddr("fd09::1:10"), "sosc0", "pc"}
-	server := passOnHost{fmt.Sprintf("r110s%d", pid), "02:00:00:00:0a:03", netip.MustParseAddr("10.9.5.20"), netip.MustParseAddr("fd09::5:20"), "soss0", "ps"}
-	mgmt := fmt.Sprintf("r110m%d", pid)
-	for _, ns := range []string{sw, client.ns, server.ns, mgmt} {
-		run(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	}
-	run(t, "ip", "-n", sw, "link", "add", "br0", "type", "bridge")
-	run(t, "ip", "-n", sw, "link", "set", "br0", "up")
-	run(t, "ip", "link", "set", "lo", "up")
-	for _, h := range []passOnHost{agent, client, server} {
-		h.ip(t, "link", "add", h.ifname, "type", "veth", "peer", "name", h.bridgeEnd, "netns", sw)
-		run(t, "ip", "-n", sw, "link", "set", h.bridgeEnd, "master", "br0", "up")
-		h.ip(t, "link", "set", h.ifname, "address", h.mac)
-		h.ip(t, "addr", "add", h.v4.String()+"/16", "dev", h.ifname)
-		h.ip(t, "addr", "add", h.v6.String()+"/64", "dev", h.ifname, "nodad")
-		h.ip(t, "link", "set", h.ifname, "up")
-		h.ip(t, "link", "set", "lo", "up")
-	}
+	agent, client, server := passOnLAN(t, "r110")
+	mgmt := fmt.Sprintf("r110m%d", os.Getpid())
+	run(t, "ip", "netns", "add", mgmt)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", mgmt).Run() })
 	// The agent's other interface: a management network, 10.77.0.0/24,
 	// with one host on it.
 	mhost := passOnHost{mgmt, "02:00:00:00:0a:04", netip.MustParseAddr("10.77.0.5"), netip.Addr{}, "sosm1", ""}
@@ -309,23 +291,7 @@ func r110Topology(t *testing.T) *r110Net {
 	run(t, "ip", "-n", mgmt, "link", "set", "sosm1", "address", mhost.mac)
 	run(t, "ip", "-n", mgmt, "addr", "add", "10.77.0.5/24", "dev", "sosm1")
 	run(t, "ip", "-n", mgmt, "link", "set", "sosm1", "up")
-	neigh := func(h passOnHost, a netip.Addr, mac string) {
-		h.ip(t, "neigh", "replace", a.String(), "lladdr", mac, "dev", h.ifname, "nud", "permanent")
-	}
-	for _, a := range []netip.Addr{server.v4, server.v6} {
-		neigh(client, a, agent.mac)
-		neigh(agent, a, server.mac)
-	}
-	for _, a := range []netip.Addr{client.v4, client.v6} {
-		neigh(server, a, agent.mac)
-		neigh(agent, a, client.mac)
-	}
 	run(t, "ip", "neigh", "replace", "10.77.0.5", "lladdr", mhost.mac, "dev", "sosm0", "nud", "permanent")
-	for _, key := range []string{"net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"} {
-		if got := strings.TrimSpace(run(t, "sysctl", "-n", key)); got != "0" {
-			t.Fatalf("%s = %s in the agent's namespace; the test needs it 0", key, got)
-		}
-	}
 	ports := []portrange.Range{{Lo: 50000, Hi: 51000}}
 	sel := func(clients []string, servers string) item.Divert {
 		var cs []netip.Prefix
@@ -378,7 +344,6 @@ func TestPassRulesHonourTTL(t *testing.T) {
 	agentMAC, serverMAC, clientMAC := n.agentMAC, n.serverMAC, n.clientMAC
 	_, _, _, _, _, _, _, _, _, _, _ = agent, client, server, spec, aSock, cSock, sSock, mSock, agentMAC, serverMAC, clientMAC
 	settle, reset := r110Settle, n.reset
-	_, _ = settle, reset
 	// TTL: one passed packet in, how many out, with which TTL.
 	for _, ttl := range []byte{64, 1, 0} {
 		t.Run(fmt.Sprintf("unicast ttl %d", ttl), func(t *testing.T) {
@@ -423,7 +388,7 @@ func TestPassRulesSendNoBroadcastOrMulticast(t *testing.T) {
 	agentMAC, serverMAC, clientMAC := n.agentMAC, n.serverMAC, n.clientMAC
 	_, _, _, _, _, _, _, _, _, _, _ = agent, client, server, spec, aSock, cSock, sSock, mSock, agentMAC, serverMAC, clientMAC
 	settle, reset := r110Settle, n.reset
-	_, _ = settle, reset
+	_ = settle
 	// Destinations that are not unicast at the agent: a dup to them
 	// loops back into the agent's own prerouting hook.
 	for _, c := range []struct {
@@ -472,32 +437,14 @@ func TestPassRulesOnCraftedSegments(t *testing.T) {
 	agentMAC, serverMAC, clientMAC := n.agentMAC, n.serverMAC, n.clientMAC
 	_, _, _, _, _, _, _, _, _, _, _ = agent, client, server, spec, aSock, cSock, sSock, mSock, agentMAC, serverMAC, clientMAC
 	settle, reset := r110Settle, n.reset
-	_, _ = settle, reset
 	// A transparent listener, as the relay has, for the diverts.
-	var accepted = make(chan string, 64)
 	startListener := func() []net.Listener {
 		var lns []net.Listener
 		for _, nw := range []string{"tcp4", "tcp6"} {
 			addr := map[string]string{"tcp4": "0.0.0.0:9876", "tcp6": "[::]:9876"}[nw]
 			ln := transparentListenerOn(t, nw, addr)
 			lns = append(lns, ln)
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					go func() {
-						defer c.Close()
-						accepted <- c.LocalAddr().String()
-						_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-						b := make([]byte, 128)
-						if n, err := c.Read(b); err == nil {
-							fmt.Fprintf(c, "agent %s", b[:n])
-						}
-					}()
-				}
-			}()
+			serveLines(t, ln, func(c net.Conn, line []byte) { fmt.Fprintf(c, "agent %s", line) })
 		}
 		return lns
 	}
@@ -610,32 +557,8 @@ func TestPassRulesOnCraftedSegments(t *testing.T) {
 	if err := client.inNs(func() error { return os.WriteFile("/proc/sys/net/ipv4/tcp_ecn", []byte("1"), 0o644) }); err != nil {
 		t.Fatal(err)
 	}
-	echo := func(h passOnHost, network, addr string) net.Listener {
-		var ln net.Listener
-		if err := h.inNs(func() error {
-			var err error
-			ln, err = net.Listen(network, addr)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer c.Close()
-					b := make([]byte, 128)
-					if n, err := c.Read(b); err == nil {
-						fmt.Fprintf(c, "server %s", b[:n])
-					}
-				}()
-			}
-		}()
-		return ln
+	echo := func(h passOnHost, network, addr string) {
+		serveLines(t, listenIn(t, h, network, addr), func(c net.Conn, line []byte) { fmt.Fprintf(c, "server %s", line) })
 	}
 	echo(server, "tcp4", netip.AddrPortFrom(server.v4, 50500).String())
 	echo(server, "tcp6", netip.AddrPortFrom(server.v6, 50500).String())

@@ -1,7 +1,6 @@
 package tuning
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -63,47 +62,10 @@ func TestPassRulesSendOnInNetns(t *testing.T) {
 	if !testsupport.InFreshNetns(t, "nft", "ip") {
 		return
 	}
-	pid := os.Getpid()
-	sw := fmt.Sprintf("sospsw%d", pid)
-	agent := passOnHost{"", "02:00:00:00:09:01", netip.MustParseAddr("10.9.1.1"), netip.MustParseAddr("fd09::1:1"), "sosa0", "pa"}
-	client := passOnHost{fmt.Sprintf("sospc%d", pid), "02:00:00:00:09:02", netip.MustParseAddr("10.9.1.10"), netip.MustParseAddr("fd09::1:10"), "sosc0", "pc"}
-	server := passOnHost{fmt.Sprintf("sosps%d", pid), "02:00:00:00:09:03", netip.MustParseAddr("10.9.5.20"), netip.MustParseAddr("fd09::5:20"), "soss0", "ps"}
-	for _, ns := range []string{sw, client.ns, server.ns} {
-		run(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	}
-	run(t, "ip", "-n", sw, "link", "add", "br0", "type", "bridge")
-	run(t, "ip", "-n", sw, "link", "set", "br0", "up")
-	run(t, "ip", "link", "set", "lo", "up")
-	for _, h := range []passOnHost{agent, client, server} {
-		h.ip(t, "link", "add", h.ifname, "type", "veth", "peer", "name", h.bridgeEnd, "netns", sw)
-		run(t, "ip", "-n", sw, "link", "set", h.bridgeEnd, "master", "br0", "up")
-		h.ip(t, "link", "set", h.ifname, "address", h.mac)
-		h.ip(t, "addr", "add", h.v4.String()+"/16", "dev", h.ifname)
-		h.ip(t, "addr", "add", h.v6.String()+"/64", "dev", h.ifname, "nodad")
-		h.ip(t, "link", "set", h.ifname, "up")
-		h.ip(t, "link", "set", "lo", "up")
-	}
-	neigh := func(h passOnHost, a netip.Addr, mac string) {
-		h.ip(t, "neigh", "replace", a.String(), "lladdr", mac, "dev", h.ifname, "nud", "permanent")
-	}
-	// The steering: the client's packets to the server, and the
-	// server's to the client, go to the agent.
-	for _, a := range []netip.Addr{server.v4, server.v6} {
-		neigh(client, a, agent.mac)
-		neigh(agent, a, server.mac)
-	}
-	for _, a := range []netip.Addr{client.v4, client.v6} {
-		neigh(server, a, agent.mac)
-		neigh(agent, a, client.mac)
-	}
+	agent, client, server := passOnLAN(t, "sosp")
+	// The server reaches the agent's own addresses as they are.
 	for _, a := range []netip.Addr{agent.v4, agent.v6} {
-		neigh(server, a, agent.mac)
-	}
-	for _, key := range []string{"net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"} {
-		if got := strings.TrimSpace(run(t, "sysctl", "-n", key)); got != "0" {
-			t.Fatalf("%s = %s in the agent's namespace; the test needs it 0", key, got)
-		}
+		server.ip(t, "neigh", "replace", a.String(), "lladdr", agent.mac, "dev", server.ifname, "nud", "permanent")
 	}
 
 	ports := []portrange.Range{{Lo: 50000, Hi: 51000}}
@@ -114,45 +76,14 @@ func TestPassRulesSendOnInNetns(t *testing.T) {
 		Divert:  []item.Divert{sel("10.9.1.0/24", "10.9.5.16/28"), sel("fd09::1:0/112", "fd09::5:0/112")},
 		Replies: []item.Divert{sel("10.9.1.0/24", "10.9.5.16/28"), sel("fd09::1:0/112", "fd09::5:0/112")},
 	}
-	items, err := spec.Items()
-	if err != nil {
-		t.Fatal(err)
-	}
-	exs := Executors("/")
-	for _, it := range items {
-		if err := exs[it.Kind].Apply(context.Background(), it); err != nil {
-			t.Fatalf("apply %s: %v", it.ID(), err)
-		}
-	}
+	applySpec(t, spec)
 
-	// echo serves one line per connection on addr in h's namespace.
+	// echo answers each connection's line with the address it was
+	// accepted on.
 	echo := func(h passOnHost, network, addr string) {
-		t.Helper()
-		var ln net.Listener
-		if err := h.inNs(func() error {
-			var err error
-			ln, err = net.Listen(network, addr)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer c.Close()
-					_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-					b := make([]byte, 128)
-					if n, err := c.Read(b); err == nil {
-						fmt.Fprintf(c, "%s %s", c.LocalAddr(), b[:n])
-					}
-				}()
-			}
-		}()
+		serveLines(t, listenIn(t, h, network, addr), func(c net.Conn, line []byte) {
+			fmt.Fprintf(c, "%s %s", c.LocalAddr(), line)
+		})
 	}
 	// exchange dials to from h (from local port sport, 0 for any) and
 	// returns what the far end answered to one line.
@@ -210,25 +141,11 @@ func TestPassRulesSendOnInNetns(t *testing.T) {
 		if network == "tcp6" {
 			addr = "[::]:9876"
 		}
-		ln := transparentListenerOn(t, network, addr)
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer c.Close()
-					_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-					b := make([]byte, 128)
-					if n, err := c.Read(b); err == nil {
-						// Enough bytes that the answer takes
-						// several segments and acks.
-						fmt.Fprintf(c, "agent %s %s%s", c.LocalAddr(), b[:n], strings.Repeat("x", 100000))
-					}
-				}()
-			}
-		}()
+		// Enough bytes that the answer takes several segments and
+		// acks.
+		serveLines(t, transparentListenerOn(t, network, addr), func(c net.Conn, line []byte) {
+			fmt.Fprintf(c, "agent %s %s%s", c.LocalAddr(), line, strings.Repeat("x", 100000))
+		})
 	}
 	for _, a := range []netip.Addr{server.v4, server.v6} {
 		to := netip.AddrPortFrom(a, 50500)
@@ -237,4 +154,87 @@ func TestPassRulesSendOnInNetns(t *testing.T) {
 			t.Errorf("client -> %s, whitelisted: %d bytes %q..., %v; want the transparent listener's %d bytes", to, len(got), got[:min(len(got), 40)], err, len(want))
 		}
 	}
+}
+
+// passOnLAN makes the pass-rule topology: the agent is this (fresh)
+// namespace, a client and a server are namespaces beside it on one bridge
+// (names starting with prefix), and each has its neighbour entry for the
+// other pointed at the agent's MAC, as the switches' steering rewrites
+// the destination MAC. The agent does not forward.
+func passOnLAN(t *testing.T, prefix string) (agent, client, server passOnHost) {
+	t.Helper()
+	pid := os.Getpid()
+	sw := fmt.Sprintf("%ssw%d", prefix, pid)
+	agent = passOnHost{"", "02:00:00:00:09:01", netip.MustParseAddr("10.9.1.1"), netip.MustParseAddr("fd09::1:1"), "sosa0", "pa"}
+	client = passOnHost{fmt.Sprintf("%sc%d", prefix, pid), "02:00:00:00:09:02", netip.MustParseAddr("10.9.1.10"), netip.MustParseAddr("fd09::1:10"), "sosc0", "pc"}
+	server = passOnHost{fmt.Sprintf("%ss%d", prefix, pid), "02:00:00:00:09:03", netip.MustParseAddr("10.9.5.20"), netip.MustParseAddr("fd09::5:20"), "soss0", "ps"}
+	for _, ns := range []string{sw, client.ns, server.ns} {
+		run(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	}
+	run(t, "ip", "-n", sw, "link", "add", "br0", "type", "bridge")
+	run(t, "ip", "-n", sw, "link", "set", "br0", "up")
+	run(t, "ip", "link", "set", "lo", "up")
+	for _, h := range []passOnHost{agent, client, server} {
+		h.ip(t, "link", "add", h.ifname, "type", "veth", "peer", "name", h.bridgeEnd, "netns", sw)
+		run(t, "ip", "-n", sw, "link", "set", h.bridgeEnd, "master", "br0", "up")
+		h.ip(t, "link", "set", h.ifname, "address", h.mac)
+		h.ip(t, "addr", "add", h.v4.String()+"/16", "dev", h.ifname)
+		h.ip(t, "addr", "add", h.v6.String()+"/64", "dev", h.ifname, "nodad")
+		h.ip(t, "link", "set", h.ifname, "up")
+		h.ip(t, "link", "set", "lo", "up")
+	}
+	neigh := func(h passOnHost, a netip.Addr, mac string) {
+		h.ip(t, "neigh", "replace", a.String(), "lladdr", mac, "dev", h.ifname, "nud", "permanent")
+	}
+	for _, a := range []netip.Addr{server.v4, server.v6} {
+		neigh(client, a, agent.mac)
+		neigh(agent, a, server.mac)
+	}
+	for _, a := range []netip.Addr{client.v4, client.v6} {
+		neigh(server, a, agent.mac)
+		neigh(agent, a, client.mac)
+	}
+	for _, key := range []string{"net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"} {
+		if got := strings.TrimSpace(run(t, "sysctl", "-n", key)); got != "0" {
+			t.Fatalf("%s = %s in the agent's namespace; the test needs it 0", key, got)
+		}
+	}
+	return agent, client, server
+}
+
+// listenIn listens on addr in h's namespace until the test ends.
+func listenIn(t *testing.T, h passOnHost, network, addr string) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	if err := h.inNs(func() error {
+		var err error
+		ln, err = net.Listen(network, addr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// serveLines answers the first read of each connection ln accepts with
+// answer, and closes it.
+func serveLines(t *testing.T, ln net.Listener, answer func(c net.Conn, line []byte)) {
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				b := make([]byte, 128)
+				if n, err := c.Read(b); err == nil {
+					answer(c, b[:n])
+				}
+			}()
+		}
+	}()
 }

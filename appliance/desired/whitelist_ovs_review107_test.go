@@ -13,33 +13,12 @@ package desired
 import (
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 
-	"github.com/sosappliance/sosappliance/sdn/flows"
 	"github.com/sosappliance/sosappliance/sdn/ovstest"
 	"github.com/sosappliance/sosappliance/sdn/spread"
 )
-
-// r107Install writes the compiled flows of a switch onto a bridge.
-func r107Install(t *testing.T, inst *ovstest.Instance, br *ovstest.Bridge, fs []flows.Flow) {
-	t.Helper()
-	var b strings.Builder
-	for _, f := range fs {
-		b.WriteString(f.String())
-		b.WriteByte('\n')
-	}
-	file := filepath.Join(inst.Dir, br.Name+".flows")
-	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := br.Ofctl("add-flows", file); err != nil {
-		t.Fatalf("add-flows: %v: %s", err, out)
-	}
-}
 
 // r107InternalPort adds an internal port with a fixed OpenFlow number, for
 // traces.
@@ -101,8 +80,8 @@ whitelist "gridftp" {
 	}{{brA, "ha", 1}, {brA, "a1", 3}, {brA, "a2", 4}, {brB, "hb", 1}, {brB, "b1", 7}, {brB, "b2", 8}} {
 		r107InternalPort(t, inst, p.br, p.name, p.port)
 	}
-	r107Install(t, inst, brA, sws["sw-a"])
-	r107Install(t, inst, brB, sws["sw-b"])
+	installFlows(t, inst, brA, sws["sw-a"])
+	installFlows(t, inst, brB, sws["sw-b"])
 	b, _ := spread.Assign(spread.ModePort, 4, 2, nil)
 	serverAgentPort := []string{"port 7", "port 8"}
 	wrong := 0

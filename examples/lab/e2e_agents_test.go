@@ -332,9 +332,14 @@ type sourceServer struct {
 }
 
 func newSourceServer(t *testing.T, lab *labnet.Lab) *sourceServer {
+	return newSourceServerAt(t, lab, labnet.Server, netip.AddrPortFrom(labnet.ServerAddr, spreadPort))
+}
+
+// newSourceServerAt is a source on host at addr, until the test ends.
+func newSourceServerAt(t *testing.T, lab *labnet.Lab, host labnet.Host, addr netip.AddrPort) *sourceServer {
 	t.Helper()
-	s := &sourceServer{addr: netip.AddrPortFrom(labnet.ServerAddr, spreadPort), seen: map[netip.AddrPort]bool{}}
-	ln, err := lab.Listen(labnet.Server, "tcp", s.addr.String())
+	s := &sourceServer{addr: addr, seen: map[netip.AddrPort]bool{}}
+	ln, err := lab.Listen(host, "tcp", s.addr.String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -586,24 +591,8 @@ func carriedBy(ctx context.Context, lab *labnet.Lab, host labnet.Host, client ne
 // names, gets through: the agents the switches steer it to send it on.
 func testBothPortsInRange(ctx context.Context, t *testing.T, lab *labnet.Lab, clientAgents, serverAgents []labnet.Node) {
 	const size = 1 << 20
-	// A source on host at addr, counting the peers it saw.
 	serve := func(host labnet.Host, addr netip.AddrPort) *sourceServer {
-		s := &sourceServer{addr: addr, seen: map[netip.AddrPort]bool{}}
-		ln, err := lab.Listen(host, "tcp", addr.String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go s.serve(c)
-			}
-		}()
-		return s
+		return newSourceServerAt(t, lab, host, addr)
 	}
 	client := labnet.ClientAddrOf(labnet.Client)
 	type conn struct {
