@@ -1,6 +1,7 @@
 package tuning
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/nftables"
@@ -105,7 +106,7 @@ func TestDecoderRefusesTablesThatDoSomethingElse(t *testing.T) {
 	for name, mutate := range tests {
 		t.Run(name, func(t *testing.T) {
 			_, sets := dumpOf(spec, ipv4Family)
-			mutated := mutate(good())
+			mutated := mutateFromSocketRule(good(), mutate)
 			got, err := decodeSteeringRules(mutated, sets, ipv4Family)
 			if err == nil {
 				text, _ := got.Canonical()
@@ -140,7 +141,10 @@ func TestObserveRefusesAForeignTable(t *testing.T) {
 	}
 	mutations := map[string]func([][]expr.Any) [][]expr.Any{
 		"socket transparent != 1": func(rs [][]expr.Any) [][]expr.Any {
-			for _, e := range rs[0] {
+			at := slices.IndexFunc(rs, func(r []expr.Any) bool {
+				return slices.ContainsFunc(r, func(e expr.Any) bool { _, ok := e.(*expr.Socket); return ok })
+			})
+			for _, e := range rs[at] {
 				if c, ok := e.(*expr.Cmp); ok && len(c.Data) == 1 && c.Data[0] == 1 {
 					c.Op = expr.CmpOpNeq
 				}

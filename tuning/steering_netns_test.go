@@ -93,6 +93,10 @@ func TestSteeringAppliesOwnedObjectsOnlyInNetns(t *testing.T) {
 	ruleset := run(t, "nft", "list", "table", "ip", SteeringTable)
 	for _, want := range []string{
 		"type filter hook prerouting priority mangle; policy accept;",
+		// Traffic no switch steers here leaves at once.
+		`iifname != "sosa0" accept`,
+		"ip saddr != @steered accept",
+		"set steered {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 10.9.1.0/24, 10.9.3.0/24,\n\t\t\t     10.9.4.7 }",
 		"meta l4proto tcp socket transparent 1 meta mark set 0x0000534f accept",
 		// One rule per divert, its addresses and ports in interval
 		// sets, taking only a connection's first SYN.

@@ -198,11 +198,47 @@ func TestDecodeSteeringRulesRejectsForeignContent(t *testing.T) {
 	}
 	for name, mutate := range tests {
 		t.Run(name, func(t *testing.T) {
+			if got, err := decodeSteeringRules(mutateFromSocketRule(good(), mutate), sets, ipv4Family); err == nil {
+				t.Fatalf("decoded %+v, want an error", got)
+			}
+		})
+	}
+	// The rules that let unsteered traffic out, and their set.
+	early := map[string]func([]dumpedRule) []dumpedRule{
+		"early rule dropped": func(d []dumpedRule) []dumpedRule { return d[1:] },
+		"early rule last":    func(d []dumpedRule) []dumpedRule { return append(d[1:], d[0]) },
+		"early lookup not inverted": func(d []dumpedRule) []dumpedRule {
+			d[0].exprs[1].(*expr.Lookup).Invert = false
+			return d
+		},
+	}
+	for name, mutate := range early {
+		t.Run(name, func(t *testing.T) {
 			if got, err := decodeSteeringRules(mutate(good()), sets, ipv4Family); err == nil {
 				t.Fatalf("decoded %+v, want an error", got)
 			}
 		})
 	}
+	t.Run("steered set short of a client", func(t *testing.T) {
+		_, sets := dumpOf(spec, ipv4Family)
+		s := sets[setSteered]
+		s.elements = addrElements([]netip.Prefix{netip.MustParsePrefix("10.9.1.0/24")})
+		sets[setSteered] = s
+		if got, err := decodeSteeringRules(good(), sets, ipv4Family); err == nil {
+			t.Fatalf("decoded %+v, want an error", got)
+		}
+	})
+}
+
+// mutateFromSocketRule applies mutate to the rules from the
+// transparent-socket rule on, the rules before it (which let unsteered
+// traffic out) kept in front: mutations name rules by their place after
+// them.
+func mutateFromSocketRule(d []dumpedRule, mutate func([]dumpedRule) []dumpedRule) []dumpedRule {
+	off := slices.IndexFunc(d, func(r dumpedRule) bool {
+		return slices.ContainsFunc(r.exprs, func(e expr.Any) bool { _, ok := e.(*expr.Socket); return ok })
+	})
+	return append(slices.Clone(d[:off]), mutate(d[off:])...)
 }
 
 // FuzzSetIntervals feeds arbitrary set elements, as a hostile or foreign
