@@ -267,11 +267,13 @@ type Controller struct {
 	gate gate
 	// updates counts Update calls. redeal, when not 0, is the update
 	// that re-dealt a spread's buckets (an agent added or removed, or the
-	// bucket count changed): the switches keep the flows they have until
-	// a health round that started after it has read every agent's live
-	// sessions, so that the sessions whose buckets move are pinned in the
-	// same convergence (reDealt).
+	// bucket count changed): until a health round that started after it
+	// has read every agent's live sessions, every convergence compiles
+	// the switches as they were before (pending), so that the sessions
+	// whose buckets move are pinned in the convergence that moves them
+	// (reDealt).
 	updates, redeal uint64
+	pending         map[string]flows.Switch
 	// handshakes counts connections in handshake: in all, by address
 	// (connlimit.AddressOf) and by IPv4 address or IPv6 /64
 	// (connlimit.SourceOf); handshakeOrder holds their slots in accept
@@ -454,7 +456,11 @@ func (c *Controller) Update(switches []flows.Switch, agents map[string]AgentHeal
 	drop := c.refusedLocked(func(name string) string { return old[name].Connect })
 	c.updates++
 	if c.redeal != 0 || reDealt(old, byName) {
-		// The health round signalled below converges the switches.
+		// The health round signalled below converges the switches;
+		// until then they keep the set in force before.
+		if c.redeal == 0 {
+			c.pending = old
+		}
 		c.redeal = c.updates
 	} else {
 		c.kickLocked()
@@ -1150,6 +1156,9 @@ func (c *Controller) runSession(ctx context.Context, sc *SwitchConn, name, conne
 func (c *Controller) desiredFor(name string) ([]flows.Flow, []string, error) {
 	c.mu.Lock()
 	sw, ok := c.switches[name]
+	if before, had := c.pending[name]; had && ok {
+		sw = before // a re-deal waits for its health round
+	}
 	var withdrawn []string
 	if ok {
 		sw, withdrawn = flows.FailOpen(sw, c.downLocked)
@@ -1407,7 +1416,7 @@ func (c *Controller) healthRound(ctx context.Context) bool {
 	c.mu.Lock()
 	if c.redeal != 0 && c.redeal <= startedAfter {
 		// The sessions of the update that re-dealt buckets are read.
-		c.redeal = 0
+		c.redeal, c.pending = 0, nil
 		changed = true
 	}
 	c.mu.Unlock()

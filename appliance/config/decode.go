@@ -142,7 +142,7 @@ func (a *attrs) value(name string, want cty.Type, wantName string) (cty.Value, b
 	}
 	var cv cty.Value
 	var err error
-	if want.Equals(cty.List(cty.String)) && v.Type().IsTupleType() {
+	if want.Equals(cty.List(cty.String)) && v.Type().IsTupleType() && v.IsWhollyKnown() && !v.ContainsMarked() {
 		// cty unifies a tuple's element types by sorting them, which
 		// took 11 s for a list of 20,000 strings: convert each element.
 		cv, err = stringList(v)

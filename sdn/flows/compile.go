@@ -599,6 +599,10 @@ func PinSessions(sw Switch, held map[string][]Held) Switch {
 		}
 		seen[a.Name] = true
 		for _, h := range held[a.Name] {
+			// One spelling of each address (the flows match IPv4 as
+			// IPv4), or one session would make two pins of one match.
+			h.Client = netip.AddrPortFrom(h.Client.Addr().Unmap(), h.Client.Port())
+			h.Server = netip.AddrPortFrom(h.Server.Addr().Unmap(), h.Server.Port())
 			for _, p := range [][2]netip.AddrPort{{h.Client, h.Server}, {h.Server, h.Client}} {
 				w := winningSteer(out.Steers, p[0], p[1])
 				if w < 0 || deals[w] == nil {
@@ -646,7 +650,8 @@ func PinSessions(sw Switch, held map[string][]Held) Switch {
 
 // winningSteer is the index of the steer whose flow a TCP packet from src
 // to dst takes on the switch, or -1: the server side's flows rank above
-// the client side's (PriorityReply).
+// the client side's (PriorityReply), and the exceptions for replies to an
+// agent's own address (PriorityUnsteered) above both.
 func winningSteer(steers []Steer, src, dst netip.AddrPort) int {
 	best := -1
 	for i, st := range steers {
@@ -655,6 +660,9 @@ func winningSteer(steers []Steer, src, dst netip.AddrPort) int {
 			hit = steerCovers(st, Held{Client: src, Server: dst})
 		} else {
 			hit = steerCovers(st, Held{Client: dst, Server: src})
+			if hit && slices.ContainsFunc(st.Unsteered, func(a netip.Addr) bool { return a.Unmap() == dst.Addr().Unmap() }) {
+				return -1
+			}
 		}
 		if hit && (best < 0 || st.Side == ServerSide && steers[best].Side == ClientSide) {
 			best = i
