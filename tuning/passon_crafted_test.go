@@ -339,11 +339,7 @@ func TestPassRulesHonourTTL(t *testing.T) {
 		return
 	}
 	n := r110Topology(t)
-	agent, client, server, spec := n.agent, n.client, n.server, n.spec
-	aSock, cSock, sSock, mSock := n.aSock, n.cSock, n.sSock, n.mSock
-	agentMAC, serverMAC, clientMAC := n.agentMAC, n.serverMAC, n.clientMAC
-	_, _, _, _, _, _, _, _, _, _, _ = agent, client, server, spec, aSock, cSock, sSock, mSock, agentMAC, serverMAC, clientMAC
-	settle, reset := r110Settle, n.reset
+	client, server, aSock, cSock, sSock, agentMAC, serverMAC, settle, reset := n.client, n.server, n.aSock, n.cSock, n.sSock, n.agentMAC, n.serverMAC, r110Settle, n.reset
 	// TTL: one passed packet in, how many out, with which TTL.
 	for _, ttl := range []byte{64, 1, 0} {
 		t.Run(fmt.Sprintf("unicast ttl %d", ttl), func(t *testing.T) {
@@ -383,12 +379,7 @@ func TestPassRulesSendNoBroadcastOrMulticast(t *testing.T) {
 		return
 	}
 	n := r110Topology(t)
-	agent, client, server, spec := n.agent, n.client, n.server, n.spec
-	aSock, cSock, sSock, mSock := n.aSock, n.cSock, n.sSock, n.mSock
-	agentMAC, serverMAC, clientMAC := n.agentMAC, n.serverMAC, n.clientMAC
-	_, _, _, _, _, _, _, _, _, _, _ = agent, client, server, spec, aSock, cSock, sSock, mSock, agentMAC, serverMAC, clientMAC
-	settle, reset := r110Settle, n.reset
-	_ = settle
+	server, spec, aSock, cSock, sSock, agentMAC, serverMAC, reset := n.server, n.spec, n.aSock, n.cSock, n.sSock, n.agentMAC, n.serverMAC, n.reset
 	// Destinations that are not unicast at the agent: a dup to them
 	// loops back into the agent's own prerouting hook.
 	for _, c := range []struct {
@@ -432,11 +423,7 @@ func TestPassRulesOnCraftedSegments(t *testing.T) {
 		return
 	}
 	n := r110Topology(t)
-	agent, client, server, spec := n.agent, n.client, n.server, n.spec
-	aSock, cSock, sSock, mSock := n.aSock, n.cSock, n.sSock, n.mSock
-	agentMAC, serverMAC, clientMAC := n.agentMAC, n.serverMAC, n.clientMAC
-	_, _, _, _, _, _, _, _, _, _, _ = agent, client, server, spec, aSock, cSock, sSock, mSock, agentMAC, serverMAC, clientMAC
-	settle, reset := r110Settle, n.reset
+	client, server, aSock, cSock, sSock, mSock, agentMAC, serverMAC, clientMAC, settle, reset := n.client, n.server, n.aSock, n.cSock, n.sSock, n.mSock, n.agentMAC, n.serverMAC, n.clientMAC, r110Settle, n.reset
 	// A transparent listener, as the relay has, for the diverts.
 	startListener := func() []net.Listener {
 		var lns []net.Listener
